@@ -1,0 +1,71 @@
+"""On a GPU with ncu: every kernel of an instrumented Llama-style block, forward and
+backward, lies inside the NVTX range of the module that launched it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
+                       reason="needs Nsight Compute (ncu)"),
+]
+
+PROJECTIONS = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+               "mlp.down_proj"]
+GEMM = re.compile(r"gemm|nvjet|xmma|cutlass|sm90|sm80", re.IGNORECASE)
+
+
+def innermost_ranges(report: Path) -> list[tuple[str, list[str]]]:
+    import ncu_report
+
+    ctx = ncu_report.load_report(str(report))
+    rows = []
+    for r in range(ctx.num_ranges()):
+        rng = ctx.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            state = action.nvtx_state()
+            stack: list[str] = []
+            for domain_id in state.domains():
+                domain = state.domain_by_id(domain_id)
+                if domain.name() == "torch_nsight":
+                    stack = list(domain.push_pop_ranges())
+            rows.append((action.name(), stack))
+    return rows
+
+
+def test_every_kernel_lies_in_its_module_range(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "data"))
+    from record_fixtures import find_ncu, record
+
+    info = record("llama_block_fwd_bwd", tmp_path, find_ncu(), metric_set="duration")
+    assert info["returncode"] == 0, info["log_tail"]
+    kernels = innermost_ranges(tmp_path / info["report"])
+    assert len(kernels) == info["kernels_profiled"] > 0
+
+    from examples.models import LlamaBlock
+
+    names = {name or "LlamaBlock" for name, _ in LlamaBlock().named_modules()}
+    allowed = names | {f"bwd:{n}" for n in names}
+    for kernel, stack in kernels:
+        assert stack, f"kernel {kernel} ran outside every torch_nsight range"
+        module_ranges = [m for m in stack if not m.startswith("op:")]
+        assert module_ranges[-1] in allowed, (kernel, stack)
+        assert stack[0] in ("LlamaBlock", "bwd:LlamaBlock"), (kernel, stack)
+
+    gemms_fwd = {s[-1] for k, s in kernels if GEMM.search(k) and not s[-1].startswith("bwd:")}
+    gemms_bwd = {s[-1] for k, s in kernels if GEMM.search(k) and s[-1].startswith("bwd:")}
+    assert set(PROJECTIONS) <= gemms_fwd
+    assert {f"bwd:{p}" for p in PROJECTIONS} <= gemms_bwd
+    # backward kernels exist and each lies under the backward range of the root module
+    backward = [s for _, s in kernels if s[-1].startswith("bwd:")]
+    assert backward and all(s[0] == "bwd:LlamaBlock" for s in backward)

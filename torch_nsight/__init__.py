@@ -1,0 +1,65 @@
+"""torch_nsight: make NVIDIA Nsight profilers speak PyTorch.
+
+* :func:`instrument` puts an NVTX range around every submodule (forward and backward), so
+  any NVTX-aware profiler attributes each kernel to its module path.
+* :func:`sweep` profiles a model across input shapes under Nsight Compute in one re-launch.
+* :func:`load` reads ``.ncu-rep`` reports into a :class:`Profile`: kernels joined to the
+  module tree and classified on the roofline.
+
+Only :func:`instrument` is imported eagerly; the rest loads pandas on first use, so
+training code that only instruments pays nothing for the reporter.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight.capture import Instrumentation, instrument
+from torch_nsight.errors import (
+    CounterPermissionError,
+    MissingMetricError,
+    NcuNotFoundError,
+    NcuVersionError,
+    NoNvtxDataError,
+    NothingProfiledError,
+    ReportError,
+    ShapeFailedError,
+    TorchNsightError,
+)
+
+if TYPE_CHECKING:
+    from torch_nsight.collect import sweep
+    from torch_nsight.profile import Profile, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "instrument",
+    "Instrumentation",
+    "sweep",
+    "load",
+    "Profile",
+    "TorchNsightError",
+    "NcuNotFoundError",
+    "NcuVersionError",
+    "CounterPermissionError",
+    "NothingProfiledError",
+    "ReportError",
+    "NoNvtxDataError",
+    "MissingMetricError",
+    "ShapeFailedError",
+    "__version__",
+]
+
+_LAZY = {"sweep": "torch_nsight.collect", "load": "torch_nsight.profile",
+         "Profile": "torch_nsight.profile"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torch_nsight' has no attribute {name!r}")

@@ -1,0 +1,55 @@
+"""Exception types raised by torch_nsight.
+
+Every error a user can hit derives from :class:`TorchNsightError`, and each message says
+what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TorchNsightError",
+    "NcuNotFoundError",
+    "NcuVersionError",
+    "CounterPermissionError",
+    "NothingProfiledError",
+    "ReportError",
+    "NoNvtxDataError",
+    "MissingMetricError",
+    "ShapeFailedError",
+]
+
+
+class TorchNsightError(Exception):
+    """Root of all torch_nsight errors."""
+
+
+class NcuNotFoundError(TorchNsightError):
+    """Nsight Compute (`ncu`) could not be found or started."""
+
+
+class NcuVersionError(TorchNsightError):
+    """The `ncu` found is too old for what was asked."""
+
+
+class CounterPermissionError(TorchNsightError):
+    """`ncu` was not permitted to read GPU performance counters (ERR_NVGPUCTRPERM)."""
+
+
+class NothingProfiledError(TorchNsightError):
+    """`ncu` ran but profiled no kernel (it exits 0 in that case)."""
+
+
+class ReportError(TorchNsightError):
+    """A file is not a readable Nsight Compute report."""
+
+
+class NoNvtxDataError(ReportError):
+    """A report carries no NVTX data, so kernels cannot be attributed to modules."""
+
+
+class MissingMetricError(ReportError):
+    """An analysis needs a metric that the report does not hold."""
+
+
+class ShapeFailedError(TorchNsightError):
+    """One shape of a sweep failed in the profiled child process."""

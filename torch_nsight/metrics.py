@@ -1,0 +1,148 @@
+"""The Nsight Compute metrics torch_nsight uses, declared once as data.
+
+Each :class:`Metric` maps an ``ncu`` metric name to a column of the kernel table (snake_case,
+unit in the name) and says which ``ncu`` section collects it, if any. The collect stage
+builds its ``--metrics``/``--section`` arguments from :data:`METRIC_SETS`; the report stage
+reads the same names back. Plain data: no torch, no pandas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricKind = Literal["counter", "percent", "peak", "clock", "launch", "device"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One ncu metric and the kernel-table column it fills."""
+
+    name: str
+    column: str
+    unit: str
+    kind: MetricKind
+    section: str | None = None
+    description: str = ""
+
+
+def _sass(op: str) -> str:
+    return f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"
+
+
+_TENSOR = "sm__ops_path_tensor"
+
+METRICS: tuple[Metric, ...] = (
+    # time and speed-of-light percentages
+    Metric("gpu__time_duration.sum", "duration_ns", "ns", "counter", "SpeedOfLight",
+           "GPU time of the kernel"),
+    Metric("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm_pct", "%", "percent",
+           "SpeedOfLight", "compute (SM) throughput, % of peak"),
+    Metric("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "mem_pct", "%",
+           "percent", "SpeedOfLight", "memory throughput, % of peak"),
+    # memory traffic
+    Metric("dram__bytes.sum", "dram_bytes", "byte", "counter", None, "bytes moved to/from DRAM"),
+    # floating-point work, per precision (CUDA cores: thread instructions; FMA counts twice)
+    Metric(_sass("fadd"), "fadd_inst", "inst", "counter"),
+    Metric(_sass("fmul"), "fmul_inst", "inst", "counter"),
+    Metric(_sass("ffma"), "ffma_inst", "inst", "counter"),
+    Metric(_sass("dadd"), "dadd_inst", "inst", "counter"),
+    Metric(_sass("dmul"), "dmul_inst", "inst", "counter"),
+    Metric(_sass("dfma"), "dfma_inst", "inst", "counter"),
+    Metric(_sass("hadd"), "hadd_inst", "inst", "counter"),
+    Metric(_sass("hmul"), "hmul_inst", "inst", "counter"),
+    Metric(_sass("hfma"), "hfma_inst", "inst", "counter"),
+    # tensor cores: these counters already count operations (2 per multiply-add)
+    Metric(f"{_TENSOR}_src_bf16_dst_fp32.sum", "tensor_bf16_flops", "flop", "counter"),
+    Metric(f"{_TENSOR}_src_fp16.sum", "tensor_fp16_flops", "flop", "counter"),
+    Metric(f"{_TENSOR}_src_tf32_dst_fp32.sum", "tensor_tf32_flops", "flop", "counter"),
+    Metric(f"{_TENSOR}_src_fp8.sum", "tensor_fp8_flops", "flop", "counter"),
+    Metric(f"{_TENSOR}_src_fp64.sum", "tensor_fp64_flops", "flop", "counter"),
+    Metric(f"{_TENSOR}_src_int8.sum", "tensor_int8_ops", "op", "counter"),
+    # clocks of this kernel's run (peaks per second = peak per cycle x clock)
+    Metric("sm__cycles_elapsed.avg.per_second", "sm_clock_hz", "hz", "clock", "SpeedOfLight"),
+    Metric("dram__cycles_elapsed.avg.per_second", "dram_clock_hz", "hz", "clock", "SpeedOfLight"),
+    # peaks per cycle, from the device itself (no replay pass needed)
+    Metric("dram__bytes.sum.peak_sustained", "peak_dram_bytes_per_cycle", "byte/cycle", "peak"),
+    Metric(f"{_sass('ffma')}.peak_sustained", "peak_ffma_per_cycle", "inst/cycle", "peak"),
+    Metric(f"{_sass('dfma')}.peak_sustained", "peak_dfma_per_cycle", "inst/cycle", "peak"),
+    Metric(f"{_sass('hfma')}.peak_sustained", "peak_hfma_per_cycle", "inst/cycle", "peak"),
+    # dense tensor-core peaks: the aggregate counters' peaks are the sparse ones (2x)
+    Metric(f"{_TENSOR}_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum.peak_sustained",
+           "peak_tensor_bf16_per_cycle", "flop/cycle", "peak"),
+    Metric(f"{_TENSOR}_op_hgmma_src_fp16_sparsity_off.sum.peak_sustained",
+           "peak_tensor_fp16_per_cycle", "flop/cycle", "peak"),
+    Metric(f"{_TENSOR}_op_hgmma_src_tf32_dst_fp32_sparsity_off.sum.peak_sustained",
+           "peak_tensor_tf32_per_cycle", "flop/cycle", "peak"),
+    Metric(f"{_TENSOR}_src_fp8_sparsity_off.sum.peak_sustained",
+           "peak_tensor_fp8_per_cycle", "flop/cycle", "peak"),
+    Metric(f"{_TENSOR}_src_fp64.sum.peak_sustained", "peak_tensor_fp64_per_cycle",
+           "flop/cycle", "peak"),
+    Metric(f"{_TENSOR}_op_igmma_src_int8_sparsity_off.sum.peak_sustained",
+           "peak_tensor_int8_per_cycle", "op/cycle", "peak"),
+    # launch configuration (recorded at launch: free)
+    Metric("launch__grid_size", "grid_size", "block", "launch", "LaunchStats"),
+    Metric("launch__block_size", "block_size", "thread", "launch", "LaunchStats"),
+    Metric("launch__grid_dim_x", "grid_x", "block", "launch", "LaunchStats"),
+    Metric("launch__grid_dim_y", "grid_y", "block", "launch", "LaunchStats"),
+    Metric("launch__grid_dim_z", "grid_z", "block", "launch", "LaunchStats"),
+    Metric("launch__block_dim_x", "block_x", "thread", "launch", "LaunchStats"),
+    Metric("launch__block_dim_y", "block_y", "thread", "launch", "LaunchStats"),
+    Metric("launch__block_dim_z", "block_z", "thread", "launch", "LaunchStats"),
+    Metric("launch__waves_per_multiprocessor", "waves", "", "launch", "LaunchStats"),
+    Metric("launch__registers_per_thread", "registers_per_thread", "register", "launch",
+           "LaunchStats"),
+    # device
+    Metric("device__attribute_display_name", "gpu", "", "device"),
+    Metric("device__attribute_multiprocessor_count", "sm_count", "", "device"),
+)
+
+METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
+METRICS_BY_COLUMN: dict[str, Metric] = {m.column: m for m in METRICS}
+
+# Precision name -> (kernel-table FLOP column, peak-per-cycle column, FLOP per peak unit).
+# CUDA-core peaks are FMA instructions per cycle: one FMA is two FLOPs.
+PRECISIONS: dict[str, tuple[str, str, float]] = {
+    "fp64": ("flops_fp64", "peak_dfma_per_cycle", 2.0),
+    "fp32": ("flops_fp32", "peak_ffma_per_cycle", 2.0),
+    "fp16": ("flops_fp16", "peak_hfma_per_cycle", 2.0),
+    "tensor_bf16": ("tensor_bf16_flops", "peak_tensor_bf16_per_cycle", 1.0),
+    "tensor_fp16": ("tensor_fp16_flops", "peak_tensor_fp16_per_cycle", 1.0),
+    "tensor_tf32": ("tensor_tf32_flops", "peak_tensor_tf32_per_cycle", 1.0),
+    "tensor_fp8": ("tensor_fp8_flops", "peak_tensor_fp8_per_cycle", 1.0),
+    "tensor_fp64": ("tensor_fp64_flops", "peak_tensor_fp64_per_cycle", 1.0),
+    "tensor_int8": ("tensor_int8_ops", "peak_tensor_int8_per_cycle", 1.0),
+}
+
+MetricSetName = Literal["roofline", "lean", "full"]
+
+
+@dataclass(frozen=True)
+class MetricSet:
+    """What a sweep asks ``ncu`` to collect."""
+
+    name: str
+    metrics: tuple[str, ...] = ()
+    sections: tuple[str, ...] = ()
+    description: str = ""
+
+
+_ALL_NAMES = tuple(m.name for m in METRICS)
+_NO_SOL = tuple(m.name for m in METRICS if m.kind != "percent")
+
+METRIC_SETS: dict[str, MetricSet] = {
+    "roofline": MetricSet(
+        "roofline", _ALL_NAMES, ("SpeedOfLight",),
+        "durations, SOL percentages and Nsight Compute's bottleneck rule, DRAM bytes, FLOPs "
+        "per precision, device peaks: everything the roofline classification uses"),
+    "lean": MetricSet(
+        "lean", _NO_SOL, (),
+        "durations, DRAM bytes, FLOPs per precision and peaks, without the SOL percentages "
+        "(fewer replay passes; bound is then judged from the roofline alone)"),
+    "full": MetricSet(
+        "full", _ALL_NAMES, ("SpeedOfLight", "SpeedOfLight_RooflineChart", "LaunchStats",
+                             "Occupancy", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
+                             "SchedulerStats", "WarpStateStats"),
+        "the roofline set plus Nsight Compute's main analysis sections (many more passes)"),
+}
+DEFAULT_METRIC_SET = "roofline"

@@ -1,0 +1,76 @@
+"""The NVTX vocabulary shared by the capture stage (which writes ranges) and the report
+stage (which reads them back). Kept free of torch and pandas so both sides can import it.
+
+Conventions, all in the NVTX domain :data:`DOMAIN`:
+
+* forward of a module: push/pop range whose message is the module's qualified name as in
+  ``model.named_modules()`` (the root module's message is its class name);
+* backward of a module: the same name behind :data:`BACKWARD_PREFIX` (``bwd:layers.0.mlp``);
+* a named functional op inside a module: :data:`OP_PREFIX` + op name (``op:silu``);
+* one measured iteration of a sweep: two start/end ranges, :data:`MEASURE_MESSAGE`
+  (fixed, so ``ncu --nvtx-include torch_nsight@measure`` selects it without a regex) and a
+  label made by :func:`format_measure_range` (``sweep;variant=eager;shape=4x128;run=0``).
+  Start/end ranges, unlike push/pop ones, also cover kernels that autograd launches from
+  its own thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DOMAIN = "torch_nsight"
+BACKWARD_PREFIX = "bwd:"
+OP_PREFIX = "op:"
+MEASURE_MESSAGE = "measure"
+MEASURE_PREFIX = "sweep"
+WARMUP_MESSAGE = "warmup"
+_FIELD_SEP = ";"
+
+
+def backward_message(name: str) -> str:
+    """Return the range message for the backward pass of module ``name``."""
+    return BACKWARD_PREFIX + name
+
+
+def op_message(op: str) -> str:
+    """Return the range message for the functional op ``op``."""
+    return OP_PREFIX + op
+
+
+@dataclass(frozen=True)
+class RangeKind:
+    """What one torch_nsight push/pop range message stands for."""
+
+    kind: str  # "module" or "op"
+    name: str
+    direction: str  # "fwd" or "bwd"
+
+
+def parse_message(message: str) -> RangeKind:
+    """Classify a push/pop range message written by :func:`torch_nsight.instrument`."""
+    if message.startswith(OP_PREFIX):
+        return RangeKind("op", message[len(OP_PREFIX) :], "fwd")
+    if message.startswith(BACKWARD_PREFIX):
+        return RangeKind("module", message[len(BACKWARD_PREFIX) :], "bwd")
+    return RangeKind("module", message, "fwd")
+
+
+def format_measure_range(*, variant: str = "", shape: str = "", run: int = 0) -> str:
+    """Return the start/end range message that labels one measured sweep iteration
+    (variant, shape label, repeat index)."""
+    for label, value in (("variant", variant), ("shape", shape)):
+        if _FIELD_SEP in value or "=" in value or "/" in value:
+            raise ValueError(f"{label} label {value!r} must not contain ';', '=' or '/'")
+    return _FIELD_SEP.join(
+        [MEASURE_PREFIX, f"variant={variant}", f"shape={shape}", f"run={int(run)}"]
+    )
+
+
+def parse_measure_range(message: str) -> dict[str, str] | None:
+    """Read back a message made by :func:`format_measure_range`; None for other messages."""
+    parts = message.split(_FIELD_SEP)
+    if parts[0] != MEASURE_PREFIX:
+        return None
+    fields = dict(part.split("=", 1) for part in parts[1:] if "=" in part)
+    return {"variant": fields.get("variant", ""), "shape": fields.get("shape", ""),
+            "run": fields.get("run", "0")}
