@@ -1,0 +1,81 @@
+"""Attribution of kernels to modules from their NVTX ranges (pure pandas)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from torch_nsight import naming
+from torch_nsight.analyze import UNATTRIBUTED, attribute, label_shapes
+from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
+
+LABEL = naming.format_measure_range(variant="eager", shape="1x512", run=2)
+
+
+def as_dict(result: tuple) -> dict:
+    return dict(zip(ATTRIBUTION_COLUMNS, result, strict=True))
+
+
+def test_innermost_module_range_is_the_module() -> None:
+    got = as_dict(attribute_ranges(("LlamaBlock", "self_attn", "self_attn.qkv_proj"), (), ()))
+    assert got["module"] == "self_attn.qkv_proj"
+    assert got["module_path"] == "LlamaBlock/self_attn/self_attn.qkv_proj"
+    assert got["depth"] == 2
+    assert got["direction"] == "fwd"
+    assert got["op"] is None and got["context"] is None
+
+
+def test_backward_ranges_give_direction_and_plain_names() -> None:
+    got = as_dict(attribute_ranges(("bwd:LlamaBlock", "bwd:mlp", "bwd:mlp.down_proj"), (), ()))
+    assert (got["module"], got["direction"]) == ("mlp.down_proj", "bwd")
+    assert got["module_path"] == "LlamaBlock/mlp/mlp.down_proj"
+
+
+def test_op_range_sets_op_and_keeps_the_enclosing_module() -> None:
+    got = as_dict(attribute_ranges(("LlamaBlock", "mlp", naming.op_message("silu")), (), ()))
+    assert (got["module"], got["op"]) == ("mlp", "silu")
+    assert got["depth"] == 1
+
+
+def test_sweep_label_range_gives_variant_shape_run_and_marker_is_dropped() -> None:
+    got = as_dict(attribute_ranges(("LlamaBlock",), (naming.MEASURE_MESSAGE, LABEL), ()))
+    assert (got["variant"], got["shape"], got["run"]) == ("eager", "1x512", 2)
+    assert got["context"] is None
+
+
+def test_other_ranges_become_context_not_modules() -> None:
+    got = as_dict(attribute_ranges((naming.WARMUP_MESSAGE, "LlamaBlock"), ("phase",),
+                                   ("train_step", "my range")))
+    assert got["module"] == "LlamaBlock"
+    assert got["context"] == "phase / warmup / train_step / my range"
+
+
+def test_kernel_outside_module_ranges_is_kept_unattributed() -> None:
+    got = as_dict(attribute_ranges((), (), ("user",)))
+    assert got["module"] == UNATTRIBUTED and got["module_path"] == UNATTRIBUTED
+    assert got["direction"] is None and got["depth"] == 0
+
+
+def test_attribute_adds_columns_and_keeps_every_row() -> None:
+    df = pd.DataFrame({
+        "duration_ns": [1.0, 2.0, 3.0],
+        "nvtx_stack": [("Net", "fc"), (), ("bwd:Net",)],
+        "nvtx_start_end": [(LABEL,), (LABEL,), ()],
+        "nvtx_other": [(), (), ()],
+    })
+    out = attribute(df)
+    assert len(out) == 3
+    assert out["module"].tolist() == ["fc", UNATTRIBUTED, "Net"]
+    assert out["direction"].tolist() == ["fwd", None, "bwd"]
+    assert out["shape"].tolist() == ["1x512", "1x512", None]
+    assert "nvtx_stack" in out and "module" not in df  # input untouched
+
+
+def test_attribute_tolerates_missing_nvtx_columns() -> None:
+    out = attribute(pd.DataFrame({"duration_ns": [1.0]}))
+    assert out["module"].tolist() == [UNATTRIBUTED]
+
+
+def test_label_shapes_fills_only_unlabelled_rows() -> None:
+    df = pd.DataFrame({"source": ["a", "b", "b"], "shape": ["4x4", None, None]})
+    out = label_shapes(df, {"a": "ignored", "b": "8x8"})
+    assert out["shape"].tolist() == ["4x4", "8x8", "8x8"]

@@ -1,0 +1,169 @@
+"""Models and a range recorder shared by the capture-stage tests (CPU only)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_nsight.capture import Instrumentation, RecordingEmitter, instrument
+
+
+class Recorder:
+    """Instruments models with a :class:`RecordingEmitter` and renders what it saw."""
+
+    def __init__(self) -> None:
+        self.emitter = RecordingEmitter()
+        self.handles: list[Instrumentation] = []
+
+    def instrument(self, model: nn.Module, **options: Any) -> Instrumentation:
+        options.setdefault("enabled", True)
+        handle = instrument(model, emitter=self.emitter, **options)
+        self.handles.append(handle)
+        return handle
+
+    @property
+    def events(self) -> list[tuple[int, str, str]]:
+        return self.emitter.events
+
+    def clear(self) -> None:
+        self.emitter.clear()
+
+    def lines(self, thread: int | None = None) -> list[str]:
+        """One line per range opened on ``thread`` (default: this one), indented by depth.
+
+        Fails the test if the ranges on that thread do not balance.
+        """
+        thread = threading.get_ident() if thread is None else thread
+        out, open_ = [], []
+        for tid, kind, message in self.events:
+            if tid != thread:
+                continue
+            if kind == "push":
+                out.append("  " * len(open_) + message)
+                open_.append(message)
+            else:
+                assert open_, f"pop of {message!r} with nothing open"
+                assert open_.pop() == message
+        assert not open_, f"ranges left open on the thread: {open_}"
+        return out
+
+    def threads(self) -> set[int]:
+        return {tid for tid, _, _ in self.events}
+
+
+# -- models ---------------------------------------------------------------------------------
+
+
+class _Probe(torch.autograd.Function):
+    """Identity whose backward writes a marker range: shows where a gradient is computed."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, label: str, emitter: RecordingEmitter) -> Any:
+        ctx.label, ctx.emitter = label, emitter
+        return tensor.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        ctx.emitter.push(ctx.label)
+        ctx.emitter.pop()
+        return grad, None, None
+
+
+class ProbedLinear(nn.Linear):
+    """A Linear that marks, with ``probe()``, where its weight gradient is computed."""
+
+    probe_label: str | None = None
+    probe_emitter: RecordingEmitter | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        if self.probe_emitter is not None:
+            weight = _Probe.apply(weight, self.probe_label, self.probe_emitter)
+        return F.linear(x, weight, self.bias)
+
+
+def probe(model: nn.Module, emitter: RecordingEmitter) -> None:
+    """Make every ProbedLinear of ``model`` mark its weight gradient as ``w:<name>``."""
+    for name, module in model.named_modules():
+        if isinstance(module, ProbedLinear):
+            module.probe_label, module.probe_emitter = f"w:{name}", emitter
+
+
+class MLP(nn.Module):
+    def __init__(self, dim: int = 8, linear: type[nn.Linear] = nn.Linear) -> None:
+        super().__init__()
+        self.gate = linear(dim, dim)
+        self.up = linear(dim, dim)
+        self.down = linear(dim, dim)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int = 8, heads: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q_proj = nn.Linear(dim, dim, bias=False)
+        self.k_proj = nn.Linear(dim, dim, bias=False)
+        self.v_proj = nn.Linear(dim, dim, bias=False)
+        self.o_proj = nn.Linear(dim, dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, d // self.heads).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, s, d))
+
+
+class Block(nn.Module):
+    """A Llama-style decoder block: RMSNorm, attention, RMSNorm, gated MLP, residuals."""
+
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.input_layernorm = nn.RMSNorm(dim)
+        self.self_attn = Attention(dim)
+        self.post_attention_layernorm = nn.RMSNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+STACK_FORWARD = [
+    "Stack",
+    "  inp",
+    "  layers.0",
+    "    layers.0.gate",
+    "    layers.0.act",
+    "    layers.0.up",
+    "    layers.0.down",
+    "  layers.1",
+    "    layers.1.gate",
+    "    layers.1.act",
+    "    layers.1.up",
+    "    layers.1.down",
+]
+"""What an instrumented :class:`Stack` forward records."""
+
+
+class Stack(nn.Module):
+    """An input projection and a stack of MLPs, built from ProbedLinear layers."""
+
+    def __init__(self, layers: int = 2, dim: int = 8) -> None:
+        super().__init__()
+        self.inp = ProbedLinear(4, dim)
+        self.layers = nn.ModuleList(MLP(dim, ProbedLinear) for _ in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for layer in self.layers:
+            h = layer(h)
+        return h

@@ -1,0 +1,130 @@
+"""Attribution: the NVTX ranges around each kernel -> its module, direction, op and labels.
+
+A kernel's module is its innermost push/pop range in domain ``torch_nsight`` that names a
+module (see :mod:`torch_nsight.naming`); its op is the innermost ``op:`` range. The sweep's
+label range (``sweep;variant=..;shape=..;run=..``) gives ``variant``, ``shape`` and ``run``;
+the bare ``measure`` marker range is dropped. Every other enclosing range
+(another domain's, a ``warmup`` range, a user's own) becomes ``context``. Kernels outside
+any module range are kept, as :data:`UNATTRIBUTED`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight import naming
+
+UNATTRIBUTED = "(unattributed)"
+PATH_SEP = "/"
+CONTEXT_SEP = " / "
+ATTRIBUTION_COLUMNS = ("variant", "shape", "run", "module", "module_path", "depth",
+                       "direction", "op", "context")
+
+
+def _measure(message: str) -> dict[str, str] | None:
+    """Labels of a sweep range; ``{}`` for the bare ``measure`` marker; None otherwise."""
+    if message == naming.MEASURE_MESSAGE:
+        return {}
+    return naming.parse_measure_range(message)
+
+
+def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
+                     other: Sequence[str]) -> tuple[Any, ...]:
+    """Attribute one kernel from its NVTX ranges.
+
+    Args:
+        stack: push/pop range messages of domain ``torch_nsight``, outermost first.
+        start_end: start/end range messages of domain ``torch_nsight``.
+        other: range messages of every other domain.
+
+    Returns:
+        A tuple in the order of :data:`ATTRIBUTION_COLUMNS`.
+    """
+    measure: dict[str, str] | None = None
+    modules: list[naming.RangeKind] = []
+    op = None
+    context: list[str] = []
+    for message in start_end:
+        parsed = _measure(message)
+        if parsed is None:
+            context.append(message)
+        elif parsed:
+            measure = parsed
+    for message in stack:
+        parsed = _measure(message)
+        if parsed is not None:
+            measure = parsed or measure
+            continue
+        if message == naming.WARMUP_MESSAGE:
+            context.append(message)
+            continue
+        kind = naming.parse_message(message)
+        if kind.kind == "op":
+            op = kind.name
+        else:
+            modules.append(kind)
+    context.extend(other)
+    if modules:
+        module, direction = modules[-1].name, modules[-1].direction
+        path = PATH_SEP.join(m.name for m in modules)
+        depth = len(modules) - 1
+    else:
+        module, direction, path, depth = UNATTRIBUTED, None, UNATTRIBUTED, 0
+    measure = measure or {}
+    run = measure.get("run", "")
+    return (measure.get("variant") or None, measure.get("shape") or None,
+            int(run) if run.lstrip("-").isdigit() else None, module, path, depth, direction,
+            op, CONTEXT_SEP.join(context) or None)
+
+
+def attribute(df: pd.DataFrame) -> pd.DataFrame:
+    """Add the attribution columns (:data:`ATTRIBUTION_COLUMNS`) from the NVTX columns.
+
+    Args:
+        df: a kernel table with ``nvtx_stack``, ``nvtx_start_end`` and ``nvtx_other`` (tuples
+            of messages); a missing one counts as empty.
+
+    Returns:
+        A copy with ``variant``, ``shape``, ``run`` (from the innermost sweep label range),
+        ``module``, ``module_path`` (module names outermost first, joined by ``/``),
+        ``depth`` (0 for the root), ``direction`` (``fwd``/``bwd``), ``op`` and ``context``.
+    """
+    out = df.copy()
+    empty: tuple[str, ...] = ()
+    columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
+               for c in ("nvtx_stack", "nvtx_start_end", "nvtx_other")]
+    memo: dict[tuple[tuple[str, ...], ...], tuple[Any, ...]] = {}
+    rows = []
+    for stack, start_end, other in zip(*columns, strict=True):
+        key = (tuple(stack if stack is not None else ()),
+               tuple(start_end if start_end is not None else ()),
+               tuple(other if other is not None else ()))
+        if key not in memo:
+            memo[key] = attribute_ranges(*key)
+        rows.append(memo[key])
+    values = list(zip(*rows, strict=True)) if rows else [()] * len(ATTRIBUTION_COLUMNS)
+    for column, column_values in zip(ATTRIBUTION_COLUMNS, values, strict=True):
+        dtype = "Int64" if column in ("run", "depth") else object
+        out[column] = pd.Series(list(column_values), index=out.index, dtype=dtype)
+    return out
+
+
+def label_shapes(df: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:
+    """Fill ``shape`` from a per-report label wherever no ``measure`` range gave one.
+
+    Args:
+        df: an attributed kernel table with ``source`` and ``shape``.
+        labels: report path (as in ``source``) -> shape label.
+
+    Returns:
+        A copy with ``shape`` filled.
+    """
+    out = df.copy()
+    shapes = out["shape"] if "shape" in out else pd.Series(None, index=out.index, dtype=object)
+    filled = [shape if isinstance(shape, str) else labels.get(source)
+              for shape, source in zip(shapes, out["source"], strict=True)]
+    out["shape"] = pd.Series(filled, index=out.index, dtype=object)
+    return out

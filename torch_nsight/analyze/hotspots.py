@@ -1,0 +1,128 @@
+"""Hotspots: the kernels or modules worth looking at first, with a hint of what to try."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import pandas as pd
+
+from torch_nsight.analyze.rollup import LABELS, module_tree, runs_per_label
+
+HotspotOrder = Literal["headroom", "time"]
+HotspotLevel = Literal["kernel", "module"]
+KERNEL_KEYS = (*LABELS, "module", "module_path", "direction", "op", "kernel")
+HOTSPOT_COLUMNS = (
+    "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
+    "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
+    "reason", "basis", "next_step",
+)
+
+
+def next_step(bound: object, reason: object, precision: object) -> str:
+    """Return a short hint of what to look at next for a kernel of this class.
+
+    Args:
+        bound: ``memory``, ``compute``, ``latency`` or None.
+        reason: the classification's reason.
+        precision: the kernel's dominant precision.
+
+    Returns:
+        One line of advice.
+    """
+    reason = reason if isinstance(reason, str) else ""
+    if bound == "latency":
+        if reason.startswith("small grid"):
+            return ("grid under one wave: give it more blocks (batch, split-K) or fuse it "
+                    "with its neighbours")
+        return ("neither compute nor memory near peak: check occupancy and stall reasons "
+                "(Occupancy, WarpStateStats sections)")
+    if bound == "memory":
+        return ("memory-bound: cut DRAM traffic (fuse with neighbours, lower-precision "
+                "activations, avoid copies)")
+    if bound == "compute":
+        if precision in ("fp32", "fp64", "fp16"):
+            return f"compute-bound on CUDA cores ({precision}): move the work to tensor cores"
+        return "compute-bound: near the FLOP roof, do less work or use a lower precision"
+    return "collect the SpeedOfLight section or the roofline metric set to classify it"
+
+
+def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
+    """Per group of ``keys``, the value of ``column`` that holds the most ``duration_ns``."""
+    values = work[column].astype(object).where(work[column].notna(), "")
+    weights = (work.assign(_value=values).groupby([*keys, "_value"], sort=False)["duration_ns"]
+               .sum().reset_index())
+    top = weights.sort_values("duration_ns", ascending=False, kind="stable")
+    top = top.drop_duplicates(subset=keys).set_index(keys)["_value"]
+    return top.where(top != "", None)
+
+
+def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
+    """Aggregate identical launches (same labels, module, direction, op and kernel name).
+
+    Args:
+        df: an attributed, classified kernel table.
+
+    Returns:
+        One row per distinct kernel site with :data:`HOTSPOT_COLUMNS`, unsorted; times are
+        per run and ``pct_of_roof`` is time-weighted.
+    """
+    work = df.reindex(columns=[*KERNEL_KEYS, "duration_ns", "headroom_ns", "roof_time_ns",
+                               "precision", "bound", "reason", "basis"]).copy()
+    for column in KERNEL_KEYS:
+        work[column] = work[column].astype(object).where(work[column].notna(), "")
+    groups = work.groupby(list(KERNEL_KEYS), sort=False)
+    out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
+                     headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
+                     roof_time_ns=("roof_time_ns", lambda s: s.sum(min_count=1)))
+    for column in ("precision", "bound", "reason", "basis"):
+        out[column] = _dominant(work, list(KERNEL_KEYS), column)
+    out = out.reset_index()
+    out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
+    counts = out.pop("runs").astype("float64")
+    for column in ("launches", "duration_ns", "headroom_ns", "roof_time_ns"):
+        out[column] = out[column].astype("float64") / counts
+    totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")
+    out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
+    out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
+    out["next_step"] = [next_step(b, r, p) for b, r, p in
+                        zip(out["bound"], out["reason"], out["precision"], strict=True)]
+    for column in KERNEL_KEYS:
+        out[column] = out[column].where(out[column] != "", None)
+    return out.loc[:, list(HOTSPOT_COLUMNS)]
+
+
+def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
+             level: HotspotLevel = "kernel") -> pd.DataFrame:
+    """Rank kernels or modules by recoverable time or by time.
+
+    Args:
+        df: an attributed, classified kernel table.
+        n: how many rows to return.
+        by: ``headroom`` (time recoverable at the roofline ceiling; kernels without a
+            ceiling rank after those with one) or ``time``.
+        level: ``kernel`` (identical launches aggregated, see :func:`kernel_hotspots`) or
+            ``module`` (each module's own, exclusive, time and headroom).
+
+    Returns:
+        The top ``n`` rows, best first, with their bound, reason and ``next_step``.
+
+    Raises:
+        ValueError: an argument is out of range.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if by not in ("headroom", "time"):
+        raise ValueError(f"by must be 'headroom' or 'time', got {by!r}")
+    if level not in ("kernel", "module"):
+        raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
+    if level == "kernel":
+        table = kernel_hotspots(df)
+        key = "headroom_ns" if by == "headroom" else "duration_ns"
+    else:
+        table = module_tree(df)
+        table = table[table["exclusive_kernels"] > 0].copy()
+        table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
+        key = "exclusive_headroom_ns" if by == "headroom" else "exclusive_ns"
+    time = "duration_ns" if level == "kernel" else "exclusive_ns"
+    table = table.sort_values([key, time], ascending=False, na_position="last", kind="stable")
+    return table.head(n).reset_index(drop=True)

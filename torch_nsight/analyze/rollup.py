@@ -1,0 +1,157 @@
+"""The module tree rolled up like a profiler's call tree, and attribution coverage.
+
+Times are per run: where a (variant, shape) was measured in several runs (or read from
+several reports), sums are divided by the number of distinct (report, run) pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
+
+LABELS = ("variant", "shape")
+BOUNDS = ("memory", "compute", "latency")
+MODULE_COLUMNS = (
+    "variant", "shape", "direction", "module", "path", "depth", "inclusive_ns",
+    "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels", "headroom_ns",
+    "exclusive_headroom_ns", "flops", "dram_bytes", "bound", "bound_share",
+)
+
+
+def coverage(df: pd.DataFrame) -> float:
+    """Return the share of GPU time (0..1) spent in kernels inside a module range.
+
+    Args:
+        df: an attributed kernel table (``module``, ``duration_ns``).
+
+    Returns:
+        The share; NaN for an empty table or one without durations.
+    """
+    total = df["duration_ns"].sum()
+    if not total or pd.isna(total):
+        return float("nan")
+    inside = df.loc[df["module"] != UNATTRIBUTED, "duration_ns"].sum()
+    return float(inside / total)
+
+
+def runs_per_label(df: pd.DataFrame) -> pd.DataFrame:
+    """Return, per (variant, shape), how many distinct (report, run) pairs it holds.
+
+    Args:
+        df: a kernel table (``variant``, ``shape``, ``source``, ``run`` where present).
+
+    Returns:
+        Columns ``variant``, ``shape`` (``""`` where unlabelled) and ``runs``.
+    """
+    keys = df.reindex(columns=[*LABELS, "source", "run"]).astype(object)
+    keys = keys.where(keys.notna(), "")
+    pairs = keys.drop_duplicates()
+    return pairs.groupby(list(LABELS)).size().rename("runs").reset_index()
+
+
+def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
+    """Kernel facts per (variant, shape, direction, truncated path)."""
+    base = df.reindex(columns=[*LABELS, "direction", "module_path", "duration_ns",
+                               "headroom_ns", "flops", "dram_bytes", "bound"]).copy()
+    for column in (*LABELS, "direction"):
+        base[column] = base[column].astype(object).where(base[column].notna(), "")
+    paths = base["module_path"].fillna(UNATTRIBUTED).astype(str)
+    if depth is not None:
+        paths = paths.map(lambda p: PATH_SEP.join(p.split(PATH_SEP)[: depth + 1])
+                          if p != UNATTRIBUTED else p)
+    base["module_path"] = paths
+    base["order"] = np.arange(len(base))
+    for bound in BOUNDS:
+        base[f"t_{bound}"] = base["duration_ns"].where(base["bound"] == bound, 0.0)
+    keys = [*LABELS, "direction", "module_path"]
+    return base.groupby(keys, sort=False).agg(
+        duration_ns=("duration_ns", "sum"), kernels=("duration_ns", "size"),
+        headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
+        flops=("flops", lambda s: s.sum(min_count=1)),
+        dram_bytes=("dram_bytes", lambda s: s.sum(min_count=1)),
+        order=("order", "min"), **{f"t_{b}": (f"t_{b}", "sum") for b in BOUNDS},
+    ).reset_index()
+
+
+def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
+    """Roll kernels up the module tree, per variant, shape and direction.
+
+    Args:
+        df: an attributed, classified kernel table.
+        depth: deepest level kept (root = 0); deeper modules fold into their ancestor at
+            that level. None keeps every level.
+
+    Returns:
+        One row per module node in call-tree order (parents before children, siblings in
+        order of first launch), with :data:`MODULE_COLUMNS`: inclusive and exclusive time
+        per run, share of the (variant, shape)'s total GPU time, kernel counts per run,
+        headroom, FLOPs and DRAM bytes (inclusive), the bound holding most of the inclusive
+        time and that bound's share. Kernels outside any module form the
+        ``(unattributed)`` row.
+
+    Raises:
+        ValueError: ``depth`` is negative.
+    """
+    if depth is not None and depth < 0:
+        raise ValueError(f"depth must be None or >= 0, got {depth}")
+    if df.empty:
+        return pd.DataFrame(columns=list(MODULE_COLUMNS))
+    base = _base(df, depth)
+    sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",
+            *(f"t_{b}" for b in BOUNDS)]
+    pieces = []
+    for _, leaf in base.iterrows():
+        parts = leaf["module_path"].split(PATH_SEP)
+        for level in range(len(parts)):
+            node = leaf.copy()
+            node["path"] = PATH_SEP.join(parts[: level + 1])
+            node["leaf"] = level == len(parts) - 1
+            pieces.append(node)
+    nodes = pd.DataFrame(pieces)
+    keys = [*LABELS, "direction", "path"]
+    for column in sums:
+        nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
+    tree = nodes.groupby(keys, sort=False).agg(
+        **{c: (c, lambda s: s.sum(min_count=1)) for c in sums},
+        exclusive_ns=("x_duration_ns", "sum"), exclusive_kernels=("x_kernels", "sum"),
+        exclusive_headroom_ns=("x_headroom_ns", lambda s: s.sum(min_count=1)),
+        order=("order", "min"),
+    ).reset_index().rename(columns={"duration_ns": "inclusive_ns"})
+    tree = tree.merge(runs_per_label(df), on=list(LABELS), how="left")
+    per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
+               "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
+    tree[per_run] = tree[per_run].astype("float64").div(tree["runs"], axis=0)
+    roots = tree["path"].str.count(PATH_SEP) == 0
+    total = tree[roots].groupby(list(LABELS))["inclusive_ns"].sum().rename("total")
+    tree = tree.join(total, on=list(LABELS))
+    tree["pct_of_total"] = 100.0 * tree["inclusive_ns"] / tree["total"]
+    times = tree[[f"t_{b}" for b in BOUNDS]].to_numpy()
+    best = times.argmax(axis=1)
+    known = times.sum(axis=1) > 0
+    tree["bound"] = np.where(known, np.array(BOUNDS, dtype=object)[best], None)
+    tree["bound_share"] = np.where(known, times.max(axis=1) / tree["inclusive_ns"], np.nan)
+    tree["module"] = tree["path"].str.split(PATH_SEP).str[-1]
+    tree["depth"] = tree["path"].str.count(PATH_SEP)
+    tree = _call_tree_order(tree)
+    for column in (*LABELS, "direction"):
+        tree[column] = tree[column].where(tree[column] != "", None)
+    return tree.loc[:, list(MODULE_COLUMNS)].reset_index(drop=True)
+
+
+def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:
+    """Sort parents before children and siblings by first launch (a depth-first walk)."""
+    first = {(tuple(r[k] for k in (*LABELS, "direction")), r["path"]): r["order"]
+             for _, r in tree.iterrows()}
+
+    def key(row: pd.Series) -> tuple[object, ...]:
+        group = tuple(row[k] for k in (*LABELS, "direction"))
+        parts = row["path"].split(PATH_SEP)
+        walk = tuple(first.get((group, PATH_SEP.join(parts[: i + 1])), 0)
+                     for i in range(len(parts)))
+        direction_rank = {"fwd": 0, "bwd": 1}.get(row["direction"], 2)
+        return (row["variant"], row["shape"], direction_rank, row["path"] == UNATTRIBUTED, walk)
+
+    order = sorted(range(len(tree)), key=lambda i: key(tree.iloc[i]))
+    return tree.iloc[order]

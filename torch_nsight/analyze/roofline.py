@@ -1,0 +1,143 @@
+"""Roofline: FLOPs per precision, device peaks at the kernel's clocks, and each kernel's
+distance to its roofline ceiling.
+
+FLOPs are counted as Nsight Compute's own roofline charts count them: CUDA-core work is
+``add + mul + 2 x fma`` thread instructions per precision; tensor-core counters already count
+two operations per multiply-add. Peaks are the report's own per-cycle peaks times the clock
+each kernel ran at; tensor-core peaks are the dense (``sparsity_off``) ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from torch_nsight.metrics import PRECISIONS
+
+# CUDA-core precisions: FLOP column -> (add, mul, fma) instruction columns.
+SASS_FLOPS: dict[str, tuple[str, str, str]] = {
+    "flops_fp64": ("dadd_inst", "dmul_inst", "dfma_inst"),
+    "flops_fp32": ("fadd_inst", "fmul_inst", "ffma_inst"),
+    "flops_fp16": ("hadd_inst", "hmul_inst", "hfma_inst"),
+}
+SASS_COLUMNS = tuple(c for cols in SASS_FLOPS.values() for c in cols)
+TENSOR_COLUMNS = tuple(col for name, (col, _, _) in PRECISIONS.items()
+                       if name.startswith("tensor_"))
+FLOP_COLUMNS = tuple(col for col, _, _ in PRECISIONS.values())
+PEAK_COLUMNS = tuple(peak for _, peak, _ in PRECISIONS.values()) + ("peak_dram_bytes_per_cycle",)
+
+
+def _column(df: pd.DataFrame, name: str) -> pd.Series:
+    if name in df:
+        return pd.to_numeric(df[name], errors="coerce").astype("float64")
+    return pd.Series(np.nan, index=df.index, dtype="float64")
+
+
+def add_flops(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``flops_fp64/fp32/fp16``, ``flops``, ``precision`` and ``flops_complete``.
+
+    A counter family (CUDA-core instructions, tensor-core paths) counts as collected for a
+    kernel when any of its counters is present; a missing counter inside a collected family
+    is a path this GPU does not have and counts 0. ``flops`` sums every collected precision
+    (NaN when none was); ``flops_complete`` says whether both families were collected.
+    ``precision`` is the precision with the most FLOPs, ``"none"`` for a kernel without
+    floating-point work, NaN when nothing was collected.
+
+    Args:
+        df: a kernel table with the instruction and tensor counter columns.
+
+    Returns:
+        A copy with the FLOP columns added.
+    """
+    out = df.copy()
+    sass = pd.DataFrame({c: _column(out, c) for c in SASS_COLUMNS})
+    tensor = pd.DataFrame({c: _column(out, c) for c in TENSOR_COLUMNS})
+    has_sass = sass.notna().any(axis=1)
+    has_tensor = tensor.notna().any(axis=1)
+    for column, (add, mul, fma) in SASS_FLOPS.items():
+        value = sass[add].fillna(0) + sass[mul].fillna(0) + 2 * sass[fma].fillna(0)
+        out[column] = value.where(has_sass)
+    for column in TENSOR_COLUMNS:
+        out[column] = tensor[column].fillna(0).where(has_tensor)
+    flops = out[list(FLOP_COLUMNS)]
+    out["flops"] = flops.sum(axis=1, min_count=1)
+    out["flops_complete"] = has_sass & has_tensor
+    names = {col: name for name, (col, _, _) in PRECISIONS.items()}
+    dominant = flops.fillna(-1.0).idxmax(axis=1).map(names)
+    # Without every family, zero FLOPs may hide uncounted work: the precision is unknown.
+    precision = [
+        None if pd.isna(total) else name if total > 0 else "none" if complete else None
+        for total, name, complete in zip(out["flops"], dominant, out["flops_complete"],
+                                         strict=True)]
+    out["precision"] = pd.Series(precision, index=out.index, dtype=object)
+    return out
+
+
+def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``peak_flops_per_s`` (of the kernel's precision) and ``peak_bytes_per_s``.
+
+    Per-cycle peaks are device constants: a kernel missing one takes the value another kernel
+    of the same report (``source``) recorded. Each is then multiplied by the kernel's own
+    clock: ``peak_flops_per_s = peak per cycle x FLOP per unit x sm_clock_hz`` and
+    ``peak_bytes_per_s = peak_dram_bytes_per_cycle x dram_clock_hz``.
+
+    Args:
+        df: a kernel table with ``precision`` (see :func:`add_flops`), the peak and clock
+            columns.
+
+    Returns:
+        A copy with the two peak columns; NaN where the report lacks the peak or clock.
+    """
+    out = df.copy()
+    for column in PEAK_COLUMNS:
+        values = _column(out, column)
+        if "source" in out and values.isna().any() and values.notna().any():
+            values = values.groupby(out["source"], dropna=False).transform("max")
+        out[column] = values
+    sm_clock = _column(out, "sm_clock_hz")
+    peak = pd.Series(np.nan, index=out.index, dtype="float64")
+    for name, (_, peak_column, factor) in PRECISIONS.items():
+        chosen = out["precision"] == name
+        peak = peak.mask(chosen, out[peak_column] * factor * sm_clock)
+    out["peak_flops_per_s"] = peak
+    out["peak_bytes_per_s"] = out["peak_dram_bytes_per_cycle"] * _column(out, "dram_clock_hz")
+    return out
+
+
+def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
+    """Place each kernel on its roofline.
+
+    Adds ``intensity`` (FLOP per DRAM byte), ``achieved_flops_per_s``,
+    ``achieved_bytes_per_s``, ``ridge_intensity`` (peak FLOP/s over peak bytes/s),
+    ``roof_time_ns`` (the ceiling: ``max(flops / peak_flops, dram_bytes / peak_bytes)``),
+    ``pct_of_roof`` (``100 x roof_time_ns / duration_ns``), ``headroom_ns`` (``duration_ns -
+    roof_time_ns``, at least 0) and ``roofline_side`` (``compute`` when the FLOP term sets the
+    ceiling, else ``memory``). A kernel without FLOPs has a compute term of 0 whatever its
+    precision's peak. Where FLOPs are incomplete (see :func:`add_flops`) or a peak is
+    missing, the ceiling columns are NaN.
+
+    Args:
+        df: a kernel table after :func:`add_flops` and :func:`add_peaks`.
+
+    Returns:
+        A copy with the roofline columns.
+    """
+    out = df.copy()
+    duration_s = _column(out, "duration_ns") * 1e-9
+    flops = out["flops"].where(out["flops_complete"].astype(bool))
+    dram = _column(out, "dram_bytes")
+    out["intensity"] = flops / dram.where(dram > 0)
+    out["achieved_flops_per_s"] = out["flops"] / duration_s.where(duration_s > 0)
+    out["achieved_bytes_per_s"] = dram / duration_s.where(duration_s > 0)
+    out["ridge_intensity"] = out["peak_flops_per_s"] / out["peak_bytes_per_s"]
+    compute_ns = (flops / out["peak_flops_per_s"] * 1e9).mask(flops == 0, 0.0)
+    memory_ns = dram / out["peak_bytes_per_s"] * 1e9
+    roof = np.fmax(compute_ns, memory_ns).where(compute_ns.notna() & memory_ns.notna())
+    out["roof_time_ns"] = roof
+    duration = _column(out, "duration_ns")
+    out["pct_of_roof"] = 100.0 * roof / duration.where(duration > 0)
+    out["headroom_ns"] = (duration - roof).clip(lower=0.0)
+    side = np.where(compute_ns >= memory_ns, "compute", "memory")
+    known = roof.notna() & (roof > 0)
+    out["roofline_side"] = pd.Series(side, index=out.index, dtype=object).where(known, None)
+    return out

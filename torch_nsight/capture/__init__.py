@@ -1,0 +1,29 @@
+"""Capture stage: hooks that put NVTX ranges around modules, their backward, and named ops.
+
+Imports torch and nvtx, never pandas. Most users only call :func:`instrument`.
+"""
+
+from __future__ import annotations
+
+from torch_nsight.capture.detect import ENV_SWITCH, detect_profiler, resolve_enabled
+from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter, RecordingEmitter
+from torch_nsight.capture.instrument import (
+    Instrumentation,
+    active_instrumentations,
+    instrument,
+)
+from torch_nsight.capture.ops import DEFAULT_OPS, normalize_op_name
+
+__all__ = [
+    "instrument",
+    "Instrumentation",
+    "active_instrumentations",
+    "RangeEmitter",
+    "NvtxEmitter",
+    "RecordingEmitter",
+    "DEFAULT_OPS",
+    "normalize_op_name",
+    "ENV_SWITCH",
+    "detect_profiler",
+    "resolve_enabled",
+]

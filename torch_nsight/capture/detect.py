@@ -1,0 +1,96 @@
+"""Decide whether to instrument: only when an NVTX consumer (a profiler) is attached."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ENV_SWITCH", "detect_profiler", "resolve_enabled"]
+
+ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
+"""Environment variable forcing instrumentation on (``1``) or off (``0``)."""
+
+_PROFILER_VARIABLES = (
+    "NVTX_INJECTION64_PATH",
+    "NVTX_INJECTION32_PATH",
+    "CUDA_INJECTION64_PATH",
+    "NV_NSIGHT_INJECTION_TRANSPORT_TYPE",
+    "NV_TPS_LAUNCH_TOKEN",
+    "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
+)
+_PROFILER_PREFIXES = ("NVIDIA_PROCESS_INJECTION_", "NV_NSIGHT_INJECTION_", "NSYS_")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+
+def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
+    """Return the environment variable showing that an NVIDIA profiler started this process.
+
+    Variables looked for, first match wins:
+
+    * ``NVTX_INJECTION64_PATH`` / ``NVTX_INJECTION32_PATH``: the NVTX tool library to load
+      (set by Nsight Systems and other NVTX consumers);
+    * ``CUDA_INJECTION64_PATH``: a CUDA injection library (Nsight Systems, CUPTI tools);
+    * ``NV_NSIGHT_INJECTION_TRANSPORT_TYPE``, ``NV_TPS_LAUNCH_TOKEN``,
+      ``NV_COMPUTE_PROFILER_PERFWORKS_DIR``: set by Nsight Compute (``ncu``), which sets
+      none of the injection paths above;
+    * any variable starting with ``NVIDIA_PROCESS_INJECTION_`` or ``NV_NSIGHT_INJECTION_``
+      (Nsight launchers) or ``NSYS_`` (Nsight Systems).
+
+    Args:
+        environ: The environment to inspect (default ``os.environ``).
+
+    Returns:
+        The name of the first variable found, or None when no profiler is detected.
+    """
+    env = os.environ if environ is None else environ
+    for name in _PROFILER_VARIABLES:
+        if env.get(name):
+            return name
+    for name in sorted(env):
+        if name.startswith(_PROFILER_PREFIXES):
+            return name
+    return None
+
+
+def resolve_enabled(
+    enabled: bool | None, environ: Mapping[str, str] | None = None
+) -> tuple[bool, str]:
+    """Decide whether :func:`torch_nsight.instrument` installs hooks, and say why.
+
+    Precedence: the ``enabled`` argument, then ``TORCH_NSIGHT_INSTRUMENT`` (``1``/``0``,
+    also ``true``/``false``, ``yes``/``no``, ``on``/``off``), then :func:`detect_profiler`.
+
+    Args:
+        enabled: True or False to decide outright, None to look at the environment.
+        environ: The environment to inspect (default ``os.environ``).
+
+    Returns:
+        ``(on, reason)``, the reason being one sentence fit for a log line.
+
+    Raises:
+        TypeError: If ``enabled`` is not a bool or None.
+    """
+    if enabled is not None and not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True, False or None, got {type(enabled).__name__}")
+    if enabled is not None:
+        return enabled, f"enabled={enabled} was passed"
+    env = os.environ if environ is None else environ
+    switch = env.get(ENV_SWITCH, "").strip().lower()
+    if switch in _TRUE:
+        return True, f"{ENV_SWITCH}={env[ENV_SWITCH]} forces instrumentation on"
+    if switch in _FALSE:
+        return False, f"{ENV_SWITCH}={env[ENV_SWITCH]} forces instrumentation off"
+    if switch:
+        logger.warning("torch_nsight: ignoring %s=%r (expected 1 or 0)", ENV_SWITCH,
+                       env[ENV_SWITCH])
+    found = detect_profiler(env)
+    if found is not None:
+        return True, f"an NVIDIA profiler is attached ({found} is set)"
+    return False, (
+        "no NVIDIA profiler detected (no NVTX/CUDA injection or Nsight variable is set); "
+        f"pass enabled=True or set {ENV_SWITCH}=1 to instrument anyway"
+    )

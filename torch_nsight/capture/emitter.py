@@ -1,0 +1,123 @@
+"""Where range pushes and pops go: NVTX by default, a recorder in tests.
+
+An emitter is any object with ``push(message)`` and ``pop()``; it may also have
+``prepare(message)``, which :func:`torch_nsight.instrument` calls once per message at
+instrument time so that the per-call path does no registration or string work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Protocol, runtime_checkable
+
+from torch_nsight.naming import DOMAIN
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RangeEmitter", "NvtxEmitter", "RecordingEmitter", "RangeEvent"]
+
+
+@runtime_checkable
+class RangeEmitter(Protocol):
+    """Receives the push/pop range events of the capture stage, on the thread they happen."""
+
+    def push(self, message: str) -> None:
+        """Open a range named ``message`` on the calling thread."""
+
+    def pop(self) -> None:
+        """Close the innermost range opened by :meth:`push` on the calling thread."""
+
+
+class NvtxEmitter:
+    """Push/pop ranges in one NVTX domain through the ``nvtx`` package's fast path.
+
+    Each message is registered with the domain once and its event attributes are built
+    once (:meth:`prepare`); a push is then one dict lookup and one call into the NVTX C
+    library. When no NVTX tool is attached, ``nvtx`` hands out a do-nothing domain and
+    pushes cost only the lookup.
+
+    Args:
+        domain: NVTX domain name (default :data:`torch_nsight.naming.DOMAIN`), or a domain
+            object with the ``nvtx.Domain`` methods ``get_event_attributes``,
+            ``push_range`` and ``pop_range``.
+    """
+
+    def __init__(self, domain: str | Any = DOMAIN) -> None:
+        if isinstance(domain, str):
+            import nvtx
+
+            domain = nvtx.get_domain(domain)
+        self._domain = domain
+        self._attributes: dict[str, Any] = {}
+        self._push_range = domain.push_range
+        self._pop_range = domain.pop_range
+        if type(domain).__name__ == "DummyDomain":
+            logger.debug("torch_nsight: NVTX domain is disabled (no NVTX tool attached); "
+                         "ranges cost a lookup and do nothing")
+
+    def prepare(self, message: str) -> None:
+        """Register ``message`` with the domain and build its event attributes once."""
+        if message not in self._attributes:
+            # get_event_attributes registers the string (nvtxDomainRegisterString) itself.
+            self._attributes[message] = self._domain.get_event_attributes(message=message)
+
+    def push(self, message: str) -> None:
+        """Open the range ``message`` (registered on first use if :meth:`prepare` was not)."""
+        try:
+            attributes = self._attributes[message]
+        except KeyError:
+            self.prepare(message)
+            attributes = self._attributes[message]
+        self._push_range(attributes)
+
+    def pop(self) -> None:
+        """Close the innermost range of this domain on the calling thread."""
+        self._pop_range()
+
+
+RangeEvent = tuple[int, str, str]
+"""``(thread id, "push" or "pop", message)`` as recorded by :class:`RecordingEmitter`."""
+
+
+class RecordingEmitter:
+    """Record range events instead of emitting them: for tests and debugging.
+
+    Pops carry the message of the range they close (tracked per thread), so a recorded
+    sequence reads like the profiler's view. A pop with nothing open is recorded with the
+    message ``"<unbalanced>"``.
+
+    Attributes:
+        events: Every event, in order, as ``(thread id, "push" or "pop", message)``.
+    """
+
+    UNBALANCED = "<unbalanced>"
+
+    def __init__(self) -> None:
+        self.events: list[RangeEvent] = []
+        self._open = threading.local()
+
+    def _stack(self) -> list[str]:
+        stack = getattr(self._open, "stack", None)
+        if stack is None:
+            stack = self._open.stack = []
+        return stack
+
+    def push(self, message: str) -> None:
+        """Record the opening of ``message`` on the calling thread."""
+        self._stack().append(message)
+        self.events.append((threading.get_ident(), "push", message))
+
+    def pop(self) -> None:
+        """Record the closing of the calling thread's innermost recorded range."""
+        stack = self._stack()
+        message = stack.pop() if stack else self.UNBALANCED
+        self.events.append((threading.get_ident(), "pop", message))
+
+    def open_ranges(self) -> list[str]:
+        """Messages still open on the calling thread, outermost first."""
+        return list(self._stack())
+
+    def clear(self) -> None:
+        """Forget the recorded events (ranges still open stay tracked)."""
+        self.events.clear()

@@ -1,0 +1,288 @@
+"""Start the sweep's child processes (under ``ncu`` or alone), watch them, stop them.
+
+Each child runs in a session of its own (its own process group) so that it can be stopped
+as a whole. The parent reads its output line by line (``ncu``'s ``==PROF==``/``==ERROR==``
+lines included) and tails its status file for progress. Timeouts, gentlest first:
+
+* a shape running longer than ``item_timeout``: SIGINT to the Python child only; it records
+  the shape as ``timeout`` and goes on with the next one (same ``ncu`` process);
+* a shape that ignores that for :data:`ITEM_GRACE_S`, the whole child running past its
+  overall deadline, or the parent interrupted: SIGTERM to the Python child, which records
+  what it did and exits, after which ``ncu`` writes the report of every kernel profiled
+  so far; after :data:`STOP_GRACE_S`, SIGTERM to the process group (``ncu`` too: its report
+  may then be lost), and SIGKILL after :data:`KILL_GRACE_S` more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from torch_nsight.collect.ncu import NcuOutput
+from torch_nsight.collect.progress import ProgressLine, StatusReader
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.2
+ITEM_GRACE_S = 30.0
+STOP_GRACE_S = 60.0
+KILL_GRACE_S = 15.0
+
+
+@dataclass
+class ChildSpec:
+    """One child process to run.
+
+    Attributes:
+        name: short name for logs (``sweep``, ``sweep-dev1``).
+        command: the argument list (``ncu ... python -m torch_nsight.collect.worker job``).
+        env: its environment.
+        status_path: the status file it appends to.
+        result_path: the result JSON it writes.
+        report_path: the ``.ncu-rep`` it should produce (None for a dry run).
+        log_path: where to keep its whole output (None: not kept).
+        items: how many (variant, shape) items it runs.
+    """
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    status_path: Path
+    result_path: Path
+    report_path: Path | None
+    log_path: Path | None
+    items: int
+
+
+@dataclass
+class ChildOutcome:
+    """How one child ended."""
+
+    spec: ChildSpec
+    returncode: int | None
+    output: NcuOutput
+    results: dict[str, Any] | None
+    stopped: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass
+class _Child:
+    spec: ChildSpec
+    proc: subprocess.Popen[str]
+    reader: StatusReader
+    output: NcuOutput = field(default_factory=NcuOutput)
+    thread: threading.Thread | None = None
+    log: IO[str] | None = None
+    started: float = field(default_factory=time.monotonic)
+    deadline: float = 0.0
+    pid: int | None = None
+    done: int = 0
+    current: dict[str, Any] | None = None
+    interrupted_item: int | None = None
+    stopped: str | None = None
+    stop_phase: int = 0
+    stop_at: float = 0.0
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+
+def _pump(child: _Child) -> None:
+    assert child.proc.stdout is not None
+    for line in child.proc.stdout:
+        child.output.feed(line)
+        logger.debug("[%s] %s", child.spec.name, line.rstrip())
+        if child.log is not None:
+            child.log.write(line)
+    if child.log is not None:
+        child.log.flush()
+
+
+def _signal(pid: int | None, sig: int, *, group: bool = False) -> None:
+    if pid is None:
+        return
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start(spec: ChildSpec, cwd: str, deadline_s: float) -> _Child:
+    spec.status_path.unlink(missing_ok=True)
+    spec.result_path.unlink(missing_ok=True)
+    log = open(spec.log_path, "w", encoding="utf-8") if spec.log_path else None  # noqa: SIM115
+    logger.info("starting %s: %s", spec.name, subprocess.list2cmdline(spec.command))
+    try:
+        proc = subprocess.Popen(spec.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                env=spec.env, cwd=cwd, start_new_session=True, bufsize=1)
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise
+    child = _Child(spec, proc, StatusReader(spec.status_path), log=log)
+    child.deadline = child.started + deadline_s
+    child.thread = threading.Thread(target=_pump, args=(child,), daemon=True,
+                                    name=f"torch_nsight-{spec.name}")
+    child.thread.start()
+    return child
+
+
+def _read_status(child: _Child) -> bool:
+    changed = False
+    for event in child.reader.poll():
+        kind = event.get("event")
+        if kind == "start":
+            child.pid = event.get("pid")
+        elif kind == "item_start":
+            child.current = {**event, "started": time.monotonic()}
+            changed = True
+        elif kind == "item_end":
+            child.done += 1
+            if child.current and child.current.get("index") == event.get("index"):
+                child.current = None
+            status = event.get("status")
+            if status != "ok":
+                logger.warning("%s: %s %s%s: %s", child.spec.name,
+                               "shape" if status != "skipped" else "skipped shape",
+                               event.get("shape"),
+                               f" (variant {event['variant']})" if event.get("variant") else "",
+                               event.get("error"))
+            else:
+                logger.info("%s: shape %s%s done in %.1f s", child.spec.name, event.get("shape"),
+                            f" ({event['variant']})" if event.get("variant") else "",
+                            event.get("elapsed_s") or 0.0)
+            changed = True
+    return changed
+
+
+def _stop(child: _Child, reason: str) -> None:
+    if child.stopped is None:
+        child.stopped = reason
+        logger.warning("stopping %s: %s", child.spec.name, reason)
+        child.stop_phase = 1
+        child.stop_at = time.monotonic() + STOP_GRACE_S
+        if child.pid is not None:
+            _signal(child.pid, signal.SIGTERM)
+        else:
+            child.stop_at = time.monotonic()  # nothing to ask gently: escalate now
+
+
+def _escalate(child: _Child, now: float) -> None:
+    if child.stop_phase and now >= child.stop_at and child.running():
+        if child.stop_phase == 1:
+            logger.warning("%s did not stop; terminating its process group", child.spec.name)
+            _signal(child.proc.pid, signal.SIGTERM, group=True)
+            child.stop_phase, child.stop_at = 2, now + KILL_GRACE_S
+        else:
+            logger.warning("%s did not terminate; killing it", child.spec.name)
+            _signal(child.proc.pid, signal.SIGKILL, group=True)
+            child.stop_phase, child.stop_at = 3, now + 3600
+
+
+def _watch(child: _Child, item_timeout: float, now: float) -> None:
+    if child.stopped is not None or not child.running():
+        return
+    if now > child.deadline:
+        _stop(child, f"it ran past its overall timeout ({child.deadline - child.started:.0f} s)")
+        return
+    current = child.current
+    if current is None:
+        return
+    ran = now - current["started"]
+    if ran > item_timeout and child.interrupted_item != current.get("index"):
+        logger.warning("%s: shape %s passed its %.0f s timeout; interrupting it",
+                       child.spec.name, current.get("shape"), item_timeout)
+        child.interrupted_item = current.get("index")
+        _signal(child.pid, signal.SIGINT)
+    elif ran > item_timeout + ITEM_GRACE_S:
+        _stop(child, f"shape {current.get('shape')} did not stop at its timeout")
+
+
+def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
+                 cwd: str, progress: ProgressLine | None = None) -> list[ChildOutcome]:
+    """Run the children concurrently until they end; return how each ended.
+
+    Args:
+        specs: the children.
+        item_timeout: seconds one (variant, shape) item may take.
+        startup_s: seconds allowed on top of ``item_timeout`` x items per child.
+        cwd: their working directory.
+        progress: the stderr progress line to update (None: none).
+
+    Returns:
+        One outcome per spec, in order.
+
+    Raises:
+        KeyboardInterrupt: the parent was interrupted (after the children were stopped).
+    """
+    children: list[_Child] = []
+    interrupted = False
+    try:
+        for spec in specs:
+            children.append(_start(spec, cwd, item_timeout * spec.items + startup_s))
+        while any(c.running() for c in children):
+            try:
+                time.sleep(POLL_S)
+                now = time.monotonic()
+                changed = False
+                for child in children:
+                    changed |= _read_status(child)
+                    _watch(child, item_timeout, now)
+                    _escalate(child, now)
+                if progress is not None:
+                    progress.done = sum(c.done for c in children)
+                    progress.kernels = sum(c.output.kernels_profiled for c in children)
+                    progress.current = [f"{c.current.get('variant')}:{c.current.get('shape')}"
+                                        if c.current.get("variant") else str(c.current["shape"])
+                                        for c in children if c.current]
+                    progress.refresh(force=changed)
+            except KeyboardInterrupt:
+                if interrupted:
+                    for child in children:
+                        _signal(child.proc.pid, signal.SIGKILL, group=True)
+                    raise
+                interrupted = True
+                for child in children:
+                    _stop(child, "the parent was interrupted")
+    finally:
+        for child in children:
+            if child.running():
+                _signal(child.proc.pid, signal.SIGKILL, group=True)
+            child.proc.wait()
+            if child.thread is not None:
+                child.thread.join(timeout=10)
+            if child.log is not None:
+                child.log.close()
+            _read_status(child)
+        if progress is not None:
+            progress.done = sum(c.done for c in children)
+            progress.kernels = sum(c.output.kernels_profiled for c in children)
+            progress.current = []
+            progress.finish()
+    if interrupted:
+        raise KeyboardInterrupt
+    return [ChildOutcome(c.spec, c.proc.returncode, c.output, _load_results(c.spec.result_path),
+                         c.stopped, round(time.monotonic() - c.started, 3)) for c in children]
+
+
+def _load_results(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as err:
+        logger.warning("could not read the child's results %s: %s", path, err)
+        return None

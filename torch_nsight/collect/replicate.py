@@ -1,0 +1,418 @@
+"""Profile one of each group of identical sibling modules and copy its rows to the others.
+
+Deep models repeat identical blocks. In the child, per shape:
+
+1. :func:`candidate_groups`: children of one parent with the same type, parameter and
+   buffer shapes and submodule structure (static, no run needed);
+2. :func:`check_siblings`: one un-profiled iteration records, per candidate, its calls,
+   input shapes, the aten ops it dispatches (name, argument shapes and dtypes: in eager
+   mode these decide which kernels launch) forward and backward, and its time (CUDA
+   events). Members that agree form a verified group; the first is its representative.
+   (CUDA kernel names would need CUPTI tracing, which Nsight Compute's own injection
+   rules out in the profiled child, so the ops that launch them are compared instead.)
+3. :class:`ReplicaMarkers`: during the measured iterations, each non-representative member
+   runs inside a start/end NVTX range ``replica`` (domain ``torch_nsight``), forward and
+   backward, and ``ncu --nvtx-exclude torch_nsight@replica`` leaves its kernels and those of
+   its submodules out. Start/end ranges are not tied to a thread, so the backward kernels
+   autograd launches from its own thread are covered too; and the ``ncu`` command stays
+   the same whatever the check decides (a mismatch simply opens no ``replica`` range).
+
+In the parent, :func:`expand_replicas` copies the representative's kernel rows to every
+replica (module names rewritten) with a ``replicated_from`` column, so every kernel of the
+model still has a row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight import naming
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from torch import nn
+
+logger = logging.getLogger(__name__)
+
+# The start/end range around replicas; the ncu command excludes it (collect.ncu).
+REPLICA_MESSAGE = "replica"
+
+
+def _inside(name: str, ancestor: str) -> bool:
+    return name == ancestor or name.startswith(ancestor + ".")
+
+
+def _static_signature(module: nn.Module) -> tuple[Any, ...]:
+    cls = type(module)
+    return (cls.__module__, cls.__qualname__,
+            tuple((n, tuple(p.shape), str(p.dtype), p.requires_grad)
+                  for n, p in module.named_parameters()),
+            tuple((n, tuple(b.shape), str(b.dtype)) for n, b in module.named_buffers()),
+            tuple((n, type(m).__qualname__) for n, m in module.named_modules()),
+            module.training)
+
+
+def candidate_groups(model: nn.Module) -> list[list[str]]:
+    """Children of one parent that look identical before running (type, parameter and
+    buffer shapes, submodule structure). Groups of two or more, in module order."""
+    groups: list[list[str]] = []
+    for parent_name, parent in model.named_modules():
+        by_signature: dict[tuple[Any, ...], list[str]] = {}
+        for child_name, child in parent.named_children():
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            by_signature.setdefault(_static_signature(child), []).append(full)
+        groups.extend(names for names in by_signature.values() if len(names) > 1)
+    return groups
+
+
+def _arg_signature(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), str(value.dtype), value.is_contiguous())
+    if isinstance(value, (list, tuple)):
+        return tuple(_arg_signature(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple((k, _arg_signature(v)) for k, v in value.items())
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return type(value).__qualname__
+
+
+class _Member:
+    __slots__ = ("calls", "inputs", "ops", "bwd_pre", "bwd_post", "seconds", "events")
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.inputs: list[Any] = []
+        self.ops: dict[str, Counter[Any]] = {"fwd": Counter(), "bwd": Counter()}
+        self.bwd_pre = 0
+        self.bwd_post = 0
+        self.seconds = 0.0
+        self.events: list[Any] = []
+
+    def signature(self) -> tuple[Any, ...]:
+        return (self.calls, tuple(self.inputs), tuple(sorted(self.ops["fwd"].items(), key=repr)),
+                tuple(sorted(self.ops["bwd"].items(), key=repr)), self.bwd_pre == self.bwd_post)
+
+    def op_count(self) -> int:
+        return sum(self.ops["fwd"].values()) + sum(self.ops["bwd"].values())
+
+
+class _Recorder:
+    """Hooks and a dispatch mode that record what each candidate member does."""
+
+    def __init__(self, model: nn.Module, names: Iterable[str], *, backward: bool,
+                 cuda: bool) -> None:
+        self.modules = dict(model.named_modules())
+        self.members = {name: _Member() for name in names}
+        self.backward = backward
+        self.cuda = cuda
+        self.local = threading.local()
+        self.handles: list[Any] = []
+
+    def _stack(self) -> list[tuple[str, str, Any]]:
+        if not hasattr(self.local, "stack"):
+            self.local.stack = []
+        return self.local.stack
+
+    def _open(self, name: str, direction: str) -> None:
+        import torch
+
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            start = time.perf_counter()
+        self._stack().append((name, direction, start))
+
+    def _close(self, name: str, direction: str) -> None:
+        import torch
+
+        stack = self._stack()
+        if not stack or stack[-1][:2] != (name, direction):
+            return
+        _, _, start = stack.pop()
+        member = self.members[name]
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            member.events.append((start, end))
+        else:
+            member.seconds += time.perf_counter() - start
+
+    def install(self) -> None:
+        for name in self.members:
+            module = self.modules[name]
+
+            def pre(mod: Any, args: Any, kwargs: Any, name: str = name) -> None:
+                member = self.members[name]
+                member.calls += 1
+                member.inputs.append(_arg_signature((args, kwargs)))
+                self._open(name, "fwd")
+
+            def post(mod: Any, args: Any, kwargs: Any, out: Any, name: str = name) -> None:
+                self._close(name, "fwd")
+
+            self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+            self.handles.append(module.register_forward_hook(post, with_kwargs=True,
+                                                             always_call=True))
+            if self.backward:
+                def bwd_pre(mod: Any, grad_out: Any, name: str = name) -> None:
+                    self.members[name].bwd_pre += 1
+                    self._open(name, "bwd")
+
+                def bwd_post(mod: Any, grad_in: Any, grad_out: Any, name: str = name) -> None:
+                    self.members[name].bwd_post += 1
+                    self._close(name, "bwd")
+
+                self.handles.append(module.register_full_backward_pre_hook(bwd_pre))
+                self.handles.append(module.register_full_backward_hook(bwd_post))
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    def record_op(self, func: Any, args: Any, kwargs: Any) -> None:
+        stack = getattr(self.local, "stack", None)
+        if not stack:
+            return
+        key = (str(func), _arg_signature(args), _arg_signature(kwargs or {}))
+        for name, direction, _ in stack:
+            self.members[name].ops[direction][key] += 1
+
+    def times_ms(self) -> dict[str, float]:
+        out = {}
+        for name, member in self.members.items():
+            if self.cuda:
+                out[name] = sum(s.elapsed_time(e) for s, e in member.events)
+            else:
+                out[name] = member.seconds * 1e3
+        return out
+
+
+def _dispatch_mode(recorder: _Recorder) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _OpRecorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            recorder.record_op(func, args, kwargs)
+            return func(*args, **(kwargs or {}))
+
+    return _OpRecorder()
+
+
+def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: bool,
+                   cuda: bool) -> dict[str, Any]:
+    """Run ``run_once`` once (un-profiled) and decide which identical siblings to replicate.
+
+    Args:
+        model: the instrumented model.
+        run_once: one iteration (forward, and backward if ``backward``).
+        backward: whether ``run_once`` runs backward (adds backward hooks).
+        cuda: time with CUDA events (else wall-clock).
+
+    Returns:
+        The verdict (JSON-ready): ``status`` (``replicated``, ``mismatch`` when candidates
+        differ when run, ``none`` without candidates), ``groups`` (representative,
+        replicas, ops per member, time_ms per member), ``mismatches`` (one line each).
+    """
+    candidates = candidate_groups(model)
+    if not candidates:
+        return {"status": "none", "groups": [], "mismatches": []}
+    recorder = _Recorder(model, [n for g in candidates for n in g], backward=backward,
+                         cuda=cuda)
+    recorder.install()
+    try:
+        with _dispatch_mode(recorder):
+            run_once()
+        if cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        times = recorder.times_ms()
+    finally:
+        recorder.remove()
+    verified, mismatches = [], []
+    for names in candidates:
+        by_signature: dict[tuple[Any, ...], list[str]] = {}
+        for name in names:
+            member = recorder.members[name]
+            if member.calls and member.op_count():
+                by_signature.setdefault(member.signature(), []).append(name)
+        parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
+        verified.extend(p for p in parts if len(p) > 1)
+        if len(parts) > 1:
+            first = recorder.members[parts[0][0]]
+            for part in parts[1:]:
+                other = recorder.members[part[0]]
+                mismatches.append(
+                    f"{', '.join(part)} differ from {parts[0][0]} ({other.calls} call(s), "
+                    f"{other.op_count()} ops vs {first.calls}, {first.op_count()}): "
+                    "profiled on their own")
+    groups: list[dict[str, Any]] = []
+    replicas: list[str] = []
+    for part in sorted(verified, key=lambda p: p[0].count(".")):
+        if any(_inside(part[0], r) for r in replicas):
+            continue  # inside a replica: its representative's subtree covers it
+        replicas.extend(part[1:])
+        groups.append({"representative": part[0], "replicas": part[1:],
+                       "ops": recorder.members[part[0]].op_count(),
+                       "time_ms": {n: round(times[n], 4) for n in part}})
+    status = "replicated" if groups else ("mismatch" if mismatches else "none")
+    return {"status": status, "groups": groups, "mismatches": mismatches}
+
+
+class ReplicaMarkers:
+    """Context manager: each named module's forward (and backward) runs inside a start/end
+    NVTX range :data:`REPLICA_MESSAGE`, which ``ncu --nvtx-exclude`` leaves out.
+
+    Ranges still open when the context exits (a backward post-hook that never came) are
+    closed then. Use one context per measured iteration.
+    """
+
+    def __init__(self, model: nn.Module, names: Sequence[str], *, backward: bool) -> None:
+        modules = dict(model.named_modules())
+        self.modules = [(n, modules[n]) for n in names]
+        self.backward = backward
+        self.open: dict[str, list[Any]] = {}
+        self.handles: list[Any] = []
+        self.lock = threading.Lock()
+
+    def _start(self, name: str) -> None:
+        import nvtx
+
+        handle = nvtx.start_range(REPLICA_MESSAGE, domain=naming.DOMAIN)
+        with self.lock:
+            self.open.setdefault(name, []).append(handle)
+
+    def _end(self, name: str) -> None:
+        import nvtx
+
+        with self.lock:
+            handles = self.open.get(name)
+            handle = handles.pop() if handles else None
+        if handle is not None:
+            nvtx.end_range(handle)
+
+    def __enter__(self) -> ReplicaMarkers:
+        for name, module in self.modules:
+            self.handles.append(module.register_forward_pre_hook(
+                lambda *_, n=name: self._start(n)))
+            self.handles.append(module.register_forward_hook(
+                lambda *_, n=name: self._end(n), always_call=True))
+            if self.backward:
+                self.handles.append(module.register_full_backward_pre_hook(
+                    lambda *_, n=name: self._start(n)))
+                self.handles.append(module.register_full_backward_hook(
+                    lambda *_, n=name: self._end(n)))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        import nvtx
+
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        leftover = [h for handles in self.open.values() for h in handles]
+        if leftover:
+            logger.debug("closing %d replica range(s) left open", len(leftover))
+        for handle in leftover:
+            nvtx.end_range(handle)
+        self.open.clear()
+
+
+def _rename(name: Any, old: str, new: str) -> Any:
+    if not isinstance(name, str):
+        return name
+    for prefix in (naming.BACKWARD_PREFIX, ""):
+        if name.startswith(prefix) and _inside(name[len(prefix):], old):
+            return prefix + new + name[len(prefix) + len(old):]
+    return name
+
+
+def _rename_path(path: Any, old: str, new: str) -> Any:
+    if not isinstance(path, str):
+        return path
+    return "/".join(_rename(part, old, new) for part in path.split("/"))
+
+
+def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:
+    """``rows`` (a copy) moved from module ``old`` to module ``new``, marked as replicated."""
+    rows["replicated_from"] = rows["replicated_from"].where(rows["replicated_from"].notna(),
+                                                            rows["module"])
+    rows["module"] = [_rename(m, old, new) for m in rows["module"]]
+    if "module_path" in rows:
+        rows["module_path"] = [_rename_path(p, old, new) for p in rows["module_path"]]
+    if "nvtx_stack" in rows:
+        rows["nvtx_stack"] = [tuple(_rename(m, old, new) for m in s)
+                              if isinstance(s, (tuple, list)) else s for s in rows["nvtx_stack"]]
+    return rows
+
+
+def _values(frame: pd.DataFrame, column: str) -> list[Any]:
+    return list(frame[column]) if column in frame else [None] * len(frame)
+
+
+def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Copy each representative's kernel rows to its replicas.
+
+    Args:
+        df: an attributed kernel table (``variant``, ``shape``, ``run``, ``module``,
+            ``direction``; ``module_path`` and ``nvtx_stack`` are rewritten when present).
+        groups: dicts with ``representative``, ``replicas`` and the ``variant`` and
+            ``shape`` labels they hold for (``""``/None: rows without that label).
+
+    Returns:
+        A copy with the new rows appended and a ``replicated_from`` column: None for
+        measured rows, else the module whose kernel was measured. A replica that already has
+        rows for a (run, direction) - its kernels were profiled after all - gets no copies
+        there. Nested groups (inside a representative) are expanded first.
+    """
+    import pandas as pd
+
+    out = df.copy()
+    if "replicated_from" not in out:
+        out["replicated_from"] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    if out.empty or not groups:
+        return out
+
+    def label(column: str) -> pd.Series:
+        if column not in out:
+            return pd.Series([""] * len(out), index=out.index)
+        return out[column].astype(object).where(out[column].notna(), "").astype(str)
+
+    ordered = sorted(groups, key=lambda g: -str(g["representative"]).count("."))
+    for group in ordered:
+        variant, shape = label("variant"), label("shape")
+        rows_here = (variant == str(group.get("variant") or "")) & \
+                    (shape == str(group.get("shape") or ""))
+        modules = out["module"].astype(object)
+        rep = str(group["representative"])
+        source = out[rows_here & modules.map(lambda m, r=rep: isinstance(m, str)
+                                             and _inside(m, r))]
+        if source.empty:
+            logger.debug("no rows for representative %s of %s/%s", rep,
+                         group.get("variant"), group.get("shape"))
+            continue
+        keys = list(zip(_values(source, "run"), _values(source, "direction"), strict=True))
+        copies = []
+        for replica in group["replicas"]:
+            own = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
+                                              and _inside(m, r))]
+            present = set(zip(_values(own, "run"), _values(own, "direction"), strict=True))
+            keep = [key not in present for key in keys]
+            copy = source.loc[keep].copy()
+            if copy.empty:
+                continue
+            copies.append(_renamed(copy, rep, replica))
+        if copies:
+            out = pd.concat([out, *copies], ignore_index=True)
+    return out

@@ -1,0 +1,309 @@
+"""The front door of the collect stage: :func:`sweep`.
+
+It validates the arguments, pickles the job, starts one child per GPU (``ncu <flags>
+python -m torch_nsight.collect.worker <job>``, or the worker alone for a dry run), watches
+them, then loads each report, copies replicated rows, merges everything into one
+:class:`~torch_nsight.Profile` and attaches what happened per shape to its ``meta``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from torch_nsight.collect import job as jobs
+from torch_nsight.collect import ncu as ncu_cli
+from torch_nsight.collect.assemble import assemble, derive_columns
+from torch_nsight.collect.launch import ChildSpec, run_children
+from torch_nsight.collect.progress import ProgressLine, print_summary
+from torch_nsight.naming import format_measure_range
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from torch_nsight.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+STARTUP_S = 300.0
+WORKER_MODULE = "torch_nsight.collect.worker"
+LARGE_MODEL_BYTES = 2 << 30
+DeriveFn = Callable[["pd.Series", Any], Any]
+
+
+def _variants(model: Any) -> dict[str, Any]:
+    from torch import nn
+
+    def check(label: str, value: Any) -> Any:
+        if not isinstance(value, nn.Module) and not callable(value):
+            raise TypeError(f"model{label and f'[{label!r}]'} must be an nn.Module or a "
+                            f"zero-argument factory, got {type(value).__name__}")
+        return value
+
+    if isinstance(model, Mapping):
+        if not model:
+            raise ValueError("model is an empty dict: give at least one variant")
+        out = {}
+        for label, value in model.items():
+            if not isinstance(label, str) or not label:
+                raise TypeError(f"variant labels must be non-empty str, got {label!r}")
+            try:
+                format_measure_range(variant=label)
+            except ValueError as err:
+                raise ValueError(f"variant label {label!r}: {err}") from err
+            out[label] = check(label, value)
+        return out
+    return {"": check("", model)}
+
+
+def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
+                   repeats: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
+                   ops: Any, flags: dict[str, Any]) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError("make_inputs must be a function shape -> inputs, or None")
+    if make_inputs is None:
+        for label, shape in pairs:
+            ok = isinstance(shape, int) or (isinstance(shape, Sequence) and not isinstance(
+                shape, str) and all(isinstance(d, int) for d in shape))
+            if not ok:
+                raise ValueError(f"shape {label!r} ({shape!r}) is not a tuple of ints: pass "
+                                 "make_inputs=fn(shape) to build the inputs")
+    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if devices is not None and (isinstance(devices, (str, int)) or not devices
+                                or not all(isinstance(d, (int, str)) for d in devices)):
+        raise ValueError(f"devices must be None or a non-empty list of GPU indices, got "
+                         f"{devices!r}")
+    if profiler not in ("ncu", None):
+        raise ValueError(f"profiler must be 'ncu' or None (dry run), got {profiler!r}")
+    if derive is not None and (not isinstance(derive, Mapping) or not all(
+            isinstance(k, str) and callable(f) for k, f in derive.items())):
+        raise TypeError("derive must map column names to functions fn(row, shape)")
+    if not isinstance(ops, (bool, str)) and not (
+            isinstance(ops, Iterable) and all(isinstance(o, str) for o in ops)):
+        raise TypeError(f"ops must be True, False, an op name or a list of op names, got "
+                        f"{type(ops).__name__}")
+
+
+def _warn_about_model(variants: dict[str, Any]) -> None:
+    from torch import nn
+
+    for label, value in variants.items():
+        if not isinstance(value, nn.Module):
+            continue
+        params = list(value.parameters())
+        size = sum(p.numel() * p.element_size() for p in params)
+        where = f"model[{label!r}]" if label else "model"
+        if size > LARGE_MODEL_BYTES:
+            logger.warning("%s holds %.1f GiB of parameters, all of which are pickled for the "
+                           "child: pass a factory that builds it instead", where, size / 2**30)
+        if any(p.is_cuda for p in params):
+            logger.warning("%s is on the GPU: the child loads its own copy there, so it is "
+                           "held twice; pass a factory or a CPU model", where)
+
+
+def _visible_device(device: int | str) -> str:
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if isinstance(device, int) and parent:
+        listed = [d.strip() for d in parent.split(",") if d.strip()]
+        if not 0 <= device < len(listed):
+            raise ValueError(f"devices: {device} is not one of the {len(listed)} GPU(s) in "
+                             f"CUDA_VISIBLE_DEVICES={parent}")
+        return listed[device]
+    return str(device)
+
+
+def child_env(visible_devices: str | None) -> dict[str, str]:
+    """The child's environment: ours, with torch_nsight importable and the GPU chosen."""
+    import torch_nsight
+
+    env = dict(os.environ)
+    root = str(Path(torch_nsight.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
+    return env
+
+
+def sweep(
+    model: Any,
+    shapes: Sequence[Any] | Mapping[str, Any],
+    *,
+    make_inputs: Callable[[Any], Any] | None = None,
+    backward: bool = False,
+    dtype: Any = None,
+    warmup: int = 2,
+    repeats: int = 1,
+    metric_set: str | Sequence[str] = "roofline",
+    ops: bool | str | Iterable[str] = False,
+    replicate: bool = True,
+    derive: Mapping[str, DeriveFn] | None = None,
+    output_dir: str | os.PathLike[str] | None = None,
+    ncu: str | os.PathLike[str] | None = None,
+    ncu_args: Sequence[str] = (),
+    timeout: float = 600.0,
+    devices: Sequence[int | str] | None = None,
+    profiler: Literal["ncu"] | None = "ncu",
+    quiet: bool = False,
+) -> Profile:
+    """Profile a model (or several variants) across input shapes under Nsight Compute.
+
+    One ``ncu`` process runs every shape (per GPU); warm-ups run outside the profiled NVTX
+    range and each measured iteration sits in start/end ranges that label its rows with
+    ``variant``, ``shape`` and ``run``. The model travels to that child process by
+    cloudpickle, so classes defined in ``__main__`` or a notebook work.
+
+    Args:
+        model: an ``nn.Module``, a zero-argument factory returning one (for models too big to
+            pickle), or a dict label -> either, profiled side by side (``variant`` column).
+        shapes: input shapes (``[(1, 512, 1024), (4, 512, 1024)]``) or configs, or a dict
+            label -> shape or config. Labels: ``1x512x1024``, ``batch:4,seq:128``...
+        make_inputs: ``fn(shape)`` -> a tensor, a tuple/list (positional inputs) or a dict
+            (keyword inputs); tensors are moved to the GPU. Default:
+            ``torch.randn(shape)`` in the model's dtype.
+        backward: profile forward and backward (of ``sum(mean(output.float()))``); else
+            forward only, under ``torch.no_grad()``. The model's train/eval mode is kept.
+        dtype: cast the model (and default inputs) to this dtype (``torch.bfloat16``,
+            ``"bf16"``...); None keeps the model's.
+        warmup: un-profiled iterations before each shape's measured ones.
+        repeats: measured iterations per shape; each is kept as a ``run``.
+        metric_set: ``"roofline"`` (default: what the roofline needs), ``"lean"`` (no
+            speed-of-light percentages: fewer replay passes), ``"full"``, or a list of ncu
+            metric names. Metrics this GPU's ncu does not know are dropped (logged).
+        ops: name functional ops too (see :func:`torch_nsight.instrument`).
+        replicate: profile one of each group of identical sibling modules (checked in the
+            child by one un-profiled iteration) and copy its rows to the others, marked in a
+            ``replicated_from`` column.
+        derive: column name -> ``fn(row, shape)`` added to ``Profile.kernels`` (``row`` is a
+            kernel row, ``shape`` the shape as given), e.g. tokens per second.
+        output_dir: keep the ``.ncu-rep`` per child, the job description (``job.json``), the
+            children's results and logs, and the tidy table (``profile.parquet``, or
+            ``kernels.csv`` + ``meta.json`` without pyarrow). Existing files are replaced.
+            None: everything lives in a temporary directory removed at the end.
+        ncu: path of ``ncu``; default ``$TORCH_NSIGHT_NCU``, then ``PATH``, then
+            ``/usr/local/cuda/bin/ncu``.
+        ncu_args: more ``ncu`` arguments (a list). ``--clock-control none`` is always set.
+        timeout: seconds per (variant, shape); a child as a whole gets that times its items
+            plus 300 s. A shape past it is interrupted and recorded as failed; see
+            :mod:`torch_nsight.collect.launch` for what survives a stopped child.
+        devices: GPU indices to spread shapes over, one ``ncu`` per GPU, run at once.
+        profiler: ``"ncu"``, or None for a dry run: the same child without ``ncu`` (on the
+            CPU too), to check models, inputs and shapes; its Profile has no kernel rows.
+        quiet: no progress line and no hotspot tables on stderr.
+
+    Returns:
+        The merged :class:`~torch_nsight.Profile`. ``meta["failures"]`` lists shapes that
+        failed; ``meta["results"]`` what each (variant, shape) did (status, error,
+        elapsed, replication verdict); ``meta["sweep"]`` the options.
+
+    Raises:
+        TypeError, ValueError: an argument is invalid (its name is in the message).
+        NcuNotFoundError, NcuVersionError: ``ncu`` missing or too old.
+        CounterPermissionError: ``ncu`` may not read the GPU counters.
+        NothingProfiledError: ``ncu`` ran but profiled no kernel (the message says why).
+        ShapeFailedError: every shape failed.
+    """
+    variants = _variants(model)
+    pairs = jobs.normalize_shapes(shapes)
+    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
+                   timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
+                   flags={"backward": backward, "replicate": replicate, "quiet": quiet})
+    chosen = ncu_cli.resolve_metric_set(metric_set)
+    extra = ncu_cli.check_extra_args(ncu_args)
+    job = jobs.Job(variants=variants, shapes=pairs, make_inputs=make_inputs,
+                   backward=backward, dtype=jobs.normalize_dtype(dtype), warmup=warmup,
+                   repeats=repeats, ops=ops if isinstance(ops, (bool, str)) else sorted(ops),
+                   replicate=replicate)
+    visible = [_visible_device(d) for d in devices] if devices is not None else [None]
+    ncu_path = metrics = None
+    if profiler == "ncu":
+        ncu_path = ncu_cli.find_ncu(ncu)
+        ncu_cli.ncu_version(ncu_path)
+        metrics = ncu_cli.filter_metrics(chosen.metrics,
+                                         ncu_cli.known_metric_bases(ncu_path, visible[0]))
+    _warn_about_model(variants)
+    payload = jobs.serialize_job(job)
+
+    keep = output_dir is not None
+    work = Path(output_dir) if keep else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-"))
+    work.mkdir(parents=True, exist_ok=True)
+    private = jobs.make_private_dir()
+    try:
+        specs = []
+        for slot, device in enumerate(visible):
+            indices = list(range(len(pairs)))[slot::len(visible)]
+            if not indices:
+                continue
+            name = "sweep" if device is None else "sweep-gpu" + "".join(
+                c if c.isalnum() else "_" for c in str(devices[slot]))  # type: ignore[index]
+            assignment = jobs.Assignment(indices, str(work / f"{name}.status.jsonl"),
+                                         str(work / f"{name}.result.json"),
+                                         jobs.parent_sys_path(), name)
+            job_path = jobs.write_job(payload, assignment, private)
+            app = [sys.executable, "-m", WORKER_MODULE, str(job_path)]
+            report = work / f"{name}.ncu-rep" if ncu_path else None
+            command = app if ncu_path is None else ncu_cli.build_command(
+                ncu_path, report=work / name, metric_set=chosen, metrics=metrics, app=app,
+                exclude_replicas=replicate, extra_args=extra)
+            if report is not None:
+                report.unlink(missing_ok=True)
+            specs.append(ChildSpec(name, command, child_env(device), Path(assignment.status_path),
+                                   Path(assignment.result_path), report,
+                                   work / f"{name}.log" if keep else None,
+                                   len(indices) * len(variants)))
+        options = {"backward": backward, "dtype": job.dtype, "warmup": warmup,
+                   "repeats": repeats, "metric_set": chosen.name, "replicate": replicate,
+                   "ops": job.ops, "timeout_s": timeout, "devices": visible,
+                   "profiler": profiler, "ncu": ncu_path, "ncu_args": extra}
+        if keep:
+            description = {**jobs.describe_job(job), "options": options,
+                           "commands": {s.name: s.command for s in specs},
+                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+            (work / "job.json").write_text(json.dumps(description, indent=1, default=str))
+        progress = ProgressLine(sum(s.items for s in specs), quiet=quiet,
+                               profiling=ncu_path is not None)
+        outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
+                                cwd=os.getcwd(), progress=progress)
+        profile = assemble(outcomes, variants=list(variants), shapes=[label for label, _ in pairs],
+                           dry_run=ncu_path is None, cache=keep)
+        profile.meta["sweep"] = {**options, "commands": {s.name: s.command for s in specs},
+                                 "output_dir": str(work) if keep else None}
+        if derive:
+            profile.kernels = derive_columns(profile.kernels, derive, dict(pairs))
+        if keep:
+            _save(profile, work)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if not quiet:
+        print_summary(profile)
+    return profile
+
+
+def _save(profile: Profile, work: Path) -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        profile.kernels.to_csv(work / "kernels.csv", index=False)
+        (work / "meta.json").write_text(json.dumps(profile.meta, indent=1, default=str))
+        logger.info("saved %s (pyarrow is not installed: no profile.parquet)",
+                    work / "kernels.csv")
+        return
+    profile.save(work / "profile.parquet")
+    logger.info("saved %s", work / "profile.parquet")

@@ -1,0 +1,16 @@
+"""Report stage: ``.ncu-rep`` files -> a tidy kernel table (``ncu_report`` and pandas, no torch).
+
+:func:`read_report` reads one report (``.ncu-rep`` or ``.ncu-rep.xz``) into a DataFrame with
+one row per profiled kernel: names, launch shape, one column per declared metric, Nsight
+Compute's ``SOLBottleneck`` verdict and the NVTX ranges around the kernel. Attribution and
+classification are the analyze stage's job.
+"""
+
+from __future__ import annotations
+
+from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
+from torch_nsight.report.names import format_dims, short_kernel_name
+from torch_nsight.report.table import RAW_COLUMNS, SCHEMA_VERSION, read_report
+
+__all__ = ["read_report", "RAW_COLUMNS", "SCHEMA_VERSION", "CACHE_SUFFIX", "cache_path",
+           "short_kernel_name", "format_dims"]

@@ -1,0 +1,105 @@
+"""A Parquet cache of a report's tidy table, kept next to the report.
+
+``run.ncu-rep`` is cached as ``run.ncu-rep.tn-cache.parquet``. The cache is used only when
+the report's size and modification time and the table's schema version all match what was
+recorded when it was written; a location that cannot be written is skipped (debug log).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+CACHE_SUFFIX = ".tn-cache.parquet"
+_META_KEY = b"torch_nsight.report_cache"
+
+
+def cache_path(report: str | os.PathLike[str]) -> Path:
+    """Return where the cache of ``report`` lives."""
+    report = Path(report)
+    return report.with_name(report.name + CACHE_SUFFIX)
+
+
+def _key(report: Path, schema_version: int) -> dict[str, int]:
+    stat = report.stat()
+    return {"schema": schema_version, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def read_cache(report: str | os.PathLike[str], schema_version: int
+               ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
+    """Return the cached (table, report meta) of ``report``, or None when absent or stale.
+
+    Args:
+        report: the report file the cache belongs to.
+        schema_version: the table schema the caller expects.
+
+    Returns:
+        The cached table and metadata, or None.
+    """
+    import pyarrow.parquet as pq
+
+    path = cache_path(report)
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(pq.read_schema(path).metadata[_META_KEY])
+        if stored.get("key") != _key(Path(report), schema_version):
+            logger.debug("cache %s is stale; reading the report again", path)
+            return None
+        table = pq.read_table(path).to_pandas()
+    except Exception as err:  # a damaged cache is never fatal: read the report instead
+        logger.debug("ignoring unreadable cache %s: %s", path, err)
+        return None
+    for column in stored.get("tuple_columns", []):
+        if column in table:
+            table[column] = [tuple(value) if value is not None else () for value in table[column]]
+    logger.debug("read %d kernels of %s from its cache", len(table), report)
+    return table, stored.get("meta", {})
+
+
+def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[str, Any],
+                schema_version: int) -> Path | None:
+    """Write the cache of ``report``; skip quietly (debug log) where that is not possible.
+
+    Args:
+        report: the report file the table was read from.
+        table: its tidy table.
+        meta: the report's metadata (JSON-serializable).
+        schema_version: the table schema written.
+
+    Returns:
+        The cache path, or None when it could not be written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = cache_path(report)
+    tuple_columns = [c for c in table.columns
+                     if len(table) and isinstance(table[c].iloc[0], tuple)]
+    stored = {"key": _key(Path(report), schema_version), "meta": meta,
+              "tuple_columns": tuple_columns}
+    temp = None
+    try:
+        arrow = pa.Table.from_pandas(table, preserve_index=False)
+        arrow = arrow.replace_schema_metadata(
+            {**(arrow.schema.metadata or {}), _META_KEY: json.dumps(stored, default=str)})
+        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        os.close(handle)
+        pq.write_table(arrow, temp)
+        os.replace(temp, path)
+    except (OSError, pa.ArrowException) as err:
+        logger.debug("not caching %s (%s)", report, err)
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+        return None
+    return path

@@ -1,0 +1,118 @@
+"""One report file -> one tidy table: a row per profiled kernel, a column per fact."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.metrics import METRICS
+from torch_nsight.report import cache as report_cache
+from torch_nsight.report import reader
+
+logger = logging.getLogger(__name__)
+
+# Bump when the columns or their meaning change: older caches are then read again.
+SCHEMA_VERSION = 1
+
+# Columns of the raw (report-stage) table, in order.
+RAW_COLUMNS: tuple[str, ...] = (
+    "source", "range_index", "kernel_index", "workload", "kernel", "kernel_full", "grid",
+    "block", *(m.column for m in METRICS), "sol_bottleneck", "nvtx_stack", "nvtx_start_end",
+    "nvtx_other",
+)
+_PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
+_PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
+
+
+def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame:
+    """Turn reader records into the raw kernel table.
+
+    Args:
+        records: one dict per kernel, as :func:`torch_nsight.report.reader.read_action` makes.
+        source: the report path, stored in the ``source`` column.
+
+    Returns:
+        A DataFrame with exactly :data:`RAW_COLUMNS`; metrics the report lacks are NaN.
+    """
+    frame = pd.DataFrame.from_records(records)
+    frame["source"] = source
+    for column in RAW_COLUMNS:
+        if column not in frame:
+            frame[column] = None
+    numeric = [m.column for m in METRICS if m.column != "gpu"]
+    frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
+    return frame.loc[:, list(RAW_COLUMNS)]
+
+
+def _metric_set(missing: set[str]) -> str:
+    names = {m.name for m in METRICS}
+    percents = {m.name for m in METRICS if m.kind == "percent"}
+    if not missing & names:
+        return "roofline"
+    if missing & names == percents:
+        return "lean"
+    return "custom"
+
+
+def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
+    """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence."""
+    missing = {m.name for m in METRICS if frame[m.column].isna().all()}
+    partial = sorted(m.name for m in METRICS
+                     if m.name not in missing and frame[m.column].isna().any())
+    gpus = [g for g in pd.unique(frame["gpu"].dropna())]
+    has_nvtx = bool((frame["nvtx_stack"].map(len) + frame["nvtx_start_end"].map(len)
+                     + frame["nvtx_other"].map(len)).gt(0).any())
+    return {
+        "gpu": gpus[0] if len(gpus) == 1 else gpus,
+        "ncu_version": reader.writer_version(local),
+        "reader_version": context.get_version(),
+        "kernels": int(len(frame)),
+        "ranges": int(context.num_ranges()),
+        "missing_metrics": sorted(missing),
+        "partial_metrics": partial,
+        "metric_set": _metric_set(missing),
+        "nvtx": has_nvtx,
+    }
+
+
+def read_report(path: str | os.PathLike[str], *, cache: bool = True,
+                workers: int | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Read one ``.ncu-rep`` / ``.ncu-rep.xz`` into its raw kernel table.
+
+    Args:
+        path: the report file.
+        cache: read and write ``<report>.tn-cache.parquet`` next to it.
+        workers: processes used to read it (see :func:`torch_nsight.report.reader.read_records`).
+
+    Returns:
+        (table, meta): the table has :data:`RAW_COLUMNS`, one row per profiled kernel in
+        report order; meta is the report's metadata (see :func:`describe`).
+
+    Raises:
+        ReportError: the file is missing, not a report, or holds no kernel.
+    """
+    source = Path(path).resolve()
+    if cache and source.is_file():
+        cached = report_cache.read_cache(source, SCHEMA_VERSION)
+        if cached is not None:
+            frame, meta = cached
+            frame["source"] = str(source)
+            return frame, meta
+    with reader.local_report(source) as local:
+        context = reader.open_context(local, path)
+        records = reader.read_records(context, local, workers=workers)
+        frame = records_to_frame(records, str(source))
+        meta = describe(frame, local, context)
+    if meta["missing_metrics"]:
+        logger.info("%s lacks %d of the declared metrics (set: %s); their columns are NaN",
+                    source.name, len(meta["missing_metrics"]), meta["metric_set"])
+    if not meta["nvtx"]:
+        logger.warning("%s carries no NVTX ranges (profile with `ncu --nvtx`): every kernel "
+                       "will be unattributed", source.name)
+    if cache:
+        report_cache.write_cache(source, frame, meta, SCHEMA_VERSION)
+    return frame, meta
