@@ -86,3 +86,184 @@ def test_concat_tolerates_replicated_from_in_one_table_only() -> None:
 def test_load_validates_arguments(paths: object, kwargs: dict, error: type) -> None:
     with pytest.raises(error):
         load(paths, **kwargs)  # type: ignore[arg-type]
+
+
+# --- the recorded Llama-style block: examples/models.py LlamaBlock(hidden=1024, heads=16,
+# intermediate=2816), batch 1, seq 512, bf16, forward + backward, functional ops named ------
+
+LLAMA = Path(__file__).resolve().parent / "data" / "llama_block_fwd_bwd.ncu-rep.xz"
+TOKENS, HIDDEN, INTERMEDIATE = 512, 1024, 2816
+# module -> (in_features, out_features) of its nn.Linear
+LINEARS = {
+    "self_attn.qkv_proj": (HIDDEN, 3 * HIDDEN),
+    "self_attn.o_proj": (HIDDEN, HIDDEN),
+    "mlp.gate_proj": (HIDDEN, INTERMEDIATE),
+    "mlp.up_proj": (HIDDEN, INTERMEDIATE),
+    "mlp.down_proj": (INTERMEDIATE, HIDDEN),
+}
+
+
+@pytest.fixture(scope="module")
+def llama() -> Profile:
+    return load(LLAMA, cache=False)
+
+
+def rows(profile: Profile, module: str, direction: str) -> pd.DataFrame:
+    k = profile.kernels
+    return k[(k["module"] == module) & (k["direction"] == direction)]
+
+
+@pytest.mark.parametrize("module", sorted(LINEARS))
+def test_forward_gemm_flops_are_2mnk(llama: Profile, module: str) -> None:
+    fan_in, fan_out = LINEARS[module]
+    gemm = rows(llama, module, "fwd")
+    assert len(gemm) == 1
+    assert gemm["precision"].tolist() == ["tensor_bf16"]
+    assert gemm["flops"].iloc[0] == pytest.approx(2 * TOKENS * fan_in * fan_out, rel=1e-4)
+
+
+@pytest.mark.parametrize("module", sorted(LINEARS))
+def test_backward_gemms_are_two_of_2mnk_up_to_tile_padding(llama: Profile, module: str) -> None:
+    fan_in, fan_out = LINEARS[module]
+    gemms = rows(llama, module, "bwd")
+    expected = 2 * TOKENS * fan_in * fan_out
+    assert len(gemms) == 2  # grad of the input and grad of the weight
+    assert (gemms["tensor_bf16_flops"] >= expected).all()
+    assert (gemms["tensor_bf16_flops"] <= 1.05 * expected).all()
+
+
+def test_peaks_come_from_the_report_at_each_kernels_clock(llama: Profile) -> None:
+    import ncu_report
+
+    from torch_nsight.report import reader
+
+    gemm = rows(llama, "self_attn.qkv_proj", "fwd").iloc[0]
+    with reader.local_report(LLAMA) as local:
+        action = ncu_report.load_report(str(local)).range_by_idx(
+            int(gemm["range_index"])).action_by_idx(int(gemm["kernel_index"]))
+
+        def value(name: str) -> float:
+            return action.metric_by_name(name).as_double()
+
+        dense = value("sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum"
+                      ".peak_sustained")
+        assert gemm["peak_flops_per_s"] == pytest.approx(
+            dense * value("sm__cycles_elapsed.avg.per_second"))
+        assert gemm["peak_bytes_per_s"] == pytest.approx(
+            value("dram__bytes.sum.peak_sustained")
+            * value("dram__cycles_elapsed.avg.per_second"))
+    # a roofline ceiling is a lower bound on time
+    assert (llama.kernels["pct_of_roof"] <= 100.0).all()
+    assert (llama.kernels["headroom_ns"] >= 0.0).all()
+
+
+def test_bound_agrees_with_nsight_computes_rule(llama: Profile) -> None:
+    from torch_nsight.analyze import sol_title
+    from torch_nsight.analyze.classify import TITLE_BOUND
+
+    k = llama.kernels
+    assert (k["basis"] == "ncu_rule").all()
+    for row in k.itertuples(index=False):
+        expected = TITLE_BOUND[row.sol_bottleneck]
+        if expected is not None:
+            assert row.bound == expected
+        assert row.reason.startswith(row.sol_bottleneck.lower())
+        # without the stored rule, our re-application of it reaches the same title
+        assert sol_title(row.sm_pct, row.mem_pct, row.waves) == row.sol_bottleneck
+
+
+def test_every_kernel_kept_and_coverage_stated(llama: Profile) -> None:
+    k = llama.kernels
+    # as ncu's log of the recording counts them (tests/data/README.md): 12 forward, 5 for
+    # the loss outside the model, 23 backward
+    assert len(k) == llama.meta["kernels"] == 40
+    assert (k["direction"] == "fwd").sum() == 12 and (k["direction"] == "bwd").sum() == 23
+    outside = k["module"] == "(unattributed)"
+    assert outside.sum() == 5
+    expected = k.loc[~outside, "duration_ns"].sum() / k["duration_ns"].sum()
+    assert llama.coverage == pytest.approx(expected)
+    assert llama.meta["coverage"] == pytest.approx(expected)
+    assert llama.meta["shapes"] == [f"1x{TOKENS}"]  # from the measure label range
+
+
+def test_module_tree_adds_up(llama: Profile) -> None:
+    tree = llama.modules()
+    k = llama.kernels
+    assert tree.loc[tree["depth"] == 0, "inclusive_ns"].sum() == pytest.approx(
+        k["duration_ns"].sum())
+    for node in tree.itertuples(index=False):
+        children = tree[(tree["direction"] == node.direction)
+                        & (tree["depth"] == node.depth + 1)
+                        & tree["path"].str.startswith(node.path + "/")]
+        assert node.inclusive_ns == pytest.approx(node.exclusive_ns
+                                                  + children["inclusive_ns"].sum())
+    attn = tree[(tree["path"] == "LlamaBlock/self_attn") & (tree["direction"] == "fwd")]
+    assert attn["kernels"].tolist() == [len(k[(k["direction"] == "fwd")
+                                              & k["module_path"].str.startswith(
+                                                  "LlamaBlock/self_attn")])]
+    assert set(tree["depth"]) == {0, 1, 2}
+    assert (llama.modules(depth=0)["depth"] == 0).all()
+
+
+def test_hotspots_rank_real_kernels(llama: Profile) -> None:
+    top = llama.hotspots(n=3)
+    assert top["headroom_ns"].is_monotonic_decreasing
+    assert top["headroom_ns"].iloc[0] == pytest.approx(
+        llama.kernels.groupby(["module_path", "direction", "op", "kernel"], dropna=False)
+        ["headroom_ns"].sum().max())
+    assert top["next_step"].str.len().gt(0).all()
+    by_time = llama.hotspots(n=3, by="time", level="module")
+    assert by_time["exclusive_ns"].is_monotonic_decreasing
+
+
+def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
+    # the same recorded shape read twice, as two runs: per-run times equal a single read's
+    copy = tmp_path / "again.ncu-rep.xz"
+    copy.write_bytes(LLAMA.read_bytes())
+    single = load(LLAMA, cache=False).modules()
+    double = load([LLAMA, copy], cache=False)
+    assert double.meta["kernels"] == 2 * len(load(LLAMA, cache=False).kernels)
+    lined = double.modules()
+    assert lined["path"].tolist() == single["path"].tolist()
+    assert lined["inclusive_ns"].tolist() == pytest.approx(single["inclusive_ns"].tolist())
+
+
+def test_real_profile_survives_save_and_read(llama: Profile, tmp_path: Path) -> None:
+    again = Profile.read(llama.save(tmp_path / "llama.parquet"))
+    pd.testing.assert_frame_equal(llama.kernels, again.kernels, check_dtype=False)
+    assert again.meta == json.loads(json.dumps(llama.meta, default=str))
+
+
+def test_op_ranges_name_functional_ops_inside_their_module(llama: Profile) -> None:
+    k = llama.kernels
+    fwd = k[k["direction"] == "fwd"]
+    ops = dict(zip(fwd["op"], fwd["module"], strict=False))
+    assert ops["silu"] == "mlp" and ops["mul"] == "mlp"
+    assert ops["scaled_dot_product_attention"] == "self_attn"
+    attention = fwd[fwd["op"] == "scaled_dot_product_attention"]
+    assert attention["precision"].tolist() == ["tensor_bf16"]
+    # the sweep's label range is parsed into columns, not left as context
+    assert k["context"].isna().all() and (k["run"] == 0).all()
+
+
+def test_reports_lacking_metrics_fall_back_and_say_so() -> None:
+    # the real table, with columns blanked as a report made with fewer metrics would have them
+    from torch_nsight.analyze import analyze
+    from torch_nsight.analyze.roofline import TENSOR_COLUMNS
+    from torch_nsight.report import read_report
+
+    raw, _ = read_report(LLAMA, cache=False)
+    no_rule = analyze(raw.assign(sol_bottleneck=None))
+    assert (no_rule["basis"] == "sol_pct").all()
+    no_sol = analyze(raw.assign(sol_bottleneck=None, sm_pct=float("nan"),
+                                mem_pct=float("nan")))
+    assert (no_sol["basis"] == "roofline").all()
+    far = no_sol["pct_of_roof"] < 60
+    assert (no_sol.loc[far, "bound"] == "latency").all()
+    assert (no_sol.loc[~far, "bound"] == no_sol.loc[~far, "roofline_side"]).all()
+    no_tensor = analyze(raw.assign(sol_bottleneck=None, sm_pct=float("nan"),
+                                   mem_pct=float("nan"), **dict.fromkeys(TENSOR_COLUMNS,
+                                                                         float("nan"))))
+    assert not no_tensor["flops_complete"].any()
+    assert no_tensor["pct_of_roof"].isna().all()
+    assert (no_tensor["basis"] == "none").all() and no_tensor["bound"].isna().all()

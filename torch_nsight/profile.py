@@ -22,6 +22,7 @@ import pandas as pd
 from torch_nsight import analyze as steps
 from torch_nsight.errors import ReportError
 from torch_nsight.report import read_report
+from torch_nsight.report.cache import plain_strings
 
 logger = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class Profile:
         if stored is None:
             raise ReportError(f"{source} is Parquet but not a torch_nsight profile; to read a "
                               "report use torch_nsight.load()")
-        kernels = table.to_pandas()
+        kernels = plain_strings(table.to_pandas())
         for column in KERNEL_COLUMNS:
             if column not in kernels:
                 kernels[column] = float("nan")

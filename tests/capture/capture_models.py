@@ -167,3 +167,64 @@ class Stack(nn.Module):
         for layer in self.layers:
             h = layer(h)
         return h
+
+
+class BasicBlock(nn.Module):
+    """torchvision's ResNet basic block: in-place ReLUs and ``out += identity``."""
+
+    def __init__(self, channels: int = 4, downsample: bool = False) -> None:
+        super().__init__()
+        stride = 2 if downsample else 1
+        self.conv1 = nn.Conv2d(channels, channels, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(channels, channels, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.downsample = (nn.Sequential(nn.Conv2d(channels, channels, 1, stride, bias=False),
+                                         nn.BatchNorm2d(channels)) if downsample else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))  # the shared ReLU runs twice
+        out = self.bn2(self.conv2(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class TinyResNet(nn.Module):
+    """A stem and two basic blocks (one downsampling), pooling and a classifier."""
+
+    def __init__(self, channels: int = 4, classes: int = 3) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels, 3, padding=1, bias=False),
+                                  nn.BatchNorm2d(channels), nn.ReLU(inplace=True))
+        self.layer1 = BasicBlock(channels)
+        self.layer2 = BasicBlock(channels, downsample=True)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer2(self.layer1(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class ConvNet(nn.Module):
+    """Three conv/batch-norm/ReLU(inplace) stages in ``nn.Sequential``, pooling, a classifier
+    (the shape of ``examples.models.SmallConvNet``, small)."""
+
+    def __init__(self, width: int = 4, classes: int = 3) -> None:
+        super().__init__()
+
+        def stage(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False),
+                                 nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+        self.features = nn.Sequential(stage(3, width), stage(width, 2 * width),
+                                      stage(2 * width, 4 * width))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))

@@ -4,12 +4,23 @@ that module's weight gradient: they must sit inside the module's backward range.
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import warnings
 
 import pytest
 import torch
-from capture_models import STACK_FORWARD, ProbedLinear, Recorder, Stack, probe
+from capture_models import (
+    STACK_FORWARD,
+    BasicBlock,
+    ConvNet,
+    ProbedLinear,
+    Recorder,
+    Stack,
+    TinyResNet,
+    probe,
+)
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -90,6 +101,41 @@ def test_partial_backward_closes_ranges_whose_post_hook_never_fires(
     assert recorder.lines() == STACK_FORWARD + STACK_BACKWARD
 
 
+def test_outputs_in_dicts_and_lists_get_backward_ranges(recorder: Recorder) -> None:
+    class DictOut(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = ProbedLinear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> dict[str, object]:
+            return {"hidden": self.lin(x), "cache": [x * 2], "steps": 3}
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = DictOut()
+            self.head = ProbedLinear(4, 1)
+
+        def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+            out = self.body(x)
+            return [self.head(out["hidden"]), out["cache"][0]]
+
+    model = Model()
+    probe(model, recorder.emitter)
+    recorder.instrument(model)
+    x = torch.randn(2, 4, requires_grad=True)
+    out = model(x)
+    assert isinstance(out, list) and out[1].shape == (2, 4)
+    (out[0].sum() + out[1].sum()).backward()
+    expected = (model.head.weight @ model.body.lin.weight + 2).detach().expand_as(x)
+    torch.testing.assert_close(x.grad, expected)
+    assert recorder.lines() == [
+        "Model", "  body", "    body.lin", "  head",
+        "bwd:Model", "  bwd:head", "    w:head", "  bwd:body", "    bwd:body.lin",
+        "      w:body.lin",
+    ]
+
+
 class Checkpointed(Stack):
     def __init__(self, use_reentrant: bool) -> None:
         super().__init__()
@@ -156,8 +202,8 @@ def test_no_backward_work_without_gradients(recorder: Recorder) -> None:
     with torch.no_grad():
         out = model(torch.randn(3, 4))
     assert out.grad_fn is None
-    out = model(torch.randn(3, 4))  # grad on: the output goes through the hook node
-    assert out.grad_fn is not None and "BackwardHook" in out.grad_fn.name()
+    out = model(torch.randn(3, 4))  # grad on: the output's own node carries the hook
+    assert out.grad_fn.name() == "AddmmBackward0" and "torch_nsight" in out.grad_fn.metadata
     recorder.clear()
     out.sum().backward()
     assert recorder.lines() == [line for line in STACK_BACKWARD if "w:" not in line]
@@ -167,23 +213,20 @@ def test_backward_false_adds_no_backward_ranges(recorder: Recorder) -> None:
     model = Stack()
     recorder.instrument(model, backward=False)
     out = model(torch.randn(3, 4, requires_grad=True))
-    assert "BackwardHook" not in out.grad_fn.name()
+    assert "torch_nsight" not in out.grad_fn.metadata
     out.sum().backward()
     assert recorder.lines() == STACK_FORWARD
 
 
-def test_pytorch_early_hook_warning_is_silenced(recorder: Recorder) -> None:
+def test_no_pytorch_hook_warnings(recorder: Recorder) -> None:
+    # No module backward hook is used, so PyTorch has nothing to warn about (its full
+    # backward hooks warn at every backward of a module whose inputs need no gradient).
     model = Stack()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        handle = recorder.instrument(model)
+        recorder.instrument(model)
         model(torch.randn(3, 4)).sum().backward()
-        assert not [w for w in caught if "Full backward hook" in str(w.message)]
-        handle.remove()
-        # after remove() PyTorch's own hooks warn as usual again
-        model.register_full_backward_hook(lambda *args: None)
-        model(torch.randn(3, 4)).sum().backward()
-        assert [w for w in caught if "Full backward hook" in str(w.message)]
+    assert not caught
 
 
 class InplaceResidual(nn.Module):
@@ -197,14 +240,116 @@ class InplaceResidual(nn.Module):
         return out
 
 
-def test_inplace_on_module_output_needs_backward_false(recorder: Recorder) -> None:
-    # PyTorch's full backward hooks forbid in-place changes to a module's output; this
-    # pins that known limitation and its workaround.
+def run_both(model: nn.Module, recorder: Recorder, x: torch.Tensor, *,
+             probed: bool = False) -> None:
+    """Train one step of ``model`` instrumented and of an uninstrumented copy; compare."""
+    reference = copy.deepcopy(model)
+    if probed:
+        probe(model, recorder.emitter)
+    recorder.instrument(model)
+    model(x).square().sum().backward()
+    x_reference = x.detach().requires_grad_(x.requires_grad)
+    reference(x_reference).square().sum().backward()
+    for (name, got), want in zip(model.named_parameters(), reference.parameters(),
+                                 strict=True):
+        torch.testing.assert_close(got.grad, want.grad, msg=name)
+    if x.requires_grad:
+        torch.testing.assert_close(x.grad, x_reference.grad)
+    for got, want in zip(model.buffers(), reference.buffers(), strict=True):
+        torch.testing.assert_close(got, want)  # batch-norm running statistics
+
+
+@pytest.mark.parametrize("input_requires_grad", [True, False])
+def test_inplace_add_on_module_output(recorder: Recorder, input_requires_grad: bool) -> None:
     model = InplaceResidual()
-    handle = recorder.instrument(model)
-    with pytest.raises(RuntimeError, match="modified inplace"):
-        model(torch.randn(2, 4, requires_grad=True))
-    handle.remove()
-    recorder.instrument(model, backward=False)
-    model(torch.randn(2, 4, requires_grad=True)).sum().backward()
-    assert recorder.lines()[-2:] == ["InplaceResidual", "  lin"]
+    run_both(model, recorder, torch.randn(2, 4, requires_grad=input_requires_grad))
+    assert recorder.lines() == ["InplaceResidual", "  lin", "bwd:InplaceResidual", "  bwd:lin"]
+    assert STACK.snapshot() == []
+
+
+def test_resnet_basic_block(recorder: Recorder) -> None:
+    # In-place ReLU on a submodule's output and on its own input, `out += identity` on the
+    # block's input, batch norm in training mode; the ReLU module is called twice.
+    model = BasicBlock().train()
+    run_both(model, recorder, torch.randn(2, 4, 6, 6, requires_grad=True))
+    forward = ["conv1", "bn1", "relu", "conv2", "bn2", "relu"]
+    backward = ["relu", "bn2", "conv2", "relu", "bn1", "conv1"]
+    assert recorder.lines() == ["BasicBlock", *(f"  {m}" for m in forward),
+                                "bwd:BasicBlock", *(f"  bwd:{m}" for m in backward)]
+    assert recorder.threads() == {threading.get_ident()}
+
+
+def test_resnet_with_downsampling_block(recorder: Recorder) -> None:
+    model = TinyResNet().train()
+    run_both(model, recorder, torch.randn(2, 3, 8, 8))
+    backward = [line for line in recorder.lines() if "bwd:" in line]
+    assert backward[:4] == ["bwd:TinyResNet", "  bwd:fc", "  bwd:pool", "  bwd:layer2"]
+    assert backward[4:9] == [
+        "    bwd:layer2.relu", "    bwd:layer2.downsample", "      bwd:layer2.downsample.1",
+        "      bwd:layer2.downsample.0", "    bwd:layer2.bn2",
+    ]
+    assert backward[-4:] == ["  bwd:stem", "    bwd:stem.2", "    bwd:stem.1", "    bwd:stem.0"]
+    assert STACK.snapshot() == []
+
+
+def test_conv_net_with_inplace_relu_in_training_mode(recorder: Recorder) -> None:
+    # Conv2d, BatchNorm2d, ReLU(inplace=True) in nn.Sequential, three times; the model
+    # that raised "a view and is being modified inplace" with full backward hooks.
+    model = ConvNet().train()
+    run_both(model, recorder, torch.randn(2, 3, 16, 16))
+
+    def stage(i: int, indent: str, prefix: str = "", order: tuple[int, ...] = (0, 1, 2)) -> list[str]:
+        return [f"{indent}{prefix}features.{i}"] + [
+            f"{indent}  {prefix}features.{i}.{j}" for j in order]
+
+    assert recorder.lines() == [
+        "ConvNet", "  features", *stage(0, "    "), *stage(1, "    "), *stage(2, "    "),
+        "  pool", "  fc",
+        "bwd:ConvNet", "  bwd:fc", "  bwd:pool", "  bwd:features",
+        *(line for i in (2, 1, 0) for line in stage(i, "    ", "bwd:", (2, 1, 0))),
+    ]
+
+
+def test_input_used_after_the_module_closes_at_the_next_call_outside(
+    recorder: Recorder,
+) -> None:
+    # `x` gets its gradient only when both branches are done: `b`'s range closes when `a`'s
+    # opens, as `a` did not run inside `b`.
+    class TwoBranches(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = ProbedLinear(4, 4)
+            self.b = ProbedLinear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.a(x) + self.b(x)
+
+    run_both(TwoBranches(), recorder, torch.randn(2, 4, requires_grad=True), probed=True)
+    assert recorder.lines()[3:] == [
+        "bwd:TwoBranches", "  bwd:b", "    w:b", "  bwd:a", "    w:a",
+    ]
+
+
+def test_retained_graph_gets_ranges_at_every_backward(recorder: Recorder) -> None:
+    model = Stack()
+    probe(model, recorder.emitter)
+    recorder.instrument(model)
+    out = model(torch.randn(3, 4, requires_grad=True)).sum()
+    out.backward(retain_graph=True)
+    out.backward()
+    assert recorder.lines() == STACK_FORWARD + STACK_BACKWARD + STACK_BACKWARD
+    assert STACK.snapshot() == []
+
+
+def test_backward_on_another_thread_gets_its_ranges_there(recorder: Recorder) -> None:
+    # The hooks run on the thread that runs the backward nodes (on CPU, the one calling
+    # backward()); the weight-gradient markers, written by autograd nodes, sit inside.
+    model = Stack()
+    probe(model, recorder.emitter)
+    recorder.instrument(model)
+    out = model(torch.randn(3, 4, requires_grad=True)).sum()
+    worker = threading.Thread(target=out.backward)
+    worker.start()
+    worker.join()
+    assert recorder.lines() == STACK_FORWARD
+    assert recorder.lines(worker.ident) == STACK_BACKWARD

@@ -39,6 +39,8 @@ def hook_state(model: nn.Module) -> dict[str, object]:
         f"{name}.{attr}": dict(getattr(module, attr))
         for name, module in model.named_modules() for attr in HOOK_DICTS
     } | {f"{name}._is_full_backward_hook": module._is_full_backward_hook
+         for name, module in model.named_modules()
+    } | {f"{name}.forward": module.__dict__.get("forward")
          for name, module in model.named_modules()}
 
 
@@ -49,6 +51,9 @@ def test_remove_restores_the_model_exactly(recorder: Recorder) -> None:
     before = hook_state(model)
     handle = recorder.instrument(model, ops=True)
     assert hook_state(model) != before
+    # no PyTorch module hook: only each module's instance attribute `forward` changes
+    changed = {key for key in before if hook_state(model)[key] != before[key]}
+    assert changed == {f"{name}.forward" for name, _ in model.named_modules()}
     assert handle.active and handle in active_instrumentations()
     handle.remove()
     assert hook_state(model) == before
@@ -171,6 +176,23 @@ def test_compiled_model_runs_and_gives_the_same_results(recorder: Recorder) -> N
     torch._dynamo.reset()
 
 
+def test_compiled_submodule_inside_an_instrumented_model(recorder: Recorder) -> None:
+    # The op-naming mode is active around the compiled region; Dynamo must not trace it.
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    model = Stack()
+    x = torch.randn(3, 4)
+    expected = model(x)
+    model.layers[0] = torch.compile(model.layers[0], backend="eager")
+    recorder.instrument(model, ops=True)
+    out = model(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, expected)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert "  layers.0" in recorder.lines()
+    torch._dynamo.reset()
+
+
 PROFILER_VARIABLES = (
     "NVTX_INJECTION64_PATH", "NVTX_INJECTION32_PATH", "CUDA_INJECTION64_PATH",
     "NV_NSIGHT_INJECTION_TRANSPORT_TYPE", "NV_TPS_LAUNCH_TOKEN",
@@ -279,3 +301,37 @@ def test_leak_check_fails_a_test_that_leaves_hooks(tmp_path: Path) -> None:
     assert "2 passed, 1 error" in done.stdout, done.stdout + done.stderr
     assert "ERROR test_leaky.py::test_leaky - Failed: test left torch_nsight hooks" in done.stdout
     assert "<Instrumentation of Linear, 1 modules>" in done.stdout
+
+
+def test_forward_replaced_by_another_tool(
+    recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before instrument(): wrapped and put back on remove(). After: left in place, and the
+    # instrumentation inside it only calls through.
+    model = Stack()
+    calls: list[str] = []
+
+    def patched(x: torch.Tensor, original=model.inp.forward) -> torch.Tensor:
+        calls.append("patched")
+        return original(x)
+
+    model.inp.forward = patched
+    handle = recorder.instrument(model, backward=False)
+    theirs = model.forward
+
+    def later(x: torch.Tensor) -> torch.Tensor:
+        calls.append("later")
+        return theirs(x)
+
+    model.forward = later
+    with torch.no_grad():
+        model(torch.randn(3, 4))
+    assert recorder.lines() == STACK_FORWARD and calls == ["later", "patched"]
+    with caplog.at_level(logging.WARNING, logger="torch_nsight"):
+        handle.remove()
+    assert "Stack.forward was replaced after instrument()" in caplog.text
+    assert model.inp.__dict__["forward"] is patched and model.__dict__["forward"] is later
+    recorder.clear()
+    with torch.no_grad():
+        model(torch.randn(3, 4))
+    assert recorder.events == [] and calls[-2:] == ["later", "patched"]

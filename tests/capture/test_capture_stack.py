@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from torch_nsight.capture.emitter import RecordingEmitter
-from torch_nsight.capture.stack import Range, RangeStack
+from torch_nsight.capture.stack import BackwardFrame, Range, RangeStack
 
 
 @pytest.fixture
@@ -88,21 +88,48 @@ def test_deferred_backward_range_stays_open_for_its_submodules_only(
     emitter: RecordingEmitter,
 ) -> None:
     stack = RangeStack()
-    root, a, a_b, c = ranges(emitter, "", "a", "a.b", "c")
+    root, a, a_b, c = (BackwardFrame(rng) for rng in ranges(emitter, "", "a", "a.b", "c"))
+    a.deferred = True  # no pop hook: stays open until something outside it starts
     stack.push_backward(root, -1)
     stack.push_backward(a, -1)
-    stack.pop_backward(a, deferred=True)  # stays open
     stack.push_backward(a_b, -1)  # inside a: a stays open
     stack.pop_backward(a_b)
     assert stack.snapshot() == ["Root", "a"]
     stack.push_backward(c, -1)  # not inside a: a is closed first
     assert stack.snapshot() == ["Root", "c"]
     stack.pop_backward(c)
+    stack.pop_backward(a)  # closed already: nothing happens
     stack.pop_backward(root)
     assert kinds(emitter) == [
         ("push", "Root"), ("push", "a"), ("push", "a.b"), ("pop", "a.b"), ("pop", "a"),
         ("push", "c"), ("pop", "c"), ("pop", "Root"),
     ]
+
+
+def test_backward_range_of_a_call_outside_closes_the_open_ones(
+    emitter: RecordingEmitter, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A module whose input gets its gradient late (the input is used elsewhere too) is
+    # done when a call that did not run inside it starts its backward.
+    stack = RangeStack()
+    root_range, a_range, shared_range = ranges(emitter, "", "a", "shared")
+    root = BackwardFrame(root_range)
+    a = BackwardFrame(a_range, root)
+    shared_in_a = BackwardFrame(shared_range, a)  # a shared module that `a` called
+    b = BackwardFrame(a_range, root)  # `a` called a second time
+    with caplog.at_level(logging.DEBUG, logger="torch_nsight"):
+        stack.push_backward(root, -1)
+        stack.push_backward(b, -1)
+        stack.push_backward(a, -1)  # the first call of `a` is not inside the second
+        stack.push_backward(shared_in_a, -1)  # ran inside `a`, though not its submodule
+        stack.pop_backward(a)  # closes the shared module's range too
+        stack.pop_backward(b)
+        stack.pop_backward(root)
+    assert kinds(emitter) == [
+        ("push", "Root"), ("push", "a"), ("pop", "a"), ("push", "a"), ("push", "shared"),
+        ("pop", "shared"), ("pop", "a"), ("pop", "Root"),
+    ]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_ranges_of_a_finished_backward_close_before_the_next_range(
@@ -111,9 +138,9 @@ def test_ranges_of_a_finished_backward_close_before_the_next_range(
     # What happens on a CUDA device thread: the end-of-backward callback runs on the thread
     # that called backward(), so the device thread closes its leftovers on its next push.
     stack = RangeStack()
-    root, a = ranges(emitter, "", "a")
+    root_range, a = ranges(emitter, "", "a")
+    root = BackwardFrame(root_range, deferred=True)
     stack.push_backward(root, 7)  # outside a backward pass: no callback can be queued
-    stack.pop_backward(root, deferred=True)
     task = stack._local.tasks[7]
     finisher = threading.Thread(target=lambda: setattr(task, "done", True))
     finisher.start()

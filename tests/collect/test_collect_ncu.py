@@ -63,8 +63,10 @@ def test_metric_sets_and_lists() -> None:
         ncu_cli.resolve_metric_set("dram__bytes.sum")  # a string is never split into chars
     with pytest.raises(ValueError):
         ncu_cli.resolve_metric_set([])
-    assert ncu_cli.filter_metrics(["a__x.sum", "b__y.sum"], frozenset({"a__x"})) == ["a__x.sum"]
-    assert ncu_cli.filter_metrics(["a__x.sum"], frozenset()) == ["a__x.sum"]
+    listed = frozenset({"a__x"} | {f"filler__{i}" for i in range(ncu_cli.MIN_LISTED)})
+    assert ncu_cli.filter_metrics(["a__x.sum", "b__y.sum", "launch__grid_size"], listed) == \
+        ["a__x.sum", "launch__grid_size"]
+    assert ncu_cli.filter_metrics(["b__y.sum"], frozenset({"a__x"})) == ["b__y.sum"]
 
 
 def test_extra_args_checked() -> None:

@@ -64,8 +64,10 @@ def record(case: str, out_dir: Path, ncu: str, metric_set: str = "roofline") -> 
     kernel duration alone (one replay pass: quick)."""
     chosen = METRIC_SETS.get(metric_set) or MetricSet(metric_set, ("gpu__time_duration.sum",))
     bases = known_metric_bases(ncu)
-    metrics = [m for m in chosen.metrics if m.split(".")[0] in bases]
-    dropped = sorted(set(chosen.metrics) - set(metrics))
+    # launch__* and device__* values are recorded with every kernel: not asked for by name
+    wanted = [m for m in chosen.metrics if not m.startswith(("launch__", "device__"))]
+    metrics = [m for m in wanted if m.split(".")[0] in bases]
+    dropped = sorted(set(wanted) - set(metrics))
     report = out_dir / f"{case}.ncu-rep"
     cmd = ncu_command(ncu, metrics, chosen.sections, report, CASES[case])
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")

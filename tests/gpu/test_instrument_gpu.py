@@ -56,16 +56,21 @@ def test_every_kernel_lies_in_its_module_range(tmp_path: Path) -> None:
 
     names = {name or "LlamaBlock" for name, _ in LlamaBlock().named_modules()}
     allowed = names | {f"bwd:{n}" for n in names}
-    for kernel, stack in kernels:
-        assert stack, f"kernel {kernel} ran outside every torch_nsight range"
+    # The loss (a cast and a mean outside the model) and the seed of its gradient run between
+    # the model's forward and its backward, outside every module: one contiguous run, no GEMM.
+    outside = [i for i, (_, stack) in enumerate(kernels) if not stack]
+    assert outside == list(range(outside[0], outside[-1] + 1)) if outside else True
+    assert not any(GEMM.search(kernels[i][0]) for i in outside)
+    forward = kernels[: outside[0]] if outside else kernels
+    backward = kernels[outside[-1] + 1 :] if outside else []
+    assert forward and backward
+    for kernel, stack in forward + backward:
         module_ranges = [m for m in stack if not m.startswith("op:")]
         assert module_ranges[-1] in allowed, (kernel, stack)
-        assert stack[0] in ("LlamaBlock", "bwd:LlamaBlock"), (kernel, stack)
+    assert all(s[0] == "LlamaBlock" and not s[-1].startswith("bwd:") for _, s in forward)
+    assert all(s[-1].startswith("bwd:") for _, s in backward)
 
-    gemms_fwd = {s[-1] for k, s in kernels if GEMM.search(k) and not s[-1].startswith("bwd:")}
-    gemms_bwd = {s[-1] for k, s in kernels if GEMM.search(k) and s[-1].startswith("bwd:")}
+    gemms_fwd = {s[-1] for k, s in forward if GEMM.search(k)}
+    gemms_bwd = {s[-1] for k, s in backward if GEMM.search(k)}
     assert set(PROJECTIONS) <= gemms_fwd
     assert {f"bwd:{p}" for p in PROJECTIONS} <= gemms_bwd
-    # backward kernels exist and each lies under the backward range of the root module
-    backward = [s for _, s in kernels if s[-1].startswith("bwd:")]
-    assert backward and all(s[0] == "bwd:LlamaBlock" for s in backward)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from torch_nsight.analyze.hotspots import kernel_hotspots
-from torch_nsight.analyze.rollup import module_tree
+from torch_nsight.analyze.rollup import blank_to_none, module_tree
 
 NORMALIZED_COLUMNS = ("shape", "level", "direction", "module", "path", "op", "kernel",
                       "variant", "duration_ns", "baseline_ns", "speedup")
@@ -51,5 +51,5 @@ def normalize(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     out = rows.merge(base, on=keys, how="left")
     out["speedup"] = out["baseline_ns"] / out["duration_ns"]
     for column in keys:
-        out[column] = out[column].where(out[column] != "", None)
+        out[column] = blank_to_none(out[column])
     return out.loc[:, list(NORMALIZED_COLUMNS)]

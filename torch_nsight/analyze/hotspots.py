@@ -6,7 +6,7 @@ from typing import Literal
 
 import pandas as pd
 
-from torch_nsight.analyze.rollup import LABELS, module_tree, runs_per_label
+from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree, runs_per_label
 
 HotspotOrder = Literal["headroom", "time"]
 HotspotLevel = Literal["kernel", "module"]
@@ -53,7 +53,7 @@ def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
                .sum().reset_index())
     top = weights.sort_values("duration_ns", ascending=False, kind="stable")
     top = top.drop_duplicates(subset=keys).set_index(keys)["_value"]
-    return top.where(top != "", None)
+    return blank_to_none(top)
 
 
 def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
@@ -87,7 +87,7 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     out["next_step"] = [next_step(b, r, p) for b, r, p in
                         zip(out["bound"], out["reason"], out["precision"], strict=True)]
     for column in KERNEL_KEYS:
-        out[column] = out[column].where(out[column] != "", None)
+        out[column] = blank_to_none(out[column])
     return out.loc[:, list(HOTSPOT_COLUMNS)]
 
 

@@ -20,6 +20,12 @@ MODULE_COLUMNS = (
 )
 
 
+def blank_to_none(values: pd.Series) -> pd.Series:
+    """Return ``values`` as object dtype with ``""`` (a grouping placeholder) made None."""
+    return pd.Series([None if v == "" or v is None else v for v in values],
+                     index=values.index, dtype=object)
+
+
 def coverage(df: pd.DataFrame) -> float:
     """Return the share of GPU time (0..1) spent in kernels inside a module range.
 
@@ -136,7 +142,7 @@ def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
     tree["depth"] = tree["path"].str.count(PATH_SEP)
     tree = _call_tree_order(tree)
     for column in (*LABELS, "direction"):
-        tree[column] = tree[column].where(tree[column] != "", None)
+        tree[column] = blank_to_none(tree[column])
     return tree.loc[:, list(MODULE_COLUMNS)].reset_index(drop=True)
 
 

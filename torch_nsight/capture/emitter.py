@@ -1,12 +1,14 @@
 """Where range pushes and pops go: NVTX by default, a recorder in tests.
 
 An emitter is any object with ``push(message)`` and ``pop()``; it may also have
-``prepare(message)``, which :func:`torch_nsight.instrument` calls once per message at
-instrument time so that the per-call path does no registration or string work.
+``bind(message)``, called once per message at instrument time, returning the zero-argument
+push and pop callables to use for that message, so that the per-call path does no lookup,
+registration or string work.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Any, Protocol, runtime_checkable
@@ -33,9 +35,9 @@ class NvtxEmitter:
     """Push/pop ranges in one NVTX domain through the ``nvtx`` package's fast path.
 
     Each message is registered with the domain once and its event attributes are built
-    once (:meth:`prepare`); a push is then one dict lookup and one call into the NVTX C
-    library. When no NVTX tool is attached, ``nvtx`` hands out a do-nothing domain and
-    pushes cost only the lookup.
+    once (:meth:`prepare`, :meth:`bind`); a push is then one call into the NVTX C library.
+    When no NVTX tool is attached, ``nvtx`` hands out a do-nothing domain and pushes cost a
+    call that does nothing.
 
     Args:
         domain: NVTX domain name (default :data:`torch_nsight.naming.DOMAIN`), or a domain
@@ -61,6 +63,11 @@ class NvtxEmitter:
         if message not in self._attributes:
             # get_event_attributes registers the string (nvtxDomainRegisterString) itself.
             self._attributes[message] = self._domain.get_event_attributes(message=message)
+
+    def bind(self, message: str) -> tuple[Any, Any]:
+        """Return the zero-argument push and pop of the range ``message``, prebuilt."""
+        self.prepare(message)
+        return functools.partial(self._push_range, self._attributes[message]), self._pop_range
 
     def push(self, message: str) -> None:
         """Open the range ``message`` (registered on first use if :meth:`prepare` was not)."""

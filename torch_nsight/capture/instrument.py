@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import threading
 import warnings
 import weakref
 from collections.abc import Iterable
-from typing import Any
 
-import torch
 from torch import nn
-from torch.utils.hooks import BackwardHook, RemovableHandle
 
 from torch_nsight.capture.detect import resolve_enabled
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
+from torch_nsight.capture.hooks import InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.stack import STACK, Range, RangeStack
 from torch_nsight.naming import backward_message, op_message
@@ -24,8 +21,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Instrumentation", "instrument", "active_instrumentations"]
 
-# torch.compiler.is_compiling is new in PyTorch 2.3; torch._dynamo's has been there longer.
-_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
 
 Selector = str | type
 """A module selector: an fnmatch glob on qualified names, or a module type."""
@@ -36,37 +31,6 @@ _INSTRUMENTED: weakref.WeakKeyDictionary[nn.Module, Instrumentation] = (
     weakref.WeakKeyDictionary()
 )
 _ACTIVE: weakref.WeakSet[Instrumentation] = weakref.WeakSet()
-
-# PyTorch warns, at every backward, that a full backward hook fires early on a module none
-# of whose inputs needs a gradient (the root module, an embedding). Our hooks expect that
-# and handle it (the range is deferred), and users did not register them, so the warning is
-# silenced while an instrumentation with backward ranges is active.
-_TORCH_HOOK_WARNINGS = (
-    r"Full backward hook is firing when gradients are computed with respect to module outputs",
-)
-_warning_users = 0
-
-
-def _is_ours(entry: tuple[Any, ...], message: str) -> bool:
-    return (entry[0] == "ignore" and entry[2] is UserWarning
-            and getattr(entry[1], "pattern", None) == message)
-
-
-def _silence_hook_warnings(on: bool) -> None:
-    """Count one more (``on``) or one fewer user of the warning filters, adding or removing them."""
-    global _warning_users
-    _warning_users += 1 if on else -1
-    for message in _TORCH_HOOK_WARNINGS:
-        ours = [entry for entry in warnings.filters if _is_ours(entry, message)]
-        if on and not ours:
-            warnings.filterwarnings("ignore", message, UserWarning)
-        elif not on and _warning_users == 0 and ours:
-            for entry in ours:
-                warnings.filters.remove(entry)
-            mutated = getattr(warnings, "_filters_mutated", None)
-            if mutated is not None:  # invalidate the per-module "already warned" caches
-                mutated()
-
 
 def active_instrumentations() -> list[Instrumentation]:
     """Return the instrumentations whose hooks are installed now (for tests and debugging).
@@ -102,13 +66,11 @@ class Instrumentation:
         self.ops: frozenset[str] | None = None
         self.backward = False
         self._model = weakref.ref(model) if model is not None else None
-        self._handles: list[RemovableHandle] = []
-        self._modules: list[weakref.ref[nn.Module]] = []
+        self._wrappers: list[tuple[weakref.ref[nn.Module], InstrumentedForward]] = []
         self._stack: RangeStack = STACK
-        self._silenced = False
 
     def remove(self) -> None:
-        """Remove every hook this handle installed and restore the modules as they were.
+        """Restore every module's ``forward`` as it was before :func:`instrument`.
 
         Safe to call more than once. Ranges of this handle still open on the calling thread
         are closed; ranges open on other threads are left to them.
@@ -116,22 +78,19 @@ class Instrumentation:
         if not self.active:
             return
         self.active = False
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        for ref in self._modules:
+        for ref, wrapper in self._wrappers:
             module = ref()
-            if module is not None and _INSTRUMENTED.get(module) is self:
+            if module is None:
+                continue
+            wrapper.remove(module)
+            if _INSTRUMENTED.get(module) is self:
                 del _INSTRUMENTED[module]
-        self._modules.clear()
+        self._wrappers.clear()
         _ACTIVE.discard(self)
         closed = self._stack.close_owned(self)
         if closed:
             logger.warning("torch_nsight: remove() closed %d range(s) still open on this "
                            "thread (remove() was called inside a forward or backward?)", closed)
-        if self._silenced:
-            self._silenced = False
-            _silence_hook_warnings(False)
         logger.debug("torch_nsight: removed instrumentation of %d modules", len(self.names))
 
     def __enter__(self) -> Instrumentation:
@@ -238,6 +197,26 @@ def instrument(
     Raises:
         TypeError: If ``model`` is not an ``nn.Module`` or an option has the wrong type.
         ValueError: If ``depth`` is negative or an op name is empty.
+
+    Notes:
+        * Each instrumented module gets an instance attribute ``forward`` (removed again by
+          :meth:`Instrumentation.remove`) that opens its range around the original
+          forward; no module hook is registered. The range covers the module's forward
+          itself, not the forward hooks other tools registered on it.
+        * Backward ranges come from autograd node pre-hooks set, when gradients are
+          enabled, on the nodes that produce a module call's outputs (open) and inputs
+          (close); no tensor is wrapped, so in-place ops on inputs and outputs
+          (``nn.ReLU(inplace=True)``, ``out += identity``) work as without instrumentation.
+          Tensors in the inputs count when passed directly, positionally or by keyword.
+        * A backward range also closes when the backward range of a module call outside it
+          opens: this closes the ranges of modules none of whose inputs needs a gradient
+          (the root, an embedding), the rest when the backward pass ends; on a CUDA device
+          thread, whose backward ends elsewhere, they stay open until that thread opens
+          its next range.
+        * Under ``torch.compile`` the wrappers stand aside: compiled regions get no ranges.
+        * ``torch.save(model)`` and ``copy.deepcopy(model)`` work; in the copies
+          ``forward`` is the plain bound method (an instance attribute): they are not
+          instrumented.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -276,12 +255,9 @@ def instrument(
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else NvtxEmitter()
-    prepare = getattr(sink, "prepare", None)
 
     def make_range(message: str, name: str, *, is_module: bool = True,
                    names_ops: bool = True) -> Range:
-        if prepare is not None:
-            prepare(message)
         return Range(message, name, sink, handle, is_module=is_module, names_ops=names_ops)
 
     namer = None
@@ -293,8 +269,8 @@ def instrument(
             message = name if name else type(module).__name__
             forward = make_range(message, name, names_ops=not is_torch_leaf(module))
             backward_range = make_range(backward_message(message), name) if backward else None
-            _install_hooks(handle, module, forward, backward_range, namer)
-            handle._modules.append(weakref.ref(module))
+            wrapper = install_forward(module, forward, backward_range, namer)
+            handle._wrappers.append((weakref.ref(module), wrapper))
             _INSTRUMENTED[module] = handle
     except BaseException:
         handle.active = True
@@ -307,117 +283,7 @@ def instrument(
                        for name, module in selected}
     handle.ops = op_names
     handle.backward = backward
-    if backward:
-        handle._silenced = True
-        _silence_hook_warnings(True)
     _ACTIVE.add(handle)
     logger.info("torch_nsight: instrumented %d modules of %s (%s)", len(selected),
                 type(model).__name__, reason)
     return handle
-
-
-def _install_hooks(
-    handle: Instrumentation,
-    module: nn.Module,
-    forward: Range,
-    backward: Range | None,
-    namer: OpNamer | None,
-) -> None:
-    """Register the forward pre/post hooks of one module.
-
-    Backward ranges use PyTorch's own full-backward-hook machinery
-    (:class:`torch.utils.hooks.BackwardHook`, what ``register_full_backward_hook`` uses),
-    set up from these forward hooks instead of registered on the module: Dynamo then sees
-    only forward hooks, which stand aside while compiling, rather than module backward
-    hooks, which make it break the graph at every module; and no backward work is done
-    when gradients are disabled.
-    """
-    backward_hooks = _backward_hooks(backward) if backward is not None else None
-    pending = threading.local()  # the BackwardHook of each call in progress, per thread
-    pre = _ForwardPre(forward, namer, backward_hooks, pending)
-    post = _ForwardPost(forward, namer, backward_hooks, pending)
-    handle._handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
-    handle._handles.append(
-        module.register_forward_hook(post, with_kwargs=True, always_call=True)
-    )
-
-
-def _ignore(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
-def _inert_hook() -> Any:
-    return _ignore
-
-
-class _Hook:
-    """Base of the module hooks. A pickled or deep-copied model (``torch.save(model)``,
-    ``copy.deepcopy``) gets inert hooks in their place: the copy is not instrumented."""
-
-    __slots__ = ("forward", "enter", "leave", "backward_hooks", "pending", "push", "pop")
-
-    def __init__(self, forward: Range, namer: OpNamer | None,
-                 backward_hooks: tuple[Any, Any] | None, pending: threading.local) -> None:
-        self.forward = forward
-        self.enter = namer.enter_forward if namer is not None else None
-        self.leave = namer.exit_forward if namer is not None else None
-        self.backward_hooks = backward_hooks
-        self.pending = pending
-        self.push, self.pop = STACK.push, STACK.pop
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return (_inert_hook, ())
-
-
-class _ForwardPre(_Hook):
-    __slots__ = ()
-
-    def __call__(self, module: nn.Module, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
-        if _is_compiling():
-            return None
-        self.push(self.forward)
-        if self.enter is not None:
-            self.enter()
-        if self.backward_hooks is None:
-            return None
-        calls = self.pending.__dict__.setdefault("calls", [])
-        if not torch.is_grad_enabled():
-            calls.append(None)
-            return None
-        backward_pre, backward_post = self.backward_hooks
-        hook = BackwardHook(module, [backward_post], [backward_pre])
-        calls.append(hook)
-        return hook.setup_input_hook(args), kwargs
-
-
-class _ForwardPost(_Hook):
-    __slots__ = ()
-
-    def __call__(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
-        if _is_compiling():
-            return None
-        hook = None
-        if self.backward_hooks is not None:
-            calls = self.pending.__dict__.get("calls")
-            if calls:
-                hook = calls.pop()
-        if self.leave is not None:
-            self.leave()
-        self.pop(self.forward)
-        return hook.setup_output_hook(output) if hook is not None else None
-
-
-def _backward_hooks(rng: Range) -> tuple[Any, Any]:
-    """The full backward pre-hook and hook that open and close the backward range ``rng``."""
-    push, pop = STACK.push_backward, STACK.pop_backward
-    task_id = torch._C._current_graph_task_id
-
-    def backward_pre(module: nn.Module, grad_output: Any) -> None:
-        push(rng, task_id())
-
-    def backward_post(module: nn.Module, grad_input: Any, grad_output: Any) -> None:
-        # All None: no input needed a gradient, and PyTorch calls this hook before the
-        # module's own backward (its weight gradients) has run: keep the range open.
-        pop(rng, deferred=all(g is None for g in grad_input))
-
-    return backward_pre, backward_post

@@ -72,6 +72,8 @@ def normalize_op_name(func: Callable[..., Any]) -> str | None:
 
 
 _UNRESOLVED = object()
+# torch.compiler.is_compiling is new in PyTorch 2.3; torch._dynamo's has been there longer.
+_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
 
 
 class OpNamer(TorchFunctionMode):
@@ -105,6 +107,8 @@ class OpNamer(TorchFunctionMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        if _is_compiling():  # a compiled region inside an instrumented forward: stand aside
+            return func(*args, **kwargs)
         try:
             rng = self._by_func.get(func, _UNRESOLVED)
         except TypeError:

@@ -6,23 +6,26 @@ per thread. A range is popped only when it is on top of that list; anything else
 repaired (stale ranges above it are closed) or refused, and explained in the log, so that
 one missed hook never leaves the profiler's stack shifted for the rest of the run.
 
-Backward ranges need two extra rules, because PyTorch's module backward hooks do not always
-come in pairs:
+A backward range is a :class:`BackwardFrame`, one per module call made with gradients
+enabled. It is opened when the first gradient of the call's outputs arrives, and closed by
+whichever comes first:
 
-* a module none of whose inputs needs a gradient gets its backward post-hook right after
-  its pre-hook, before its own backward kernels (weight gradients) run. Its range is then
-  kept open as *deferred* and closed when something that is not part of that module starts
-  on the thread, when a range below it closes, or when the backward pass ends;
-* a pre-hook whose post-hook never comes (``backward(inputs=...)``, ``autograd.grad`` on a
-  subset) leaves a range that is closed when its backward pass ends.
-
-The end of a backward pass is learnt from a callback queued on the autograd engine. It runs
-on the thread that called ``backward()``; ranges left on another thread (the CUDA device
-thread) are closed there before the next range that thread opens.
+* the node that produced one of the call's inputs is about to run (its pop hook);
+* the backward range of a call outside it opens on the thread (autograd runs a module's
+  backward in one stretch, so a call that is neither inside it nor one of its submodules
+  starting means it is done). This is what closes the range of a module none of whose
+  inputs needs a gradient (*deferred*: it has no pop hook), or whose input is also used
+  elsewhere and gets its gradient later;
+* a forward range opens that is outside a deferred range (activation checkpointing
+  recomputes forwards inside backward);
+* its backward pass ends. The end is learnt from a callback queued on the autograd engine,
+  on the thread that called ``backward()``; ranges left on another thread (the CUDA device
+  thread) are closed there before the next range that thread opens.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import TYPE_CHECKING, Any
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Range", "RangeStack", "STACK"]
+__all__ = ["Range", "BackwardFrame", "RangeStack", "STACK"]
 
 
 class Range:
@@ -42,6 +45,9 @@ class Range:
         message: The NVTX message.
         name: Qualified module name (``""`` for the root module) or op name.
         emitter: Where pushes and pops of this range go.
+        open: Zero-argument callable that pushes the range (from the emitter's ``bind``
+            when it has one, else ``emitter.push(message)``).
+        close: Zero-argument callable that pops it.
         owner: The object that created the range (an :class:`Instrumentation`).
         is_module: True for module ranges, False for op ranges.
         names_ops: Whether functional ops called directly inside this range get ranges of
@@ -49,7 +55,8 @@ class Range:
             range already names their single op).
     """
 
-    __slots__ = ("message", "name", "prefix", "emitter", "owner", "is_module", "names_ops")
+    __slots__ = ("message", "name", "prefix", "emitter", "owner", "is_module", "names_ops",
+                 "open", "close")
 
     def __init__(
         self,
@@ -68,6 +75,11 @@ class Range:
         self.owner = owner
         self.is_module = is_module
         self.names_ops = names_ops
+        bind = getattr(emitter, "bind", None)
+        if bind is not None:  # the emitter's own prebuilt calls (NVTX event attributes)
+            self.open, self.close = bind(message)
+        else:
+            self.open, self.close = functools.partial(emitter.push, message), emitter.pop
 
     def contains(self, other: Range) -> bool:
         """Whether ``other`` is a module strictly inside this range's module."""
@@ -87,29 +99,72 @@ class _Task:
         self.done = False
 
 
-class _Frame:
-    """A backward range on the stack: the range, its backward pass, whether it is deferred."""
+class BackwardFrame:
+    """The backward range of one module call, made in its forward when gradients are on.
 
-    __slots__ = ("range", "task", "deferred")
+    Autograd node pre-hooks call :meth:`open` and :meth:`RangeStack.pop_backward`.
 
-    def __init__(self, rng: Range, task: _Task | None) -> None:
+    Attributes:
+        range: The module's backward range.
+        parent: The frame of the instrumented call this one ran inside, or None.
+        deferred: True when no pop hook was set (no input had an autograd node): the range
+            closes when something outside it starts or its backward pass ends.
+        task: The backward pass it is open for, or None.
+        graph_task: Id of the last autograd graph task that opened it.
+    """
+
+    __slots__ = ("range", "parent", "deferred", "task", "graph_task", "is_open")
+
+    def __init__(self, rng: Range, parent: BackwardFrame | None = None, *,
+                 deferred: bool = False) -> None:
         self.range = rng
-        self.task = task
-        self.deferred = False
+        self.parent = parent
+        self.deferred = deferred
+        self.task: _Task | None = None
+        self.graph_task = -2
+        self.is_open = False
+
+    def inside(self, other: BackwardFrame) -> bool:
+        """Whether this call ran inside ``other``'s call, or its module is a submodule."""
+        if other.range.contains(self.range):
+            return True
+        parent = self.parent
+        while parent is not None:
+            if parent is other:
+                return True
+            parent = parent.parent
+        return False
+
+    def open(self) -> None:
+        """Open the range on the calling thread, once per backward pass."""
+        task_id = _graph_task_id()
+        if task_id == self.graph_task:  # a second output's node, same pass
+            return
+        self.graph_task = task_id
+        STACK.push_backward(self, task_id)
 
     def __repr__(self) -> str:
-        return f"_Frame({self.range.message!r}, deferred={self.deferred})"
+        return f"BackwardFrame({self.range.message!r}, deferred={self.deferred})"
+
+
+def _graph_task_id() -> int:
+    global _graph_task_id
+    import torch
+
+    _graph_task_id = torch._C._current_graph_task_id  # type: ignore[assignment]
+    return _graph_task_id()
 
 
 class _ThreadState(threading.local):
     def __init__(self) -> None:
-        self.stack: list[Range | _Frame] = []
-        self.frames = 0  # how many _Frame entries `stack` holds
+        self.stack: list[Range | BackwardFrame] = []
+        self.frames = 0  # how many BackwardFrame entries `stack` holds
         self.tasks: dict[int, _Task] = {}
+        self.call: BackwardFrame | None = None  # the instrumented forward call running
 
 
-def _range_of(entry: Range | _Frame) -> Range:
-    return entry.range if type(entry) is _Frame else entry  # type: ignore[union-attr, return-value]
+def _range_of(entry: Range | BackwardFrame) -> Range:
+    return entry.range if type(entry) is BackwardFrame else entry  # type: ignore[union-attr, return-value]
 
 
 class RangeStack:
@@ -128,8 +183,8 @@ class RangeStack:
         """Open ``rng`` on the calling thread."""
         state = self._local
         if state.frames:
-            self._settle_backward(state, rng)
-        rng.emitter.push(rng.message)
+            self._settle_forward(state, rng)
+        rng.open()
         state.stack.append(rng)
 
     def pop(self, rng: Range) -> None:
@@ -137,9 +192,9 @@ class RangeStack:
         stack = self._local.stack
         if stack and stack[-1] is rng:
             stack.pop()
-            rng.emitter.pop()
+            rng.close()
             return
-        self._pop_buried(rng, backward=False)
+        self._pop_buried(rng)
 
     def innermost(self) -> Range | None:
         """The innermost open range on the calling thread, or None."""
@@ -148,8 +203,11 @@ class RangeStack:
 
     # -- backward ranges -------------------------------------------------------------------
 
-    def push_backward(self, rng: Range, task_id: int) -> None:
-        """Open the backward range ``rng`` for the autograd graph task ``task_id``."""
+    def push_backward(self, frame: BackwardFrame, task_id: int) -> None:
+        """Open the backward range of ``frame`` for the autograd graph task ``task_id``.
+
+        Backward ranges on top of the stack that ``frame`` is not inside are closed first.
+        """
         state = self._local
         task = None
         if task_id >= 0:
@@ -158,39 +216,41 @@ class RangeStack:
                 task = _Task(task_id)
                 state.tasks[task_id] = task
                 _queue_end_of_backward(self, task, threading.get_ident())
-        if state.frames:
-            self._settle_backward(state, rng)
-        rng.emitter.push(rng.message)
-        state.stack.append(_Frame(rng, task))
+        stack = state.stack
+        if state.frames and not (stack[-1] is frame.parent and frame.parent.task is task):
+            self._close_finished(state)
+            while stack:
+                top = stack[-1]
+                if type(top) is not BackwardFrame or frame.inside(top):
+                    break
+                self._close_top(state)
+        if frame.is_open:  # still open on another thread, or from a pass that did not end
+            self._drop(frame)
+        frame.task = task
+        frame.is_open = True
+        frame.range.open()
+        stack.append(frame)
         state.frames += 1
 
-    def pop_backward(self, rng: Range, *, deferred: bool = False) -> None:
-        """Close the backward range ``rng``, or with ``deferred`` keep it open for later.
+    def pop_backward(self, frame: BackwardFrame) -> None:
+        """Close the backward range of ``frame`` and any range above it on this thread.
 
-        Args:
-            rng: The backward range whose post-hook fired.
-            deferred: True when the post-hook fired before the module's own backward ran
-                (no input of the module needed a gradient); the range then stays open until
-                something outside the module starts or the backward pass ends.
+        Does nothing if ``frame`` is not open on the calling thread (it was closed already
+        when a range outside it opened).
         """
         state = self._local
         stack = state.stack
-        if stack:
-            top = stack[-1]
-            if type(top) is _Frame and top.range is rng:
-                if deferred:
-                    top.deferred = True
-                    return
-                stack.pop()
-                state.frames -= 1
-                rng.emitter.pop()
+        if stack and stack[-1] is frame:
+            self._close_top(state)
+            return
+        for index in range(len(stack) - 1, -1, -1):
+            if stack[index] is frame:
+                above = [_range_of(entry).message for entry in stack[index + 1 :]]
+                logger.debug("torch_nsight: closing backward range %r also closes %s, "
+                             "opened inside it", frame.range.message, above)
+                while len(stack) > index:
+                    self._close_top(state)
                 return
-        if deferred:
-            for entry in reversed(stack):
-                if type(entry) is _Frame and entry.range is rng:
-                    entry.deferred = True
-                    return
-        self._pop_buried(rng, backward=True)
 
     def end_backward(self, task: _Task) -> None:
         """Close what the finished backward pass ``task`` left open on the calling thread."""
@@ -220,23 +280,32 @@ class RangeStack:
 
     def _close_top(self, state: _ThreadState) -> Range:
         entry = state.stack.pop()
-        if type(entry) is _Frame:
+        if type(entry) is BackwardFrame:
             state.frames -= 1
-        rng = _range_of(entry)
-        rng.emitter.pop()
+            entry.is_open = False
+            rng = entry.range
+        else:
+            rng = entry  # type: ignore[assignment]
+        rng.close()
         return rng
+
+    def _drop(self, frame: BackwardFrame) -> None:
+        """Forget ``frame`` left open by an earlier pass on this thread (closing above it)."""
+        self.pop_backward(frame)
+        frame.is_open = False
 
     def _close_finished(self, state: _ThreadState) -> None:
         stack = state.stack
         while stack:
             top = stack[-1]
-            if type(top) is not _Frame or top.task is None or not top.task.done:
+            if type(top) is not BackwardFrame or top.task is None or not top.task.done:
                 break
             self._close_top(state)
-        for task_id in [tid for tid, task in state.tasks.items() if task.done]:
-            del state.tasks[task_id]
+        if state.tasks:
+            for task_id in [tid for tid, task in state.tasks.items() if task.done]:
+                del state.tasks[task_id]
 
-    def _settle_backward(self, state: _ThreadState, rng: Range) -> None:
+    def _settle_forward(self, state: _ThreadState, rng: Range) -> None:
         """Before opening ``rng``: close finished and deferred backward ranges it is not in."""
         self._close_finished(state)
         if not rng.is_module:
@@ -244,17 +313,17 @@ class RangeStack:
         stack = state.stack
         while stack:
             top = stack[-1]
-            if type(top) is not _Frame or not top.deferred or top.range.contains(rng):
+            if (type(top) is not BackwardFrame or not top.deferred
+                    or top.range.contains(rng)):
                 break
             self._close_top(state)
 
-    def _pop_buried(self, rng: Range, *, backward: bool) -> None:
+    def _pop_buried(self, rng: Range) -> None:
         state = self._local
         stack = state.stack
         index = None
         for i in range(len(stack) - 1, -1, -1):
-            entry = stack[i]
-            if (type(entry) is _Frame) is backward and _range_of(entry) is rng:
+            if stack[i] is rng:
                 index = i
                 break
         if index is None:
@@ -265,16 +334,14 @@ class RangeStack:
                 rng.message, threading.get_ident(), self.snapshot() or "none",
             )
             return
-        stale = [_range_of(entry) for entry in stack[index + 1 :]]
-        expected = all(
-            type(entry) is _Frame and (entry.deferred or backward) for entry in stack[index + 1 :]
-        )
+        stale = stack[index + 1 :]
+        expected = all(type(entry) is BackwardFrame for entry in stale)
         log = logger.debug if expected else logger.warning
         log(
             "torch_nsight: closing range %r on thread %d also closes the ranges opened after "
             "it and still open: %s. Their end was never seen (a backward hook that did not "
             "fire, or a forward hook skipped); closing them keeps the NVTX stack balanced.",
-            rng.message, threading.get_ident(), [r.message for r in stale],
+            rng.message, threading.get_ident(), [_range_of(e).message for e in stale],
         )
         while len(stack) > index:
             self._close_top(state)

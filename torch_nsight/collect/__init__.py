@@ -4,6 +4,7 @@
 <job>`` (one process per GPU, every shape inside it) and loads the report into a
 :class:`~torch_nsight.Profile`. The modules, in the order data flows:
 
+* :mod:`~torch_nsight.collect.api`: :func:`sweep`, the front door;
 * :mod:`~torch_nsight.collect.job`: the job description and its (cloud)pickle file;
 * :mod:`~torch_nsight.collect.ncu`: find and check ``ncu``, build its argument list, read
   its output;
@@ -16,6 +17,6 @@
 
 from __future__ import annotations
 
-from torch_nsight.collect.sweep import sweep
+from torch_nsight.collect.api import sweep
 
 __all__ = ["sweep"]

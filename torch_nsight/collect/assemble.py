@@ -63,9 +63,10 @@ def why_nothing(results: dict[str, Any] | None, items: list[dict[str, Any]]) -> 
 
 
 def replication_groups(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The verified sibling groups of every item, labelled by variant and shape."""
+    """The verified sibling groups of every item, labelled by variant and shape (failed
+    items too: the runs they measured before failing had their replicas left out)."""
     return [{**group, "variant": item.get("variant"), "shape": item.get("shape")}
-            for item in items if item.get("status") == "ok"
+            for item in items
             for group in (item.get("replication") or {}).get("groups", [])]
 
 

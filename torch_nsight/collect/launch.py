@@ -32,6 +32,7 @@ from torch_nsight.collect.progress import ProgressLine, StatusReader
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.2
+CHILD_LOG_PREFIX = "torch_nsight child:"  # the worker's log format: shown as warnings
 ITEM_GRACE_S = 30.0
 STOP_GRACE_S = 60.0
 KILL_GRACE_S = 15.0
@@ -100,7 +101,10 @@ def _pump(child: _Child) -> None:
     assert child.proc.stdout is not None
     for line in child.proc.stdout:
         child.output.feed(line)
-        logger.debug("[%s] %s", child.spec.name, line.rstrip())
+        if line.startswith(CHILD_LOG_PREFIX):
+            logger.warning("[%s] %s", child.spec.name, line.rstrip())
+        else:
+            logger.debug("[%s] %s", child.spec.name, line.rstrip())
         if child.log is not None:
             child.log.write(line)
     if child.log is not None:

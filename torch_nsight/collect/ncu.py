@@ -49,6 +49,9 @@ PERMISSION_HELP = (
     "nvidia kernel module with NVreg_RestrictProfilingToAdminUsers=0 (see "
     "https://developer.nvidia.com/ERR_NVGPUCTRPERM); in a container, add --cap-add SYS_ADMIN."
 )
+# `ncu --query-metrics` lists hundreds of base names; fewer means the query failed.
+MIN_LISTED = 100
+ALWAYS_KEPT = ("launch__", "device__")
 _VERSION_RE = re.compile(r"Version\s+(\d+)\.(\d+)\.(\d+)")
 _PROFILING_RE = re.compile(r"^==PROF== Profiling ")
 _METRIC_BASE_RE = re.compile(r"^([a-z0-9_]+__\w+)")
@@ -158,10 +161,15 @@ def resolve_metric_set(metric_set: str | Iterable[str]) -> MetricSet:
 
 
 def filter_metrics(metrics: Sequence[str], known: frozenset[str]) -> list[str]:
-    """Drop the metrics whose base name this GPU's ncu does not know (all kept if unknown)."""
-    if not known:
+    """Drop the metrics whose base name this GPU's ncu does not list.
+
+    Launch and device attributes (``launch__``, ``device__``) are always kept, and nothing
+    is dropped when the list looks incomplete (fewer than :data:`MIN_LISTED` names).
+    """
+    if len(known) < MIN_LISTED:
         return list(metrics)
-    kept = [m for m in metrics if m.split(".")[0] in known]
+    kept = [m for m in metrics
+            if m.startswith(ALWAYS_KEPT) or m.split(".")[0] in known]
     dropped = sorted(set(metrics) - set(kept))
     if dropped:
         logger.info("this GPU's ncu does not know %d metric(s); not collected: %s",

@@ -250,13 +250,11 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
         parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
         verified.extend(p for p in parts if len(p) > 1)
         if len(parts) > 1:
-            first = recorder.members[parts[0][0]]
-            for part in parts[1:]:
-                other = recorder.members[part[0]]
-                mismatches.append(
-                    f"{', '.join(part)} differ from {parts[0][0]} ({other.calls} call(s), "
-                    f"{other.op_count()} ops vs {first.calls}, {first.op_count()}): "
-                    "profiled on their own")
+            described = " | ".join(
+                f"{', '.join(p)} ({recorder.members[p[0]].calls} call(s), "
+                f"{recorder.members[p[0]].op_count()} ops)" for p in parts)
+            mismatches.append(f"twins run differently: {described}; only members that agree "
+                              "are replicated")
     groups: list[dict[str, Any]] = []
     replicas: list[str] = []
     for part in sorted(verified, key=lambda p: p[0].count(".")):

@@ -34,6 +34,22 @@ def _key(report: Path, schema_version: int) -> dict[str, int]:
     return {"schema": schema_version, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Give string columns read from Parquet the in-memory form: object dtype, None if missing.
+
+    Args:
+        frame: a table as pyarrow's ``to_pandas`` returns it.
+
+    Returns:
+        The same frame, its string columns converted in place.
+    """
+    for column in frame.columns:
+        if pd.api.types.is_string_dtype(frame[column].dtype) and frame[column].dtype != object:
+            values = frame[column].astype(object)
+            frame[column] = values.where(values.notna(), None)
+    return frame
+
+
 def read_cache(report: str | os.PathLike[str], schema_version: int
                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
     """Return the cached (table, report meta) of ``report``, or None when absent or stale.
@@ -55,7 +71,7 @@ def read_cache(report: str | os.PathLike[str], schema_version: int
         if stored.get("key") != _key(Path(report), schema_version):
             logger.debug("cache %s is stale; reading the report again", path)
             return None
-        table = pq.read_table(path).to_pandas()
+        table = plain_strings(pq.read_table(path).to_pandas())
     except Exception as err:  # a damaged cache is never fatal: read the report instead
         logger.debug("ignoring unreadable cache %s: %s", path, err)
         return None

@@ -1,4 +1,4 @@
-"""The front door of the collect stage: :func:`sweep`.
+"""The front door of the collect stage: :func:`sweep` (public as ``torch_nsight.sweep``).
 
 It validates the arguments, pickles the job, starts one child per GPU (``ncu <flags>
 python -m torch_nsight.collect.worker <job>``, or the worker alone for a dry run), watches
@@ -240,36 +240,22 @@ def sweep(
     payload = jobs.serialize_job(job)
 
     keep = output_dir is not None
-    work = Path(output_dir) if keep else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-"))
+    work = (Path(output_dir).resolve() if output_dir is not None
+            else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
     work.mkdir(parents=True, exist_ok=True)
     private = jobs.make_private_dir()
     try:
-        specs = []
-        for slot, device in enumerate(visible):
-            indices = list(range(len(pairs)))[slot::len(visible)]
-            if not indices:
-                continue
-            name = "sweep" if device is None else "sweep-gpu" + "".join(
-                c if c.isalnum() else "_" for c in str(devices[slot]))  # type: ignore[index]
-            assignment = jobs.Assignment(indices, str(work / f"{name}.status.jsonl"),
-                                         str(work / f"{name}.result.json"),
-                                         jobs.parent_sys_path(), name)
-            job_path = jobs.write_job(payload, assignment, private)
-            app = [sys.executable, "-m", WORKER_MODULE, str(job_path)]
-            report = work / f"{name}.ncu-rep" if ncu_path else None
-            command = app if ncu_path is None else ncu_cli.build_command(
-                ncu_path, report=work / name, metric_set=chosen, metrics=metrics, app=app,
-                exclude_replicas=replicate, extra_args=extra)
-            if report is not None:
-                report.unlink(missing_ok=True)
-            specs.append(ChildSpec(name, command, child_env(device), Path(assignment.status_path),
-                                   Path(assignment.result_path), report,
-                                   work / f"{name}.log" if keep else None,
-                                   len(indices) * len(variants)))
+        specs = _child_specs(payload, n_shapes=len(pairs), n_variants=len(variants),
+                             devices=devices, visible=visible, work=work, private=private,
+                             keep=keep, ncu_command=None if ncu_path is None else
+                             lambda report, app: ncu_cli.build_command(
+                                 ncu_path, report=report, metric_set=chosen, metrics=metrics,
+                                 app=app, exclude_replicas=replicate, extra_args=extra))
         options = {"backward": backward, "dtype": job.dtype, "warmup": warmup,
                    "repeats": repeats, "metric_set": chosen.name, "replicate": replicate,
                    "ops": job.ops, "timeout_s": timeout, "devices": visible,
-                   "profiler": profiler, "ncu": ncu_path, "ncu_args": extra}
+                   "profiler": profiler, "ncu": ncu_path, "ncu_args": extra,
+                   "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics))}
         if keep:
             description = {**jobs.describe_job(job), "options": options,
                            "commands": {s.name: s.command for s in specs},
@@ -292,11 +278,48 @@ def sweep(
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     if not quiet:
-        print_summary(profile)
+        try:
+            print_summary(profile)
+        except Exception as err:  # a summary must never cost the profile
+            logger.warning("could not print the hotspot tables: %s", err)
     return profile
 
 
+def _child_specs(payload: bytes, *, n_shapes: int, n_variants: int,
+                 devices: Sequence[int | str] | None, visible: list[str | None], work: Path,
+                 private: Path, keep: bool,
+                 ncu_command: Callable[[Path, list[str]], list[str]] | None) -> list[ChildSpec]:
+    """One child per device (shapes dealt round-robin), each with its own job file."""
+    specs = []
+    for slot, device in enumerate(visible):
+        indices = list(range(n_shapes))[slot::len(visible)]
+        if not indices:
+            continue
+        name = "sweep" if devices is None else "sweep-gpu" + "".join(
+            c if c.isalnum() else "_" for c in str(devices[slot]))
+        assignment = jobs.Assignment(indices, str(work / f"{name}.status.jsonl"),
+                                     str(work / f"{name}.result.json"),
+                                     jobs.parent_sys_path(), name)
+        app = [sys.executable, "-m", WORKER_MODULE,
+               str(jobs.write_job(payload, assignment, private))]
+        report = None if ncu_command is None else work / f"{name}.ncu-rep"
+        if report is not None:
+            report.unlink(missing_ok=True)
+        specs.append(ChildSpec(
+            name, app if ncu_command is None else ncu_command(work / name, app),
+            child_env(device), Path(assignment.status_path), Path(assignment.result_path),
+            report, work / f"{name}.log" if keep else None, len(indices) * n_variants))
+    return specs
+
+
 def _save(profile: Profile, work: Path) -> None:
+    try:
+        _write_table(profile, work)
+    except Exception as err:  # the Profile is still returned
+        logger.warning("could not save the kernel table into %s: %s", work, err)
+
+
+def _write_table(profile: Profile, work: Path) -> None:
     try:
         import pyarrow  # noqa: F401
     except ImportError:

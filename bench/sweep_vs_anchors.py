@@ -1,0 +1,148 @@
+"""torch_nsight.sweep against its anchors, side by side in one run (on a GPU with ncu).
+
+    PYTHONPATH=$PWD python bench/sweep_vs_anchors.py [--skip-gpt2] [--out DIR]
+
+(a) Llama-style block (hidden 1024, bf16, batch 1), seq 256/1024/4096, forward: our sweep
+    with the default metric set (every kernel, roofline metrics) against nsight-python 0.9.6
+    timing only the five projection GEMMs (bench/anchor_nsight_python.py, duration only,
+    3 runs).
+(b) GPT-2-small-sized forward (12 layers, d=768, bs 4, seq 1024, bf16): our sweep (default
+    metric set, identical layers replicated) against a plain
+    ``ncu --nvtx --section SpeedOfLight`` run of the same instrumented forward
+    (examples/profile_by_hand.py). Replicated durations are compared with the ones the plain
+    run measured directly for the same module and kernel.
+
+Every wall time is a whole process, timed from outside as a user would experience it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LLAMA_SHAPES = [(1, 256, 1024), (1, 1024, 1024), (1, 4096, 1024)]
+
+
+def timed(cmd: list[str], log: Path) -> tuple[float, int]:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
+    return time.perf_counter() - start, rc
+
+
+def ours_llama(out: Path) -> None:
+    import torch_nsight
+    from examples.models import LlamaBlock
+
+    profile = torch_nsight.sweep(LlamaBlock, LLAMA_SHAPES, dtype="bf16", output_dir=out,
+                                 quiet=True)
+    k = profile.kernels
+    summary = {"kernels": len(k), "profiled": int(k.get("replicated_from").isna().sum())
+               if "replicated_from" in k else len(k),
+               "with_flops": int(k["flops"].notna().sum()), "with_bound": int(k["bound"].notna().sum()),
+               "unattributed": int((k["module"] == "(unattributed)").sum()),
+               "failures": profile.meta.get("failures", [])}
+    (out / "summary.json").write_text(json.dumps(summary))
+
+
+def gpt2_inputs(shape):
+    import torch
+
+    return torch.randint(0, 50257, tuple(shape))
+
+
+def ours_gpt2(out: Path) -> None:
+    import torch_nsight
+    from examples.models import GPT2Small
+
+    profile = torch_nsight.sweep(GPT2Small, [(4, 1024)], make_inputs=gpt2_inputs, dtype="bf16",
+                                 output_dir=out, quiet=True)
+    profile.kernels.to_parquet(out / "ours_kernels.parquet")
+
+
+def compare_gpt2(ours_dir: Path, plain_report: Path) -> dict:
+    import pandas as pd
+
+    import torch_nsight
+
+    ours = pd.read_parquet(ours_dir / "ours_kernels.parquet")
+    plain = torch_nsight.load(plain_report).kernels
+    key = ["module", "direction", "kernel"]
+    for frame in (ours, plain):
+        frame["nth"] = frame.groupby(key).cumcount()
+    merged = ours.merge(plain[key + ["nth", "duration_ns"]], on=key + ["nth"],
+                        suffixes=("", "_direct"))
+    copied = merged[merged["replicated_from"].notna()] if "replicated_from" in merged else merged[:0]
+    err = (copied["duration_ns"] / copied["duration_ns_direct"] - 1).abs() * 100
+    return {"our_rows": len(ours), "plain_rows": len(plain),
+            "ours_profiled": int(ours["replicated_from"].isna().sum()),
+            "ours_unattributed": int((ours["module"] == "(unattributed)").sum()),
+            "replicated_rows_matched": len(copied),
+            "replicated_err_pct_median": float(err.median()) if len(err) else None,
+            "replicated_err_pct_p90": float(err.quantile(0.9)) if len(err) else None,
+            "replicated_within_5pct": float((err <= 5).mean()) if len(err) else None,
+            "module_total_err_pct": module_total_error(ours, plain)}
+
+
+def module_total_error(ours, plain) -> float:
+    a = ours.groupby("module")["duration_ns"].sum()
+    b = plain.groupby("module")["duration_ns"].sum()
+    both = a.index.intersection(b.index)
+    return float(((a[both] / b[both] - 1).abs() * 100).median())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("bench_out"))
+    parser.add_argument("--skip-gpt2", action="store_true")
+    parser.add_argument("--skip-llama", action="store_true")
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    out = args.out.resolve()
+    if args.mode == "ours-llama":
+        ours_llama(out / "llama")
+        return 0
+    if args.mode == "ours-gpt2":
+        ours_gpt2(out / "gpt2")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    me = [sys.executable, str(Path(__file__).resolve()), "--out", str(out)]
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    rows = []
+    if not args.skip_llama:
+        t_ours, rc = timed(me + ["--mode", "ours-llama"], out / "ours_llama.log")
+        summary = json.loads((out / "llama" / "summary.json").read_text()) if rc == 0 else {}
+        t_anchor, rc2 = timed([sys.executable, "bench/anchor_nsight_python.py"],
+                              out / "anchor_nsight_python.log")
+        rows.append({"case": "(a) Llama block, seq 256/1024/4096, fwd",
+                     "torch_nsight_s": round(t_ours, 1), "rc": rc,
+                     "torch_nsight": summary, "anchor": "nsight-python 0.9.6, 5 GEMMs x 3 runs",
+                     "anchor_s": round(t_anchor, 1), "anchor_rc": rc2})
+    if not args.skip_gpt2:
+        t_ours, rc = timed(me + ["--mode", "ours-gpt2"], out / "ours_gpt2.log")
+        plain_report = out / "gpt2_plain.ncu-rep"
+        t_plain, rc2 = timed([ncu, "--clock-control", "none", "--nvtx", "--nvtx-include",
+                              "torch_nsight@measure", "--section", "SpeedOfLight", "-f", "-o",
+                              str(plain_report), sys.executable, "examples/profile_by_hand.py",
+                              "gpt2", "--batch", "4", "--seq", "1024", "--dtype", "bf16"],
+                             out / "plain_gpt2.log")
+        detail = compare_gpt2(out / "gpt2", plain_report) if rc == 0 and rc2 == 0 else {}
+        rows.append({"case": "(b) GPT-2-small forward, bs 4, seq 1024",
+                     "torch_nsight_s": round(t_ours, 1), "rc": rc, "torch_nsight": detail,
+                     "anchor": "ncu --nvtx --section SpeedOfLight (every kernel)",
+                     "anchor_s": round(t_plain, 1), "anchor_rc": rc2})
+    print(json.dumps(rows, indent=1))
+    (out / "sweep_vs_anchors.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The dry run (profiler=None): the same child path without ncu, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_nsight
+from torch_nsight.collect import job as jobs
+from torch_nsight.errors import ShapeFailedError
+from torch_nsight.profile import KERNEL_COLUMNS
+
+from .models import Stack, TwoInputs, make_inputs_failing_on_4, make_inputs_hanging_on_3
+
+
+def statuses(profile) -> dict[tuple[str | None, str], str]:
+    return {(r["variant"] or None, r["shape"]): r["status"] for r in profile.meta["results"]}
+
+
+def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
+    made: list[Path] = []
+    real = jobs.make_private_dir
+    monkeypatch.setattr(jobs, "make_private_dir", lambda: made.append(real()) or made[-1])
+    width = 16
+
+    def factory() -> torch.nn.Module:
+        return Stack(layers=3, d=width)
+
+    profile = torch_nsight.sweep({"module": Stack(4), "factory": factory, "class": Stack},
+                                 [(2, 16), (3, 5, 16)], backward=True, repeats=2, warmup=1,
+                                 dtype="float64", output_dir=tmp_path / "out", quiet=True,
+                                 profiler=None)
+    assert statuses(profile) == {(v, s): "ok" for v in ("module", "factory", "class")
+                                 for s in ("2x16", "3x5x16")}
+    assert profile.kernels.empty and set(KERNEL_COLUMNS) <= set(profile.kernels.columns)
+    assert profile.meta["dry_run"] is True and profile.meta["failures"] == []
+    assert profile.meta["shapes"] == ["2x16", "3x5x16"]
+    assert profile.meta["variants"] == ["module", "factory", "class"]
+    first = profile.meta["results"][0]
+    assert first["runs"] == 2 and first["outputs"] == "(2, 16) float64"
+    # the dtype was applied and identical layers were found: h.0 gets no input gradient
+    # (its input needs none), so h.1 represents h.2 and h.3
+    groups = first["replication"]["groups"]
+    assert groups[0]["representative"] == "h.1" and groups[0]["replicas"] == ["h.2", "h.3"]
+    assert any("h.0 (" in line for line in first["replication"]["mismatches"])
+    out = tmp_path / "out"
+    assert json.loads((out / "job.json").read_text())["options"]["repeats"] == 2
+    assert json.loads((out / "sweep.result.json").read_text())["finished"] is True
+    assert (out / "sweep.log").is_file()
+    assert made and not made[0].exists()  # the job file's private directory is gone
+
+
+def test_make_inputs_kwargs_and_named_configs() -> None:
+    def make_inputs(config: dict) -> dict:
+        return {"x": torch.randn(config["batch"], 16), "scale": torch.tensor(2.0)}
+
+    profile = torch_nsight.sweep(TwoInputs(), {"small": {"batch": 1}, "big": {"batch": 8}},
+                                 make_inputs=make_inputs, replicate=False, quiet=True,
+                                 profiler=None)
+    assert statuses(profile) == {(None, "small"): "ok", (None, "big"): "ok"}
+    assert profile.meta["results"][1]["outputs"] == "(8, 16) float32"
+    assert "replication" not in profile.meta["results"][0]
+
+
+def test_failing_shape_keeps_the_others(caplog) -> None:
+    with caplog.at_level(logging.WARNING):
+        profile = torch_nsight.sweep(Stack(2), [(2, 16), (4, 16), (5, 16)],
+                                     make_inputs=make_inputs_failing_on_4, replicate=False,
+                                     quiet=True, profiler=None)
+    assert statuses(profile) == {(None, "2x16"): "ok", (None, "4x16"): "failed",
+                                 (None, "5x16"): "ok"}
+    (failure,) = profile.meta["failures"]
+    assert failure["shape"] == "4x16" and "out of memory" in failure["error"]
+    assert any("4x16" in r.getMessage() and "out of memory" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_every_shape_failing_raises() -> None:
+    with pytest.raises(ShapeFailedError, match="4x16.*out of memory"):
+        torch_nsight.sweep(Stack(2), [(4, 16)], make_inputs=make_inputs_failing_on_4,
+                           replicate=False, quiet=True, profiler=None)
+
+
+def test_hung_shape_times_out_and_the_rest_run() -> None:
+    profile = torch_nsight.sweep(Stack(2), [(2, 16), (3, 16), (5, 16)], timeout=3,
+                                 make_inputs=make_inputs_hanging_on_3, replicate=False,
+                                 quiet=True, profiler=None)
+    assert statuses(profile) == {(None, "2x16"): "ok", (None, "3x16"): "timeout",
+                                 (None, "5x16"): "ok"}
+    assert "timeout" in profile.meta["failures"][0]["error"]
+
+
+def test_devices_spread_shapes_over_children() -> None:
+    profile = torch_nsight.sweep(Stack(2), [(1, 16), (2, 16), (3, 16)], devices=[0, 1],
+                                 replicate=False, quiet=True, profiler=None)
+    children = {r["shape"]: r["child"] for r in profile.meta["results"]}
+    assert children == {"1x16": "sweep-gpu0", "2x16": "sweep-gpu1", "3x16": "sweep-gpu0"}
+    assert set(statuses(profile).values()) == {"ok"}
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"shapes": [("a", "b")]}, ValueError, "make_inputs"),
+    ({"warmup": -1}, ValueError, "warmup"),
+    ({"repeats": 0}, ValueError, "repeats"),
+    ({"timeout": 0}, ValueError, "timeout"),
+    ({"backward": 1}, TypeError, "backward"),
+    ({"profiler": "nsys"}, ValueError, "profiler"),
+    ({"devices": 0}, ValueError, "devices"),
+    ({"derive": {"x": 3}}, TypeError, "derive"),
+    ({"metric_set": "fast"}, ValueError, "metric_set"),
+    ({"model": {"a/b": Stack}}, ValueError, "variant label"),
+    ({"model": 3}, TypeError, "nn.Module"),
+    ({"dtype": "int4"}, ValueError, "dtype"),
+])
+def test_arguments_checked_at_the_front_door(kwargs, error, match) -> None:
+    args = {"model": Stack, "shapes": [(1, 16)], "profiler": None, "quiet": True, **kwargs}
+    with pytest.raises(error, match=match):
+        torch_nsight.sweep(args.pop("model"), args.pop("shapes"), **args)

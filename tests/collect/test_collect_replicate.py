@@ -1,0 +1,149 @@
+"""Identical siblings: detection, the check, the replica ranges, and the row expansion."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+
+from torch_nsight.collect import replicate
+from torch_nsight.collect.replicate import (
+    ReplicaMarkers,
+    candidate_groups,
+    check_siblings,
+    expand_replicas,
+)
+
+from .models import Stack
+
+
+def run(model: torch.nn.Module, backward: bool, x: torch.Tensor):
+    def once() -> None:
+        if backward:
+            model(x).float().mean().backward()
+            model.zero_grad(set_to_none=True)
+        else:
+            with torch.no_grad():
+                model(x)
+    return once
+
+
+def test_candidate_groups_are_static_twins() -> None:
+    model = Stack(3)
+    model.h[2].fc1 = torch.nn.Linear(16, 32, bias=False)  # not a twin any more
+    assert candidate_groups(model) == [["h.0", "h.1"], ["h.0.n1", "h.0.n2"],
+                                       ["h.1.n1", "h.1.n2"], ["h.2.n1", "h.2.n2"]]
+
+
+def test_forward_check_replicates_the_stack_and_nested_twins() -> None:
+    model = Stack(4)
+    verdict = check_siblings(model, run(model, False, torch.randn(2, 16)), backward=False,
+                             cuda=False)
+    assert verdict["status"] == "replicated" and verdict["mismatches"] == []
+    groups = [(g["representative"], g["replicas"]) for g in verdict["groups"]]
+    # outer group first; twins inside replicas are covered by their representative
+    assert groups == [("h.0", ["h.1", "h.2", "h.3"]), ("h.0.n1", ["h.0.n2"])]
+    assert set(verdict["groups"][0]["time_ms"]) == {"h.0", "h.1", "h.2", "h.3"}
+
+
+def test_a_twin_that_runs_differently_is_profiled_on_its_own() -> None:
+    model = Stack(4)
+    model.h[2].extra = True
+    verdict = check_siblings(model, run(model, True, torch.randn(2, 16)), backward=True,
+                             cuda=False)
+    outer = verdict["groups"][0]
+    # h.0 gets no input gradient and h.2 runs one more op: both profiled themselves
+    assert (outer["representative"], outer["replicas"]) == ("h.1", ["h.3"])
+    (line,) = [m for m in verdict["mismatches"] if "h.0 (" in m]
+    assert "h.1, h.3 (1 call(s), " in line and "h.2 (1 call(s), " in line
+
+
+def test_no_twins() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 4))
+    assert check_siblings(model, run(model, False, torch.randn(1, 4)), backward=False,
+                          cuda=False)["status"] == "none"
+
+
+def test_replica_ranges_cover_forward_and_backward(monkeypatch) -> None:
+    import nvtx
+
+    events: list[tuple[str, object]] = []
+    counter = iter(range(1000))
+
+    def start_range(message, domain=None):
+        handle = (next(counter), domain)
+        events.append(("start", message, domain, handle))
+        return handle
+
+    monkeypatch.setattr(nvtx, "start_range", start_range)
+    monkeypatch.setattr(nvtx, "end_range", lambda handle: events.append(("end", handle)))
+    model = Stack(3)
+    with ReplicaMarkers(model, ["h.1", "h.2"], backward=True):
+        run(model, True, torch.randn(2, 16, requires_grad=True))()
+    starts = [e for e in events if e[0] == "start"]
+    ends = [e for e in events if e[0] == "end"]
+    assert len(starts) == 4 and len(ends) == 4  # h.1, h.2: forward and backward each
+    assert {(e[1], e[2]) for e in starts} == {(replicate.REPLICA_MESSAGE, "torch_nsight")}
+    assert {e[3] for e in starts} == {e[1] for e in ends}
+    assert not model.h[1]._forward_pre_hooks  # hooks removed on exit
+
+
+def kernels() -> pd.DataFrame:
+    rows = []
+    for shape in ("1x16", "2x16"):
+        for run_index in (0, 1):
+            for module, direction, stack in [
+                ("Stack", "fwd", ("Stack",)),
+                ("h.0.fc1", "fwd", ("Stack", "h.0", "h.0.fc1")),
+                ("h.0.n1", "fwd", ("Stack", "h.0", "h.0.n1")),
+                ("h.0.n1", "bwd", ("bwd:Stack", "bwd:h.0", "bwd:h.0.n1")),
+                ("h.10", "fwd", ("Stack", "h.10")),  # a prefix look-alike, not inside h.1
+            ]:
+                rows.append({"variant": None, "shape": shape, "run": run_index,
+                             "module": module, "direction": direction,
+                             "module_path": "/".join(m.removeprefix("bwd:") for m in stack),
+                             "nvtx_stack": stack, "kernel": f"k_{module}",
+                             "duration_ns": 100.0})
+    return pd.DataFrame(rows)
+
+
+def test_expand_replicas_nested_scoped_and_renamed() -> None:
+    groups = [{"variant": "", "shape": "1x16", "representative": "h.0", "replicas": ["h.1"]},
+              {"variant": "", "shape": "1x16", "representative": "h.0.n1",
+               "replicas": ["h.0.n2"]}]
+    out = expand_replicas(kernels(), groups)
+    small = out[out["shape"] == "1x16"]
+    assert len(out[out["shape"] == "2x16"]) == 10  # other shape untouched
+    # per run: h.0 (3 rows) + h.0.n2 (2) measured or nested-copied, h.1 gets all 5
+    by_module = small.groupby("module").size().to_dict()
+    assert by_module == {"Stack": 2, "h.0.fc1": 2, "h.0.n1": 4, "h.0.n2": 4, "h.1.fc1": 2,
+                         "h.1.n1": 4, "h.1.n2": 4, "h.10": 2}
+    n2 = small[small["module"] == "h.1.n2"]
+    assert set(n2["replicated_from"]) == {"h.0.n1"}  # where the kernel was measured
+    bwd = n2[n2["direction"] == "bwd"].iloc[0]
+    assert bwd["nvtx_stack"] == ("bwd:Stack", "bwd:h.1", "bwd:h.1.n2")
+    assert bwd["module_path"] == "Stack/h.1/h.1.n2"
+    assert small[small["module"] == "h.0.fc1"]["replicated_from"].isna().all()
+    assert set(small[small["module"] == "h.1.fc1"]["replicated_from"]) == {"h.0.fc1"}
+
+
+def test_expand_skips_what_was_profiled_anyway() -> None:
+    df = kernels()
+    profiled = df[(df["module"] == "h.0.fc1") & (df["run"] == 0)].assign(
+        module="h.1.fc1", module_path="Stack/h.1/h.1.fc1",
+        nvtx_stack=[("Stack", "h.1", "h.1.fc1")] * 2)
+    df = pd.concat([df, profiled], ignore_index=True)
+    out = expand_replicas(df, [{"variant": None, "shape": "1x16", "representative": "h.0",
+                                "replicas": ["h.1"]}])
+    h1 = out[(out["shape"] == "1x16") & out["module"].str.startswith("h.1.")]
+    # run 0 forward was profiled: only the missing (run, direction) pairs are copied
+    assert sorted(zip(h1["run"], h1["direction"], h1["replicated_from"].notna(),
+                      strict=True)) == [(0, "bwd", True), (0, "fwd", False),
+                                        (1, "bwd", True), (1, "fwd", True), (1, "fwd", True)]
+
+
+@pytest.mark.parametrize("groups", [[], [{"variant": "x", "shape": "1x16",
+                                          "representative": "h.0", "replicas": ["h.1"]}]])
+def test_expand_without_matching_groups_adds_only_the_column(groups) -> None:
+    out = expand_replicas(kernels(), groups)
+    assert len(out) == 20 and out["replicated_from"].isna().all()

@@ -1,0 +1,139 @@
+"""The tidy table of a real report holds what ncu_report itself says about every kernel."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import ncu_report
+import pandas as pd
+import pytest
+
+from torch_nsight import naming
+from torch_nsight.metrics import METRICS
+from torch_nsight.report import RAW_COLUMNS, cache_path, read_report, reader
+from torch_nsight.report import cache as report_cache
+
+
+@pytest.fixture(scope="module")
+def llama(llama_path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    return read_report(llama_path, cache=False)
+
+
+def metric(action: Any, name: str) -> float | str | None:
+    value = action.metric_by_name(name)
+    if value is None:
+        return None
+    if value.kind() == ncu_report.IMetric.ValueKind_STRING:
+        return value.as_string()
+    return value.as_double()
+
+
+# ncu's log of the recording (tests/data/README.md): 40 kernels profiled
+PROFILED_BY_NCU = 40
+
+
+def test_one_row_per_profiled_kernel_in_report_order(llama, llama_actions) -> None:
+    frame, meta = llama
+    assert list(frame.columns) == list(RAW_COLUMNS)
+    assert len(frame) == len(llama_actions) == meta["kernels"] == PROFILED_BY_NCU
+    assert frame["kernel_index"].tolist() == list(range(len(llama_actions)))
+
+
+def test_every_declared_metric_matches_the_reader(llama, llama_actions) -> None:
+    frame, meta = llama
+    assert meta["missing_metrics"] == []  # recorded with METRIC_SETS["roofline"]
+    for row, action in zip(frame.itertuples(index=False), llama_actions, strict=True):
+        for declared in METRICS:
+            expected = metric(action, declared.name)
+            got = getattr(row, declared.column)
+            assert got == expected or (expected is None and math.isnan(got)), declared.name
+
+
+def test_names_and_launch_shape(llama, llama_actions) -> None:
+    frame, _ = llama
+    for row, action in zip(frame.itertuples(index=False), llama_actions, strict=True):
+        assert row.kernel_full == action.name(ncu_report.IAction.NameBase_DEMANGLED)
+        assert row.kernel and "(" not in row.kernel and "<" not in row.kernel
+        grid = tuple(int(metric(action, f"launch__grid_dim_{a}")) for a in "xyz")
+        assert row.grid == f"({grid[0]}, {grid[1]}, {grid[2]})"
+        assert row.workload == "kernel"
+
+
+def test_sol_rule_title_and_nvtx_ranges(llama, llama_actions) -> None:
+    frame, _ = llama
+    for row, action in zip(frame.itertuples(index=False), llama_actions, strict=True):
+        titles = [r["rule_message"]["title"] for r in action.rule_results_as_dicts()
+                  if r["rule_identifier"] == "SOLBottleneck"]
+        assert [row.sol_bottleneck] == titles
+        state = action.nvtx_state()
+        domains = {state.domain_by_id(i).name(): state.domain_by_id(i) for i in state.domains()}
+        ours = domains[naming.DOMAIN]
+        assert row.nvtx_stack == tuple(ours.push_pop_ranges())
+        assert row.nvtx_start_end == tuple(ours.start_end_ranges())
+        assert naming.MEASURE_MESSAGE in row.nvtx_start_end
+
+
+def test_report_meta(llama, llama_actions) -> None:
+    _, meta = llama
+    assert meta["gpu"] == metric(llama_actions[0], "device__attribute_display_name")
+    assert meta["ncu_version"] and meta["ncu_version"][0:4].isdigit()
+    assert meta["metric_set"] == "roofline" and meta["nvtx"] is True
+
+
+def test_chunked_worker_processes_read_the_same_records(llama_copy: Path, monkeypatch) -> None:
+    monkeypatch.setattr(reader, "IN_PROCESS_MAX_KERNELS", 1)
+    monkeypatch.setattr(reader, "CHUNK_KERNELS", 7)
+    with reader.local_report(llama_copy) as local:
+        context = reader.open_context(local, llama_copy)
+        assert reader.read_records(context, local, workers=2) == \
+            reader.read_records(context, local, workers=0)
+
+
+def test_second_read_comes_from_the_cache(llama_copy: Path, monkeypatch) -> None:
+    first, meta = read_report(llama_copy)
+    assert cache_path(llama_copy).is_file()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("the report was opened although a valid cache exists")
+
+    monkeypatch.setattr(reader, "open_context", refuse)
+    second, cached_meta = read_report(llama_copy)
+    assert cached_meta == meta
+    pd.testing.assert_frame_equal(first, second, check_dtype=False)
+
+
+def test_changed_report_invalidates_the_cache(llama_copy: Path) -> None:
+    read_report(llama_copy)
+    stat = llama_copy.stat()
+    os.utime(llama_copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert report_cache.read_cache(llama_copy, 1) is None
+    read_report(llama_copy)
+    assert report_cache.read_cache(llama_copy, 1) is not None
+
+
+def test_unwritable_location_skips_the_cache(llama_copy: Path, monkeypatch, caplog) -> None:
+    real_mkstemp = report_cache.tempfile.mkstemp
+
+    def denied(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        if kwargs.get("dir") == llama_copy.parent:  # only the report's own folder
+            raise PermissionError("read-only")
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(report_cache.tempfile, "mkstemp", denied)
+    with caplog.at_level("DEBUG", logger="torch_nsight.report.cache"):
+        frame, _ = read_report(llama_copy)
+    assert len(frame) > 0 and not cache_path(llama_copy).exists()
+    assert "not caching" in caplog.text
+
+
+def test_uncompressed_report_reads_the_same(llama, llama_path: Path, tmp_path: Path) -> None:
+    import lzma
+
+    plain = tmp_path / "llama.ncu-rep"
+    plain.write_bytes(lzma.decompress(llama_path.read_bytes()))
+    frame, _ = read_report(plain, cache=False)
+    expected = llama[0].drop(columns="source")
+    pd.testing.assert_frame_equal(frame.drop(columns="source"), expected)
