@@ -1,0 +1,183 @@
+"""The command line, in real subprocesses (``torch-nsight`` and ``python -m torch_nsight``)
+and in-process through ``main(argv)``."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from torch_nsight.cli import demo
+from torch_nsight.cli.main import build_parser, main
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FIXTURE = DATA / "llama_block_fwd_bwd.ncu-rep.xz"
+LAUNCHERS = {
+    "console-script": [shutil.which("torch-nsight") or "torch-nsight"],
+    "python-m": [sys.executable, "-m", "torch_nsight"],
+}
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> Path:
+    """The recorded report, copied so that its cache lands in tmp, not tests/data."""
+    target = tmp_path / FIXTURE.name
+    shutil.copy(FIXTURE, target)
+    return target
+
+
+def run_cli(launcher: str, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
+    if launcher == "console-script" and shutil.which("torch-nsight") is None:
+        pytest.skip("torch-nsight is not on PATH (pip install -e .)")
+    return subprocess.run([*LAUNCHERS[launcher], *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_report_in_a_subprocess(launcher: str, report: Path, tmp_path: Path) -> None:
+    result = run_cli(launcher, "report", report, "-n", "3", "--csv", "hot.csv",
+                     "--roofline", "roof.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("NVIDIA H200: 40 kernels, shapes 1x512; 92% of GPU time inside "
+                        "module ranges")
+    assert lines[2].split()[:4] == ["#", "module", "dir", "kernel"]
+    assert lines[3].split()[:3] == ["1", "self_attn", "bwd"]
+    assert "wrote hot.csv" in lines and "wrote roof.png" in lines
+    assert len(pd.read_csv(tmp_path / "hot.csv")) == 3
+    assert (tmp_path / "roof.png").read_bytes().startswith(b"\x89PNG")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_not_a_report_is_one_line(launcher: str, tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.ncu-rep"
+    bogus.write_text("not a report\n")
+    result = run_cli(launcher, "report", bogus, cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("torch-nsight: error: ")
+    assert "not an Nsight Compute report" in line
+
+
+def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path) -> None:
+    existing = tmp_path / "modules.json"
+    existing.write_text("keep me")
+    result = run_cli("python-m", "report", report, "--table", "modules", "--json", existing,
+                     cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"torch-nsight: error: {existing} already exists; pass --force to overwrite"]
+    assert existing.read_text() == "keep me"
+    assert main(["report", str(report), "--table", "modules", "--json", str(existing),
+                 "--force"]) == 0
+    assert existing.read_text().startswith("[")
+
+
+def test_demo_reads_the_recorded_report(tmp_path: Path) -> None:
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in DATA.iterdir()}
+    result = run_cli("python-m", "demo", "--recorded", "--out", tmp_path / "demo",
+                     "--table", "modules", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "reading the recorded report" in result.stderr
+    assert "· self_attn" in result.stdout
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
+        "modules.csv", "roofline.png", "scaling.png"]
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in DATA.iterdir()}
+    assert after == before, "the demo must not write into tests/data"
+
+
+def test_demo_without_the_recording(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(demo, "repo_root", lambda: tmp_path)
+    assert main(["demo", "--recorded"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert "recorded report" in err[0] and "torch-nsight report" in err[0]
+
+
+def test_demo_refuses_existing_outputs(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "roofline.png").write_bytes(b"old")
+    assert main(["demo", "--recorded", "--out", str(tmp_path)]) == 1
+    assert "roofline.png already exists" in capsys.readouterr().err
+    assert (tmp_path / "roofline.png").read_bytes() == b"old"
+
+
+@pytest.mark.parametrize("table", ["hotspots", "modules", "kernels"])
+def test_report_tables_in_process(report: Path, table: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), "--table", table, "--format", "github"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[2].startswith("|")
+    rows = {"hotspots": 10, "modules": 21, "kernels": 40}[table]
+    assert len(out.splitlines()) == 2 + 2 + rows
+
+
+def test_report_options_reach_the_renderers(report: Path, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), "--by", "time", "-n", "2", "--depth", "1",
+                 "--parquet", str(tmp_path / "t.parquet"), "--scaling",
+                 str(tmp_path / "s.svg")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].split()[:3] == ["1", "self_attn", "bwd"]
+    assert len(pd.read_parquet(tmp_path / "t.parquet")) == 2
+    assert (tmp_path / "s.svg").read_bytes().startswith(b"<?xml")
+
+
+def test_saved_profile_is_read_back(report: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    import torch_nsight
+
+    saved = torch_nsight.load(report).save(tmp_path / "profile.parquet")
+    assert main(["report", str(saved), "-n", "1"]) == 0
+    assert "self_attn" in capsys.readouterr().out
+
+
+def test_wrong_suffix_for_table_output(report: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), "--csv", str(tmp_path / "t.txt")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"torch-nsight: error: --csv needs a file ending in .csv, got {tmp_path / 't.txt'}"]
+
+
+def test_missing_output_folder(report: Path, tmp_path: Path,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), "--roofline", str(tmp_path / "no" / "r.png")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["report"])
+    assert raised.value.code == 2
+    with pytest.raises(SystemExit) as raised:
+        main([])
+    assert raised.value.code == 2
+
+
+@pytest.mark.parametrize("argv, level", [([], logging.WARNING), (["-v"], logging.INFO),
+                                         (["-vv"], logging.DEBUG)])
+def test_verbosity(argv: list[str], level: int, report: Path,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args([*argv, "report", str(report)])
+    assert args.verbose == len(argv[0]) - 1 if argv else args.verbose == 0
+    assert main([*argv, "report", str(report), "-n", "1"]) == 0
+    assert logging.getLogger("torch_nsight").level == level
+    capsys.readouterr()
+
+
+def test_verbose_after_the_subcommand(report: Path) -> None:
+    args = build_parser().parse_args(["-v", "report", str(report), "-v"])
+    assert isinstance(args, argparse.Namespace)
+    assert args.verbose == 1  # the later -v counts on its own; neither is lost to a default
+    args = build_parser().parse_args(["-v", "report", str(report)])
+    assert args.verbose == 1

@@ -1,0 +1,159 @@
+"""Roofline and scaling plots, checked by structure (points, roofs, lines), not pixels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.colors as mcolors
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection
+from matplotlib.figure import Figure
+
+from torch_nsight.profile import Profile
+from torch_nsight.render import plot_roofline, plot_scaling
+from torch_nsight.render.roofline import compute_roofs, precision_label, top_level_module
+from torch_nsight.render.scaling import scaling_frame
+
+
+def points(figure: Figure, gid: str) -> np.ndarray:
+    """Offsets of every scatter collection with this gid, on any axes."""
+    found = [c.get_offsets() for ax in figure.axes for c in ax.collections
+             if isinstance(c, PathCollection) and c.get_gid() == gid]
+    return np.concatenate(found) if found else np.empty((0, 2))
+
+
+def lines(figure: Figure, prefix: str) -> list:
+    return [line for line in figure.axes[0].get_lines()
+            if (line.get_gid() or "").startswith(prefix)]
+
+
+def test_every_kernel_with_flops_is_a_point(profile: Profile) -> None:
+    figure = plot_roofline(profile)
+    kernels = profile.kernels
+    with_flops = kernels[kernels["flops"] > 0]
+    placed = points(figure, "kernel-points")
+    assert len(placed) == len(with_flops) == 36
+    assert len(points(figure, "unplaced-kernels")) == 4
+    assert len(placed) + len(points(figure, "unplaced-kernels")) == len(kernels)
+    assert sorted(placed[:, 0]) == pytest.approx(sorted(with_flops["intensity"]))
+    assert sorted(placed[:, 1]) == pytest.approx(sorted(with_flops["achieved_flops_per_s"]))
+    strip_times = sorted(points(figure, "unplaced-kernels")[:, 0])
+    assert strip_times == pytest.approx([1.76, 3.104, 3.52, 4.768])
+
+
+def test_roofs_come_from_the_report(profile: Profile) -> None:
+    figure = plot_roofline(profile)
+    kernels = profile.kernels
+    (memory,) = lines(figure, "memory-roof")
+    x, y = memory.get_data()
+    assert y[0] / x[0] == pytest.approx(kernels["peak_bytes_per_s"].max())
+    compute = {frozenset(line.get_gid().split(":")[1].split("+")): line.get_ydata()[0]
+               for line in lines(figure, "compute-roof:")}
+    # fp32 and fp16 CUDA-core peaks are within 1% on the H200: they share one roof.
+    cuda = frozenset({"fp32", "fp16"})
+    assert set(compute) == {frozenset({"tensor_bf16"}), cuda}
+    peaks = kernels.groupby("precision")["peak_flops_per_s"].max()
+    assert compute[frozenset({"tensor_bf16"})] == pytest.approx(peaks["tensor_bf16"])
+    assert compute[cuda] == pytest.approx(max(peaks["fp32"], peaks["fp16"]))
+    roofs = compute_roofs(kernels)
+    assert {p for key in roofs for p in key} == {"tensor_bf16", "fp32", "fp16"}
+
+
+def test_points_sit_under_the_roof(profile: Profile) -> None:
+    kernels = profile.kernels[profile.kernels["flops"] > 0]
+    bandwidth = profile.kernels["peak_bytes_per_s"].max()
+    ceiling = np.minimum(kernels["peak_flops_per_s"], bandwidth * kernels["intensity"])
+    assert (kernels["achieved_flops_per_s"] <= ceiling).all()
+
+
+def test_colours_by_top_level_module_and_title(profile: Profile) -> None:
+    figure = plot_roofline(profile)
+    groups = set(profile.kernels["module_path"].map(top_level_module))
+    assert groups == {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
+                      "LlamaBlock (own kernels)", "(unattributed)"}
+    colours = {mcolors.to_hex(c.get_facecolors()[0]) for ax in figure.axes
+               for c in ax.collections if isinstance(c, PathCollection)}
+    assert len(colours) == len(groups)
+    legend_names = {t.get_text() for t in figure.legends[0].get_texts()}
+    assert legend_names == groups
+    title = figure.axes[0].get_title()
+    assert "NVIDIA H200" in title and "1x512" in title and "36 of 40" in title
+
+
+def test_no_strip_when_every_kernel_has_flops(profile: Profile) -> None:
+    kernels = profile.kernels[profile.kernels["flops"] > 0]
+    figure = plot_roofline(Profile(kernels.reset_index(drop=True), profile.meta))
+    assert len(figure.axes) == 1
+    assert len(points(figure, "kernel-points")) == 36
+
+
+def test_roofline_of_one_shape(sweep_profile: Profile) -> None:
+    figure = plot_roofline(sweep_profile, shape="1x1024")
+    assert len(points(figure, "kernel-points")) == 2 * 36
+    assert "1x1024" in figure.axes[0].get_title()
+    with pytest.raises(ValueError, match="1x256, 1x512, 1x1024"):
+        plot_roofline(sweep_profile, shape="8x8")
+
+
+@pytest.mark.parametrize("plot", [plot_roofline, plot_scaling])
+@pytest.mark.parametrize("suffix, magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
+def test_files_by_suffix(profile: Profile, tmp_path: Path, plot, suffix: str,
+                         magic: bytes) -> None:
+    target = tmp_path / f"plot{suffix}"
+    assert isinstance(plot(profile, target), Figure)
+    assert target.read_bytes().startswith(magic)
+
+
+@pytest.mark.parametrize("plot", [plot_roofline, plot_scaling])
+def test_unknown_suffix(profile: Profile, tmp_path: Path, plot) -> None:
+    with pytest.raises(ValueError, match=r"\.png or \.svg"):
+        plot(profile, tmp_path / "plot.pdf")
+    assert not (tmp_path / "plot.pdf").exists()
+
+
+def test_scaling_one_shape_accounts_for_all_time(profile: Profile) -> None:
+    figure = plot_scaling(profile)
+    bars = [p for p in figure.axes[0].patches if p.get_gid() == "module-time"]
+    assert len(bars) == 6
+    total_us = profile.kernels["duration_ns"].sum() / 1e3
+    assert sum(bar.get_width() for bar in bars) == pytest.approx(total_us)
+    assert "one shape only" in figure.axes[0].get_title()
+
+
+def test_scaling_lines_per_module_and_variant(sweep_profile: Profile) -> None:
+    figure = plot_scaling(sweep_profile)
+    drawn = lines(figure, "module-time")
+    assert len(drawn) == 6 * 2
+    assert all(len(line.get_xdata()) == 3 for line in drawn)
+    ticks = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert ticks == ["1x256", "1x512", "1x1024"]
+    styles = {line.get_label().split("[")[1].rstrip("]"): line.get_linestyle()
+              for line in drawn}
+    assert styles["eager"] != styles["sdpa"]
+    assert len(figure.legends) == 2
+    assert [t.get_text() for t in figure.legends[1].get_texts()] == ["eager", "sdpa"]
+    # Module legend: longest first at the last shape.
+    assert [t.get_text() for t in figure.legends[0].get_texts()][:2] == ["mlp", "self_attn"]
+
+
+def test_scaling_frame_adds_up(sweep_profile: Profile) -> None:
+    frame = scaling_frame(sweep_profile, depth=1)
+    totals = frame.groupby(["variant", "shape"])["time_ns"].sum()
+    expected = sweep_profile.kernels.groupby(["variant", "shape"])["duration_ns"].sum()
+    pd.testing.assert_series_equal(totals.sort_index(), expected.sort_index(),
+                                   check_names=False)
+    assert "LlamaBlock (own kernels)" in set(frame["module"])
+    assert set(scaling_frame(sweep_profile, depth=0)["module"]) == {"LlamaBlock",
+                                                                   "(unattributed)"}
+    with pytest.raises(ValueError, match="depth"):
+        scaling_frame(sweep_profile, depth=-1)
+
+
+def test_precision_labels() -> None:
+    assert precision_label(("tensor_bf16",)) == "bf16 tensor core"
+    assert precision_label(("fp32", "fp16")) == "fp32, fp16 CUDA core"
+    assert top_level_module("Root") == "Root (own kernels)"
+    assert top_level_module(None) == "(unattributed)"
+    assert top_level_module("Root/a/a.b") == "a"

@@ -1,0 +1,123 @@
+"""Tables rendered from the recorded report: golden text, every format, every file type."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from torch_nsight.profile import Profile
+from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
+from torch_nsight.render.units import format_count, format_giga, format_rate, format_us, shorten
+
+GOLDEN = Path(__file__).parent / "golden"
+REGENERATE = os.environ.get("TORCH_NSIGHT_REGEN_GOLDEN") == "1"
+GOLDEN_FORMATS = ("plain", "github", "markdown")
+
+
+def check_golden(name: str, text: str) -> None:
+    """Compare with tests/render/golden/<name>; TORCH_NSIGHT_REGEN_GOLDEN=1 rewrites it."""
+    path = GOLDEN / name
+    if REGENERATE:
+        path.write_text(text + "\n", encoding="utf-8")
+    assert path.is_file(), f"{path} missing: run with TORCH_NSIGHT_REGEN_GOLDEN=1"
+    assert text + "\n" == path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("fmt", GOLDEN_FORMATS)
+@pytest.mark.parametrize("what", TABLES)
+def test_golden_tables(profile: Profile, what: str, fmt: str) -> None:
+    check_golden(f"{what}.{fmt}.txt", render_table(profile, what, fmt))
+
+
+def test_golden_hotspots_by_time(profile: Profile) -> None:
+    check_golden("hotspots_by_time.plain.txt", render_table(profile, "hotspots", by="time", n=5))
+
+
+def test_golden_sweep_hotspots(sweep_profile: Profile) -> None:
+    check_golden("sweep_hotspots.plain.txt", render_table(sweep_profile, n=6))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_renders(profile: Profile, fmt: str) -> None:
+    text = render_table(profile, "hotspots", fmt, n=3)
+    # LaTeX formats escape underscores (self\_attn), so look for plain words.
+    assert "headroom" in text and "CatArrayBatchedCopy" in text
+    assert len([line for line in text.splitlines() if "attn" in line]) >= 2
+
+
+def test_hotspot_numbers_read_from_the_report(profile: Profile) -> None:
+    first = render_table(profile, n=1).splitlines()[1].split()
+    # The cuDNN flash-attention backward: 19,872 ns, 18,162 ns recoverable, 8.6% of roof.
+    assert first[:3] == ["1", "self_attn", "bwd"]
+    assert first[-2:] == ["8.6", "18.16"]
+    assert "19.87" in first and "7.8" in first
+
+
+def test_row_counts(profile: Profile) -> None:
+    assert len(table_frame(profile, "hotspots")) == 10
+    assert len(table_frame(profile, "kernels")) == 40
+    assert len(table_frame(profile, "modules")) == 21
+    assert len(table_frame(profile, "modules", depth=0)) == 3
+    assert len(table_frame(profile, "kernels", n=5)) == 5
+    shares = table_frame(profile, "kernels")["pct_of_total"]
+    assert shares.sum() == pytest.approx(100.0)
+
+
+def test_labels_shown_only_when_they_differ(profile: Profile, sweep_profile: Profile) -> None:
+    single = render_table(profile).splitlines()[0]
+    several = render_table(sweep_profile).splitlines()[0]
+    assert "variant" not in single and "shape" not in single
+    assert "variant" in several and "shape" in several
+
+
+@pytest.mark.parametrize("bad", [{"what": "flame"}, {"fmt": "latex_raw2"}, {"n": 0},
+                                 {"by": "flops"}, {"depth": -1}])
+def test_bad_arguments(profile: Profile, bad: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        render_table(profile, **bad)
+
+
+@pytest.mark.parametrize("what", TABLES)
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json", ".txt", ".md"])
+def test_write_table(profile: Profile, tmp_path: Path, what: str, suffix: str) -> None:
+    target = write_table(profile, tmp_path / f"table{suffix}", what)
+    expected = table_frame(profile, what)
+    if suffix == ".csv":
+        read = pd.read_csv(target)
+    elif suffix == ".parquet":
+        read = pd.read_parquet(target)
+    elif suffix == ".json":
+        read = pd.DataFrame(json.loads(target.read_text(encoding="utf-8")))
+    else:
+        fmt = "plain" if suffix == ".txt" else "markdown"
+        assert target.read_text(encoding="utf-8") == render_table(profile, what, fmt) + "\n"
+        return
+    assert len(read) == len(expected)
+    assert list(read.columns) == list(expected.columns)
+    assert read["duration_ns" if what != "modules" else "inclusive_ns"].sum() == \
+        pytest.approx(expected["duration_ns" if what != "modules" else "inclusive_ns"].sum())
+
+
+def test_write_table_keeps_full_kernel_names(profile: Profile, tmp_path: Path) -> None:
+    read = pd.read_csv(write_table(profile, tmp_path / "h.csv"))
+    assert read["kernel"][0].endswith("cga1x1x1_kernel0_0")
+    assert "…" in render_table(profile, n=1)
+
+
+def test_write_table_rejects_unknown_suffix(profile: Profile, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"\.csv"):
+        write_table(profile, tmp_path / "table.xlsx")
+
+
+def test_units() -> None:
+    assert format_us(19872.0) == "19.87"
+    assert format_us(float("nan")) == "-"
+    assert format_giga(3221225472.0) == "3.22"
+    assert format_count(4.0) == "4" and format_count(2.5) == "2.5"
+    assert format_rate(9.9e14, "FLOP/s") == "990 TFLOP/s"
+    assert format_rate(4.81e12, "B/s") == "4.81 TB/s"
+    assert shorten("abcdef", 4) == "abc…" and shorten(None, 4) == "-"

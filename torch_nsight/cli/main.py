@@ -1,0 +1,81 @@
+"""``torch-nsight``: entry point, logging set-up and error handling for every subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from torch_nsight.cli import demo, report
+from torch_nsight.errors import TorchNsightError
+
+PROG = "torch-nsight"
+SUBCOMMANDS = (report, demo)
+logger = logging.getLogger("torch_nsight.cli")
+
+
+def _verbosity(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # The subcommands' -v must not reset a count given before the subcommand.
+    parser.add_argument("-v", "--verbose", action="count",
+                        default=0 if top else argparse.SUPPRESS,
+                        help="more log output (-v: info, -vv: debug and tracebacks)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the parser with every subcommand attached.
+
+    Returns:
+        The top-level parser.
+    """
+    from torch_nsight import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Make Nsight Compute reports speak PyTorch: hotspots, module "
+        "tree and roofline per module.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _verbosity(parser, top=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in SUBCOMMANDS:
+        sub = module.add_parser(subparsers)
+        _verbosity(sub, top=False)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def _configure_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    logging.getLogger("torch_nsight").setLevel(level)
+    logging.getLogger("matplotlib").setLevel(max(level, logging.WARNING))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: arguments without the program name; None reads ``sys.argv``.
+
+    Returns:
+        The exit status: 0 on success, 1 when the library or the file system refuses
+        (one line on stderr, a traceback only with ``-vv``), 2 for a usage error.
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        return int(args.run(args))
+    except (TorchNsightError, OSError, ValueError, ImportError) as err:
+        if args.verbose >= 2:
+            logger.exception("%s failed", args.command)
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

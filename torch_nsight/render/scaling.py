@@ -1,0 +1,186 @@
+"""How each module's time grows with the input shape, one line per module and variant."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from torch_nsight.analyze.attribute import PATH_SEP
+from torch_nsight.render.figure import (
+    PathArg,
+    check_figure_path,
+    module_colors,
+    new_figure,
+    save_figure,
+)
+
+if TYPE_CHECKING:
+    from torch_nsight.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+VARIANT_STYLES: tuple[str, ...] = ("-", "--", ":", "-.")
+MARKERS: tuple[str, ...] = ("o", "s", "^", "D")
+NO_LABEL = "(unlabelled)"
+
+
+def _label(value: Any) -> str:
+    return value if isinstance(value, str) else NO_LABEL
+
+
+def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
+    """Return GPU time per run per (variant, shape, module), forward and backward summed.
+
+    Modules deeper than ``depth`` fold into their ancestor at that level. A module above
+    that level with kernels of its own (the root's residual adds, say) gets its own row,
+    named ``<module> (own kernels)``, so the rows of a (variant, shape) add up to its total.
+
+    Args:
+        profile: the profile.
+        depth: module level plotted (root = 0).
+
+    Returns:
+        Columns ``variant``, ``shape`` (``(unlabelled)`` where None), ``module``, ``time_ns``,
+        in order of shape and first launch.
+
+    Raises:
+        ValueError: ``depth`` is not an integer >= 0.
+    """
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        raise ValueError(f"depth must be an integer >= 0, got {depth!r}")
+    tree = profile.modules(depth)
+    if tree.empty:
+        return pd.DataFrame(columns=["variant", "shape", "module", "time_ns"])
+    tree = tree[tree["exclusive_ns"] > 0].copy()
+    parents = {path.rsplit(PATH_SEP, 1)[0] for path in tree["path"] if PATH_SEP in path}
+    tree["module"] = [f"{module} (own kernels)" if path in parents else module
+                      for module, path in zip(tree["module"], tree["path"], strict=True)]
+    tree["variant"] = tree["variant"].map(_label)
+    tree["shape"] = tree["shape"].map(_label)
+    out = (tree.groupby(["variant", "shape", "module"], sort=False)["exclusive_ns"].sum()
+           .rename("time_ns").reset_index())
+    return out
+
+
+def _gpu(profile: Profile) -> str:
+    gpu = profile.meta.get("gpu")
+    if not gpu:
+        return ""
+    return f": {gpu if isinstance(gpu, str) else ', '.join(map(str, gpu))}"
+
+
+def _draw_lines(ax: Axes, frame: pd.DataFrame, shapes: list[str], variants: list[str],
+                colors: dict[str, str]) -> None:
+    """One line per (module, variant) across the shapes; a missing shape leaves a gap."""
+    several = len(variants) > 1
+    for (variant, module), part in frame.groupby(["variant", "module"], sort=False):
+        index = variants.index(variant)
+        times = part.set_index("shape")["time_ns"].reindex(shapes)
+        (line,) = ax.plot(range(len(shapes)), times.to_numpy(float) / 1e3,
+                          color=colors[module], linestyle=VARIANT_STYLES[index % 4],
+                          marker=MARKERS[index % 4], markersize=6, linewidth=1.8,
+                          label=f"{module} [{variant}]" if several else module)
+        line.set_gid("module-time")
+    ax.set_xticks(range(len(shapes)), shapes, rotation=30 if len(shapes) > 6 else 0)
+    ax.set_xlim(-0.3, len(shapes) - 0.7)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("shape")
+    ax.set_ylabel("GPU time per run (µs), forward + backward")
+    ax.grid(alpha=0.3)
+
+
+def _draw_bars(ax: Axes, frame: pd.DataFrame, variants: list[str],
+               colors: dict[str, str]) -> None:
+    """One shape only: a horizontal bar per (module, variant), longest on top, with values."""
+    modules = list(colors)
+    height = 0.8 / len(variants)
+    hatches = ("", "//", "..", "xx")
+    for index, variant in enumerate(variants):
+        times = frame[frame["variant"] == variant].set_index("module")["time_ns"]
+        for row, module in enumerate(modules):
+            if module not in times:
+                continue
+            value = float(times[module]) / 1e3
+            y = row + (index - (len(variants) - 1) / 2) * height
+            label = f"{module} [{variant}]" if len(variants) > 1 else module
+            (bar,) = ax.barh(y, value, height=height * 0.9, color=colors[module],
+                             hatch=hatches[index % 4], edgecolor="black", linewidth=0.5,
+                             label=label)
+            bar.set_gid("module-time")
+            ax.annotate(f"{value:.1f} µs" + (f" [{variant}]" if len(variants) > 1 else ""),
+                        (value, y), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=8)
+    ax.set_yticks(range(len(modules)), modules)
+    ax.invert_yaxis()
+    ax.set_xlim(0, frame["time_ns"].max() / 1e3 * 1.18)
+    ax.set_xlabel("GPU time per run (µs), forward + backward")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) -> Figure:
+    """Plot each module's GPU time (forward + backward, per run) against the shape.
+
+    Shapes sit on the x axis in the order they appear in the profile; each module is a
+    colour, each variant a line style and marker (with a legend of its own when there are
+    several). The module legend lists modules longest first at the last shape. A profile of
+    one shape has no x axis to speak of: it gets horizontal bars instead, one per module
+    (and variant), labelled with their time.
+
+    Args:
+        profile: the profile.
+        path: save the figure here too (``.png`` or ``.svg``); None only returns it.
+        depth: module level plotted (root = 0, 1 = the root's children); see
+            :func:`scaling_frame`.
+
+    Returns:
+        The figure; each line (or, for one shape, each bar) has gid ``module-time`` and
+        label ``<module>`` or ``<module> [<variant>]``.
+
+    Raises:
+        ValueError: ``path`` has another suffix, ``depth`` is invalid, or the profile has no
+            kernels.
+        OSError: the file cannot be written.
+    """
+    target = check_figure_path(path)
+    frame = scaling_frame(profile, depth)
+    if frame.empty:
+        raise ValueError("the profile has no kernels to plot")
+    shapes = list(dict.fromkeys(profile.kernels["shape"].map(_label)))
+    variants = list(dict.fromkeys(frame["variant"]))
+    # Legend order = the order of the lines at the last shape, longest first.
+    last = frame[frame["shape"] == shapes[-1]].groupby("module", sort=False)["time_ns"].max()
+    order = sorted(dict.fromkeys(frame["module"]), key=lambda m: -last.get(m, 0.0))
+    colors = module_colors(order)
+
+    figure = new_figure(10.5, 5.8)
+    ax = figure.subplots()
+    if len(shapes) == 1:
+        _draw_bars(ax, frame, variants, colors)
+        logger.info("the profile holds one shape (%s): the scaling plot shows bars; profile "
+                    "more shapes to see how modules scale", shapes[0])
+        ax.set_title(f"Time per module (depth {depth}), shape {shapes[0]}{_gpu(profile)}\n"
+                     "one shape only: profile more shapes to see scaling", fontsize=11)
+    else:
+        _draw_lines(ax, frame, shapes, variants, colors)
+        ax.set_title(f"Time per module (depth {depth}) vs shape{_gpu(profile)}", fontsize=11)
+    module_handles = [Line2D([], [], color=color, linewidth=3, label=name)
+                      for name, color in colors.items()]
+    figure.legend(handles=module_handles, loc="outside right upper", title="module",
+                  fontsize=9, title_fontsize=9)
+    if len(variants) > 1 and len(shapes) > 1:
+        style_handles = [Line2D([], [], color="black", linestyle=VARIANT_STYLES[i % 4],
+                                marker=MARKERS[i % 4], label=variant)
+                         for i, variant in enumerate(variants)]
+        figure.legend(handles=style_handles, loc="outside right lower", title="variant",
+                      fontsize=9, title_fontsize=9)
+    logger.debug("scaling plot: %d modules x %d variants over %d shapes", len(colors),
+                  len(variants), len(shapes))
+    save_figure(figure, target)
+    return figure
+
+

@@ -1,0 +1,109 @@
+"""Readable numbers for tables and plots: times in µs, work in GFLOP, rates in GB/s.
+
+Every helper takes a raw value in the unit the analysis columns carry (ns, FLOP, bytes,
+bytes/s, percent) and returns a short string; a missing value (None, NaN) becomes ``-``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MISSING = "-"
+
+
+def is_missing(value: Any) -> bool:
+    """Return True for None, NaN and other values that cannot be read as a number.
+
+    Args:
+        value: anything.
+
+    Returns:
+        Whether the value is absent.
+    """
+    if value is None:
+        return True
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def format_number(value: Any, decimals: int = 1) -> str:
+    """Return ``value`` with thousands separators and a fixed number of decimals.
+
+    Args:
+        value: a number (or a missing value).
+        decimals: digits after the point.
+
+    Returns:
+        For example ``1,234.5``; ``-`` when missing.
+    """
+    if is_missing(value):
+        return MISSING
+    return f"{float(value):,.{decimals}f}"
+
+
+def format_us(duration_ns: Any) -> str:
+    """Return a duration given in ns as µs with two decimals (``19.87``).
+
+    Args:
+        duration_ns: nanoseconds.
+
+    Returns:
+        The number of microseconds, without the unit (the column header carries it).
+    """
+    return MISSING if is_missing(duration_ns) else format_number(float(duration_ns) / 1e3, 2)
+
+
+def format_pct(percent: Any) -> str:
+    """Return a percentage (0..100 scale) with one decimal, without the ``%`` sign."""
+    return format_number(percent, 1)
+
+
+def format_giga(value: Any, decimals: int = 2) -> str:
+    """Return a count or rate scaled by 1e-9 (FLOP -> GFLOP, bytes/s -> GB/s)."""
+    return MISSING if is_missing(value) else format_number(float(value) / 1e9, decimals)
+
+
+def format_count(value: Any) -> str:
+    """Return a count, as an integer when it is one (per-run averages may not be)."""
+    if is_missing(value):
+        return MISSING
+    number = float(value)
+    return f"{int(number):,}" if number.is_integer() else f"{number:,.1f}"
+
+
+def format_rate(value: Any, unit: str) -> str:
+    """Return a rate with an SI prefix: ``984 TFLOP/s``, ``4.80 TB/s``.
+
+    Args:
+        value: the rate in base units per second.
+        unit: ``FLOP/s`` or ``B/s``.
+
+    Returns:
+        Three significant digits and a prefix.
+    """
+    if is_missing(value):
+        return MISSING
+    number = float(value)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(number) >= factor:
+            return f"{number / factor:.3g} {prefix}{unit}"
+    return f"{number:.3g} {unit}"
+
+
+def shorten(text: Any, width: int) -> str:
+    """Return ``text`` cut to ``width`` characters, ending in ``…`` when cut.
+
+    Args:
+        text: a string (or a missing value, which becomes ``-``).
+        width: the most characters kept.
+
+    Returns:
+        The shortened text.
+    """
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return MISSING
+    text = str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
