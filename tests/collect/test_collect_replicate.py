@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
+from torch_nsight.capture import RecordingEmitter, instrument
 from torch_nsight.collect import replicate
 from torch_nsight.collect.replicate import (
     ReplicaMarkers,
@@ -64,28 +65,56 @@ def test_no_twins() -> None:
                           cuda=False)["status"] == "none"
 
 
-def test_replica_ranges_cover_forward_and_backward(monkeypatch) -> None:
+def test_replica_ranges_follow_the_replicas_own_ranges(monkeypatch) -> None:
     import nvtx
 
-    events: list[tuple[str, object]] = []
+    recorder = RecordingEmitter()
     counter = iter(range(1000))
 
     def start_range(message, domain=None):
-        handle = (next(counter), domain)
-        events.append(("start", message, domain, handle))
+        handle = next(counter)
+        recorder.events.append((handle, "start", f"{message}@{domain}"))
         return handle
 
     monkeypatch.setattr(nvtx, "start_range", start_range)
-    monkeypatch.setattr(nvtx, "end_range", lambda handle: events.append(("end", handle)))
+    monkeypatch.setattr(nvtx, "end_range",
+                        lambda handle: recorder.events.append((handle, "end", "")))
     model = Stack(3)
-    with ReplicaMarkers(model, ["h.1", "h.2"], backward=True):
-        run(model, True, torch.randn(2, 16, requires_grad=True))()
-    starts = [e for e in events if e[0] == "start"]
-    ends = [e for e in events if e[0] == "end"]
-    assert len(starts) == 4 and len(ends) == 4  # h.1, h.2: forward and backward each
-    assert {(e[1], e[2]) for e in starts} == {(replicate.REPLICA_MESSAGE, "torch_nsight")}
-    assert {e[3] for e in starts} == {e[1] for e in ends}
-    assert not model.h[1]._forward_pre_hooks  # hooks removed on exit
+    markers = ReplicaMarkers(recorder)
+    x = torch.randn(2, 16, requires_grad=True)
+    with instrument(model, enabled=True, emitter=markers):
+        assert not any(m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+                       for m in model.modules())  # no module hook changes the graph
+        with markers.marking(["h.1", "h.2"]):
+            run(model, True, x)()
+        run(model, True, x)()  # after marking: no replica range
+    events = [(kind, message) for _, kind, message in recorder.events]
+    replica = f"{replicate.REPLICA_MESSAGE}@torch_nsight"
+    starts = [i for i, e in enumerate(events) if e == ("start", replica)]
+    ends = [i for i, e in enumerate(events) if e[0] == "end"]
+    # h.1, h.2: forward and backward each, just around the module's own range
+    assert [events[i + 1] for i in starts] == [("push", "h.1"), ("push", "h.2"),
+                                                ("push", "bwd:h.2"), ("push", "bwd:h.1")]
+    assert [events[i - 1] for i in ends] == [("pop", "h.1"), ("pop", "h.2"),
+                                              ("pop", "bwd:h.2"), ("pop", "bwd:h.1")]
+    assert sorted(h for h, kind, _ in recorder.events if kind == "start") == \
+        sorted(h for h, kind, _ in recorder.events if kind == "end")
+    assert ends[-1] < len(events) // 2 and not markers.open
+
+
+def test_replica_ranges_left_open_end_with_the_marking(monkeypatch) -> None:
+    import nvtx
+
+    ended: list[int] = []
+    monkeypatch.setattr(nvtx, "start_range", lambda message, domain=None: 7)
+    monkeypatch.setattr(nvtx, "end_range", ended.append)
+    markers = ReplicaMarkers(RecordingEmitter())
+    push, pop = markers.bind("bwd:h.1")
+    with markers.marking(["h.1"]):
+        push()  # a backward range that a device thread closes only later
+    assert ended == [7]
+    pop()  # closes the module range only: the replica range ended already
+    assert ended == [7]
 
 
 def kernels() -> pd.DataFrame:

@@ -176,8 +176,9 @@ def sweep(
         make_inputs: ``fn(shape)`` -> a tensor, a tuple/list (positional inputs) or a dict
             (keyword inputs); tensors are moved to the GPU. Default:
             ``torch.randn(shape)`` in the model's dtype.
-        backward: profile forward and backward (of ``sum(mean(output.float()))``); else
-            forward only, under ``torch.no_grad()``. The model's train/eval mode is kept.
+        backward: profile forward and backward (of ``sum(mean(output.float()))``, seeded
+            with its gradient, whose kernels have module ``(unattributed)`` and op ``loss``);
+            else forward only, under ``torch.no_grad()``. The model's train/eval mode is kept.
         dtype: cast the model (and default inputs) to this dtype (``torch.bfloat16``,
             ``"bf16"``...); None keeps the model's.
         warmup: un-profiled iterations before each shape's measured ones.

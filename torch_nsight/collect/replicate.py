@@ -12,7 +12,8 @@ Deep models repeat identical blocks. In the child, per shape:
    rules out in the profiled child, so the ops that launch them are compared instead.)
 3. :class:`ReplicaMarkers`: during the measured iterations, each non-representative member
    runs inside a start/end NVTX range ``replica`` (domain ``torch_nsight``), forward and
-   backward, and ``ncu --nvtx-exclude torch_nsight@replica`` leaves its kernels and those of
+   backward, opened and closed with the member's own module ranges (it is the emitter the
+   model is instrumented with; no module hook changes the autograd graph), and ``ncu --nvtx-exclude torch_nsight@replica`` leaves its kernels and those of
    its submodules out. Start/end ranges are not tied to a thread, so the backward kernels
    autograd launches from its own thread are covered too; and the ``ncu`` command stays
    the same whatever the check decides (a mismatch simply opens no ``replica`` range).
@@ -24,11 +25,13 @@ model still has a row.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
@@ -36,6 +39,8 @@ from torch_nsight import naming
 if TYPE_CHECKING:
     import pandas as pd
     from torch import nn
+
+    from torch_nsight.capture.emitter import RangeEmitter
 
 logger = logging.getLogger(__name__)
 
@@ -269,62 +274,107 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
 
 
 class ReplicaMarkers:
-    """Context manager: each named module's forward (and backward) runs inside a start/end
-    NVTX range :data:`REPLICA_MESSAGE`, which ``ncu --nvtx-exclude`` leaves out.
+    """The range emitter the child instruments its model with: every push and pop goes on to
+    ``inner``; inside :meth:`marking`, each named module's own range, forward or backward,
+    also runs inside a start/end NVTX range :data:`REPLICA_MESSAGE`, which
+    ``ncu --nvtx-exclude`` leaves out.
 
-    Ranges still open when the context exits (a backward post-hook that never came) are
-    closed then. Use one context per measured iteration.
+    The replica ranges follow the module ranges of :func:`torch_nsight.instrument`, so the
+    window left out is exactly the one whose kernels would be attributed to the replica, and
+    no module hook is installed: PyTorch's full backward hooks wrap a module's inputs and
+    outputs in identity autograd nodes, which changes the graph and so where every backward
+    range opens and closes, in modules that are not replicas too.
+
+    Args:
+        inner: Where the ranges go (default: an :class:`~torch_nsight.capture.NvtxEmitter`).
     """
 
-    def __init__(self, model: nn.Module, names: Sequence[str], *, backward: bool) -> None:
-        modules = dict(model.named_modules())
-        self.modules = [(n, modules[n]) for n in names]
-        self.backward = backward
-        self.open: dict[str, list[Any]] = {}
-        self.handles: list[Any] = []
-        self.lock = threading.Lock()
+    def __init__(self, inner: RangeEmitter | None = None) -> None:
+        if inner is None:
+            from torch_nsight.capture.emitter import NvtxEmitter
 
-    def _start(self, name: str) -> None:
+            inner = NvtxEmitter()
+        self.inner = inner
+        self.marked: frozenset[str] = frozenset()
+        self.open: dict[str, list[Any]] = {}
+        self.lock = threading.Lock()
+        self.local = threading.local()  # messages of unbound push() calls, per thread
+
+    def _start(self, message: str) -> None:
         import nvtx
 
         handle = nvtx.start_range(REPLICA_MESSAGE, domain=naming.DOMAIN)
         with self.lock:
-            self.open.setdefault(name, []).append(handle)
+            self.open.setdefault(message, []).append(handle)
 
-    def _end(self, name: str) -> None:
+    def _end(self, message: str) -> None:
         import nvtx
 
         with self.lock:
-            handles = self.open.get(name)
+            handles = self.open.get(message)
             handle = handles.pop() if handles else None
         if handle is not None:
             nvtx.end_range(handle)
 
-    def __enter__(self) -> ReplicaMarkers:
-        for name, module in self.modules:
-            self.handles.append(module.register_forward_pre_hook(
-                lambda *_, n=name: self._start(n)))
-            self.handles.append(module.register_forward_hook(
-                lambda *_, n=name: self._end(n), always_call=True))
-            if self.backward:
-                self.handles.append(module.register_full_backward_pre_hook(
-                    lambda *_, n=name: self._start(n)))
-                self.handles.append(module.register_full_backward_hook(
-                    lambda *_, n=name: self._end(n)))
-        return self
+    def bind(self, message: str) -> tuple[Callable[[], None], Callable[[], None]]:
+        """Return the zero-argument push and pop of the range ``message``."""
+        bind = getattr(self.inner, "bind", None)
+        if bind is not None:
+            push, pop = bind(message)
+        else:
+            push, pop = functools.partial(self.inner.push, message), self.inner.pop
 
-    def __exit__(self, *exc_info: object) -> None:
-        import nvtx
+        def push_marked() -> None:
+            if message in self.marked:
+                self._start(message)
+            push()
 
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-        leftover = [h for handles in self.open.values() for h in handles]
-        if leftover:
-            logger.debug("closing %d replica range(s) left open", len(leftover))
-        for handle in leftover:
-            nvtx.end_range(handle)
-        self.open.clear()
+        def pop_marked() -> None:
+            pop()
+            if message in self.marked:
+                self._end(message)
+
+        return push_marked, pop_marked
+
+    def push(self, message: str) -> None:
+        """Open the range ``message`` on the calling thread."""
+        if not hasattr(self.local, "messages"):
+            self.local.messages = []
+        self.local.messages.append(message)
+        if message in self.marked:
+            self._start(message)
+        self.inner.push(message)
+
+    def pop(self) -> None:
+        """Close the innermost range opened by :meth:`push` on the calling thread."""
+        messages = getattr(self.local, "messages", None)
+        message = messages.pop() if messages else None
+        self.inner.pop()
+        if message is not None and message in self.marked:
+            self._end(message)
+
+    @contextlib.contextmanager
+    def marking(self, names: Iterable[str]) -> Iterator[None]:
+        """Mark the modules ``names`` (qualified, not the root) as replicas while inside.
+
+        Replica ranges still open on leaving (a backward range that autograd's device thread
+        closes only when it next opens one) are ended then. Use one per measured iteration.
+        """
+        self.marked = frozenset(message for name in names
+                                for message in (name, naming.backward_message(name)))
+        try:
+            yield
+        finally:
+            import nvtx
+
+            self.marked = frozenset()
+            with self.lock:
+                leftover = [h for handles in self.open.values() for h in handles]
+                self.open.clear()
+            if leftover:
+                logger.debug("closing %d replica range(s) left open", len(leftover))
+            for handle in leftover:
+                nvtx.end_range(handle)
 
 
 def _rename(name: Any, old: str, new: str) -> Any:

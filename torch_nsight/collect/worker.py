@@ -1,7 +1,8 @@
 """The sweep's child process: ``python -m torch_nsight.collect.worker <job-file>``.
 
 Run under ``ncu`` (or alone, for a dry run). For each variant it builds the model (factory
-or unpickled module), moves it to the device and dtype and instruments it; for each of its
+or unpickled module), moves it to the device and dtype and instruments it (its range
+emitter is a :class:`~torch_nsight.collect.replicate.ReplicaMarkers`); for each of its
 shapes it builds the inputs, runs the warm-up iterations (outside any profiled range), checks
 identical siblings (see :mod:`torch_nsight.collect.replicate`), then runs each measured
 iteration inside the start/end ranges ``measure`` and ``sweep;variant=...;shape=...;run=i``
@@ -30,11 +31,13 @@ from typing import Any
 
 from torch_nsight.collect.job import Assignment, Job, read_job
 from torch_nsight.collect.progress import StatusWriter
-from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
+from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range, op_message
 
 logger = logging.getLogger(__name__)
 
 RESULT_FORMAT = 1
+# The op range around the loss gradient of a backward sweep (module "(unattributed)").
+LOSS_MESSAGE = op_message("loss")
 
 
 class StopRequested(BaseException):
@@ -125,8 +128,19 @@ def build_inputs(job: Job, shape: Any, device: Any, dtype: Any) -> tuple[tuple[A
     return (value,), {}
 
 
-def run_step(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backward: bool) -> Any:
+def run_step(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backward: bool,
+             emitter: Any = None) -> Any:
     """One iteration: forward, and backward of ``sum(mean(float(output)))`` if asked.
+
+    The loss is not built as a graph: its gradient with respect to each output that needs
+    one (``1 / numel`` in the output's dtype, what the loss graph would pass back) is made
+    directly, inside the op range :data:`LOSS_MESSAGE` when ``emitter`` is given, and
+    backward starts at the model's outputs. Every kernel of the iteration is then inside a
+    module range or that op range (autograd would run the loss graph's backward on its own
+    thread, before any module range opens there).
+
+    Args:
+        emitter: Where the loss range goes (push/pop), or None for no range.
 
     Raises:
         ValueError: ``backward`` but no output needs a gradient.
@@ -137,10 +151,17 @@ def run_step(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backward
         with torch.no_grad():
             return model(*args, **kwargs)
     out = model(*args, **kwargs)
-    losses = [t.float().mean() for t in _tensors(out) if t.requires_grad]
-    if not losses:
+    outputs = [t for t in _tensors(out) if t.requires_grad]
+    if not outputs:
         raise ValueError("backward=True but no output of the model needs a gradient")
-    torch.stack(losses).sum().backward()
+    if emitter is not None:
+        emitter.push(LOSS_MESSAGE)
+    try:
+        grads = [torch.full_like(t, 1.0 / t.numel()) for t in outputs]
+    finally:
+        if emitter is not None:
+            emitter.pop()
+    torch.autograd.backward(outputs, grads)
     model.zero_grad(set_to_none=True)
     return out
 
@@ -157,6 +178,7 @@ class JobRunner:
         self.cuda = torch.cuda.is_available()
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.dtype = getattr(torch, job.dtype) if job.dtype else None
+        self.markers: Any = None  # the ReplicaMarkers the model is instrumented with
         self.items: list[dict[str, Any]] = [
             {"variant": variant, "shape": job.shapes[i][0], "shape_index": i,
              "status": "pending", "error": None, "elapsed_s": None}
@@ -208,8 +230,10 @@ class JobRunner:
                                    f"{type(err).__name__}: {err}", traceback.format_exc())
                     continue
                 from torch_nsight.capture import instrument
+                from torch_nsight.collect.replicate import ReplicaMarkers
 
-                with instrument(model, ops=self.job.ops, enabled=True):
+                self.markers = ReplicaMarkers()
+                with instrument(model, ops=self.job.ops, enabled=True, emitter=self.markers):
                     for item in mine:
                         try:
                             self._run_item(model, item)
@@ -259,7 +283,7 @@ class JobRunner:
             torch.manual_seed(0)
             args, kwargs = build_inputs(job, shape, self.device, self.dtype or model_dtype(model))
             for _ in range(job.warmup):
-                run_step(model, args, kwargs, job.backward)
+                run_step(model, args, kwargs, job.backward, self.markers)
             self._sync()
             replicas: list[str] = []
             if job.replicate:
@@ -291,8 +315,9 @@ class JobRunner:
         from torch_nsight.collect.replicate import check_siblings
 
         try:
-            return check_siblings(model, lambda: run_step(model, args, kwargs, self.job.backward),
-                                  backward=self.job.backward, cuda=self.cuda)
+            return check_siblings(
+                model, lambda: run_step(model, args, kwargs, self.job.backward, self.markers),
+                backward=self.job.backward, cuda=self.cuda)
         except (KeyboardInterrupt, StopRequested):
             raise
         except Exception as err:  # the check is an optimisation: profile everything instead
@@ -304,17 +329,14 @@ class JobRunner:
                  replicas: list[str]) -> Any:
         import nvtx
 
-        from torch_nsight.collect.replicate import ReplicaMarkers
-
         message = format_measure_range(variant=variant, shape=label, run=run)
-        markers = ReplicaMarkers(model, replicas, backward=self.job.backward) if replicas \
-            else contextlib.nullcontext()
+        markers = self.markers.marking(replicas) if replicas else contextlib.nullcontext()
         self._sync()
         with markers:
             ranges = [nvtx.start_range(MEASURE_MESSAGE, domain=DOMAIN),
                       nvtx.start_range(message, domain=DOMAIN)]
             try:
-                out = run_step(model, args, kwargs, self.job.backward)
+                out = run_step(model, args, kwargs, self.job.backward, self.markers)
                 self._sync()
             finally:
                 for handle in reversed(ranges):
