@@ -42,6 +42,7 @@ __all__ = ["InstrumentedForward", "install_forward"]
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
+_LOCAL = STACK._local
 _MISSING = object()
 
 
@@ -104,12 +105,21 @@ class InstrumentedForward:
         if self._backward is not None and _grad_enabled():
             return self._call_with_backward(module, args, kwargs)
         rng = self._forward
-        self._push(rng)
         if self._enter is None:
+            if not _LOCAL.frames:
+                # No backward in flight on this thread: try/finally keeps the range balanced
+                # by itself, so skip the stack bookkeeping (the decode-step hot path).
+                rng.open()
+                try:
+                    return self._function(module, *args, **kwargs)
+                finally:
+                    rng.close()
+            self._push(rng)
             try:
                 return self._function(module, *args, **kwargs)
             finally:
                 self._pop(rng)
+        self._push(rng)
         self._enter()
         try:
             return self._function(module, *args, **kwargs)
@@ -147,6 +157,7 @@ class InstrumentedForward:
         """Put back the ``forward`` this wrapper replaced, or make it a pass-through."""
         self._backward = self._enter = self._leave = None
         self._push = self._pop = _ignore
+        self._forward = _SilentRange(self._forward.message)
         if module.__dict__.get("forward") is not self:
             logger.warning(
                 "torch_nsight: %s.forward was replaced after instrument(); left in place "
@@ -167,6 +178,20 @@ class InstrumentedForward:
 
 def _ignore(rng: Range) -> None:
     return None
+
+
+class _SilentRange:
+    """What a removed wrapper that must stay in place (see ``remove``) opens: nothing."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def open(self) -> None:
+        return None
+
+    close = open
 
 
 def _call_previous(previous: Any) -> Any:
