@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+
+def _gpu_missing() -> str | None:
+    """Why tests marked ``gpu`` cannot run here, or None when CUDA and ncu are present."""
+    try:
+        import torch
+    except ImportError:
+        return "needs torch"
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    if shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists():
+        return "needs Nsight Compute (ncu)"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``gpu`` where there is no CUDA GPU or no ``ncu``."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    reason = _gpu_missing() if gpu_items else None
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -13,12 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
-                       reason="needs Nsight Compute (ncu)"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA or ncu (tests/conftest.py)
 PROJECTIONS = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
                "mlp.down_proj"]
 DURATION_ONLY = ["gpu__time_duration.sum"]  # one replay pass per kernel: quick

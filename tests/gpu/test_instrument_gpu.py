@@ -4,7 +4,6 @@ backward, lies inside the NVTX range of the module that launched it."""
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from pathlib import Path
 
@@ -12,12 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-    pytest.mark.skipif(shutil.which("ncu") is None and not Path("/usr/local/cuda/bin/ncu").exists(),
-                       reason="needs Nsight Compute (ncu)"),
-]
+pytestmark = pytest.mark.gpu  # skipped without CUDA or ncu (tests/conftest.py)
 
 PROJECTIONS = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
                "mlp.down_proj"]

@@ -247,19 +247,19 @@ def _watch(frame: BackwardFrame, output: Any, sources: list[Any]) -> None:
         if not nodes:
             return
     for node in nodes:
-        metadata = node.metadata
-        hooks = metadata.get(_HOOKS_KEY)
-        if hooks is None:
-            hooks = metadata[_HOOKS_KEY] = _NodeHooks()
-            node.register_prehook(hooks)
-        hooks.opens.append(frame)
+        _node_hooks(node).opens.append(frame)
     if not sources:
         frame.deferred = True
         return
     for node in sources if len(sources) == 1 else dict.fromkeys(sources):
-        metadata = node.metadata
-        hooks = metadata.get(_HOOKS_KEY)
-        if hooks is None:
-            hooks = metadata[_HOOKS_KEY] = _NodeHooks()
-            node.register_prehook(hooks)
-        hooks.closes.append(frame)
+        _node_hooks(node).closes.append(frame)
+
+
+def _node_hooks(node: Any) -> _NodeHooks:
+    """The one pre-hook torch_nsight keeps on autograd node ``node`` (made on first use)."""
+    metadata = node.metadata
+    hooks = metadata.get(_HOOKS_KEY)
+    if hooks is None:
+        hooks = metadata[_HOOKS_KEY] = _NodeHooks()
+        node.register_prehook(hooks)
+    return hooks
