@@ -143,27 +143,21 @@ def writer_version(local: Path) -> str | None:
     return match.group(1).decode() if match else None
 
 
-def _value(metric: Any) -> float | None:
-    return None if metric is None else metric.as_double()
-
-
 def _nvtx(action: Any) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
     """Return (torch_nsight push/pop stack, torch_nsight start/end ranges, other ranges)."""
     state = action.nvtx_state()
     stack: tuple[str, ...] = ()
     start_end: tuple[str, ...] = ()
-    other: list[str] = []
     if state is None:
         return stack, start_end, ()
+    other: list[str] = []
     for domain_id in state.domains():
         domain = state.domain_by_id(domain_id)
-        push_pop = tuple(domain.push_pop_ranges())
-        ranges = tuple(domain.start_end_ranges())
         if domain.name() == naming.DOMAIN:
-            stack, start_end = push_pop, ranges
+            stack, start_end = tuple(domain.push_pop_ranges()), tuple(domain.start_end_ranges())
         else:
-            other.extend(ranges)
-            other.extend(push_pop)
+            other.extend(domain.start_end_ranges())
+            other.extend(domain.push_pop_ranges())
     return stack, start_end, tuple(other)
 
 
@@ -178,6 +172,8 @@ def _sol_title(action: Any) -> str | None:
 def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, Any]:
     """Return the flat record of one profiled kernel.
 
+    Each declared metric is looked up once; a fallback rate only where its counter is missing.
+
     Args:
         action: an ``ncu_report`` IAction.
         range_index: its range's index in the report.
@@ -187,8 +183,8 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
         A dict: position, names, launch shape, one entry per declared metric column (None
         when the report lacks it), the SOLBottleneck rule's title and the NVTX ranges.
     """
-    ncu_report = _import_reader()
-    full = action.name(ncu_report.IAction.NameBase_DEMANGLED)
+    metric_by_name = action.metric_by_name
+    full = action.name(_import_reader().IAction.NameBase_DEMANGLED)
     record: dict[str, Any] = {
         "range_index": range_index,
         "kernel_index": kernel_index,
@@ -196,28 +192,37 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
         "kernel": short_kernel_name(full),
         "kernel_full": full,
     }
-    duration = action.metric_by_name(_DURATION)
-    record["duration_ns"] = None if duration is None else (
+    duration = metric_by_name(_DURATION)
+    duration_ns = None if duration is None else (
         duration.as_double() * _TIME_UNITS_NS.get(duration.unit(), 1.0))
+    record["duration_ns"] = duration_ns
     for name, column in _NUMERIC:
-        record[column] = _value(action.metric_by_name(name))
+        metric = metric_by_name(name)
+        record[column] = None if metric is None else metric.as_double()
     for name, column in _STRINGS:
-        metric = action.metric_by_name(name)
+        metric = metric_by_name(name)
         record[column] = None if metric is None else metric.as_string()
-    seconds = (record["duration_ns"] or 0.0) * 1e-9
-    for column, (rate_name, clock_name) in FALLBACKS.items():
-        if record.get(column) is not None or not seconds:
-            continue
-        rate = _value(action.metric_by_name(rate_name))
-        clock = 1.0 if clock_name is None else _value(action.metric_by_name(clock_name))
-        if rate is not None and clock is not None:
-            record[column] = float(round(rate * clock * seconds))
-    record["grid"] = format_dims(record.get("grid_x"), record.get("grid_y"), record.get("grid_z"))
-    record["block"] = format_dims(record.get("block_x"), record.get("block_y"),
-                                  record.get("block_z"))
+    if duration_ns:
+        for column, (rate_name, clock_name) in FALLBACKS.items():
+            if record[column] is None:
+                record[column] = _rebuilt_count(metric_by_name, rate_name, clock_name,
+                                                duration_ns * 1e-9)
+    record["grid"] = format_dims(record["grid_x"], record["grid_y"], record["grid_z"])
+    record["block"] = format_dims(record["block_x"], record["block_y"], record["block_z"])
     record["sol_bottleneck"] = _sol_title(action)
     record["nvtx_stack"], record["nvtx_start_end"], record["nvtx_other"] = _nvtx(action)
     return record
+
+
+def _rebuilt_count(metric_by_name: Any, rate_name: str, clock_name: str | None,
+                   seconds: float) -> float | None:
+    """A missing counter from its stored rate: rate x clock x duration (see FALLBACKS)."""
+    rate = metric_by_name(rate_name)
+    clock = None if clock_name is None else metric_by_name(clock_name)
+    if rate is None or (clock_name is not None and clock is None):
+        return None
+    per_second = rate.as_double() * (1.0 if clock is None else clock.as_double())
+    return float(round(per_second * seconds))
 
 
 def _positions(context: Any) -> list[tuple[int, int]]:
@@ -225,11 +230,28 @@ def _positions(context: Any) -> list[tuple[int, int]]:
             for a in range(context.range_by_idx(r).num_actions())]
 
 
-def read_slice(local: str, start: int, stop: int) -> list[dict[str, Any]]:
-    """Open ``local`` and return the records of kernels ``start:stop`` (a worker's share)."""
-    context = open_context(Path(local), local)
-    positions = _positions(context)[start:stop]
-    return [read_action(context.range_by_idx(r).action_by_idx(a), r, a) for r, a in positions]
+def read_positions(context: Any, positions: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Return the records of the kernels at ``positions`` ((range, kernel) pairs) of a report."""
+    ranges: dict[int, Any] = {}
+    records = []
+    for r, a in positions:
+        if r not in ranges:
+            ranges[r] = context.range_by_idx(r)
+        records.append(read_action(ranges[r].action_by_idx(a), r, a))
+    return records
+
+
+# A worker process's share of the work: the report its parent opened (inherited through
+# fork, never pickled) and the positions to read. Set only inside worker processes.
+_WORKER_REPORT: dict[str, Any] = {}
+
+
+def _adopt_report(context: Any, positions: list[tuple[int, int]]) -> None:
+    _WORKER_REPORT["context"], _WORKER_REPORT["positions"] = context, positions
+
+
+def _read_chunk(start: int, stop: int) -> list[dict[str, Any]]:
+    return read_positions(_WORKER_REPORT["context"], _WORKER_REPORT["positions"][start:stop])
 
 
 def _usable_cpus() -> int:
@@ -250,11 +272,13 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
     ``ncu_report`` keeps the memory of every kernel record it opens until the process ends
     (about 0.4-0.6 MB per kernel with the SpeedOfLight section). Reports of
     :data:`IN_PROCESS_MAX_KERNELS` kernels or more are therefore read by short-lived worker
-    processes, :data:`CHUNK_KERNELS` kernels each, which also spreads the work over the CPUs.
+    processes, :data:`CHUNK_KERNELS` kernels each, as many at once as there are usable CPUs.
+    The workers are forked from this process and use the report it already opened and warmed
+    up (the reader's first kernel costs about 60 ms), instead of opening it again each.
 
     Args:
         context: the report opened by :func:`open_context`.
-        local: its uncompressed path (worker processes open it again).
+        local: its uncompressed path (named in log messages).
         workers: processes to use at once; default one per usable CPU. 0 reads in this
             process whatever the size.
 
@@ -262,19 +286,40 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
         The records, as :func:`read_action` makes them.
     """
     positions = _positions(context)
+    if workers == 0 or _fork_context() is None or len(positions) < IN_PROCESS_MAX_KERNELS:
+        return read_positions(context, positions)
+    logger.debug("reading the %d kernels of %s in worker processes", len(positions), local)
+    return read_in_workers(context, positions, workers or _usable_cpus())
+
+
+def read_in_workers(context: Any, positions: list[tuple[int, int]],
+                    workers: int) -> list[dict[str, Any]]:
+    """Read the kernels at ``positions`` in forked worker processes, in order.
+
+    Args:
+        context: an open report (see :func:`read_records`).
+        positions: (range, kernel) pairs to read.
+        workers: processes to run at once (fewer when there are fewer chunks).
+
+    Returns:
+        The records, in the order of ``positions``; read in this process where ``fork``
+        is not available.
+    """
     fork = _fork_context()
-    if workers == 0 or fork is None or len(positions) < IN_PROCESS_MAX_KERNELS:
-        return [read_action(context.range_by_idx(r).action_by_idx(a), r, a)
-                for r, a in positions]
-    workers = max(1, workers or _usable_cpus())
-    chunks = [(str(local), start, min(start + CHUNK_KERNELS, len(positions)))
+    if fork is None or not positions:
+        return read_positions(context, positions)
+    chunks = [(start, min(start + CHUNK_KERNELS, len(positions)))
               for start in range(0, len(positions), CHUNK_KERNELS)]
-    logger.debug("reading %d kernels of %s in %d chunks, %d processes at once",
-                  len(positions), local, len(chunks), workers)
+    workers = max(1, min(workers, len(chunks)))
+    logger.debug("reading %d kernels in %d chunks, %d processes at once",
+                 len(positions), len(chunks), workers)
+    first_range, first_kernel = positions[0]
+    context.range_by_idx(first_range).action_by_idx(first_kernel)  # the reader's warm-up
     with warnings.catch_warnings():
         # pandas' import leaves allocator threads behind; the children touch only ncu_report.
         warnings.filterwarnings("ignore", message=r".*multi-threaded.*fork",
                                 category=DeprecationWarning)
-        with fork.Pool(min(workers, len(chunks)), maxtasksperchild=1) as pool:
-            parts = pool.starmap(read_slice, chunks, chunksize=1)
+        with fork.Pool(workers, initializer=_adopt_report, initargs=(context, positions),
+                       maxtasksperchild=1) as pool:
+            parts = pool.starmap(_read_chunk, chunks, chunksize=1)
     return [record for part in parts for record in part]
