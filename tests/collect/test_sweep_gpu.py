@@ -102,3 +102,22 @@ def test_dry_run_on_the_gpu_checks_the_job() -> None:
                                  profiler=None, quiet=True)
     (result,) = profile.meta["results"]
     assert result["status"] == "ok" and result["outputs"] == "(1, 32, 50257) float32"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_devices_spread_shapes_over_two_gpus(tmp_path: Path) -> None:
+    import torch_nsight
+    from examples.models import LlamaBlock
+
+    shapes = [(1, 128, 1024), (1, 256, 1024), (1, 512, 1024), (1, 1024, 1024)]
+    profile = torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16", metric_set=DURATION_ONLY,
+                                 devices=[0, 1], output_dir=tmp_path / "out", quiet=True)
+    kernels = profile.kernels
+    assert profile.meta["failures"] == []
+    assert set(kernels["shape"]) == {"x".join(map(str, s)) for s in shapes}
+    reports = sorted((tmp_path / "out").glob("*.ncu-rep"))
+    assert len(reports) == 2, reports  # one ncu process, one report, per GPU
+    per_source = kernels.groupby("source")["shape"].unique()
+    assert len(per_source) == 2 and all(len(s) == 2 for s in per_source), per_source
+    # every shape has the same kernels whichever GPU profiled it
+    assert kernels.groupby("shape").size().nunique() == 1
