@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +37,19 @@ PERMISSION_LINE = (
     "Performance Counters on the target device 0. For instructions on enabling permissions "
     "and to get more information see https://developer.nvidia.com/ERR_NVGPUCTRPERM")
 NOTHING_LINE = "==WARNING== No kernels were profiled."
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Keep the ncu metric cache (``$XDG_CACHE_HOME/torch_nsight``) out of the user's home,
+    and the in-process memo of ``known_metric_bases`` out of other tests."""
+    from torch_nsight.collect import ncu as ncu_cli
+
+    home = tmp_path / "cache home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    ncu_cli.known_metric_bases.cache_clear()
+    yield home
+    ncu_cli.known_metric_bases.cache_clear()
 
 
 @pytest.fixture

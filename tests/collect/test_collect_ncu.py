@@ -157,3 +157,75 @@ def test_nothing_profiled_names_the_cpu_and_paths_survive(tmp_path: Path, fake_n
     assert not os.path.exists(app[3])  # the job file is deleted afterwards
     # the child did run, and its results and the job description are kept
     assert (out / "sweep.result.json").is_file() and (out / "job.json").is_file()
+
+
+COUNTING_NCU = '''#!{python}
+"""Lists {n} metrics for --query-metrics and counts how often it was asked."""
+import sys
+if sys.argv[1:] == ["--query-metrics"]:
+    with open({count!r}, "a") as handle:
+        handle.write("x")
+    print("Device NVIDIA H200 (GH100)")
+    for i in range({n}):
+        print(f"sm__metric_{{i}}    Counter    # some description")
+'''
+
+
+def counting_ncu(folder: Path, n: int = 150) -> tuple[Path, Path]:
+    folder.mkdir(exist_ok=True)
+    script, count = folder / "ncu", folder / "queries"
+    script.write_text(COUNTING_NCU.format(python=sys.executable, count=str(count), n=n))
+    script.chmod(0o755)
+    return script, count
+
+
+def queries(count: Path) -> int:
+    return len(count.read_text()) if count.exists() else 0
+
+
+def test_metric_list_is_cached_on_disk(tmp_path: Path, _private_cache_home: Path) -> None:
+    ncu, count = counting_ncu(tmp_path / "bin")
+    first = ncu_cli.known_metric_bases(str(ncu), "0")
+    assert len(first) == 150 and "sm__metric_7" in first and queries(count) == 1
+    (cached,) = (_private_cache_home / "torch_nsight").glob("ncu-metrics-*.txt")
+    ncu_cli.known_metric_bases.cache_clear()  # a later sweep: a new process
+    assert ncu_cli.known_metric_bases(str(ncu), "0") == first and queries(count) == 1
+    # another device selection is another key
+    ncu_cli.known_metric_bases(str(ncu), "1")
+    assert queries(count) == 2
+    assert len(list(cached.parent.glob("ncu-metrics-*.txt"))) == 2
+    assert not list(cached.parent.glob(".*.tmp"))  # written atomically, nothing left over
+
+
+def test_metric_cache_key_follows_the_ncu_file(tmp_path: Path) -> None:
+    ncu, count = counting_ncu(tmp_path / "bin")
+    key = ncu_cli._metrics_cache_path(str(ncu), "0")
+    assert ncu_cli._metrics_cache_path(str(ncu), "0") == key
+    assert ncu_cli._metrics_cache_path(str(ncu), "1") != key
+    ncu_cli.known_metric_bases(str(ncu), "0")
+    ncu.write_text(ncu.read_text() + "# upgraded\n")  # another size (and mtime)
+    st = ncu.stat()
+    os.utime(ncu, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert ncu_cli._metrics_cache_path(str(ncu), "0") != key
+    ncu_cli.known_metric_bases.cache_clear()
+    ncu_cli.known_metric_bases(str(ncu), "0")
+    assert queries(count) == 2  # the changed ncu is asked again
+
+
+def test_metric_cache_errors_fall_back_to_querying(tmp_path: Path, monkeypatch) -> None:
+    ncu, count = counting_ncu(tmp_path / "bin")
+    blocker = tmp_path / "not a directory"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # cannot be read nor written
+    for _ in range(2):
+        ncu_cli.known_metric_bases.cache_clear()
+        assert len(ncu_cli.known_metric_bases(str(ncu), "0")) == 150
+    assert queries(count) == 2
+    # a failed or incomplete query is not cached
+    short, short_count = counting_ncu(tmp_path / "short", n=3)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for _ in range(2):
+        ncu_cli.known_metric_bases.cache_clear()
+        assert len(ncu_cli.known_metric_bases(str(short), "0")) == 3
+    assert queries(short_count) == 2 and not (tmp_path / "home").exists()

@@ -59,6 +59,38 @@ def test_a_twin_that_runs_differently_is_profiled_on_its_own() -> None:
     assert "h.1, h.3 (1 call(s), " in line and "h.2 (1 call(s), " in line
 
 
+CHECK_IN_A_FRESH_PROCESS = """
+import sys
+import torch
+from torch_nsight.collect.replicate import check_siblings
+from tests.collect.models import Stack
+
+model = Stack(3)
+x = torch.randn(2, 16)
+
+def once():
+    model(x).float().mean().backward()
+
+before = "torch._dynamo" in sys.modules
+verdict = check_siblings(model, once, backward=True, cuda=False)
+assert verdict["status"] == "replicated", verdict
+print(before, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_the_check_does_not_import_dynamo() -> None:
+    # a TorchDispatchMode would import torch._dynamo on first entry (a second or more)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", CHECK_IN_A_FRESH_PROCESS], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]
+
+
 def test_no_twins() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 4))
     assert check_siblings(model, run(model, False, torch.randn(1, 4)), backward=False,

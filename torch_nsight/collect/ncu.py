@@ -10,12 +10,16 @@ library errors that say what to do.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
+import tempfile
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -117,10 +121,55 @@ def ncu_version(ncu: str) -> tuple[int, int, int] | None:
     return version
 
 
-@functools.lru_cache(maxsize=8)
-def known_metric_bases(ncu: str, visible_devices: str | None = None) -> frozenset[str]:
-    """Base names of the metrics ``ncu --query-metrics`` lists for this GPU (empty when
-    the query fails: then nothing is filtered)."""
+def _metrics_cache_path(ncu: str, visible_devices: str | None) -> str:
+    """Where :func:`known_metric_bases` keeps the list for this ncu file, device selection
+    and host: ``$XDG_CACHE_HOME/torch_nsight`` (else ``~/.cache/torch_nsight``), a name
+    hashing ncu's real path, mtime and size, ``CUDA_VISIBLE_DEVICES`` and the host name
+    (no process is started to build it)."""
+    real = os.path.realpath(ncu)
+    info = os.stat(real)
+    devices = visible_devices if visible_devices is not None else \
+        os.environ.get("CUDA_VISIBLE_DEVICES")
+    key = "\0".join((real, str(info.st_mtime_ns), str(info.st_size), repr(devices),
+                     socket.gethostname()))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha1(key.encode("utf-8", "surrogateescape")).hexdigest()
+    return os.path.join(base, "torch_nsight", f"ncu-metrics-{digest}.txt")
+
+
+def _read_metrics_cache(path: str) -> frozenset[str] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            names = frozenset(line.strip() for line in handle if line.strip())
+    except OSError as err:
+        logger.debug("no usable ncu metric cache %s (%s)", path, err)
+        return None
+    if len(names) < MIN_LISTED:
+        logger.debug("ncu metric cache %s looks incomplete (%d names); querying", path,
+                     len(names))
+        return None
+    return names
+
+
+def _write_metrics_cache(path: str, names: frozenset[str]) -> None:
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ncu-metrics-", suffix=".tmp",
+                                   dir=os.path.dirname(path))
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{name}\n" for name in sorted(names)))
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file or the new
+        tmp = None
+    except OSError as err:
+        logger.debug("could not write the ncu metric cache %s (%s)", path, err)
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _query_metric_bases(ncu: str, visible_devices: str | None) -> frozenset[str]:
     env = dict(os.environ)
     if visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
@@ -132,6 +181,31 @@ def known_metric_bases(ncu: str, visible_devices: str | None = None) -> frozense
         return frozenset()
     return frozenset(m.group(1) for line in proc.stdout.splitlines()
                      if (m := _METRIC_BASE_RE.match(line)))
+
+
+@functools.lru_cache(maxsize=8)
+def known_metric_bases(ncu: str, visible_devices: str | None = None) -> frozenset[str]:
+    """Base names of the metrics ``ncu --query-metrics`` lists for this GPU (empty when
+    the query fails: then nothing is filtered).
+
+    A complete list (:data:`MIN_LISTED` names or more) is kept on disk (see
+    :func:`_metrics_cache_path`) and read back by later sweeps instead of querying again;
+    any error reading or writing that file just means querying.
+    """
+    try:
+        path: str | None = _metrics_cache_path(ncu, visible_devices)
+    except (OSError, ValueError) as err:
+        logger.debug("no ncu metric cache for %s (%s)", ncu, err)
+        path = None
+    if path is not None:
+        cached = _read_metrics_cache(path)
+        if cached is not None:
+            logger.debug("ncu metric list read from %s", path)
+            return cached
+    names = _query_metric_bases(ncu, visible_devices)
+    if path is not None and len(names) >= MIN_LISTED:
+        _write_metrics_cache(path, names)
+    return names
 
 
 def resolve_metric_set(metric_set: str | Iterable[str]) -> MetricSet:

@@ -5,11 +5,15 @@ Deep models repeat identical blocks. In the child, per shape:
 1. :func:`candidate_groups`: children of one parent with the same type, parameter and
    buffer shapes and submodule structure (static, no run needed);
 2. :func:`check_siblings`: one un-profiled iteration records, per candidate, its calls,
-   input shapes, the aten ops it dispatches (name, argument shapes and dtypes: in eager
-   mode these decide which kernels launch) forward and backward, and its time (CUDA
-   events). Members that agree form a verified group; the first is its representative.
-   (CUDA kernel names would need CUPTI tracing, which Nsight Compute's own injection
-   rules out in the profiled child, so the ops that launch them are compared instead.)
+   input shapes, the torch-level functions it calls forward (name, argument shapes, dtypes
+   and ``requires_grad``: in eager mode these decide which kernels launch), for backward
+   the ``requires_grad`` pattern of its inputs and parameters (which decides the backward
+   graph autograd builds for it) and its backward hook calls, and its time (CUDA events).
+   Members that agree form a verified group; the first is its representative. (CUDA kernel
+   names would need CUPTI tracing, which Nsight Compute's own injection rules out in the
+   profiled child, so the calls that launch them are compared instead. The calls are
+   recorded with a ``TorchFunctionMode``, not a ``TorchDispatchMode``: entering the first
+   dispatch mode imports ``torch._dynamo``, a second or more of start-up in the child.)
 3. :class:`ReplicaMarkers`: during the measured iterations, each non-representative member
    runs inside a start/end NVTX range ``replica`` (domain ``torch_nsight``), forward and
    backward, opened and closed with the member's own module ranges (it is the emitter the
@@ -79,7 +83,8 @@ def _arg_signature(value: Any) -> Any:
     import torch
 
     if isinstance(value, torch.Tensor):
-        return ("T", tuple(value.shape), str(value.dtype), value.is_contiguous())
+        return ("T", tuple(value.shape), str(value.dtype), value.is_contiguous(),
+                value.requires_grad)
     if isinstance(value, (list, tuple)):
         return tuple(_arg_signature(v) for v in value)
     if isinstance(value, Mapping):
@@ -89,28 +94,51 @@ def _arg_signature(value: Any) -> Any:
     return type(value).__qualname__
 
 
+def _requires_grad_pattern(value: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.requires_grad
+    if isinstance(value, (list, tuple)):
+        return tuple(_requires_grad_pattern(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple((k, _requires_grad_pattern(v)) for k, v in value.items())
+    return None
+
+
+def _function_name(func: Any) -> str:
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if name is None:
+        return repr(func)
+    return f"{getattr(func, '__module__', None) or ''}.{name}"
+
+
 class _Member:
-    __slots__ = ("calls", "inputs", "ops", "bwd_pre", "bwd_post", "seconds", "events")
+    __slots__ = ("calls", "inputs", "ops", "grad_pattern", "bwd_pre", "bwd_post", "seconds",
+                 "events")
 
     def __init__(self) -> None:
         self.calls = 0
         self.inputs: list[Any] = []
-        self.ops: dict[str, Counter[Any]] = {"fwd": Counter(), "bwd": Counter()}
+        self.ops: Counter[Any] = Counter()  # forward torch-level calls
+        # per call, with grad enabled: requires_grad of its inputs and parameters (what
+        # decides the backward graph autograd builds for the member)
+        self.grad_pattern: list[Any] = []
         self.bwd_pre = 0
         self.bwd_post = 0
         self.seconds = 0.0
         self.events: list[Any] = []
 
     def signature(self) -> tuple[Any, ...]:
-        return (self.calls, tuple(self.inputs), tuple(sorted(self.ops["fwd"].items(), key=repr)),
-                tuple(sorted(self.ops["bwd"].items(), key=repr)), self.bwd_pre == self.bwd_post)
+        return (self.calls, tuple(self.inputs), tuple(sorted(self.ops.items(), key=repr)),
+                tuple(self.grad_pattern), self.bwd_pre, self.bwd_pre == self.bwd_post)
 
     def op_count(self) -> int:
-        return sum(self.ops["fwd"].values()) + sum(self.ops["bwd"].values())
+        return sum(self.ops.values())
 
 
 class _Recorder:
-    """Hooks and a dispatch mode that record what each candidate member does."""
+    """Hooks and a torch function mode that record what each candidate member does."""
 
     def __init__(self, model: nn.Module, names: Iterable[str], *, backward: bool,
                  cuda: bool) -> None:
@@ -156,9 +184,15 @@ class _Recorder:
             module = self.modules[name]
 
             def pre(mod: Any, args: Any, kwargs: Any, name: str = name) -> None:
+                import torch
+
                 member = self.members[name]
                 member.calls += 1
                 member.inputs.append(_arg_signature((args, kwargs)))
+                if self.backward and torch.is_grad_enabled():
+                    member.grad_pattern.append((
+                        _requires_grad_pattern((args, kwargs)),
+                        tuple(p.requires_grad for p in mod.parameters())))
                 self._open(name, "fwd")
 
             def post(mod: Any, args: Any, kwargs: Any, out: Any, name: str = name) -> None:
@@ -185,12 +219,19 @@ class _Recorder:
         self.handles.clear()
 
     def record_op(self, func: Any, args: Any, kwargs: Any) -> None:
+        """Count a forward torch-level call for every member open on this thread. (Backward
+        runs in autograd's C++ engine, which a torch function mode does not see.)"""
         stack = getattr(self.local, "stack", None)
         if not stack:
             return
-        key = (str(func), _arg_signature(args), _arg_signature(kwargs or {}))
+        key = None
         for name, direction, _ in stack:
-            self.members[name].ops[direction][key] += 1
+            if direction != "fwd":
+                continue
+            if key is None:
+                key = (_function_name(func), _arg_signature(args),
+                       _arg_signature(kwargs or {}))
+            self.members[name].ops[key] += 1
 
     def times_ms(self) -> dict[str, float]:
         out = {}
@@ -202,16 +243,18 @@ class _Recorder:
         return out
 
 
-def _dispatch_mode(recorder: _Recorder) -> Any:
-    from torch.utils._python_dispatch import TorchDispatchMode
+def _function_mode(recorder: _Recorder) -> Any:
+    """A ``TorchFunctionMode`` feeding :meth:`_Recorder.record_op`. (Unlike a
+    ``TorchDispatchMode``, entering it does not import ``torch._dynamo``.)"""
+    from torch.overrides import TorchFunctionMode
 
-    class _OpRecorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+    class _CallRecorder(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             recorder.record_op(func, args, kwargs)
             return func(*args, **(kwargs or {}))
 
-    return _OpRecorder()
+    return _CallRecorder()
 
 
 def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: bool,
@@ -236,7 +279,7 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
                          cuda=cuda)
     recorder.install()
     try:
-        with _dispatch_mode(recorder):
+        with _function_mode(recorder):
             run_once()
         if cuda:
             import torch

@@ -262,7 +262,13 @@ class JobRunner:
     def _build(self, spec: Any) -> Any:
         from torch import nn
 
-        model = spec if isinstance(spec, nn.Module) else spec()
+        if isinstance(spec, nn.Module):
+            model = spec  # an unpickled instance: moved as it is
+        else:
+            # Factories build on the target device (torch.device sets the default device of
+            # factory functions): no CPU initialisation followed by a copy.
+            with self.device:
+                model = spec()
         if not isinstance(model, nn.Module):
             raise TypeError(f"the factory returned {type(model).__name__}, not an nn.Module")
         return model.to(device=self.device, dtype=self.dtype)
