@@ -57,16 +57,19 @@ def test_backward_ranges_nest_and_hold_weight_gradients(
     assert STACK.snapshot() == []
 
 
+class TwoBranches(nn.Module):
+    """Two probed linears on the same input, summed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = ProbedLinear(4, 4)
+        self.b = ProbedLinear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x) + self.b(x)
+
+
 def test_deferred_range_closes_when_a_sibling_starts(recorder: Recorder) -> None:
-    class TwoBranches(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = ProbedLinear(4, 4)
-            self.b = ProbedLinear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.a(x) + self.b(x)
-
     model = TwoBranches()
     probe(model, recorder.emitter)
     recorder.instrument(model)
@@ -315,15 +318,6 @@ def test_input_used_after_the_module_closes_at_the_next_call_outside(
 ) -> None:
     # `x` gets its gradient only when both branches are done: `b`'s range closes when `a`'s
     # opens, as `a` did not run inside `b`.
-    class TwoBranches(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = ProbedLinear(4, 4)
-            self.b = ProbedLinear(4, 4)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.a(x) + self.b(x)
-
     run_both(TwoBranches(), recorder, torch.randn(2, 4, requires_grad=True), probed=True)
     assert recorder.lines()[3:] == [
         "bwd:TwoBranches", "  bwd:b", "    w:b", "  bwd:a", "    w:a",

@@ -124,13 +124,19 @@ def _module(row: pd.Series) -> str:
     return _text(row.get("module"))
 
 
-def _hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """The leading columns of a kernel or hotspot row: rank, labels, module, direction, op."""
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right"),
                              *_labels(kernels),
                              ("module", _module, "left"),
                              ("dir", lambda r: _text(r["direction"]), "left")]
     if frame["op"].notna().any():
         columns.append(("op", lambda r: shorten(r["op"], 28), "left"))
+    return columns
+
+
+def _hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    columns = _row_head(frame, kernels)
     columns.append(("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"))
     if (frame["launches"] > 1).any():
         columns.append(("launches", lambda r: format_count(r["launches"]), "right"))
@@ -182,12 +188,7 @@ def _module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 
 
 def _kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
-    columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right"),
-                             *_labels(kernels),
-                             ("module", _module, "left"),
-                             ("dir", lambda r: _text(r["direction"]), "left")]
-    if frame["op"].notna().any():
-        columns.append(("op", lambda r: shorten(r["op"], 28), "left"))
+    columns = _row_head(frame, kernels)
     columns += [
         ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
