@@ -134,18 +134,20 @@ def test_status_lines_and_progress(tmp_path: Path) -> None:
     assert quiet.getvalue() == ""
 
 
-def test_summary_prints_hotspots_per_shape() -> None:
-    table = pd.DataFrame({"variant": ["a", "a"], "shape": ["1x8", "2x8"],
-                          "module": ["fc", "fc"], "kernel": ["gemm", "gemm"],
-                          "duration_ns": [5.0, 9.0]})
+def test_summary_prints_hotspots_per_shape(tmp_path) -> None:
+    import shutil
+    from pathlib import Path
 
-    class Fake:
-        kernels = table
+    import torch_nsight
 
-        def hotspots(self, n: int, by: str) -> pd.DataFrame:
-            return table
-
+    fixture = Path(__file__).resolve().parents[1] / "data" / "llama_block_sweep.ncu-rep.xz"
+    report = shutil.copy(fixture, tmp_path)
+    profile = torch_nsight.load(report)
     stream = io.StringIO()
-    print_summary(Fake(), stream=stream)
+    print_summary(profile, n=3, stream=stream)
     text = stream.getvalue()
-    assert "hotspots (variant=a, shape=1x8)" in text and "hotspots (variant=a, shape=2x8)" in text
+    kernels = profile.kernels
+    for shape, rows in kernels.groupby("shape"):
+        section = text.split(f"hotspots (shape={shape}):", 1)[1].split("hotspots (", 1)[0]
+        slowest = rows.loc[rows["duration_ns"].idxmax()]
+        assert str(slowest["module"]) in section.splitlines()[2], (shape, section)

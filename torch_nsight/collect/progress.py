@@ -142,42 +142,24 @@ class ProgressLine:
 def print_summary(profile: Any, *, n: int = 5, stream: TextIO | None = None) -> None:
     """Print the hotspot table of each shape (and variant) of ``profile`` to ``stream``.
 
-    Uses the render layer's table formatting when it has one, else ``tabulate``.
-
     Args:
         profile: a :class:`torch_nsight.Profile`.
         n: rows per shape.
         stream: where to write (default stderr).
     """
+    from torch_nsight.render import render_table
+
     stream = stream if stream is not None else sys.stderr
     kernels = profile.kernels
     if kernels is None or kernels.empty:
         return
-    table = profile.hotspots(n=len(kernels), by="time")
-    columns = [c for c in ("module", "direction", "kernel", "duration_ns", "pct_of_total",
-                           "bound", "next_step") if c in table]
-    keys = [c for c in ("variant", "shape") if c in table]
-    groups = table.groupby(keys, dropna=False, sort=False) if keys else [((), table)]
+    keys = [c for c in ("variant", "shape") if c in kernels and kernels[c].nunique() > 1]
+    groups = kernels.groupby(keys, dropna=False, sort=False) if keys else [((), kernels)]
     for key, rows in groups:
         key = key if isinstance(key, tuple) else (key,)
         title = ", ".join(f"{k}={v}" for k, v in zip(keys, key, strict=True)
                           if v is not None and v == v and v != "")
+        part = type(profile)(kernels=rows, meta=profile.meta)
         stream.write(f"\nhotspots{' (' + title + ')' if title else ''}:\n")
-        stream.write(format_table(rows.head(n).loc[:, columns]) + "\n")
+        stream.write(render_table(part, "hotspots", n=n, by="time") + "\n")
     stream.flush()
-
-
-def format_table(frame: Any) -> str:
-    """Format a DataFrame as text: the render layer's formatter if present, else tabulate."""
-    try:
-        from torch_nsight import render
-
-        formatter = getattr(render, "format_table", None)
-        if callable(formatter):
-            return str(formatter(frame))
-    except ImportError:
-        pass
-    from tabulate import tabulate
-
-    return tabulate(frame, headers="keys", tablefmt="simple", showindex=False,
-                    floatfmt=".1f", maxcolwidths=60)
