@@ -43,6 +43,12 @@ __all__ = ["InstrumentedForward", "install_forward"]
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
 _LOCAL = STACK._local
+_stack_push = STACK.push
+_stack_pop = STACK.pop
+_settle_forward = STACK._settle_forward
+_pop_backward = STACK.pop_backward
+_push_backward = STACK.push_backward
+_current_graph_task_id = torch._C._current_graph_task_id
 _MISSING = object()
 
 
@@ -96,7 +102,7 @@ class InstrumentedForward:
         self._backward = backward
         self._enter = namer.enter_forward if namer is not None else None
         self._leave = namer.exit_forward if namer is not None else None
-        self._push, self._pop = STACK.push, STACK.pop
+        self._push, self._pop = _stack_push, _stack_pop
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module = self._module()
@@ -131,25 +137,57 @@ class InstrumentedForward:
                             kwargs: dict[str, Any]) -> Any:
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
-        sources = [node for t in args
-                   if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
-        if kwargs:
-            sources += [node for t in kwargs.values()
-                        if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
-        state = STACK._local
+        if kwargs or len(args) != 1:
+            sources: Any = [node for t in args
+                            if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
+            if kwargs:
+                sources += [node for t in kwargs.values()
+                            if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
+        else:  # the common single-input call: no list comprehension
+            arg = args[0]
+            sources = ((node,) if isinstance(arg, _Tensor) and (node := arg.grad_fn) is not None
+                       else ())
+        state = _LOCAL
         frame = BackwardFrame(self._backward, state.call)  # type: ignore[arg-type]
         state.call = frame
         rng = self._forward
-        self._push(rng)
-        if self._enter is not None:
-            self._enter()
+        push = self._push
+        if push is _stack_push:  # STACK.push, inlined
+            if state.frames:
+                _settle_forward(state, rng)
+            rng.open()
+            state.stack.append(rng)
+        else:
+            push(rng)
+        enter = self._enter
+        if enter is not None:
+            enter()
         try:
             output = self._function(module, *args, **kwargs)
         finally:
             state.call = frame.parent
             if self._leave is not None:
                 self._leave()
-            self._pop(rng)
+            pop = self._pop
+            stack = state.stack
+            if pop is _stack_pop and stack and stack[-1] is rng:  # STACK.pop, inlined
+                stack.pop()
+                rng.close()
+            else:
+                pop(rng)
+        if isinstance(output, _Tensor):  # _watch, inlined for a plain tensor output
+            node = output.grad_fn
+            if node is None or node in sources:
+                return output
+            _node_hooks(node).opens.append(frame)
+            if not sources:
+                frame.deferred = True
+            elif len(sources) == 1:
+                _node_hooks(sources[0]).closes.append(frame)
+            else:
+                for node in dict.fromkeys(sources):
+                    _node_hooks(node).closes.append(frame)
+            return output
         _watch(frame, output, sources)
         return output
 
@@ -219,8 +257,24 @@ class _NodeHooks:
     def __call__(self, grad_outputs: Any) -> None:
         for frame in self.closes:
             if frame.is_open:
-                STACK.pop_backward(frame)
-        for frame in reversed(self.opens):
+                state = _LOCAL
+                stack = state.stack
+                if stack and stack[-1] is frame:  # RangeStack.pop_backward, inlined
+                    stack.pop()
+                    state.frames -= 1
+                    frame.is_open = False
+                    frame.range.close()
+                else:
+                    _pop_backward(frame)
+        opens = self.opens
+        if len(opens) == 1:  # BackwardFrame.open, inlined
+            frame = opens[0]
+            task_id = _current_graph_task_id()
+            if task_id != frame.graph_task:  # not a second output's node of the same pass
+                frame.graph_task = task_id
+                _push_backward(frame, task_id)
+            return
+        for frame in reversed(opens):
             frame.open()
 
 
