@@ -8,11 +8,11 @@ import torch
 
 from torch_nsight.capture import RecordingEmitter, instrument
 from torch_nsight.collect import replicate
+from torch_nsight.collect.expand import expand_replicas
 from torch_nsight.collect.replicate import (
     ReplicaMarkers,
     candidate_groups,
     check_siblings,
-    expand_replicas,
 )
 
 from .models import Stack

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from torch_nsight.collect.expand import expand_replicas
 from torch_nsight.collect.launch import ChildOutcome
 from torch_nsight.collect.ncu import raise_for_output
-from torch_nsight.collect.replicate import expand_replicas
 from torch_nsight.errors import CounterPermissionError, ShapeFailedError, TorchNsightError
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ Deep models repeat identical blocks. In the child, per shape:
    autograd launches from its own thread are covered too; and the ``ncu`` command stays
    the same whatever the check decides (a mismatch simply opens no ``replica`` range).
 
-In the parent, :func:`expand_replicas` copies the representative's kernel rows to every
+In the parent, :func:`torch_nsight.collect.expand.expand_replicas` copies the representative's kernel rows to every
 replica (module names rewritten) with a ``replicated_from`` column, so every kernel of the
 model still has a row.
 """
@@ -35,13 +35,12 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
 
 if TYPE_CHECKING:
-    import pandas as pd
     from torch import nn
 
     from torch_nsight.capture.emitter import RangeEmitter
@@ -419,91 +418,3 @@ class ReplicaMarkers:
             for handle in leftover:
                 nvtx.end_range(handle)
 
-
-def _rename(name: Any, old: str, new: str) -> Any:
-    if not isinstance(name, str):
-        return name
-    for prefix in (naming.BACKWARD_PREFIX, ""):
-        if name.startswith(prefix) and _inside(name[len(prefix):], old):
-            return prefix + new + name[len(prefix) + len(old):]
-    return name
-
-
-def _rename_path(path: Any, old: str, new: str) -> Any:
-    if not isinstance(path, str):
-        return path
-    return "/".join(_rename(part, old, new) for part in path.split("/"))
-
-
-def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:
-    """``rows`` (a copy) moved from module ``old`` to module ``new``, marked as replicated."""
-    rows["replicated_from"] = rows["replicated_from"].where(rows["replicated_from"].notna(),
-                                                            rows["module"])
-    rows["module"] = [_rename(m, old, new) for m in rows["module"]]
-    if "module_path" in rows:
-        rows["module_path"] = [_rename_path(p, old, new) for p in rows["module_path"]]
-    if "nvtx_stack" in rows:
-        rows["nvtx_stack"] = [tuple(_rename(m, old, new) for m in s)
-                              if isinstance(s, (tuple, list)) else s for s in rows["nvtx_stack"]]
-    return rows
-
-
-def _values(frame: pd.DataFrame, column: str) -> list[Any]:
-    return list(frame[column]) if column in frame else [None] * len(frame)
-
-
-def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Copy each representative's kernel rows to its replicas.
-
-    Args:
-        df: an attributed kernel table (``variant``, ``shape``, ``run``, ``module``,
-            ``direction``; ``module_path`` and ``nvtx_stack`` are rewritten when present).
-        groups: dicts with ``representative``, ``replicas`` and the ``variant`` and
-            ``shape`` labels they hold for (``""``/None: rows without that label).
-
-    Returns:
-        A copy with the new rows appended and a ``replicated_from`` column: None for
-        measured rows, else the module whose kernel was measured. A replica that already has
-        rows for a (run, direction) - its kernels were profiled after all - gets no copies
-        there. Nested groups (inside a representative) are expanded first.
-    """
-    import pandas as pd
-
-    out = df.copy()
-    if "replicated_from" not in out:
-        out["replicated_from"] = pd.Series([None] * len(out), index=out.index, dtype=object)
-    if out.empty or not groups:
-        return out
-
-    def label(column: str) -> pd.Series:
-        if column not in out:
-            return pd.Series([""] * len(out), index=out.index)
-        return out[column].astype(object).where(out[column].notna(), "").astype(str)
-
-    ordered = sorted(groups, key=lambda g: -str(g["representative"]).count("."))
-    for group in ordered:
-        variant, shape = label("variant"), label("shape")
-        rows_here = (variant == str(group.get("variant") or "")) & \
-                    (shape == str(group.get("shape") or ""))
-        modules = out["module"].astype(object)
-        rep = str(group["representative"])
-        source = out[rows_here & modules.map(lambda m, r=rep: isinstance(m, str)
-                                             and _inside(m, r))]
-        if source.empty:
-            logger.debug("no rows for representative %s of %s/%s", rep,
-                         group.get("variant"), group.get("shape"))
-            continue
-        keys = list(zip(_values(source, "run"), _values(source, "direction"), strict=True))
-        copies = []
-        for replica in group["replicas"]:
-            own = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
-                                              and _inside(m, r))]
-            present = set(zip(_values(own, "run"), _values(own, "direction"), strict=True))
-            keep = [key not in present for key in keys]
-            copy = source.loc[keep].copy()
-            if copy.empty:
-                continue
-            copies.append(_renamed(copy, rep, replica))
-        if copies:
-            out = pd.concat([out, *copies], ignore_index=True)
-    return out

@@ -1,0 +1,110 @@
+"""Copy the measured rows of a representative sibling to the siblings it stands for.
+
+The sibling check (:mod:`torch_nsight.collect.replicate`) leaves the replicas out of replay;
+:func:`expand_replicas` gives each of them the representative's rows back, renamed, with
+``replicated_from`` naming the module that was actually measured, so every kernel of the
+model still has a row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight import naming
+from torch_nsight.collect.replicate import _inside
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+
+def _rename(name: Any, old: str, new: str) -> Any:
+    if not isinstance(name, str):
+        return name
+    for prefix in (naming.BACKWARD_PREFIX, ""):
+        if name.startswith(prefix) and _inside(name[len(prefix):], old):
+            return prefix + new + name[len(prefix) + len(old):]
+    return name
+
+
+def _rename_path(path: Any, old: str, new: str) -> Any:
+    if not isinstance(path, str):
+        return path
+    return "/".join(_rename(part, old, new) for part in path.split("/"))
+
+
+def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:
+    """``rows`` (a copy) moved from module ``old`` to module ``new``, marked as replicated."""
+    rows["replicated_from"] = rows["replicated_from"].where(rows["replicated_from"].notna(),
+                                                            rows["module"])
+    rows["module"] = [_rename(m, old, new) for m in rows["module"]]
+    if "module_path" in rows:
+        rows["module_path"] = [_rename_path(p, old, new) for p in rows["module_path"]]
+    if "nvtx_stack" in rows:
+        rows["nvtx_stack"] = [tuple(_rename(m, old, new) for m in s)
+                              if isinstance(s, (tuple, list)) else s for s in rows["nvtx_stack"]]
+    return rows
+
+
+def _values(frame: pd.DataFrame, column: str) -> list[Any]:
+    return list(frame[column]) if column in frame else [None] * len(frame)
+
+
+def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Copy each representative's kernel rows to its replicas.
+
+    Args:
+        df: an attributed kernel table (``variant``, ``shape``, ``run``, ``module``,
+            ``direction``; ``module_path`` and ``nvtx_stack`` are rewritten when present).
+        groups: dicts with ``representative``, ``replicas`` and the ``variant`` and
+            ``shape`` labels they hold for (``""``/None: rows without that label).
+
+    Returns:
+        A copy with the new rows appended and a ``replicated_from`` column: None for
+        measured rows, else the module whose kernel was measured. A replica that already has
+        rows for a (run, direction) - its kernels were profiled after all - gets no copies
+        there. Nested groups (inside a representative) are expanded first.
+    """
+    import pandas as pd
+
+    out = df.copy()
+    if "replicated_from" not in out:
+        out["replicated_from"] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    if out.empty or not groups:
+        return out
+
+    def label(column: str) -> pd.Series:
+        if column not in out:
+            return pd.Series([""] * len(out), index=out.index)
+        return out[column].astype(object).where(out[column].notna(), "").astype(str)
+
+    ordered = sorted(groups, key=lambda g: -str(g["representative"]).count("."))
+    for group in ordered:
+        variant, shape = label("variant"), label("shape")
+        rows_here = (variant == str(group.get("variant") or "")) & \
+                    (shape == str(group.get("shape") or ""))
+        modules = out["module"].astype(object)
+        rep = str(group["representative"])
+        source = out[rows_here & modules.map(lambda m, r=rep: isinstance(m, str)
+                                             and _inside(m, r))]
+        if source.empty:
+            logger.debug("no rows for representative %s of %s/%s", rep,
+                         group.get("variant"), group.get("shape"))
+            continue
+        keys = list(zip(_values(source, "run"), _values(source, "direction"), strict=True))
+        copies = []
+        for replica in group["replicas"]:
+            own = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
+                                              and _inside(m, r))]
+            present = set(zip(_values(own, "run"), _values(own, "direction"), strict=True))
+            keep = [key not in present for key in keys]
+            copy = source.loc[keep].copy()
+            if copy.empty:
+                continue
+            copies.append(_renamed(copy, rep, replica))
+        if copies:
+            out = pd.concat([out, *copies], ignore_index=True)
+    return out
