@@ -97,9 +97,6 @@ METRICS: tuple[Metric, ...] = (
     Metric("device__attribute_multiprocessor_count", "sm_count", "", "device"),
 )
 
-METRICS_BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
-METRICS_BY_COLUMN: dict[str, Metric] = {m.column: m for m in METRICS}
-
 # Precision name -> (kernel-table FLOP column, peak-per-cycle column, FLOP per peak unit).
 # CUDA-core peaks are FMA instructions per cycle: one FMA is two FLOPs.
 PRECISIONS: dict[str, tuple[str, str, float]] = {
@@ -113,9 +110,6 @@ PRECISIONS: dict[str, tuple[str, str, float]] = {
     "tensor_fp64": ("tensor_fp64_flops", "peak_tensor_fp64_per_cycle", 1.0),
     "tensor_int8": ("tensor_int8_ops", "peak_tensor_int8_per_cycle", 1.0),
 }
-
-MetricSetName = Literal["roofline", "lean", "full"]
-
 
 @dataclass(frozen=True)
 class MetricSet:

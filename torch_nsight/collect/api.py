@@ -24,6 +24,7 @@ from torch_nsight.collect import ncu as ncu_cli
 from torch_nsight.collect.assemble import assemble, derive_columns
 from torch_nsight.collect.launch import ChildSpec, run_children
 from torch_nsight.collect.progress import ProgressLine, print_summary
+from torch_nsight.metrics import DEFAULT_METRIC_SET
 from torch_nsight.naming import format_measure_range
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def sweep(
     dtype: Any = None,
     warmup: int = 2,
     repeats: int = 1,
-    metric_set: str | Sequence[str] = "roofline",
+    metric_set: str | Sequence[str] = DEFAULT_METRIC_SET,
     ops: bool | str | Iterable[str] = False,
     replicate: bool = True,
     derive: Mapping[str, DeriveFn] | None = None,

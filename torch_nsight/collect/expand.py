@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
-from torch_nsight.collect.replicate import _inside
+from torch_nsight.collect.replicate import is_inside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +25,7 @@ def _rename(name: Any, old: str, new: str) -> Any:
     if not isinstance(name, str):
         return name
     for prefix in (naming.BACKWARD_PREFIX, ""):
-        if name.startswith(prefix) and _inside(name[len(prefix):], old):
+        if name.startswith(prefix) and is_inside(name[len(prefix):], old):
             return prefix + new + name[len(prefix) + len(old):]
     return name
 
@@ -89,7 +89,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
         modules = out["module"].astype(object)
         rep = str(group["representative"])
         source = out[rows_here & modules.map(lambda m, r=rep: isinstance(m, str)
-                                             and _inside(m, r))]
+                                             and is_inside(m, r))]
         if source.empty:
             logger.debug("no rows for representative %s of %s/%s", rep,
                          group.get("variant"), group.get("shape"))
@@ -98,7 +98,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
         copies = []
         for replica in group["replicas"]:
             own = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
-                                              and _inside(m, r))]
+                                              and is_inside(m, r))]
             present = set(zip(_values(own, "run"), _values(own, "direction"), strict=True))
             keep = [key not in present for key in keys]
             copy = source.loc[keep].copy()

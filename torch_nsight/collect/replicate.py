@@ -51,7 +51,8 @@ logger = logging.getLogger(__name__)
 REPLICA_MESSAGE = "replica"
 
 
-def _inside(name: str, ancestor: str) -> bool:
+def is_inside(name: str, ancestor: str) -> bool:
+    """Whether module ``name`` is ``ancestor`` or lies inside it (dotted names)."""
     return name == ancestor or name.startswith(ancestor + ".")
 
 
@@ -305,7 +306,7 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
     groups: list[dict[str, Any]] = []
     replicas: list[str] = []
     for part in sorted(verified, key=lambda p: p[0].count(".")):
-        if any(_inside(part[0], r) for r in replicas):
+        if any(is_inside(part[0], r) for r in replicas):
             continue  # inside a replica: its representative's subtree covers it
         replicas.extend(part[1:])
         groups.append({"representative": part[0], "replicas": part[1:],

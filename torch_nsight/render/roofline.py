@@ -28,6 +28,7 @@ from torch_nsight.render.figure import (
     new_figure,
     save_figure,
 )
+from torch_nsight.render.units import format_rate
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -151,7 +152,7 @@ def _draw_roofs(ax: Axes, bandwidth: float, peaks: dict[tuple[str, ...], float],
     if np.isfinite(bandwidth):
         xs = np.array([xlim[0], min(top_ridge, xlim[1])])
         (line,) = ax.plot(xs, bandwidth * xs, color="black", linewidth=2.0, zorder=2,
-                          label=f"DRAM roof, {bandwidth / 1e12:.2f} TB/s")
+                          label=f"DRAM roof, {format_rate(bandwidth, 'B/s')}")
         line.set_gid("memory-roof")
         lines.append(line)
     styles = ("-", "--", "-.", ":")
@@ -160,7 +161,7 @@ def _draw_roofs(ax: Axes, bandwidth: float, peaks: dict[tuple[str, ...], float],
         (line,) = ax.plot([ridge, xlim[1]], [peak, peak], color="dimgray", zorder=2,
                           linewidth=1.8, linestyle=styles[index % len(styles)],
                           label=f"{precision_label(precision)} roof, "
-                                f"{EngFormatter(unit='FLOP/s', places=0)(peak)}")
+                                f"{format_rate(peak, 'FLOP/s')}")
         line.set_gid(f"compute-roof:{'+'.join(precision)}")
         ax.annotate(precision_label(precision), (xlim[1], peak), xytext=(-4, 3),
                     textcoords="offset points", ha="right", va="bottom", fontsize=8,

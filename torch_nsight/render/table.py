@@ -124,6 +124,15 @@ def _module(row: pd.Series) -> str:
     return _text(row.get("module"))
 
 
+_VERDICT: list[Column] = [
+    ("bound", lambda r: _text(r["bound"]), "left"),
+    ("reason", lambda r: _text(r["reason"]), "left"),
+    ("% of roof", lambda r: format_pct(r["pct_of_roof"]), "right"),
+    ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+]
+"""The roofline verdict that ends a kernel or hotspot row."""
+
+
 def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """The leading columns of a kernel or hotspot row: rank, labels, module, direction, op."""
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right"),
@@ -143,10 +152,7 @@ def _hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]
     columns += [
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
-        ("bound", lambda r: _text(r["bound"]), "left"),
-        ("reason", lambda r: _text(r["reason"]), "left"),
-        ("% of roof", lambda r: format_pct(r["pct_of_roof"]), "right"),
-        ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+        *_VERDICT,
     ]
     return columns
 
@@ -199,10 +205,7 @@ def _kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
          if not is_missing(r["achieved_flops_per_s"]) else MISSING, "right"),
         ("GB/s", lambda r: format_giga(r["achieved_bytes_per_s"], 0), "right"),
         ("precision", lambda r: _text(r["precision"]), "left"),
-        ("bound", lambda r: _text(r["bound"]), "left"),
-        ("reason", lambda r: _text(r["reason"]), "left"),
-        ("% of roof", lambda r: format_pct(r["pct_of_roof"]), "right"),
-        ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+        *_VERDICT,
     ]
     return columns
 
