@@ -33,8 +33,8 @@ from torch_nsight.report import cache, reader, table  # noqa: E402
 
 logger = logging.getLogger("bench.load_scale")
 DATA = ROOT / "tests" / "data"
-DEFAULT_REPORTS = [DATA / "llama_block_fwd_bwd.ncu-rep.xz", DATA / "convnet_fwd.ncu-rep.xz",
-                   DATA / "llama_block_sweep.ncu-rep.xz"]
+DEFAULT_REPORTS = [ROOT / "torch_nsight" / "demo" / "llama_block_fwd_bwd.ncu-rep.xz",
+                   DATA / "convnet_fwd.ncu-rep.xz", DATA / "llama_block_sweep.ncu-rep.xz"]
 
 
 def read_scaled(context: Any, kernels: int, workers: int) -> list[dict[str, Any]]:
@@ -65,8 +65,8 @@ def measure(report: Path, kernels: int, workers: int) -> pd.DataFrame:
     raw = timed(rows, "build table", kernels,
                 lambda: table.records_to_frame(records, str(report)))
     # a scaled run is one long iteration: give each pass over the report its own run label
-    raw["nvtx_start_end"] = [tuple(s) + (f"sweep;variant=;shape=;run={i // n}",)
-                             for i, s in enumerate(raw["nvtx_start_end"])]
+    raw["range_start_end"] = [tuple(s) + (f"sweep;variant=;shape=;run={i // n}",)
+                             for i, s in enumerate(raw["range_start_end"])]
     analyzed = timed(rows, "attribute + roofline + classify", kernels,
                      lambda: analyze.analyze(raw))
     profile = Profile(analyzed, {})

@@ -1,7 +1,9 @@
 """Small reference models used by the examples, the GPU tests, the fixtures and the benchmarks.
 
 * :class:`LlamaBlock`: one Llama-style decoder block (RMSNorm, fused QKV projection,
-  scaled-dot-product attention, SwiGLU MLP), module names as in Hugging Face's Llama.
+  scaled-dot-product attention, SwiGLU MLP), module names as in Hugging Face's Llama. It is
+  the demo's model and ships in the package: defined in :mod:`torch_nsight.demo.llama`,
+  re-exported here with its parts (``LlamaAttention``, ``LlamaMLP``).
 * :class:`GPT2Small`: a GPT-2-small-sized decoder (12 layers, d=768, 164 modules).
 * :class:`SmallConvNet`: a few conv/batch-norm/ReLU stages and a classifier.
 """
@@ -12,49 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch_nsight.demo.llama import LlamaAttention, LlamaBlock, LlamaMLP
 
-class LlamaAttention(nn.Module):
-    def __init__(self, hidden: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.qkv_proj = nn.Linear(hidden, 3 * hidden, bias=False)
-        self.o_proj = nn.Linear(hidden, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, hidden = x.shape
-        qkv = self.qkv_proj(x).view(batch, seq, 3, self.heads, hidden // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, seq, hidden))
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class LlamaBlock(nn.Module):
-    """One Llama-style decoder block: ``input_layernorm``, ``self_attn.qkv_proj``,
-    ``self_attn.o_proj``, ``post_attention_layernorm``, ``mlp.gate_proj``, ``mlp.up_proj``,
-    ``mlp.down_proj``. Input: hidden states ``(batch, seq, hidden)``."""
-
-    def __init__(self, hidden: int = 1024, heads: int = 16, intermediate: int = 2816) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.input_layernorm = nn.RMSNorm(hidden, eps=1e-6)
-        self.self_attn = LlamaAttention(hidden, heads)
-        self.post_attention_layernorm = nn.RMSNorm(hidden, eps=1e-6)
-        self.mlp = LlamaMLP(hidden, intermediate)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x))
-        return x + self.mlp(self.post_attention_layernorm(x))
+__all__ = ["LlamaAttention", "LlamaMLP", "LlamaBlock", "GPT2Small", "SmallConvNet"]
 
 
 class GPT2Attention(nn.Module):

@@ -3,26 +3,21 @@
     python examples/report_from_fixture.py                # writes into ./report_out
     python examples/report_from_fixture.py --out /tmp/llama
 
-Runs anywhere (no GPU): it reads ``tests/data/llama_block_fwd_bwd.ncu-rep.xz``, recorded on
-an H200, from a temporary copy so that no cache file lands in ``tests/data``.
+Runs anywhere (no GPU): it reads the demo's report, recorded on an H200 and shipped in the
+package (``torch_nsight/demo/llama_block_fwd_bwd.ncu-rep.xz``), from a temporary copy so
+that no cache file lands in the package.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import torch_nsight  # noqa: E402
-from torch_nsight.render import plot_roofline, plot_scaling, render_table  # noqa: E402
-
-FIXTURE = (Path(__file__).resolve().parent.parent / "tests" / "data"
-           / "llama_block_fwd_bwd.ncu-rep.xz")
+import torch_nsight
+from torch_nsight.demo import recorded_report
+from torch_nsight.render import plot_roofline, plot_scaling, render_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,13 +27,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for roofline.png and scaling.png (created)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if not FIXTURE.is_file():
-        print(f"{FIXTURE} is missing: run from a source checkout", file=sys.stderr)
-        return 1
 
+    report = recorded_report()
     with tempfile.TemporaryDirectory() as folder:
-        copy = Path(folder) / FIXTURE.name
-        shutil.copy(FIXTURE, copy)
+        copy = Path(folder) / report.name
+        copy.write_bytes(report.read_bytes())
         profile = torch_nsight.load(copy)
 
     print("Hotspots (by recoverable time):")

@@ -3,7 +3,9 @@ record's own save/read/concat behaviour."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -14,26 +16,45 @@ import pytest
 from torch_nsight.errors import ReportError
 from torch_nsight.profile import KERNEL_COLUMNS, Profile, load
 
-
-def small_profile(shape: str = "1x8", source: str = "a.ncu-rep") -> Profile:
-    kernels = pd.DataFrame({
-        "variant": [None, None], "shape": [shape, shape], "run": [0, 0],
-        "module": ["Net", "(unattributed)"], "module_path": ["Net", "(unattributed)"],
-        "direction": ["fwd", None], "kernel": ["gemm", "copy"], "duration_ns": [30.0, 10.0],
-        "source": [source, source], "nvtx_stack": [("Net",), ()],
-    })
-    return Profile(kernels, {"sources": [source], "shapes": [shape], "gpu": "GPU X",
-                             "failures": [{"shape": "big", "error": "OOM"}]})
+DATA = Path(__file__).resolve().parent / "data"
+SWEEP = DATA / "llama_block_sweep.ncu-rep.xz"
+FORMAT1 = DATA / "profile_format1.parquet"
 
 
-def test_save_and_read_round_trip(tmp_path: Path) -> None:
-    profile = small_profile()
-    path = profile.save(tmp_path / "p.parquet")
+@pytest.fixture(scope="module")
+def sweep_report() -> Profile:
+    return load(SWEEP, cache=False)
+
+
+def by_shape(profile: Profile, shape: str) -> Profile:
+    """The rows of one shape, as a profile of their own (what a per-shape report gives)."""
+    return profile.with_kernels(profile.kernels[profile.kernels["shape"] == shape]
+                                .reset_index(drop=True))
+
+
+def test_save_and_read_round_trip(sweep_report: Profile, tmp_path: Path) -> None:
+    path = sweep_report.save(tmp_path / "p.parquet")
     again = Profile.read(path)
-    assert again.meta == profile.meta
-    assert again.kernels["duration_ns"].tolist() == [30.0, 10.0]
-    assert again.kernels["nvtx_stack"].tolist() == [("Net",), ()]
-    assert again.coverage == pytest.approx(0.75)
+    assert again.meta == sweep_report.meta
+    assert again.kernels["duration_ns"].tolist() == sweep_report.kernels["duration_ns"].tolist()
+    assert again.kernels["range_stack"].tolist() == sweep_report.kernels["range_stack"].tolist()
+    assert again.coverage == sweep_report.coverage
+    assert again.shapes == sweep_report.shapes and again.gpus == sweep_report.gpus
+
+
+def test_a_profile_saved_by_format_1_still_reads() -> None:
+    # Saved at commit a56250f (tests/data/README.md), when meta was an untyped dict and the
+    # range columns were named nvtx_*.
+    old = Profile.read(FORMAT1)
+    fresh = load(SWEEP, cache=False)
+    assert len(old.kernels) == len(fresh.kernels) == 30
+    assert old.shapes == fresh.shapes == ["1x256x1024", "1x1024x1024", "1x4096x1024"]
+    assert old.gpus == fresh.gpus == ["NVIDIA H200"]
+    assert old.metric_sets == ["roofline"]
+    assert [s.kind for s in old.meta.sources] == ["legacy"]
+    assert old.kernels["range_stack"].tolist() == fresh.kernels["range_stack"].tolist()
+    assert old.kernels["duration_ns"].tolist() == fresh.kernels["duration_ns"].tolist()
+    assert old.hotspots(n=3)["kernel"].tolist() == fresh.hotspots(n=3)["kernel"].tolist()
 
 
 def test_read_tolerates_an_older_file_with_fewer_columns(tmp_path: Path) -> None:
@@ -44,7 +65,7 @@ def test_read_tolerates_an_older_file_with_fewer_columns(tmp_path: Path) -> None
     profile = Profile.read(tmp_path / "old.parquet")
     assert set(KERNEL_COLUMNS) <= set(profile.kernels.columns)
     assert profile.kernels["headroom_ns"].isna().all()
-    assert profile.meta == {"gpu": "old"}
+    assert profile.meta.sources == () and profile.meta.sweeps == ()
 
 
 def test_read_refuses_other_files(tmp_path: Path) -> None:
@@ -56,24 +77,66 @@ def test_read_refuses_other_files(tmp_path: Path) -> None:
         Profile.read(tmp_path / "text.parquet")
     with pytest.raises(ReportError, match="does not exist"):
         Profile.read(tmp_path / "absent.parquet")
+    newer = pa.table({"x": [1]}).replace_schema_metadata(
+        {b"torch_nsight.profile": json.dumps({"format": 99, "meta": {}}).encode()})
+    pq.write_table(newer, tmp_path / "newer.parquet")
+    with pytest.raises(ReportError, match="newer torch_nsight"):
+        Profile.read(tmp_path / "newer.parquet")
 
 
-def test_concat_joins_tables_and_merges_meta() -> None:
-    joined = Profile.concat([small_profile("1x8", "a"), small_profile("1x16", "b")])
-    assert len(joined.kernels) == 4
-    assert joined.meta["shapes"] == ["1x8", "1x16"]
-    assert joined.meta["sources"] == ["a", "b"]
-    assert len(joined.meta["failures"]) == 2 and joined.meta["gpu"] == "GPU X"
+def test_counts_follow_the_table_after_concat(sweep_report: Profile) -> None:
+    # Format 1 kept the first profile's stored counts after a concat (3 + 5 rows -> 3).
+    small = by_shape(sweep_report, "1x256x1024").with_kernels(
+        sweep_report.kernels.iloc[:3])
+    large = by_shape(sweep_report, "1x4096x1024").with_kernels(
+        sweep_report.kernels.iloc[-5:])
+    joined = Profile.concat([small, large])
+    assert len(joined.kernels) == 8
+    assert joined.shapes == ["1x256x1024", "1x4096x1024"]
+    expected = joined.kernels.loc[joined.kernels["module"] != "(unattributed)",
+                                  "duration_ns"].sum() / joined.kernels["duration_ns"].sum()
+    assert joined.coverage == pytest.approx(expected)
+    assert sum(joined.basis_counts.values()) == 8
     with pytest.raises(ValueError):
         Profile.concat([])
 
 
-def test_concat_tolerates_replicated_from_in_one_table_only() -> None:
-    one = small_profile()
-    two = small_profile()
-    two.kernels["replicated_from"] = ["Net", None]
-    joined = Profile.concat([one, two])
-    assert joined.kernels["replicated_from"].notna().sum() == 1
+def test_a_profile_is_not_changed_once_built(sweep_report: Profile) -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sweep_report.kernels = sweep_report.kernels.iloc[:1]  # type: ignore[misc]
+    other = sweep_report.with_kernels(sweep_report.kernels.iloc[:1])
+    assert len(sweep_report.kernels) == 30 and len(other.kernels) == 1
+    assert other.meta is sweep_report.meta
+
+
+def test_equality_and_repr_are_short_and_safe(sweep_report: Profile) -> None:
+    assert sweep_report == sweep_report
+    assert sweep_report != load(SWEEP, cache=False)  # same rows, another object
+    text = repr(sweep_report)
+    assert len(text) < 300
+    assert "NVIDIA H200" in text and "30 kernels" in text and "1x4096x1024" in text
+    page = sweep_report._repr_html_()
+    assert "<table>" in page and "1x4096x1024" in page and "NVIDIA H200" in page
+
+
+def test_rows_keep_their_provenance(sweep_report: Profile) -> None:
+    k = sweep_report.kernels
+    assert set(k["gpu"]) == {"NVIDIA H200"} and set(k["metric_set"]) == {"roofline"}
+    assert set(k["source"]) == {str(SWEEP.resolve())}
+
+
+def test_several_unlabelled_reports_are_labelled_by_file_not_averaged(tmp_path: Path) -> None:
+    first, second = tmp_path / "run_a.ncu-rep.xz", tmp_path / "run_b.ncu-rep.xz"
+    shutil.copy(LLAMA, first)
+    shutil.copy(LLAMA, second)
+    profile = load([first, second], cache=False)
+    # the recording labels its rows 1x512 through its sweep range; reports without such a
+    # label get their file's name, so the two runs stay apart
+    assert profile.shapes == ["1x512"]
+    plain = load([first, second], labels=["a", "b"], cache=False)
+    assert plain.shapes == ["1x512"]
+    assert [s.label for s in profile.meta.sources] == ["run_a", "run_b"]
+    assert [s.label for s in plain.meta.sources] == ["a", "b"]
 
 
 @pytest.mark.parametrize(("paths", "kwargs", "error"), [
@@ -91,7 +154,8 @@ def test_load_validates_arguments(paths: object, kwargs: dict, error: type) -> N
 # --- the recorded Llama-style block: examples/models.py LlamaBlock(hidden=1024, heads=16,
 # intermediate=2816), batch 1, seq 512, bf16, forward + backward, functional ops named ------
 
-LLAMA = Path(__file__).resolve().parent / "data" / "llama_block_fwd_bwd.ncu-rep.xz"
+LLAMA = (Path(__file__).resolve().parents[1] / "torch_nsight" / "demo"
+         / "llama_block_fwd_bwd.ncu-rep.xz")
 TOKENS, HIDDEN, INTERMEDIATE = 512, 1024, 2816
 # module -> (in_features, out_features) of its nn.Linear
 LINEARS = {
@@ -176,14 +240,13 @@ def test_every_kernel_kept_and_coverage_stated(llama: Profile) -> None:
     k = llama.kernels
     # as ncu's log of the recording counts them (tests/data/README.md): 12 forward, 5 for
     # the loss outside the model, 23 backward
-    assert len(k) == llama.meta["kernels"] == 40
+    assert len(k) == 40
     assert (k["direction"] == "fwd").sum() == 12 and (k["direction"] == "bwd").sum() == 23
     outside = k["module"] == "(unattributed)"
     assert outside.sum() == 5
     expected = k.loc[~outside, "duration_ns"].sum() / k["duration_ns"].sum()
     assert llama.coverage == pytest.approx(expected)
-    assert llama.meta["coverage"] == pytest.approx(expected)
-    assert llama.meta["shapes"] == [f"1x{TOKENS}"]  # from the measure label range
+    assert llama.shapes == [f"1x{TOKENS}"]  # from the measure label range
 
 
 def test_module_tree_adds_up(llama: Profile) -> None:
@@ -222,7 +285,7 @@ def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
     copy.write_bytes(LLAMA.read_bytes())
     single = load(LLAMA, cache=False).modules()
     double = load([LLAMA, copy], cache=False)
-    assert double.meta["kernels"] == 2 * len(load(LLAMA, cache=False).kernels)
+    assert len(double.kernels) == 2 * len(load(LLAMA, cache=False).kernels)
     lined = double.modules()
     assert lined["path"].tolist() == single["path"].tolist()
     assert lined["inclusive_ns"].tolist() == pytest.approx(single["inclusive_ns"].tolist())
@@ -231,7 +294,7 @@ def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
 def test_real_profile_survives_save_and_read(llama: Profile, tmp_path: Path) -> None:
     again = Profile.read(llama.save(tmp_path / "llama.parquet"))
     pd.testing.assert_frame_equal(llama.kernels, again.kernels, check_dtype=False)
-    assert again.meta == json.loads(json.dumps(llama.meta, default=str))
+    assert again.meta == llama.meta
 
 
 def test_op_ranges_name_functional_ops_inside_their_module(llama: Profile) -> None:

@@ -6,15 +6,14 @@
 * :func:`load` reads ``.ncu-rep`` reports into a :class:`Profile`: kernels joined to the
   module tree and classified on the roofline.
 
-Only :func:`instrument` is imported eagerly; the rest loads pandas on first use, so
-training code that only instruments pays nothing for the reporter.
+Every public name loads on first use: training code that only instruments pays nothing for
+the reporter (pandas), and the reporter never imports torch.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.capture import Instrumentation, instrument
 from torch_nsight.errors import (
     CounterPermissionError,
     MissingMetricError,
@@ -28,6 +27,7 @@ from torch_nsight.errors import (
 )
 
 if TYPE_CHECKING:
+    from torch_nsight.capture import Instrumentation, instrument
     from torch_nsight.collect import sweep
     from torch_nsight.profile import Profile, load
 
@@ -51,7 +51,8 @@ __all__ = [
     "__version__",
 ]
 
-_LAZY = {"sweep": "torch_nsight.collect", "load": "torch_nsight.profile",
+_LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.capture",
+         "sweep": "torch_nsight.collect", "load": "torch_nsight.profile",
          "Profile": "torch_nsight.profile"}
 
 

@@ -24,12 +24,19 @@ OP_PREFIX = "op:"
 MEASURE_MESSAGE = "measure"
 MEASURE_PREFIX = "sweep"
 WARMUP_MESSAGE = "warmup"
+# The start/end range around a sweep's replicated siblings; its ncu command excludes it.
+REPLICA_MESSAGE = "replica"
 _FIELD_SEP = ";"
 
 
 def backward_message(name: str) -> str:
     """Return the range message for the backward pass of module ``name``."""
     return BACKWARD_PREFIX + name
+
+
+def is_inside(name: str, ancestor: str) -> bool:
+    """Whether module ``name`` is ``ancestor`` or lies inside it (dotted qualified names)."""
+    return name == ancestor or name.startswith(ancestor + ".")
 
 
 def op_message(op: str) -> str:

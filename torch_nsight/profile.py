@@ -1,34 +1,35 @@
-"""The one record that passes between stages: a profile's kernel table plus metadata.
+"""The one record that passes between stages, and :func:`load`, its front door.
 
-A :class:`Profile` is built by :func:`load` (from ``.ncu-rep`` reports) or by
-:func:`torch_nsight.sweep`; renderers and the CLI receive it and nothing else. It saves to
-and loads from one Parquet file: the kernel table, with the metadata as JSON in the file's
-key-value metadata.
+A :class:`Profile` is a kernel table, an optional calls table (torch-level ops with their
+shapes) and a typed :class:`~torch_nsight.record.ProfileMeta`. It is not changed once
+built: steps that add rows or columns return a new Profile. Counts, coverage, shapes,
+variants and GPUs are derived from the tables when asked, so they never go stale.
+:func:`load` reads any source in the registry of :mod:`torch_nsight.report.sources`
+(Nsight Compute reports, saved profiles, sweep directories), runs the analysis passes and
+returns a Profile; renderers and the CLI receive it and nothing else.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import html
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Union
 
 import pandas as pd
 
 from torch_nsight import analyze as steps
-from torch_nsight.errors import ReportError
-from torch_nsight.report import read_report
-from torch_nsight.report.cache import plain_strings
+from torch_nsight.record import ProfileMeta, Source, SweepRecord
+from torch_nsight.report import saved
+from torch_nsight.report.sources import ReadOptions, SourceData, expand_paths, read_source
 
 logger = logging.getLogger(__name__)
 
 PathArg = Union[str, "os.PathLike[str]"]
-FORMAT_VERSION = 1
-_META_KEY = b"torch_nsight.profile"
 
 # The stable columns of Profile.kernels, first and in this order; more may follow.
 KERNEL_COLUMNS: tuple[str, ...] = (
@@ -37,12 +38,16 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "flops", "precision", "flops_complete", "intensity", "achieved_flops_per_s",
     "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s", "ridge_intensity",
     "roof_time_ns", "pct_of_roof", "headroom_ns", "roofline_side", "bound", "reason", "basis",
-    "sol_bottleneck", "gpu", "source", "range_index", "kernel_index",
+    "sol_bottleneck", "gpu", "metric_set", "source", "range_index", "kernel_index",
+    "replicated_from",
 )
 
 
 def _order(kernels: pd.DataFrame) -> pd.DataFrame:
-    first = [c for c in KERNEL_COLUMNS if c in kernels]
+    for column in KERNEL_COLUMNS:
+        if column not in kernels:
+            kernels[column] = None if column == "replicated_from" else float("nan")
+    first = list(KERNEL_COLUMNS)
     return kernels.loc[:, first + [c for c in kernels.columns if c not in first]]
 
 
@@ -55,19 +60,100 @@ def _unique(values: Iterable[Any]) -> list[Any]:
     return seen
 
 
-@dataclass
+@dataclass(frozen=True, eq=False, repr=False)
 class Profile:
     """A profile: one row per profiled kernel launch, plus what was profiled and how.
 
+    Not changed once built (steps return new profiles); two profiles compare equal only if
+    they are the same object.
+
     Attributes:
         kernels: the kernel table (:data:`KERNEL_COLUMNS` first).
-        meta: ``gpu``, ``ncu_version``, ``sources`` (report paths), ``metric_set``,
-            ``shapes``, ``variants``, ``failures`` (list of dicts), ``created`` and more.
+        meta: sources, sweeps and PyTorch settings (a :class:`~torch_nsight.record.ProfileMeta`;
+            a format-1 ``dict`` is converted).
+        calls: the calls table (torch-level ops with shapes, FLOPs and bytes, attributed like
+            kernels: join on ``variant``, ``shape``, ``module_path``, ``direction``, ``op``),
+            or None when the source recorded none.
     """
 
     kernels: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ProfileMeta = field(default_factory=ProfileMeta)
+    calls: pd.DataFrame | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.meta, Mapping):
+            object.__setattr__(self, "meta", ProfileMeta.from_dict(self.meta, version=1))
+        if not isinstance(self.meta, ProfileMeta):
+            raise TypeError(f"meta must be a ProfileMeta, got {type(self.meta).__name__}")
+        if not isinstance(self.kernels, pd.DataFrame):
+            raise TypeError(f"kernels must be a DataFrame, got {type(self.kernels).__name__}")
+
+    # --- derived, never stored -------------------------------------------------------------
+    @property
+    def shapes(self) -> list[str]:
+        """Shape labels: a sweep's in its order, then any other label of the table."""
+        ordered = [s for sweep in self.meta.sweeps for s in sweep.shapes]
+        column = self.kernels.get("shape", [])
+        return _unique([*ordered, *column])
+
+    @property
+    def variants(self) -> list[str]:
+        """Variant labels (none for a single model)."""
+        ordered = [v for sweep in self.meta.sweeps for v in sweep.variants if v]
+        column = self.kernels.get("variant", [])
+        return _unique([*ordered, *column])
+
+    @property
+    def gpus(self) -> list[str]:
+        """The GPUs the rows were recorded on."""
+        column = self.kernels.get("gpu", [])
+        return _unique([*column, *(g for s in self.meta.sources for g in s.gpu)])
+
+    @property
+    def metric_sets(self) -> list[str]:
+        """The metric sets of the sources (``roofline``, ``lean``, ``custom``...)."""
+        return _unique(s.metric_set for s in self.meta.sources)
+
+    @property
+    def coverage(self) -> float:
+        """Share (0..1) of GPU time spent in kernels inside a module range."""
+        return steps.coverage(self.kernels)
+
+    @property
+    def basis_counts(self) -> dict[str, int]:
+        """How many kernels were classified by each basis (``ncu_rule``, ``roofline``...)."""
+        if "basis" not in self.kernels:
+            return {}
+        return {str(k): int(v) for k, v in self.kernels["basis"].value_counts().items()}
+
+    @property
+    def replicated_rows(self) -> int:
+        """Rows copied from a representative sibling rather than measured."""
+        column = self.kernels.get("replicated_from")
+        return 0 if column is None else int(column.notna().sum())
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        """What each (variant, shape) of the sweeps did (status, error, elapsed, ...)."""
+        return [dict(item) for sweep in self.meta.sweeps for item in sweep.items]
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The sweeps' failed items and children without a usable report."""
+        return [f for sweep in self.meta.sweeps for f in sweep.failures]
+
+    @property
+    def replication(self) -> dict[str, Any]:
+        """The sibling check's verdict per ``"variant|shape"``."""
+        return {f"{i.get('variant') or ''}|{i.get('shape')}": i["replication"]
+                for sweep in self.meta.sweeps for i in sweep.items if i.get("replication")}
+
+    @property
+    def notes(self) -> list[str]:
+        """What the user should know about the sources (each names its file)."""
+        return [f"{Path(s.path).name}: {s.note}" for s in self.meta.sources if s.note]
+
+    # --- analysis ---------------------------------------------------------------------------
     def modules(self, depth: int | None = None) -> pd.DataFrame:
         """Return the module tree rolled up (see :func:`torch_nsight.analyze.module_tree`).
 
@@ -108,13 +194,53 @@ class Profile:
         """
         return steps.normalize(self.kernels, baseline)
 
-    @property
-    def coverage(self) -> float:
-        """Share (0..1) of GPU time spent in kernels inside a module range."""
-        return steps.coverage(self.kernels)
+    def with_kernels(self, kernels: pd.DataFrame) -> Profile:
+        """Return a new profile with another kernel table and the same metadata and calls."""
+        return dataclasses.replace(self, kernels=_order(kernels.copy()))
 
+    # --- display ----------------------------------------------------------------------------
+    def describe(self) -> str:
+        """One line: GPU, kernel count, shapes, variants, coverage and non-default settings."""
+        from torch_nsight.record import describe_settings
+
+        shapes = ", ".join(map(str, self.shapes)) or "unlabelled"
+        variants = ", ".join(map(str, self.variants))
+        coverage = self.coverage
+        settings = describe_settings(self.meta.settings)
+        return (f"{', '.join(self.gpus) or 'unknown GPU'}: {len(self.kernels)} kernels, shapes "
+                f"{shapes}" + (f", variants {variants}" if variants else "")
+                + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
+                   if coverage == coverage else "")
+                + (f"; {self.replicated_rows} rows replicated" if self.replicated_rows else "")
+                + (f"; settings: {settings}" if settings else ""))
+
+    def __repr__(self) -> str:
+        failures = len(self.failures)
+        return (f"<Profile {self.describe()}" + (f"; {failures} failed" if failures else "")
+                + ">")
+
+    def _repr_html_(self) -> str:
+        rows = [("GPU", ", ".join(self.gpus) or "unknown"), ("kernels", len(self.kernels)),
+                ("shapes", ", ".join(map(str, self.shapes)) or "unlabelled"),
+                ("coverage", f"{100 * self.coverage:.1f}%" if self.coverage == self.coverage
+                 else "n/a"),
+                ("sources", len(self.meta.sources)), ("failures", len(self.failures))]
+        if self.variants:
+            rows.insert(3, ("variants", ", ".join(self.variants)))
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+                       for k, v in rows)
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        top = self.hotspots(n=5, by="time") if len(self.kernels) else None
+        table = "" if top is None or top.empty else top.loc[
+            :, [c for c in ("shape", "module", "direction", "kernel", "duration_ns", "bound")
+                if c in top]].to_html(index=False, float_format=lambda v: f"{v:,.0f}")
+        return (f"<div><b>torch_nsight Profile</b><table>{body}</table>"
+                + (f"<ul>{notes}</ul>" if notes else "") + table + "</div>")
+
+    # --- persistence ------------------------------------------------------------------------
     def save(self, path: PathArg) -> Path:
-        """Write the profile to one Parquet file (metadata as JSON inside it).
+        """Write the profile to one Parquet file (metadata and calls as JSON inside it).
 
         Args:
             path: the file to write (conventionally ``*.parquet``).
@@ -122,16 +248,7 @@ class Profile:
         Returns:
             The path written.
         """
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        target = Path(path)
-        table = pa.Table.from_pandas(self.kernels, preserve_index=False)
-        stored = json.dumps({"format": FORMAT_VERSION, "meta": self.meta}, default=str)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               _META_KEY: stored})
-        pq.write_table(table, target)
-        return target
+        return saved.write_profile(self.kernels, self.calls, self.meta, path)
 
     @classmethod
     def read(cls, path: PathArg) -> Profile:
@@ -148,38 +265,22 @@ class Profile:
         Raises:
             ReportError: the file is missing or was not written by :meth:`save`.
         """
-        import pyarrow.parquet as pq
-
-        source = Path(path)
-        if not source.is_file():
-            raise ReportError(f"profile {source} does not exist")
-        try:
-            table = pq.read_table(source)
-        except Exception as err:  # pyarrow raises several types for non-Parquet input
-            raise ReportError(f"{source} is not a Parquet file written by Profile.save: "
-                              f"{err}") from err
-        stored = (table.schema.metadata or {}).get(_META_KEY)
-        if stored is None:
-            raise ReportError(f"{source} is Parquet but not a torch_nsight profile; to read a "
-                              "report use torch_nsight.load()")
-        kernels = plain_strings(table.to_pandas())
-        for column in KERNEL_COLUMNS:
-            if column not in kernels:
-                kernels[column] = float("nan")
-        for column in ("nvtx_stack", "nvtx_start_end", "nvtx_other"):
-            if column in kernels:
-                kernels[column] = [tuple(v) if v is not None else () for v in kernels[column]]
-        return cls(_order(kernels), json.loads(stored).get("meta", {}))
+        kernels, calls, meta = saved.read_profile(path)
+        return cls(_order(kernels), meta, calls)
 
     @classmethod
     def concat(cls, profiles: Iterable[Profile]) -> Profile:
         """Join profiles (of several shapes, variants or runs) into one.
 
+        Each row keeps its provenance (``source``, ``gpu``, ``metric_set`` columns); joining
+        profiles from different GPUs or metric sets logs a warning, since their numbers
+        are not comparable one to one.
+
         Args:
             profiles: the profiles; their tables may differ in columns (missing -> NaN).
 
         Returns:
-            One profile; list-valued metadata is merged, ``created`` is now.
+            One profile.
 
         Raises:
             ValueError: ``profiles`` is empty.
@@ -188,27 +289,19 @@ class Profile:
         if not profiles:
             raise ValueError("profiles must hold at least one Profile")
         kernels = pd.concat([p.kernels for p in profiles], ignore_index=True)
-        meta: dict[str, Any] = {}
-        for profile in profiles:
-            for key, value in profile.meta.items():
-                meta.setdefault(key, value)
-        for key in ("sources", "shapes", "variants", "missing_metrics"):
-            meta[key] = _unique(v for p in profiles for v in p.meta.get(key, []))
-        meta["failures"] = [f for p in profiles for f in p.meta.get("failures", [])]
-        gpus = _unique(g for p in profiles for g in _as_list(p.meta.get("gpu")))
-        meta["gpu"] = gpus[0] if len(gpus) == 1 else gpus
-        meta["created"] = _now()
-        return cls(_order(kernels), meta)
+        calls = [p.calls for p in profiles if p.calls is not None]
+        joined = cls(_order(kernels), ProfileMeta.merge(p.meta for p in profiles),
+                     pd.concat(calls, ignore_index=True) if calls else None)
+        _warn_if_mixed(joined)
+        return joined
 
 
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def _warn_if_mixed(profile: Profile) -> None:
+    for what, values in (("GPUs", profile.gpus), ("metric sets", profile.metric_sets)):
+        if len(values) > 1:
+            logger.warning("this profile joins rows from different %s (%s): compare them "
+                           "with care (the gpu and metric_set columns say which is which)",
+                           what, ", ".join(map(str, values)))
 
 
 def _paths(paths: PathArg | Iterable[PathArg]) -> list[Path]:
@@ -224,65 +317,117 @@ def _paths(paths: PathArg | Iterable[PathArg]) -> list[Path]:
                             f"{type(item).__name__}")
         out.append(Path(item))
     if not out:
-        raise ValueError("paths is empty: pass at least one .ncu-rep file")
+        raise ValueError("paths is empty: pass at least one report, saved profile or sweep "
+                         "directory")
     return out
 
 
-def load(paths: PathArg | Iterable[PathArg], *, shapes: Sequence[str] | None = None,
-         cache: bool = True) -> Profile:
-    """Read Nsight Compute reports into a :class:`Profile`: attributed and classified.
+def _label_of(path: Path) -> str:
+    name = path.name
+    for suffix in (".ncu-rep.xz", ".ncu-rep", ".parquet"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _check_labels(labels: Any, files: list[Path]) -> list[str] | None:
+    if labels is None:
+        return None
+    if isinstance(labels, str) or not all(isinstance(s, str) for s in labels):
+        raise TypeError("labels must be a sequence of str, one per path")
+    if len(labels) != len(files):
+        raise ValueError(f"labels has {len(labels)} labels for {len(files)} paths")
+    return list(labels)
+
+
+def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = None,
+         shapes: Sequence[str] | None = None, calls: PathArg | None = None,
+         cache: bool = True, cache_dir: PathArg | None = None) -> Profile:
+    """Read reports, saved profiles and sweep directories into one analysed :class:`Profile`.
 
     Args:
-        paths: one ``.ncu-rep`` / ``.ncu-rep.xz`` or several (one per shape or run).
-        shapes: a shape label per path, used for kernels that no ``measure`` range labels.
-        cache: keep each report's tidy table in ``<report>.tn-cache.parquet`` beside it
-            (skipped where that cannot be written) so that the next load is instant.
+        paths: one or several of: an Nsight Compute report (``.ncu-rep``, ``.ncu-rep.xz``;
+            a ``NAME.calls.json`` beside ``NAME.ncu-rep`` is read as its calls table), a
+            profile saved by :meth:`Profile.save` (``.parquet``), a sweep's output
+            directory (every row, replicated layers included), or a folder of reports.
+        labels: a label per path for rows no sweep range labels (the ``shape`` column).
+            Without it, several unlabelled sources are labelled by file name, so that
+            different runs are never averaged together silently.
+        shapes: the former name of ``labels``.
+        calls: a calls file (``instrument(model, record_calls=PATH)``) for reports recorded
+            by hand, when it is not beside the report.
+        cache: keep each report's tidy table in a cache so that the next load is fast
+            (see :mod:`torch_nsight.report.cache`).
+        cache_dir: where caches go; default beside each report (skipped quietly where that
+            folder is read-only), or ``$TORCH_NSIGHT_CACHE_DIR`` when set.
 
     Returns:
-        The profile; ``meta["coverage"]`` is the share of GPU time inside a module range.
+        The profile.
 
     Raises:
-        TypeError: ``paths`` or ``shapes`` has the wrong type.
-        ValueError: ``paths`` is empty, or ``shapes`` has a different length.
-        ReportError: a file is missing, unreadable or not a report with kernels.
+        TypeError: an argument has the wrong type.
+        ValueError: ``paths`` is empty, or ``labels`` has a different length.
+        ReportError: a file is missing, unreadable, or not a source torch_nsight reads.
+        MissingMetricError: a source lacks a column the analysis needs.
     """
+    if labels is not None and shapes is not None:
+        raise TypeError("pass labels or shapes (its former name), not both")
     files = _paths(paths)
-    if shapes is not None:
-        if isinstance(shapes, str) or not all(isinstance(s, str) for s in shapes):
-            raise TypeError("shapes must be a sequence of str labels, one per path")
-        if len(shapes) != len(files):
-            raise ValueError(f"shapes has {len(shapes)} labels for {len(files)} paths")
-    tables, metas = [], []
-    for file in files:
-        table, meta = read_report(file, cache=cache)
-        tables.append(table)
-        metas.append(meta)
-    raw = pd.concat(tables, ignore_index=True)
-    kernels = steps.analyze(raw)
-    sources = [str(file.resolve()) for file in files]
-    if shapes is not None:
-        kernels = steps.label_shapes(kernels, dict(zip(sources, shapes, strict=True)))
-    gpus = _unique(g for m in metas for g in _as_list(m.get("gpu")))
-    meta: dict[str, Any] = {
-        "gpu": gpus[0] if len(gpus) == 1 else gpus,
-        "ncu_version": _single(m.get("ncu_version") for m in metas),
-        "reader_version": metas[0].get("reader_version"),
-        "sources": sources,
-        "metric_set": _single(m.get("metric_set") for m in metas),
-        "missing_metrics": _unique(n for m in metas for n in m.get("missing_metrics", [])),
-        "shapes": _unique(kernels["shape"]),
-        "variants": _unique(kernels["variant"]),
-        "kernels": int(len(kernels)),
-        "coverage": steps.coverage(kernels),
-        "basis": {str(k): int(v) for k, v in kernels["basis"].value_counts().items()},
-        "failures": [],
-        "created": _now(),
-    }
-    logger.info("loaded %d kernels from %d report(s); %.0f%% of GPU time attributed",
-                len(kernels), len(files), 100 * meta["coverage"])
-    return Profile(_order(kernels), meta)
+    given = _check_labels(labels if labels is not None else shapes, files)
+    if given is None:
+        files = expand_paths(files)
+    options = ReadOptions(cache=cache, cache_dir=cache_dir)
+    parts = [read_source(file, options) for file in files]
+    if calls is not None:
+        from torch_nsight.report.sources import read_calls
+
+        extra = read_calls(Path(calls))
+        parts[-1].calls = extra if parts[-1].calls is None else pd.concat(
+            [parts[-1].calls, extra], ignore_index=True)
+    auto = given is None and sum(not p.analyzed for p in parts) > 1
+    tables, call_tables = [], []
+    sources: list[Source] = []
+    for file, part, label in zip(files, parts, given or [None] * len(files), strict=True):
+        label = label if label is not None else _label_of(file) if auto else None
+        part_sources = [dataclasses.replace(s, label=label) if label else s
+                        for s in part.sources]
+        sources.extend(part_sources)
+        tables.append(_analysed(part, label, part_sources))
+        if part.calls is not None and not part.calls.empty:
+            call_tables.append(_calls(part.calls, label, part.analyzed))
+    kernels = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
+    meta = ProfileMeta(tuple(sources), tuple(s for p in parts for s in p.sweeps),
+                       next((p.settings for p in parts if p.settings), {}))
+    profile = Profile(_order(kernels), meta,
+                      pd.concat(call_tables, ignore_index=True) if call_tables else None)
+    for note in profile.notes:
+        logger.warning("%s", note)
+    _warn_if_mixed(profile)
+    logger.info("loaded %d kernels from %d source(s); %.0f%% of GPU time attributed",
+                len(profile.kernels), len(files), 100 * profile.coverage
+                if profile.coverage == profile.coverage else float("nan"))
+    return profile
 
 
-def _single(values: Iterable[Any]) -> Any:
-    distinct = _unique(values)
-    return distinct[0] if len(distinct) == 1 else (distinct or None)
+def _analysed(part: SourceData, label: str | None, sources: list[Source]) -> pd.DataFrame:
+    """The analysed kernel table of one source, labelled and with its provenance columns."""
+    if part.analyzed:
+        kernels = part.kernels.copy()
+    else:
+        kernels = steps.analyze(part.kernels, part.replication)
+        by_path = {s.path: s.metric_set for s in sources}
+        kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
+    if label is not None:
+        kernels = steps.label_shapes(kernels, {s: label for s in kernels["source"].unique()})
+    return kernels
+
+
+def _calls(calls: pd.DataFrame, label: str | None, analyzed: bool) -> pd.DataFrame:
+    out = calls if analyzed else steps.attribute_calls(calls)
+    if label is not None:
+        out = out.copy()
+        out["shape"] = out["shape"].where(out["shape"].notna(), label)
+    return out
+
+
+__all__ = ["Profile", "load", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]

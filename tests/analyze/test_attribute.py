@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from torch_nsight import naming
 from torch_nsight.analyze import UNATTRIBUTED, attribute, label_shapes
 from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
+from torch_nsight.errors import MissingMetricError
 
 LABEL = naming.format_measure_range(variant="eager", shape="1x512", run=2)
 
@@ -58,21 +60,28 @@ def test_kernel_outside_module_ranges_is_kept_unattributed() -> None:
 def test_attribute_adds_columns_and_keeps_every_row() -> None:
     df = pd.DataFrame({
         "duration_ns": [1.0, 2.0, 3.0],
-        "nvtx_stack": [("Net", "fc"), (), ("bwd:Net",)],
-        "nvtx_start_end": [(LABEL,), (LABEL,), ()],
-        "nvtx_other": [(), (), ()],
+        "range_stack": [("Net", "fc"), (), ("bwd:Net",)],
+        "range_start_end": [(LABEL,), (LABEL,), ()],
+        "range_other": [(), (), ()],
     })
     out = attribute(df)
     assert len(out) == 3
     assert out["module"].tolist() == ["fc", UNATTRIBUTED, "Net"]
     assert out["direction"].tolist() == ["fwd", None, "bwd"]
     assert out["shape"].tolist() == ["1x512", "1x512", None]
-    assert "nvtx_stack" in out and "module" not in df  # input untouched
+    assert "range_stack" in out and "module" not in df  # input untouched
 
 
-def test_attribute_tolerates_missing_nvtx_columns() -> None:
-    out = attribute(pd.DataFrame({"duration_ns": [1.0]}))
+def test_attribute_tolerates_missing_other_range_columns() -> None:
+    out = attribute(pd.DataFrame({"duration_ns": [1.0], "range_stack": [()]}))
     assert out["module"].tolist() == [UNATTRIBUTED]
+
+
+def test_attribute_names_the_column_a_source_lacks() -> None:
+    # Passes declare the columns they read (issue 7): a source without a range stack gets
+    # a clear error instead of every kernel silently unattributed.
+    with pytest.raises(MissingMetricError, match="attribute needs the column.s. range_stack"):
+        attribute(pd.DataFrame({"duration_ns": [1.0]}))
 
 
 def test_label_shapes_fills_only_unlabelled_rows() -> None:

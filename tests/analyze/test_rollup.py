@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from torch_nsight.analyze import UNATTRIBUTED, coverage, module_tree
+from torch_nsight.errors import MissingMetricError
 
 
 def by_path(tree: pd.DataFrame) -> dict[str, pd.Series]:
@@ -74,4 +75,9 @@ def test_replicated_rows_count_like_measured_ones(block: pd.DataFrame) -> None:
 
 
 def test_empty_table() -> None:
-    assert module_tree(pd.DataFrame(columns=["module_path", "duration_ns"])).empty
+    assert module_tree(pd.DataFrame(columns=["module", "module_path", "duration_ns"])).empty
+
+
+def test_a_table_without_modules_gets_a_clear_error() -> None:
+    with pytest.raises(MissingMetricError, match="module_tree needs the column.s. module"):
+        module_tree(pd.DataFrame(columns=["module_path", "duration_ns"]))

@@ -163,7 +163,7 @@ def kernels() -> pd.DataFrame:
                 rows.append({"variant": None, "shape": shape, "run": run_index,
                              "module": module, "direction": direction,
                              "module_path": "/".join(m.removeprefix("bwd:") for m in stack),
-                             "nvtx_stack": stack, "kernel": f"k_{module}",
+                             "range_stack": stack, "kernel": f"k_{module}",
                              "duration_ns": 100.0})
     return pd.DataFrame(rows)
 
@@ -182,7 +182,7 @@ def test_expand_replicas_nested_scoped_and_renamed() -> None:
     n2 = small[small["module"] == "h.1.n2"]
     assert set(n2["replicated_from"]) == {"h.0.n1"}  # where the kernel was measured
     bwd = n2[n2["direction"] == "bwd"].iloc[0]
-    assert bwd["nvtx_stack"] == ("bwd:Stack", "bwd:h.1", "bwd:h.1.n2")
+    assert bwd["range_stack"] == ("bwd:Stack", "bwd:h.1", "bwd:h.1.n2")
     assert bwd["module_path"] == "Stack/h.1/h.1.n2"
     assert small[small["module"] == "h.0.fc1"]["replicated_from"].isna().all()
     assert set(small[small["module"] == "h.1.fc1"]["replicated_from"]) == {"h.0.fc1"}
@@ -192,7 +192,7 @@ def test_expand_skips_what_was_profiled_anyway() -> None:
     df = kernels()
     profiled = df[(df["module"] == "h.0.fc1") & (df["run"] == 0)].assign(
         module="h.1.fc1", module_path="Stack/h.1/h.1.fc1",
-        nvtx_stack=[("Stack", "h.1", "h.1.fc1")] * 2)
+        range_stack=[("Stack", "h.1", "h.1.fc1")] * 2)
     df = pd.concat([df, profiled], ignore_index=True)
     out = expand_replicas(df, [{"variant": None, "shape": "1x16", "representative": "h.0",
                                 "replicas": ["h.1"]}])

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+import torch_nsight.demo
 from torch_nsight.profile import Profile
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-FIXTURE = DATA / "llama_block_fwd_bwd.ncu-rep.xz"
+# The demo's recorded report, shipped in the package (torch_nsight/demo/).
+FIXTURE = Path(torch_nsight.demo.__file__).with_name(torch_nsight.demo.RECORDED_REPORT)
 SHAPES = {"1x256": 0.55, "1x512": 1.0, "1x1024": 2.1}
 VARIANTS = {"eager": 1.0, "sdpa": 0.8}
 

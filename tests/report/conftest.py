@@ -13,7 +13,7 @@ import pytest
 from torch_nsight.report import reader
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-LLAMA = DATA / "llama_block_fwd_bwd.ncu-rep.xz"
+LLAMA = DATA.parent.parent / "torch_nsight" / "demo" / "llama_block_fwd_bwd.ncu-rep.xz"
 
 
 @pytest.fixture(scope="session")

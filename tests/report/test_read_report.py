@@ -13,7 +13,7 @@ import pytest
 
 from torch_nsight import naming
 from torch_nsight.metrics import METRICS
-from torch_nsight.report import RAW_COLUMNS, cache_path, read_report, reader
+from torch_nsight.report import RAW_COLUMNS, SCHEMA_VERSION, cache_path, read_report, reader
 from torch_nsight.report import cache as report_cache
 
 
@@ -71,9 +71,9 @@ def test_sol_rule_title_and_nvtx_ranges(llama, llama_actions) -> None:
         state = action.nvtx_state()
         domains = {state.domain_by_id(i).name(): state.domain_by_id(i) for i in state.domains()}
         ours = domains[naming.DOMAIN]
-        assert row.nvtx_stack == tuple(ours.push_pop_ranges())
-        assert row.nvtx_start_end == tuple(ours.start_end_ranges())
-        assert naming.MEASURE_MESSAGE in row.nvtx_start_end
+        assert row.range_stack == tuple(ours.push_pop_ranges())
+        assert row.range_start_end == tuple(ours.start_end_ranges())
+        assert naming.MEASURE_MESSAGE in row.range_start_end
 
 
 def test_report_meta(llama, llama_actions) -> None:
@@ -109,9 +109,9 @@ def test_changed_report_invalidates_the_cache(llama_copy: Path) -> None:
     read_report(llama_copy)
     stat = llama_copy.stat()
     os.utime(llama_copy, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert report_cache.read_cache(llama_copy, 1) is None
+    assert report_cache.read_cache(llama_copy, SCHEMA_VERSION) is None
     read_report(llama_copy)
-    assert report_cache.read_cache(llama_copy, 1) is not None
+    assert report_cache.read_cache(llama_copy, SCHEMA_VERSION) is not None
 
 
 def test_unwritable_location_skips_the_cache(llama_copy: Path, monkeypatch, caplog) -> None:

@@ -7,31 +7,47 @@ Each step is a stateless function ``df = step(df, ...)`` that can be used and te
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import pandas as pd
 
 from torch_nsight.analyze.attribute import UNATTRIBUTED, attribute, label_shapes
+from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
+from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
+from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
+from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
 
 __all__ = [
-    "analyze", "attribute", "label_shapes", "add_flops", "add_peaks", "add_roofline",
+    "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
+    "needs", "check_columns", "label_shapes", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "UNATTRIBUTED",
 ]
 
 
-def analyze(df: pd.DataFrame) -> pd.DataFrame:
-    """Attribute, count FLOPs, add peaks, place on the roofline and classify every kernel.
+def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+    """Attribute, copy replicated rows, count FLOPs, add peaks, place on the roofline and
+    classify every kernel.
 
     Args:
-        df: a raw kernel table from :func:`torch_nsight.report.read_report`.
+        df: a raw kernel table (see :mod:`torch_nsight.report.sources`).
+        replication: sibling groups whose representative's rows stand for the replicas
+            (see :func:`expand_replicas`); the copies are made before the per-kernel
+            analysis, so every later step sees every row.
 
     Returns:
         The table with every per-kernel analysis column added.
+
+    Raises:
+        MissingMetricError: the table lacks a column a step needs.
     """
-    for step in (attribute, add_flops, add_peaks, add_roofline, classify):
+    df = expand_replicas(attribute(df), replication)
+    for step in (add_flops, add_peaks, add_roofline, classify):
         df = step(df)
     return df

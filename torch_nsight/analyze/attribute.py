@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import naming
+from torch_nsight.analyze.columns import needs
 
 UNATTRIBUTED = "(unattributed)"
 PATH_SEP = "/"
@@ -80,11 +81,12 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
             op, CONTEXT_SEP.join(context) or None)
 
 
+@needs("range_stack")
 def attribute(df: pd.DataFrame) -> pd.DataFrame:
     """Add the attribution columns (:data:`ATTRIBUTION_COLUMNS`) from the NVTX columns.
 
     Args:
-        df: a kernel table with ``nvtx_stack``, ``nvtx_start_end`` and ``nvtx_other`` (tuples
+        df: a kernel table with ``range_stack``, ``range_start_end`` and ``range_other`` (tuples
             of messages); a missing one counts as empty.
 
     Returns:
@@ -95,7 +97,7 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     empty: tuple[str, ...] = ()
     columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
-               for c in ("nvtx_stack", "nvtx_start_end", "nvtx_other")]
+               for c in ("range_stack", "range_start_end", "range_other")]
     memo: dict[tuple[tuple[str, ...], ...], tuple[Any, ...]] = {}
     rows = []
     for stack, start_end, other in zip(*columns, strict=True):

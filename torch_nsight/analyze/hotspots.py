@@ -6,6 +6,7 @@ from typing import Literal
 
 import pandas as pd
 
+from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree, runs_per_label
 
 HotspotOrder = Literal["headroom", "time"]
@@ -56,6 +57,7 @@ def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
     return blank_to_none(top)
 
 
+@needs("module", "module_path", "kernel", "duration_ns")
 def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     """Aggregate identical launches (same labels, module, direction, op and kernel name).
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
+from torch_nsight.analyze.columns import needs
 
 LABELS = ("variant", "shape")
 BOUNDS = ("memory", "compute", "latency")
@@ -26,6 +27,7 @@ def blank_to_none(values: pd.Series) -> pd.Series:
                      index=values.index, dtype=object)
 
 
+@needs("module", "duration_ns")
 def coverage(df: pd.DataFrame) -> float:
     """Return the share of GPU time (0..1) spent in kernels inside a module range.
 
@@ -81,6 +83,7 @@ def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
     ).reset_index()
 
 
+@needs("module", "module_path", "duration_ns")
 def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
     """Roll kernels up the module tree, per variant, shape and direction.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.columns import needs
 from torch_nsight.metrics import PRECISIONS
 
 # CUDA-core precisions: FLOP column -> (add, mul, fma) instruction columns.
@@ -73,6 +74,7 @@ def add_flops(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@needs("precision")
 def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``peak_flops_per_s`` (of the kernel's precision) and ``peak_bytes_per_s``.
 
@@ -104,6 +106,7 @@ def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@needs("duration_ns", "flops", "flops_complete", "peak_flops_per_s", "peak_bytes_per_s")
 def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     """Place each kernel on its roofline.
 

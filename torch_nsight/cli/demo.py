@@ -1,9 +1,10 @@
 """``torch-nsight demo``: profile a Llama block at two shapes, or read the recorded report.
 
 With a CUDA GPU and ``ncu``, the demo runs :func:`torch_nsight.sweep` on
-``examples.models.LlamaBlock`` (bf16, forward and backward) at two sequence lengths. Without
-them (or with ``--recorded``) it reads the report recorded on an H200 that the source
-repository bundles in ``tests/data``, and says so.
+:class:`torch_nsight.demo.llama.LlamaBlock` (bf16, forward and backward) at two sequence
+lengths. Without them (or with ``--recorded``) it reads the report of that block recorded on
+an H200, which ships inside the package (:func:`torch_nsight.demo.recorded_report`), and
+says so. torch is imported only to look for a GPU and to profile.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import add_force, check_outputs
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
 from torch_nsight.cli.report import add_table_options, emit
+from torch_nsight.demo import RECORDED_WHAT, recorded_report
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
 if TYPE_CHECKING:
@@ -23,14 +26,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RECORDED = Path("tests", "data", "llama_block_fwd_bwd.ncu-rep.xz")
 HIDDEN = 1024
 SEQUENCES = (256, 512)
-
-
-def repo_root() -> Path:
-    """Return the folder holding the ``torch_nsight`` package (the repository's root)."""
-    return Path(__file__).resolve().parents[2]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -47,7 +44,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="write roofline.png, scaling.png and the table as CSV here "
-                             "(and, on a GPU, the sweep's reports)")
+                             "(created; and, on a GPU, the sweep's reports)")
     parser.add_argument("--recorded", action="store_true",
                         help="read the bundled recorded report even where a GPU and ncu "
                              "are available")
@@ -57,14 +54,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def why_no_gpu() -> str | None:
-    """Return why this machine cannot profile (no CUDA, no ncu), or None if it can."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return "PyTorch is not installed"
+    """Return why this machine cannot profile (no CUDA, no ncu), or None if it can.
+
+    Imports torch (and the collect stage): call it only when about to profile live.
+    """
+    import torch
+
     if not torch.cuda.is_available():
         return "no CUDA GPU is visible"
-    from torch_nsight.collect.ncu import find_ncu
+    from torch_nsight.collect.shared.ncu import find_ncu
 
     try:
         find_ncu()
@@ -74,7 +72,7 @@ def why_no_gpu() -> str | None:
 
 
 def recorded_profile(reason: str) -> Profile:
-    """Load the bundled recorded report, telling the user that it is a recording.
+    """Load the recorded report shipped in the package, telling the user it is a recording.
 
     Args:
         reason: why nothing is profiled live, for the message.
@@ -83,23 +81,24 @@ def recorded_profile(reason: str) -> Profile:
         The profile.
 
     Raises:
-        TorchNsightError: the report is not there (an install without the repository).
+        TorchNsightError: the report is missing from the installed package.
     """
     from torch_nsight.profile import load
 
-    path = repo_root() / RECORDED
-    if not path.is_file():
+    resource = recorded_report()
+    if not resource.is_file():
         raise TorchNsightError(
-            f"{reason}, and the recorded report {RECORDED} is not here ({path} is missing: "
-            "it ships with the source repository, not the wheel). Run the demo on a machine "
-            "with a CUDA GPU and ncu, or pass your own report to `torch-nsight report`.")
-    print(f"{reason}: reading the recorded report {path} (Llama block, bf16, fwd+bwd, "
-          "recorded on an NVIDIA H200) instead of profiling.", file=sys.stderr)
-    return load(path, cache=False)
+            f"{reason}, and the recorded report is missing from the installed package "
+            f"({resource}); reinstall torch_nsight, or pass your own report to "
+            "`torch-nsight report`.")
+    with as_file(resource) as path:
+        print(f"{reason}: reading the recorded report {path.name} ({RECORDED_WHAT}) "
+              "instead of profiling.", file=sys.stderr)
+        return load(path, cache=False)
 
 
 def live_profile(out: Path | None) -> Profile:
-    """Profile ``examples.models.LlamaBlock`` at two shapes under ncu.
+    """Profile :class:`~torch_nsight.demo.llama.LlamaBlock` at two shapes under ncu.
 
     Args:
         out: keep the sweep's reports in ``out/sweep``; None keeps nothing.
@@ -108,18 +107,11 @@ def live_profile(out: Path | None) -> Profile:
         The profile.
 
     Raises:
-        TorchNsightError: the examples package is missing, or the sweep failed.
+        TorchNsightError: the sweep failed.
     """
     import torch_nsight
+    from torch_nsight.demo.llama import LlamaBlock
 
-    root = str(repo_root())
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    try:
-        from examples.models import LlamaBlock
-    except ImportError as err:
-        raise TorchNsightError(f"the demo model examples.models.LlamaBlock is not importable "
-                               f"from {root} ({err}); run from a source checkout") from err
     shapes = [(1, seq, HIDDEN) for seq in SEQUENCES]
     print(f"profiling LlamaBlock (bf16, fwd+bwd) at shapes {shapes} under ncu...",
           file=sys.stderr)
@@ -137,9 +129,8 @@ def run(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        TorchNsightError: outputs exist without ``--force``, the recorded report is missing,
-            or profiling failed.
-        OSError: a file cannot be written.
+        TorchNsightError: ``--out`` is a file, outputs exist without ``--force``, or
+            profiling failed.
     """
     out: Path | None = args.out
     args.csv = out / f"{args.table}.csv" if out is not None else None
@@ -147,9 +138,13 @@ def run(args: argparse.Namespace) -> int:
     args.roofline = out / "roofline.png" if out is not None else None
     args.scaling = out / "scaling.png" if out is not None else None
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-    check_outputs([args.csv, args.roofline, args.scaling], args.force)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--out {out} is a file; name a folder")
+        if out.is_dir():
+            check_outputs([args.csv, args.roofline, args.scaling], args.force)
     reason = "--recorded was given" if args.recorded else why_no_gpu()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     profile = recorded_profile(reason) if reason else live_profile(out)
     emit(profile, args)
     return 0

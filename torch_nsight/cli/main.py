@@ -1,4 +1,11 @@
-"""``torch-nsight``: entry point, logging set-up and error handling for every subcommand."""
+"""``torch-nsight``: entry point, logging set-up and error handling for every subcommand.
+
+Errors: a :class:`~torch_nsight.errors.TorchNsightError` (an unreadable report, a refused
+option, an existing output...) is the user's to fix: one line on stderr, exit status 1, its
+traceback only with ``-vv``. Any other exception is a bug in torch_nsight: it is not caught,
+so Python prints its full traceback (exit status 1) whatever the verbosity. argparse's usage
+errors exit 2. Nothing here imports torch.
+"""
 
 from __future__ import annotations
 
@@ -58,15 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name; None reads ``sys.argv``.
 
     Returns:
-        The exit status: 0 on success, 1 when the library or the file system refuses
-        (one line on stderr, a traceback only with ``-vv``), 2 for a usage error.
+        The exit status: 0 on success, 1 for a :class:`TorchNsightError` (one line on
+        stderr, a traceback only with ``-vv``), 130 when interrupted.
+
+    Raises:
+        SystemExit: 2 for a usage error found by argparse (0 for ``--help``).
+        Exception: any other exception, a bug, propagates with its traceback.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
     try:
         return int(args.run(args))
-    except (TorchNsightError, OSError, ValueError, ImportError) as err:
+    except TorchNsightError as err:
         if args.verbose >= 2:
             logger.exception("%s failed", args.command)
         message = " ".join(str(err).split()) or type(err).__name__

@@ -1,16 +1,32 @@
-"""What the subcommands share: output files that must not be overwritten silently."""
+"""What the subcommands share: the CLI's own errors, and output files checked before any work.
+
+The command line turns a :class:`~torch_nsight.errors.TorchNsightError` into one line and
+exit status 1; the errors here are the CLI's share of them: a value it refuses
+(:class:`UsageError`), an output that exists (:class:`OutputExistsError`) and an output that
+cannot be written (:class:`OutputWriteError`). Any other exception is a bug and keeps its
+traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from torch_nsight.errors import TorchNsightError
 
 
-class OutputExistsError(TorchNsightError):
+class UsageError(TorchNsightError):
+    """A command-line value is refused: a wrong suffix, a missing folder, an unknown shape."""
+
+
+class OutputExistsError(UsageError):
     """An output file exists and ``--force`` was not given."""
+
+
+class OutputWriteError(TorchNsightError):
+    """An output file cannot be written (permissions, a full disk...)."""
 
 
 def add_force(parser: argparse.ArgumentParser) -> None:
@@ -31,10 +47,13 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
         force: overwrite anyway.
 
     Raises:
+        UsageError: an output is a folder, or an output's folder does not exist.
         OutputExistsError: some outputs exist and ``force`` is False.
-        TorchNsightError: an output's folder does not exist.
     """
     chosen = [p for p in paths if p is not None]
+    folders = [str(p) for p in chosen if p.is_dir()]
+    if folders:
+        raise UsageError(f"{', '.join(folders)}: is a folder; name a file to write")
     existing = [str(p) for p in chosen if p.exists()]
     if existing and not force:
         verb = "exists" if len(existing) == 1 else "exist"
@@ -42,5 +61,24 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
                                 "overwrite")
     missing = sorted({str(p.parent) for p in chosen if not p.parent.is_dir()})
     if missing:
-        raise TorchNsightError(f"output folder {', '.join(missing)} does not exist; create "
-                               "it first")
+        raise UsageError(f"output folder {', '.join(missing)} does not exist; create it "
+                         "first")
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[Path]:
+    """Turn a failure to write ``path`` into :class:`OutputWriteError`.
+
+    Args:
+        path: the output about to be written.
+
+    Yields:
+        ``path``.
+
+    Raises:
+        OutputWriteError: writing raised :class:`OSError`.
+    """
+    try:
+        yield path
+    except OSError as err:
+        raise OutputWriteError(f"cannot write {path}: {err.strerror or err}") from err

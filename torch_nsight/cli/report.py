@@ -1,15 +1,20 @@
-"""``torch-nsight report``: tables and plots from ``.ncu-rep`` reports or saved profiles."""
+"""``torch-nsight report``: tables and plots from ``.ncu-rep`` reports or saved profiles.
+
+Importing this module imports neither torch nor pandas: ``--help`` and argument errors are
+instant, and reading reports never loads torch.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from torch_nsight.cli.outputs import add_force, check_outputs
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
+from torch_nsight.render.kinds import HOTSPOT_ORDERS, TABLE_KINDS
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -20,22 +25,39 @@ FORMAT_CHOICES = ("plain", "github", "markdown", "simple", "grid", "rst")
 TABLE_OUTPUTS = ("csv", "parquet", "json")
 
 
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (anything else is a usage error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+    return parse
+
+
 def add_table_options(parser: argparse.ArgumentParser) -> None:
     """Add the options that choose and shape the printed table.
+
+    The ``--table`` choices and their help come from
+    :data:`torch_nsight.render.kinds.TABLE_KINDS`.
 
     Args:
         parser: a subcommand's parser.
     """
-    parser.add_argument("--table", choices=("hotspots", "modules", "kernels"),
-                        default="hotspots", help="what to print (default: hotspots)")
+    kinds = "; ".join(f"{name}: {spec.summary}" for name, spec in TABLE_KINDS.items())
+    parser.add_argument("--table", choices=tuple(TABLE_KINDS), default="hotspots",
+                        help=f"what to print (default: hotspots). {kinds}")
     parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="plain",
                         help="table format (default: plain)")
-    parser.add_argument("-n", type=int, default=None, metavar="N",
+    parser.add_argument("-n", type=_count(1), default=None, metavar="N",
                         help="rows to show (default: 10 hotspots, every module or kernel)")
-    parser.add_argument("--by", choices=("headroom", "time"), default="headroom",
+    parser.add_argument("--by", choices=HOTSPOT_ORDERS, default="headroom",
                         help="rank hotspots by recoverable time or by time "
                              "(default: headroom)")
-    parser.add_argument("--depth", type=int, default=None, metavar="D",
+    parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
                         help="deepest module level in the modules table (root = 0); "
                              "the scaling plot uses D or 1")
 
@@ -108,6 +130,24 @@ def describe(profile: Profile) -> str:
                if coverage == coverage else ""))
 
 
+def check_shape(profile: Profile, shape: str | None) -> None:
+    """Refuse a ``--shape`` that the profile does not hold.
+
+    Args:
+        profile: the profile.
+        shape: the shape asked for, or None.
+
+    Raises:
+        UsageError: ``shape`` is not one of the profile's shapes.
+    """
+    if shape is None:
+        return
+    shapes = [str(s) for s in dict.fromkeys(profile.kernels["shape"].dropna())]
+    if shape not in shapes:
+        raise UsageError(f"--shape {shape} is not in the profile; it holds: "
+                         f"{', '.join(shapes) or 'no labelled shapes'}")
+
+
 def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = None) -> None:
     """Print the chosen table and write every requested file.
 
@@ -117,12 +157,13 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         stream: where the table goes; None: standard output.
 
     Raises:
-        ValueError: an option is out of range.
-        OSError: a file cannot be written.
+        UsageError: ``--shape`` is not in the profile.
+        OutputWriteError: a file cannot be written.
     """
-    from torch_nsight.render import plot_roofline, plot_scaling, render_table, write_table
+    from torch_nsight.render import render_table, write_table
 
     stream = stream if stream is not None else sys.stdout
+    check_shape(profile, getattr(args, "shape", None))
     table = render_table(profile, args.table, args.fmt, args.n, by=args.by, depth=args.depth)
     print(describe(profile), file=stream)
     print(file=stream)
@@ -131,16 +172,48 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)
         if target is not None:
-            written.append(write_table(profile, target, args.table, args.n, by=args.by,
-                                       depth=args.depth))
+            with writing(target):
+                written.append(write_table(profile, target, args.table, args.n, by=args.by,
+                                           depth=args.depth))
     if getattr(args, "roofline", None) is not None:
-        plot_roofline(profile, args.roofline, shape=getattr(args, "shape", None))
+        from torch_nsight.render import plot_roofline
+
+        with writing(args.roofline):
+            plot_roofline(profile, args.roofline, shape=getattr(args, "shape", None))
         written.append(args.roofline)
     if getattr(args, "scaling", None) is not None:
-        plot_scaling(profile, args.scaling, depth=args.depth if args.depth is not None else 1)
+        from torch_nsight.render import plot_scaling
+
+        with writing(args.scaling):
+            plot_scaling(profile, args.scaling,
+                         depth=args.depth if args.depth is not None else 1)
         written.append(args.scaling)
     for path in written:
         print(f"wrote {path}", file=stream)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Check the options of ``report`` before any work: suffixes, ``--shape``, outputs.
+
+    Args:
+        args: the parsed options.
+
+    Raises:
+        UsageError: a table output has the wrong suffix, ``--shape`` comes without
+            ``--roofline``, or an output's folder is missing.
+        OutputExistsError: an output exists and ``--force`` was not given.
+    """
+    for kind in TABLE_OUTPUTS:
+        target = getattr(args, kind)
+        if target is not None and target.suffix.lower() != f".{kind}":
+            raise UsageError(f"--{kind} needs a file ending in .{kind}, got {target}")
+    for option in ("roofline", "scaling"):
+        target = getattr(args, option)
+        if target is not None and target.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"--{option} needs a file ending in .png or .svg, got {target}")
+    if args.shape is not None and args.roofline is None:
+        raise UsageError("--shape picks the shape drawn by --roofline; pass --roofline too")
+    check_outputs(outputs(args), args.force)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,15 +226,11 @@ def run(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        TorchNsightError: a report is unreadable, or an output exists without ``--force``.
-        ValueError: an option is out of range.
-        OSError: a file cannot be written.
+        TorchNsightError: a report is unreadable (``ReportError``), an option is refused
+            (:class:`~torch_nsight.cli.outputs.UsageError`), an output exists without
+            ``--force`` or cannot be written.
     """
-    for kind in TABLE_OUTPUTS:
-        target = getattr(args, kind)
-        if target is not None and target.suffix.lower() != f".{kind}":
-            raise ValueError(f"--{kind} needs a file ending in .{kind}, got {target}")
-    check_outputs(outputs(args), args.force)
+    check_arguments(args)
     profile = read_profile(args.reports)
     emit(profile, args)
     return 0

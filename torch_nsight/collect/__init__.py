@@ -1,22 +1,23 @@
 """Collect stage: profile a model across input shapes under Nsight Compute.
 
-:func:`sweep` pickles the job, runs ``ncu <flags> python -m torch_nsight.collect.worker
-<job>`` (one process per GPU, every shape inside it) and loads the report into a
-:class:`~torch_nsight.Profile`. The modules, in the order data flows:
+:func:`sweep` pickles the job, runs ``ncu <flags> python -m torch_nsight.collect.child.worker
+<job>`` (one process per GPU, every shape inside it) and loads the sweep's output directory
+into a :class:`~torch_nsight.Profile`. The code is split by the process it runs in:
 
-* :mod:`~torch_nsight.collect.api`: :func:`sweep`, the front door;
-* :mod:`~torch_nsight.collect.job`: the job description and its (cloud)pickle file;
-* :mod:`~torch_nsight.collect.ncu`: find and check ``ncu``, build its argument list, read
-  its output;
-* :mod:`~torch_nsight.collect.worker`: the child process;
-* :mod:`~torch_nsight.collect.replicate`: identical siblings, profiled once;
-* :mod:`~torch_nsight.collect.launch` and :mod:`~torch_nsight.collect.progress`: run and
-  watch the children;
-* :mod:`~torch_nsight.collect.assemble`: reports and results -> one Profile.
+* :mod:`~torch_nsight.collect.parent`: the user's process. :mod:`~.parent.sweep`, the front
+  door; :mod:`~.parent.launch`, run and watch the children; :mod:`~.parent.outcomes`, what
+  they left; :mod:`~.parent.progress`, the progress bar.
+* :mod:`~torch_nsight.collect.child`: the profiled process, under ``ncu``.
+  :mod:`~.child.worker`, its entry point; :mod:`~.child.steps`, inputs and one iteration;
+  :mod:`~.child.siblings`, identical siblings profiled once.
+* :mod:`~torch_nsight.collect.shared`: what both sides agree on. :mod:`~.shared.job`, the
+  job and its file; :mod:`~.shared.ncu`, the ``ncu`` command line and output;
+  :mod:`~.shared.status`, the child's progress lines. The output directory's layout is in
+  :mod:`torch_nsight.formats`, since the reporter reads it too.
 """
 
 from __future__ import annotations
 
-from torch_nsight.collect.api import sweep
+from torch_nsight.collect.parent.sweep import sweep
 
 __all__ = ["sweep"]

@@ -2,14 +2,37 @@
 
 Renderers receive a Profile and nothing else. They log, never print; they write only the
 file they are given. Plots are drawn on an Agg canvas, without pyplot, and saved as PNG or
-SVG by suffix.
+SVG by suffix. Every name loads on first use: the table kinds
+(:mod:`torch_nsight.render.kinds`) cost no pandas, and printing a table never loads
+matplotlib.
 """
 
 from __future__ import annotations
 
-from torch_nsight.render.roofline import plot_roofline
-from torch_nsight.render.scaling import plot_scaling
-from torch_nsight.render.table import FORMATS, TABLES, render_table, table_frame, write_table
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_nsight.render.kinds import TABLE_KINDS, TABLES
+    from torch_nsight.render.roofline import plot_roofline
+    from torch_nsight.render.scaling import plot_scaling
+    from torch_nsight.render.table import FORMATS, render_table, table_frame, write_table
 
 __all__ = ["render_table", "write_table", "table_frame", "plot_roofline", "plot_scaling",
-           "FORMATS", "TABLES"]
+           "FORMATS", "TABLES", "TABLE_KINDS"]
+
+_LAZY = {"render_table": "table", "write_table": "table", "table_frame": "table",
+         "FORMATS": "table", "TABLES": "kinds", "TABLE_KINDS": "kinds",
+         "plot_roofline": "roofline", "plot_scaling": "scaling"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,25 +1,34 @@
-"""Figures drawn without pyplot: no display, no global state, Agg for PNG.
+"""Figures drawn without pyplot: no display, no global state, Agg for PNG; module colours.
 
 Each plot builds a :class:`matplotlib.figure.Figure` with an Agg canvas (so it never needs
-a display and leaves pyplot's figure list alone) and saves it by the path's suffix.
+a display and leaves pyplot's figure list alone) and saves it by the path's suffix. Every
+chart of a profile colours its modules through :func:`module_colors`, so one module has one
+colour in the roofline and in the scaling chart.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
+import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
+
+if TYPE_CHECKING:
+    from torch_nsight.profile import Profile
 
 logger = logging.getLogger(__name__)
 
 PathArg = Union[str, "os.PathLike[str]"]
 FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".svg")
 UNATTRIBUTED_COLOR = "#9e9e9e"
-#: Module colours in order of first appearance (tab10, then tab20's lighter half).
+#: Module colours in order of assignment (tab10, then tab20's lighter half).
 PALETTE: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
     "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
@@ -77,23 +86,76 @@ def save_figure(figure: Figure, target: Path | None) -> None:
     logger.info("wrote %s", target)
 
 
-def module_colors(names: list[str]) -> dict[str, str]:
-    """Return a colour per name, in order; ``(unattributed)`` is always grey.
+def own_kernels(module: str) -> str:
+    """Return the label of the kernels a module launches itself, outside its children.
 
     Args:
-        names: the names in order of first appearance.
+        module: the module's name.
 
     Returns:
-        name -> colour; names past the palette reuse it.
+        ``<module> (own kernels)``.
     """
-    colors: dict[str, str] = {}
-    index = 0
+    return f"{module} (own kernels)"
+
+
+def label_modules(tree: pd.DataFrame) -> list[str]:
+    """Return the label each row of a module tree is drawn under.
+
+    A module whose children are also rows (its kernels outside them: the root's residual
+    adds, say) is labelled :func:`own_kernels`; any other module by its name.
+
+    Args:
+        tree: rows of :func:`torch_nsight.analyze.module_tree` (``module``, ``path``).
+
+    Returns:
+        One label per row, in order.
+    """
+    parents = {path.rsplit(PATH_SEP, 1)[0] for path in tree["path"] if PATH_SEP in path}
+    return [own_kernels(module) if path in parents else module
+            for module, path in zip(tree["module"], tree["path"], strict=True)]
+
+
+def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:
+    """Return one colour per module label, the same in every chart of ``profile``.
+
+    Labels are those of :func:`label_modules` at levels 1 to ``depth`` (level 0 for
+    ``depth=0``), each level in call-tree order over the whole profile (every shape and
+    variant), so that a module keeps its colour whichever chart, shape or depth shows it.
+    ``(unattributed)`` is always grey.
+
+    Args:
+        profile: the profile.
+        depth: the deepest module level charted (the roofline charts level 1).
+
+    Returns:
+        label -> colour, in order of assignment; use :func:`extend_colors` for labels that
+        are missing (a root without children, say).
+    """
+    names: list[str] = []
+    for level in range(1, depth + 1) if depth >= 1 else (0,):
+        tree = profile.modules(level)
+        names += label_modules(tree[tree["exclusive_ns"] > 0])
+    return extend_colors({}, names)
+
+
+def extend_colors(colors: dict[str, str], names: Iterable[str]) -> dict[str, str]:
+    """Give each name not in ``colors`` the palette's next colour; ``(unattributed)`` grey.
+
+    Args:
+        colors: colours assigned so far (not modified).
+        names: the names, in order of first appearance.
+
+    Returns:
+        A new dict: ``colors`` then the new names; names past the palette reuse it.
+    """
+    out = dict(colors)
+    index = sum(1 for color in out.values() if color != UNATTRIBUTED_COLOR)
     for name in names:
-        if name in colors:
+        if name in out:
             continue
-        if name.startswith("(unattributed)"):
-            colors[name] = UNATTRIBUTED_COLOR
+        if name.startswith(UNATTRIBUTED):
+            out[name] = UNATTRIBUTED_COLOR
         else:
-            colors[name] = PALETTE[index % len(PALETTE)]
+            out[name] = PALETTE[index % len(PALETTE)]
             index += 1
-    return colors
+    return out

@@ -24,8 +24,10 @@ from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.render.figure import (
     PathArg,
     check_figure_path,
+    extend_colors,
     module_colors,
     new_figure,
+    own_kernels,
     save_figure,
 )
 from torch_nsight.render.units import format_rate
@@ -55,7 +57,7 @@ def top_level_module(module_path: Any) -> str:
     if not isinstance(module_path, str) or module_path == UNATTRIBUTED:
         return UNATTRIBUTED
     parts = module_path.split(PATH_SEP)
-    return parts[1] if len(parts) > 1 else f"{parts[0]} (own kernels)"
+    return parts[1] if len(parts) > 1 else own_kernels(parts[0])
 
 
 def precision_label(precisions: tuple[str, ...]) -> str:
@@ -219,7 +221,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     x is intensity (FLOP per DRAM byte), y achieved FLOP/s, both logarithmic. The memory
     roof is ``peak_bytes_per_s x intensity``; each precision present among the kernels gets
     a compute roof at its highest ``peak_flops_per_s`` in the report. Markers: area by
-    kernel time, colour by top-level module (:func:`top_level_module`), circle forward,
+    kernel time, colour by top-level module (:func:`top_level_module`; the same colour as
+    in :func:`~torch_nsight.render.scaling.plot_scaling`), circle forward,
     triangle backward, square outside both. Kernels that :func:`placeable` rejects are
     drawn in a strip under the chart, by time, never dropped.
 
@@ -252,7 +255,10 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
         raise ValueError("the profile has no kernels to plot")
     rows = kernels.assign(_group=kernels["module_path"].map(top_level_module),
                           _marker=kernels["direction"].map(_marker))
-    colors = module_colors(rows["_group"].tolist())
+    shown = set(rows["_group"])
+    colors = {name: color for name, color in
+              extend_colors(module_colors(profile, 1), rows["_group"]).items()
+              if name in shown}
     mask = placeable(rows)
     placed, unplaced = rows[mask], rows[~mask]
     longest = float(rows["duration_ns"].max()) or 1.0
@@ -284,8 +290,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     ax.grid(which="major", alpha=0.3)
     ax.grid(which="minor", alpha=0.08)
 
-    shown = shape if shape is not None else (", ".join(shapes) or "unlabelled")
-    ax.set_title(f"Roofline: {_gpu(profile.meta)}, shape {shown}\n"
+    title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
+    ax.set_title(f"Roofline: {_gpu(profile.meta)}, shape {title_shapes}\n"
                  f"{len(placed)} of {len(rows)} kernels placed; roofs from the report's "
                  "peaks at the fastest clock seen", fontsize=11)
     if strip is not None:

@@ -10,10 +10,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from torch_nsight.analyze.attribute import PATH_SEP
 from torch_nsight.render.figure import (
     PathArg,
     check_figure_path,
+    label_modules,
     module_colors,
     new_figure,
     save_figure,
@@ -57,9 +57,7 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
     if tree.empty:
         return pd.DataFrame(columns=["variant", "shape", "module", "time_ns"])
     tree = tree[tree["exclusive_ns"] > 0].copy()
-    parents = {path.rsplit(PATH_SEP, 1)[0] for path in tree["path"] if PATH_SEP in path}
-    tree["module"] = [f"{module} (own kernels)" if path in parents else module
-                      for module, path in zip(tree["module"], tree["path"], strict=True)]
+    tree["module"] = label_modules(tree)
     tree["variant"] = tree["variant"].map(_label)
     tree["shape"] = tree["shape"].map(_label)
     out = (tree.groupby(["variant", "shape", "module"], sort=False)["exclusive_ns"].sum()
@@ -126,7 +124,8 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     """Plot each module's GPU time (forward + backward, per run) against the shape.
 
     Shapes sit on the x axis in the order they appear in the profile; each module is a
-    colour, each variant a line style and marker (with a legend of its own when there are
+    colour (:func:`~torch_nsight.render.figure.module_colors`: the roofline's colour at
+    depth 1), each variant a line style and marker (with a legend of its own when there are
     several). The module legend lists modules longest first at the last shape. A profile of
     one shape has no x axis to speak of: it gets horizontal bars instead, one per module
     (and variant), labelled with their time.
@@ -155,7 +154,8 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     # Legend order = the order of the lines at the last shape, longest first.
     last = frame[frame["shape"] == shapes[-1]].groupby("module", sort=False)["time_ns"].max()
     order = sorted(dict.fromkeys(frame["module"]), key=lambda m: -last.get(m, 0.0))
-    colors = module_colors(order)
+    shared = module_colors(profile, depth)
+    colors = {module: shared[module] for module in order}
 
     figure = new_figure(10.5, 5.8)
     ax = figure.subplots()

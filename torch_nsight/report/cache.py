@@ -1,13 +1,17 @@
-"""A Parquet cache of a report's tidy table, kept next to the report.
+"""A Parquet cache of a report's tidy table, so that the next load skips Nsight's reader.
 
-``run.ncu-rep`` is cached as ``run.ncu-rep.tn-cache.parquet``. The cache is used only when
-the report's size and modification time and the table's schema version all match what was
-recorded when it was written; a location that cannot be written is skipped (debug log).
+By default ``run.ncu-rep`` is cached as ``run.ncu-rep.tn-cache.parquet`` beside it; with a
+cache folder (``load(..., cache_dir=DIR)`` or the environment variable
+:data:`CACHE_DIR_ENV`) the cache goes there instead, named after the report's absolute path.
+The cache is used only when the report's size and modification time and the table's schema
+version all match what was recorded when it was written; a location that cannot be written
+(a read-only folder) is skipped quietly (debug log).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -20,13 +24,28 @@ import pandas as pd
 logger = logging.getLogger(__name__)
 
 CACHE_SUFFIX = ".tn-cache.parquet"
+CACHE_DIR_ENV = "TORCH_NSIGHT_CACHE_DIR"
 _META_KEY = b"torch_nsight.report_cache"
 
 
-def cache_path(report: str | os.PathLike[str]) -> Path:
-    """Return where the cache of ``report`` lives."""
+def cache_path(report: str | os.PathLike[str],
+               cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Return where the cache of ``report`` lives.
+
+    Args:
+        report: the report file.
+        cache_dir: a folder for caches; None: ``$TORCH_NSIGHT_CACHE_DIR`` if set, else beside
+            the report.
+
+    Returns:
+        The cache file's path.
+    """
     report = Path(report)
-    return report.with_name(report.name + CACHE_SUFFIX)
+    folder = cache_dir if cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or None
+    if folder is None:
+        return report.with_name(report.name + CACHE_SUFFIX)
+    digest = hashlib.sha1(str(report.resolve()).encode()).hexdigest()[:12]
+    return Path(folder) / f"{report.name}.{digest}{CACHE_SUFFIX}"
 
 
 def _key(report: Path, schema_version: int) -> dict[str, int]:
@@ -50,20 +69,22 @@ def plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def read_cache(report: str | os.PathLike[str], schema_version: int
+def read_cache(report: str | os.PathLike[str], schema_version: int,
+               cache_dir: str | os.PathLike[str] | None = None
                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
     """Return the cached (table, report meta) of ``report``, or None when absent or stale.
 
     Args:
         report: the report file the cache belongs to.
         schema_version: the table schema the caller expects.
+        cache_dir: see :func:`cache_path`.
 
     Returns:
         The cached table and metadata, or None.
     """
     import pyarrow.parquet as pq
 
-    path = cache_path(report)
+    path = cache_path(report, cache_dir)
     if not path.is_file():
         return None
     try:
@@ -83,7 +104,8 @@ def read_cache(report: str | os.PathLike[str], schema_version: int
 
 
 def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[str, Any],
-                schema_version: int) -> Path | None:
+                schema_version: int, cache_dir: str | os.PathLike[str] | None = None
+                ) -> Path | None:
     """Write the cache of ``report``; skip quietly (debug log) where that is not possible.
 
     Args:
@@ -91,6 +113,7 @@ def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[
         table: its tidy table.
         meta: the report's metadata (JSON-serializable).
         schema_version: the table schema written.
+        cache_dir: see :func:`cache_path` (created if missing).
 
     Returns:
         The cache path, or None when it could not be written.
@@ -98,13 +121,14 @@ def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = cache_path(report)
+    path = cache_path(report, cache_dir)
     tuple_columns = [c for c in table.columns
                      if len(table) and isinstance(table[c].iloc[0], tuple)]
     stored = {"key": _key(Path(report), schema_version), "meta": meta,
               "tuple_columns": tuple_columns}
     temp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         arrow = pa.Table.from_pandas(table, preserve_index=False)
         arrow = arrow.replace_schema_metadata(
             {**(arrow.schema.metadata or {}), _META_KEY: json.dumps(stored, default=str)})

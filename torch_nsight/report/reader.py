@@ -210,7 +210,7 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
     record["grid"] = format_dims(record["grid_x"], record["grid_y"], record["grid_z"])
     record["block"] = format_dims(record["block_x"], record["block_y"], record["block_z"])
     record["sol_bottleneck"] = _sol_title(action)
-    record["nvtx_stack"], record["nvtx_start_end"], record["nvtx_other"] = _nvtx(action)
+    record["range_stack"], record["range_start_end"], record["range_other"] = _nvtx(action)
     return record
 
 

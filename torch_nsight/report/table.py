@@ -16,13 +16,13 @@ from torch_nsight.report import reader
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (
     "source", "range_index", "kernel_index", "workload", "kernel", "kernel_full", "grid",
-    "block", *(m.column for m in METRICS), "sol_bottleneck", "nvtx_stack", "nvtx_start_end",
-    "nvtx_other",
+    "block", *(m.column for m in METRICS), "sol_bottleneck", "range_stack", "range_start_end",
+    "range_other",
 )
 _PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
 _PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
@@ -59,13 +59,14 @@ def _metric_set(missing: set[str]) -> str:
 
 
 def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
-    """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence."""
+    """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence
+    (what the cache keeps beside the table)."""
     missing = {m.name for m in METRICS if frame[m.column].isna().all()}
     partial = sorted(m.name for m in METRICS
                      if m.name not in missing and frame[m.column].isna().any())
     gpus = [g for g in pd.unique(frame["gpu"].dropna())]
-    has_nvtx = bool((frame["nvtx_stack"].map(len) + frame["nvtx_start_end"].map(len)
-                     + frame["nvtx_other"].map(len)).gt(0).any())
+    has_nvtx = bool((frame["range_stack"].map(len) + frame["range_start_end"].map(len)
+                     + frame["range_other"].map(len)).gt(0).any())
     return {
         "gpu": gpus[0] if len(gpus) == 1 else gpus,
         "ncu_version": reader.writer_version(local),
@@ -80,12 +81,15 @@ def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
 
 
 def read_report(path: str | os.PathLike[str], *, cache: bool = True,
+                cache_dir: str | os.PathLike[str] | None = None,
                 workers: int | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Read one ``.ncu-rep`` / ``.ncu-rep.xz`` into its raw kernel table.
 
     Args:
         path: the report file.
-        cache: read and write ``<report>.tn-cache.parquet`` next to it.
+        cache: read and write the report's cache (see :mod:`torch_nsight.report.cache`).
+        cache_dir: where the cache lives (default: beside the report, or
+            ``$TORCH_NSIGHT_CACHE_DIR``).
         workers: processes used to read it (see :func:`torch_nsight.report.reader.read_records`).
 
     Returns:
@@ -97,7 +101,7 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
     """
     source = Path(path).resolve()
     if cache and source.is_file():
-        cached = report_cache.read_cache(source, SCHEMA_VERSION)
+        cached = report_cache.read_cache(source, SCHEMA_VERSION, cache_dir)
         if cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
@@ -110,9 +114,6 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
     if meta["missing_metrics"]:
         logger.info("%s lacks %d of the declared metrics (set: %s); their columns are NaN",
                     source.name, len(meta["missing_metrics"]), meta["metric_set"])
-    if not meta["nvtx"]:
-        logger.warning("%s carries no NVTX ranges (profile with `ncu --nvtx`): every kernel "
-                       "will be unattributed", source.name)
     if cache:
-        report_cache.write_cache(source, frame, meta, SCHEMA_VERSION)
+        report_cache.write_cache(source, frame, meta, SCHEMA_VERSION, cache_dir)
     return frame, meta

@@ -1,6 +1,7 @@
 """Copy the measured rows of a representative sibling to the siblings it stands for.
 
-The sibling check (:mod:`torch_nsight.collect.replicate`) leaves the replicas out of replay;
+The sweep's sibling check (:mod:`torch_nsight.collect.child.siblings`) leaves the replicas
+out of replay;
 :func:`expand_replicas` gives each of them the representative's rows back, renamed, with
 ``replicated_from`` naming the module that was actually measured, so every kernel of the
 model still has a row.
@@ -13,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
-from torch_nsight.collect.replicate import is_inside
+from torch_nsight.analyze.columns import needs
+from torch_nsight.naming import is_inside
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,9 +45,9 @@ def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:
     rows["module"] = [_rename(m, old, new) for m in rows["module"]]
     if "module_path" in rows:
         rows["module_path"] = [_rename_path(p, old, new) for p in rows["module_path"]]
-    if "nvtx_stack" in rows:
-        rows["nvtx_stack"] = [tuple(_rename(m, old, new) for m in s)
-                              if isinstance(s, (tuple, list)) else s for s in rows["nvtx_stack"]]
+    if "range_stack" in rows:
+        rows["range_stack"] = [tuple(_rename(m, old, new) for m in s)
+                              if isinstance(s, (tuple, list)) else s for s in rows["range_stack"]]
     return rows
 
 
@@ -53,12 +55,13 @@ def _values(frame: pd.DataFrame, column: str) -> list[Any]:
     return list(frame[column]) if column in frame else [None] * len(frame)
 
 
+@needs("module", "direction")
 def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Copy each representative's kernel rows to its replicas.
 
     Args:
         df: an attributed kernel table (``variant``, ``shape``, ``run``, ``module``,
-            ``direction``; ``module_path`` and ``nvtx_stack`` are rewritten when present).
+            ``direction``; ``module_path`` and ``range_stack`` are rewritten when present).
         groups: dicts with ``representative``, ``replicas`` and the ``variant`` and
             ``shape`` labels they hold for (``""``/None: rows without that label).
 

@@ -50,6 +50,9 @@ class Job:
         repeats: measured iterations per shape (``run`` 0..repeats-1).
         ops: passed to :func:`torch_nsight.instrument` (name functional ops).
         replicate: detect identical siblings and profile one of each group.
+        settings: the parent's global PyTorch settings (see
+            :func:`torch_nsight.capture.settings.read_settings`), applied in the child.
+        record_calls: record the calls table in one un-profiled iteration per shape.
     """
 
     variants: dict[str, Any]
@@ -61,6 +64,8 @@ class Job:
     repeats: int = 1
     ops: Any = False
     replicate: bool = True
+    settings: dict[str, Any] = field(default_factory=dict)
+    record_calls: bool = True
 
 
 @dataclass
@@ -261,5 +266,6 @@ def describe_job(job: Job) -> dict[str, Any]:
         "make_inputs": None if job.make_inputs is None else describe(job.make_inputs),
         "backward": job.backward, "dtype": job.dtype, "warmup": job.warmup,
         "repeats": job.repeats, "ops": job.ops if isinstance(job.ops, (bool, str)) else
-        sorted(job.ops), "replicate": job.replicate,
+        sorted(job.ops), "replicate": job.replicate, "settings": job.settings,
+        "record_calls": job.record_calls,
     }

@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from torch_nsight.collect.replicate import REPLICA_MESSAGE
 from torch_nsight.errors import (
     CounterPermissionError,
     NcuNotFoundError,
@@ -33,7 +32,7 @@ from torch_nsight.errors import (
     TorchNsightError,
 )
 from torch_nsight.metrics import METRIC_SETS, MetricSet
-from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE
+from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, REPLICA_MESSAGE
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +279,7 @@ def build_command(ncu: str, *, report: str | os.PathLike[str], metric_set: Metri
         ncu: the ``ncu`` executable.
         report: report path *without* the ``.ncu-rep`` suffix (ncu adds it).
         metric_set: what to collect (its sections and metrics).
-        app: the child command (``python -m torch_nsight.collect.worker <job>``).
+        app: the child command (``python -m torch_nsight.collect.child.worker <job>``).
         metrics: the metric names to pass (default: the set's), e.g. after
             :func:`filter_metrics`.
         exclude_replicas: leave out kernels inside the child's ``replica`` start/end range.

@@ -14,7 +14,7 @@ Deep models repeat identical blocks. In the child, per shape:
    profiled child, so the calls that launch them are compared instead. The calls are
    recorded with a ``TorchFunctionMode``, not a ``TorchDispatchMode``: entering the first
    dispatch mode imports ``torch._dynamo``, a second or more of start-up in the child.)
-3. :class:`ReplicaMarkers`: during the measured iterations, each non-representative member
+3. :class:`~torch_nsight.capture.replica.ReplicaMarkers`: during the measured iterations, each non-representative member
    runs inside a start/end NVTX range ``replica`` (domain ``torch_nsight``), forward and
    backward, opened and closed with the member's own module ranges (it is the emitter the
    model is instrumented with; no module hook changes the autograd graph), and ``ncu --nvtx-exclude torch_nsight@replica`` leaves its kernels and those of
@@ -22,38 +22,27 @@ Deep models repeat identical blocks. In the child, per shape:
    autograd launches from its own thread are covered too; and the ``ncu`` command stays
    the same whatever the check decides (a mismatch simply opens no ``replica`` range).
 
-In the parent, :func:`torch_nsight.collect.expand.expand_replicas` copies the representative's kernel rows to every
+When the sweep is loaded, :func:`torch_nsight.analyze.expand_replicas` copies the representative's kernel rows to every
 replica (module names rewritten) with a ``replicated_from`` column, so every kernel of the
 model still has a row.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from torch_nsight import naming
+import torch
+from torch import nn
 
-if TYPE_CHECKING:
-    from torch import nn
-
-    from torch_nsight.capture.emitter import RangeEmitter
+from torch_nsight.naming import is_inside
 
 logger = logging.getLogger(__name__)
 
-# The start/end range around replicas; the ncu command excludes it (collect.ncu).
-REPLICA_MESSAGE = "replica"
-
-
-def is_inside(name: str, ancestor: str) -> bool:
-    """Whether module ``name`` is ``ancestor`` or lies inside it (dotted names)."""
-    return name == ancestor or name.startswith(ancestor + ".")
 
 
 def _static_signature(module: nn.Module) -> tuple[Any, ...]:
@@ -80,8 +69,6 @@ def candidate_groups(model: nn.Module) -> list[list[str]]:
 
 
 def _arg_signature(value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return ("T", tuple(value.shape), str(value.dtype), value.is_contiguous(),
                 value.requires_grad)
@@ -95,8 +82,6 @@ def _arg_signature(value: Any) -> Any:
 
 
 def _requires_grad_pattern(value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return value.requires_grad
     if isinstance(value, (list, tuple)):
@@ -155,8 +140,6 @@ class _Recorder:
         return self.local.stack
 
     def _open(self, name: str, direction: str) -> None:
-        import torch
-
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -165,8 +148,6 @@ class _Recorder:
         self._stack().append((name, direction, start))
 
     def _close(self, name: str, direction: str) -> None:
-        import torch
-
         stack = self._stack()
         if not stack or stack[-1][:2] != (name, direction):
             return
@@ -184,8 +165,6 @@ class _Recorder:
             module = self.modules[name]
 
             def pre(mod: Any, args: Any, kwargs: Any, name: str = name) -> None:
-                import torch
-
                 member = self.members[name]
                 member.calls += 1
                 member.inputs.append(_arg_signature((args, kwargs)))
@@ -282,8 +261,6 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
         with _function_mode(recorder):
             run_once()
         if cuda:
-            import torch
-
             torch.cuda.synchronize()
         times = recorder.times_ms()
     finally:
@@ -314,108 +291,3 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
                        "time_ms": {n: round(times[n], 4) for n in part}})
     status = "replicated" if groups else ("mismatch" if mismatches else "none")
     return {"status": status, "groups": groups, "mismatches": mismatches}
-
-
-class ReplicaMarkers:
-    """The range emitter the child instruments its model with: every push and pop goes on to
-    ``inner``; inside :meth:`marking`, each named module's own range, forward or backward,
-    also runs inside a start/end NVTX range :data:`REPLICA_MESSAGE`, which
-    ``ncu --nvtx-exclude`` leaves out.
-
-    The replica ranges follow the module ranges of :func:`torch_nsight.instrument`, so the
-    window left out is exactly the one whose kernels would be attributed to the replica, and
-    no module hook is installed: PyTorch's full backward hooks wrap a module's inputs and
-    outputs in identity autograd nodes, which changes the graph and so where every backward
-    range opens and closes, in modules that are not replicas too.
-
-    Args:
-        inner: Where the ranges go (default: an :class:`~torch_nsight.capture.NvtxEmitter`).
-    """
-
-    def __init__(self, inner: RangeEmitter | None = None) -> None:
-        if inner is None:
-            from torch_nsight.capture.emitter import NvtxEmitter
-
-            inner = NvtxEmitter()
-        self.inner = inner
-        self.marked: frozenset[str] = frozenset()
-        self.open: dict[str, list[Any]] = {}
-        self.lock = threading.Lock()
-        self.local = threading.local()  # messages of unbound push() calls, per thread
-
-    def _start(self, message: str) -> None:
-        import nvtx
-
-        handle = nvtx.start_range(REPLICA_MESSAGE, domain=naming.DOMAIN)
-        with self.lock:
-            self.open.setdefault(message, []).append(handle)
-
-    def _end(self, message: str) -> None:
-        import nvtx
-
-        with self.lock:
-            handles = self.open.get(message)
-            handle = handles.pop() if handles else None
-        if handle is not None:
-            nvtx.end_range(handle)
-
-    def bind(self, message: str) -> tuple[Callable[[], None], Callable[[], None]]:
-        """Return the zero-argument push and pop of the range ``message``."""
-        bind = getattr(self.inner, "bind", None)
-        if bind is not None:
-            push, pop = bind(message)
-        else:
-            push, pop = functools.partial(self.inner.push, message), self.inner.pop
-
-        def push_marked() -> None:
-            if message in self.marked:
-                self._start(message)
-            push()
-
-        def pop_marked() -> None:
-            pop()
-            if message in self.marked:
-                self._end(message)
-
-        return push_marked, pop_marked
-
-    def push(self, message: str) -> None:
-        """Open the range ``message`` on the calling thread."""
-        if not hasattr(self.local, "messages"):
-            self.local.messages = []
-        self.local.messages.append(message)
-        if message in self.marked:
-            self._start(message)
-        self.inner.push(message)
-
-    def pop(self) -> None:
-        """Close the innermost range opened by :meth:`push` on the calling thread."""
-        messages = getattr(self.local, "messages", None)
-        message = messages.pop() if messages else None
-        self.inner.pop()
-        if message is not None and message in self.marked:
-            self._end(message)
-
-    @contextlib.contextmanager
-    def marking(self, names: Iterable[str]) -> Iterator[None]:
-        """Mark the modules ``names`` (qualified, not the root) as replicas while inside.
-
-        Replica ranges still open on leaving (a backward range that autograd's device thread
-        closes only when it next opens one) are ended then. Use one per measured iteration.
-        """
-        self.marked = frozenset(message for name in names
-                                for message in (name, naming.backward_message(name)))
-        try:
-            yield
-        finally:
-            import nvtx
-
-            self.marked = frozenset()
-            with self.lock:
-                leftover = [h for handles in self.open.values() for h in handles]
-                self.open.clear()
-            if leftover:
-                logger.debug("closing %d replica range(s) left open", len(leftover))
-            for handle in leftover:
-                nvtx.end_range(handle)
-

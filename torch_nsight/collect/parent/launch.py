@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torch_nsight.collect.ncu import NcuOutput
-from torch_nsight.collect.progress import ProgressLine, StatusReader
+from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.shared.ncu import NcuOutput
+from torch_nsight.collect.shared.status import StatusReader
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class ChildSpec:
 
     Attributes:
         name: short name for logs (``sweep``, ``sweep-dev1``).
-        command: the argument list (``ncu ... python -m torch_nsight.collect.worker job``).
+        command: the argument list (``ncu ... python -m torch_nsight.collect.child.worker job``).
         env: its environment.
         status_path: the status file it appends to.
         result_path: the result JSON it writes.
@@ -87,6 +88,7 @@ class _Child:
     deadline: float = 0.0
     pid: int | None = None
     done: int = 0
+    failed: int = 0
     current: dict[str, Any] | None = None
     interrupted_item: int | None = None
     stopped: str | None = None
@@ -159,15 +161,11 @@ def _read_status(child: _Child) -> bool:
                 child.current = None
             status = event.get("status")
             if status != "ok":
-                logger.warning("%s: %s %s%s: %s", child.spec.name,
-                               "shape" if status != "skipped" else "skipped shape",
-                               event.get("shape"),
-                               f" (variant {event['variant']})" if event.get("variant") else "",
-                               event.get("error"))
-            else:
-                logger.info("%s: shape %s%s done in %.1f s", child.spec.name, event.get("shape"),
-                            f" ({event['variant']})" if event.get("variant") else "",
-                            event.get("elapsed_s") or 0.0)
+                child.failed += 1
+            # failures are logged once, with their error, when the sweep is assembled
+            logger.info("%s: shape %s%s %s in %.1f s", child.spec.name, event.get("shape"),
+                        f" ({event['variant']})" if event.get("variant") else "", status,
+                        event.get("elapsed_s") or 0.0)
             changed = True
     return changed
 
@@ -216,7 +214,7 @@ def _watch(child: _Child, item_timeout: float, now: float) -> None:
 
 
 def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
-                 cwd: str, progress: ProgressLine | None = None) -> list[ChildOutcome]:
+                 cwd: str, progress: SweepProgress | None = None) -> list[ChildOutcome]:
     """Run the children concurrently until they end; return how each ended.
 
     Args:
@@ -224,7 +222,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         item_timeout: seconds one (variant, shape) item may take.
         startup_s: seconds allowed on top of ``item_timeout`` x items per child.
         cwd: their working directory.
-        progress: the stderr progress line to update (None: none).
+        progress: the progress bar to update (None: none).
 
     Returns:
         One outcome per spec, in order.
@@ -241,18 +239,12 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
             try:
                 time.sleep(POLL_S)
                 now = time.monotonic()
-                changed = False
                 for child in children:
-                    changed |= _read_status(child)
+                    _read_status(child)
                     _watch(child, item_timeout, now)
                     _escalate(child, now)
                 if progress is not None:
-                    progress.done = sum(c.done for c in children)
-                    progress.kernels = sum(c.output.kernels_profiled for c in children)
-                    progress.current = [f"{c.current.get('variant')}:{c.current.get('shape')}"
-                                        if c.current.get("variant") else str(c.current["shape"])
-                                        for c in children if c.current]
-                    progress.refresh(force=changed)
+                    _show(progress, children)
             except KeyboardInterrupt:
                 if interrupted:
                     for child in children:
@@ -272,14 +264,20 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
                 child.log.close()
             _read_status(child)
         if progress is not None:
-            progress.done = sum(c.done for c in children)
-            progress.kernels = sum(c.output.kernels_profiled for c in children)
-            progress.current = []
-            progress.finish()
+            _show(progress, children)
+            progress.close()
     if interrupted:
         raise KeyboardInterrupt
     return [ChildOutcome(c.spec, c.proc.returncode, c.output, _load_results(c.spec.result_path),
                          c.stopped, round(time.monotonic() - c.started, 3)) for c in children]
+
+
+def _show(progress: SweepProgress, children: list[_Child]) -> None:
+    progress.update(done=sum(c.done for c in children), failed=sum(c.failed for c in children),
+                    kernels=sum(c.output.kernels_profiled for c in children),
+                    current=[f"{c.current.get('variant')}:{c.current.get('shape')}"
+                             if c.current.get("variant") else str(c.current["shape"])
+                             for c in children if c.current and c.running()])
 
 
 def _load_results(path: Path) -> dict[str, Any] | None:

@@ -1,10 +1,13 @@
-"""The sweep's child process: ``python -m torch_nsight.collect.worker <job-file>``.
+"""The sweep's child process: ``python -m torch_nsight.collect.child.worker <job-file>``.
 
-Run under ``ncu`` (or alone, for a dry run). For each variant it builds the model (factory
-or unpickled module), moves it to the device and dtype and instruments it (its range
-emitter is a :class:`~torch_nsight.collect.replicate.ReplicaMarkers`); for each of its
-shapes it builds the inputs, runs the warm-up iterations (outside any profiled range), checks
-identical siblings (see :mod:`torch_nsight.collect.replicate`), then runs each measured
+Run under ``ncu`` (or alone, for a dry run). It first applies the parent's global PyTorch
+settings (TF32, cuDNN, SDPA backends). For each variant it builds the model (factory or
+unpickled module), moves it to the device and dtype and instruments it (its range emitter is
+a :class:`~torch_nsight.capture.calls.CallRecorder` around a
+:class:`~torch_nsight.capture.replica.ReplicaMarkers`); for each of its shapes it builds the
+inputs, runs the warm-up iterations (outside any profiled range), records the calls table in
+one more un-profiled iteration, checks identical siblings (see
+:mod:`torch_nsight.collect.child.siblings`), then runs each measured
 iteration inside the start/end ranges ``measure`` and ``sweep;variant=...;shape=...;run=i``
 (domain ``torch_nsight``) that the ``ncu`` command's ``--nvtx-include`` selects.
 
@@ -18,26 +21,32 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from torch_nsight.collect.job import Assignment, Job, read_job
-from torch_nsight.collect.progress import StatusWriter
-from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range, op_message
+import nvtx
+import torch
+from torch import nn
+
+from torch_nsight.capture import instrument
+from torch_nsight.capture.calls import CallRecorder
+from torch_nsight.capture.replica import ReplicaMarkers
+from torch_nsight.capture.settings import apply_settings
+from torch_nsight.collect.child.siblings import check_siblings
+from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
+from torch_nsight.collect.shared.job import Assignment, Job, read_job
+from torch_nsight.collect.shared.status import StatusWriter
+from torch_nsight.formats import write_json
+from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 
 logger = logging.getLogger(__name__)
 
 RESULT_FORMAT = 1
-# The op range around the loss gradient of a backward sweep (module "(unattributed)").
-LOSS_MESSAGE = op_message("loss")
 
 
 class StopRequested(BaseException):
@@ -48,130 +57,10 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     raise StopRequested()
 
 
-def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (a reader never sees half a file)."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, target)
-
-
-def describe_outputs(value: Any) -> Any:
-    """Shapes and dtypes of a model output (tensors, tuples, dicts), for the result JSON."""
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return f"{tuple(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    if isinstance(value, (list, tuple)):
-        return [describe_outputs(v) for v in value]
-    if isinstance(value, dict) or hasattr(value, "items"):
-        return {str(k): describe_outputs(v) for k, v in value.items()}
-    return type(value).__name__
-
-
-def _tensors(value: Any) -> Iterator[Any]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict) or hasattr(value, "items"):
-        for item in value.values():
-            yield from _tensors(item)
-
-
-def _to_device(value: Any, device: Any, dtype: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        cast = dtype if dtype is not None and value.is_floating_point() else None
-        return value.to(device=device, dtype=cast)
-    if isinstance(value, tuple):
-        return tuple(_to_device(v, device, dtype) for v in value)
-    if isinstance(value, list):
-        return [_to_device(v, device, dtype) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_device(v, device, dtype) for k, v in value.items()}
-    return value
-
-
-def model_dtype(model: Any) -> Any:
-    """The dtype of the model's first floating-point parameter (float32 if none)."""
-    import torch
-
-    for param in model.parameters():
-        if param.is_floating_point():
-            return param.dtype
-    return torch.float32
-
-
-def build_inputs(job: Job, shape: Any, device: Any, dtype: Any) -> tuple[tuple[Any, ...],
-                                                                         dict[str, Any]]:
-    """Return (args, kwargs) for one call of the model at ``shape``, on ``device``.
-
-    Floating-point inputs from ``make_inputs`` are cast only when the sweep names a dtype.
-    """
-    import torch
-
-    if job.make_inputs is None:
-        value: Any = torch.randn(tuple(shape) if not isinstance(shape, int) else (shape,),
-                                 dtype=dtype, device=device)
-    else:
-        value = _to_device(job.make_inputs(shape), device,
-                           dtype if job.dtype is not None else None)
-    if isinstance(value, dict):
-        return (), value
-    if isinstance(value, (tuple, list)):
-        return tuple(value), {}
-    return (value,), {}
-
-
-def run_step(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], backward: bool,
-             emitter: Any = None) -> Any:
-    """One iteration: forward, and backward of ``sum(mean(float(output)))`` if asked.
-
-    The loss is not built as a graph: its gradient with respect to each output that needs
-    one (``1 / numel`` in the output's dtype, what the loss graph would pass back) is made
-    directly, inside the op range :data:`LOSS_MESSAGE` when ``emitter`` is given, and
-    backward starts at the model's outputs. Every kernel of the iteration is then inside a
-    module range or that op range (autograd would run the loss graph's backward on its own
-    thread, before any module range opens there).
-
-    Args:
-        emitter: Where the loss range goes (push/pop), or None for no range.
-
-    Raises:
-        ValueError: ``backward`` but no output needs a gradient.
-    """
-    import torch
-
-    if not backward:
-        with torch.no_grad():
-            return model(*args, **kwargs)
-    out = model(*args, **kwargs)
-    outputs = [t for t in _tensors(out) if t.requires_grad]
-    if not outputs:
-        raise ValueError("backward=True but no output of the model needs a gradient")
-    if emitter is not None:
-        emitter.push(LOSS_MESSAGE)
-    try:
-        grads = [torch.full_like(t, 1.0 / t.numel()) for t in outputs]
-    finally:
-        if emitter is not None:
-            emitter.pop()
-    torch.autograd.backward(outputs, grads)
-    model.zero_grad(set_to_none=True)
-    return out
-
-
 class JobRunner:
     """Runs this child's share of a job and records what happened."""
 
     def __init__(self, assignment: Assignment, job: Job) -> None:
-        import torch
-
         self.assignment = assignment
         self.job = job
         self.status = StatusWriter(assignment.status_path)
@@ -179,6 +68,7 @@ class JobRunner:
         self.device = torch.device("cuda") if self.cuda else torch.device("cpu")
         self.dtype = getattr(torch, job.dtype) if job.dtype else None
         self.markers: Any = None  # the ReplicaMarkers the model is instrumented with
+        self.recorder: Any = None  # the CallRecorder around them
         self.items: list[dict[str, Any]] = [
             {"variant": variant, "shape": job.shapes[i][0], "shape_index": i,
              "status": "pending", "error": None, "elapsed_s": None}
@@ -188,8 +78,6 @@ class JobRunner:
             "torch": torch.__version__, "items": self.items, "finished": False}
 
     def _device_name(self) -> str:
-        import torch
-
         if not self.cuda:
             return "cpu"
         return f"cuda ({torch.cuda.get_device_name(0)})"
@@ -200,8 +88,6 @@ class JobRunner:
 
     def _sync(self) -> None:
         if self.cuda:
-            import torch
-
             torch.cuda.synchronize()
 
     def _cleanup(self, model: Any = None) -> None:
@@ -210,8 +96,6 @@ class JobRunner:
                 model.zero_grad(set_to_none=True)
         gc.collect()
         if self.cuda:
-            import torch
-
             torch.cuda.empty_cache()
 
     def run(self) -> None:
@@ -229,11 +113,9 @@ class JobRunner:
                         self._fail(item, "failed", f"building the model failed: "
                                    f"{type(err).__name__}: {err}", traceback.format_exc())
                     continue
-                from torch_nsight.capture import instrument
-                from torch_nsight.collect.replicate import ReplicaMarkers
-
                 self.markers = ReplicaMarkers()
-                with instrument(model, ops=self.job.ops, enabled=True, emitter=self.markers):
+                self.recorder = CallRecorder(self.markers)
+                with instrument(model, ops=self.job.ops, enabled=True, emitter=self.recorder):
                     for item in mine:
                         try:
                             self._run_item(model, item)
@@ -260,8 +142,6 @@ class JobRunner:
         self.save()
 
     def _build(self, spec: Any) -> Any:
-        from torch import nn
-
         if isinstance(spec, nn.Module):
             model = spec  # an unpickled instance: moved as it is
         else:
@@ -284,13 +164,13 @@ class JobRunner:
         args: Any = None
         kwargs: Any = None
         try:
-            import torch
-
             torch.manual_seed(0)
             args, kwargs = build_inputs(job, shape, self.device, self.dtype or model_dtype(model))
             for _ in range(job.warmup):
                 run_step(model, args, kwargs, job.backward, self.markers)
             self._sync()
+            if job.record_calls:
+                item["calls"] = self._record_calls(model, args, kwargs)
             replicas: list[str] = []
             if job.replicate:
                 item["replication"] = self._check(model, args, kwargs)
@@ -317,9 +197,21 @@ class JobRunner:
                          elapsed_s=item["elapsed_s"])
         self.save()
 
-    def _check(self, model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
-        from torch_nsight.collect.replicate import check_siblings
+    def _record_calls(self, model: Any, args: Any, kwargs: Any) -> list[dict[str, Any]]:
+        """The calls table of one un-profiled iteration (empty if recording fails)."""
+        try:
+            with self.recorder.recording():
+                run_step(model, args, kwargs, self.job.backward, self.markers)
+            self._sync()
+            return [{**row, "range_stack": list(row["range_stack"])}
+                    for row in self.recorder.rows()]
+        except (KeyboardInterrupt, StopRequested):
+            raise
+        except Exception as err:  # the calls table is extra information: keep profiling
+            logger.warning("recording the calls table failed (%s): profiling without it", err)
+            return []
 
+    def _check(self, model: Any, args: Any, kwargs: Any) -> dict[str, Any]:
         try:
             return check_siblings(
                 model, lambda: run_step(model, args, kwargs, self.job.backward, self.markers),
@@ -333,8 +225,6 @@ class JobRunner:
 
     def _measure(self, model: Any, args: Any, kwargs: Any, variant: str, label: str, run: int,
                  replicas: list[str]) -> Any:
-        import nvtx
-
         message = format_measure_range(variant=variant, shape=label, run=run)
         markers = self.markers.marking(replicas) if replicas else contextlib.nullcontext()
         self._sync()
@@ -354,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the child. Returns its exit status (0 when results were written)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: python -m torch_nsight.collect.worker <job-file>\n")
+        sys.stderr.write("usage: python -m torch_nsight.collect.child.worker <job-file>\n")
         return 2
     logging.basicConfig(level=logging.WARNING, format="torch_nsight child: %(message)s")
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -364,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"torch_nsight child: could not read the job {args[0]}: "
                          f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
         return 3
+    skipped = apply_settings(job.settings)
+    if skipped:
+        logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
     runner = JobRunner(assignment, job)
     try:
         runner.run()

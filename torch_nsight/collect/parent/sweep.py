@@ -1,31 +1,33 @@
 """The front door of the collect stage: :func:`sweep` (public as ``torch_nsight.sweep``).
 
-It validates the arguments, pickles the job, starts one child per GPU (``ncu <flags>
-python -m torch_nsight.collect.worker <job>``, or the worker alone for a dry run), watches
-them, then loads each report, copies replicated rows, merges everything into one
-:class:`~torch_nsight.Profile` and attaches what happened per shape to its ``meta``.
+It runs in the user's process: it validates the arguments, pickles the job (with the
+user's global PyTorch settings), starts one child per GPU (``ncu <flags> python -m
+torch_nsight.collect.child.worker <job>``, or the worker alone for a dry run) and watches
+them, writes the sweep's manifest into its output directory, and returns
+``torch_nsight.load(output_dir)``: every report, replicated rows, the calls table and what
+happened per shape.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from torch_nsight.collect import job as jobs
-from torch_nsight.collect import ncu as ncu_cli
-from torch_nsight.collect.assemble import assemble, derive_columns
-from torch_nsight.collect.launch import ChildSpec, run_children
-from torch_nsight.collect.progress import ProgressLine, print_summary
+from torch_nsight import formats
+from torch_nsight.collect.parent.launch import ChildSpec, run_children
+from torch_nsight.collect.parent.outcomes import replication_groups, settle
+from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.shared import job as jobs
+from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.metrics import DEFAULT_METRIC_SET
 from torch_nsight.naming import format_measure_range
+from torch_nsight.record import SweepRecord, now
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STARTUP_S = 300.0
-WORKER_MODULE = "torch_nsight.collect.worker"
+WORKER_MODULE = "torch_nsight.collect.child.worker"
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
 
@@ -161,6 +163,7 @@ def sweep(
     devices: Sequence[int | str] | None = None,
     profiler: Literal["ncu"] | None = "ncu",
     quiet: bool = False,
+    record_calls: bool = True,
 ) -> Profile:
     """Profile a model (or several variants) across input shapes under Nsight Compute.
 
@@ -194,24 +197,31 @@ def sweep(
         derive: column name -> ``fn(row, shape)`` added to ``Profile.kernels`` (``row`` is a
             kernel row, ``shape`` the shape as given), e.g. tokens per second.
         output_dir: keep the ``.ncu-rep`` per child, the job description (``job.json``), the
-            children's results and logs, and the tidy table (``profile.parquet``, or
-            ``kernels.csv`` + ``meta.json`` without pyarrow). Existing files are replaced.
-            None: everything lives in a temporary directory removed at the end.
+            children's results and logs, the manifest (``sweep.json``: ``torch_nsight.load``
+            and ``torch-nsight report`` read the whole directory, replicated rows included)
+            and the profile (``profile.parquet``). Existing files are replaced. None:
+            everything lives in a temporary directory removed at the end.
         ncu: path of ``ncu``; default ``$TORCH_NSIGHT_NCU``, then ``PATH``, then
             ``/usr/local/cuda/bin/ncu``.
         ncu_args: more ``ncu`` arguments (a list). ``--clock-control none`` is always set.
         timeout: seconds per (variant, shape); a child as a whole gets that times its items
             plus 300 s. A shape past it is interrupted and recorded as failed; see
-            :mod:`torch_nsight.collect.launch` for what survives a stopped child.
+            :mod:`torch_nsight.collect.parent.launch` for what survives a stopped child.
         devices: GPU indices to spread shapes over, one ``ncu`` per GPU, run at once.
         profiler: ``"ncu"``, or None for a dry run: the same child without ``ncu`` (on the
             CPU too), to check models, inputs and shapes; its Profile has no kernel rows.
-        quiet: no progress line and no hotspot tables on stderr.
+        quiet: no progress bar.
+        record_calls: record the calls table (every torch-level op with its shapes, FLOPs
+            and bytes, per module) in one un-profiled iteration per shape.
+
+    Global PyTorch settings of the calling process (TF32, cuDNN benchmark/deterministic,
+    SDPA backends) are carried to the child and recorded in the profile.
 
     Returns:
-        The merged :class:`~torch_nsight.Profile`. ``meta["failures"]`` lists shapes that
-        failed; ``meta["results"]`` what each (variant, shape) did (status, error,
-        elapsed, replication verdict); ``meta["sweep"]`` the options.
+        The :class:`~torch_nsight.Profile`: ``profile.failures`` lists shapes that failed;
+        ``profile.results`` what each (variant, shape) did (status, error, elapsed,
+        replication verdict); ``profile.meta.sweeps`` the options; ``profile.calls`` the
+        calls table.
 
     Raises:
         TypeError, ValueError: an argument is invalid (its name is in the message).
@@ -224,13 +234,15 @@ def sweep(
     pairs = jobs.normalize_shapes(shapes)
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
                    timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
-                   flags={"backward": backward, "replicate": replicate, "quiet": quiet})
+                   flags={"backward": backward, "replicate": replicate, "quiet": quiet,
+                          "record_calls": record_calls})
     chosen = ncu_cli.resolve_metric_set(metric_set)
     extra = ncu_cli.check_extra_args(ncu_args)
+    settings = _user_settings()
     job = jobs.Job(variants=variants, shapes=pairs, make_inputs=make_inputs,
                    backward=backward, dtype=jobs.normalize_dtype(dtype), warmup=warmup,
                    repeats=repeats, ops=ops if isinstance(ops, (bool, str)) else sorted(ops),
-                   replicate=replicate)
+                   replicate=replicate, settings=settings, record_calls=record_calls)
     visible = [_visible_device(d) for d in devices] if devices is not None else [None]
     ncu_path = metrics = None
     if profiler == "ncu":
@@ -245,6 +257,7 @@ def sweep(
     work = (Path(output_dir).resolve() if output_dir is not None
             else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
     work.mkdir(parents=True, exist_ok=True)
+    (work / formats.SWEEP_MANIFEST).unlink(missing_ok=True)
     private = jobs.make_private_dir()
     try:
         specs = _child_specs(payload, n_shapes=len(pairs), n_variants=len(variants),
@@ -257,34 +270,53 @@ def sweep(
                    "repeats": repeats, "metric_set": chosen.name, "replicate": replicate,
                    "ops": job.ops, "timeout_s": timeout, "devices": visible,
                    "profiler": profiler, "ncu": ncu_path, "ncu_args": extra,
+                   "record_calls": record_calls,
                    "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics))}
+        commands = {s.name: s.command for s in specs}
         if keep:
-            description = {**jobs.describe_job(job), "options": options,
-                           "commands": {s.name: s.command for s in specs},
-                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-            (work / "job.json").write_text(json.dumps(description, indent=1, default=str))
-        progress = ProgressLine(sum(s.items for s in specs), quiet=quiet,
-                               profiling=ncu_path is not None)
+            description = {**jobs.describe_job(job), "options": options, "commands": commands,
+                           "created": now()}
+            formats.write_json(work / "job.json", description)
+        progress = SweepProgress(sum(s.items for s in specs), quiet=quiet,
+                                 profiling=ncu_path is not None)
         outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
                                 cwd=os.getcwd(), progress=progress)
-        profile = assemble(outcomes, variants=list(variants), shapes=[label for label, _ in pairs],
-                           dry_run=ncu_path is None, cache=keep)
-        profile.meta["sweep"] = {**options, "commands": {s.name: s.command for s in specs},
-                                 "output_dir": str(work) if keep else None}
+        items, children, problems = settle(outcomes, dry_run=ncu_path is None)
+        calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
+                 for item in items for row in item.pop("calls", None) or []]
+        record = SweepRecord(
+            shapes=tuple(label for label, _ in pairs), variants=tuple(v for v in variants if v),
+            options=options, items=tuple(items), problems=tuple(problems), commands=commands,
+            output_dir=str(work) if keep else None, dry_run=ncu_path is None, created=now())
+        formats.write_manifest(work, {"record": record.to_dict(), "children": children,
+                                      "replication": replication_groups(items),
+                                      "calls": calls, "settings": settings})
+        profile = _load_sweep(work, cache=keep)
         if derive:
-            profile.kernels = derive_columns(profile.kernels, derive, dict(pairs))
+            from torch_nsight.analyze import derive_columns
+
+            profile = profile.with_kernels(derive_columns(profile.kernels, derive, dict(pairs)))
         if keep:
             _save(profile, work)
     finally:
         shutil.rmtree(private, ignore_errors=True)
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    if not quiet:
-        try:
-            print_summary(profile)
-        except Exception as err:  # a summary must never cost the profile
-            logger.warning("could not print the hotspot tables: %s", err)
     return profile
+
+
+def _user_settings() -> dict[str, Any]:
+    """The global PyTorch settings of this process, for the child to run with."""
+    from torch_nsight.capture.settings import describe_settings, read_settings
+
+    settings = read_settings()
+    return {**settings, "summary": describe_settings(settings)}
+
+
+def _load_sweep(work: Path, *, cache: bool) -> Profile:
+    from torch_nsight.profile import load
+
+    return load(work, cache=cache)
 
 
 def _child_specs(payload: bytes, *, n_shapes: int, n_variants: int,
@@ -316,19 +348,8 @@ def _child_specs(payload: bytes, *, n_shapes: int, n_variants: int,
 
 def _save(profile: Profile, work: Path) -> None:
     try:
-        _write_table(profile, work)
-    except Exception as err:  # the Profile is still returned
-        logger.warning("could not save the kernel table into %s: %s", work, err)
-
-
-def _write_table(profile: Profile, work: Path) -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        profile.kernels.to_csv(work / "kernels.csv", index=False)
-        (work / "meta.json").write_text(json.dumps(profile.meta, indent=1, default=str))
-        logger.info("saved %s (pyarrow is not installed: no profile.parquet)",
-                    work / "kernels.csv")
+        path = profile.save(work / formats.PROFILE_FILE)
+    except OSError as err:  # the Profile is still returned
+        logger.warning("could not save the profile into %s: %s", work, err)
         return
-    profile.save(work / "profile.parquet")
-    logger.info("saved %s", work / "profile.parquet")
+    logger.info("saved %s", path)

@@ -1,0 +1,499 @@
+"""The calls table: per module call and per aten op, the torch-level shapes and costs.
+
+Nsight Compute reports kernels; the analysis also needs what PyTorch asked for: for every op
+that ran inside each range, its input and output shapes and dtypes, its analytic FLOPs and
+a lower bound on the bytes it moves. :class:`CallRecorder` collects them. It is a range
+emitter that wraps another one (the model is instrumented with it): every push and pop goes
+on to the inner emitter unchanged, and the recorder mirrors the open range messages in a
+stack per thread. While it records, a ``TorchDispatchMode`` sees every aten op and files it
+under the calling thread's stack of open messages (``("LlamaBlock", "self_attn",
+"self_attn.qkv_proj")``, ``("bwd:LlamaBlock", "bwd:mlp", ...)``, ``(..., "op:silu")``).
+
+What is recorded:
+
+* every aten op that reaches the dispatcher's Python key: the ops a kernel can come from
+  (``mm``, ``addmm``, ``convolution``, ``_scaled_dot_product_flash_attention``, ``mul``...),
+  after autograd, so backward ops are seen too;
+* not the ops that launch no kernel: views and other aliasing ops (their schema says the
+  output aliases an input without writing it: ``view``, ``t``, ``transpose``, ``expand``,
+  ``permute``, ``unbind``, ``detach``...), ``_unsafe_view``, allocations without a fill
+  (``empty``, ``empty_like``...) and metadata queries. Copies (``clone``, ``_to_copy``,
+  ``copy_``) and in-place ops are recorded: they move bytes;
+* ops outside every range (the loss, the optimizer step, input copies) under the empty
+  stack ``()``.
+
+FLOPs come from ``torch.utils.flop_counter.flop_registry``, called as ``FlopCounterMode``
+calls it; ops without a formula (elementwise ops, the CPU flash-attention kernel) get
+``None``. Bytes are the sum, over the distinct tensors among the op's inputs and outputs, of
+their element count times element size, counting a broadcast (stride 0) dimension once: an
+analytic lower bound on the memory traffic.
+
+Backward ops: a dispatch mode is thread-local state, and autograd's engine carries the
+state of the thread that called ``backward()`` (``at::ThreadLocalState``, dispatch mode stack
+included) to the threads that run the backward pass, so backward ops on autograd's device
+threads are recorded, under the ``bwd:`` ranges the instrumentation opens there. A
+backward started on another Python thread than the one recording is not seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight.errors import ReportError
+from torch_nsight.naming import parse_message
+
+if TYPE_CHECKING:
+    from torch_nsight.capture.emitter import RangeEmitter
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CallRecorder", "read_calls", "CALLS_KIND", "CALLS_FORMAT"]
+
+CALLS_KIND = "torch_nsight.calls"
+"""The ``kind`` field of a calls file written by :meth:`CallRecorder.write`."""
+CALLS_FORMAT = 1
+"""The ``format`` of calls files this version writes (and the newest it reads)."""
+
+# Ops that launch no kernel although their schema does not mark an alias.
+_NO_KERNEL_OPS = frozenset({
+    "_unsafe_view", "_reshape_alias", "lift_fresh",
+    "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_",
+    "detach_",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
+    "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
+    "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
+    "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
+})
+
+_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_shapes",
+             "output_dtypes", "flops", "bytes", "count")
+
+_Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
+             tuple[tuple[int, ...], ...], tuple[str, ...]]
+
+
+class _Stacks(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+
+def _is_module_forward(message: str) -> bool:
+    kind = parse_message(message)
+    return kind.kind == "module" and kind.direction == "fwd"
+
+
+def _dims(tensor: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in tensor.shape)
+
+
+def _dtype_name(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _tensor_bytes(tensor: Any) -> int:
+    """Bytes of ``tensor``'s distinct elements: broadcast (stride 0) dimensions count once."""
+    try:
+        elements = 1
+        for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+            if stride != 0:
+                elements *= int(size)
+        if tensor.numel() == 0:
+            elements = 0
+        return elements * tensor.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested: no strides
+        try:
+            return int(tensor.numel()) * tensor.element_size()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return 0
+
+
+def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
+    """FLOPs of one op call from torch's flop registry, or None without a formula."""
+    from torch.utils.flop_counter import flop_registry
+
+    formula = flop_registry.get(packet)
+    if formula is None:
+        return None
+    try:
+        # As FlopCounterMode._count_flops calls the registered (shape-wrapped) formulas.
+        return int(formula(*args, **kwargs, out_val=out))
+    except Exception as err:  # a formula that does not cover this overload's arguments
+        logger.debug("torch_nsight: no FLOPs for %s: %s: %s", packet, type(err).__name__, err)
+        return None
+
+
+class CallRecorder:
+    """A range emitter that forwards to ``inner`` and records the aten ops run in each range.
+
+    Instrument the model with it (``instrument(model, emitter=CallRecorder(...))``). It
+    records inside :meth:`recording`, or, with ``first_iteration``, over the model's first
+    iteration: from the first push of a module forward range on a thread with no range
+    open (the model's root forward) until that same root forward is entered again (so one
+    forward and the backward that follows it), or until :meth:`close`.
+
+    Args:
+        inner: Where the ranges go (default: an :class:`~torch_nsight.capture.NvtxEmitter`).
+        first_iteration: Record the first iteration by itself (see above).
+
+    Raises:
+        TypeError: If ``inner`` has no ``push`` and ``pop`` methods.
+
+    Notes:
+        * Recording puts a ``TorchDispatchMode`` on the dispatch mode stack of the thread
+          that starts it; entering the first one in a process imports ``torch._dynamo``.
+        * In ``first_iteration`` mode the mode is entered inside the root module's forward
+          and left when the next iteration's root forward starts, on that thread. If
+          another dispatch mode was entered above it and is still active then, it cannot
+          be taken off: it stops recording, stays on the stack as a pass-through, and is
+          taken off at a later range push on that thread once it is on top (a warning
+          says so).
+        * Nothing raised while recording reaches the model: errors are logged and the op
+          runs as without the recorder.
+    """
+
+    def __init__(self, inner: RangeEmitter | None = None, *,
+                 first_iteration: bool = False) -> None:
+        if inner is None:
+            from torch_nsight.capture.emitter import NvtxEmitter
+
+            inner = NvtxEmitter()
+        if not (callable(getattr(inner, "push", None)) and callable(getattr(inner, "pop", None))):
+            raise TypeError("inner must have push(message) and pop() methods, got "
+                            f"{type(inner).__name__}")
+        if not isinstance(first_iteration, bool):
+            raise TypeError(f"first_iteration must be a bool, got {type(first_iteration).__name__}")
+        self.inner = inner
+        self.first_iteration = first_iteration
+        self._local = _Stacks()
+        self._lock = threading.Lock()
+        self._calls: dict[_Key, list[Any]] = {}  # key -> [count, flops, bytes]
+        self._recording = False
+        self._mode: Any = None  # the dispatch mode while it is on a thread's mode stack
+        self._mode_thread: int | None = None
+        self._exit_pending = False
+        self._root: str | None = None
+        self._done = False  # first_iteration: the iteration was recorded, or close()d
+        self._warned_record = False
+
+    # -- emitter protocol ------------------------------------------------------------------
+
+    def bind(self, message: str) -> tuple[Callable[[], None], Callable[[], None]]:
+        """Return the zero-argument push and pop of the range ``message``.
+
+        They wrap the inner emitter's own bound callables when it has ``bind``.
+        """
+        bind = getattr(self.inner, "bind", None)
+        if bind is not None:
+            push, pop = bind(message)
+        else:
+            push, pop = functools.partial(self.inner.push, message), self.inner.pop
+        local = self._local
+        may_be_root = self.first_iteration and _is_module_forward(message)
+
+        def push_recorded() -> None:
+            stack = local.stack
+            if (may_be_root and not stack) or self._exit_pending:
+                self._on_push(message, stack)
+            push()
+            stack.append(message)
+
+        def pop_recorded() -> None:
+            try:
+                pop()
+            finally:
+                stack = local.stack
+                if stack:
+                    stack.pop()
+
+        return push_recorded, pop_recorded
+
+    def push(self, message: str) -> None:
+        """Open the range ``message`` on the calling thread."""
+        stack = self._local.stack
+        if (self.first_iteration and not stack and _is_module_forward(message)) \
+                or self._exit_pending:
+            self._on_push(message, stack)
+        self.inner.push(message)
+        stack.append(message)
+
+    def pop(self) -> None:
+        """Close the innermost range opened on the calling thread."""
+        try:
+            self.inner.pop()
+        finally:
+            stack = self._local.stack
+            if stack:
+                stack.pop()
+
+    # -- recording windows -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[CallRecorder]:
+        """Record the ops run inside the ``with`` block (and the backward passes it starts).
+
+        Yields:
+            This recorder.
+
+        Raises:
+            RuntimeError: If the recorder is recording already.
+        """
+        if self._recording or self._mode is not None:
+            raise RuntimeError("this CallRecorder is recording already (recording() blocks "
+                               "do not nest, and first_iteration recording is under way)")
+        self._start()
+        try:
+            yield self
+        finally:
+            self._stop()
+
+    def close(self) -> None:
+        """Stop recording (safe to call more than once); the rows recorded are kept."""
+        self._done = True
+        self._stop()
+
+    @property
+    def is_recording(self) -> bool:
+        """Whether ops are being recorded now."""
+        return self._recording
+
+    def _on_push(self, message: str, stack: list[str]) -> None:
+        """A module forward pushed on an empty stack (first_iteration), or a pending exit."""
+        try:
+            if self._exit_pending:
+                self._exit_mode(quiet=True)
+            if not self.first_iteration or stack or self._done \
+                    or not _is_module_forward(message):
+                return
+            if self._root is None:
+                self._root = message
+                self._start()
+            elif message == self._root and threading.get_ident() == self._mode_thread:
+                self._done = True
+                self._stop()
+        except Exception as err:  # never into the model's forward
+            logger.warning("torch_nsight: call recording failed and stopped: %s: %s",
+                           type(err).__name__, err)
+            self._recording = False
+            self._done = True
+
+    def _start(self) -> None:
+        mode = _make_mode(self)
+        mode.__enter__()
+        self._mode = mode
+        self._mode_thread = threading.get_ident()
+        self._recording = True
+        logger.debug("torch_nsight: recording calls on thread %d", self._mode_thread)
+
+    def _stop(self) -> None:
+        self._recording = False
+        if self._mode is not None:
+            self._exit_mode(quiet=False)
+
+    def _exit_mode(self, *, quiet: bool) -> None:
+        """Take the dispatch mode off its thread's stack if it is on top there."""
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        mode = self._mode
+        if mode is None:
+            self._exit_pending = False
+            return
+        if threading.get_ident() != self._mode_thread:
+            self._exit_pending = True
+            if not quiet:
+                logger.debug("torch_nsight: call recording stopped from another thread; its "
+                             "dispatch mode is taken off thread %s at its next range",
+                             self._mode_thread)
+            return
+        try:
+            on_top = _get_current_dispatch_mode() is mode
+            if on_top:
+                mode.__exit__(None, None, None)
+        except Exception as err:
+            logger.warning("torch_nsight: could not leave the call-recording dispatch mode "
+                           "(%s: %s); it stays on the mode stack and records nothing",
+                           type(err).__name__, err)
+            self._mode = None
+            self._exit_pending = False
+            return
+        if on_top:
+            self._mode = None
+            self._exit_pending = False
+            logger.debug("torch_nsight: stopped recording calls")
+        else:
+            if not self._exit_pending:
+                logger.warning("torch_nsight: call recording stopped, but another dispatch "
+                               "mode entered after it is still active; the recorder's mode "
+                               "stays under it, recording nothing, until it can be removed")
+            self._exit_pending = True
+
+    # -- the table ---------------------------------------------------------------------------
+
+    def _record(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """File one aten op call under the calling thread's open ranges."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        packet = func._overloadpacket
+        name = packet.__name__
+        if func.is_view or name in _NO_KERNEL_OPS:
+            return
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        key: _Key = (tuple(self._local.stack), name,
+                     tuple(_dims(t) for t in inputs), tuple(_dtype_name(t) for t in inputs),
+                     tuple(_dims(t) for t in outputs), tuple(_dtype_name(t) for t in outputs))
+        with self._lock:
+            entry = self._calls.get(key)
+            if entry is not None:
+                entry[0] += 1
+                return
+        distinct = {id(t): t for t in (*inputs, *outputs)}
+        nbytes = sum(_tensor_bytes(t) for t in distinct.values())
+        flops = _flops(packet, args, kwargs, out)
+        with self._lock:
+            entry = self._calls.setdefault(key, [0, flops, nbytes])
+            entry[0] += 1
+
+    def _record_higher_order(self, func: Any) -> None:
+        """File a higher-order operator (its inner ops run without the recorder)."""
+        key: _Key = (tuple(self._local.stack), str(getattr(func, "_name", func)), (), (), (), ())
+        with self._lock:
+            self._calls.setdefault(key, [0, None, 0])[0] += 1
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The calls table: one row per distinct call, in order of first appearance.
+
+        Returns:
+            One dict per distinct (range stack, op, input shapes and dtypes, output shapes
+            and dtypes), with keys ``range_stack`` (tuple of range messages, outermost
+            first), ``op``, ``input_shapes``, ``input_dtypes``, ``output_shapes``,
+            ``output_dtypes`` (tuples; shapes are tuples of ints), ``flops`` (per call, or
+            None), ``bytes`` (per call) and ``count``.
+        """
+        with self._lock:
+            items = [(key, list(entry)) for key, entry in self._calls.items()]
+        return [{"range_stack": key[0], "op": key[1], "input_shapes": key[2],
+                 "input_dtypes": key[3], "output_shapes": key[4], "output_dtypes": key[5],
+                 "flops": entry[1], "bytes": entry[2], "count": entry[0]}
+                for key, entry in items]
+
+    def clear(self) -> None:
+        """Forget the rows recorded so far."""
+        with self._lock:
+            self._calls.clear()
+
+    def write(self, path: str | Path) -> Path:
+        """Write the calls table to a JSON file.
+
+        Args:
+            path: The file to write (replaced if it exists).
+
+        Returns:
+            The path written.
+        """
+        import torch
+
+        path = Path(path)
+        rows = [{**row, "range_stack": list(row["range_stack"]),
+                 "input_shapes": [list(s) for s in row["input_shapes"]],
+                 "input_dtypes": list(row["input_dtypes"]),
+                 "output_shapes": [list(s) for s in row["output_shapes"]],
+                 "output_dtypes": list(row["output_dtypes"])} for row in self.rows()]
+        document = {"format": CALLS_FORMAT, "kind": CALLS_KIND, "torch": torch.__version__,
+                    "rows": rows}
+        path.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
+        return path
+
+
+def _make_mode(recorder: CallRecorder) -> Any:
+    """The ``TorchDispatchMode`` that feeds ``recorder`` (the class is built on first use)."""
+    return _mode_class()(recorder)
+
+
+@functools.cache
+def _mode_class() -> type:
+    from torch._ops import HigherOrderOperator
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _CallRecordingMode(TorchDispatchMode):
+        # Higher-order operators come to __torch_dispatch__ instead of raising.
+        supports_higher_order_operators = True
+
+        def __init__(self, recorder: CallRecorder) -> None:
+            super().__init__()
+            self.recorder = recorder
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            recorder = self.recorder
+            if isinstance(func, HigherOrderOperator):
+                if recorder._recording:
+                    recorder._record_higher_order(func)
+                return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if recorder._recording:
+                try:
+                    recorder._record(func, args, kwargs, out)
+                except Exception as err:  # keep the op's result whatever happens
+                    if not recorder._warned_record:
+                        recorder._warned_record = True
+                        logger.warning("torch_nsight: could not record a call of %s (%s: %s); "
+                                       "calls like it are missing from the calls table",
+                                       func, type(err).__name__, err)
+            return out
+
+    return _CallRecordingMode
+
+
+def read_calls(path: str | Path) -> list[dict[str, Any]]:
+    """Read a calls table written by :meth:`CallRecorder.write`.
+
+    Args:
+        path: The JSON file.
+
+    Returns:
+        The rows, as :meth:`CallRecorder.rows` returns them (tuples for the range stack,
+        shapes and dtypes).
+
+    Raises:
+        ReportError: If the file is not JSON, not a torch_nsight calls file, of a newer
+            format, or a row lacks a field.
+        OSError: If the file cannot be read.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path} is not a torch_nsight calls file: it is not JSON "
+                          f"({err})") from err
+    if not isinstance(document, dict) or document.get("kind") != CALLS_KIND:
+        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+        raise ReportError(f"{path} is not a torch_nsight calls file (kind {kind!r}, expected "
+                          f"{CALLS_KIND!r}); pass the file written by CallRecorder.write()")
+    fmt = document.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > CALLS_FORMAT:
+        raise ReportError(f"{path} is a calls file of format {fmt!r}; this torch_nsight reads "
+                          f"formats 1 to {CALLS_FORMAT}: upgrade torch_nsight to read it")
+    rows = document.get("rows")
+    if not isinstance(rows, list):
+        raise ReportError(f"{path} has no list of rows: the file is damaged")
+    out = []
+    for index, row in enumerate(rows):
+        missing = [k for k in _ROW_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ReportError(f"{path}: row {index} lacks {missing}: the file is damaged")
+        out.append({**row, "range_stack": tuple(row["range_stack"]),
+                    "input_shapes": tuple(tuple(s) for s in row["input_shapes"]),
+                    "input_dtypes": tuple(row["input_dtypes"]),
+                    "output_shapes": tuple(tuple(s) for s in row["output_shapes"]),
+                    "output_dtypes": tuple(row["output_dtypes"])})
+    return out

@@ -1,0 +1,132 @@
+"""What the children left (result JSON, ncu output, reports): which items ended how, which
+reports can be used, and the errors that end a sweep.
+
+Per child: check ncu's output (:func:`torch_nsight.collect.shared.ncu.raise_for_output`).
+A shape that failed costs only itself: it is recorded in the sweep's manifest, and
+:class:`ShapeFailedError` is raised only when every shape failed. Loading the reports and
+copying replicated rows is :func:`torch_nsight.load`'s job (the sweep directory reader).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight.collect.parent.launch import ChildOutcome
+from torch_nsight.collect.shared.ncu import raise_for_output
+from torch_nsight.errors import CounterPermissionError, ShapeFailedError, TorchNsightError
+
+if TYPE_CHECKING:
+
+    pass
+
+logger = logging.getLogger(__name__)
+
+
+def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
+    """The (variant, shape) records of one child, with what the parent knows added: a child
+    that died leaves its unfinished items as failed, with its last output lines."""
+    results = outcome.results or {}
+    items = [dict(item, child=outcome.spec.name) for item in results.get("items", [])]
+    died = results.get("fatal") or (
+        None if results.get("finished") else
+        f"the child process ended (exit status {outcome.returncode}) before finishing"
+        + (f"; it was stopped because {outcome.stopped}" if outcome.stopped else "")
+        + f". Its last output lines:\n{outcome.output.last_lines(12)}")
+    for item in items:
+        if item.get("status") in ("pending", "running"):
+            item.update(status="failed", error=died)
+    if not items and not results.get("finished"):
+        items = [{"variant": None, "shape": None, "status": "failed", "error": died,
+                  "child": outcome.spec.name}]
+    return items
+
+
+def why_nothing(results: dict[str, Any] | None, items: list[dict[str, Any]]) -> str:
+    """The likely reason a child's ncu profiled nothing, from its results."""
+    if results is None:
+        return ("The child exited before it wrote its results: " + (items[0].get("error") or "")
+                if items else "The child exited before it wrote its results.")
+    if results.get("device") == "cpu":
+        return ("The model ran on the CPU: torch.cuda.is_available() was False in the child "
+                "(check CUDA_VISIBLE_DEVICES, the driver, and that torch is a CUDA build).")
+    failed = [i for i in items if i.get("status") != "ok"]
+    if items and len(failed) == len(items):
+        return "Every shape failed in the child: " + "; ".join(
+            f"{i.get('shape')}: {i.get('error')}" for i in failed[:3])
+    return (f"The child ran on {results.get('device')} but no CUDA kernel launched inside the "
+            "torch_nsight@measure range: do a factory or make_inputs keep the model or inputs "
+            "on the CPU, or do ncu_args (--kernel-name, --launch-count) filter every kernel?")
+
+
+def replication_groups(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The verified sibling groups of every item, labelled by variant and shape (failed
+    items too: the runs they measured before failing had their replicas left out)."""
+    return [{**group, "variant": item.get("variant"), "shape": item.get("shape")}
+            for item in items
+            for group in (item.get("replication") or {}).get("groups", [])]
+
+
+def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Decide what the children's work amounts to, before anything is loaded.
+
+    Args:
+        outcomes: how each child ended.
+        dry_run: no ``ncu`` ran (no reports to check).
+
+    Returns:
+        (items, children, problems): every (variant, shape) record, with what the parent
+        knows added (a child that died leaves its unfinished items failed); per child its
+        name and usable report file name (None when it has none); children whose report
+        cannot be used (child, error). Each failure is logged once, here.
+
+    Raises:
+        CounterPermissionError: counters not permitted.
+        ShapeFailedError: every (variant, shape) failed.
+        NothingProfiledError, TorchNsightError: no child produced a usable report.
+    """
+    errors: list[tuple[str, TorchNsightError]] = []
+    items: list[dict[str, Any]] = []
+    children: list[dict[str, Any]] = []
+    for outcome in outcomes:
+        mine = child_items(outcome)
+        items.extend(mine)
+        report = outcome.spec.report_path
+        usable = None
+        if not dry_run and report is not None:
+            try:
+                raise_for_output(outcome.output, report_exists=report.is_file(),
+                                 returncode=outcome.returncode,
+                                 why_nothing=why_nothing(outcome.results, mine))
+                usable = report.name
+            except CounterPermissionError:
+                raise
+            except TorchNsightError as err:
+                errors.append((outcome.spec.name, err))
+        children.append({"name": outcome.spec.name, "report": usable,
+                         "returncode": outcome.returncode, "stopped": outcome.stopped,
+                         "seconds": outcome.seconds, "device": (outcome.results or {}).get(
+                             "device"), "torch": (outcome.results or {}).get("torch")})
+    failed = [i for i in items if i.get("status") != "ok"]
+    real = [i for i in items if i.get("shape") is not None]
+    if not real:  # no child got as far as writing its results
+        raise errors[0][1] if errors else TorchNsightError(
+            "the sweep's child wrote no results: " + str(items[0]["error"] if items else ""))
+    if len(failed) == len(items):
+        raise ShapeFailedError("every shape failed: " + "; ".join(
+            f"{f['shape']}{' (' + f['variant'] + ')' if f.get('variant') else ''}: {f['error']}"
+            for f in failed[:5]) + ("" if len(failed) <= 5 else f"; and {len(failed) - 5} "
+                                    "more (see the log)"))
+    if not dry_run and not any(c["report"] for c in children):
+        raise errors[0][1] if errors else TorchNsightError("no child produced a report")
+    problems = [{"child": name, "error": str(err)} for name, err in errors]
+    for problem in problems:
+        logger.warning("%s produced no usable report (its shapes are missing): %s",
+                       problem["child"], problem["error"])
+    for item in failed:
+        logger.warning("shape %s%s %s: %s", item.get("shape"),
+                       f" ({item['variant']})" if item.get("variant") else "",
+                       item.get("status"), item.get("error"))
+    return items, children, problems

@@ -1,0 +1,55 @@
+"""A sweep's progress bar in the parent: one step per (variant, shape), from the child's
+status lines (see :mod:`torch_nsight.collect.shared.status`).
+
+tqdm's ``auto`` bar draws in terminals and notebooks; it stays silent when standard error
+is not a terminal (a log then gets one line per finished shape from the launcher's logging,
+at INFO, and each failure once, at WARNING, when the sweep is assembled).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class SweepProgress:
+    """Shows how far a sweep is: shapes done of the total, what runs now, kernels profiled.
+
+    Args:
+        total: (variant, shape) items in the sweep.
+        quiet: show nothing.
+        profiling: a profiler runs (else a dry run).
+    """
+
+    def __init__(self, total: int, *, quiet: bool = False, profiling: bool = True) -> None:
+        self.total = total
+        self.profiling = profiling
+        self._text = ""
+        self._bar: Any = None
+        if not quiet:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit="shape", desc="torch_nsight sweep",
+                             file=sys.stderr, disable=None, dynamic_ncols=True, leave=True)
+
+    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
+        """Show the state: items ended (``failed`` of them not ok), kernels profiled, and the
+        items running now."""
+        if self._bar is None:
+            return
+        parts = [", ".join(current)] if current else []
+        parts.append(f"{kernels} kernels profiled" if self.profiling else "dry run")
+        if failed:
+            parts.append(f"{failed} failed")
+        text = " | ".join(parts)
+        if done > self._bar.n:
+            self._bar.update(done - self._bar.n)
+        if text != self._text:
+            self._text = text
+            self._bar.set_postfix_str(text, refresh=True)
+
+    def close(self) -> None:
+        """End the bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

@@ -1,0 +1,68 @@
+"""The child's progress lines: it appends JSON events to a status file, the parent tails it.
+
+Events: ``start`` (pid, items, device), ``item_start`` / ``item_end`` (index, variant,
+shape, status, elapsed_s), ``done``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class StatusWriter:
+    """Appends JSON status lines to a file (child side); never raises on I/O errors."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        """Append one event line.
+
+        Args:
+            event: the event name.
+            **fields: JSON-serializable details.
+        """
+        line = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
+        try:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError as err:  # progress is best effort
+            logger.debug("could not write status line to %s: %s", self.path, err)
+
+
+class StatusReader:
+    """Reads the status lines a child has appended since the last call (parent side)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Return the complete new events (a half-written last line waits for the next call)."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        events = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                logger.debug("ignored a malformed status line: %r", line[:200])
+        return events

@@ -1,0 +1,96 @@
+"""Files that pass between stages: a sweep's output directory and a calls file.
+
+Shared by the writers (collect, capture) and the readers (report), like
+:mod:`torch_nsight.naming` is for range messages; no torch, no pandas.
+
+A sweep's output directory holds, per child process ``NAME`` (``sweep``, ``sweep-gpu1``):
+``NAME.ncu-rep`` (Nsight Compute's report), ``NAME.result.json`` (what the child did),
+``NAME.status.jsonl`` (its progress lines) and ``NAME.log`` (its output); and once the sweep
+is over, :data:`SWEEP_MANIFEST`: what was asked, how every (variant, shape) ended, which
+report each child wrote, the replicated sibling groups and the calls table. Loading the
+directory gives every row, replicated layers included; a child's report alone lacks them.
+
+A calls file (``*.calls.json``) holds the torch-level ops of one iteration: per op, the
+ranges open around it, its input and output shapes and dtypes, analytic FLOPs and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SWEEP_MANIFEST = "sweep.json"
+SWEEP_KIND = "torch_nsight.sweep"
+SWEEP_FORMAT = 1
+PROFILE_FILE = "profile.parquet"
+CALLS_KIND = "torch_nsight.calls"
+CALLS_FORMAT = 1
+CALLS_SUFFIX = ".calls.json"
+
+REPORT_SUFFIX = ".ncu-rep"
+RESULT_SUFFIX = ".result.json"
+STATUS_SUFFIX = ".status.jsonl"
+LOG_SUFFIX = ".log"
+
+
+class FormatError(ValueError):
+    """A file is not of the kind or format its reader expects."""
+
+
+def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]:
+    """The files of child ``name`` in a sweep's output directory, by role."""
+    base = Path(directory)
+    return {"report": base / f"{name}{REPORT_SUFFIX}", "result": base / f"{name}{RESULT_SUFFIX}",
+            "status": base / f"{name}{STATUS_SUFFIX}", "log": base / f"{name}{LOG_SUFFIX}"}
+
+
+def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file)."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
+    """Write a sweep's manifest into its output directory.
+
+    Args:
+        directory: the sweep's output directory.
+        manifest: ``record`` (a :class:`~torch_nsight.record.SweepRecord` as a dict),
+            ``children`` (name, report file name or None), ``replication`` (sibling groups
+            with their variant and shape), ``calls`` (rows), ``settings``.
+
+    Returns:
+        The manifest's path.
+    """
+    path = Path(directory) / SWEEP_MANIFEST
+    write_json(path, {"kind": SWEEP_KIND, "format": SWEEP_FORMAT, **manifest})
+    return path
+
+
+def read_tagged(path: str | os.PathLike[str], kind: str, newest: int) -> dict[str, Any]:
+    """Read a JSON file written with a ``kind`` and ``format`` tag.
+
+    Raises:
+        FormatError: the file is not JSON, not of ``kind``, or of a format newer than
+            ``newest``.
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise FormatError(f"{path} is not a readable JSON file ({err})") from err
+    if not isinstance(data, dict) or data.get("kind") != kind:
+        raise FormatError(f"{path} is not a {kind} file")
+    if int(data.get("format", 0)) > newest:
+        raise FormatError(f"{path} has format {data.get('format')}, newer than this version "
+                          f"of torch_nsight reads ({newest}): upgrade torch_nsight")
+    return data
+
+
+def is_sweep_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder holding a sweep manifest."""
+    return (Path(path) / SWEEP_MANIFEST).is_file()

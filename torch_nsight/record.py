@@ -1,0 +1,223 @@
+"""The typed metadata of a :class:`~torch_nsight.Profile`: only what the tables cannot say.
+
+Counts, coverage, shapes and the roofline basis are derived from the kernel table when asked
+(see :class:`~torch_nsight.Profile`), so they never go stale after a concat or an expansion.
+What is kept here is what no table row holds: where each source came from and what wrote it,
+what a sweep was asked to do and how each of its (variant, shape) items ended, and the
+PyTorch settings the profiled process ran with. Plain dataclasses, JSON in and out: no
+pandas, no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from typing import Any
+
+FORMAT_VERSION = 2
+
+SourceKind = str
+"""``ncu-report``, ``profile`` (a saved Parquet profile), ``sweep`` (a sweep's output
+directory) or ``legacy`` (a source named by a format-1 file)."""
+
+
+def now() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One file or folder the profile's rows were read from.
+
+    Attributes:
+        path: where it was read from (absolute).
+        kind: see :data:`SourceKind`.
+        label: the label its unlabelled rows were given (a shape or run name), if any.
+        gpu: the GPU(s) it was recorded on, as the report names them.
+        ncu_version: the Nsight Compute version that wrote it.
+        reader_version: the ``ncu_report`` version that read it.
+        metric_set: ``roofline``, ``lean``, ``full`` or ``custom``.
+        missing_metrics: declared metrics it lacks (their columns are NaN).
+        has_module_ranges: whether any of its kernels ran inside a module range.
+        note: what the user should know about it (one sentence), if anything.
+    """
+
+    path: str
+    kind: SourceKind = "ncu-report"
+    label: str | None = None
+    gpu: tuple[str, ...] = ()
+    ncu_version: str | None = None
+    reader_version: str | None = None
+    metric_set: str | None = None
+    missing_metrics: tuple[str, ...] = ()
+    has_module_ranges: bool = True
+    note: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = asdict(self)
+        out["gpu"], out["missing_metrics"] = list(self.gpu), list(self.missing_metrics)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Source:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["gpu"] = tuple(_as_list(values.get("gpu")))
+        values["missing_metrics"] = tuple(values.get("missing_metrics") or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """What one :func:`torch_nsight.sweep` was asked to do and how each item ended.
+
+    Attributes:
+        shapes: shape labels, in sweep order.
+        variants: variant labels, in order (``""`` for a single model).
+        options: the sweep's options (backward, dtype, metric set, ...).
+        items: one dict per (variant, shape): ``status`` (``ok``, ``failed``, ``timeout``,
+            ``stopped``, ``skipped``), ``error``, ``elapsed_s``, ``replication`` verdict,
+            ``outputs``, ``child``.
+        problems: children whose report could not be used (one dict each: child, error).
+        commands: the command line of each child.
+        output_dir: the sweep's output directory, or None when it was temporary.
+        dry_run: no profiler ran.
+        created: when the sweep ended.
+    """
+
+    shapes: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+    items: tuple[dict[str, Any], ...] = ()
+    problems: tuple[dict[str, Any], ...] = ()
+    commands: dict[str, Any] = field(default_factory=dict)
+    output_dir: str | None = None
+    dry_run: bool = False
+    created: str | None = None
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """Items that did not end ``ok``, plus children without a usable report."""
+        failed = [{"variant": i.get("variant") or None, "shape": i.get("shape"),
+                   "status": i.get("status"), "error": i.get("error"),
+                   "child": i.get("child")}
+                  for i in self.items if i.get("status") != "ok"]
+        return failed + [{"variant": None, "shape": None, "status": "no report",
+                          "error": p.get("error"), "child": p.get("child")}
+                         for p in self.problems]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = asdict(self)
+        out["shapes"], out["variants"] = list(self.shapes), list(self.variants)
+        out["items"], out["problems"] = list(self.items), list(self.problems)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepRecord:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("shapes", "variants", "items", "problems"):
+            values[key] = tuple(values.get(key) or ())
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    """What a profile holds besides its tables.
+
+    Attributes:
+        sources: every file or folder its rows came from.
+        sweeps: the sweeps that made it (none for reports recorded by hand).
+        settings: the global PyTorch settings the profiled process ran with (TF32,
+            cuDNN, SDPA backends), where known.
+        created: when this record was built.
+    """
+
+    sources: tuple[Source, ...] = ()
+    sweeps: tuple[SweepRecord, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+    created: str = field(default_factory=now)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what :meth:`Profile.save` stores)."""
+        return {"sources": [s.to_dict() for s in self.sources],
+                "sweeps": [s.to_dict() for s in self.sweeps],
+                "settings": dict(self.settings), "created": self.created}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, version: int = FORMAT_VERSION
+                  ) -> ProfileMeta:
+        """Read :meth:`to_dict` output, or the untyped dict of format 1.
+
+        Args:
+            data: the stored metadata.
+            version: the format it was stored in.
+
+        Returns:
+            The metadata.
+        """
+        if version >= 2:
+            return cls(sources=tuple(Source.from_dict(s) for s in data.get("sources", [])),
+                       sweeps=tuple(SweepRecord.from_dict(s) for s in data.get("sweeps", [])),
+                       settings=dict(data.get("settings") or {}),
+                       created=data.get("created") or now())
+        return _from_format1(data)
+
+    @classmethod
+    def merge(cls, metas: Iterable[ProfileMeta]) -> ProfileMeta:
+        """One record for profiles joined together: sources and sweeps in order, deduplicated;
+        the settings of the first that has any."""
+        metas = list(metas)
+        sources: list[Source] = []
+        for meta in metas:
+            sources.extend(s for s in meta.sources if s not in sources)
+        sweeps: list[SweepRecord] = []
+        for meta in metas:
+            sweeps.extend(s for s in meta.sweeps if s not in sweeps)
+        settings = next((m.settings for m in metas if m.settings), {})
+        return cls(tuple(sources), tuple(sweeps), dict(settings))
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _from_format1(data: Mapping[str, Any]) -> ProfileMeta:
+    """The untyped ``meta`` dict of format 1 (commit a56250f and before) as a record."""
+    gpu = tuple(_as_list(data.get("gpu")))
+    sources = tuple(Source(path=str(path), kind="legacy", gpu=gpu,
+                           ncu_version=_first(data.get("ncu_version")),
+                           reader_version=data.get("reader_version"),
+                           metric_set=_first(data.get("metric_set")),
+                           missing_metrics=tuple(data.get("missing_metrics") or ()))
+                    for path in data.get("sources", []))
+    sweeps: tuple[SweepRecord, ...] = ()
+    if "results" in data or "sweep" in data:
+        sweep = dict(data.get("sweep") or {})
+        sweeps = (SweepRecord(
+            shapes=tuple(data.get("shapes") or ()), variants=tuple(data.get("variants") or ()),
+            options={k: v for k, v in sweep.items() if k not in ("commands", "output_dir")},
+            items=tuple(data.get("results") or ()), commands=sweep.get("commands") or {},
+            output_dir=sweep.get("output_dir"), dry_run=bool(data.get("dry_run")),
+            created=data.get("created")),)
+    return ProfileMeta(sources, sweeps, {}, data.get("created") or now())
+
+
+def _first(value: Any) -> Any:
+    values = _as_list(value)
+    return values[0] if values else None
+
+
+def describe_settings(settings: Mapping[str, Any]) -> str:
+    """The one-line summary of non-default PyTorch settings stored with them (``summary``:
+    written where torch was at hand, so that reading it needs no torch)."""
+    summary = settings.get("summary") if settings else None
+    return summary if isinstance(summary, str) else ""

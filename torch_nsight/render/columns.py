@@ -1,0 +1,162 @@
+"""The columns of each rendered table: header, how to format a row's cell, alignment.
+
+Each ``*_columns(frame, kernels)`` function receives the rows about to be shown (from
+:func:`torch_nsight.render.table.table_frame`) and the profile's kernel table, and returns
+the columns to show: variant and shape appear only where the profile has several, ``op``
+only where some row has one, ``launches`` only where a site launched more than once.
+Importing this module does not import pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight.render.units import (
+    MISSING,
+    format_count,
+    format_giga,
+    format_number,
+    format_pct,
+    format_us,
+    is_missing,
+    shorten,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: Kernel names longer than this many characters are cut (``…``) in text tables.
+KERNEL_WIDTH = 44
+
+#: A column of a rendered table: header, how to format a row, alignment.
+Column = tuple[str, Callable[["pd.Series"], str], str]
+#: Builds the columns of one kind of table from its rows and the profile's kernel table.
+ColumnsBuilder = Callable[["pd.DataFrame", "pd.DataFrame"], list[Column]]
+
+
+def _text(value: Any) -> str:
+    return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
+
+
+def _labels(kernels: pd.DataFrame) -> list[Column]:
+    """Variant and shape columns, shown only where the profile has several."""
+    columns: list[Column] = []
+    if "variant" in kernels and kernels["variant"].nunique(dropna=False) > 1:
+        columns.append(("variant", lambda r: _text(r["variant"]), "left"))
+    if "shape" in kernels and kernels["shape"].nunique(dropna=False) > 1:
+        columns.append(("shape", lambda r: _text(r["shape"]), "left"))
+    return columns
+
+
+_VERDICT: list[Column] = [
+    ("bound", lambda r: _text(r["bound"]), "left"),
+    ("reason", lambda r: _text(r["reason"]), "left"),
+    ("% of roof", lambda r: format_pct(r["pct_of_roof"]), "right"),
+    ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+]
+"""The roofline verdict that ends a kernel or hotspot row."""
+
+
+def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """The leading columns of a kernel or hotspot row: rank, labels, module, direction, op."""
+    columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right"),
+                             *_labels(kernels),
+                             ("module", lambda r: _text(r.get("module")), "left"),
+                             ("dir", lambda r: _text(r["direction"]), "left")]
+    if frame["op"].notna().any():
+        columns.append(("op", lambda r: shorten(r["op"], 28), "left"))
+    return columns
+
+
+def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``hotspots`` table: a ranked kernel site and its roofline verdict.
+
+    Args:
+        frame: the rows shown (:meth:`Profile.hotspots` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    columns = _row_head(frame, kernels)
+    columns.append(("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"))
+    if (frame["launches"] > 1).any():
+        columns.append(("launches", lambda r: format_count(r["launches"]), "right"))
+    columns += [
+        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
+        *_VERDICT,
+    ]
+    return columns
+
+
+def _module_roof(row: pd.Series) -> str:
+    """Time-weighted % of roof of a module: its time less its headroom, over its time."""
+    if is_missing(row["headroom_ns"]) or not row["inclusive_ns"]:
+        return MISSING
+    return format_pct(100.0 * (1.0 - row["headroom_ns"] / row["inclusive_ns"]))
+
+
+def _module_bound(row: pd.Series) -> str:
+    if is_missing(row["bound"]) and not isinstance(row["bound"], str):
+        return MISSING
+    return f"{row['bound']} ({100.0 * row['bound_share']:.0f}% of time)"
+
+
+def _intensity(flops: Any, dram_bytes: Any) -> str:
+    if is_missing(flops) or is_missing(dram_bytes) or not dram_bytes:
+        return MISSING
+    return format_number(float(flops) / float(dram_bytes), 1)
+
+
+def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``modules`` table: the module tree with times, verdict and work.
+
+    Args:
+        frame: the rows shown (:meth:`Profile.modules` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    return [
+        *_labels(kernels),
+        ("dir", lambda r: _text(r["direction"]), "left"),
+        ("module", lambda r: "· " * int(r["depth"]) + str(r["module"]), "left"),
+        ("total µs", lambda r: format_us(r["inclusive_ns"]), "right"),
+        ("self µs", lambda r: format_us(r["exclusive_ns"]), "right"),
+        ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
+        ("kernels", lambda r: format_count(r["kernels"]), "right"),
+        ("bound", _module_bound, "left"),
+        ("% of roof", _module_roof, "right"),
+        ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+        ("GFLOP", lambda r: format_giga(r["flops"], 3), "right"),
+        ("FLOP/B", lambda r: _intensity(r["flops"], r["dram_bytes"]), "right"),
+    ]
+
+
+def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``kernels`` table: every launch with its rates and verdict.
+
+    Args:
+        frame: the rows shown (kernel rows with ``pct_of_total``).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    columns = _row_head(frame, kernels)
+    columns += [
+        ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
+        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
+        ("GFLOP", lambda r: format_giga(r["flops"], 3), "right"),
+        ("FLOP/B", lambda r: _intensity(r["flops"], r["dram_bytes"]), "right"),
+        ("TFLOP/s", lambda r: format_number(r["achieved_flops_per_s"] / 1e12, 1)
+         if not is_missing(r["achieved_flops_per_s"]) else MISSING, "right"),
+        ("GB/s", lambda r: format_giga(r["achieved_bytes_per_s"], 0), "right"),
+        ("precision", lambda r: _text(r["precision"]), "left"),
+        *_VERDICT,
+    ]
+    return columns

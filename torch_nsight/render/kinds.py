@@ -1,0 +1,107 @@
+"""The kinds of table, declared once: the renderers, the command line and the docs read them.
+
+:data:`TABLE_KINDS` maps each kind (``hotspots``, ``modules``, ``kernels``) to a
+:class:`TableSpec`: a one-line summary (the CLI's ``--table`` help), the rows shown by
+default, how to select its rows from a profile and which columns show them. docs/cli.md
+describes every kind (a test checks it). Importing this module does not import pandas, so
+the command line can offer the choices without paying for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
+
+from torch_nsight.render.columns import (
+    ColumnsBuilder,
+    hotspot_columns,
+    kernel_columns,
+    module_columns,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from torch_nsight.analyze.hotspots import HotspotOrder
+    from torch_nsight.profile import Profile
+
+__all__ = ["TableKind", "TableSpec", "TABLE_KINDS", "TABLES", "DEFAULT_ROWS",
+           "HOTSPOT_ORDERS"]
+
+TableKind = Literal["hotspots", "modules", "kernels"]
+#: The values of :data:`torch_nsight.analyze.hotspots.HotspotOrder` (a test keeps them
+#: equal), here so that the command line need not import pandas to offer them.
+HOTSPOT_ORDERS: tuple[str, ...] = ("headroom", "time")
+#: Selects a table's rows: (profile, rows or None for all, hotspot order, module depth).
+RowsSelector = Callable[["Profile", "int | None", "HotspotOrder", "int | None"],
+                        "pd.DataFrame"]
+#: The kernel table's columns of range tuples, left out of the ``kernels`` table.
+RANGE_TUPLE_COLUMNS = ("range_stack", "range_start_end", "range_other")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One kind of table: what its rows are and how they are shown.
+
+    Attributes:
+        name: the kind, as passed to ``what`` and ``--table``.
+        summary: one line saying what a row is, for ``--help``.
+        default_rows: rows shown when ``n`` is None; None shows them all.
+        rows: selects the rows as raw numbers (see
+            :func:`torch_nsight.render.table.table_frame`).
+        columns: the columns of the rendered text (see :mod:`torch_nsight.render.columns`).
+    """
+
+    name: str
+    summary: str
+    default_rows: int | None
+    rows: RowsSelector
+    columns: ColumnsBuilder
+
+
+def _head(frame: pd.DataFrame, rows: int | None) -> pd.DataFrame:
+    return (frame if rows is None else frame.head(rows)).reset_index(drop=True)
+
+
+def _hotspot_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                  depth: int | None) -> pd.DataFrame:
+    return profile.hotspots(n=rows if rows is not None else max(len(profile.kernels), 1),
+                            by=by, level="kernel")
+
+
+def _module_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                 depth: int | None) -> pd.DataFrame:
+    return _head(profile.modules(depth), rows)
+
+
+def _kernel_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                 depth: int | None) -> pd.DataFrame:
+    frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
+                                          if c in profile.kernels])
+    return _head(frame.assign(pct_of_total=_kernel_share(frame)), rows)
+
+
+def _kernel_share(kernels: pd.DataFrame) -> pd.Series:
+    """Each launch's share (%) of the GPU time of its (variant, shape, report, run)."""
+    keys = kernels.reindex(columns=["variant", "shape", "source", "run"]).astype(object)
+    keys = keys.where(keys.notna(), "")
+    totals = kernels["duration_ns"].groupby([keys[c] for c in keys.columns]).transform("sum")
+    return 100.0 * kernels["duration_ns"] / totals
+
+
+#: Every kind of table, by name, in the order the command line lists them.
+TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spec in (
+    TableSpec("hotspots", "the top kernel sites, ranked by --by (default: the top 10)", 10,
+              _hotspot_rows, hotspot_columns),
+    TableSpec("modules", "the module tree per direction, parents first (--depth folds it)",
+              None, _module_rows, module_columns),
+    TableSpec("kernels", "every kernel launch, in launch order", None,
+              _kernel_rows, kernel_columns),
+)})
+#: The names of :data:`TABLE_KINDS`, in order.
+TABLES: tuple[str, ...] = tuple(TABLE_KINDS)
+#: Rows shown when ``n`` is None, per kind: the top 10 hotspots; every module and kernel.
+DEFAULT_ROWS: Mapping[str, int | None] = MappingProxyType(
+    {name: spec.default_rows for name, spec in TABLE_KINDS.items()})

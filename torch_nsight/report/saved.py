@@ -1,0 +1,97 @@
+"""A saved profile: one Parquet file holding the kernel table, with the metadata (and the
+calls table, when there is one) as JSON in the file's key-value metadata.
+
+Format 2 stores a :class:`~torch_nsight.record.ProfileMeta`; format 1 (commit a56250f and
+before) stored an untyped dict and named the range columns ``nvtx_*``: both are read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.errors import ReportError
+from torch_nsight.record import FORMAT_VERSION, ProfileMeta
+from torch_nsight.report.cache import plain_strings
+
+META_KEY = b"torch_nsight.profile"
+CALLS_KEY = b"torch_nsight.calls"
+TUPLE_COLUMNS = ("range_stack", "range_start_end", "range_other")
+_RENAMED = {"nvtx_stack": "range_stack", "nvtx_start_end": "range_start_end",
+            "nvtx_other": "range_other"}
+_CALL_TUPLES = ("range_stack", "range_start_end", "range_other", "input_dtypes",
+                "output_dtypes")
+_CALL_SHAPES = ("input_shapes", "output_shapes")
+
+
+def _tuples(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+    for column in columns:
+        if column in frame:
+            frame[column] = [tuple(v) if v is not None else () for v in frame[column]]
+
+
+def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: ProfileMeta,
+                  path: str | os.PathLike[str]) -> Path:
+    """Write a profile's tables and metadata to one Parquet file.
+
+    Returns:
+        The path written.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    table = pa.Table.from_pandas(kernels, preserve_index=False)
+    stored = {META_KEY: json.dumps({"format": FORMAT_VERSION, "meta": meta.to_dict()},
+                                   default=str)}
+    if calls is not None:
+        stored[CALLS_KEY] = calls.to_json(orient="records", default_handler=str)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stored})
+    pq.write_table(table, target)
+    return target
+
+
+def read_profile(path: str | os.PathLike[str]
+                 ) -> tuple[pd.DataFrame, pd.DataFrame | None, ProfileMeta]:
+    """Read a file written by :func:`write_profile`, by this or an older version.
+
+    Returns:
+        (kernels, calls or None, metadata).
+
+    Raises:
+        ReportError: the file is missing, not Parquet, or not a torch_nsight profile.
+    """
+    import pyarrow.parquet as pq
+
+    source = Path(path)
+    if not source.is_file():
+        raise ReportError(f"profile {source} does not exist")
+    try:
+        table = pq.read_table(source)
+    except Exception as err:  # pyarrow raises several types for non-Parquet input
+        raise ReportError(f"{source} is not a Parquet file written by Profile.save: "
+                          f"{err}") from err
+    metadata = table.schema.metadata or {}
+    stored = metadata.get(META_KEY)
+    if stored is None:
+        raise ReportError(f"{source} is Parquet but not a torch_nsight profile; to read a "
+                          "report use torch_nsight.load()")
+    header: dict[str, Any] = json.loads(stored)
+    version = int(header.get("format", 0))
+    if version > FORMAT_VERSION:
+        raise ReportError(f"{source} was saved by a newer torch_nsight (format {version}; this "
+                          f"one reads up to {FORMAT_VERSION}): upgrade torch_nsight")
+    kernels = plain_strings(table.to_pandas()).rename(columns=_RENAMED)
+    _tuples(kernels, TUPLE_COLUMNS)
+    calls = None
+    if CALLS_KEY in metadata:
+        calls = pd.DataFrame.from_records(json.loads(metadata[CALLS_KEY]))
+        _tuples(calls, _CALL_TUPLES)
+        for column in _CALL_SHAPES:
+            if column in calls:
+                calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
+    return kernels, calls, ProfileMeta.from_dict(header.get("meta") or {}, version=version)

@@ -1,0 +1,326 @@
+"""The sources :func:`torch_nsight.load` reads, one reader each, all giving the same raw table.
+
+A reader turns a file or folder into a :class:`SourceData`: the raw kernel table
+(:data:`~torch_nsight.report.table.RAW_COLUMNS`: names, launch shape, metrics, and the range
+stack around each kernel, whatever recorded it), the :class:`~torch_nsight.record.Source`
+records saying where the rows came from, and what else the source knows (replicated sibling
+groups, the calls table, sweep records, PyTorch settings). Nothing downstream knows which
+reader ran. Readers are tried in :data:`READERS` order; :func:`register_reader` adds one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from torch_nsight import formats, naming
+from torch_nsight.errors import ReportError
+from torch_nsight.record import Source, SweepRecord
+from torch_nsight.report import saved
+from torch_nsight.report.table import read_report
+
+logger = logging.getLogger(__name__)
+
+REPORT_SUFFIXES = (".ncu-rep", ".ncu-rep.xz")
+CALLS_COLUMNS = ("source", "variant", "shape", "range_stack", "range_start_end",
+                 "range_other", "aten_op", "input_shapes", "input_dtypes", "output_shapes",
+                 "output_dtypes", "flops", "bytes", "count")
+
+
+@dataclass
+class ReadOptions:
+    """How sources are read.
+
+    Attributes:
+        cache: keep each report's tidy table in a cache (see :mod:`~torch_nsight.report.cache`).
+        cache_dir: where caches go (None: beside each report, or ``$TORCH_NSIGHT_CACHE_DIR``).
+    """
+
+    cache: bool = True
+    cache_dir: str | os.PathLike[str] | None = None
+
+
+@dataclass
+class SourceData:
+    """What one reader read.
+
+    Attributes:
+        kernels: the raw table (or, with ``analyzed``, a table analysed before it was saved).
+        sources: where its rows came from.
+        analyzed: the table is already analysed (a saved profile).
+        replication: sibling groups whose representative's rows stand for the replicas
+            (``representative``, ``replicas``, ``variant``, ``shape``).
+        calls: the raw calls table (:data:`CALLS_COLUMNS`), or None.
+        sweeps: the sweeps that made it.
+        settings: PyTorch settings of the profiled process, where known.
+    """
+
+    kernels: pd.DataFrame
+    sources: list[Source]
+    analyzed: bool = False
+    replication: list[dict[str, Any]] = field(default_factory=list)
+    calls: pd.DataFrame | None = None
+    sweeps: list[SweepRecord] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+class SourceReader(Protocol):
+    """Reads one kind of source."""
+
+    name: str
+
+    def accepts(self, path: Path) -> bool:
+        """Whether this reader reads ``path``."""
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read ``path``.
+
+        Raises:
+            ReportError: it cannot be read.
+        """
+
+
+def is_report(path: Path) -> bool:
+    """Whether ``path`` is named like an Nsight Compute report."""
+    return path.name.endswith(REPORT_SUFFIXES)
+
+
+def range_note(frame: pd.DataFrame) -> str | None:
+    """Why a raw table's kernels cannot be attributed to modules, with the fix; None if some
+    kernel ran inside a torch_nsight module range."""
+    if frame.empty:
+        return None
+    for stack in frame["range_stack"]:
+        if any(naming.parse_message(m).kind == "module" and m != naming.MEASURE_MESSAGE
+               and naming.parse_measure_range(m) is None and m != naming.WARMUP_MESSAGE
+               for m in stack or ()):
+            return None
+    other = [m for ranges in frame["range_other"] for m in ranges or ()]
+    fix = ("wrap the model in torch_nsight.instrument() while ncu records it with --nvtx, "
+           "or profile with torch_nsight.sweep()")
+    if any(m.startswith("aten::") or ", seq = " in m for m in other):
+        return ("its NVTX ranges name aten ops (torch.autograd.profiler.emit_nvtx or nsys "
+                "--pytorch=autograd-nvtx), not modules, so no kernel is attributed: " + fix)
+    if not other and not any(frame["range_start_end"].map(bool)):
+        return "it carries no NVTX ranges (recorded without `ncu --nvtx`?): " + fix
+    return "none of its kernels ran inside a torch_nsight module range: " + fix
+
+
+def _sweep_note(path: Path, frame: pd.DataFrame) -> str | None:
+    """A child's report of a sweep whose directory holds replicated rows it lacks."""
+    if not formats.is_sweep_dir(path.parent):
+        return None
+    if not any(naming.parse_measure_range(m) for ranges in frame["range_start_end"]
+               for m in ranges or ()):
+        return None
+    try:
+        manifest = formats.read_tagged(path.parent / formats.SWEEP_MANIFEST,
+                                       formats.SWEEP_KIND, formats.SWEEP_FORMAT)
+    except formats.FormatError:
+        return None
+    if not manifest.get("replication"):
+        return None
+    return (f"it is one report of the sweep in {path.parent}, whose replicated layers are "
+            f"not in it: load the directory ({path.parent}) to get every row")
+
+
+class NcuReport:
+    """``.ncu-rep`` / ``.ncu-rep.xz`` files written by ``ncu -o``, with the calls file
+    (``NAME.calls.json``) beside them when there is one."""
+
+    name = "ncu-report"
+
+    def accepts(self, path: Path) -> bool:
+        """Files named ``*.ncu-rep`` or ``*.ncu-rep.xz``."""
+        return is_report(path)
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read the report (through its cache when allowed)."""
+        frame, meta = read_report(path, cache=options.cache, cache_dir=options.cache_dir)
+        note = range_note(frame) or _sweep_note(path, frame)
+        gpu = meta.get("gpu")
+        source = Source(path=str(path.resolve()), kind=self.name,
+                        gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
+                        ncu_version=meta.get("ncu_version"),
+                        reader_version=meta.get("reader_version"),
+                        metric_set=meta.get("metric_set"),
+                        missing_metrics=tuple(meta.get("missing_metrics") or ()),
+                        has_module_ranges=range_note(frame) is None, note=note)
+        calls_file = calls_beside(path)
+        calls = read_calls(calls_file) if calls_file.is_file() else None
+        return SourceData(frame, [source], calls=calls)
+
+
+def calls_beside(report: Path) -> Path:
+    """Where the calls file of ``report`` is looked for: ``run.calls.json`` for
+    ``run.ncu-rep`` or ``run.ncu-rep.xz``."""
+    stem = report.name
+    for suffix in sorted(REPORT_SUFFIXES, key=len, reverse=True):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    return report.with_name(stem + formats.CALLS_SUFFIX)
+
+
+def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
+    """The raw calls table of calls-file rows (see :mod:`torch_nsight.formats`)."""
+    records = []
+    for row in rows:
+        records.append({
+            "source": source, "variant": row.get("variant") or None,
+            "shape": row.get("shape") or None,
+            "range_stack": tuple(row.get("range_stack") or ()), "range_start_end": (),
+            "range_other": (), "aten_op": row.get("op"),
+            "input_shapes": _shapes(row.get("input_shapes")),
+            "input_dtypes": tuple(row.get("input_dtypes") or ()),
+            "output_shapes": _shapes(row.get("output_shapes")),
+            "output_dtypes": tuple(row.get("output_dtypes") or ()),
+            "flops": row.get("flops"), "bytes": row.get("bytes"),
+            "count": int(row.get("count") or 1)})
+    frame = pd.DataFrame.from_records(records, columns=list(CALLS_COLUMNS))
+    frame[["flops", "bytes"]] = frame[["flops", "bytes"]].astype("float64")
+    return frame
+
+
+def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(d) for d in shape) if isinstance(shape, (list, tuple)) else ()
+                 for shape in value or ())
+
+
+def read_calls(path: Path) -> pd.DataFrame:
+    """Read a calls file written by ``instrument(model, record_calls=PATH)``.
+
+    Raises:
+        ReportError: it is not a calls file.
+    """
+    try:
+        data = formats.read_tagged(path, formats.CALLS_KIND, formats.CALLS_FORMAT)
+    except formats.FormatError as err:
+        raise ReportError(f"{err}: pass a file written by "
+                          "torch_nsight.instrument(model, record_calls=PATH)") from err
+    return calls_frame(data.get("rows") or [], str(Path(path).resolve()))
+
+
+class SavedProfile:
+    """Parquet files written by :meth:`torch_nsight.Profile.save` (any format version)."""
+
+    name = "profile"
+
+    def accepts(self, path: Path) -> bool:
+        """Files named ``*.parquet`` that are not report caches."""
+        return path.suffix.lower() == ".parquet" and not path.name.endswith(".tn-cache.parquet")
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read the saved tables and metadata."""
+        kernels, calls, meta = saved.read_profile(path)
+        return SourceData(kernels, list(meta.sources), analyzed=True, calls=calls,
+                          sweeps=list(meta.sweeps), settings=dict(meta.settings))
+
+
+class SweepDirectory:
+    """A sweep's output directory: every child's report, the replicated rows, the calls
+    table and how each (variant, shape) ended (see :mod:`torch_nsight.formats`)."""
+
+    name = "sweep"
+
+    def accepts(self, path: Path) -> bool:
+        """Folders holding a sweep manifest."""
+        return formats.is_sweep_dir(path)
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read the manifest and every report it names."""
+        try:
+            manifest = formats.read_tagged(path / formats.SWEEP_MANIFEST, formats.SWEEP_KIND,
+                                           formats.SWEEP_FORMAT)
+        except formats.FormatError as err:
+            raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
+        record = SweepRecord.from_dict(manifest.get("record") or {})
+        frames, sources = [], []
+        for child in manifest.get("children", []):
+            report = child.get("report")
+            if not report or not (path / report).is_file():
+                continue
+            frame, meta = read_report(path / report, cache=options.cache,
+                                      cache_dir=options.cache_dir)
+            frames.append(frame)
+            gpu = meta.get("gpu")
+            sources.append(Source(
+                path=str((path / report).resolve()), kind=self.name,
+                gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
+                ncu_version=meta.get("ncu_version"), reader_version=meta.get("reader_version"),
+                metric_set=meta.get("metric_set"),
+                missing_metrics=tuple(meta.get("missing_metrics") or ()),
+                has_module_ranges=range_note(frame) is None))
+        if not frames and not record.dry_run:
+            raise ReportError(f"the sweep directory {path} holds no readable report: every "
+                              "child failed (see sweep.json and the *.log files there)")
+        kernels = (pd.concat(frames, ignore_index=True) if frames
+                   else empty_raw_table())
+        calls = calls_frame(manifest.get("calls") or [], str(path.resolve()))
+        return SourceData(kernels, sources or [Source(path=str(path.resolve()), kind=self.name)],
+                          replication=list(manifest.get("replication") or []), calls=calls,
+                          sweeps=[record], settings=dict(manifest.get("settings") or {}))
+
+
+def empty_raw_table() -> pd.DataFrame:
+    """A raw kernel table with no rows."""
+    from torch_nsight.report.table import RAW_COLUMNS
+
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in RAW_COLUMNS})
+
+
+READERS: list[SourceReader] = [SweepDirectory(), SavedProfile(), NcuReport()]
+
+
+def register_reader(reader: SourceReader, *, first: bool = True) -> None:
+    """Add a source reader (tried before the built-in ones unless ``first`` is False)."""
+    if first:
+        READERS.insert(0, reader)
+    else:
+        READERS.append(reader)
+
+
+def expand_paths(paths: Sequence[Path]) -> list[Path]:
+    """Replace each folder that is not a sweep directory by the reports and saved profiles
+    directly inside it.
+
+    Raises:
+        ReportError: such a folder holds none.
+    """
+    out: list[Path] = []
+    for path in paths:
+        if not path.is_dir() or formats.is_sweep_dir(path):
+            out.append(path)
+            continue
+        files = sorted(p for p in path.iterdir() if p.is_file()
+                       and (is_report(p) or SavedProfile().accepts(p)))
+        if not files:
+            raise ReportError(f"the folder {path} holds no .ncu-rep report, saved profile "
+                              f"(.parquet) or sweep manifest ({formats.SWEEP_MANIFEST})")
+        out.extend(files)
+    return out
+
+
+def read_source(path: Path, options: ReadOptions) -> SourceData:
+    """Read one file or folder with the first reader that accepts it.
+
+    Raises:
+        ReportError: it does not exist, or no reader accepts it, or its reader failed.
+    """
+    if not path.exists():
+        raise ReportError(f"{path} does not exist: pass an Nsight Compute report "
+                          "(.ncu-rep, .ncu-rep.xz), a saved profile (.parquet) or a sweep's "
+                          "output directory")
+    for reader in READERS:
+        if reader.accepts(path):
+            logger.debug("reading %s as %s", path, reader.name)
+            return reader.read(path, options)
+    raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
+                      "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet) or a "
+                      "sweep's output directory")
