@@ -30,7 +30,7 @@ def main() -> int:
                                      quiet=True)
         seconds = time.perf_counter() - start
         rows.append({"devices": str(devices), "seconds": round(seconds, 1),
-                     "rows": len(profile.kernels), "failures": len(profile.meta["failures"]),
+                     "rows": len(profile.kernels), "failures": len(profile.failures),
                      "per_shape_total_us": {s: round(v / 1e3, 1) for s, v in
                                             profile.kernels.groupby("shape")["duration_ns"]
                                             .sum().items()}})

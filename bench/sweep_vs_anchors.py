@@ -49,7 +49,7 @@ def ours_llama(out: Path, metric_set: str = "roofline") -> None:
                if "replicated_from" in k else len(k),
                "with_flops": int(k["flops"].notna().sum()), "with_bound": int(k["bound"].notna().sum()),
                "unattributed": int((k["module"] == "(unattributed)").sum()),
-               "failures": profile.meta.get("failures", [])}
+               "failures": profile.failures}
     (out / "summary.json").write_text(json.dumps(summary))
 
 

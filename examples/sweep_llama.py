@@ -7,7 +7,8 @@
 The ``eager`` variant's attention class is defined here, in ``__main__``: the sweep's job is
 pickled with cloudpickle, which carries it to the profiled child by value. Each kernel row
 gets a ``tokens_per_s`` column (batch x seq / kernel time), and the speedup of ``sdpa`` over
-``eager`` is printed per module.
+``eager`` is printed per module. Without a CUDA GPU (or without ``ncu``) it says so in one
+line and exits 1; ``--dry-run`` runs anywhere.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch_nsight  # noqa: E402
 from examples.models import LlamaAttention, LlamaBlock  # noqa: E402
+from torch_nsight.errors import TorchNsightError  # noqa: E402
 
 HIDDEN = 1024
+PROG = "sweep_llama.py"
 
 
 class EagerAttention(LlamaAttention):
@@ -54,6 +57,12 @@ def tokens_per_s(row, shape: tuple[int, int, int]) -> float:
     return shape[0] * shape[1] / (row["duration_ns"] * 1e-9)
 
 
+def fail(message: str) -> int:
+    """Print ``message`` as one line on stderr; return the exit status 1."""
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, nargs="+", default=[256, 1024])
@@ -66,19 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="run the job without ncu")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if not args.dry_run and not torch.cuda.is_available():
+        return fail("no CUDA GPU is visible: this example profiles under Nsight Compute on a "
+                    "GPU; run it with --dry-run to check the job on this machine")
 
     shapes = [(args.batch, seq, HIDDEN) for seq in args.seq]
-    profile = torch_nsight.sweep(
-        {"eager": eager_block, "sdpa": LlamaBlock}, shapes,
-        dtype=torch.bfloat16, backward=args.backward, repeats=args.repeats,
-        metric_set=args.metric_set, output_dir=args.out, devices=args.devices,
-        derive={"tokens_per_s": tokens_per_s},
-        profiler=None if args.dry_run else "ncu")
+    try:
+        profile = torch_nsight.sweep(
+            {"eager": eager_block, "sdpa": LlamaBlock}, shapes,
+            dtype=torch.bfloat16, backward=args.backward, repeats=args.repeats,
+            metric_set=args.metric_set, output_dir=args.out, devices=args.devices,
+            derive={"tokens_per_s": tokens_per_s},
+            profiler=None if args.dry_run else "ncu")
+    except TorchNsightError as err:  # ncu missing, counters not permitted, every shape failed
+        return fail(str(err))
     if args.dry_run:
-        for result in profile.meta["results"]:
+        for result in profile.results:
             print(f"{result['variant']:>6} {result['shape']:>12}: {result['status']}"
                   f" -> {result.get('outputs') or result['error']}")
-        return 0 if not profile.meta["failures"] else 1
+        return 0 if not profile.failures else 1
     print(profile.normalize(baseline="eager").head(20).to_string())
     return 0
 

@@ -13,7 +13,6 @@ __all__ = [
     "CounterPermissionError",
     "NothingProfiledError",
     "ReportError",
-    "NoNvtxDataError",
     "MissingMetricError",
     "ShapeFailedError",
 ]
@@ -43,12 +42,8 @@ class ReportError(TorchNsightError):
     """A file is not a readable Nsight Compute report."""
 
 
-class NoNvtxDataError(ReportError):
-    """A report carries no NVTX data, so kernels cannot be attributed to modules."""
-
-
 class MissingMetricError(ReportError):
-    """An analysis needs a metric that the report does not hold."""
+    """An analysis step needs a column (a metric, a range stack) that the source lacks."""
 
 
 class ShapeFailedError(TorchNsightError):

@@ -14,23 +14,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import torch_nsight.demo
+from tests.cli.conftest import FIXTURE, PACKAGED
 from torch_nsight.cli import demo
 from torch_nsight.cli.main import build_parser, main
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-FIXTURE = DATA / "llama_block_fwd_bwd.ncu-rep.xz"
 LAUNCHERS = {
     "console-script": [shutil.which("torch-nsight") or "torch-nsight"],
     "python-m": [sys.executable, "-m", "torch_nsight"],
 }
-
-
-@pytest.fixture
-def report(tmp_path: Path) -> Path:
-    """The recorded report, copied so that its cache lands in tmp, not tests/data."""
-    target = tmp_path / FIXTURE.name
-    shutil.copy(FIXTURE, target)
-    return target
 
 
 def run_cli(launcher: str, *args: str | Path, cwd: Path) -> subprocess.CompletedProcess:
@@ -83,7 +75,8 @@ def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path) -> Non
 
 
 def test_demo_reads_the_recorded_report(tmp_path: Path) -> None:
-    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in DATA.iterdir()}
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
+              if p.is_file()}
     result = run_cli("python-m", "demo", "--recorded", "--out", tmp_path / "demo",
                      "--table", "modules", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -91,17 +84,31 @@ def test_demo_reads_the_recorded_report(tmp_path: Path) -> None:
     assert "· self_attn" in result.stdout
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
         "modules.csv", "roofline.png", "scaling.png"]
-    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in DATA.iterdir()}
-    assert after == before, "the demo must not write into tests/data"
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
+             if p.is_file()}
+    assert after == before, "the demo must not write beside its recorded report"
+
+
+def test_demo_finds_its_report_through_the_package() -> None:
+    resource = torch_nsight.demo.recorded_report()
+    assert resource.is_file()
+    assert resource.name == FIXTURE.name
+    assert resource.read_bytes()[:6] == b"\xfd7zXZ\x00"  # xz magic
 
 
 def test_demo_without_the_recording(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(demo, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(demo, "recorded_report", lambda: tmp_path / "gone.ncu-rep.xz")
     assert main(["demo", "--recorded"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert "recorded report" in err[0] and "torch-nsight report" in err[0]
+    assert "recorded report is missing" in err[0] and "torch-nsight report" in err[0]
+
+
+def test_demo_out_must_be_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["demo", "--recorded", "--out", str(tmp_path / "file")]) == 1
+    assert "is a file" in capsys.readouterr().err
 
 
 def test_demo_refuses_existing_outputs(tmp_path: Path,

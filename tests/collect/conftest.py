@@ -43,7 +43,7 @@ NOTHING_LINE = "==WARNING== No kernels were profiled."
 def _private_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Keep the ncu metric cache (``$XDG_CACHE_HOME/torch_nsight``) out of the user's home,
     and the in-process memo of ``known_metric_bases`` out of other tests."""
-    from torch_nsight.collect import ncu as ncu_cli
+    from torch_nsight.collect.shared import ncu as ncu_cli
 
     home = tmp_path / "cache home"
     monkeypatch.setenv("XDG_CACHE_HOME", str(home))

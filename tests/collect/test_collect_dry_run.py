@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_nsight
-from torch_nsight.collect import job as jobs
+from torch_nsight.collect.shared import job as jobs
 from torch_nsight.errors import ShapeFailedError
 from torch_nsight.profile import KERNEL_COLUMNS
 
@@ -18,7 +18,7 @@ from .models import Stack, TwoInputs, make_inputs_failing_on_4, make_inputs_hang
 
 
 def statuses(profile) -> dict[tuple[str | None, str], str]:
-    return {(r["variant"] or None, r["shape"]): r["status"] for r in profile.meta["results"]}
+    return {(r["variant"] or None, r["shape"]): r["status"] for r in profile.results}
 
 
 def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
@@ -37,10 +37,10 @@ def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
     assert statuses(profile) == {(v, s): "ok" for v in ("module", "factory", "class")
                                  for s in ("2x16", "3x5x16")}
     assert profile.kernels.empty and set(KERNEL_COLUMNS) <= set(profile.kernels.columns)
-    assert profile.meta["dry_run"] is True and profile.meta["failures"] == []
-    assert profile.meta["shapes"] == ["2x16", "3x5x16"]
-    assert profile.meta["variants"] == ["module", "factory", "class"]
-    first = profile.meta["results"][0]
+    assert profile.meta.sweeps[0].dry_run is True and profile.failures == []
+    assert profile.shapes == ["2x16", "3x5x16"]
+    assert profile.variants == ["module", "factory", "class"]
+    first = profile.results[0]
     assert first["runs"] == 2 and first["outputs"] == "(2, 16) float64"
     # the dtype was applied and identical layers were found: h.0 gets no input gradient
     # (its input needs none), so h.1 represents h.2 and h.3
@@ -62,8 +62,8 @@ def test_make_inputs_kwargs_and_named_configs() -> None:
                                  make_inputs=make_inputs, replicate=False, quiet=True,
                                  profiler=None)
     assert statuses(profile) == {(None, "small"): "ok", (None, "big"): "ok"}
-    assert profile.meta["results"][1]["outputs"] == "(8, 16) float32"
-    assert "replication" not in profile.meta["results"][0]
+    assert profile.results[1]["outputs"] == "(8, 16) float32"
+    assert "replication" not in profile.results[0]
 
 
 def test_failing_shape_keeps_the_others(caplog) -> None:
@@ -73,7 +73,7 @@ def test_failing_shape_keeps_the_others(caplog) -> None:
                                      quiet=True, profiler=None)
     assert statuses(profile) == {(None, "2x16"): "ok", (None, "4x16"): "failed",
                                  (None, "5x16"): "ok"}
-    (failure,) = profile.meta["failures"]
+    (failure,) = profile.failures
     assert failure["shape"] == "4x16" and "out of memory" in failure["error"]
     assert any("4x16" in r.getMessage() and "out of memory" in r.getMessage()
                for r in caplog.records)
@@ -91,13 +91,13 @@ def test_hung_shape_times_out_and_the_rest_run() -> None:
                                  quiet=True, profiler=None)
     assert statuses(profile) == {(None, "2x16"): "ok", (None, "3x16"): "timeout",
                                  (None, "5x16"): "ok"}
-    assert "timeout" in profile.meta["failures"][0]["error"]
+    assert "timeout" in profile.failures[0]["error"]
 
 
 def test_devices_spread_shapes_over_children() -> None:
     profile = torch_nsight.sweep(Stack(2), [(1, 16), (2, 16), (3, 16)], devices=[0, 1],
                                  replicate=False, quiet=True, profiler=None)
-    children = {r["shape"]: r["child"] for r in profile.meta["results"]}
+    children = {r["shape"]: r["child"] for r in profile.results}
     assert children == {"1x16": "sweep-gpu0", "2x16": "sweep-gpu1", "3x16": "sweep-gpu0"}
     assert set(statuses(profile).values()) == {"ok"}
 
@@ -120,3 +120,54 @@ def test_arguments_checked_at_the_front_door(kwargs, error, match) -> None:
     args = {"model": Stack, "shapes": [(1, 16)], "profiler": None, "quiet": True, **kwargs}
     with pytest.raises(error, match=match):
         torch_nsight.sweep(args.pop("model"), args.pop("shapes"), **args)
+
+
+def cudnn_factory() -> torch.nn.Module:
+    # touching torch.backends.cudnn made the job unpicklable ("cannot pickle 'CudnnModule'")
+    torch.backends.cudnn.benchmark = True
+    return Stack(layers=2, d=16)
+
+
+@pytest.fixture
+def tf32_on():
+    from torch_nsight.capture.settings import apply_settings, read_settings
+
+    before = read_settings()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.deterministic = True
+    try:
+        yield
+    finally:
+        apply_settings(before)
+
+
+def test_the_child_runs_the_users_settings_and_records_calls(tmp_path: Path, tf32_on) -> None:
+    profile = torch_nsight.sweep(cudnn_factory, [(4, 16)], backward=True, warmup=0,
+                                 output_dir=tmp_path / "out", quiet=True, profiler=None)
+    assert statuses(profile) == {(None, "4x16"): "ok"}
+    settings = profile.meta.settings
+    assert settings["summary"] and "TF32" in settings["summary"]
+    assert "TF32" in profile.describe()
+    # the calls table: every Linear's forward GEMM at the shape the child ran, 2*M*N*K FLOPs,
+    # and the backward GEMMs under bwd: ranges, joined to kernels by module path
+    calls = profile.calls
+    assert calls is not None and set(calls["shape"]) == {"4x16"}
+    forward = calls[(calls["direction"] == "fwd") & calls["aten_op"].isin(["addmm", "mm"])]
+    layers = ["h.0.fc1", "h.0.fc2", "h.1.fc1", "h.1.fc2"]
+    assert sorted(set(forward["module"])) == layers
+    d = 16  # Block(d): fc1 is d -> 2d, fc2 is 2d -> d; a batch of 4 rows
+    for row in forward.itertuples():
+        assert row.flops == 2 * 4 * d * (2 * d) and row.module_path.endswith(row.module)
+    backward = calls[calls["direction"] == "bwd"]
+    assert set(backward["module"]) >= set(layers)
+    # the directory reads back whole, and its saved profile too
+    again = torch_nsight.load(tmp_path / "out")
+    assert again.results == profile.results and len(again.calls) == len(calls)
+    saved = torch_nsight.load(tmp_path / "out" / "profile.parquet")
+    assert saved.meta.settings == settings and len(saved.calls) == len(calls)
+
+
+def test_record_calls_off_leaves_no_calls_table(tmp_path: Path) -> None:
+    profile = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
+                                 record_calls=False)
+    assert profile.calls is None

@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from torch_nsight.collect import job as jobs
+from torch_nsight.collect.shared import job as jobs
 
 
 def test_shape_labels() -> None:

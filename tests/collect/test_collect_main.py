@@ -34,9 +34,9 @@ SCRIPT = textwrap.dedent('''
         [(2, 8)], make_inputs=lambda shape: torch.ones(shape),
         profiler=None, quiet=True)
     again = torch_nsight.sweep(MainModel(4), [(1, 4)], profiler=None, quiet=True)
-    assert again.meta["results"][0]["status"] == "ok"   # a second sweep in the same script
+    assert again.results[0]["status"] == "ok"   # a second sweep in the same script
     print(json.dumps([[r["variant"], r["status"], r["outputs"], r["error"]]
-                      for r in profile.meta["results"]]))
+                      for r in profile.results]))
 ''')
 
 

@@ -18,9 +18,10 @@ from torch_nsight.analyze.attribute import (
 )
 from torch_nsight.capture import RecordingEmitter
 from torch_nsight.capture import emitter as emitters
-from torch_nsight.collect import replicate
-from torch_nsight.collect.job import Assignment, Job
-from torch_nsight.collect.worker import LOSS_MESSAGE, JobRunner
+from torch_nsight.capture import replica as replicate
+from torch_nsight.collect.child.steps import LOSS_MESSAGE
+from torch_nsight.collect.child.worker import JobRunner
+from torch_nsight.collect.shared.job import Assignment, Job
 from torch_nsight.naming import MEASURE_MESSAGE
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.collect import ncu as ncu_cli
+from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.errors import (
     CounterPermissionError,
     NcuNotFoundError,
@@ -23,7 +23,7 @@ from torch_nsight.metrics import METRIC_SETS
 from .conftest import NOTHING_LINE, PERMISSION_LINE, read_argv
 from .models import Stack
 
-APP = [sys.executable, "-m", "torch_nsight.collect.worker", "/private dir/sweep.job"]
+APP = [sys.executable, "-m", "torch_nsight.collect.child.worker", "/private dir/sweep.job"]
 
 
 def test_default_command() -> None:
@@ -153,7 +153,7 @@ def test_nothing_profiled_names_the_cpu_and_paths_survive(tmp_path: Path, fake_n
     assert argv[argv.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes.sum"
     assert argv[argv.index("-o") + 1] == str(out / "sweep")  # one argument, quotes and all
     app = argv[argv.index("-m") - 1:]
-    assert app[:3] == [sys.executable, "-m", "torch_nsight.collect.worker"]
+    assert app[:3] == [sys.executable, "-m", "torch_nsight.collect.child.worker"]
     assert not os.path.exists(app[3])  # the job file is deleted afterwards
     # the child did run, and its results and the job description are kept
     assert (out / "sweep.result.json").is_file() and (out / "job.json").is_file()

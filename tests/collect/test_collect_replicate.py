@@ -6,14 +6,11 @@ import pandas as pd
 import pytest
 import torch
 
+from torch_nsight.analyze import expand_replicas
 from torch_nsight.capture import RecordingEmitter, instrument
-from torch_nsight.collect import replicate
-from torch_nsight.collect.expand import expand_replicas
-from torch_nsight.collect.replicate import (
-    ReplicaMarkers,
-    candidate_groups,
-    check_siblings,
-)
+from torch_nsight.capture import replica as replicate
+from torch_nsight.capture.replica import ReplicaMarkers
+from torch_nsight.collect.child.siblings import candidate_groups, check_siblings
 
 from .models import Stack
 
@@ -62,8 +59,8 @@ def test_a_twin_that_runs_differently_is_profiled_on_its_own() -> None:
 CHECK_IN_A_FRESH_PROCESS = """
 import sys
 import torch
-from torch_nsight.collect.replicate import check_siblings
 from tests.collect.models import Stack
+from torch_nsight.collect.child.siblings import check_siblings
 
 model = Stack(3)
 x = torch.randn(2, 16)

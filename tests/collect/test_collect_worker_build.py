@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from torch_nsight.collect.job import Assignment, Job
-from torch_nsight.collect.worker import JobRunner
+from torch_nsight.collect.child.worker import JobRunner
+from torch_nsight.collect.shared.job import Assignment, Job
 
 from .models import Stack
 

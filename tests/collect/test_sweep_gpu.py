@@ -37,7 +37,7 @@ def test_llama_block_two_shapes_end_to_end(tmp_path: Path) -> None:
                                  repeats=2, metric_set="lean", output_dir=tmp_path / "out",
                                  derive={"tokens_per_s": tokens_per_s})
     kernels = profile.kernels
-    assert profile.meta["failures"] == [], profile.meta["failures"]
+    assert profile.failures == [], profile.failures
     assert set(kernels["shape"]) == {"1x256x1024", "2x512x1024"}
     assert set(kernels["variant"]) == {"sdpa"}
     assert set(kernels["run"]) == {0, 1}
@@ -54,7 +54,7 @@ def test_llama_block_two_shapes_end_to_end(tmp_path: Path) -> None:
         modules = set(kernels.loc[kernels["direction"] == direction, "module"])
         assert set(PROJECTIONS) <= modules, (direction, sorted(modules))
     # up_proj is gate_proj's twin (same weight shape, same input): profiled once, copied
-    verdict = profile.meta["replication"]["sdpa|2x512x1024"]
+    verdict = profile.replication["sdpa|2x512x1024"]
     replicas = [r for g in verdict["groups"] for r in g["replicas"]]
     assert "mlp.up_proj" in replicas, verdict
     up_proj = kernels[kernels["module"] == "mlp.up_proj"]
@@ -80,7 +80,7 @@ def test_replication_keeps_every_kernel_of_a_stack(tmp_path: Path) -> None:
     common = dict(dtype="bf16", backward=True, metric_set=DURATION_ONLY, quiet=True)
     full = torch_nsight.sweep(stack, [(2, 128, 256)], replicate=False, **common)
     fast = torch_nsight.sweep(stack, [(2, 128, 256)], replicate=True, **common)
-    verdict = fast.meta["replication"]["|2x128x256"]
+    verdict = fast.replication["|2x128x256"]
     assert verdict["status"] == "replicated", verdict
     outer = verdict["groups"][0]
     # block 0 gets no input gradient, so blocks 1-3 are the twins
@@ -100,7 +100,7 @@ def test_dry_run_on_the_gpu_checks_the_job() -> None:
     profile = torch_nsight.sweep(lambda: GPT2Small(n_layer=2), {"tiny": (1, 32)},
                                  make_inputs=lambda s: torch.randint(0, 50257, s),
                                  profiler=None, quiet=True)
-    (result,) = profile.meta["results"]
+    (result,) = profile.results
     assert result["status"] == "ok" and result["outputs"] == "(1, 32, 50257) float32"
 
 
@@ -113,7 +113,7 @@ def test_devices_spread_shapes_over_two_gpus(tmp_path: Path) -> None:
     profile = torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16", metric_set=DURATION_ONLY,
                                  devices=[0, 1], output_dir=tmp_path / "out", quiet=True)
     kernels = profile.kernels
-    assert profile.meta["failures"] == []
+    assert profile.failures == []
     assert set(kernels["shape"]) == {"x".join(map(str, s)) for s in shapes}
     reports = sorted((tmp_path / "out").glob("*.ncu-rep"))
     assert len(reports) == 2, reports  # one ncu process, one report, per GPU

@@ -1,6 +1,11 @@
-"""Record the real Nsight Compute reports under tests/data/ (run on a GPU machine with ncu).
+"""Record the real Nsight Compute reports of the tests (run on a GPU machine with ncu).
 
-    PYTHONPATH=$PWD python tests/data/record_fixtures.py --out tests/data
+    PYTHONPATH=$PWD python tests/data/record_fixtures.py            # each into its place
+    PYTHONPATH=$PWD python tests/data/record_fixtures.py --out /tmp/try
+
+Each report goes to its place in the repository (:data:`HOMES`): the demo's report,
+``llama_block_fwd_bwd``, ships in the package (``torch_nsight/demo/``); the others stay in
+``tests/data/``. ``--out DIR`` puts every report (and ``recorded.json``) in DIR instead.
 
 Each case runs ``examples/profile_by_hand.py`` under ``ncu`` with the sweep's default metric
 set (torch_nsight.metrics.METRIC_SETS["roofline"]), keeps only the measured iteration
@@ -22,6 +27,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
 from torch_nsight.metrics import METRIC_SETS, MetricSet  # noqa: E402
@@ -34,6 +40,9 @@ CASES: dict[str, list[str]] = {
     # a small conv net, inference in fp16
     "convnet_fwd": ["convnet", "--batch", "8", "--seq", "64", "--dtype", "fp16"],
 }
+#: Where a case's report is kept, when not tests/data: the demo reads its report from the
+#: installed package.
+HOMES: dict[str, Path] = {"llama_block_fwd_bwd": ROOT / "torch_nsight" / "demo"}
 
 
 def find_ncu() -> str:
@@ -101,21 +110,23 @@ def compress(path: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="put every report here (default: each in its place, HOMES)")
     parser.add_argument("--cases", nargs="*", default=list(CASES))
     args = parser.parse_args()
     ncu = find_ncu()
     version = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout
     records = []
     for case in args.cases:
-        info = record(case, args.out, ncu)
+        out = args.out if args.out is not None else HOMES.get(case, DATA)
+        info = record(case, out, ncu)
         info["gpu"] = gpu_name()
         info["ncu_version"] = version.strip().splitlines()[-1]
-        if (args.out / info["report"]).exists():
-            info["report"] = compress(args.out / info["report"]).name
+        if (out / info["report"]).exists():
+            info["report"] = compress(out / info["report"]).name
         print(json.dumps({k: v for k, v in info.items() if k != "log_tail"}), flush=True)
         records.append(info)
-    (args.out / "recorded.json").write_text(json.dumps(records, indent=1))
+    (args.out or DATA).joinpath("recorded.json").write_text(json.dumps(records, indent=1))
     return 0 if all(r["returncode"] == 0 for r in records) else 1
 
 

@@ -36,5 +36,5 @@ def sweep_profile(profile: Profile) -> Profile:
             kernels["shape"] = shape
             for column in ("duration_ns", "headroom_ns", "roof_time_ns"):
                 kernels[column] = kernels[column] * speed * size
-            parts.append(Profile(kernels, dict(profile.meta)))
+            parts.append(profile.with_kernels(kernels))
     return Profile.concat(parts)

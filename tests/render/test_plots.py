@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from torch_nsight.profile import Profile
 from torch_nsight.render import plot_roofline, plot_scaling
+from torch_nsight.render.figure import PALETTE, UNATTRIBUTED_COLOR, extend_colors, module_colors
 from torch_nsight.render.roofline import compute_roofs, precision_label, top_level_module
 from torch_nsight.render.scaling import scaling_frame
 
@@ -157,3 +158,43 @@ def test_precision_labels() -> None:
     assert top_level_module("Root") == "Root (own kernels)"
     assert top_level_module(None) == "(unattributed)"
     assert top_level_module("Root/a/a.b") == "a"
+
+
+def legend_colours(legend) -> dict[str, str]:
+    """Label -> colour of a figure legend's handles."""
+    return {text.get_text(): mcolors.to_hex(handle.get_color())
+            for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
+
+
+def test_one_colour_per_module_in_both_charts(profile: Profile) -> None:
+    roofline = legend_colours(plot_roofline(profile).legends[0])
+    scaling = legend_colours(plot_scaling(profile).legends[0])
+    assert set(roofline) == set(scaling) == {
+        "input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
+        "LlamaBlock (own kernels)", "(unattributed)"}
+    assert roofline == scaling
+    assert roofline["(unattributed)"] == UNATTRIBUTED_COLOR
+    assert len(set(roofline.values())) == len(roofline)
+
+
+def test_colours_hold_across_shapes_and_depths(sweep_profile: Profile) -> None:
+    scaling = legend_colours(plot_scaling(sweep_profile).legends[0])
+    for shape in ("1x256", "1x1024"):
+        assert legend_colours(plot_roofline(sweep_profile, shape=shape).legends[0]) == scaling
+    # The lines themselves wear their module's colour.
+    for line in lines(plot_scaling(sweep_profile), "module-time"):
+        assert mcolors.to_hex(line.get_color()) == scaling[line.get_label().split(" [")[0]]
+    deeper = legend_colours(plot_scaling(sweep_profile, depth=2).legends[0])
+    assert {"self_attn.qkv_proj", "mlp (own kernels)"} <= set(deeper)
+    for module in ("input_layernorm", "post_attention_layernorm", "LlamaBlock (own kernels)",
+                   "(unattributed)"):
+        assert deeper[module] == scaling[module]
+    assert len(set(deeper.values())) == len(deeper)
+
+
+def test_module_colors_follow_the_call_tree(profile: Profile) -> None:
+    colours = module_colors(profile)
+    assert list(colours) == ["LlamaBlock (own kernels)", "input_layernorm", "self_attn",
+                             "post_attention_layernorm", "mlp", "(unattributed)"]
+    assert list(colours.values())[:5] == list(PALETTE[:5])
+    assert extend_colors(colours, ["new"])["new"] == PALETTE[5]

@@ -46,6 +46,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch.utils._pytree import tree_flatten
+
 from torch_nsight.errors import ReportError
 from torch_nsight.naming import parse_message
 
@@ -337,9 +340,6 @@ class CallRecorder:
 
     def _record(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         """File one aten op call under the calling thread's open ranges."""
-        import torch
-        from torch.utils._pytree import tree_flatten
-
         packet = func._overloadpacket
         name = packet.__name__
         if func.is_view or name in _NO_KERNEL_OPS:
@@ -398,8 +398,6 @@ class CallRecorder:
         Returns:
             The path written.
         """
-        import torch
-
         path = Path(path)
         rows = [{**row, "range_stack": list(row["range_stack"]),
                  "input_shapes": [list(s) for s in row["input_shapes"]],

@@ -1,32 +1,39 @@
-"""The per-module wrapper behind :func:`torch_nsight.instrument`.
+"""The per-module wrapper behind :func:`torch_nsight.instrument`, and its autograd hooks.
 
 Each instrumented module gets an instance attribute ``forward`` holding an
-:class:`InstrumentedForward`, which pushes the module's range, calls the module's own
-forward and pops the range in ``finally`` (so ranges balance when forward raises). No
-PyTorch module hook is registered, so ``nn.Module.__call__`` stays on its fast path; the
-wrapper sees positional and keyword inputs alike. While Dynamo compiles, it falls straight
-through to the original forward.
+:class:`InstrumentedForward`, which has the range stack
+(:data:`~torch_nsight.capture.stack.STACK`) open the module's range around the module's own
+forward (closed in ``finally``, so ranges balance when forward raises). No PyTorch module
+hook is registered, so ``nn.Module.__call__`` stays on its fast path; the wrapper sees
+positional and keyword inputs alike. While Dynamo compiles, it falls straight through to
+the original forward.
 
 Backward ranges use autograd node pre-hooks set on the graph the forward built, only when
 gradients are enabled and an output needs one (the decode path pays nothing for them):
 
-* on the autograd node of each output: *push* the module's backward range when the first
+* on the autograd node of each output: *open* the module's backward range when the first
   output gradient arrives (before the module's last op runs backward);
-* on the node that produced each input: *pop* it when that node is about to run, which the
-  engine does once everything that needs its outputs, the module's own ops included, has
-  run.
+* on the node that produced each input: *close* it when that node is about to run, which
+  the engine does once everything that needs its outputs, the module's own ops included,
+  has run.
 
-No tensor is wrapped or replaced (PyTorch's ``BackwardHook`` returns views of the inputs and
-outputs, which breaks in-place ops such as ``nn.ReLU(inplace=True)`` or ``out += x``). The
-hooks run on the thread that runs the backward node; the per-thread
-:class:`~torch_nsight.capture.stack.RangeStack` keeps the ranges nested.
+A node gets one pre-hook however many calls use it (:class:`NodeHook`), which hands its
+lists to :meth:`~torch_nsight.capture.stack.RangeStack.run_node`. No tensor is wrapped or
+replaced (PyTorch's ``BackwardHook`` returns views of the inputs and outputs, which breaks
+in-place ops such as ``nn.ReLU(inplace=True)`` or ``out += x``). The hooks run on the thread
+that runs the backward node; the per-thread stack keeps the ranges nested.
+
+Every hook's handle is kept (:data:`NODE_HOOKS`) while its graph lives, so that
+:meth:`Instrumentation.remove` detaches the hooks of graphs built before it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -38,18 +45,16 @@ from torch_nsight.capture.stack import STACK, BackwardFrame, Range
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InstrumentedForward", "install_forward"]
+__all__ = ["InstrumentedForward", "install_forward", "NodeHook", "NodeHookRegistry",
+           "NODE_HOOKS"]
 
 _Tensor = torch.Tensor
 _grad_enabled = torch.is_grad_enabled
-_LOCAL = STACK._local
-_stack_push = STACK.push
-_stack_pop = STACK.pop
-_settle_forward = STACK._settle_forward
-_pop_backward = STACK.pop_backward
-_push_backward = STACK.push_backward
-_current_graph_task_id = torch._C._current_graph_task_id
+_call = STACK.call
+_call_with_backward = STACK.call_with_backward
+_run_node = STACK.run_node
 _MISSING = object()
+_HOOKS_KEY = "torch_nsight"
 
 
 def install_forward(
@@ -86,8 +91,7 @@ class InstrumentedForward:
     bound ``forward`` in its place: the copy is not instrumented.
     """
 
-    __slots__ = ("_module", "_function", "_previous", "_forward", "_backward", "_enter",
-                 "_leave", "_push", "_pop")
+    __slots__ = ("_module", "_function", "_body", "_previous", "_forward", "_backward")
 
     def __init__(self, module: nn.Module, forward: Range, backward: Range | None,
                  namer: OpNamer | None) -> None:
@@ -97,105 +101,42 @@ class InstrumentedForward:
             self._function = type(module).forward  # called as function(module, ...)
         else:  # another tool replaced forward already: call it, and restore it on remove()
             self._function = _call_previous(previous)
+        # what runs inside the range: the forward, inside the op-naming mode if any
+        self._body = (self._function if namer is None
+                      else _with_op_names(self._function, namer))
         self._module = weakref.ref(module)
         self._forward = forward
         self._backward = backward
-        self._enter = namer.enter_forward if namer is not None else None
-        self._leave = namer.exit_forward if namer is not None else None
-        self._push, self._pop = _stack_push, _stack_pop
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module = self._module()
         if _is_compiling():
             return self._function(module, *args, **kwargs)
-        if self._backward is not None and _grad_enabled():
-            return self._call_with_backward(module, args, kwargs)
-        rng = self._forward
-        if self._enter is None:
-            if not _LOCAL.frames:
-                # No backward in flight on this thread: try/finally keeps the range balanced
-                # by itself, so skip the stack bookkeeping (the decode-step hot path).
-                rng.open()
-                try:
-                    return self._function(module, *args, **kwargs)
-                finally:
-                    rng.close()
-            self._push(rng)
-            try:
-                return self._function(module, *args, **kwargs)
-            finally:
-                self._pop(rng)
-        self._push(rng)
-        self._enter()
-        try:
-            return self._function(module, *args, **kwargs)
-        finally:
-            self._leave()  # type: ignore[misc]
-            self._pop(rng)
-
-    def _call_with_backward(self, module: nn.Module, args: tuple[Any, ...],
-                            kwargs: dict[str, Any]) -> Any:
+        backward = self._backward
+        if backward is None or not _grad_enabled():
+            return _call(self._forward, self._body, module, args, kwargs)
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:
-            sources: Any = [node for t in args
-                            if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
-            if kwargs:
-                sources += [node for t in kwargs.values()
-                            if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
-        else:  # the common single-input call: no list comprehension
+            sources: Any = _sources(args, kwargs)
+        else:  # the common single-input call
             arg = args[0]
             sources = ((node,) if isinstance(arg, _Tensor) and (node := arg.grad_fn) is not None
                        else ())
-        state = _LOCAL
-        frame = BackwardFrame(self._backward, state.call)  # type: ignore[arg-type]
-        state.call = frame
-        rng = self._forward
-        push = self._push
-        if push is _stack_push:  # STACK.push, inlined
-            if state.frames:
-                _settle_forward(state, rng)
-            rng.open()
-            state.stack.append(rng)
-        else:
-            push(rng)
-        enter = self._enter
-        if enter is not None:
-            enter()
-        try:
-            output = self._function(module, *args, **kwargs)
-        finally:
-            state.call = frame.parent
-            if self._leave is not None:
-                self._leave()
-            pop = self._pop
-            stack = state.stack
-            if pop is _stack_pop and stack and stack[-1] is rng:  # STACK.pop, inlined
-                stack.pop()
-                rng.close()
-            else:
-                pop(rng)
-        if isinstance(output, _Tensor):  # _watch, inlined for a plain tensor output
+        frame, output = _call_with_backward(self._forward, backward, self._body, module,
+                                            args, kwargs)
+        if isinstance(output, _Tensor):  # the common plain-tensor output
             node = output.grad_fn
-            if node is None or node in sources:
-                return output
-            _node_hooks(node).opens.append(frame)
-            if not sources:
-                frame.deferred = True
-            elif len(sources) == 1:
-                _node_hooks(sources[0]).closes.append(frame)
-            else:
-                for node in dict.fromkeys(sources):
-                    _node_hooks(node).closes.append(frame)
-            return output
-        _watch(frame, output, sources)
+            if node is not None and node not in sources:
+                _hook_of(node).opens.append(frame)
+                _watch_sources(frame, sources)
+        else:
+            _watch(frame, output, sources)
         return output
 
     def remove(self, module: nn.Module) -> None:
         """Put back the ``forward`` this wrapper replaced, or make it a pass-through."""
-        self._backward = self._enter = self._leave = None
-        self._push = self._pop = _ignore
-        self._forward = _SilentRange(self._forward.message)
+        self.__class__ = _RemovedForward  # calls through from now on, wherever it is left
         if module.__dict__.get("forward") is not self:
             logger.warning(
                 "torch_nsight: %s.forward was replaced after instrument(); left in place "
@@ -214,106 +155,165 @@ class InstrumentedForward:
         return f"<torch_nsight forward of {self._forward.message!r}>"
 
 
-def _ignore(rng: Range) -> None:
-    return None
+class _RemovedForward(InstrumentedForward):
+    """A removed wrapper that another tool's ``forward`` still calls: no ranges, no hooks."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._function(self._module(), *args, **kwargs)
 
 
-class _SilentRange:
-    """What a removed wrapper that must stay in place (see ``remove``) opens: nothing."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-    def open(self) -> None:
-        return None
-
-    close = open
-
-
-def _call_previous(previous: Any) -> Any:
+def _call_previous(previous: Any) -> Callable[..., Any]:
     def call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
         return previous(*args, **kwargs)
 
     return call
 
 
-_HOOKS_KEY = "torch_nsight"
+def _with_op_names(function: Callable[..., Any], namer: OpNamer) -> Callable[..., Any]:
+    enter, leave = namer.enter_forward, namer.exit_forward
+
+    def call(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        enter()
+        try:
+            return function(module, *args, **kwargs)
+        finally:
+            leave()
+
+    return call
 
 
-class _NodeHooks:
+# -- autograd node hooks --------------------------------------------------------------------
+
+
+class NodeHook:
     """The one pre-hook torch_nsight sets on an autograd node, shared by every call that
-    uses the node: first it closes the ranges of the calls whose input the node produced,
-    then opens those of the calls whose output it produced, outermost first (the calls
-    were added innermost first, as their forwards returned)."""
+    uses the node; running it is :meth:`RangeStack.run_node` of its two lists.
 
-    __slots__ = ("opens", "closes")
+    Attributes:
+        closes: Frames of the calls whose input the node produced.
+        opens: Frames of the calls whose output it produced, innermost first.
+        handle: The ``RemovableHandle`` of the registered hook, or None once detached.
+    """
+
+    __slots__ = ("closes", "opens", "handle")
+
+    def __init__(self, node: Any) -> None:
+        self.closes: list[BackwardFrame] = []
+        self.opens: list[BackwardFrame] = []
+        self.handle: Any = node.register_prehook(
+            functools.partial(_run_node, self.closes, self.opens))
+        NODE_HOOKS.add(self)
+
+    def attached(self) -> bool:
+        """Whether the hook is still registered on a node that still exists."""
+        handle = self.handle
+        return handle is not None and handle.hooks_dict_ref() is not None
+
+    def detach(self) -> None:
+        """Remove the hook from its node (a no-op when the node is gone)."""
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+        self.closes.clear()
+        self.opens.clear()
+
+
+class NodeHookRegistry:
+    """The :class:`NodeHook` objects whose nodes may still exist, so that they can be
+    detached. Graphs die every step, so dead entries are dropped whenever the list has
+    doubled since the last sweep: its length stays within twice the hooks alive."""
+
+    MINIMUM_SWEEP = 4096
 
     def __init__(self) -> None:
-        self.opens: list[BackwardFrame] = []
-        self.closes: list[BackwardFrame] = []
+        self._hooks: list[NodeHook] = []
+        self._sweep_at = self.MINIMUM_SWEEP
 
-    def __call__(self, grad_outputs: Any) -> None:
-        for frame in self.closes:
-            if frame.is_open:
-                state = _LOCAL
-                stack = state.stack
-                if stack and stack[-1] is frame:  # RangeStack.pop_backward, inlined
-                    stack.pop()
-                    state.frames -= 1
-                    frame.is_open = False
-                    frame.range.close()
-                else:
-                    _pop_backward(frame)
-        opens = self.opens
-        if len(opens) == 1:  # BackwardFrame.open, inlined
-            frame = opens[0]
-            task_id = _current_graph_task_id()
-            if task_id != frame.graph_task:  # not a second output's node of the same pass
-                frame.graph_task = task_id
-                _push_backward(frame, task_id)
-            return
-        for frame in reversed(opens):
-            frame.open()
+    def add(self, hook: NodeHook) -> None:
+        """Keep ``hook`` (called for every hook set)."""
+        hooks = self._hooks
+        hooks.append(hook)
+        if len(hooks) >= self._sweep_at:
+            self._sweep()
+
+    def live(self) -> list[NodeHook]:
+        """The hooks still attached to a living node, after dropping the rest."""
+        self._sweep()
+        return list(self._hooks)
+
+    def detach(self, owner: object) -> int:
+        """Take the frames of ``owner`` off every hook; detach hooks left with none.
+
+        Returns:
+            How many hooks were detached.
+        """
+        detached = 0
+        for hook in self.live():
+            for frames in (hook.closes, hook.opens):
+                frames[:] = [frame for frame in frames if frame.range.owner is not owner]
+            if not hook.closes and not hook.opens:
+                hook.detach()
+                detached += 1
+        self._sweep()
+        return detached
+
+    def _sweep(self) -> None:
+        hooks = self._hooks
+        count = len(hooks)  # hooks appended meanwhile (by another thread) are kept
+        hooks[:count] = [hook for hook in hooks[:count] if hook.attached()]
+        self._sweep_at = max(self.MINIMUM_SWEEP, 2 * len(hooks))
 
 
-def _watch(frame: BackwardFrame, output: Any, sources: list[Any]) -> None:
+NODE_HOOKS = NodeHookRegistry()
+"""Every node hook of the process whose graph may still be alive."""
+
+
+def _hook_of(node: Any) -> NodeHook:
+    """The one pre-hook torch_nsight keeps on autograd node ``node`` (made on first use)."""
+    metadata = node.metadata
+    hook = metadata.get(_HOOKS_KEY)
+    if hook is None or hook.handle is None:  # none yet, or detached by remove()
+        hook = metadata[_HOOKS_KEY] = NodeHook(node)
+    return hook
+
+
+def _sources(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    sources = [node for t in args if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
+    if kwargs:
+        sources += [node for t in kwargs.values()
+                    if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
+    return sources
+
+
+def _watch_sources(frame: BackwardFrame, sources: Any) -> None:
+    """Have the nodes that produced the call's inputs close ``frame`` (deferred if none)."""
+    if not sources:
+        frame.deferred = True
+    elif len(sources) == 1:
+        _hook_of(sources[0]).closes.append(frame)
+    else:
+        for node in dict.fromkeys(sources):
+            _hook_of(node).closes.append(frame)
+
+
+def _watch(frame: BackwardFrame, output: Any, sources: Any) -> None:
     """Hook the backward range of ``frame`` onto the autograd nodes around ``output``.
 
     Outputs in tuples, lists, dicts or registered pytree types (Hugging Face
     ``ModelOutput``) count. An output produced by one of the input nodes (the module
     returned an input as is) has no backward of its own in this module and is skipped.
     """
-    if isinstance(output, _Tensor):
-        node = output.grad_fn
-        if node is None or node in sources:
-            return
-        nodes = [node]
-    else:
-        leaves = output if type(output) is tuple else tree_flatten(output)[0]
-        nodes = []
-        for leaf in leaves:
-            if isinstance(leaf, _Tensor):
-                node = leaf.grad_fn
-                if node is not None and node not in sources and node not in nodes:
-                    nodes.append(node)
-        if not nodes:
-            return
-    for node in nodes:
-        _node_hooks(node).opens.append(frame)
-    if not sources:
-        frame.deferred = True
+    leaves = output if type(output) is tuple else tree_flatten(output)[0]
+    nodes: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, _Tensor):
+            node = leaf.grad_fn
+            if node is not None and node not in sources and node not in nodes:
+                nodes.append(node)
+    if not nodes:
         return
-    for node in sources if len(sources) == 1 else dict.fromkeys(sources):
-        _node_hooks(node).closes.append(frame)
-
-
-def _node_hooks(node: Any) -> _NodeHooks:
-    """The one pre-hook torch_nsight keeps on autograd node ``node`` (made on first use)."""
-    metadata = node.metadata
-    hooks = metadata.get(_HOOKS_KEY)
-    if hooks is None:
-        hooks = metadata[_HOOKS_KEY] = _NodeHooks()
-        node.register_prehook(hooks)
-    return hooks
+    for node in nodes:
+        _hook_of(node).opens.append(frame)
+    _watch_sources(frame, sources)

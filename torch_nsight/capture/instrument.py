@@ -12,7 +12,7 @@ from torch import nn
 
 from torch_nsight.capture.detect import resolve_enabled
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
-from torch_nsight.capture.hooks import InstrumentedForward, install_forward
+from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.stack import STACK, Range, RangeStack
 from torch_nsight.naming import backward_message, op_message
@@ -72,8 +72,10 @@ class Instrumentation:
     def remove(self) -> None:
         """Restore every module's ``forward`` as it was before :func:`instrument`.
 
-        Safe to call more than once. Ranges of this handle still open on the calling thread
-        are closed; ranges open on other threads are left to them.
+        Safe to call more than once. The autograd hooks this handle set on graphs that
+        still exist are detached, so a backward run afterwards on a graph built before
+        opens no range. Ranges of this handle still open on the calling thread are closed;
+        ranges open on other threads are left to them.
         """
         if not self.active:
             return
@@ -86,12 +88,14 @@ class Instrumentation:
             if _INSTRUMENTED.get(module) is self:
                 del _INSTRUMENTED[module]
         self._wrappers.clear()
+        detached = NODE_HOOKS.detach(self)
         _ACTIVE.discard(self)
         closed = self._stack.close_owned(self)
         if closed:
             logger.warning("torch_nsight: remove() closed %d range(s) still open on this "
                            "thread (remove() was called inside a forward or backward?)", closed)
-        logger.debug("torch_nsight: removed instrumentation of %d modules", len(self.names))
+        logger.debug("torch_nsight: removed instrumentation of %d modules (%d autograd hooks "
+                     "detached)", len(self.names), detached)
 
     def __enter__(self) -> Instrumentation:
         return self

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from torch_nsight import naming
-from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
+from torch_nsight.capture import emitter as emitters
+from torch_nsight.capture.emitter import RangeEmitter
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class ReplicaMarkers:
 
     def __init__(self, inner: RangeEmitter | None = None) -> None:
         if inner is None:
-            inner = NvtxEmitter()
+            inner = emitters.NvtxEmitter()
         self.inner = inner
         self.marked: frozenset[str] = frozenset()
         self.open: dict[str, list[Any]] = {}

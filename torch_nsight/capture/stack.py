@@ -1,4 +1,4 @@
-"""The per-thread stack of open torch_nsight ranges.
+"""The per-thread stack of open torch_nsight ranges, and every rule for opening and closing.
 
 NVTX push/pop ranges are per thread, and autograd runs backward on threads of its own, so
 the capture stage mirrors every range it opens in a :class:`RangeStack` that keeps one list
@@ -6,16 +6,20 @@ per thread. A range is popped only when it is on top of that list; anything else
 repaired (stale ranges above it are closed) or refused, and explained in the log, so that
 one missed hook never leaves the profiler's stack shifted for the rest of the run.
 
+This module owns that logic; the hooks (:mod:`torch_nsight.capture.hooks`) only call it:
+:meth:`RangeStack.call` and :meth:`RangeStack.call_with_backward` around a module's
+forward, :meth:`RangeStack.run_node` from an autograd node's pre-hook.
+
 A backward range is a :class:`BackwardFrame`, one per module call made with gradients
 enabled. It is opened when the first gradient of the call's outputs arrives, and closed by
 whichever comes first:
 
-* the node that produced one of the call's inputs is about to run (its pop hook);
+* the node that produced one of the call's inputs is about to run (its pre-hook);
 * the backward range of a call outside it opens on the thread (autograd runs a module's
   backward in one stretch, so a call that is neither inside it nor one of its submodules
   starting means it is done). This is what closes the range of a module none of whose
-  inputs needs a gradient (*deferred*: it has no pop hook), or whose input is also used
-  elsewhere and gets its gradient later;
+  inputs needs a gradient (*deferred*: no input node closes it), or whose input is also
+  used elsewhere and gets its gradient later;
 * a forward range opens that is outside a deferred range (activation checkpointing
   recomputes forwards inside backward);
 * its backward pass ends. The end is learnt from a callback queued on the autograd engine,
@@ -28,6 +32,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -102,20 +107,19 @@ class _Task:
 class BackwardFrame:
     """The backward range of one module call, made in its forward when gradients are on.
 
-    Autograd node pre-hooks call :meth:`open` and :meth:`RangeStack.pop_backward`.
-
     Attributes:
         range: The module's backward range.
         parent: The frame of the instrumented call this one ran inside, or None.
-        deferred: True when no pop hook was set (no input had an autograd node): the range
-            closes when something outside it starts or its backward pass ends.
+        deferred: True when no input node closes it: the range closes when something
+            outside it starts or its backward pass ends.
         task: The backward pass it is open for, or None.
         graph_task: Id of the last autograd graph task that opened it.
+        is_open: Whether the range is open now (on some thread).
     """
 
     __slots__ = ("range", "parent", "deferred", "task", "graph_task", "is_open")
 
-    def __init__(self, rng: Range, parent: BackwardFrame | None = None, *,
+    def __init__(self, rng: Range, parent: BackwardFrame | None = None,
                  deferred: bool = False) -> None:
         self.range = rng
         self.parent = parent
@@ -135,14 +139,6 @@ class BackwardFrame:
             parent = parent.parent
         return False
 
-    def open(self) -> None:
-        """Open the range on the calling thread, once per backward pass."""
-        task_id = _graph_task_id()
-        if task_id == self.graph_task:  # a second output's node, same pass
-            return
-        self.graph_task = task_id
-        STACK.push_backward(self, task_id)
-
     def __repr__(self) -> str:
         return f"BackwardFrame({self.range.message!r}, deferred={self.deferred})"
 
@@ -155,12 +151,22 @@ def _graph_task_id() -> int:
     return _graph_task_id()
 
 
-class _ThreadState(threading.local):
+class _ThreadState:
+    """What one thread has open; fetched once per stack operation (slots, not a
+    ``threading.local``, whose every attribute access costs a per-thread lookup)."""
+
+    __slots__ = ("stack", "frames", "tasks", "call")
+
     def __init__(self) -> None:
         self.stack: list[Range | BackwardFrame] = []
         self.frames = 0  # how many BackwardFrame entries `stack` holds
         self.tasks: dict[int, _Task] = {}
         self.call: BackwardFrame | None = None  # the instrumented forward call running
+
+
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.state = _ThreadState()
 
 
 def _range_of(entry: Range | BackwardFrame) -> Range:
@@ -175,13 +181,13 @@ class RangeStack:
     """
 
     def __init__(self) -> None:
-        self._local = _ThreadState()
+        self._local = _Local()
 
     # -- forward and op ranges ------------------------------------------------------------
 
     def push(self, rng: Range) -> None:
         """Open ``rng`` on the calling thread."""
-        state = self._local
+        state = self._local.state
         if state.frames:
             self._settle_forward(state, rng)
         rng.open()
@@ -189,26 +195,103 @@ class RangeStack:
 
     def pop(self, rng: Range) -> None:
         """Close ``rng`` on the calling thread if it is the innermost open range there."""
-        stack = self._local.stack
+        stack = self._local.state.stack
         if stack and stack[-1] is rng:
             stack.pop()
             rng.close()
             return
         self._pop_buried(rng)
 
+    def call(self, rng: Range, function: Callable[..., Any], module: Any,
+             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Return ``function(module, *args, **kwargs)``, called inside the range ``rng``.
+
+        The range is closed when the call returns or raises (:meth:`push`, :meth:`pop` in
+        one frame: this is the per-call path of every instrumented module).
+        """
+        state = self._local.state
+        if state.frames:
+            self._settle_forward(state, rng)
+        rng.open()
+        stack = state.stack
+        stack.append(rng)
+        try:
+            return function(module, *args, **kwargs)
+        finally:
+            if stack and stack[-1] is rng:
+                stack.pop()
+                rng.close()
+            else:
+                self._pop_buried(rng)
+
+    def call_with_backward(
+        self, rng: Range, backward: Range, function: Callable[..., Any], module: Any,
+        args: tuple[Any, ...], kwargs: dict[str, Any],
+    ) -> tuple[BackwardFrame, Any]:
+        """Like :meth:`call`, and make the call's :class:`BackwardFrame` for ``backward``.
+
+        The frame is the current call on this thread while ``function`` runs, so that the
+        calls made inside it become its children.
+
+        Returns:
+            The frame (not attached to any autograd node yet) and what ``function`` returned.
+        """
+        state = self._local.state
+        parent = state.call
+        frame = BackwardFrame(backward, parent)
+        state.call = frame
+        if state.frames:
+            self._settle_forward(state, rng)
+        rng.open()
+        stack = state.stack
+        stack.append(rng)
+        try:
+            output = function(module, *args, **kwargs)
+        finally:
+            state.call = parent
+            if stack and stack[-1] is rng:
+                stack.pop()
+                rng.close()
+            else:
+                self._pop_buried(rng)
+        return frame, output
+
     def innermost(self) -> Range | None:
         """The innermost open range on the calling thread, or None."""
-        stack = self._local.stack
+        stack = self._local.state.stack
         return _range_of(stack[-1]) if stack else None
 
     # -- backward ranges -------------------------------------------------------------------
+
+    def run_node(self, closes: list[BackwardFrame], opens: list[BackwardFrame],
+                 grad_outputs: Any = None) -> None:
+        """What the pre-hook of an autograd node does before the node runs.
+
+        First close the ranges of the calls whose input the node produced, then open those
+        of the calls whose output it produced, outermost first (``opens`` lists the calls
+        innermost first, as their forwards returned), once per backward pass each.
+
+        Args:
+            closes: Frames to close.
+            opens: Frames to open.
+            grad_outputs: The node's output gradients (unused: the hook only observes).
+        """
+        for frame in closes:
+            if frame.is_open:
+                self.pop_backward(frame)
+        if opens:
+            task_id = _graph_task_id()
+            for frame in reversed(opens):
+                if frame.graph_task != task_id:  # not a second output's node, same pass
+                    frame.graph_task = task_id
+                    self.push_backward(frame, task_id)
 
     def push_backward(self, frame: BackwardFrame, task_id: int) -> None:
         """Open the backward range of ``frame`` for the autograd graph task ``task_id``.
 
         Backward ranges on top of the stack that ``frame`` is not inside are closed first.
         """
-        state = self._local
+        state = self._local.state
         task = None
         if task_id >= 0:
             task = state.tasks.get(task_id)
@@ -238,7 +321,7 @@ class RangeStack:
         Does nothing if ``frame`` is not open on the calling thread (it was closed already
         when a range outside it opened).
         """
-        state = self._local
+        state = self._local.state
         stack = state.stack
         if stack and stack[-1] is frame:
             self._close_top(state)
@@ -255,7 +338,7 @@ class RangeStack:
     def end_backward(self, task: _Task) -> None:
         """Close what the finished backward pass ``task`` left open on the calling thread."""
         task.done = True
-        state = self._local
+        state = self._local.state
         if state.frames:
             self._close_finished(state)
 
@@ -267,7 +350,7 @@ class RangeStack:
         Returns:
             How many ranges were closed.
         """
-        state = self._local
+        state = self._local.state
         closed = 0
         while state.stack and _range_of(state.stack[-1]).owner is owner:
             self._close_top(state)
@@ -276,7 +359,7 @@ class RangeStack:
 
     def snapshot(self) -> list[str]:
         """The messages open on the calling thread, outermost first (for tests and logs)."""
-        return [_range_of(entry).message for entry in self._local.stack]
+        return [_range_of(entry).message for entry in self._local.state.stack]
 
     def _close_top(self, state: _ThreadState) -> Range:
         entry = state.stack.pop()
@@ -319,7 +402,7 @@ class RangeStack:
             self._close_top(state)
 
     def _pop_buried(self, rng: Range) -> None:
-        state = self._local
+        state = self._local.state
         stack = state.stack
         index = None
         for i in range(len(stack) - 1, -1, -1):

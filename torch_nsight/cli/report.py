@@ -120,14 +120,7 @@ def outputs(args: argparse.Namespace) -> list[Path | None]:
 
 def describe(profile: Profile) -> str:
     """Return a one-line summary: GPU, kernel count, shapes, variants, coverage."""
-    meta = profile.meta
-    shapes = ", ".join(map(str, meta.get("shapes") or [])) or "unlabelled"
-    variants = ", ".join(map(str, meta.get("variants") or []))
-    coverage = profile.coverage
-    return (f"{meta.get('gpu') or 'unknown GPU'}: {len(profile.kernels)} kernels, shapes "
-            f"{shapes}" + (f", variants {variants}" if variants else "")
-            + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
-               if coverage == coverage else ""))
+    return profile.describe()
 
 
 def check_shape(profile: Profile, shape: str | None) -> None:

@@ -203,11 +203,8 @@ def _legends(figure: Figure, colors: dict[str, str], directions: list[str],
                   title="marker area ∝ kernel time", title_fontsize=8)
 
 
-def _gpu(meta: dict[str, Any]) -> str:
-    gpu = meta.get("gpu")
-    if isinstance(gpu, (list, tuple)):
-        return ", ".join(str(g) for g in gpu) or "unknown GPU"
-    return str(gpu) if gpu else "unknown GPU"
+def _gpu(profile: Profile) -> str:
+    return ", ".join(map(str, profile.gpus)) or "unknown GPU"
 
 
 def _shapes(kernels: pd.DataFrame) -> list[str]:
@@ -291,7 +288,7 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     ax.grid(which="minor", alpha=0.08)
 
     title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
-    ax.set_title(f"Roofline: {_gpu(profile.meta)}, shape {title_shapes}\n"
+    ax.set_title(f"Roofline: {_gpu(profile)}, shape {title_shapes}\n"
                  f"{len(placed)} of {len(rows)} kernels placed; roofs from the report's "
                  "peaks at the fastest clock seen", fontsize=11)
     if strip is not None:

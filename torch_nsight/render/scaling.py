@@ -66,10 +66,8 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
 
 
 def _gpu(profile: Profile) -> str:
-    gpu = profile.meta.get("gpu")
-    if not gpu:
-        return ""
-    return f": {gpu if isinstance(gpu, str) else ', '.join(map(str, gpu))}"
+    gpus = ", ".join(map(str, profile.gpus))
+    return f": {gpus}" if gpus else ""
 
 
 def _draw_lines(ax: Axes, frame: pd.DataFrame, shapes: list[str], variants: list[str],

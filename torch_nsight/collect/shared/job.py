@@ -183,20 +183,22 @@ def make_private_dir(prefix: str = "torch_nsight-job-") -> Path:
 
 
 def serialize_job(job: Job) -> bytes:
-    """Pickle ``job`` with cloudpickle.
+    """Pickle ``job`` with cloudpickle, modules by reference (see
+    :mod:`torch_nsight.collect.shared.pickling`).
 
     Raises:
         TypeError: something in the job cannot be pickled (the message says what to do).
     """
-    import cloudpickle
+    from torch_nsight.collect.shared.pickling import dumps
 
     try:
-        return cloudpickle.dumps(job)
+        return dumps(job)
     except Exception as err:
         raise TypeError(
             f"the sweep's job could not be pickled for the child process ({type(err).__name__}: "
-            f"{err}). Pass a zero-argument factory that builds the model instead of the model, "
-            "and keep make_inputs free of open files, locks and CUDA streams") from err
+            f"{err}). Keep the model, its factory and make_inputs free of open files, locks, "
+            "threads and CUDA streams; a model holding such state can be passed as a "
+            "zero-argument factory that builds it") from err
 
 
 def write_job(payload: bytes, assignment: Assignment, directory: Path) -> Path:

@@ -1,0 +1,137 @@
+"""What the command line does with errors: the user's mistakes and library errors become one
+line and exit 1; argparse's usage errors exit 2; a bug keeps its traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_nsight.cli import report as report_command
+from torch_nsight.cli.main import main
+from torch_nsight.cli.outputs import (
+    OutputExistsError,
+    OutputWriteError,
+    UsageError,
+    check_outputs,
+    writing,
+)
+from torch_nsight.errors import TorchNsightError
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()
+    assert line.startswith("torch-nsight: error: ")
+    return line.removeprefix("torch-nsight: error: ")
+
+
+def test_cli_errors_are_library_errors() -> None:
+    for error in (UsageError, OutputExistsError, OutputWriteError):
+        assert issubclass(error, TorchNsightError)
+    assert issubclass(OutputExistsError, UsageError)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--csv", "t.txt"], "--csv needs a file ending in .csv, got t.txt"),
+    (["--json", "t.csv"], "--json needs a file ending in .json, got t.csv"),
+    (["--roofline", "r.pdf"], "--roofline needs a file ending in .png or .svg, got r.pdf"),
+    (["--shape", "1x512"], "--shape picks the shape drawn by --roofline; pass --roofline too"),
+])
+def test_refused_options_before_any_work(argv: list[str], message: str,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    def no_reading(paths: object) -> None:
+        raise AssertionError("options must be checked before the reports are read")
+
+    monkeypatch.setattr(report_command, "read_profile", no_reading)
+    assert main(["report", "never-read.ncu-rep", *argv]) == 1
+    assert one_error_line(capsys) == message
+
+
+def test_unknown_shape_is_one_line(report: Path, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), "--roofline", str(tmp_path / "r.png"),
+                 "--shape", "8x8"]) == 1
+    assert one_error_line(capsys) == "--shape 8x8 is not in the profile; it holds: 1x512"
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_output_that_is_a_folder(report: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "t.csv").mkdir()
+    assert main(["report", str(report), "--csv", str(tmp_path / "t.csv"), "--force"]) == 1
+    assert one_error_line(capsys) == f"{tmp_path / 't.csv'}: is a folder; name a file to write"
+
+
+@pytest.mark.parametrize("argv", [["-n", "0"], ["-n", "x"], ["--depth", "-1"],
+                                  ["--table", "nope"], ["--by", "size"]])
+def test_bad_values_are_usage_errors(argv: list[str],
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        main(["report", "r.ncu-rep", *argv])
+    assert raised.value.code == 2
+    assert "usage:" in capsys.readouterr().err
+
+
+def test_check_outputs(tmp_path: Path) -> None:
+    (tmp_path / "old.csv").write_text("x")
+    check_outputs([None, tmp_path / "new.csv"], force=False)
+    with pytest.raises(OutputExistsError, match="already exists"):
+        check_outputs([tmp_path / "old.csv"], force=False)
+    check_outputs([tmp_path / "old.csv"], force=True)
+    with pytest.raises(UsageError, match="does not exist"):
+        check_outputs([tmp_path / "no" / "new.csv"], force=True)
+
+
+def test_writing_turns_os_errors_into_one_library_error(tmp_path: Path) -> None:
+    target = tmp_path / "no" / "t.csv"
+    with pytest.raises(OutputWriteError, match=f"cannot write {target}") as raised, \
+            writing(target):
+        target.write_text("x")
+    assert isinstance(raised.value.__cause__, FileNotFoundError)
+
+
+@pytest.mark.parametrize("verbosity, traceback", [([], False), (["-v"], False),
+                                                   (["-vv"], True)])
+def test_library_error_traceback_only_with_vv(verbosity: list[str], traceback: bool,
+                                              report: Path, tmp_path: Path) -> None:
+    existing = tmp_path / "t.csv"
+    existing.write_text("x")
+    result = subprocess.run([sys.executable, "-m", "torch_nsight", *verbosity, "report",
+                             str(report), "--csv", str(existing)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"torch-nsight: error: {existing} already exists; pass --force to overwrite")
+    assert ("Traceback" in result.stderr) is traceback
+    assert ("OutputExistsError" in result.stderr) is traceback
+
+
+@pytest.mark.parametrize("bug", [RuntimeError, ValueError, OSError, ImportError, KeyError])
+def test_a_bug_is_not_swallowed(bug: type[Exception], report: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(profile: object, args: object) -> None:
+        raise bug("a bug in the renderer")
+
+    monkeypatch.setattr(report_command, "emit", broken)
+    with pytest.raises(bug, match="a bug in the renderer"):
+        main(["report", str(report)])
+
+
+def test_a_bug_prints_its_traceback_in_a_subprocess(report: Path, tmp_path: Path) -> None:
+    code = ("import sys\n"
+            "from torch_nsight.cli import report\n"
+            "from torch_nsight.cli.main import main\n"
+            "def broken(profile, args):\n"
+            "    raise ValueError('a bug in the renderer')\n"
+            "report.emit = broken\n"
+            f"sys.exit(main(['report', {str(report)!r}]))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: a bug in the renderer")
+    assert "torch-nsight: error:" not in result.stderr
