@@ -29,6 +29,8 @@ PROFILE_FILE = "profile.parquet"
 CALLS_KIND = "torch_nsight.calls"
 CALLS_FORMAT = 1
 CALLS_SUFFIX = ".calls.json"
+CALLS_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_shapes",
+                  "output_dtypes", "flops", "bytes", "count")
 
 REPORT_SUFFIX = ".ncu-rep"
 RESULT_SUFFIX = ".result.json"

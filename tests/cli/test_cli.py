@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 import torch_nsight.demo
-from tests.cli.conftest import FIXTURE, PACKAGED
-from torch_nsight.cli import demo
 from torch_nsight.cli.main import build_parser, main
 
+PACKAGED = Path(torch_nsight.demo.__file__).parent
+FIXTURE = PACKAGED / torch_nsight.demo.RECORDED_REPORT
 LAUNCHERS = {
     "console-script": [shutil.which("torch-nsight") or "torch-nsight"],
     "python-m": [sys.executable, "-m", "torch_nsight"],
@@ -98,7 +98,8 @@ def test_demo_finds_its_report_through_the_package() -> None:
 
 def test_demo_without_the_recording(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(demo, "recorded_report", lambda: tmp_path / "gone.ncu-rep.xz")
+    monkeypatch.setattr(torch_nsight.demo, "recorded_report",
+                        lambda: tmp_path / "gone.ncu-rep.xz")
     assert main(["demo", "--recorded"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from torch_nsight.errors import ReportError
+from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import parse_message
 
 if TYPE_CHECKING:
@@ -57,12 +57,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CallRecorder", "read_calls", "CALLS_KIND", "CALLS_FORMAT"]
-
-CALLS_KIND = "torch_nsight.calls"
-"""The ``kind`` field of a calls file written by :meth:`CallRecorder.write`."""
-CALLS_FORMAT = 1
-"""The ``format`` of calls files this version writes (and the newest it reads)."""
+__all__ = ["CallRecorder", "CALLS_KIND", "CALLS_FORMAT"]
 
 # Ops that launch no kernel although their schema does not mark an alias.
 _NO_KERNEL_OPS = frozenset({
@@ -75,8 +70,6 @@ _NO_KERNEL_OPS = frozenset({
     "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
 })
 
-_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_shapes",
-             "output_dtypes", "flops", "bytes", "count")
 
 _Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
              tuple[tuple[int, ...], ...], tuple[str, ...]]
@@ -449,49 +442,3 @@ def _mode_class() -> type:
             return out
 
     return _CallRecordingMode
-
-
-def read_calls(path: str | Path) -> list[dict[str, Any]]:
-    """Read a calls table written by :meth:`CallRecorder.write`.
-
-    Args:
-        path: The JSON file.
-
-    Returns:
-        The rows, as :meth:`CallRecorder.rows` returns them (tuples for the range stack,
-        shapes and dtypes).
-
-    Raises:
-        ReportError: If the file is not JSON, not a torch_nsight calls file, of a newer
-            format, or a row lacks a field.
-        OSError: If the file cannot be read.
-    """
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ReportError(f"{path} is not a torch_nsight calls file: it is not JSON "
-                          f"({err})") from err
-    if not isinstance(document, dict) or document.get("kind") != CALLS_KIND:
-        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
-        raise ReportError(f"{path} is not a torch_nsight calls file (kind {kind!r}, expected "
-                          f"{CALLS_KIND!r}); pass the file written by CallRecorder.write()")
-    fmt = document.get("format")
-    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > CALLS_FORMAT:
-        raise ReportError(f"{path} is a calls file of format {fmt!r}; this torch_nsight reads "
-                          f"formats 1 to {CALLS_FORMAT}: upgrade torch_nsight to read it")
-    rows = document.get("rows")
-    if not isinstance(rows, list):
-        raise ReportError(f"{path} has no list of rows: the file is damaged")
-    out = []
-    for index, row in enumerate(rows):
-        missing = [k for k in _ROW_KEYS if not isinstance(row, dict) or k not in row]
-        if missing:
-            raise ReportError(f"{path}: row {index} lacks {missing}: the file is damaged")
-        out.append({**row, "range_stack": tuple(row["range_stack"]),
-                    "input_shapes": tuple(tuple(s) for s in row["input_shapes"]),
-                    "input_dtypes": tuple(row["input_dtypes"]),
-                    "output_shapes": tuple(tuple(s) for s in row["output_shapes"]),
-                    "output_dtypes": tuple(row["output_dtypes"])})
-    return out

@@ -197,7 +197,7 @@ class NodeHook:
         handle: The ``RemovableHandle`` of the registered hook, or None once detached.
     """
 
-    __slots__ = ("closes", "opens", "handle")
+    __slots__ = ("closes", "opens", "handle", "__weakref__")
 
     def __init__(self, node: Any) -> None:
         self.closes: list[BackwardFrame] = []
@@ -205,11 +205,6 @@ class NodeHook:
         self.handle: Any = node.register_prehook(
             functools.partial(_run_node, self.closes, self.opens))
         NODE_HOOKS.add(self)
-
-    def attached(self) -> bool:
-        """Whether the hook is still registered on a node that still exists."""
-        handle = self.handle
-        return handle is not None and handle.hooks_dict_ref() is not None
 
     def detach(self) -> None:
         """Remove the hook from its node (a no-op when the node is gone)."""
@@ -221,30 +216,23 @@ class NodeHook:
 
 
 class NodeHookRegistry:
-    """The :class:`NodeHook` objects whose nodes may still exist, so that they can be
-    detached. Graphs die every step, so dead entries are dropped whenever the list has
-    doubled since the last sweep: its length stays within twice the hooks alive."""
+    """The :class:`NodeHook` objects alive now, so that :meth:`detach` can reach them.
 
-    MINIMUM_SWEEP = 4096
+    Held weakly: a hook lives as long as its node (graphs die every step), and its entry
+    goes with it, so a long run keeps nothing.
+    """
 
     def __init__(self) -> None:
-        self._hooks: list[NodeHook] = []
-        self._sweep_at = self.MINIMUM_SWEEP
-
-    def add(self, hook: NodeHook) -> None:
+        self._hooks: weakref.WeakSet[NodeHook] = weakref.WeakSet()
+        self.add: Callable[[NodeHook], None] = self._hooks.add
         """Keep ``hook`` (called for every hook set)."""
-        hooks = self._hooks
-        hooks.append(hook)
-        if len(hooks) >= self._sweep_at:
-            self._sweep()
 
     def live(self) -> list[NodeHook]:
-        """The hooks still attached to a living node, after dropping the rest."""
-        self._sweep()
+        """The hooks whose node still exists (attached or detached)."""
         return list(self._hooks)
 
     def detach(self, owner: object) -> int:
-        """Take the frames of ``owner`` off every hook; detach hooks left with none.
+        """Take the frames of ``owner`` off every hook; detach the hooks left with none.
 
         Returns:
             How many hooks were detached.
@@ -253,17 +241,10 @@ class NodeHookRegistry:
         for hook in self.live():
             for frames in (hook.closes, hook.opens):
                 frames[:] = [frame for frame in frames if frame.range.owner is not owner]
-            if not hook.closes and not hook.opens:
+            if hook.handle is not None and not hook.closes and not hook.opens:
                 hook.detach()
                 detached += 1
-        self._sweep()
         return detached
-
-    def _sweep(self) -> None:
-        hooks = self._hooks
-        count = len(hooks)  # hooks appended meanwhile (by another thread) are kept
-        hooks[:count] = [hook for hook in hooks[:count] if hook.attached()]
-        self._sweep_at = max(self.MINIMUM_SWEEP, 2 * len(hooks))
 
 
 NODE_HOOKS = NodeHookRegistry()

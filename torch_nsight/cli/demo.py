@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from importlib.resources import as_file
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
 from torch_nsight.cli.report import add_table_options, emit
-from torch_nsight.demo import RECORDED_WHAT, recorded_report
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
 if TYPE_CHECKING:
@@ -83,17 +81,20 @@ def recorded_profile(reason: str) -> Profile:
     Raises:
         TorchNsightError: the report is missing from the installed package.
     """
+    from importlib.resources import as_file
+
+    from torch_nsight import demo
     from torch_nsight.profile import load
 
-    resource = recorded_report()
+    resource = demo.recorded_report()
     if not resource.is_file():
         raise TorchNsightError(
             f"{reason}, and the recorded report is missing from the installed package "
             f"({resource}); reinstall torch_nsight, or pass your own report to "
             "`torch-nsight report`.")
     with as_file(resource) as path:
-        print(f"{reason}: reading the recorded report {path.name} ({RECORDED_WHAT}) "
-              "instead of profiling.", file=sys.stderr)
+        print(f"{reason}: reading the recorded report {path.name} "
+              f"({demo.RECORDED_WHAT}) instead of profiling.", file=sys.stderr)
         return load(path, cache=False)
 
 

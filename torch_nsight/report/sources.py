@@ -10,6 +10,7 @@ reader ran. Readers are tried in :data:`READERS` order; :func:`register_reader` 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -193,18 +194,60 @@ def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
                  for shape in value or ())
 
 
+def read_call_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read the rows of a calls file (:meth:`torch_nsight.capture.calls.CallRecorder.write`).
+
+    Args:
+        path: The JSON file.
+
+    Returns:
+        The rows, as :meth:`CallRecorder.rows` returns them (tuples for the range stack,
+        shapes and dtypes).
+
+    Raises:
+        ReportError: If the file is not JSON, not a torch_nsight calls file, of a newer
+            format, or a row lacks a field.
+        OSError: If the file cannot be read.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ReportError(f"{path} is not a torch_nsight calls file: it is not JSON "
+                          f"({err})") from err
+    if not isinstance(document, dict) or document.get("kind") != formats.CALLS_KIND:
+        kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
+        raise ReportError(f"{path} is not a torch_nsight calls file (kind {kind!r}, expected "
+                          f"{formats.CALLS_KIND!r}); pass the file written by CallRecorder.write()")
+    fmt = document.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > formats.CALLS_FORMAT:
+        raise ReportError(f"{path} is a calls file of format {fmt!r}; this torch_nsight reads "
+                          f"formats 1 to {formats.CALLS_FORMAT}: upgrade torch_nsight to read it")
+    rows = document.get("rows")
+    if not isinstance(rows, list):
+        raise ReportError(f"{path} has no list of rows: the file is damaged")
+    out = []
+    for index, row in enumerate(rows):
+        missing = [k for k in formats.CALLS_ROW_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ReportError(f"{path}: row {index} lacks {missing}: the file is damaged")
+        out.append({**row, "range_stack": tuple(row["range_stack"]),
+                    "input_shapes": tuple(tuple(s) for s in row["input_shapes"]),
+                    "input_dtypes": tuple(row["input_dtypes"]),
+                    "output_shapes": tuple(tuple(s) for s in row["output_shapes"]),
+                    "output_dtypes": tuple(row["output_dtypes"])})
+    return out
+
+
 def read_calls(path: Path) -> pd.DataFrame:
-    """Read a calls file written by ``instrument(model, record_calls=PATH)``.
+    """Read a calls file written by ``instrument(model, record_calls=PATH)`` as a raw calls
+    table.
 
     Raises:
         ReportError: it is not a calls file.
     """
-    try:
-        data = formats.read_tagged(path, formats.CALLS_KIND, formats.CALLS_FORMAT)
-    except formats.FormatError as err:
-        raise ReportError(f"{err}: pass a file written by "
-                          "torch_nsight.instrument(model, record_calls=PATH)") from err
-    return calls_frame(data.get("rows") or [], str(Path(path).resolve()))
+    return calls_frame(read_call_rows(path), str(Path(path).resolve()))
 
 
 class SavedProfile:
@@ -244,6 +287,8 @@ class SweepDirectory:
         frames, sources = [], []
         for child in manifest.get("children", []):
             report = child.get("report")
+            if report and not (path / report).is_file() and (path / f"{report}.xz").is_file():
+                report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
             if not report or not (path / report).is_file():
                 continue
             frame, meta = read_report(path / report, cache=options.cache,
