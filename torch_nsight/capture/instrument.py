@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import warnings
 import weakref
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from torch import nn
 
@@ -68,6 +71,7 @@ class Instrumentation:
         self._model = weakref.ref(model) if model is not None else None
         self._wrappers: list[tuple[weakref.ref[nn.Module], InstrumentedForward]] = []
         self._stack: RangeStack = STACK
+        self._calls: tuple[Any, Path] | None = None  # (CallRecorder, file) with record_calls
 
     def remove(self) -> None:
         """Restore every module's ``forward`` as it was before :func:`instrument`.
@@ -88,6 +92,7 @@ class Instrumentation:
             if _INSTRUMENTED.get(module) is self:
                 del _INSTRUMENTED[module]
         self._wrappers.clear()
+        self._write_calls()
         detached = NODE_HOOKS.detach(self)
         _ACTIVE.discard(self)
         closed = self._stack.close_owned(self)
@@ -96,6 +101,19 @@ class Instrumentation:
                            "thread (remove() was called inside a forward or backward?)", closed)
         logger.debug("torch_nsight: removed instrumentation of %d modules (%d autograd hooks "
                      "detached)", len(self.names), detached)
+
+    def _write_calls(self) -> None:
+        """Write the recorded calls table, if one was asked for (never raises)."""
+        if self._calls is None:
+            return
+        recorder, path = self._calls
+        self._calls = None
+        recorder.close()
+        try:
+            recorder.write(path)
+            logger.info("torch_nsight: wrote the calls table %s", path)
+        except OSError as err:
+            logger.warning("torch_nsight: could not write the calls table %s: %s", path, err)
 
     def __enter__(self) -> Instrumentation:
         return self
@@ -164,6 +182,7 @@ def instrument(
     backward: bool = True,
     enabled: bool | None = None,
     emitter: RangeEmitter | None = None,
+    record_calls: str | os.PathLike[str] | None = None,
 ) -> Instrumentation:
     """Put an NVTX push/pop range around the forward and backward of every submodule.
 
@@ -193,6 +212,12 @@ def instrument(
             detected (``TORCH_NSIGHT_INSTRUMENT=0`` forces off).
         emitter: Receiver of the push/pop events (default: an :class:`NvtxEmitter`); tests
             pass a :class:`~torch_nsight.capture.RecordingEmitter`.
+        record_calls: Also record the calls table of the first iteration (the model's first
+            forward and the backward after it: every aten op with its module, shapes,
+            dtypes, FLOPs and bytes) and write it to this file (``run.calls.json`` beside
+            ``run.ncu-rep`` is read with the report by :func:`torch_nsight.load`) when the
+            handle is removed (the end of the ``with`` block). Recording costs a dispatch
+            mode on that one iteration only; nothing when not enabled.
 
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already
@@ -259,6 +284,11 @@ def instrument(
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else NvtxEmitter()
+    if record_calls is not None:
+        from torch_nsight.capture.calls import CallRecorder
+
+        sink = CallRecorder(sink, first_iteration=True)
+        handle._calls = (sink, Path(record_calls))
 
     def make_range(message: str, name: str, *, is_module: bool = True,
                    names_ops: bool = True) -> Range:
