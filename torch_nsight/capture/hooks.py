@@ -118,20 +118,26 @@ class InstrumentedForward:
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:
-            sources: Any = _sources(args, kwargs)
-        else:  # the common single-input call
-            arg = args[0]
-            sources = ((node,) if isinstance(arg, _Tensor) and (node := arg.grad_fn) is not None
-                       else ())
+            sources = _sources(args, kwargs)
+            frame, output = _call_with_backward(self._forward, backward, self._body, module,
+                                                args, kwargs)
+            _watch(frame, output, sources)
+            return output
+        arg = args[0]  # the common single-input call
+        source = arg.grad_fn if isinstance(arg, _Tensor) else None
         frame, output = _call_with_backward(self._forward, backward, self._body, module,
                                             args, kwargs)
-        if isinstance(output, _Tensor):  # the common plain-tensor output
-            node = output.grad_fn
-            if node is not None and node not in sources:
-                _hook_of(node).opens.append(frame)
-                _watch_sources(frame, sources)
+        if not isinstance(output, _Tensor):
+            _watch(frame, output, [(source, arg)] if source is not None else [])
+            return output
+        node = output.grad_fn
+        if node is None or node is source:  # no graph, or the input returned as is
+            return output
+        _hook_of(node, output).opens.append(frame)
+        if source is None:
+            frame.deferred = True
         else:
-            _watch(frame, output, sources)
+            _input_hook_of(source, arg).closes.append(frame)
         return output
 
     def remove(self, module: nn.Module) -> None:
@@ -187,27 +193,28 @@ def _with_op_names(function: Callable[..., Any], namer: OpNamer) -> Callable[...
 # -- autograd node hooks --------------------------------------------------------------------
 
 
-class NodeHook:
+class NodeHook(dict):  # type: ignore[type-arg]
     """The one pre-hook torch_nsight sets on an autograd node, shared by every call that
     uses the node; running it is :meth:`RangeStack.run_node` of its two lists.
+
+    The object is also the hooks dict PyTorch calls (one entry), so that detaching it is
+    emptying it, and setting it costs no Python-level PyTorch code (see :func:`_set_hook`).
 
     Attributes:
         closes: Frames of the calls whose input the node produced.
         opens: Frames of the calls whose output it produced, innermost first.
-        handle: The ``RemovableHandle`` of the registered hook, or None once detached.
+        attached: False once :meth:`detach` ran.
+        handle: The ``RemovableHandle`` when the hook had to be set with
+            ``Node.register_prehook``, else None.
     """
 
-    __slots__ = ("closes", "opens", "handle", "__weakref__")
-
-    def __init__(self, node: Any) -> None:
-        self.closes: list[BackwardFrame] = []
-        self.opens: list[BackwardFrame] = []
-        self.handle: Any = node.register_prehook(
-            functools.partial(_run_node, self.closes, self.opens))
-        NODE_HOOKS.add(self)
+    __slots__ = ("closes", "opens", "attached", "handle", "__weakref__")
+    __hash__ = object.__hash__  # kept in a WeakSet, by identity
 
     def detach(self) -> None:
-        """Remove the hook from its node (a no-op when the node is gone)."""
+        """Remove the hook from its node (PyTorch then calls an empty hooks dict)."""
+        self.attached = False
+        self.clear()
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
@@ -219,17 +226,21 @@ class NodeHookRegistry:
     """The :class:`NodeHook` objects alive now, so that :meth:`detach` can reach them.
 
     Held weakly: a hook lives as long as its node (graphs die every step), and its entry
-    goes with it, so a long run keeps nothing.
+    goes with it, so a long run keeps nothing. Adding a hook and forgetting a dead one run
+    no Python code (a weak reference whose callback is the set's own ``discard``).
     """
 
     def __init__(self) -> None:
-        self._hooks: weakref.WeakSet[NodeHook] = weakref.WeakSet()
-        self.add: Callable[[NodeHook], None] = self._hooks.add
-        """Keep ``hook`` (called for every hook set)."""
+        self.refs: set[weakref.ref[NodeHook]] = set()
+        """Weak references to the hooks, each with ``refs.discard`` as its callback."""
+
+    def add(self, hook: NodeHook) -> None:
+        """Keep ``hook`` (the per-node path does the same inline)."""
+        self.refs.add(weakref.ref(hook, self.refs.discard))
 
     def live(self) -> list[NodeHook]:
-        """The hooks whose node still exists (attached or detached)."""
-        return list(self._hooks)
+        """The hooks whose node still exists (attached or not)."""
+        return [hook for ref in list(self.refs) if (hook := ref()) is not None]
 
     def detach(self, owner: object) -> int:
         """Take the frames of ``owner`` off every hook; detach the hooks left with none.
@@ -241,29 +252,75 @@ class NodeHookRegistry:
         for hook in self.live():
             for frames in (hook.closes, hook.opens):
                 frames[:] = [frame for frame in frames if frame.range.owner is not owner]
-            if hook.handle is not None and not hook.closes and not hook.opens:
+            if hook.attached and not hook.closes and not hook.opens:
                 hook.detach()
                 detached += 1
         return detached
 
 
 NODE_HOOKS = NodeHookRegistry()
-"""Every node hook of the process whose graph may still be alive."""
+"""Every node hook of the process whose node is still alive."""
+_remember, _forget, _weak = NODE_HOOKS.refs.add, NODE_HOOKS.refs.discard, weakref.ref
 
 
-def _hook_of(node: Any) -> NodeHook:
-    """The one pre-hook torch_nsight keeps on autograd node ``node`` (made on first use)."""
+def _hook_of(node: Any, tensor: Any) -> NodeHook:
+    """The one pre-hook torch_nsight keeps on autograd node ``node`` (set on first use).
+
+    ``tensor`` is a tensor whose ``grad_fn`` is ``node`` (an output, just returned), or
+    None.
+    """
     metadata = node.metadata
     hook = metadata.get(_HOOKS_KEY)
-    if hook is None or hook.handle is None:  # none yet, or detached by remove()
-        hook = metadata[_HOOKS_KEY] = NodeHook(node)
+    if hook is None or not hook.attached:  # none yet, or detached by remove()
+        hook = metadata[_HOOKS_KEY] = _set_hook(node, tensor)
+    return hook
+
+
+def _input_hook_of(node: Any, tensor: Any) -> NodeHook:
+    """:func:`_hook_of` for ``node`` taken from the input ``tensor`` before forward ran."""
+    metadata = node.metadata
+    hook = metadata.get(_HOOKS_KEY)
+    if hook is None or not hook.attached:
+        # the input may have been changed in place inside forward: it has a new node then
+        hook = metadata[_HOOKS_KEY] = _set_hook(node, tensor if tensor.grad_fn is node
+                                                else None)
+    return hook
+
+
+def _set_hook(node: Any, tensor: Any) -> NodeHook:
+    """Set a new :class:`NodeHook` on ``node``.
+
+    Through ``tensor`` when it is a plain tensor without hooks of its own: PyTorch's own
+    ``Tensor.register_hook`` path (the tensor's ``_backward_hooks`` dict, handed to
+    ``grad_fn._register_hook_dict``) with our dict, after which the tensor's attribute is
+    reset, so the user's hooks on it are left as they were. This costs a third of
+    ``Node.register_prehook``, which runs Python code and makes a handle for every node;
+    that is the fallback.
+    """
+    hook = NodeHook()
+    closes: list[BackwardFrame] = []
+    opens: list[BackwardFrame] = []
+    hook.closes, hook.opens, hook.attached, hook.handle = closes, opens, True, None
+    run = functools.partial(_run_node, closes, opens)
+    if type(tensor) is _Tensor and tensor._backward_hooks is None:
+        hook[0] = run
+        tensor._backward_hooks = hook
+        try:
+            node._register_hook_dict(tensor)
+        finally:
+            tensor._backward_hooks = None
+    else:
+        hook.handle = node.register_prehook(run)
+    _remember(_weak(hook, _forget))  # NODE_HOOKS.add(hook), without a Python call
     return hook
 
 
 def _sources(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-    sources = [node for t in args if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
+    """``(node, tensor)`` of each tensor input with an autograd node, keywords included."""
+    sources = [(node, t) for t in args
+               if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
     if kwargs:
-        sources += [node for t in kwargs.values()
+        sources += [(node, t) for t in kwargs.values()
                     if isinstance(t, _Tensor) and (node := t.grad_fn) is not None]
     return sources
 
@@ -272,11 +329,12 @@ def _watch_sources(frame: BackwardFrame, sources: Any) -> None:
     """Have the nodes that produced the call's inputs close ``frame`` (deferred if none)."""
     if not sources:
         frame.deferred = True
-    elif len(sources) == 1:
-        _hook_of(sources[0]).closes.append(frame)
-    else:
-        for node in dict.fromkeys(sources):
-            _hook_of(node).closes.append(frame)
+        return
+    seen = []
+    for node, tensor in sources:
+        if node not in seen:
+            seen.append(node)
+            _input_hook_of(node, tensor).closes.append(frame)
 
 
 def _watch(frame: BackwardFrame, output: Any, sources: Any) -> None:
@@ -287,14 +345,13 @@ def _watch(frame: BackwardFrame, output: Any, sources: Any) -> None:
     returned an input as is) has no backward of its own in this module and is skipped.
     """
     leaves = output if type(output) is tuple else tree_flatten(output)[0]
+    inputs = [node for node, _ in sources]
     nodes: list[Any] = []
     for leaf in leaves:
         if isinstance(leaf, _Tensor):
             node = leaf.grad_fn
-            if node is not None and node not in sources and node not in nodes:
+            if node is not None and node not in inputs and node not in nodes:
                 nodes.append(node)
-    if not nodes:
-        return
-    for node in nodes:
-        _hook_of(node).opens.append(frame)
-    _watch_sources(frame, sources)
+                _hook_of(node, leaf).opens.append(frame)
+    if nodes:
+        _watch_sources(frame, sources)

@@ -72,8 +72,28 @@ def normalize_op_name(func: Callable[..., Any]) -> str | None:
 
 
 _UNRESOLVED = object()
-# torch.compiler.is_compiling is new in PyTorch 2.3; torch._dynamo's has been there longer.
-_is_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+
+
+def _compiling_check() -> Callable[[], bool]:
+    """``torch.compiler.is_compiling`` in the cheapest form this PyTorch offers.
+
+    Each instrumented module call asks, so one trivial call is worth having: Dynamo reads
+    ``is_dynamo_compiling()`` as True while it traces, and export sets the flag that
+    ``is_compiling()`` also reads (it costs two Python calls). Before PyTorch 2.3 there is
+    only ``torch._dynamo.is_compiling``.
+    """
+    compiler = torch.compiler
+    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
+    if dynamo_compiling is None or not hasattr(compiler, "_is_compiling_flag"):
+        return getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
+
+    def is_compiling() -> bool:
+        return dynamo_compiling() or compiler._is_compiling_flag
+
+    return is_compiling
+
+
+_is_compiling = _compiling_check()
 
 
 class OpNamer(TorchFunctionMode):

@@ -107,6 +107,9 @@ class _Task:
 class BackwardFrame:
     """The backward range of one module call, made in its forward when gradients are on.
 
+    One is made for every call with gradients, so the fields that start the same are class
+    attributes until set (half the cost of setting six slots).
+
     Attributes:
         range: The module's backward range.
         parent: The frame of the instrumented call this one ran inside, or None.
@@ -117,16 +120,17 @@ class BackwardFrame:
         is_open: Whether the range is open now (on some thread).
     """
 
-    __slots__ = ("range", "parent", "deferred", "task", "graph_task", "is_open")
+    deferred = False
+    task: _Task | None = None
+    graph_task = -2
+    is_open = False
 
     def __init__(self, rng: Range, parent: BackwardFrame | None = None,
                  deferred: bool = False) -> None:
         self.range = rng
         self.parent = parent
-        self.deferred = deferred
-        self.task: _Task | None = None
-        self.graph_task = -2
-        self.is_open = False
+        if deferred:
+            self.deferred = True
 
     def inside(self, other: BackwardFrame) -> bool:
         """Whether this call ran inside ``other``'s call, or its module is a submodule."""
@@ -276,9 +280,15 @@ class RangeStack:
             opens: Frames to open.
             grad_outputs: The node's output gradients (unused: the hook only observes).
         """
-        for frame in closes:
-            if frame.is_open:
-                self.pop_backward(frame)
+        if closes:
+            state = self._local.state
+            stack = state.stack
+            for frame in closes:
+                if frame.is_open:
+                    if stack and stack[-1] is frame:  # pop_backward's common case
+                        self._close_top(state)
+                    else:
+                        self.pop_backward(frame)
         if opens:
             task_id = _graph_task_id()
             for frame in reversed(opens):

@@ -200,6 +200,7 @@ class JobRunner:
     def _record_calls(self, model: Any, args: Any, kwargs: Any) -> list[dict[str, Any]]:
         """The calls table of one un-profiled iteration (empty if recording fails)."""
         try:
+            self.recorder.clear()  # this shape's calls only
             with self.recorder.recording():
                 run_step(model, args, kwargs, self.job.backward, self.markers)
             self._sync()
