@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 FORMAT_VERSION = 2
 
@@ -27,8 +27,30 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class _Record:
+    """JSON in and out for the records below: tuple fields travel as lists."""
+
+    _TUPLES: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        out = asdict(self)  # type: ignore[call-overload]
+        for key in self._TUPLES:
+            out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
+        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        values = {k: v for k, v in data.items() if k in known}
+        for key in cls._TUPLES:
+            values[key] = tuple(_as_list(values.get(key)))
+        return cls(**values)
+
+
 @dataclass(frozen=True)
-class Source:
+class Source(_Record):
     """One file or folder the profile's rows were read from.
 
     Attributes:
@@ -55,24 +77,11 @@ class Source:
     has_module_ranges: bool = True
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        out = asdict(self)
-        out["gpu"], out["missing_metrics"] = list(self.gpu), list(self.missing_metrics)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Source:
-        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["gpu"] = tuple(_as_list(values.get("gpu")))
-        values["missing_metrics"] = tuple(values.get("missing_metrics") or ())
-        return cls(**values)
+    _TUPLES: ClassVar[tuple[str, ...]] = ("gpu", "missing_metrics")
 
 
 @dataclass(frozen=True)
-class SweepRecord:
+class SweepRecord(_Record):
     """What one :func:`torch_nsight.sweep` was asked to do and how each item ended.
 
     Attributes:
@@ -110,21 +119,7 @@ class SweepRecord:
                           "error": p.get("error"), "child": p.get("child")}
                          for p in self.problems]
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        out = asdict(self)
-        out["shapes"], out["variants"] = list(self.shapes), list(self.variants)
-        out["items"], out["problems"] = list(self.items), list(self.problems)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SweepRecord:
-        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        for key in ("shapes", "variants", "items", "problems"):
-            values[key] = tuple(values.get(key) or ())
-        return cls(**values)
+    _TUPLES: ClassVar[tuple[str, ...]] = ("shapes", "variants", "items", "problems")
 
 
 @dataclass(frozen=True)
