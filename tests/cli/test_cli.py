@@ -189,3 +189,19 @@ def test_verbose_after_the_subcommand(report: Path) -> None:
     assert args.verbose == 1  # the later -v counts on its own; neither is lost to a default
     args = build_parser().parse_args(["-v", "report", str(report)])
     assert args.verbose == 1
+
+
+def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sweep = Path(__file__).resolve().parents[1] / "data" / "sweep_stack"
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(sweep),
+                           "--table", "modules", "--depth", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "294 kernels" in proc.stdout and "rows replicated" in proc.stdout
+    lines = proc.stdout.splitlines()
+    for block in ("0", "1", "2", "3"):  # replicated blocks 2 and 3 are rows like the others
+        assert sum(f"· {block} " in line for line in lines) == 4  # 2 shapes x fwd/bwd

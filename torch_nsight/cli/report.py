@@ -76,7 +76,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Read Nsight Compute reports (.ncu-rep, .ncu-rep.xz) or profiles saved "
         "by Profile.save (.parquet), print a table, and optionally write tables and plots.")
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
-                        help="one .ncu-rep / .ncu-rep.xz per shape or run, or .parquet")
+                        help="reports (.ncu-rep, .ncu-rep.xz), saved profiles (.parquet), a "
+                             "sweep's output directory or a folder of reports")
     add_table_options(parser)
     for kind in TABLE_OUTPUTS:
         parser.add_argument(f"--{kind}", type=Path, default=None, metavar="OUT",
@@ -92,25 +93,22 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def read_profile(paths: Sequence[Path]) -> Profile:
-    """Load reports and saved profiles into one profile.
+    """Load reports, saved profiles and sweep directories into one profile
+    (:func:`torch_nsight.load`: its registry decides how each path is read).
 
     Args:
-        paths: ``.ncu-rep``/``.ncu-rep.xz`` reports and ``.parquet`` profiles.
+        paths: ``.ncu-rep``/``.ncu-rep.xz`` reports, ``.parquet`` profiles, sweep output
+            directories, folders of reports.
 
     Returns:
         The profile.
 
     Raises:
-        ReportError: a file is missing or unreadable.
+        ReportError: a path is missing, unreadable or not a source torch_nsight reads.
     """
-    from torch_nsight.profile import Profile, load
+    from torch_nsight.profile import load
 
-    saved = [p for p in paths if p.suffix.lower() == ".parquet"]
-    reports = [p for p in paths if p.suffix.lower() != ".parquet"]
-    profiles = [Profile.read(p) for p in saved]
-    if reports:
-        profiles.append(load(reports))
-    return profiles[0] if len(profiles) == 1 else Profile.concat(profiles)
+    return load(paths)
 
 
 def outputs(args: argparse.Namespace) -> list[Path | None]:
