@@ -109,6 +109,11 @@ def test_a_profile_is_not_changed_once_built(sweep_report: Profile) -> None:
     assert other.meta is sweep_report.meta
 
 
+def test_repr_never_raises_on_a_table_built_by_hand() -> None:
+    bare = Profile(pd.DataFrame())
+    assert "0 kernels" in repr(bare) and "torch_nsight Profile" in bare._repr_html_()
+
+
 def test_equality_and_repr_are_short_and_safe(sweep_report: Profile) -> None:
     assert sweep_report == sweep_report
     assert sweep_report != load(SWEEP, cache=False)  # same rows, another object
@@ -125,18 +130,28 @@ def test_rows_keep_their_provenance(sweep_report: Profile) -> None:
     assert set(k["source"]) == {str(SWEEP.resolve())}
 
 
-def test_several_unlabelled_reports_are_labelled_by_file_not_averaged(tmp_path: Path) -> None:
+def test_runs_of_one_shape_are_labelled_by_file_not_averaged(tmp_path: Path, caplog) -> None:
     first, second = tmp_path / "run_a.ncu-rep.xz", tmp_path / "run_b.ncu-rep.xz"
     shutil.copy(LLAMA, first)
     shutil.copy(LLAMA, second)
-    profile = load([first, second], cache=False)
-    # the recording labels its rows 1x512 through its sweep range; reports without such a
-    # label get their file's name, so the two runs stay apart
-    assert profile.shapes == ["1x512"]
-    plain = load([first, second], labels=["a", "b"], cache=False)
-    assert plain.shapes == ["1x512"]
-    assert [s.label for s in profile.meta.sources] == ["run_a", "run_b"]
-    assert [s.label for s in plain.meta.sources] == ["a", "b"]
+    one = load(first, cache=False)
+    both = load([first, second], cache=False)
+    # both recordings carry the sweep label 1x512: the file names tell the runs apart
+    assert both.shapes == ["1x512"] and both.variants == ["run_a", "run_b"]
+    tree, alone = both.modules(), one.modules()
+    for variant in ("run_a", "run_b"):
+        mine = tree[tree["variant"] == variant]
+        assert mine["inclusive_ns"].tolist() == alone["inclusive_ns"].tolist()
+    assert [s.label for s in both.meta.sources] == ["run_a", "run_b"]
+    named = load([first, second], labels=["tf32", "bf16"], cache=False)
+    assert named.variants == ["tf32", "bf16"]
+    # the same label twice averages them as runs of one thing, on purpose
+    runs = load([first, second], labels=["x", "x"], cache=False)
+    assert runs.variants == ["x"] and len(runs.modules()) == len(alone)
+    caplog.clear()
+    Profile.concat([one, load(second, cache=False)])
+    assert "averaged as runs" in caplog.text
+
 
 
 @pytest.mark.parametrize(("paths", "kwargs", "error"), [
@@ -284,7 +299,7 @@ def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
     copy = tmp_path / "again.ncu-rep.xz"
     copy.write_bytes(LLAMA.read_bytes())
     single = load(LLAMA, cache=False).modules()
-    double = load([LLAMA, copy], cache=False)
+    double = load([LLAMA, copy], labels=["run", "run"], cache=False)
     assert len(double.kernels) == 2 * len(load(LLAMA, cache=False).kernels)
     lined = double.modules()
     assert lined["path"].tolist() == single["path"].tolist()

@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as steps
+from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
 from torch_nsight.report.sources import ReadOptions, SourceData, expand_paths, read_source
@@ -205,7 +206,10 @@ class Profile:
 
         shapes = ", ".join(map(str, self.shapes)) or "unlabelled"
         variants = ", ".join(map(str, self.variants))
-        coverage = self.coverage
+        try:
+            coverage = self.coverage
+        except MissingMetricError:  # a table built by hand: say what can be said
+            coverage = float("nan")
         settings = describe_settings(self.meta.settings)
         return (f"{', '.join(self.gpus) or 'unknown GPU'}: {len(self.kernels)} kernels, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")
@@ -220,10 +224,13 @@ class Profile:
                 + ">")
 
     def _repr_html_(self) -> str:
+        try:
+            coverage = f"{100 * self.coverage:.1f}%"
+        except MissingMetricError:
+            coverage = "n/a"
         rows = [("GPU", ", ".join(self.gpus) or "unknown"), ("kernels", len(self.kernels)),
                 ("shapes", ", ".join(map(str, self.shapes)) or "unlabelled"),
-                ("coverage", f"{100 * self.coverage:.1f}%" if self.coverage == self.coverage
-                 else "n/a"),
+                ("coverage", coverage if coverage != "nan%" else "n/a"),
                 ("sources", len(self.meta.sources)), ("failures", len(self.failures))]
         if self.variants:
             rows.insert(3, ("variants", ", ".join(self.variants)))
@@ -231,7 +238,10 @@ class Profile:
                        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
                        for k, v in rows)
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        top = self.hotspots(n=5, by="time") if len(self.kernels) else None
+        try:
+            top = self.hotspots(n=5, by="time") if len(self.kernels) else None
+        except MissingMetricError:
+            top = None
         table = "" if top is None or top.empty else top.loc[
             :, [c for c in ("shape", "module", "direction", "kernel", "duration_ns", "bound")
                 if c in top]].to_html(index=False, float_format=lambda v: f"{v:,.0f}")
@@ -293,6 +303,12 @@ class Profile:
         joined = cls(_order(kernels), ProfileMeta.merge(p.meta for p in profiles),
                      pd.concat(calls, ignore_index=True) if calls else None)
         _warn_if_mixed(joined)
+        keys = [_label_keys(p.kernels) for p in profiles]
+        shared = set().union(*(a & b for i, a in enumerate(keys) for b in keys[i + 1:]))
+        if shared:
+            logger.warning("joined profiles share (variant, shape) labels %s: their rows are "
+                           "averaged as runs of one thing; load them with labels= (or "
+                           "label_rows each) to keep them apart", sorted(shared)[:3])
         return joined
 
 
@@ -350,9 +366,11 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
             a ``NAME.calls.json`` beside ``NAME.ncu-rep`` is read as its calls table), a
             profile saved by :meth:`Profile.save` (``.parquet``), a sweep's output
             directory (every row, replicated layers included), or a folder of reports.
-        labels: a label per path for rows no sweep range labels (the ``shape`` column).
-            Without it, several unlabelled sources are labelled by file name, so that
-            different runs are never averaged together silently.
+        labels: a label per path: rows without a shape label get it as their ``shape``;
+            rows with one (from a sweep) get it as their ``variant``, so that two runs of
+            one shape stay apart. Without it, sources whose labels would collide are
+            labelled by file name: different runs are never averaged together silently.
+            Give two paths the same label to average them as runs of one thing.
         shapes: the former name of ``labels``.
         calls: a calls file (``instrument(model, record_calls=PATH)``) for reports recorded
             by hand, when it is not beside the report.
@@ -366,7 +384,8 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
 
     Raises:
         TypeError: an argument has the wrong type.
-        ValueError: ``paths`` is empty, or ``labels`` has a different length.
+        ValueError: ``paths`` is empty, ``labels`` has a different length, or ``calls`` is
+            given with more than one path.
         ReportError: a file is missing, unreadable, or not a source torch_nsight reads.
         MissingMetricError: a source lacks a column the analysis needs.
     """
@@ -379,27 +398,34 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     options = ReadOptions(cache=cache, cache_dir=cache_dir)
     parts = [read_source(file, options) for file in files]
     if calls is not None:
+        if len(parts) != 1 or parts[0].analyzed:
+            raise ValueError("calls= gives the calls file of one report recorded by hand: pass "
+                             "that single .ncu-rep with it (a calls file beside each report, "
+                             "NAME.calls.json next to NAME.ncu-rep, is read without calls=)")
         from torch_nsight.report.sources import read_calls
 
         extra = read_calls(Path(calls))
-        parts[-1].calls = extra if parts[-1].calls is None else pd.concat(
-            [parts[-1].calls, extra], ignore_index=True)
-    auto = given is None and sum(not p.analyzed for p in parts) > 1
-    tables, call_tables = [], []
+        parts[0].calls = extra if parts[0].calls is None else pd.concat(
+            [parts[0].calls, extra], ignore_index=True)
+    tables = [_analysed(part) for part in parts]
+    call_tables = [None if p.calls is None or p.calls.empty
+                   else p.calls if p.analyzed else steps.attribute_calls(p.calls)
+                   for p in parts]
+    chosen = given if given is not None else _auto_labels(files, tables)
     sources: list[Source] = []
-    for file, part, label in zip(files, parts, given or [None] * len(files), strict=True):
-        label = label if label is not None else _label_of(file) if auto else None
-        part_sources = [dataclasses.replace(s, label=label) if label else s
-                        for s in part.sources]
-        sources.extend(part_sources)
-        tables.append(_analysed(part, label, part_sources))
-        if part.calls is not None and not part.calls.empty:
-            call_tables.append(_calls(part.calls, label, part.analyzed))
+    for index, (part, label) in enumerate(zip(parts, chosen, strict=True)):
+        sources.extend(dataclasses.replace(s, label=label) if label else s for s in part.sources)
+        if label:
+            tables[index] = steps.label_rows(tables[index], label)
+            if call_tables[index] is not None:
+                call_tables[index] = steps.label_rows(call_tables[index], label)
     kernels = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-    meta = ProfileMeta(tuple(sources), tuple(s for p in parts for s in p.sweeps),
-                       next((p.settings for p in parts if p.settings), {}))
+    kept_calls = [c for c in call_tables if c is not None]
+    meta = ProfileMeta.merge(ProfileMeta(tuple(part.sources), tuple(part.sweeps),
+                                         dict(part.settings)) for part in parts)
+    meta = dataclasses.replace(meta, sources=tuple(sources))
     profile = Profile(_order(kernels), meta,
-                      pd.concat(call_tables, ignore_index=True) if call_tables else None)
+                      pd.concat(kept_calls, ignore_index=True) if kept_calls else None)
     for note in profile.notes:
         logger.warning("%s", note)
     _warn_if_mixed(profile)
@@ -409,25 +435,39 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     return profile
 
 
-def _analysed(part: SourceData, label: str | None, sources: list[Source]) -> pd.DataFrame:
-    """The analysed kernel table of one source, labelled and with its provenance columns."""
+def _analysed(part: SourceData) -> pd.DataFrame:
+    """The analysed kernel table of one source, with its provenance columns."""
     if part.analyzed:
-        kernels = part.kernels.copy()
-    else:
-        kernels = steps.analyze(part.kernels, part.replication)
-        by_path = {s.path: s.metric_set for s in sources}
-        kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
-    if label is not None:
-        kernels = steps.label_shapes(kernels, {s: label for s in kernels["source"].unique()})
+        return part.kernels.copy()
+    kernels = steps.analyze(part.kernels, part.replication)
+    by_path = {s.path: s.metric_set for s in part.sources}
+    kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
     return kernels
 
 
-def _calls(calls: pd.DataFrame, label: str | None, analyzed: bool) -> pd.DataFrame:
-    out = calls if analyzed else steps.attribute_calls(calls)
-    if label is not None:
-        out = out.copy()
-        out["shape"] = out["shape"].where(out["shape"].notna(), label)
-    return out
+def _label_keys(table: pd.DataFrame) -> set[tuple[str, str]]:
+    keys = table.reindex(columns=["variant", "shape"]).astype(object)
+    keys = keys.where(keys.notna(), "")
+    return set(map(tuple, keys.drop_duplicates().to_numpy()))
+
+
+def _auto_labels(files: list[Path], tables: list[pd.DataFrame]) -> list[str | None]:
+    """Labels for sources whose (variant, shape) labels collide with another source's: the
+    file's name, so that different runs are never averaged together silently."""
+    keys = [_label_keys(t) for t in tables]
+    labels: list[str | None] = [None] * len(tables)
+    for i, mine in enumerate(keys):
+        if any(mine & other for j, other in enumerate(keys) if j != i):
+            labels[i] = _label_of(files[i])
+    named = [label for label in labels if label]
+    for i, label in enumerate(labels):
+        if label and named.count(label) > 1:
+            labels[i] = f"{label}#{i}"
+    if named:
+        logger.info("sources share shape labels; told apart by file name: %s",
+                    ", ".join(f"{files[i].name} -> {labels[i]}" for i in range(len(files))
+                              if labels[i]))
+    return labels
 
 
 __all__ = ["Profile", "load", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]

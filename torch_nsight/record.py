@@ -10,10 +10,13 @@ pandas, no torch.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from typing import Any, ClassVar
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2
 
@@ -175,8 +178,13 @@ class ProfileMeta:
         sweeps: list[SweepRecord] = []
         for meta in metas:
             sweeps.extend(s for s in meta.sweeps if s not in sweeps)
-        settings = next((m.settings for m in metas if m.settings), {})
-        return cls(tuple(sources), tuple(sweeps), dict(settings))
+        known = [m.settings for m in metas if m.settings]
+        summaries = {describe_settings(s) for s in known}
+        if len(summaries) > 1:
+            logger.warning("these profiles ran with different PyTorch settings (%s); the "
+                           "profile states the first one's", " vs ".join(
+                               sorted(s or "defaults" for s in summaries)))
+        return cls(tuple(sources), tuple(sweeps), dict(known[0]) if known else {})
 
 
 def _as_list(value: Any) -> list[Any]:

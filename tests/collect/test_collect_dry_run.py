@@ -146,8 +146,11 @@ def test_the_child_runs_the_users_settings_and_records_calls(tmp_path: Path, tf3
     profile = torch_nsight.sweep(cudnn_factory, [(4, 16)], backward=True, warmup=0,
                                  output_dir=tmp_path / "out", quiet=True, profiler=None)
     assert statuses(profile) == {(None, "4x16"): "ok"}
+    # recorded in the child, after its factory ran: the parent's TF32 and deterministic
+    # switches arrived there (apply_settings), and the factory's cudnn.benchmark shows too
     settings = profile.meta.settings
-    assert settings["summary"] and "TF32" in settings["summary"]
+    assert settings["cudnn.deterministic"] is True and settings["cudnn.benchmark"] is True
+    assert "TF32" in settings["summary"] and "cudnn.benchmark" in settings["summary"]
     assert "TF32" in profile.describe()
     # the calls table: every Linear's forward GEMM at the shape the child ran, 2*M*N*K FLOPs,
     # and the backward GEMMs under bwd: ranges, joined to kernels by module path

@@ -85,7 +85,18 @@ def test_the_calls_table_holds_every_projection_at_its_shape(sweep, module: str)
             assert gemm["input_shapes"].iloc[0][-2:] == ((rows_in, fan_in), (fan_in, fan_out))
             backward = calls[(calls["shape"] == shape) & (calls["module"] == name)
                              & (calls["direction"] == "bwd") & (calls["aten_op"] == "mm")]
-            assert sorted(backward["flops"]) == [2 * rows_in * fan_in * fan_out] * 2
+            # grad of the input and of the weight; one row with count 2 when their shapes match
+            flops = [f for f, n in zip(backward["flops"], backward["count"], strict=True)
+                     for _ in range(n)]
+            assert flops == [2 * rows_in * fan_in * fan_out] * 2
+
+
+def test_each_shape_holds_only_its_own_calls(sweep) -> None:
+    calls = sweep.calls
+    for shape in sweep.shapes:
+        others = {(BATCH, seq_of(s), HIDDEN) for s in sweep.shapes if s != shape}
+        mine = calls[calls["shape"] == shape]
+        assert not any(dims in others for shapes in mine["input_shapes"] for dims in shapes)
 
 
 def test_calls_join_kernels_on_module_path_direction_and_shape(sweep) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.attribute import UNATTRIBUTED, attribute, label_shapes
+from torch_nsight.analyze.attribute import UNATTRIBUTED, attribute, label_rows, label_shapes
 from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
@@ -25,7 +25,7 @@ from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
 
 __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
-    "needs", "check_columns", "label_shapes", "add_flops", "add_peaks", "add_roofline",
+    "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "UNATTRIBUTED",
 ]

@@ -130,3 +130,29 @@ def label_shapes(df: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:
               for shape, source in zip(shapes, out["source"], strict=True)]
     out["shape"] = pd.Series(filled, index=out.index, dtype=object)
     return out
+
+
+def label_rows(df: pd.DataFrame, label: str) -> pd.DataFrame:
+    """Label every row of one source: its ``shape`` where it has none, else its ``variant``
+    (``variant:label`` where it has one), so that the rows of different runs never fall
+    into one (variant, shape) group.
+
+    Args:
+        df: an attributed table (kernels or calls) of one source.
+        label: the source's label.
+
+    Returns:
+        A copy, labelled.
+    """
+    out = df.copy()
+    shapes = out["shape"] if "shape" in out else pd.Series(None, index=out.index, dtype=object)
+    variants = (out["variant"] if "variant" in out
+                else pd.Series(None, index=out.index, dtype=object))
+    has_shape = shapes.map(lambda v: isinstance(v, str) and v != "")
+    out["shape"] = pd.Series([s if ok else label for s, ok in zip(shapes, has_shape,
+                                                                   strict=True)],
+                             index=out.index, dtype=object)
+    out["variant"] = pd.Series(
+        [(f"{v}:{label}" if isinstance(v, str) and v else label) if ok else v
+         for v, ok in zip(variants, has_shape, strict=True)], index=out.index, dtype=object)
+    return out

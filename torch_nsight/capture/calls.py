@@ -137,6 +137,8 @@ class CallRecorder:
     Args:
         inner: Where the ranges go (default: an :class:`~torch_nsight.capture.NvtxEmitter`).
         first_iteration: Record the first iteration by itself (see above).
+        on_done: Called with the recorder once the first iteration is recorded (on the
+            thread that starts the next one; errors it raises are logged).
 
     Raises:
         TypeError: If ``inner`` has no ``push`` and ``pop`` methods.
@@ -155,7 +157,8 @@ class CallRecorder:
     """
 
     def __init__(self, inner: RangeEmitter | None = None, *,
-                 first_iteration: bool = False) -> None:
+                 first_iteration: bool = False,
+                 on_done: Callable[[CallRecorder], None] | None = None) -> None:
         if inner is None:
             from torch_nsight.capture.emitter import NvtxEmitter
 
@@ -177,6 +180,7 @@ class CallRecorder:
         self._root: str | None = None
         self._done = False  # first_iteration: the iteration was recorded, or close()d
         self._warned_record = False
+        self.on_done = on_done  # called once the first iteration is recorded
 
     # -- emitter protocol ------------------------------------------------------------------
 
@@ -273,6 +277,8 @@ class CallRecorder:
             elif message == self._root and threading.get_ident() == self._mode_thread:
                 self._done = True
                 self._stop()
+                if self.on_done is not None:
+                    self.on_done(self)
         except Exception as err:  # never into the model's forward
             logger.warning("torch_nsight: call recording failed and stopped: %s: %s",
                            type(err).__name__, err)

@@ -133,11 +133,11 @@ class InstrumentedForward:
         node = output.grad_fn
         if node is None or node is source:  # no graph, or the input returned as is
             return output
-        _hook_of(node, output).opens.append(frame)
+        _open_on(node, output, frame)
         if source is None:
             frame.deferred = True
         else:
-            _input_hook_of(source, arg).closes.append(frame)
+            _close_on(source, arg, frame)
         return output
 
     def remove(self, module: nn.Module) -> None:
@@ -197,23 +197,21 @@ class NodeHook(dict):  # type: ignore[type-arg]
     """The one pre-hook torch_nsight sets on an autograd node, shared by every call that
     uses the node; running it is :meth:`RangeStack.run_node` of its two lists.
 
-    The object is also the hooks dict PyTorch calls (one entry), so that detaching it is
-    emptying it, and setting it costs no Python-level PyTorch code (see :func:`_set_hook`).
+    The object is also the hooks dict PyTorch calls, with that one entry (see
+    :func:`_set_hook`): it is true while attached, and detaching it empties it.
 
     Attributes:
         closes: Frames of the calls whose input the node produced.
         opens: Frames of the calls whose output it produced, innermost first.
-        attached: False once :meth:`detach` ran.
         handle: The ``RemovableHandle`` when the hook had to be set with
             ``Node.register_prehook``, else None.
     """
 
-    __slots__ = ("closes", "opens", "attached", "handle", "__weakref__")
-    __hash__ = object.__hash__  # kept in a WeakSet, by identity
+    __slots__ = ("closes", "opens", "handle", "__weakref__")
+    __hash__ = object.__hash__  # kept in a set of weak references, by identity
 
     def detach(self) -> None:
         """Remove the hook from its node (PyTorch then calls an empty hooks dict)."""
-        self.attached = False
         self.clear()
         if self.handle is not None:
             self.handle.remove()
@@ -252,7 +250,7 @@ class NodeHookRegistry:
         for hook in self.live():
             for frames in (hook.closes, hook.opens):
                 frames[:] = [frame for frame in frames if frame.range.owner is not owner]
-            if hook.attached and not hook.closes and not hook.opens:
+            if hook and not hook.closes and not hook.opens:
                 hook.detach()
                 detached += 1
         return detached
@@ -263,47 +261,42 @@ NODE_HOOKS = NodeHookRegistry()
 _remember, _forget, _weak = NODE_HOOKS.refs.add, NODE_HOOKS.refs.discard, weakref.ref
 
 
-def _hook_of(node: Any, tensor: Any) -> NodeHook:
-    """The one pre-hook torch_nsight keeps on autograd node ``node`` (set on first use).
-
-    ``tensor`` is a tensor whose ``grad_fn`` is ``node`` (an output, just returned), or
-    None.
-    """
+def _open_on(node: Any, output: Any, frame: BackwardFrame) -> None:
+    """Have ``node``, which produced ``output`` just now, open ``frame`` when it runs."""
     metadata = node.metadata
     hook = metadata.get(_HOOKS_KEY)
-    if hook is None or not hook.attached:  # none yet, or detached by remove()
-        hook = metadata[_HOOKS_KEY] = _set_hook(node, tensor)
-    return hook
+    if hook:  # set, and not detached
+        hook.opens.append(frame)
+    else:
+        metadata[_HOOKS_KEY] = _set_hook(node, output, [], [frame])
 
 
-def _input_hook_of(node: Any, tensor: Any) -> NodeHook:
-    """:func:`_hook_of` for ``node`` taken from the input ``tensor`` before forward ran."""
+def _close_on(node: Any, tensor: Any, frame: BackwardFrame) -> None:
+    """Have ``node``, taken from the input ``tensor`` before forward ran, close ``frame``."""
     metadata = node.metadata
     hook = metadata.get(_HOOKS_KEY)
-    if hook is None or not hook.attached:
-        # the input may have been changed in place inside forward: it has a new node then
-        hook = metadata[_HOOKS_KEY] = _set_hook(node, tensor if tensor.grad_fn is node
-                                                else None)
-    return hook
+    if hook:
+        hook.closes.append(frame)
+    else:  # the input may have been changed in place inside forward: a new node then
+        metadata[_HOOKS_KEY] = _set_hook(node, tensor if tensor.grad_fn is node else None,
+                                         [frame], [])
 
 
-def _set_hook(node: Any, tensor: Any) -> NodeHook:
-    """Set a new :class:`NodeHook` on ``node``.
+def _set_hook(node: Any, tensor: Any, closes: list[BackwardFrame],
+              opens: list[BackwardFrame]) -> NodeHook:
+    """Set a new :class:`NodeHook` with these lists on ``node``.
 
-    Through ``tensor`` when it is a plain tensor without hooks of its own: PyTorch's own
-    ``Tensor.register_hook`` path (the tensor's ``_backward_hooks`` dict, handed to
-    ``grad_fn._register_hook_dict``) with our dict, after which the tensor's attribute is
-    reset, so the user's hooks on it are left as they were. This costs a third of
-    ``Node.register_prehook``, which runs Python code and makes a handle for every node;
-    that is the fallback.
+    Through ``tensor`` (whose ``grad_fn`` is ``node``) when it is a plain tensor without
+    hooks of its own: PyTorch's own ``Tensor.register_hook`` path (the tensor's
+    ``_backward_hooks`` dict, handed to ``grad_fn._register_hook_dict``) with our dict,
+    after which the tensor's attribute is reset, so the user's hooks on it are left as
+    they were. That runs no Python code; ``Node.register_prehook``, the fallback, runs
+    some and makes a handle for every node (three times the cost).
     """
     hook = NodeHook()
-    closes: list[BackwardFrame] = []
-    opens: list[BackwardFrame] = []
-    hook.closes, hook.opens, hook.attached, hook.handle = closes, opens, True, None
-    run = functools.partial(_run_node, closes, opens)
+    hook.closes, hook.opens, hook.handle = closes, opens, None
+    hook[0] = run = functools.partial(_run_node, closes, opens)
     if type(tensor) is _Tensor and tensor._backward_hooks is None:
-        hook[0] = run
         tensor._backward_hooks = hook
         try:
             node._register_hook_dict(tensor)
@@ -334,7 +327,7 @@ def _watch_sources(frame: BackwardFrame, sources: Any) -> None:
     for node, tensor in sources:
         if node not in seen:
             seen.append(node)
-            _input_hook_of(node, tensor).closes.append(frame)
+            _close_on(node, tensor, frame)
 
 
 def _watch(frame: BackwardFrame, output: Any, sources: Any) -> None:
@@ -352,6 +345,6 @@ def _watch(frame: BackwardFrame, output: Any, sources: Any) -> None:
             node = leaf.grad_fn
             if node is not None and node not in inputs and node not in nodes:
                 nodes.append(node)
-                _hook_of(node, leaf).opens.append(frame)
+                _open_on(node, leaf, frame)
     if nodes:
         _watch_sources(frame, sources)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import logging
 import os
@@ -215,9 +216,10 @@ def instrument(
         record_calls: Also record the calls table of the first iteration (the model's first
             forward and the backward after it: every aten op with its module, shapes,
             dtypes, FLOPs and bytes) and write it to this file (``run.calls.json`` beside
-            ``run.ncu-rep`` is read with the report by :func:`torch_nsight.load`) when the
-            handle is removed (the end of the ``with`` block). Recording costs a dispatch
-            mode on that one iteration only; nothing when not enabled.
+            ``run.ncu-rep`` is read with the report by :func:`torch_nsight.load`) as soon as
+            the model's forward is called again, else when the handle is removed or the
+            process exits. Recording costs a dispatch mode on that one iteration only;
+            nothing when not enabled.
 
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already
@@ -262,9 +264,17 @@ def instrument(
         raise TypeError("emitter must have push(message) and pop() methods, got "
                         f"{type(emitter).__name__}")
 
+    if record_calls is not None and not isinstance(record_calls, (str, os.PathLike)):
+        raise TypeError(f"record_calls must be a file path (str or os.PathLike) or None, got "
+                        f"{type(record_calls).__name__}")
+
     on, reason = resolve_enabled(enabled)
     if not on:
         logger.info("torch_nsight: not instrumenting %s: %s", type(model).__name__, reason)
+        if record_calls is not None:
+            logger.info("torch_nsight: not recording the calls table %s either (instrument() "
+                        "is off: pass enabled=True to record it without a profiler)",
+                        record_calls)
         return Instrumentation(model, reason)
 
     owner = _INSTRUMENTED.get(model)
@@ -287,8 +297,10 @@ def instrument(
     if record_calls is not None:
         from torch_nsight.capture.calls import CallRecorder
 
-        sink = CallRecorder(sink, first_iteration=True)
+        sink = CallRecorder(sink, first_iteration=True,
+                            on_done=lambda _recorder: handle._write_calls())
         handle._calls = (sink, Path(record_calls))
+        atexit.register(handle._write_calls)  # a script that never removes the handle
 
     def make_range(message: str, name: str, *, is_module: bool = True,
                    names_ops: bool = True) -> Range:

@@ -285,13 +285,16 @@ class RangeStack:
             stack = state.stack
             for frame in closes:
                 if frame.is_open:
-                    if stack and stack[-1] is frame:  # pop_backward's common case
-                        self._close_top(state)
+                    if stack and stack[-1] is frame:  # _close_top, inlined: per node
+                        stack.pop()
+                        state.frames -= 1
+                        frame.is_open = False
+                        frame.range.close()
                     else:
                         self.pop_backward(frame)
         if opens:
             task_id = _graph_task_id()
-            for frame in reversed(opens):
+            for frame in reversed(opens) if len(opens) > 1 else opens:
                 if frame.graph_task != task_id:  # not a second output's node, same pass
                     frame.graph_task = task_id
                     self.push_backward(frame, task_id)
@@ -302,21 +305,14 @@ class RangeStack:
         Backward ranges on top of the stack that ``frame`` is not inside are closed first.
         """
         state = self._local.state
-        task = None
-        if task_id >= 0:
-            task = state.tasks.get(task_id)
-            if task is None or task.done:
-                task = _Task(task_id)
-                state.tasks[task_id] = task
-                _queue_end_of_backward(self, task, threading.get_ident())
+        task = state.tasks.get(task_id)
+        if task is None or task.done:
+            task = self._begin_task(state, task_id)
         stack = state.stack
-        if state.frames and not (stack[-1] is frame.parent and frame.parent.task is task):
-            self._close_finished(state)
-            while stack:
-                top = stack[-1]
-                if type(top) is not BackwardFrame or frame.inside(top):
-                    break
-                self._close_top(state)
+        if state.frames:
+            parent = frame.parent
+            if stack[-1] is not parent or parent.task is not task:  # type: ignore[union-attr]
+                self._close_outside(state, frame)
         if frame.is_open:  # still open on another thread, or from a pass that did not end
             self._drop(frame)
         frame.task = task
@@ -381,6 +377,24 @@ class RangeStack:
             rng = entry  # type: ignore[assignment]
         rng.close()
         return rng
+
+    def _begin_task(self, state: _ThreadState, task_id: int) -> _Task | None:
+        """The :class:`_Task` of a backward pass starting on this thread (None outside one)."""
+        if task_id < 0:
+            return None
+        task = state.tasks[task_id] = _Task(task_id)
+        _queue_end_of_backward(self, task, threading.get_ident())
+        return task
+
+    def _close_outside(self, state: _ThreadState, frame: BackwardFrame) -> None:
+        """Close finished backward ranges, then those on top that ``frame`` is not inside."""
+        self._close_finished(state)
+        stack = state.stack
+        while stack:
+            top = stack[-1]
+            if type(top) is not BackwardFrame or frame.inside(top):
+                break
+            self._close_top(state)
 
     def _drop(self, frame: BackwardFrame) -> None:
         """Forget ``frame`` left open by an earlier pass on this thread (closing above it)."""

@@ -36,7 +36,7 @@ from torch import nn
 from torch_nsight.capture import instrument
 from torch_nsight.capture.calls import CallRecorder
 from torch_nsight.capture.replica import ReplicaMarkers
-from torch_nsight.capture.settings import apply_settings
+from torch_nsight.capture.settings import apply_settings, describe_settings, read_settings
 from torch_nsight.collect.child.siblings import check_siblings
 from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
 from torch_nsight.collect.shared.job import Assignment, Job, read_job
@@ -47,6 +47,12 @@ from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 logger = logging.getLogger(__name__)
 
 RESULT_FORMAT = 1
+
+
+def ran_with() -> dict[str, Any]:
+    """The global PyTorch settings in force now, with their one-line summary."""
+    settings = read_settings()
+    return {**settings, "summary": describe_settings(settings)}
 
 
 class StopRequested(BaseException):
@@ -113,6 +119,8 @@ class JobRunner:
                         self._fail(item, "failed", f"building the model failed: "
                                    f"{type(err).__name__}: {err}", traceback.format_exc())
                     continue
+                if "settings" not in self.result:  # what the model runs with, factory included
+                    self.result["settings"] = ran_with()
                 self.markers = ReplicaMarkers()
                 self.recorder = CallRecorder(self.markers)
                 with instrument(model, ops=self.job.ops, enabled=True, emitter=self.recorder):

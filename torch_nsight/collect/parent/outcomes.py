@@ -108,7 +108,8 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
         children.append({"name": outcome.spec.name, "report": usable,
                          "returncode": outcome.returncode, "stopped": outcome.stopped,
                          "seconds": outcome.seconds, "device": (outcome.results or {}).get(
-                             "device"), "torch": (outcome.results or {}).get("torch")})
+                             "device"), "torch": (outcome.results or {}).get("torch"),
+                         "settings": (outcome.results or {}).get("settings")})
     failed = [i for i in items if i.get("status") != "ok"]
     real = [i for i in items if i.get("shape") is not None]
     if not real:  # no child got as far as writing its results

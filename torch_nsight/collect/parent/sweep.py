@@ -288,9 +288,11 @@ def sweep(
             shapes=tuple(label for label, _ in pairs), variants=tuple(v for v in variants if v),
             options=options, items=tuple(items), problems=tuple(problems), commands=commands,
             output_dir=str(work) if keep else None, dry_run=ncu_path is None, created=now())
+        # what the child ran with: the parent's settings, and whatever its factory changed
+        ran = next((c["settings"] for c in children if c.get("settings")), settings)
         formats.write_manifest(work, {"record": record.to_dict(), "children": children,
                                       "replication": replication_groups(items),
-                                      "calls": calls, "settings": settings})
+                                      "calls": calls, "settings": ran})
         profile = _load_sweep(work, cache=keep)
         if derive:
             from torch_nsight.analyze import derive_columns
