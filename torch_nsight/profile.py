@@ -392,9 +392,13 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     if labels is not None and shapes is not None:
         raise TypeError("pass labels or shapes (its former name), not both")
     files = _paths(paths)
-    given = _check_labels(labels if labels is not None else shapes, files)
-    if given is None:
-        files = expand_paths(files)
+    expanded = expand_paths(files)
+    given = labels if labels is not None else shapes
+    if given is not None and len(expanded) != len(files):
+        raise ValueError("labels name one source each, but a folder of reports was given: "
+                         "pass its files one by one with a label each")
+    given = _check_labels(given, expanded)
+    files = expanded
     options = ReadOptions(cache=cache, cache_dir=cache_dir)
     parts = [read_source(file, options) for file in files]
     if calls is not None:

@@ -80,10 +80,14 @@ def test_failing_shape_keeps_the_others(caplog) -> None:
     assert len(failing) == 1  # said once, not once by the launcher and again at the end
 
 
-def test_every_shape_failing_raises() -> None:
+def test_every_shape_failing_raises_and_the_directory_says_why(tmp_path: Path) -> None:
     with pytest.raises(ShapeFailedError, match="4x16.*out of memory"):
         torch_nsight.sweep(Stack(2), [(4, 16)], make_inputs=make_inputs_failing_on_4,
-                           replicate=False, quiet=True, profiler=None)
+                           replicate=False, quiet=True, profiler=None,
+                           output_dir=tmp_path / "out")
+    after = torch_nsight.load(tmp_path / "out")
+    (failure,) = after.failures
+    assert failure["shape"] == "4x16" and "out of memory" in failure["error"]
 
 
 def test_hung_shape_times_out_and_the_rest_run() -> None:

@@ -149,6 +149,26 @@ def test_a_calls_file_can_be_given_separately(tmp_path: Path) -> None:
     assert len(given.calls) > 0
     with pytest.raises(ReportError, match="not a torch_nsight calls file"):
         torch_nsight.load(report, calls=SWEEP / "sweep.json", cache=False)
+    with pytest.raises(ValueError, match="one report recorded by hand"):
+        torch_nsight.load([report, HAND[1]], calls=DATA / "hand_s128.calls.json", cache=False)
+
+
+def test_a_missing_child_report_is_said(tmp_path: Path, caplog) -> None:
+    copy = shutil.copytree(SWEEP, tmp_path / "sweep")
+    manifest = json.loads((copy / "sweep.json").read_text())
+    manifest["children"].append({"name": "sweep-gpu1", "report": "sweep-gpu1.ncu-rep"})
+    (copy / "sweep.json").write_text(json.dumps(manifest))
+    profile = torch_nsight.load(copy, cache=False)
+    assert any("sweep-gpu1" in note and "missing" in note for note in profile.notes)
+    assert "sweep-gpu1" in caplog.text
+
+
+def test_labels_for_a_folder_are_refused(tmp_path: Path) -> None:
+    for path in HAND:
+        shutil.copy(path, tmp_path / path.name)
+    assert torch_nsight.load(tmp_path, cache=False).shapes == ["hand_s128", "hand_s512"]
+    with pytest.raises(ValueError, match="a folder of reports"):
+        torch_nsight.load(tmp_path, labels=["a"], cache=False)
 
 
 def test_emit_nvtx_ranges_are_named_on_every_load(tmp_path: Path, caplog) -> None:

@@ -10,6 +10,7 @@ reader ran. Readers are tried in :data:`READERS` order; :func:`register_reader` 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -285,11 +286,15 @@ class SweepDirectory:
             raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
         record = SweepRecord.from_dict(manifest.get("record") or {})
         frames, sources = [], []
+        missing: list[str] = []
         for child in manifest.get("children", []):
             report = child.get("report")
             if report and not (path / report).is_file() and (path / f"{report}.xz").is_file():
                 report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
-            if not report or not (path / report).is_file():
+            if not report:
+                continue
+            if not (path / report).is_file():
+                missing.append(f"{child.get('name')} ({report})")
                 continue
             frame, meta = read_report(path / report, cache=options.cache,
                                       cache_dir=options.cache_dir)
@@ -305,6 +310,10 @@ class SweepDirectory:
         if not frames and not record.dry_run:
             raise ReportError(f"the sweep directory {path} holds no readable report: every "
                               "child failed (see sweep.json and the *.log files there)")
+        if missing:
+            note = (f"the report of child {', '.join(missing)} is missing from {path}: the "
+                    "shapes it ran have no rows")
+            sources = [dataclasses.replace(s, note=note) for s in sources] or sources
         kernels = (pd.concat(frames, ignore_index=True) if frames
                    else empty_raw_table())
         calls = calls_frame(manifest.get("calls") or [], str(path.resolve()))

@@ -69,7 +69,8 @@ def replication_groups(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
-           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                      TorchNsightError | None]:
     """Decide what the children's work amounts to, before anything is loaded.
 
     Args:
@@ -77,15 +78,17 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
         dry_run: no ``ncu`` ran (no reports to check).
 
     Returns:
-        (items, children, problems): every (variant, shape) record, with what the parent
-        knows added (a child that died leaves its unfinished items failed); per child its
-        name and usable report file name (None when it has none); children whose report
-        cannot be used (child, error). Each failure is logged once, here.
+        (items, children, problems, fatal): every (variant, shape) record, with what the
+        parent knows added (a child that died leaves its unfinished items failed); per
+        child its name and usable report file name (None when it has none); children whose
+        report cannot be used (child, error); and the error that ends the sweep, if any
+        (:class:`ShapeFailedError` when every shape failed, :class:`NothingProfiledError`
+        or another :class:`TorchNsightError` when no child produced a usable report), for
+        the caller to raise once it has written down what happened. Each failure is
+        logged once, here.
 
     Raises:
         CounterPermissionError: counters not permitted.
-        ShapeFailedError: every (variant, shape) failed.
-        NothingProfiledError, TorchNsightError: no child produced a usable report.
     """
     errors: list[tuple[str, TorchNsightError]] = []
     items: list[dict[str, Any]] = []
@@ -112,16 +115,19 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
                          "settings": (outcome.results or {}).get("settings")})
     failed = [i for i in items if i.get("status") != "ok"]
     real = [i for i in items if i.get("shape") is not None]
+    fatal: TorchNsightError | None = None
     if not real:  # no child got as far as writing its results
-        raise errors[0][1] if errors else TorchNsightError(
+        fatal = errors[0][1] if errors else TorchNsightError(
             "the sweep's child wrote no results: " + str(items[0]["error"] if items else ""))
-    if len(failed) == len(items):
-        raise ShapeFailedError("every shape failed: " + "; ".join(
+    elif len(failed) == len(items):
+        fatal = ShapeFailedError("every shape failed: " + "; ".join(
             f"{f['shape']}{' (' + f['variant'] + ')' if f.get('variant') else ''}: {f['error']}"
             for f in failed[:5]) + ("" if len(failed) <= 5 else f"; and {len(failed) - 5} "
                                     "more (see the log)"))
-    if not dry_run and not any(c["report"] for c in children):
-        raise errors[0][1] if errors else TorchNsightError("no child produced a report")
+    elif not dry_run and not any(c["report"] for c in children):
+        fatal = errors[0][1] if errors else TorchNsightError("no child produced a report")
+    if fatal is not None:
+        return items, children, [], fatal
     problems = [{"child": name, "error": str(err)} for name, err in errors]
     for problem in problems:
         logger.warning("%s produced no usable report (its shapes are missing): %s",
@@ -130,4 +136,4 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
         logger.warning("shape %s%s %s: %s", item.get("shape"),
                        f" ({item['variant']})" if item.get("variant") else "",
                        item.get("status"), item.get("error"))
-    return items, children, problems
+    return items, children, problems, None

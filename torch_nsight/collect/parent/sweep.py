@@ -281,7 +281,7 @@ def sweep(
                                  profiling=ncu_path is not None)
         outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
                                 cwd=os.getcwd(), progress=progress)
-        items, children, problems = settle(outcomes, dry_run=ncu_path is None)
+        items, children, problems, fatal = settle(outcomes, dry_run=ncu_path is None)
         calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
                  for item in items for row in item.pop("calls", None) or []]
         record = SweepRecord(
@@ -293,6 +293,8 @@ def sweep(
         formats.write_manifest(work, {"record": record.to_dict(), "children": children,
                                       "replication": replication_groups(items),
                                       "calls": calls, "settings": ran})
+        if fatal is not None:  # what failed is written down in the manifest first
+            raise fatal
         profile = _load_sweep(work, cache=keep)
         if derive:
             from torch_nsight.analyze import derive_columns
