@@ -91,6 +91,8 @@ def record_by_hand(out: Path, ncu: str, name: str, workload: list[str], sections
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DATA)
+    parser.add_argument("--only", choices=("sweep", "hand"), default=None,
+                        help="record only the sweep directory, or only the reports by hand")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ncu = fixtures.find_ncu()
@@ -98,20 +100,22 @@ def main() -> int:
     chosen = METRIC_SETS["roofline"]
     metrics = [m for m in chosen.metrics if not m.startswith(("launch__", "device__"))
                and m.split(".")[0] in bases]
-    records = [record_sweep(args.out)]
-    for seq in (128, 512):
+    records = [] if args.only == "hand" else [record_sweep(args.out)]
+    for seq in (128, 512) if args.only != "sweep" else ():
         name = f"hand_s{seq}"
         records.append(record_by_hand(
             args.out, ncu, name, ["--seq", str(seq), "--calls",
                                   str(args.out / f"{name}.calls.json")],
             chosen.sections, metrics))
-    records.append(record_by_hand(args.out, ncu, "emit_nvtx", ["--seq", "128", "--emit-nvtx"],
-                                  ("SpeedOfLight",), []))
+    if args.only != "sweep":
+        records.append(record_by_hand(args.out, ncu, "emit_nvtx",
+                                      ["--seq", "128", "--emit-nvtx"], ("SpeedOfLight",), []))
     summary = {"device": fixtures.gpu_name(), "torch": torch.__version__,
                "ncu": subprocess.run([ncu, "--version"], capture_output=True,
                                      text=True).stdout.strip().splitlines()[-1],
                "date": dt.date.today().isoformat(), "records": records}
-    (args.out / "recorded_sources.json").write_text(json.dumps(summary, indent=1))
+    name = "recorded_sources.json" if args.only is None else f"recorded_sources_{args.only}.json"
+    (args.out / name).write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1)[:6000])
     return 0
 
