@@ -345,3 +345,9 @@ def test_reports_lacking_metrics_fall_back_and_say_so() -> None:
     assert not no_tensor["flops_complete"].any()
     assert no_tensor["pct_of_roof"].isna().all()
     assert (no_tensor["basis"] == "none").all() and no_tensor["bound"].isna().all()
+
+
+def test_module_tree_keeps_the_sweeps_shape_order(sweep_report: Profile) -> None:
+    # as strings 1x1024x1024 would sort before 1x256x1024
+    assert list(pd.unique(sweep_report.modules()["shape"])) == [
+        "1x256x1024", "1x1024x1024", "1x4096x1024"]

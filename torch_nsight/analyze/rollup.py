@@ -150,9 +150,12 @@ def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
 
 
 def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:
-    """Sort parents before children and siblings by first launch (a depth-first walk)."""
+    """Sort labels by first launch (a sweep's shapes in the order they ran, not as strings:
+    ``4x256`` before ``4x1024``), then parents before children and siblings by first launch
+    (a depth-first walk)."""
     first = {(tuple(r[k] for k in (*LABELS, "direction")), r["path"]): r["order"]
              for _, r in tree.iterrows()}
+    label_first = tree.groupby(list(LABELS), sort=False)["order"].min().to_dict()
 
     def key(row: pd.Series) -> tuple[object, ...]:
         group = tuple(row[k] for k in (*LABELS, "direction"))
@@ -160,7 +163,9 @@ def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:
         walk = tuple(first.get((group, PATH_SEP.join(parts[: i + 1])), 0)
                      for i in range(len(parts)))
         direction_rank = {"fwd": 0, "bwd": 1}.get(row["direction"], 2)
-        return (row["variant"], row["shape"], direction_rank, row["path"] == UNATTRIBUTED, walk)
+        label = (row["variant"], row["shape"])
+        return (label_first.get(label, 0), label, direction_rank, row["path"] == UNATTRIBUTED,
+                walk)
 
     order = sorted(range(len(tree)), key=lambda i: key(tree.iloc[i]))
     return tree.iloc[order]
