@@ -27,6 +27,7 @@ from torch_nsight.errors import (
 
 if TYPE_CHECKING:
     from torch_nsight.capture import Instrumentation, instrument
+    from torch_nsight.capture.step import step
     from torch_nsight.collect import sweep
     from torch_nsight.profile import Profile, load
 
@@ -35,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "instrument",
     "Instrumentation",
+    "step",
     "sweep",
     "load",
     "Profile",
@@ -50,6 +52,7 @@ __all__ = [
 ]
 
 _LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.capture",
+         "step": "torch_nsight.capture.step",
          "sweep": "torch_nsight.collect", "load": "torch_nsight.profile",
          "Profile": "torch_nsight.profile"}
 

@@ -272,7 +272,8 @@ def check_extra_args(args: Sequence[str]) -> list[str]:
 
 def build_command(ncu: str, *, report: str | os.PathLike[str], metric_set: MetricSet,
                   app: Sequence[str], metrics: Sequence[str] | None = None,
-                  exclude_replicas: bool = True, extra_args: Sequence[str] = ()) -> list[str]:
+                  exclude_replicas: bool = True, extra_args: Sequence[str] = (),
+                  measured_only: bool = True) -> list[str]:
     """Build the ``ncu`` argument list that profiles the sweep's measured iterations.
 
     Args:
@@ -284,12 +285,16 @@ def build_command(ncu: str, *, report: str | os.PathLike[str], metric_set: Metri
             :func:`filter_metrics`.
         exclude_replicas: leave out kernels inside the child's ``replica`` start/end range.
         extra_args: more ``ncu`` arguments, placed before the application.
+        measured_only: profile only kernels inside the ``measure`` start/end range (the
+            sweep's measured iterations, the steps chosen with ``torch_nsight.step()``);
+            False profiles every kernel the application launches.
 
     Returns:
         The argument list (for ``subprocess``; no shell involved).
     """
-    cmd = [ncu, "--clock-control", "none", "--target-processes", "application-only",
-           "--nvtx", "--nvtx-include", f"{DOMAIN}@{MEASURE_MESSAGE}"]
+    cmd = [ncu, "--clock-control", "none", "--target-processes", "application-only", "--nvtx"]
+    if measured_only:
+        cmd += ["--nvtx-include", f"{DOMAIN}@{MEASURE_MESSAGE}"]
     if exclude_replicas:
         cmd += ["--nvtx-exclude", f"{DOMAIN}@{REPLICA_MESSAGE}"]
     for section in metric_set.sections:

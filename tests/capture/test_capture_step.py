@@ -1,0 +1,89 @@
+"""torch_nsight.step(): which steps open the measured ranges, and what they are named."""
+
+from __future__ import annotations
+
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.attribute import attribute_ranges
+from torch_nsight.capture.step import STEPS_ENV, parse_steps, reset_steps, step
+from torch_nsight.naming import MEASURE_MESSAGE
+
+UNDER_NCU = {"NVTX_INJECTION64_PATH": "/opt/nvidia/libnvtx-injection.so"}
+
+
+class Ranges:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+        self.open: dict[int, str] = {}
+
+    def start_range(self, message: str) -> int:
+        handle = len(self.events)
+        self.open[handle] = message
+        self.events.append(("start", message))
+        return handle
+
+    def end_range(self, handle: int) -> None:
+        self.events.append(("end", self.open.pop(handle)))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_count():
+    reset_steps()
+    yield
+    reset_steps()
+
+
+@pytest.mark.parametrize(("text", "chosen"), [("3", [3]), ("10:12", [10, 11]),
+                                              ("0:1", [0])])
+def test_parse_steps(text: str, chosen: list[int]) -> None:
+    assert list(parse_steps(text)) == chosen
+    assert 10**9 in parse_steps("5:")
+
+
+@pytest.mark.parametrize("text", ["a", "3:2", "-1:4", "1:x", ""])
+def test_parse_steps_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="steps"):
+        parse_steps(text)
+
+
+def test_only_the_chosen_steps_open_the_measured_ranges() -> None:
+    ranges = Ranges()
+    env = {**UNDER_NCU, STEPS_ENV: "1:3"}
+    measured = []
+    for _ in range(5):
+        with step(environ=env, emitter=ranges) as current:
+            measured.append(current.measured)
+    assert measured == [False, True, True, False, False]
+    starts = [m for kind, m in ranges.events if kind == "start"]
+    assert starts == [MEASURE_MESSAGE, "sweep;variant=;shape=;run=1",
+                      MEASURE_MESSAGE, "sweep;variant=;shape=;run=2"]
+    assert not ranges.open  # every range ended
+    # the reporter reads the step index back as the kernels' run
+    _, _, run, *_ = attribute_ranges((), tuple(starts[:2]), ())
+    assert run == 1
+
+
+def test_no_ranges_without_a_selection_or_without_a_profiler() -> None:
+    ranges = Ranges()
+    for env in ({STEPS_ENV: "0:5"}, UNDER_NCU, {}):
+        reset_steps()
+        with step(environ=env) as current:
+            assert not current.measured
+    with step(environ={STEPS_ENV: "0:9"}, emitter=ranges):
+        pass
+    assert len(ranges.events) == 4  # an explicit emitter stands for the profiler (tests)
+
+
+def test_explicit_indices_and_a_range_closed_by_an_exception() -> None:
+    ranges = Ranges()
+    env = {**UNDER_NCU, STEPS_ENV: "7"}
+    with pytest.raises(RuntimeError), step(7, environ=env, emitter=ranges):
+        raise RuntimeError("the step failed")
+    assert [kind for kind, _ in ranges.events] == ["start", "start", "end", "end"]
+    with pytest.raises(ValueError, match="index"):
+        step(-1)
+
+
+def test_public_name() -> None:
+    assert torch_nsight.step is step

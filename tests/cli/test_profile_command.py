@@ -1,0 +1,121 @@
+"""torch-nsight profile on a CPU-only machine: the command line it builds, the rank choice,
+usage errors, and a fake ncu that writes a real recorded report and passes the app's exit
+status on."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.profile import current_rank, parse_ranks
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[2]
+RECORDED = DATA / "hand_s128.ncu-rep.xz"
+
+FAKE_NCU = """#!{python}
+import lzma, shutil, subprocess, sys
+args = sys.argv[1:]
+if args[:1] == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler")
+    print("Version 2025.3.1.0 (build 36398880) (public-release)")
+    raise SystemExit(0)
+if "--query-metrics" in args:
+    raise SystemExit(0)
+if "{mode}" == "denied":
+    print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
+          "GPU Performance Counters on the target device 0.")
+    raise SystemExit(1)
+out = args[args.index("-o") + 1]
+app = args[args.index("-o") + 2:]
+print("==PROF== Connected to process 1234 (/usr/bin/python3)")
+code = subprocess.run(app).returncode
+with lzma.open("{report}") as src, open(out + ".ncu-rep", "wb") as dst:
+    shutil.copyfileobj(src, dst)
+print("==PROF== Report: " + out + ".ncu-rep")
+raise SystemExit(code)
+"""
+
+
+def fake_ncu(tmp_path: Path, mode: str = "ok") -> Path:
+    path = tmp_path / "ncu"
+    path.write_text(FAKE_NCU.format(python=sys.executable, mode=mode, report=RECORDED))
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "torch_nsight", "profile", *args],
+                          capture_output=True, text=True, cwd=cwd, env=full, timeout=300)
+
+
+def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
+    with_steps = cli("--dry-run", "--steps", "10:12", "--", "python", "train.py", "--lr",
+                     "3e-4", cwd=tmp_path)
+    assert with_steps.returncode == 0, with_steps.stderr
+    line = with_steps.stdout.splitlines()[0]
+    assert line.startswith("TORCH_NSIGHT_STEPS=10:12 ")
+    assert "--nvtx-include torch_nsight@measure" in line and "--clock-control none" in line
+    assert line.endswith("python train.py --lr 3e-4")
+    assert "# metrics (roofline): gpu__time_duration.sum" in with_steps.stdout
+    every = cli("--dry-run", "--launch-skip", "100", "--launch-count", "50", "--", "python",
+                "train.py", cwd=tmp_path)
+    first = every.stdout.splitlines()[0]
+    assert "--nvtx-include" not in first and "--launch-skip 100 --launch-count 50" in first
+    assert "torch_nsight.step()" in every.stdout  # how to add the marker
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--"], "no command to profile"),
+    (["--steps", "5:2", "--", "python", "x.py"], "--steps"),
+    (["--ranks", "0", "--", "python", "x.py"], "run torch-nsight inside torchrun"),
+    (["--ranks", "a", "--", "python", "x.py"], "--ranks"),
+])
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = cli(*args, cwd=tmp_path, env={"RANK": ""})
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("torch-nsight: error:") and message in line
+
+
+def test_ranks_not_chosen_run_plainly_and_keep_their_exit_status(tmp_path: Path) -> None:
+    proc = cli("--ranks", "0", "--", sys.executable, "-c", "raise SystemExit(3)",
+               cwd=tmp_path, env={"RANK": "1"})
+    assert proc.returncode == 3
+    assert not (tmp_path / "torch_nsight_profile").exists()
+
+
+def test_rank_selection() -> None:
+    assert parse_ranks("0,2") == {0, 2} and parse_ranks(None) is None
+    with pytest.raises(UsageError):
+        parse_ranks("-1")
+    assert current_rank({"RANK": "3", "LOCAL_RANK": "1"}) == 3
+    assert current_rank({"LOCAL_RANK": "1"}) == 1 and current_rank({}) is None
+
+
+def test_a_profiled_run_prints_its_hotspots_and_passes_the_exit_status_on(
+        tmp_path: Path) -> None:
+    ncu = fake_ncu(tmp_path)
+    proc = cli("--ncu", str(ncu), "--steps", "0:1", "--", sys.executable, "-c",
+               "import sys; print('training'); sys.exit(2)", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr  # the script failed: its status, report kept
+    assert "training" in proc.stderr  # the script's own output is shown
+    assert "40 kernels" in proc.stdout and "mlp.gate_proj" in proc.stdout
+    assert (tmp_path / "torch_nsight_profile" / "report.ncu-rep").is_file()
+    again = cli("--ncu", str(ncu), "--", sys.executable, "-c", "pass", cwd=tmp_path)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+
+def test_counters_not_permitted(tmp_path: Path) -> None:
+    proc = cli("--ncu", str(fake_ncu(tmp_path, "denied")), "--", sys.executable, "-c", "pass",
+               cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "ERR_NVGPUCTRPERM" in proc.stderr and "NVreg_RestrictProfilingToAdminUsers" in proc.stderr

@@ -1,0 +1,141 @@
+"""``torch_nsight.step()``: mark the steps of a training or inference loop.
+
+    for batch in loader:
+        with torch_nsight.step():
+            train_step(batch)
+
+Under ``torch-nsight profile --steps 10:12 -- python train.py`` the chosen steps run inside
+the start/end range ``measure`` that ``ncu --nvtx-include torch_nsight@measure`` profiles
+(start/end ranges, unlike push/pop ones, also cover the kernels autograd launches from its
+own thread), with a label range that gives their rows ``run`` = the step's index. The steps
+to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Without a profiler
+attached, a step costs one attribute lookup and a counter increment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+
+from torch_nsight.capture.detect import detect_profiler
+from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["step", "STEPS_ENV", "parse_steps", "reset_steps"]
+
+STEPS_ENV = "TORCH_NSIGHT_STEPS"
+
+
+def parse_steps(text: str) -> range:
+    """Read a step selection: ``12`` (one step), ``10:12`` (10 and 11), ``10:`` (10 on).
+
+    Raises:
+        ValueError: the text is not of that form (the message quotes it).
+    """
+    start, sep, stop = text.strip().partition(":")
+    if not start and not sep:
+        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
+                         "B excluded)")
+    try:
+        first = int(start) if start else 0
+        if not sep:
+            return range(first, first + 1)
+        last = int(stop) if stop else 2**62
+    except ValueError:
+        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
+                         "B excluded)") from None
+    if first < 0 or last <= first:
+        raise ValueError(f"steps {text!r}: need 0 <= A < B")
+    return range(first, last)
+
+
+_COUNTER = {"next": 0}
+_LOCK = threading.Lock()
+
+
+def reset_steps() -> None:
+    """Start counting steps from 0 again (for tests, or a second loop to measure)."""
+    with _LOCK:
+        _COUNTER["next"] = 0
+
+
+def _chosen(environ: Mapping[str, str]) -> range | None:
+    text = environ.get(STEPS_ENV)
+    if text is None:
+        return None
+    try:
+        return parse_steps(text)
+    except ValueError as err:
+        logger.warning("torch_nsight: ignoring %s: %s", STEPS_ENV, err)
+        return None
+
+
+class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
+    """Mark one step of a loop; the steps chosen by ``torch-nsight profile --steps`` (or
+    :data:`STEPS_ENV`) run inside the ranges that Nsight Compute profiles.
+
+    Steps are numbered from 0 in the order they start, across the whole process.
+
+    Args:
+        index: the step's index, if the loop keeps its own count (else the next one).
+        environ: where to read the selection from (default ``os.environ``; for tests).
+        emitter: where start/end ranges go: an object with ``start_range(message)`` ->
+            handle and ``end_range(handle)`` (default: the ``nvtx`` package; for tests).
+    """
+
+    __slots__ = ("index", "_handles", "_environ", "_emitter")
+
+    def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
+                 emitter: object | None = None) -> None:
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool)
+                                  or index < 0):
+            raise ValueError(f"index must be an int >= 0 or None, got {index!r}")
+        with _LOCK:
+            if index is None:
+                index = _COUNTER["next"]
+            _COUNTER["next"] = index + 1
+        self.index = index
+        self._handles: list[object] = []
+        self._environ = os.environ if environ is None else environ
+        self._emitter = emitter
+
+    @property
+    def measured(self) -> bool:
+        """Whether this step runs inside the profiled ranges."""
+        chosen = _chosen(self._environ)
+        if chosen is None:
+            return False
+        return self.index in chosen and (self._emitter is not None
+                                         or detect_profiler(self._environ) is not None)
+
+    def __enter__(self) -> step:
+        if self.measured:
+            start = self._start_range
+            self._handles = [start(MEASURE_MESSAGE),
+                             start(format_measure_range(run=self.index))]
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        for handle in reversed(self._handles):
+            self._end_range(handle)
+        self._handles = []
+
+    def _start_range(self, message: str) -> object:
+        if self._emitter is not None:
+            return self._emitter.start_range(message)  # type: ignore[attr-defined]
+        import nvtx
+
+        return nvtx.start_range(message, domain=DOMAIN)
+
+    def _end_range(self, handle: object) -> None:
+        if self._emitter is not None:
+            self._emitter.end_range(handle)  # type: ignore[attr-defined]
+            return
+        import nvtx
+
+        nvtx.end_range(handle)

@@ -1,0 +1,258 @@
+"""``torch-nsight profile [options] -- python train.py ARGS...``: your own script under ncu.
+
+Runs the command under Nsight Compute with the flags torch_nsight needs (NVTX on, the
+sweep's metric set; ``instrument()`` in the script sees the profiler by itself), writes the
+report into ``--out``, then prints the hotspot table as ``report`` would.
+
+* ``--steps 10:12``: only the steps the loop marks with ``torch_nsight.step()`` whose index
+  is chosen (10 and 11) are profiled, backward included. Without the marker, ``--launch-skip``
+  and ``--launch-count`` pass through to ncu.
+* ``--ranks 0``: under ``torchrun --no-python``, each rank runs ``torch-nsight profile``; the
+  chosen ranks (``RANK``, else ``LOCAL_RANK``) run under ncu, one report each
+  (``report-rank0.ncu-rep``), the others run plainly.
+* ``--dry-run`` prints the command it would run and the metrics it collects.
+
+The script's exit status is passed on; a partial report is kept and read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
+from torch_nsight.cli.report import add_table_options
+
+logger = logging.getLogger(__name__)
+
+STEPS_ENV = "TORCH_NSIGHT_STEPS"  # read by torch_nsight.step() (capture.step.STEPS_ENV)
+METRIC_SET_CHOICES = ("roofline", "lean", "full")
+MARKER_HINT = ("to profile chosen steps, mark the loop: `for batch in loader: with "
+               "torch_nsight.step(): train_step(batch)` and pass --steps A:B")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``profile`` subcommand.
+
+    Args:
+        subparsers: the top-level parser's subparsers.
+
+    Returns:
+        The subcommand's parser.
+    """
+    parser = subparsers.add_parser(
+        "profile", help="run your own script under ncu and print its hotspots",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        usage="%(prog)s [options] -- COMMAND [ARGS...]")
+    parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_profile"),
+                        metavar="DIR", help="folder for the report(s) (default: "
+                        "./torch_nsight_profile)")
+    parser.add_argument("--steps", default=None, metavar="A:B",
+                        help="profile only the steps torch_nsight.step() numbers A to B-1 "
+                             "(or N: one step)")
+    parser.add_argument("--ranks", default=None, metavar="R[,R...]",
+                        help="under torchrun --no-python: profile only these ranks, run the "
+                             "others plainly")
+    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
+                        help="what ncu collects (default: roofline: FLOPs, bytes, "
+                             "speed-of-light; lean: fewer replay passes; full: everything)")
+    parser.add_argument("-k", "--kernel-name", default=None, metavar="REGEX",
+                        help="profile only kernels whose name matches (ncu -k)")
+    parser.add_argument("--launch-skip", type=int, default=None, metavar="N",
+                        help="skip the first N kernel launches (scripts without the marker)")
+    parser.add_argument("--launch-count", type=int, default=None, metavar="N",
+                        help="profile at most N kernel launches")
+    parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
+                        help="one more ncu argument (repeat for several)")
+    parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
+    parser.add_argument("--timeout", type=float, default=None, metavar="S",
+                        help="stop the command after S seconds (its partial report is kept)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the ncu command line and the metrics, run nothing")
+    add_table_options(parser)
+    add_force(parser)
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="the command to profile, after --")
+    return parser
+
+
+def parse_ranks(text: str | None) -> set[int] | None:
+    """``0`` or ``0,2`` -> a set of ranks; None stays None.
+
+    Raises:
+        UsageError: not a comma-separated list of ints >= 0.
+    """
+    if text is None:
+        return None
+    try:
+        ranks = {int(part) for part in text.split(",") if part.strip()}
+    except ValueError:
+        raise UsageError(f"--ranks {text!r}: expected ranks like 0 or 0,1") from None
+    if not ranks or min(ranks) < 0:
+        raise UsageError(f"--ranks {text!r}: expected ranks like 0 or 0,1")
+    return ranks
+
+
+def current_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
+    """This process's rank as torchrun sets it (``RANK``, else ``LOCAL_RANK``), or None."""
+    for name in ("RANK", "LOCAL_RANK"):
+        value = environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command to profile: write it after --, e.g. "
+                         "`torch-nsight profile --steps 10:12 -- python train.py`")
+    return command
+
+
+def ncu_command(args: argparse.Namespace, command: Sequence[str], report: Path, ncu: str,
+                known: frozenset[str] | None = None) -> tuple[list[str], list[str]]:
+    """The ``ncu`` argument list for ``command`` and the metrics it collects (only those this
+    ncu knows, when ``known`` gives the metric base names it lists)."""
+    from torch_nsight.collect.shared import ncu as ncu_cli
+
+    chosen = ncu_cli.resolve_metric_set(args.metric_set)
+    extra: list[str] = []
+    if args.kernel_name:
+        extra += ["-k", f"regex:{args.kernel_name}", "--kernel-name-base", "demangled"]
+    if args.launch_skip is not None:
+        extra += ["--launch-skip", str(args.launch_skip)]
+    if args.launch_count is not None:
+        extra += ["--launch-count", str(args.launch_count)]
+    extra += ncu_cli.check_extra_args(args.ncu_arg)
+    metrics = list(chosen.metrics) if known is None else ncu_cli.filter_metrics(chosen.metrics,
+                                                                                known)
+    built = ncu_cli.build_command(ncu, report=report.with_suffix(""), metric_set=chosen,
+                                  app=command, metrics=metrics, exclude_replicas=False,
+                                  extra_args=extra, measured_only=args.steps is not None)
+    return built, metrics
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.steps is not None:
+        from torch_nsight.capture.step import parse_steps
+
+        try:
+            parse_steps(args.steps)
+        except ValueError as err:
+            raise UsageError(f"--steps: {err}") from None
+    for name in ("launch_skip", "launch_count"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {value}")
+    if args.timeout is not None and args.timeout <= 0:
+        raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout}")
+
+
+def run_plainly(command: Sequence[str]) -> int:
+    """Run ``command`` without a profiler (a rank that is not profiled); its exit status."""
+    try:
+        return subprocess.run(list(command), check=False).returncode
+    except FileNotFoundError:
+        raise UsageError(f"command not found: {command[0]}") from None
+
+
+def _run_under_ncu(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, Any]:
+    from torch_nsight.collect.shared.ncu import NcuOutput
+
+    output = NcuOutput()
+    try:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, bufsize=1)
+    except FileNotFoundError:
+        raise UsageError(f"could not start {cmd[0]}") from None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            output.feed(line.rstrip("\n"))
+            sys.stderr.write(line)
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        code = proc.wait()
+        logger.warning("stopped the command after its %s s timeout", timeout)
+    return code, output
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torch-nsight profile``.
+
+    Returns:
+        The command's exit status (0 when it succeeded).
+
+    Raises:
+        UsageError: no command, bad options, or --ranks outside torchrun.
+        OutputExistsError: the report exists without ``--force``.
+        NcuNotFoundError, CounterPermissionError, NothingProfiledError: from ncu.
+    """
+    command = _command(args)
+    _check(args)
+    ranks = parse_ranks(args.ranks)
+    rank = current_rank(os.environ)
+    if ranks is not None:
+        if rank is None:
+            raise UsageError("--ranks needs RANK or LOCAL_RANK: run torch-nsight inside "
+                             "torchrun, e.g. `torchrun --nproc-per-node 2 --no-python "
+                             "torch-nsight profile --ranks 0 -- python train.py`")
+        if rank not in ranks:
+            logger.info("rank %d is not profiled: running it plainly", rank)
+            return run_plainly(command)
+    name = "report" if rank is None or ranks is None else f"report-rank{rank}"
+    report = args.out / f"{name}.ncu-rep"
+    from torch_nsight.collect.shared import ncu as ncu_cli
+
+    if args.dry_run:
+        try:
+            ncu = ncu_cli.find_ncu(args.ncu)
+        except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
+            ncu = args.ncu or "ncu"
+        cmd, metrics = ncu_command(args, command, report, ncu)
+        env_part = f"{STEPS_ENV}={shlex.quote(args.steps)} " if args.steps else ""
+        print(env_part + shlex.join(cmd))
+        print(f"# metrics ({args.metric_set}): " + ", ".join(metrics))
+        if args.steps is None:
+            print(f"# every kernel is profiled; {MARKER_HINT}")
+        return 0
+    ncu = ncu_cli.find_ncu(args.ncu)
+    ncu_cli.ncu_version(ncu)
+    args.out.mkdir(parents=True, exist_ok=True)
+    check_outputs([report], args.force)
+    cmd, _ = ncu_command(args, command, report, ncu, ncu_cli.known_metric_bases(ncu))
+    env = dict(os.environ)
+    if args.steps is not None:
+        env[STEPS_ENV] = args.steps
+    else:
+        logger.warning("no --steps: every kernel the command launches is profiled (slow for "
+                       "a whole training run); %s", MARKER_HINT)
+    code, output = _run_under_ncu(cmd, env, args.timeout)
+    ncu_cli.raise_for_output(output, report_exists=report.is_file(), returncode=code,
+                             why_nothing=_why_nothing(args))
+    from torch_nsight.cli.report import emit
+    from torch_nsight.profile import load
+
+    emit(load(report), args)
+    print(f"report: {report}", file=sys.stderr)
+    return code
+
+
+def _why_nothing(args: argparse.Namespace) -> str:
+    if args.steps is not None:
+        return (f"No kernel ran inside a step chosen by --steps {args.steps}: does the loop "
+                "mark its steps with `with torch_nsight.step():`, and does it run that many "
+                "steps?")
+    return ("No kernel was profiled: does the command launch CUDA kernels on a GPU, and do "
+            "-k / --launch-skip / --launch-count leave any?")
