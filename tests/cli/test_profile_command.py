@@ -119,3 +119,15 @@ def test_counters_not_permitted(tmp_path: Path) -> None:
                cwd=tmp_path)
     assert proc.returncode == 1
     assert "ERR_NVGPUCTRPERM" in proc.stderr and "NVreg_RestrictProfilingToAdminUsers" in proc.stderr
+
+
+def test_a_real_profile_of_chosen_steps_holds_only_them() -> None:
+    # recorded on the H200 with `torch-nsight profile --steps 3:5` (tests/data/README.md)
+    import torch_nsight
+
+    profile = torch_nsight.load(DATA / "profile_steps.ncu-rep.xz", cache=False)
+    k = profile.kernels
+    assert sorted(k["run"].unique().tolist()) == [3, 4]
+    per_step = k.groupby(["run", "direction"], dropna=False).size().unstack()
+    assert per_step.loc[3].tolist() == per_step.loc[4].tolist()  # the same step twice
+    assert (per_step["bwd"] > 0).all() and (per_step["fwd"] > 0).all()  # backward kept
