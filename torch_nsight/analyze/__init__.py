@@ -19,6 +19,7 @@ from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
+from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
@@ -27,7 +28,7 @@ __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
-    "next_step", "normalize", "UNATTRIBUTED",
+    "next_step", "normalize", "compare_profiles", "UNATTRIBUTED",
 ]
 
 
