@@ -1,6 +1,7 @@
 """Python cost of ``torch_nsight.instrument`` per module call, on the CPU (no GPU needed).
 
     PYTHONPATH=$PWD python bench/instrument_cpu_cost.py [--modules 200] [--rounds 9]
+        [--baseline HEAD]
 
 No NVTX tool is attached here, so the ``nvtx`` package hands out a do-nothing domain, as it
 does on a GPU machine without a profiler: what is measured is exactly the Python work that
@@ -17,7 +18,9 @@ overhead; each line gives the median time per module call and the extra over pla
   training path (forward and backward ranges).
 
 A GPT-2-like model (``GPT2Small(n_layer=2)``, batch 2, seq 64) gives the training-step
-cost on a real model shape as well.
+cost on a real model shape as well. With ``--baseline REV_OR_DIR`` the two ``instrument``
+lines are also timed for the package at that git revision or in that folder (see
+``bench/instrument_overhead.py``), interleaved with the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +41,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch_nsight  # noqa: E402
+from bench.instrument_overhead import load_baseline  # noqa: E402
 from examples.models import GPT2Small  # noqa: E402
 
 
@@ -64,7 +69,8 @@ def median_seconds(step: Callable[[], None], repeat: int, rounds: int) -> float:
     return statistics.median(samples)
 
 
-def chain_costs(modules: int, rounds: int) -> list[tuple[str, float, float | None]]:
+def chain_costs(modules: int, rounds: int, baseline: Any = None,
+                rev: str = "") -> list[tuple[str, float, float | None]]:
     torch.manual_seed(0)
     model = nn.Sequential(*(nn.Linear(8, 8) for _ in range(modules)))
     calls = modules + 1  # the Sequential itself
@@ -86,6 +92,12 @@ def chain_costs(modules: int, rounds: int) -> list[tuple[str, float, float | Non
         ("train plain", train, contextlib.nullcontext),
         ("train instrument", train, lambda: torch_nsight.instrument(model, enabled=True)),
     ]
+    if baseline is not None:
+        variants += [
+            (f"instrument fwd (no_grad) @{rev}", forward,
+             lambda: baseline.instrument(model, enabled=True)),
+            (f"train instrument @{rev}", train, lambda: baseline.instrument(model, enabled=True)),
+        ]
     times: dict[str, list[float]] = {name: [] for name, _, _ in variants}
     for _ in range(rounds):  # interleaved, so drift hits every variant alike
         for name, step, context in variants:
@@ -124,12 +136,18 @@ def main() -> int:
     parser.add_argument("--modules", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--no-gpt2", action="store_true", help="skip the GPT-2-like step")
+    parser.add_argument("--baseline", metavar="REV_OR_DIR",
+                        help="also time the package at this git revision (e.g. HEAD) or in "
+                             "this folder")
+    parser.add_argument("--baseline-label", help="its name in the table (default: REV_OR_DIR)")
     args = parser.parse_args()
+    baseline = load_baseline(args.baseline) if args.baseline else None
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}; chain of {args.modules} nn.Linear(8, 8), batch 1")
     print("| variant | µs per module call | extra µs per call |")
     print("|---|---:|---:|")
-    for name, median, extra in chain_costs(args.modules, args.rounds):
+    for name, median, extra in chain_costs(args.modules, args.rounds, baseline,
+                                           args.baseline_label or args.baseline or ""):
         extra_text = "" if extra is None else f"{extra * 1e6:+.2f}"
         print(f"| {name} | {median * 1e6:.2f} | {extra_text} |")
     if not args.no_gpt2:

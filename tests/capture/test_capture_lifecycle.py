@@ -267,7 +267,9 @@ def test_public_names() -> None:
 
 
 def run_python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    # Keep the caller's own path entries (the GPU machine installs nvtx with --target).
+    paths = [str(REPO), str(REPO / "tests"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     return subprocess.run([sys.executable, *args, "-c", code] if not args else
                           [sys.executable, *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=120)

@@ -1,12 +1,11 @@
 """The per-module wrapper behind :func:`torch_nsight.instrument`, and its autograd hooks.
 
 Each instrumented module gets an instance attribute ``forward`` holding an
-:class:`InstrumentedForward`, which has the range stack
-(:data:`~torch_nsight.capture.stack.STACK`) open the module's range around the module's own
-forward (closed in ``finally``, so ranges balance when forward raises). No PyTorch module
-hook is registered, so ``nn.Module.__call__`` stays on its fast path; the wrapper sees
-positional and keyword inputs alike. While Dynamo compiles, it falls straight through to
-the original forward.
+:class:`InstrumentedForward`, a :class:`~torch_nsight.capture.stack.RangedForward` that
+opens the module's range around the module's own forward (closed in ``finally``, so ranges
+balance when forward raises). No PyTorch module hook is registered, so
+``nn.Module.__call__`` stays on its fast path; the wrapper sees positional and keyword
+inputs alike. While Dynamo compiles, it falls straight through to the original forward.
 
 Backward ranges use autograd node pre-hooks set on the graph the forward built, only when
 gradients are enabled and an output needs one (the decode path pays nothing for them):
@@ -17,13 +16,14 @@ gradients are enabled and an output needs one (the decode path pays nothing for 
   the engine does once everything that needs its outputs, the module's own ops included,
   has run.
 
-A node gets one pre-hook however many calls use it (:class:`NodeHook`), which hands its
-lists to :meth:`~torch_nsight.capture.stack.RangeStack.run_node`. No tensor is wrapped or
+A node gets one pre-hook however many calls use it (:class:`NodeHook`); running it is
+:meth:`~torch_nsight.capture.stack.RangeStack.run_node` of the frames it closes and opens:
+the stack owns every rule, this module only finds the nodes. No tensor is wrapped or
 replaced (PyTorch's ``BackwardHook`` returns views of the inputs and outputs, which breaks
 in-place ops such as ``nn.ReLU(inplace=True)`` or ``out += x``). The hooks run on the thread
 that runs the backward node; the per-thread stack keeps the ranges nested.
 
-Every hook's handle is kept (:data:`NODE_HOOKS`) while its graph lives, so that
+Every hook stays reachable while its node lives (:data:`NODE_HOOKS`, weakly), so that
 :meth:`Instrumentation.remove` detaches the hooks of graphs built before it.
 """
 
@@ -40,8 +40,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from torch_nsight.capture.ops import OpNamer, _is_compiling
-from torch_nsight.capture.stack import STACK, BackwardFrame, Range
+from torch_nsight.capture.ops import OpNamer
+from torch_nsight.capture.stack import STACK, BackwardFrame, Range, RangedForward
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +49,6 @@ __all__ = ["InstrumentedForward", "install_forward", "NodeHook", "NodeHookRegist
            "NODE_HOOKS"]
 
 _Tensor = torch.Tensor
-_grad_enabled = torch.is_grad_enabled
-_call = STACK.call
 _call_with_backward = STACK.call_with_backward
 _run_node = STACK.run_node
 _MISSING = object()
@@ -83,50 +81,47 @@ def _plain_forward(module: nn.Module, previous: Any) -> Any:
     return types.MethodType(type(module).forward, module)
 
 
-class InstrumentedForward:
+class InstrumentedForward(RangedForward):
     """Stands in for one module's ``forward``: ranges around the original one.
 
-    Holds the module weakly (no reference cycle through the module's ``__dict__``). A
+    The forward range is :class:`~torch_nsight.capture.stack.RangedForward`'s; this class
+    adds the backward range (:meth:`call_with_backward`). Holds the module weakly. A
     pickled or deep-copied model (``torch.save(model)``, ``copy.deepcopy``) gets the plain
     bound ``forward`` in its place: the copy is not instrumented.
     """
 
-    __slots__ = ("_module", "_function", "_body", "_previous", "_forward", "_backward")
+    __slots__ = ("previous",)
 
     def __init__(self, module: nn.Module, forward: Range, backward: Range | None,
                  namer: OpNamer | None) -> None:
         previous = module.__dict__.get("forward", _MISSING)
-        self._previous = previous
+        self.previous = previous
         if previous is _MISSING:
-            self._function = type(module).forward  # called as function(module, ...)
+            self.function = type(module).forward  # called as function(module, ...)
         else:  # another tool replaced forward already: call it, and restore it on remove()
-            self._function = _call_previous(previous)
+            self.function = _call_previous(previous)
         # what runs inside the range: the forward, inside the op-naming mode if any
-        self._body = (self._function if namer is None
-                      else _with_op_names(self._function, namer))
-        self._module = weakref.ref(module)
-        self._forward = forward
-        self._backward = backward
+        self.body = self.function if namer is None else _with_op_names(self.function, namer)
+        self.tracked = namer is not None
+        self.module = weakref.ref(module)
+        self.forward_range = forward
+        self.backward_range = backward
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        module = self._module()
-        if _is_compiling():
-            return self._function(module, *args, **kwargs)
-        backward = self._backward
-        if backward is None or not _grad_enabled():
-            return _call(self._forward, self._body, module, args, kwargs)
+    def call_with_backward(self, module: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+        """Call with gradients enabled: the forward range, and hooks for the backward one."""
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:
             sources = _sources(args, kwargs)
-            frame, output = _call_with_backward(self._forward, backward, self._body, module,
-                                                args, kwargs)
+            frame, output = _call_with_backward(self.forward_range, self.backward_range,
+                                                self.body, module, args, kwargs)
             _watch(frame, output, sources)
             return output
         arg = args[0]  # the common single-input call
         source = arg.grad_fn if isinstance(arg, _Tensor) else None
-        frame, output = _call_with_backward(self._forward, backward, self._body, module,
-                                            args, kwargs)
+        frame, output = _call_with_backward(self.forward_range, self.backward_range, self.body,
+                                            module, args, kwargs)
         if not isinstance(output, _Tensor):
             _watch(frame, output, [(source, arg)] if source is not None else [])
             return output
@@ -148,17 +143,17 @@ class InstrumentedForward:
                 "torch_nsight: %s.forward was replaced after instrument(); left in place "
                 "(this wrapper now only calls through)", type(module).__name__)
             return
-        if self._previous is _MISSING:
+        if self.previous is _MISSING:
             del module.__dict__["forward"]
         else:
-            module.__dict__["forward"] = self._previous
+            module.__dict__["forward"] = self.previous
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        previous = None if self._previous is _MISSING else self._previous
-        return (_plain_forward, (self._module(), previous))
+        previous = None if self.previous is _MISSING else self.previous
+        return (_plain_forward, (self.module(), previous))
 
     def __repr__(self) -> str:
-        return f"<torch_nsight forward of {self._forward.message!r}>"
+        return f"<torch_nsight forward of {self.forward_range.message!r}>"
 
 
 class _RemovedForward(InstrumentedForward):
@@ -167,7 +162,7 @@ class _RemovedForward(InstrumentedForward):
     __slots__ = ()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._function(self._module(), *args, **kwargs)
+        return self.function(self.module(), *args, **kwargs)
 
 
 def _call_previous(previous: Any) -> Callable[..., Any]:
@@ -296,13 +291,19 @@ def _set_hook(node: Any, tensor: Any, closes: list[BackwardFrame],
     hook = NodeHook()
     hook.closes, hook.opens, hook.handle = closes, opens, None
     hook[0] = run = functools.partial(_run_node, closes, opens)
-    if type(tensor) is _Tensor and tensor._backward_hooks is None:
-        tensor._backward_hooks = hook
+    through_tensor = type(tensor) is _Tensor and tensor._backward_hooks is None
+    if through_tensor:
         try:
-            node._register_hook_dict(tensor)
-        finally:
-            tensor._backward_hooks = None
-    else:
+            tensor._backward_hooks = hook
+            try:
+                node._register_hook_dict(tensor)
+            finally:
+                tensor._backward_hooks = None
+        except (AttributeError, TypeError, RuntimeError) as err:  # a PyTorch without it
+            logger.debug("torch_nsight: setting an autograd hook through the tensor failed "
+                         "(%s); using Node.register_prehook", err)
+            through_tensor = False
+    if not through_tensor:
         hook.handle = node.register_prehook(run)
     _remember(_weak(hook, _forget))  # NODE_HOOKS.add(hook), without a Python call
     return hook

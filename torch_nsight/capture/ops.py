@@ -20,6 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode, _pop_mode
 
 from torch_nsight.capture.stack import Range, RangeStack
+from torch_nsight.capture.stack import is_compiling as _is_compiling
 
 logger = logging.getLogger(__name__)
 
@@ -74,26 +75,6 @@ def normalize_op_name(func: Callable[..., Any]) -> str | None:
 _UNRESOLVED = object()
 
 
-def _compiling_check() -> Callable[[], bool]:
-    """``torch.compiler.is_compiling`` in the cheapest form this PyTorch offers.
-
-    Each instrumented module call asks, so one trivial call is worth having: Dynamo reads
-    ``is_dynamo_compiling()`` as True while it traces, and export sets the flag that
-    ``is_compiling()`` also reads (it costs two Python calls). Before PyTorch 2.3 there is
-    only ``torch._dynamo.is_compiling``.
-    """
-    compiler = torch.compiler
-    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
-    if dynamo_compiling is None or not hasattr(compiler, "_is_compiling_flag"):
-        return getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
-
-    def is_compiling() -> bool:
-        return dynamo_compiling() or compiler._is_compiling_flag
-
-    return is_compiling
-
-
-_is_compiling = _compiling_check()
 
 
 class OpNamer(TorchFunctionMode):

@@ -6,9 +6,11 @@ per thread. A range is popped only when it is on top of that list; anything else
 repaired (stale ranges above it are closed) or refused, and explained in the log, so that
 one missed hook never leaves the profiler's stack shifted for the rest of the run.
 
-This module owns that logic; the hooks (:mod:`torch_nsight.capture.hooks`) only call it:
-:meth:`RangeStack.call` and :meth:`RangeStack.call_with_backward` around a module's
-forward, :meth:`RangeStack.run_node` from an autograd node's pre-hook.
+This module owns that logic, and the hooks (:mod:`torch_nsight.capture.hooks`) only call
+it: each instrumented module's ``forward`` is a :class:`RangedForward` (its range around
+the module's own forward), which with gradients enabled calls
+:meth:`RangeStack.call_with_backward`; the pre-hook of an autograd node is
+:meth:`RangeStack.run_node` of the frames that node closes and opens.
 
 A backward range is a :class:`BackwardFrame`, one per module call made with gradients
 enabled. It is opened when the first gradient of the call's outputs arrives, and closed by
@@ -35,12 +37,14 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 if TYPE_CHECKING:
     from torch_nsight.capture.emitter import RangeEmitter
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Range", "BackwardFrame", "RangeStack", "STACK"]
+__all__ = ["Range", "BackwardFrame", "RangeStack", "RangedForward", "STACK", "is_compiling"]
 
 
 class Range:
@@ -107,9 +111,6 @@ class _Task:
 class BackwardFrame:
     """The backward range of one module call, made in its forward when gradients are on.
 
-    One is made for every call with gradients, so the fields that start the same are class
-    attributes until set (half the cost of setting six slots).
-
     Attributes:
         range: The module's backward range.
         parent: The frame of the instrumented call this one ran inside, or None.
@@ -120,17 +121,16 @@ class BackwardFrame:
         is_open: Whether the range is open now (on some thread).
     """
 
-    deferred = False
-    task: _Task | None = None
-    graph_task = -2
-    is_open = False
+    __slots__ = ("range", "parent", "deferred", "task", "graph_task", "is_open")
 
     def __init__(self, rng: Range, parent: BackwardFrame | None = None,
                  deferred: bool = False) -> None:
         self.range = rng
         self.parent = parent
-        if deferred:
-            self.deferred = True
+        self.deferred = deferred
+        self.task: _Task | None = None
+        self.graph_task = -2
+        self.is_open = False
 
     def inside(self, other: BackwardFrame) -> bool:
         """Whether this call ran inside ``other``'s call, or its module is a submodule."""
@@ -147,12 +147,32 @@ class BackwardFrame:
         return f"BackwardFrame({self.range.message!r}, deferred={self.deferred})"
 
 
-def _graph_task_id() -> int:
-    global _graph_task_id
-    import torch
+_graph_task_id: Callable[[], int] = torch._C._current_graph_task_id
+_grad_enabled = torch.is_grad_enabled
 
-    _graph_task_id = torch._C._current_graph_task_id  # type: ignore[assignment]
-    return _graph_task_id()
+
+def _compiling_check() -> tuple[Callable[[], bool], Any]:
+    """The cheapest check that Dynamo or export is tracing, as (function, flag holder).
+
+    Dynamo reads ``torch.compiler.is_dynamo_compiling()`` as True while it traces; export
+    sets ``torch.compiler._is_compiling_flag``. ``torch.compiler.is_compiling()`` reads
+    both, in two Python calls; every instrumented module call asks, so it is worth one.
+    Before PyTorch 2.3 there is only ``torch._dynamo.is_compiling``.
+    """
+    compiler = torch.compiler
+    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
+    if dynamo_compiling is None or not hasattr(compiler, "_is_compiling_flag"):
+        check = getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
+        return check, type("NoFlag", (), {"_is_compiling_flag": False})
+    return dynamo_compiling, compiler
+
+
+_dynamo_compiling, _compiler = _compiling_check()
+
+
+def is_compiling() -> bool:
+    """Whether Dynamo or export is tracing: the capture stage then stands aside."""
+    return _dynamo_compiling() or _compiler._is_compiling_flag
 
 
 class _ThreadState:
@@ -184,6 +204,8 @@ class RangeStack:
     because the NVTX stack it mirrors is per thread, not per model.
     """
 
+    __slots__ = ("_local",)
+
     def __init__(self) -> None:
         self._local = _Local()
 
@@ -206,36 +228,15 @@ class RangeStack:
             return
         self._pop_buried(rng)
 
-    def call(self, rng: Range, function: Callable[..., Any], module: Any,
-             args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Return ``function(module, *args, **kwargs)``, called inside the range ``rng``.
-
-        The range is closed when the call returns or raises (:meth:`push`, :meth:`pop` in
-        one frame: this is the per-call path of every instrumented module).
-        """
-        state = self._local.state
-        if state.frames:
-            self._settle_forward(state, rng)
-        rng.open()
-        stack = state.stack
-        stack.append(rng)
-        try:
-            return function(module, *args, **kwargs)
-        finally:
-            if stack and stack[-1] is rng:
-                stack.pop()
-                rng.close()
-            else:
-                self._pop_buried(rng)
-
     def call_with_backward(
         self, rng: Range, backward: Range, function: Callable[..., Any], module: Any,
         args: tuple[Any, ...], kwargs: dict[str, Any],
     ) -> tuple[BackwardFrame, Any]:
-        """Like :meth:`call`, and make the call's :class:`BackwardFrame` for ``backward``.
+        """Call ``function(module, *args, **kwargs)`` inside ``rng``, with a backward frame.
 
-        The frame is the current call on this thread while ``function`` runs, so that the
-        calls made inside it become its children.
+        The range is closed when the call returns or raises. The call's
+        :class:`BackwardFrame` for ``backward`` is the current call on this thread while
+        ``function`` runs, so that the calls made inside it become its children.
 
         Returns:
             The frame (not attached to any autograd node yet) and what ``function`` returned.
@@ -280,24 +281,36 @@ class RangeStack:
             opens: Frames to open.
             grad_outputs: The node's output gradients (unused: the hook only observes).
         """
-        if closes:
-            state = self._local.state
-            stack = state.stack
-            for frame in closes:
-                if frame.is_open:
-                    if stack and stack[-1] is frame:  # _close_top, inlined: per node
-                        stack.pop()
-                        state.frames -= 1
-                        frame.is_open = False
-                        frame.range.close()
-                    else:
-                        self.pop_backward(frame)
-        if opens:
-            task_id = _graph_task_id()
-            for frame in reversed(opens) if len(opens) > 1 else opens:
-                if frame.graph_task != task_id:  # not a second output's node, same pass
-                    frame.graph_task = task_id
-                    self.push_backward(frame, task_id)
+        state = self._local.state
+        stack = state.stack
+        for frame in closes:
+            if frame.is_open:
+                if stack and stack[-1] is frame:  # _close_top, inlined: once per node
+                    stack.pop()
+                    state.frames -= 1
+                    frame.is_open = False
+                    frame.range.close()
+                else:
+                    self.pop_backward(frame)
+        if not opens:
+            return
+        task_id = _graph_task_id()
+        task = state.tasks.get(task_id)
+        for frame in reversed(opens):
+            if frame.graph_task == task_id:  # a second output's node, same pass
+                continue
+            frame.graph_task = task_id
+            parent: Any = frame.parent
+            if (task is None or task.done or frame.is_open or state.frames
+                    and (stack[-1] is not parent or parent.task is not task)):
+                self.push_backward(frame, task_id)
+                task = state.tasks.get(task_id)
+            else:  # push_backward's common case, inlined: once per node
+                frame.task = task
+                frame.is_open = True
+                frame.range.open()
+                stack.append(frame)
+                state.frames += 1
 
     def push_backward(self, frame: BackwardFrame, task_id: int) -> None:
         """Open the backward range of ``frame`` for the autograd graph task ``task_id``.
@@ -310,8 +323,8 @@ class RangeStack:
             task = self._begin_task(state, task_id)
         stack = state.stack
         if state.frames:
-            parent = frame.parent
-            if stack[-1] is not parent or parent.task is not task:  # type: ignore[union-attr]
+            parent: Any = frame.parent
+            if stack[-1] is not parent or parent.task is not task:
                 self._close_outside(state, frame)
         if frame.is_open:  # still open on another thread, or from a pass that did not end
             self._drop(frame)
@@ -454,10 +467,67 @@ class RangeStack:
             self._close_top(state)
 
 
+class RangedForward:
+    """A module's ``forward`` run inside the module's range: the base of the wrapper that
+    :func:`torch_nsight.instrument` puts in place of each module's ``forward``.
+
+    Without gradients (or without a backward range) a call is the forward inside its
+    range, in this one Python frame; with them it is :meth:`call_with_backward`, which
+    subclasses define (the autograd side). While Dynamo or export traces, the original
+    forward runs alone. The range goes on :data:`STACK` only when something needs to see it
+    there: a backward range open on the thread (it may have to close first) or op naming
+    (``tracked``); otherwise ``finally`` alone balances it, which is the decode path.
+
+    Attributes:
+        module: Weak reference to the module (no cycle through its ``__dict__``).
+        function: The original forward, called as ``function(module, *args, **kwargs)``.
+        body: What runs inside the range: ``function``, or it inside the op-naming mode.
+        forward_range: The module's forward range.
+        backward_range: Its backward range, or None.
+        tracked: Whether the forward range must be on the stack while it is open (op
+            naming asks the stack for the innermost range).
+    """
+
+    __slots__ = ("module", "function", "body", "forward_range", "backward_range", "tracked")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module = self.module()
+        if _dynamo_compiling() or _compiler._is_compiling_flag:
+            return self.function(module, *args, **kwargs)
+        if self.backward_range is not None and _grad_enabled():
+            return self.call_with_backward(module, args, kwargs)
+        rng = self.forward_range
+        state = _LOCAL.state  # RangeStack.push and pop, in this frame: every call comes here
+        if not state.frames and not self.tracked:
+            # No backward range open on this thread, and no op range to nest: try/finally
+            # alone keeps the range balanced (the decode path).
+            rng.open()
+            try:
+                return self.body(module, *args, **kwargs)
+            finally:
+                rng.close()
+        if state.frames:
+            STACK._settle_forward(state, rng)
+        rng.open()
+        stack = state.stack
+        stack.append(rng)
+        try:
+            return self.body(module, *args, **kwargs)
+        finally:
+            if stack and stack[-1] is rng:
+                stack.pop()
+                rng.close()
+            else:
+                STACK._pop_buried(rng)
+
+    def call_with_backward(self, module: Any, args: tuple[Any, ...],
+                           kwargs: dict[str, Any]) -> Any:
+        """Call with gradients enabled (the subclass adds the backward range)."""
+        raise NotImplementedError
+
+
 def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> None:
     """Ask autograd to tell ``stack`` when the backward pass ``task`` ends."""
-    import torch
-
     def on_end() -> None:
         if threading.get_ident() == thread_id:
             stack.end_backward(task)
@@ -473,3 +543,4 @@ def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> No
 
 STACK = RangeStack()
 """The process-wide stack used by :func:`torch_nsight.instrument`."""
+_LOCAL = STACK._local
