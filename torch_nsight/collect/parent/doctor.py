@@ -272,15 +272,20 @@ def check_counters(ncu: str, report: str | os.PathLike[str],
                kernels=output.kernels_profiled)
 
 
+def _check_import(name: str, module: str, package: str, what: str) -> CheckResult:
+    """``module`` (PyPI ``package``) is importable; ``what`` names it in the line."""
+    try:
+        loaded = importlib.import_module(module)
+    except Exception as err:  # ImportError, or a broken build's OSError
+        return _fail(name, f"{what} cannot be imported ({_one_line(str(err))})",
+                     f"pip install {package}")
+    version = _package_version(package, loaded)
+    return _ok(name, f"{what} {version} importable", version=version)
+
+
 def check_reader() -> CheckResult:
     """Nsight Compute's report reader (``ncu_report``) is importable."""
-    try:
-        module = importlib.import_module("ncu_report")
-    except Exception as err:  # ImportError, or a broken build's OSError
-        return _fail("reader", f"the report reader ncu_report cannot be imported "
-                     f"({_one_line(str(err))})", "pip install ncu-report")
-    version = _package_version("ncu-report", module)
-    return _ok("reader", f"report reader ncu_report {version} importable", version=version)
+    return _check_import("reader", "ncu_report", "ncu-report", "report reader ncu_report")
 
 
 def check_report(report: str | os.PathLike[str]) -> CheckResult:
@@ -303,13 +308,7 @@ def check_report(report: str | os.PathLike[str]) -> CheckResult:
 
 def check_nvtx() -> CheckResult:
     """The ``nvtx`` package is importable."""
-    try:
-        module = importlib.import_module("nvtx")
-    except Exception as err:
-        return _fail("nvtx", f"the nvtx package cannot be imported ({_one_line(str(err))})",
-                     "pip install nvtx")
-    version = _package_version("nvtx", module)
-    return _ok("nvtx", f"nvtx {version} importable", version=version)
+    return _check_import("nvtx", "nvtx", "nvtx", "nvtx")
 
 
 @contextlib.contextmanager
@@ -351,13 +350,7 @@ def check_nvtx_ranges(report: str | os.PathLike[str], message: str = DOCTOR_RANG
 
 def check_pyarrow() -> CheckResult:
     """``pyarrow`` (Parquet profiles and caches) is importable."""
-    try:
-        module = importlib.import_module("pyarrow")
-    except Exception as err:
-        return _fail("pyarrow", f"pyarrow cannot be imported ({_one_line(str(err))})",
-                     "pip install pyarrow")
-    version = _package_version("pyarrow", module)
-    return _ok("pyarrow", f"pyarrow {version} importable", version=version)
+    return _check_import("pyarrow", "pyarrow", "pyarrow", "pyarrow")
 
 
 def _guarded(name: str, check: Callable[[], CheckResult]) -> CheckResult:
