@@ -205,3 +205,23 @@ def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
     lines = proc.stdout.splitlines()
     for block in ("0", "1", "2", "3"):  # replicated blocks 2 and 3 are rows like the others
         assert sum(f"· {block} " in line for line in lines) == 4  # 2 shapes x fwd/bwd
+
+
+def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    report = Path(__file__).resolve().parents[1] / "data" / "emit_nvtx.ncu-rep.xz"
+    chart = tmp_path / "roofline.png"
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report),
+                           "--roofline", str(chart)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and not chart.exists()
+    assert proc.stdout == ""  # refused before any table was printed
+    assert "no kernel can be placed on the roofline" in proc.stderr
+    assert "torch-nsight profile" in proc.stderr and "dram__bytes.sum" in proc.stderr
+    plain = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report)],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert plain.returncode == 0 and "note: emit_nvtx.ncu-rep.xz lacks 27 of the metrics" in \
+        plain.stderr

@@ -155,6 +155,10 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
 
     stream = stream if stream is not None else sys.stdout
     check_shape(profile, getattr(args, "shape", None))
+    if getattr(args, "roofline", None) is not None:  # refuse before printing anything
+        from torch_nsight.render.roofline import raise_unplaceable
+
+        raise_unplaceable(profile)
     table = render_table(profile, args.table, args.fmt, args.n, by=args.by, depth=args.depth)
     print(describe(profile), file=stream)
     print(file=stream)
@@ -223,5 +227,20 @@ def run(args: argparse.Namespace) -> int:
     """
     check_arguments(args)
     profile = read_profile(args.reports)
+    say_missing_metrics(profile)
     emit(profile, args)
     return 0
+
+
+def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
+    """Name, on standard error, the metrics a source lacks and how to collect them."""
+    stream = stream if stream is not None else sys.stderr
+    for source in profile.meta.sources:
+        if source.missing_metrics:
+            shown = ", ".join(source.missing_metrics[:4])
+            more = len(source.missing_metrics) - 4
+            print(f"note: {Path(source.path).name} lacks {len(source.missing_metrics)} of the "
+                  f"metrics torch_nsight reads ({shown}{f' and {more} more' if more > 0 else ''})"
+                  ": the columns they feed are blank. Record with `torch-nsight profile -- "
+                  "COMMAND`; `torch-nsight profile --dry-run -- COMMAND` prints the ncu flags.",
+                  file=stream)

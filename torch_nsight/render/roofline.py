@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator
 
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
+from torch_nsight.errors import MissingMetricError
 from torch_nsight.render.figure import (
     PathArg,
     check_figure_path,
@@ -211,6 +212,23 @@ def _shapes(kernels: pd.DataFrame) -> list[str]:
     return [str(s) for s in dict.fromkeys(kernels["shape"].tolist()) if isinstance(s, str)]
 
 
+def raise_unplaceable(profile: Profile) -> None:
+    """Raise if no kernel of ``profile`` can be placed on the roofline (say what to record).
+
+    Raises:
+        MissingMetricError: no kernel has its FLOP and DRAM byte counts.
+    """
+    if len(profile.kernels) and placeable(profile.kernels).any():
+        return
+    missing = sorted({m for source in profile.meta.sources for m in source.missing_metrics})
+    raise MissingMetricError(
+        f"no kernel can be placed on the roofline: the report lacks the FLOP and DRAM "
+        f"byte counters ({len(missing)} metrics missing, e.g. "
+        f"{', '.join(missing[:3]) or 'dram__bytes.sum'}). Record it with `torch-nsight "
+        "profile -- COMMAND` (`torch-nsight profile --dry-run -- python x.py` prints the "
+        "ncu flags and metrics) or torch_nsight.sweep")
+
+
 def plot_roofline(profile: Profile, path: PathArg | None = None,
                   shape: str | None = None) -> Figure:
     """Draw the roofline of a profile's kernels, coloured by top-level module.
@@ -257,6 +275,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
               extend_colors(module_colors(profile, 1), rows["_group"]).items()
               if name in shown}
     mask = placeable(rows)
+    if not mask.any():
+        raise_unplaceable(profile)
     placed, unplaced = rows[mask], rows[~mask]
     longest = float(rows["duration_ns"].max()) or 1.0
 
