@@ -225,3 +225,27 @@ def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:
                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert plain.returncode == 0 and "note: emit_nvtx.ncu-rep.xz lacks 27 of the metrics" in \
         plain.stderr
+
+
+def test_labels_name_reports_of_one_shape(tmp_path) -> None:
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    recorded = Path(__file__).resolve().parents[1] / "data" / "hand_s128.ncu-rep.xz"
+    first = shutil.copy(recorded, tmp_path / "a.ncu-rep.xz")
+    second = shutil.copy(recorded, tmp_path / "b.ncu-rep.xz")
+
+    def report(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(first),
+                               str(second), "--table", "modules", "--depth", "0", *extra],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    named = report("--label", "before", "--label", "after")
+    assert named.returncode == 0, named.stderr
+    assert "shapes before, after" in named.stdout
+    runs = report("--label", "x", "--label", "x")
+    assert "shapes x;" in runs.stdout or "shapes x " in runs.stdout or "shapes x\n" in runs.stdout
+    wrong = report("--label", "only-one")
+    assert wrong.returncode == 1 and "one label per report" in wrong.stderr

@@ -88,27 +88,38 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="the shape drawn on the roofline (default: every shape)")
     parser.add_argument("--scaling", type=Path, default=None, metavar="PNG",
                         help="draw time per module vs shape to PNG (or .svg)")
+    parser.add_argument("--label", action="append", default=None, metavar="LABEL",
+                        help="a label per REPORT, in order (repeat it): names reports of "
+                             "different shapes or runs; reports given the same label are "
+                             "averaged as runs of one thing")
     add_force(parser)
     return parser
 
 
-def read_profile(paths: Sequence[Path]) -> Profile:
+def read_profile(paths: Sequence[Path], labels: Sequence[str] | None = None) -> Profile:
     """Load reports, saved profiles and sweep directories into one profile
     (:func:`torch_nsight.load`: its registry decides how each path is read).
 
     Args:
         paths: ``.ncu-rep``/``.ncu-rep.xz`` reports, ``.parquet`` profiles, sweep output
             directories, folders of reports.
+        labels: one label per path (``--label``), or None.
 
     Returns:
         The profile.
 
     Raises:
         ReportError: a path is missing, unreadable or not a source torch_nsight reads.
+        UsageError: labels were given for a folder of reports.
     """
     from torch_nsight.profile import load
 
-    return load(paths)
+    try:
+        return load(paths, labels=labels)
+    except ValueError as err:  # the labels do not fit the paths: the user's to fix
+        if labels is None:
+            raise
+        raise UsageError(f"--label: {err}") from err
 
 
 def outputs(args: argparse.Namespace) -> list[Path | None]:
@@ -206,6 +217,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         target = getattr(args, option)
         if target is not None and target.suffix.lower() not in (".png", ".svg"):
             raise UsageError(f"--{option} needs a file ending in .png or .svg, got {target}")
+    if args.label is not None and len(args.label) != len(args.reports):
+        raise UsageError(f"--label was given {len(args.label)} time(s) for "
+                         f"{len(args.reports)} report(s): give one label per report")
     if args.shape is not None and args.roofline is None:
         raise UsageError("--shape picks the shape drawn by --roofline; pass --roofline too")
     check_outputs(outputs(args), args.force)
@@ -226,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             ``--force`` or cannot be written.
     """
     check_arguments(args)
-    profile = read_profile(args.reports)
+    profile = read_profile(args.reports, args.label)
     say_missing_metrics(profile)
     emit(profile, args)
     return 0
