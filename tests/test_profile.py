@@ -351,3 +351,19 @@ def test_module_tree_keeps_the_sweeps_shape_order(sweep_report: Profile) -> None
     # as strings 1x1024x1024 would sort before 1x256x1024
     assert list(pd.unique(sweep_report.modules()["shape"])) == [
         "1x256x1024", "1x1024x1024", "1x4096x1024"]
+
+
+def test_loading_many_sources_shows_a_bar_on_a_terminal(tmp_path: Path, monkeypatch) -> None:
+    import io
+
+    import tqdm.auto
+
+    stream = io.StringIO()
+    real = tqdm.auto.tqdm
+    monkeypatch.setattr(tqdm.auto, "tqdm",
+                        lambda items, **kw: real(items, **{**kw, "file": stream,
+                                                           "disable": False}))
+    copies = [shutil.copy(SWEEP, tmp_path / f"run{i}.ncu-rep.xz") for i in range(4)]
+    profile = load(copies, cache=False)
+    assert "torch_nsight load" in stream.getvalue() and "4/4" in stream.getvalue()
+    assert profile.variants == ["run0", "run1", "run2", "run3"]

@@ -400,7 +400,7 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     given = _check_labels(given, expanded)
     files = expanded
     options = ReadOptions(cache=cache, cache_dir=cache_dir)
-    parts = [read_source(file, options) for file in files]
+    parts = [read_source(file, options) for file in _progress(files)]
     if calls is not None:
         if len(parts) != 1 or parts[0].analyzed:
             raise ValueError("calls= gives the calls file of one report recorded by hand: pass "
@@ -437,6 +437,15 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
                 len(profile.kernels), len(files), 100 * profile.coverage
                 if profile.coverage == profile.coverage else float("nan"))
     return profile
+
+
+def _progress(files: list[Path]) -> Iterable[Path]:
+    """``files``, with a progress bar on a terminal or in a notebook when there are many."""
+    if len(files) < 4:
+        return files
+    from tqdm.auto import tqdm
+
+    return tqdm(files, desc="torch_nsight load", unit="source", disable=None, leave=False)
 
 
 def _analysed(part: SourceData) -> pd.DataFrame:
