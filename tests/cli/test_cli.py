@@ -249,3 +249,28 @@ def test_labels_name_reports_of_one_shape(tmp_path) -> None:
     assert "shapes x;" in runs.stdout or "shapes x " in runs.stdout or "shapes x\n" in runs.stdout
     wrong = report("--label", "only-one")
     assert wrong.returncode == 1 and "one label per report" in wrong.stderr
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_csv_and_json_go_to_standard_output(tmp_path, fmt: str) -> None:
+    import io
+    import json as jsonlib
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    import torch_nsight
+
+    report = Path(__file__).resolve().parents[1] / "data" / "hand_s128.ncu-rep.xz"
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report),
+                           "--format", fmt, "-n", "5"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    frame = (pd.read_csv(io.StringIO(proc.stdout)) if fmt == "csv"
+             else pd.DataFrame(jsonlib.loads(proc.stdout)))
+    expected = torch_nsight.load(report, cache=False).hotspots(n=5)
+    assert frame["kernel"].tolist() == expected["kernel"].tolist()
+    assert frame["duration_ns"].tolist() == pytest.approx(expected["duration_ns"].tolist())
+    assert "40 kernels" in proc.stderr  # the summary line goes to standard error

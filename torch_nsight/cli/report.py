@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FORMAT_CHOICES = ("plain", "github", "markdown", "simple", "grid", "rst")
+FORMAT_CHOICES = ("plain", "github", "markdown", "simple", "grid", "rst", "csv", "json")
+#: Formats for machines: the raw numbers of the table alone on standard output.
+DATA_FORMATS = ("csv", "json")
 TABLE_OUTPUTS = ("csv", "parquet", "json")
 
 
@@ -51,7 +53,8 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", choices=tuple(TABLE_KINDS), default="hotspots",
                         help=f"what to print (default: hotspots). {kinds}")
     parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="plain",
-                        help="table format (default: plain)")
+                        help="table format (default: plain); csv and json write the raw "
+                             "numbers alone to standard output")
     parser.add_argument("-n", type=_count(1), default=None, metavar="N",
                         help="rows to show (default: 10 hotspots, every module or kernel)")
     parser.add_argument("--by", choices=HOTSPOT_ORDERS, default="headroom",
@@ -170,10 +173,19 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         from torch_nsight.render.roofline import raise_unplaceable
 
         raise_unplaceable(profile)
-    table = render_table(profile, args.table, args.fmt, args.n, by=args.by, depth=args.depth)
-    print(describe(profile), file=stream)
-    print(file=stream)
-    print(table, file=stream)
+    if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
+        from torch_nsight.render import table_frame
+
+        frame = table_frame(profile, args.table, n=args.n, by=args.by, depth=args.depth)
+        print(describe(profile), file=sys.stderr)
+        stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
+                     frame.to_json(orient="records", force_ascii=False) + "\n")
+    else:
+        table = render_table(profile, args.table, args.fmt, args.n, by=args.by,
+                             depth=args.depth)
+        print(describe(profile), file=stream)
+        print(file=stream)
+        print(table, file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)
