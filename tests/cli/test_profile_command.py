@@ -131,3 +131,14 @@ def test_a_real_profile_of_chosen_steps_holds_only_them() -> None:
     per_step = k.groupby(["run", "direction"], dropna=False).size().unstack()
     assert per_step.loc[3].tolist() == per_step.loc[4].tolist()  # the same step twice
     assert (per_step["bwd"] > 0).all() and (per_step["fwd"] > 0).all()  # backward kept
+
+
+def test_a_real_rank_profile_under_torchrun_holds_rank_0s_chosen_step() -> None:
+    # recorded on two H200s with `torchrun --no-python torch-nsight profile --ranks 0`
+    import torch_nsight
+
+    profile = torch_nsight.load(DATA / "profile_rank0.ncu-rep.xz", cache=False)
+    k = profile.kernels
+    assert k["run"].unique().tolist() == [2]
+    assert set(k["direction"].dropna()) == {"fwd", "bwd"}
+    assert not k["kernel"].str.contains("nccl", case=False).any()  # -k '^(?!nccl)'
