@@ -68,6 +68,55 @@ class Job:
     record_calls: bool = True
 
 
+@dataclass(frozen=True)
+class Target:
+    """A callable named by ``package.module:name`` or ``path/to/file.py:name``, imported only
+    when called: the sweep's parent never imports the user's model, the child does.
+
+    Attributes:
+        spec: the name as the user wrote it.
+    """
+
+    spec: str
+
+    def __post_init__(self) -> None:
+        module, sep, name = self.spec.rpartition(":")
+        if not sep or not module or not name.isidentifier():
+            raise ValueError(f"target {self.spec!r}: expected package.module:factory or "
+                             "path/to/file.py:factory")
+
+    def resolve(self) -> Callable[..., Any]:
+        """Import the module (or run the file) and return the named callable.
+
+        Raises:
+            ImportError: the module or file cannot be imported, or has no such name.
+        """
+        import importlib
+        import importlib.util
+
+        module_name, _, name = self.spec.rpartition(":")
+        if module_name.endswith(".py") or os.sep in module_name:
+            path = Path(module_name).resolve()
+            if not path.is_file():
+                raise ImportError(f"target {self.spec!r}: {path} does not exist")
+            loader = importlib.util.spec_from_file_location(f"_tn_target_{path.stem}", path)
+            if loader is None or loader.loader is None:
+                raise ImportError(f"target {self.spec!r}: {path} cannot be imported")
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[loader.name] = module
+            loader.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+        value = getattr(module, name, None)
+        if value is None or not callable(value):
+            raise ImportError(f"target {self.spec!r}: {module_name} has no callable {name!r}")
+        return value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Resolve the target and call it."""
+        return self.resolve()(*args, **kwargs)
+
+
 @dataclass
 class Assignment:
     """This child's share of a job (plain pickle: nothing here needs user code).

@@ -1,0 +1,76 @@
+"""torch-nsight sweep TARGET: the dry run on CPU, where the model is imported (the child
+only), and usage errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.sweep import parse_shapes
+from torch_nsight.collect.shared.job import Target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODEL_FILE = """
+import os
+from pathlib import Path
+
+import torch
+
+Path({marker!r}).open("a").write(f"{{os.getpid()}}\\n")  # who imported this file
+
+
+def make():
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+"""
+
+
+def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "torch_nsight", "sweep", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, env=env)
+
+
+def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
+    marker = tmp_path / "imported_by.txt"
+    (tmp_path / "model.py").write_text(MODEL_FILE.format(marker=str(marker)))
+    proc = cli("model.py:make", "--shapes", "4x16,2x3x16", "--dry-run", "--backward",
+               "-o", "out", cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == ["4x16: ok (outputs (4, 8) float32)",
+                                "2x3x16: ok (outputs (2, 3, 8) float32)"]
+    importers = {int(line) for line in marker.read_text().split()}
+    assert importers and proc.pid not in importers  # the parent never imported it
+    again = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "out", cwd=tmp_path)
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 1 and "--force" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["missing.py:make", "--shapes", "4x16"], "does not exist"),
+    (["model.py", "--shapes", "4x16"], "package.module:factory"),
+    (["pkg.mod:make", "--shapes", "4xq"], "not a shape"),
+])
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = cli(*args, "--dry-run", cwd=tmp_path)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    (line,) = err.strip().splitlines()
+    assert line.startswith("torch-nsight: error:") and message in line
+
+
+def test_shapes_and_targets() -> None:
+    assert parse_shapes("1x512,4x512x1024") == [(1, 512), (4, 512, 1024)]
+    with pytest.raises(UsageError):
+        parse_shapes("1x0")
+    factory = Target("tests.collect.models:Stack")
+    assert factory.resolve().__name__ == "Stack"
+    with pytest.raises(ImportError, match="no callable"):
+        Target("tests.collect.models:nothing_here").resolve()

@@ -1,0 +1,151 @@
+"""``torch-nsight sweep TARGET --shapes 1x512,8x2048``: :func:`torch_nsight.sweep` from a shell.
+
+TARGET names a zero-argument factory returning the model: ``package.module:factory`` or
+``path/to/file.py:factory``. The parent never imports it; the profiled child does. Every
+``sweep()`` option has a flag; the hotspot table is printed as ``report`` prints it, and the
+sweep's output directory (``--out``) reads back with ``torch-nsight report DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.cli.outputs import UsageError, add_force
+from torch_nsight.cli.report import add_table_options
+
+METRIC_SET_CHOICES = ("roofline", "lean", "full")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``sweep`` subcommand.
+
+    Args:
+        subparsers: the top-level parser's subparsers.
+
+    Returns:
+        The subcommand's parser.
+    """
+    parser = subparsers.add_parser(
+        "sweep", help="profile a model factory across input shapes under ncu",
+        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("target", metavar="TARGET",
+                        help="package.module:factory or path/to/file.py:factory (a "
+                             "zero-argument callable returning the nn.Module)")
+    parser.add_argument("--shapes", required=True, metavar="SHAPES",
+                        help="comma-separated input shapes, dimensions joined by x: "
+                             "1x512x1024,4x512x1024")
+    parser.add_argument("--inputs", default=None, metavar="TARGET",
+                        help="make_inputs as package.module:fn or file.py:fn, called with "
+                             "each shape (default: torch.randn(shape))")
+    parser.add_argument("--dtype", default=None, help="cast the model: bf16, fp16, fp32...")
+    parser.add_argument("--backward", action="store_true", help="profile backward too")
+    parser.add_argument("--warmup", type=int, default=2, metavar="N")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N")
+    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES)
+    parser.add_argument("--ops", action="store_true", help="name functional ops too")
+    parser.add_argument("--no-replicate", action="store_true",
+                        help="profile every identical sibling instead of one of each group")
+    parser.add_argument("--no-calls", action="store_true",
+                        help="skip the calls table (shapes, FLOPs and bytes per op)")
+    parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_sweep"),
+                        metavar="DIR",
+                        help="output directory (default: ./torch_nsight_sweep)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="seconds per shape (default 600)")
+    parser.add_argument("--devices", default=None, metavar="I,J",
+                        help="GPU indices to spread shapes over, one ncu each")
+    parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
+    parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
+                        help="one more ncu argument (repeat for several)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="run the child without ncu (CPU too): check the factory, inputs "
+                             "and shapes")
+    add_table_options(parser)
+    add_force(parser)
+    return parser
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """``1x512,4x512`` -> ``[(1, 512), (4, 512)]``.
+
+    Raises:
+        UsageError: a shape is not ints joined by ``x``.
+    """
+    shapes = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            dims = tuple(int(d) for d in part.lower().split("x"))
+        except ValueError:
+            raise UsageError(f"--shapes: {part!r} is not a shape like 4x512x1024") from None
+        if not part or any(d <= 0 for d in dims):
+            raise UsageError(f"--shapes: {part!r} is not a shape like 4x512x1024")
+        shapes.append(dims)
+    return shapes
+
+
+def _target(text: str, option: str) -> Any:
+    from torch_nsight.collect.shared.job import Target
+
+    module, sep, name = text.rpartition(":")
+    if sep and (module.endswith(".py") or os.sep in module):
+        path = Path(module).resolve()  # the child may start elsewhere
+        if not path.is_file():
+            raise UsageError(f"{option} {text!r}: {path} does not exist")
+        text = f"{path}:{name}"
+    try:
+        return Target(text)
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torch-nsight sweep``.
+
+    Returns:
+        0 (some shapes may have failed: they are listed on standard error).
+
+    Raises:
+        UsageError: bad TARGET, shapes or options; the output directory holds a sweep and
+            ``--force`` was not given.
+        TorchNsightError: from the sweep (ncu missing, counters not permitted, every shape
+            failed...).
+    """
+    from torch_nsight.formats import SWEEP_MANIFEST
+
+    target = _target(args.target, "TARGET")
+    inputs = _target(args.inputs, "--inputs") if args.inputs else None
+    shapes = parse_shapes(args.shapes)
+    devices = None
+    if args.devices:
+        try:
+            devices = [int(d) for d in args.devices.split(",")]
+        except ValueError:
+            raise UsageError(f"--devices {args.devices!r}: expected indices like 0,1") from None
+    if (args.out / SWEEP_MANIFEST).exists() and not args.force:
+        raise UsageError(f"{args.out} already holds a sweep; pass --force to replace it")
+    import torch_nsight
+    from torch_nsight.cli.report import emit
+
+    try:
+        profile = torch_nsight.sweep(
+            target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
+            warmup=args.warmup, repeats=args.repeats, metric_set=args.metric_set,
+            ops=args.ops, replicate=not args.no_replicate, record_calls=not args.no_calls,
+            output_dir=args.out, ncu=args.ncu, ncu_args=args.ncu_arg, timeout=args.timeout,
+            devices=devices, profiler=None if args.dry_run else "ncu")
+    except (TypeError, ValueError) as err:  # sweep()'s own argument checks: the user's flags
+        raise UsageError(str(err)) from err
+    for failure in profile.failures:
+        print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
+              file=sys.stderr)
+    if args.dry_run:
+        for result in profile.results:
+            print(f"{result['shape']}: {result['status']} (outputs {result.get('outputs')})")
+        return 0
+    emit(profile, args)
+    return 0
