@@ -39,7 +39,7 @@ KERNEL_COLUMNS: tuple[str, ...] = (
     "flops", "precision", "flops_complete", "intensity", "achieved_flops_per_s",
     "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s", "ridge_intensity",
     "roof_time_ns", "pct_of_roof", "headroom_ns", "roofline_side", "bound", "reason", "basis",
-    "sol_bottleneck", "gpu", "metric_set", "source", "range_index", "kernel_index",
+    "sol_bottleneck", "gpu", "metric_set", "source", "rank", "range_index", "kernel_index",
     "replicated_from",
 )
 
@@ -47,7 +47,7 @@ KERNEL_COLUMNS: tuple[str, ...] = (
 def _order(kernels: pd.DataFrame) -> pd.DataFrame:
     for column in KERNEL_COLUMNS:
         if column not in kernels:
-            kernels[column] = None if column == "replicated_from" else float("nan")
+            kernels[column] = None if column in ("replicated_from", "rank") else float("nan")
     first = list(KERNEL_COLUMNS)
     return kernels.loc[:, first + [c for c in kernels.columns if c not in first]]
 

@@ -142,3 +142,13 @@ def test_a_real_rank_profile_under_torchrun_holds_rank_0s_chosen_step() -> None:
     assert k["run"].unique().tolist() == [2]
     assert set(k["direction"].dropna()) == {"fwd", "bwd"}
     assert not k["kernel"].str.contains("nccl", case=False).any()  # -k '^(?!nccl)'
+
+
+def test_reports_of_ranks_carry_their_rank() -> None:
+    import torch_nsight
+
+    both = torch_nsight.load([DATA / "profile_rank0.ncu-rep.xz", RECORDED], cache=False)
+    k = both.kernels
+    ranked = k[k["source"].str.endswith("profile_rank0.ncu-rep.xz")]
+    assert ranked["rank"].tolist() == [0] * len(ranked)
+    assert k.loc[~k.index.isin(ranked.index), "rank"].isna().all()

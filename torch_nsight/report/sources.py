@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from torch_nsight.report.table import read_report
 logger = logging.getLogger(__name__)
 
 REPORT_SUFFIXES = (".ncu-rep", ".ncu-rep.xz")
+_RANK_NAME = re.compile(r"rank(\d+)$")
 CALLS_COLUMNS = ("source", "variant", "shape", "range_stack", "range_start_end",
                  "range_other", "aten_op", "input_shapes", "input_dtypes", "output_shapes",
                  "output_dtypes", "flops", "bytes", "count")
@@ -145,6 +147,8 @@ class NcuReport:
     def read(self, path: Path, options: ReadOptions) -> SourceData:
         """Read the report (through its cache when allowed)."""
         frame, meta = read_report(path, cache=options.cache, cache_dir=options.cache_dir)
+        frame["rank"] = pd.Series([rank_of(path)] * len(frame), index=frame.index,
+                                  dtype="Int64")
         note = range_note(frame) or _sweep_note(path, frame)
         gpu = meta.get("gpu")
         source = Source(path=str(path.resolve()), kind=self.name,
@@ -157,6 +161,13 @@ class NcuReport:
         calls_file = calls_beside(path)
         calls = read_calls(calls_file) if calls_file.is_file() else None
         return SourceData(frame, [source], calls=calls)
+
+
+def rank_of(report: Path) -> int | None:
+    """The distributed rank a report was recorded for, from its name (``report-rank0``, as
+    ``torch-nsight profile --ranks`` names them), or None."""
+    match = _RANK_NAME.search(calls_beside(report).name.removesuffix(formats.CALLS_SUFFIX))
+    return int(match.group(1)) if match else None
 
 
 def calls_beside(report: Path) -> Path:
