@@ -60,18 +60,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--ranks", default=None, metavar="R[,R...]",
                         help="under torchrun --no-python: profile only these ranks, run the "
                              "others plainly")
-    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
-                        help="what ncu collects (default: roofline: FLOPs, bytes, "
-                             "speed-of-light; lean: fewer replay passes; full: everything)")
+    add_ncu_options(parser)
     parser.add_argument("-k", "--kernel-name", default=None, metavar="REGEX",
                         help="profile only kernels whose name matches (ncu -k)")
     parser.add_argument("--launch-skip", type=int, default=None, metavar="N",
                         help="skip the first N kernel launches (scripts without the marker)")
     parser.add_argument("--launch-count", type=int, default=None, metavar="N",
                         help="profile at most N kernel launches")
-    parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
-                        help="one more ncu argument (repeat for several)")
-    parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop the command after S seconds (its partial report is kept)")
     parser.add_argument("--dry-run", action="store_true",
@@ -81,6 +76,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                         help="the command to profile, after --")
     return parser
+
+
+def add_ncu_options(parser: argparse.ArgumentParser) -> None:
+    """Add what the commands that run ncu share: ``--metric-set``, ``--ncu``, ``--ncu-arg``.
+
+    Args:
+        parser: the subcommand's parser.
+    """
+    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
+                        help="what ncu collects (default: roofline: FLOPs, bytes, "
+                             "speed-of-light; lean: fewer replay passes; full: everything)")
+    parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
+    parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
+                        help="one more ncu argument (repeat for several)")
 
 
 def parse_ranks(text: str | None) -> set[int] | None:

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force
+from torch_nsight.cli.profile import add_ncu_options
 from torch_nsight.cli.report import add_table_options
-
-METRIC_SET_CHOICES = ("roofline", "lean", "full")
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,7 +44,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--backward", action="store_true", help="profile backward too")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
     parser.add_argument("--repeats", type=int, default=1, metavar="N")
-    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES)
+    add_ncu_options(parser)
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
     parser.add_argument("--no-replicate", action="store_true",
                         help="profile every identical sibling instead of one of each group")
@@ -58,9 +57,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="seconds per shape (default 600)")
     parser.add_argument("--devices", default=None, metavar="I,J",
                         help="GPU indices to spread shapes over, one ncu each")
-    parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
-    parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
-                        help="one more ncu argument (repeat for several)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run the child without ncu (CPU too): check the factory, inputs "
                              "and shapes")
