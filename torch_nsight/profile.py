@@ -215,7 +215,8 @@ class Profile:
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
                    if coverage == coverage else "")
-                + (f"; {self.replicated_rows} rows replicated" if self.replicated_rows else "")
+                + (f"; {replicated} rows replicated" if (replicated := self.replicated_rows)
+                   else "")
                 + (f"; settings: {settings}" if settings else ""))
 
     def __repr__(self) -> str:
@@ -434,8 +435,7 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
         logger.warning("%s", note)
     _warn_if_mixed(profile)
     logger.info("loaded %d kernels from %d source(s); %.0f%% of GPU time attributed",
-                len(profile.kernels), len(files), 100 * profile.coverage
-                if profile.coverage == profile.coverage else float("nan"))
+                len(profile.kernels), len(files), 100 * profile.coverage)
     return profile
 
 

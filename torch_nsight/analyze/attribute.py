@@ -138,7 +138,7 @@ def label_rows(df: pd.DataFrame, label: str) -> pd.DataFrame:
     into one (variant, shape) group.
 
     Args:
-        df: an attributed table (kernels or calls) of one source.
+        df: an attributed table (kernels or calls) of one source, with ``source``.
         label: the source's label.
 
     Returns:
@@ -149,10 +149,8 @@ def label_rows(df: pd.DataFrame, label: str) -> pd.DataFrame:
     variants = (out["variant"] if "variant" in out
                 else pd.Series(None, index=out.index, dtype=object))
     has_shape = shapes.map(lambda v: isinstance(v, str) and v != "")
-    out["shape"] = pd.Series([s if ok else label for s, ok in zip(shapes, has_shape,
-                                                                   strict=True)],
-                             index=out.index, dtype=object)
     out["variant"] = pd.Series(
         [(f"{v}:{label}" if isinstance(v, str) and v else label) if ok else v
          for v, ok in zip(variants, has_shape, strict=True)], index=out.index, dtype=object)
-    return out
+    out["shape"] = shapes.where(has_shape, None)
+    return label_shapes(out, dict.fromkeys(out["source"], label))

@@ -198,6 +198,9 @@ class CallRecorder:
         may_be_root = self.first_iteration and _is_module_forward(message)
 
         def push_recorded() -> None:
+            if self._done and not self._exit_pending:  # recorded: the plain range from now on
+                push()
+                return
             stack = local.stack
             if (may_be_root and not stack) or self._exit_pending:
                 self._on_push(message, stack)
@@ -208,9 +211,10 @@ class CallRecorder:
             try:
                 pop()
             finally:
-                stack = local.stack
-                if stack:
-                    stack.pop()
+                if not self._done:
+                    stack = local.stack
+                    if stack:
+                        stack.pop()
 
         return push_recorded, pop_recorded
 

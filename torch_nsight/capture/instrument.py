@@ -109,6 +109,7 @@ class Instrumentation:
             return
         recorder, path = self._calls
         self._calls = None
+        atexit.unregister(self._write_calls)  # do not keep this handle alive until exit
         recorder.close()
         try:
             recorder.write(path)

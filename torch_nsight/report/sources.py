@@ -116,6 +116,20 @@ def range_note(frame: pd.DataFrame) -> str | None:
     return "none of its kernels ran inside a torch_nsight module range: " + fix
 
 
+def report_source(path: Path, kind: str, frame: pd.DataFrame,
+                  meta: Mapping[str, Any]) -> Source:
+    """The :class:`Source` of one Nsight Compute report, from its table and metadata; its
+    note says why no kernel is attributed, when none is."""
+    gpu = meta.get("gpu")
+    note = range_note(frame)
+    return Source(path=str(path.resolve()), kind=kind,
+                  gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
+                  ncu_version=meta.get("ncu_version"), reader_version=meta.get("reader_version"),
+                  metric_set=meta.get("metric_set"),
+                  missing_metrics=tuple(meta.get("missing_metrics") or ()),
+                  has_module_ranges=note is None, note=note)
+
+
 def _sweep_note(path: Path, frame: pd.DataFrame) -> str | None:
     """A child's report of a sweep whose directory holds replicated rows it lacks."""
     if not formats.is_sweep_dir(path.parent):
@@ -149,15 +163,9 @@ class NcuReport:
         frame, meta = read_report(path, cache=options.cache, cache_dir=options.cache_dir)
         frame["rank"] = pd.Series([rank_of(path)] * len(frame), index=frame.index,
                                   dtype="Int64")
-        note = range_note(frame) or _sweep_note(path, frame)
-        gpu = meta.get("gpu")
-        source = Source(path=str(path.resolve()), kind=self.name,
-                        gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
-                        ncu_version=meta.get("ncu_version"),
-                        reader_version=meta.get("reader_version"),
-                        metric_set=meta.get("metric_set"),
-                        missing_metrics=tuple(meta.get("missing_metrics") or ()),
-                        has_module_ranges=range_note(frame) is None, note=note)
+        source = report_source(path, self.name, frame, meta)
+        if source.note is None:
+            source = dataclasses.replace(source, note=_sweep_note(path, frame))
         calls_file = calls_beside(path)
         calls = read_calls(calls_file) if calls_file.is_file() else None
         return SourceData(frame, [source], calls=calls)
@@ -310,14 +318,8 @@ class SweepDirectory:
             frame, meta = read_report(path / report, cache=options.cache,
                                       cache_dir=options.cache_dir)
             frames.append(frame)
-            gpu = meta.get("gpu")
-            sources.append(Source(
-                path=str((path / report).resolve()), kind=self.name,
-                gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
-                ncu_version=meta.get("ncu_version"), reader_version=meta.get("reader_version"),
-                metric_set=meta.get("metric_set"),
-                missing_metrics=tuple(meta.get("missing_metrics") or ()),
-                has_module_ranges=range_note(frame) is None))
+            sources.append(dataclasses.replace(report_source(path / report, self.name, frame,
+                                                             meta), note=None))
         if not frames and not record.dry_run:
             raise ReportError(f"the sweep directory {path} holds no readable report: every "
                               "child failed (see sweep.json and the *.log files there)")
