@@ -123,6 +123,9 @@ class MetricSet:
 
 _ALL_NAMES = tuple(m.name for m in METRICS)
 _NO_SOL = tuple(m.name for m in METRICS if m.kind != "percent")
+#: One replay pass: the duration, with what needs no pass at all (launch, device, peaks).
+_ONE_PASS = tuple(m.name for m in METRICS
+                  if m.kind in ("peak", "launch", "device") or m.column == "duration_ns")
 
 METRIC_SETS: dict[str, MetricSet] = {
     "roofline": MetricSet(
@@ -138,5 +141,11 @@ METRIC_SETS: dict[str, MetricSet] = {
                              "Occupancy", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
                              "SchedulerStats", "WarpStateStats"),
         "the roofline set plus Nsight Compute's main analysis sections (many more passes)"),
+    "duration": MetricSet(
+        "duration", _ONE_PASS, (),
+        "durations and launch configuration only: one pass per kernel and no replay, so "
+        "NCCL kernels of a distributed run can be timed; no roofline placement"),
 }
+#: The sets that profile every kernel in a single pass (nothing is replayed).
+SINGLE_PASS_SETS = frozenset({"duration"})
 DEFAULT_METRIC_SET = "roofline"

@@ -181,6 +181,25 @@ class Profile:
         """
         return steps.hotspots(self.kernels, n=n, by=by, level=level)
 
+    def by_kernel(self) -> pd.DataFrame:
+        """Return one row per kernel name and shape, across the modules that launch it
+        (see :func:`torch_nsight.analyze.by_kernel`)."""
+        return steps.by_kernel(self.kernels)
+
+    def by_shape(self) -> pd.DataFrame:
+        """Return one row per (variant, shape): time, launches, coverage, top module, bound
+        mix (see :func:`torch_nsight.analyze.by_shape`)."""
+        return steps.by_shape(self.kernels)
+
+    def by_rank(self) -> pd.DataFrame:
+        """Return one row per distributed rank: time, launches, NCCL share, top module
+        (see :func:`torch_nsight.analyze.by_rank`).
+
+        Raises:
+            ValueError: no kernel has a rank (load ``report-rank<R>`` files).
+        """
+        return steps.by_rank(self.kernels)
+
     def normalize(self, baseline: str) -> pd.DataFrame:
         """Return each module's and kernel's speedup over variant ``baseline``, per shape.
 
@@ -458,8 +477,10 @@ def _analysed(part: SourceData) -> pd.DataFrame:
     return kernels
 
 
-def _label_keys(table: pd.DataFrame) -> set[tuple[str, str]]:
-    keys = table.reindex(columns=["variant", "shape"]).astype(object)
+def _label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
+    """(variant, shape, rank) of the rows: the reports of a distributed run's ranks share
+    shape labels and are told apart by their ``rank`` column, not by file name."""
+    keys = table.reindex(columns=["variant", "shape", "rank"]).astype(object)
     keys = keys.where(keys.notna(), "")
     return set(map(tuple, keys.drop_duplicates().to_numpy()))
 

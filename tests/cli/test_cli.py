@@ -120,14 +120,52 @@ def test_demo_refuses_existing_outputs(tmp_path: Path,
     assert (tmp_path / "roofline.png").read_bytes() == b"old"
 
 
-@pytest.mark.parametrize("table", ["hotspots", "modules", "kernels"])
-def test_report_tables_in_process(report: Path, table: str,
+@pytest.mark.parametrize("by", ["hotspot", "module", "kernel", "launch", "shape"])
+def test_report_tables_in_process(report: Path, by: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(report), "--table", table, "--format", "github"]) == 0
+    assert main(["report", str(report), "--by", by, "--format", "github"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].startswith("|")
-    rows = {"hotspots": 10, "modules": 21, "kernels": 40}[table]
+    names = torch_nsight.load(report).kernels["kernel"].nunique()
+    rows = {"hotspot": 10, "module": 21, "kernel": names, "launch": 40, "shape": 1}[by]
     assert len(out.splitlines()) == 2 + 2 + rows
+
+
+@pytest.mark.parametrize(("new", "old"), [
+    (["--by", "module", "--top", "4"], ["--table", "modules", "-n", "4"]),
+    (["--sort", "time", "--top", "3"], ["--by", "time", "-n", "3"]),
+    (["--by", "launch", "--format", "table"], ["--table", "launches", "--format", "plain"]),
+    (["--by", "kernel"], ["--table", "kernels"]),
+])
+def test_report_spellings_of_earlier_releases_still_work(
+        report: Path, new: list[str], old: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), *new]) == 0
+    first = capsys.readouterr().out
+    assert main(["report", str(report), *old]) == 0
+    assert capsys.readouterr().out == first
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--by", "module", "--table", "hotspots"], "--by module and --table hotspots disagree"),
+    (["--by", "module", "--sort", "time"], "--sort ranks hotspots"),
+    (["--by", "rank"], "--by rank needs reports of distributed ranks"),
+    (["--plot", "roof.jpg"], "--plot needs a file ending in .png or .svg"),
+])
+def test_report_refuses_options_that_do_not_fit(report: Path, args: list[str], message: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(report), *args]) == 1
+    captured = capsys.readouterr()
+    assert message in captured.err
+    assert captured.out == ""
+
+
+def test_report_plots_under_their_new_names(report: Path, tmp_path: Path) -> None:
+    roof, scaling = tmp_path / "roof.png", tmp_path / "scaling.svg"
+    assert main(["report", str(report), "--plot", str(roof), "--plot-scaling",
+                 str(scaling)]) == 0
+    assert roof.read_bytes()[:4] == b"\x89PNG"
+    assert scaling.read_text(encoding="utf-8").lstrip().startswith("<?xml")
 
 
 def test_report_options_reach_the_renderers(report: Path, tmp_path: Path,

@@ -37,8 +37,8 @@ def test_cli_errors_are_library_errors() -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--csv", "t.txt"], "--csv needs a file ending in .csv, got t.txt"),
     (["--json", "t.csv"], "--json needs a file ending in .json, got t.csv"),
-    (["--roofline", "r.pdf"], "--roofline needs a file ending in .png or .svg, got r.pdf"),
-    (["--shape", "1x512"], "--shape picks the shape drawn by --roofline; pass --roofline too"),
+    (["--roofline", "r.pdf"], "--plot needs a file ending in .png or .svg, got r.pdf"),
+    (["--shape", "1x512"], "--shape picks the shape drawn by --plot; pass --plot too"),
 ])
 def test_refused_options_before_any_work(argv: list[str], message: str,
                                          monkeypatch: pytest.MonkeyPatch,

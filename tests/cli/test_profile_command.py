@@ -152,3 +152,33 @@ def test_reports_of_ranks_carry_their_rank() -> None:
     ranked = k[k["source"].str.endswith("profile_rank0.ncu-rep.xz")]
     assert ranked["rank"].tolist() == [0] * len(ranked)
     assert k.loc[~k.index.isin(ranked.index), "rank"].isna().all()
+
+
+@pytest.mark.parametrize(("world", "metric_set", "kernel", "expected"), [
+    ("2", "roofline", None, "-k 'regex:^(?!nccl)'"),  # replay would hang: left out
+    ("2", "duration", None, None),  # one pass, nothing replayed: kept
+    ("1", "roofline", None, None),  # one process: nothing to wait for
+    ("2", "roofline", "gemm", "-k regex:gemm"),  # the user's own filter, as given
+])
+def test_nccl_kernels_are_left_out_where_replay_would_hang(
+        tmp_path: Path, world: str, metric_set: str, kernel: str | None,
+        expected: str | None) -> None:
+    args = ["--dry-run", "--ranks", "0", "--metric-set", metric_set,
+            *(["-k", kernel] if kernel else []), "--", "python", "train.py"]
+    proc = cli(*args, cwd=tmp_path, env={"RANK": "0", "WORLD_SIZE": world})
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.splitlines()[0]
+    if expected is None:
+        assert " -k " not in line
+    else:
+        assert expected in line
+
+
+def test_the_duration_set_is_one_pass() -> None:
+    from torch_nsight.metrics import METRIC_SETS, METRICS, SINGLE_PASS_SETS
+
+    kinds = {m.name: m.kind for m in METRICS}
+    chosen = METRIC_SETS["duration"]
+    assert "duration" in SINGLE_PASS_SETS and not chosen.sections
+    counters = [n for n in chosen.metrics if kinds[n] in ("counter", "percent", "clock")]
+    assert counters == ["gpu__time_duration.sum"]

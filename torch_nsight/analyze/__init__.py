@@ -2,7 +2,8 @@
 
 Each step is a stateless function ``df = step(df, ...)`` that can be used and tested alone.
 :func:`analyze` composes the per-kernel steps in order; the rollups (:func:`module_tree`,
-:func:`hotspots`, :func:`normalize`, :func:`coverage`) summarise the result.
+:func:`hotspots`, :func:`normalize`, :func:`coverage`, :func:`by_kernel`,
+:func:`by_shape`, :func:`by_rank`) summarise the result.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
+from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
 from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
@@ -28,7 +30,8 @@ __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
-    "next_step", "normalize", "compare_profiles", "UNATTRIBUTED",
+    "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
+    "has_ranks", "UNATTRIBUTED",
 ]
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
-from torch_nsight.cli.report import add_table_options, emit
+from torch_nsight.cli.report import add_table_options, emit, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
         TorchNsightError: ``--out`` is a file, outputs exist without ``--force``, or
             profiling failed.
     """
+    settle_table_options(args)
     out: Path | None = args.out
     args.csv = out / f"{args.table}.csv" if out is not None else None
     args.parquet = args.json = args.shape = None

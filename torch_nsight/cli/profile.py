@@ -9,7 +9,9 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   and ``--launch-count`` pass through to ncu.
 * ``--ranks 0``: under ``torchrun --no-python``, each rank runs ``torch-nsight profile``; the
   chosen ranks (``RANK``, else ``LOCAL_RANK``) run under ncu, one report each
-  (``report-rank0.ncu-rep``), the others run plainly.
+  (``report-rank0.ncu-rep``), the others run plainly. In a run of several processes, NCCL
+  kernels are left out of replay (it would wait for peers forever) unless the metric set is
+  the single-pass ``duration``, which times them and attributes them to modules.
 * ``--dry-run`` prints the command it would run and the metrics it collects.
 
 The script's exit status is passed on; a partial report is kept and read.
@@ -23,17 +25,23 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
-from torch_nsight.cli.report import add_table_options
+from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.metrics import METRIC_SETS, SINGLE_PASS_SETS
 
 logger = logging.getLogger(__name__)
 
 STEPS_ENV = "TORCH_NSIGHT_STEPS"  # read by torch_nsight.step() (capture.step.STEPS_ENV)
-METRIC_SET_CHOICES = ("roofline", "lean", "full")
+METRIC_SET_CHOICES = tuple(METRIC_SETS)
+#: ncu's kernel filter that leaves NCCL's communication kernels out (see leaves_out_nccl).
+NOT_NCCL = "regex:^(?!nccl)"
+NCCL_NOTE = ("NCCL kernels are left out: replaying one waits for ranks that do not replay it. "
+             "--metric-set duration times them too (one pass, no replay) and attributes them "
+             "to the module whose backward launched them")
 MARKER_HINT = ("to profile chosen steps, mark the loop: `for batch in loader: with "
                "torch_nsight.step(): train_step(batch)` and pass --steps A:B")
 
@@ -86,7 +94,8 @@ def add_ncu_options(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
                         help="what ncu collects (default: roofline: FLOPs, bytes, "
-                             "speed-of-light; lean: fewer replay passes; full: everything)")
+                             "speed-of-light; lean: fewer replay passes; full: everything; "
+                             "duration: times only, one pass, NCCL kernels kept)")
     parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
     parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
                         help="one more ncu argument (repeat for several)")
@@ -138,6 +147,8 @@ def ncu_command(args: argparse.Namespace, command: Sequence[str], report: Path, 
     extra: list[str] = []
     if args.kernel_name:
         extra += ["-k", f"regex:{args.kernel_name}", "--kernel-name-base", "demangled"]
+    elif leaves_out_nccl(args.metric_set, os.environ):
+        extra += ["-k", NOT_NCCL]
     if args.launch_skip is not None:
         extra += ["--launch-skip", str(args.launch_skip)]
     if args.launch_count is not None:
@@ -151,7 +162,21 @@ def ncu_command(args: argparse.Namespace, command: Sequence[str], report: Path, 
     return built, metrics
 
 
+def world_size(environ: Mapping[str, str]) -> int:
+    """The number of processes of the distributed run (torchrun's ``WORLD_SIZE``), or 1."""
+    value = environ.get("WORLD_SIZE", "1").strip()
+    return int(value) if value.isdigit() else 1
+
+
+def leaves_out_nccl(metric_set: str, environ: Mapping[str, str]) -> bool:
+    """Whether NCCL kernels must be left out of profiling: in a run of several processes,
+    replaying a communication kernel waits for peers that do not replay it (ncu hangs);
+    a single-pass set (``duration``) replays nothing and keeps them."""
+    return world_size(environ) > 1 and metric_set not in SINGLE_PASS_SETS
+
+
 def _check(args: argparse.Namespace) -> None:
+    settle_table_options(args)
     if args.steps is not None:
         from torch_nsight.capture.step import parse_steps
 
@@ -241,6 +266,10 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     cmd, _ = ncu_command(args, command, report, ncu, ncu_cli.known_metric_bases(ncu))
+    if leaves_out_nccl(args.metric_set, os.environ):
+        logger.warning("%s", NCCL_NOTE if not args.kernel_name else
+                       "NCCL kernels hang under replay when other ranks do not replay them: "
+                       "make sure -k leaves them out, or use --metric-set duration")
     env = dict(os.environ)
     if args.steps is not None:
         env[STEPS_ENV] = args.steps

@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
-from torch_nsight.render.kinds import HOTSPOT_ORDERS, TABLE_KINDS
+from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, TABLE_KINDS, TABLES
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
 
 logger = logging.getLogger(__name__)
 
-FORMAT_CHOICES = ("plain", "github", "markdown", "simple", "grid", "rst", "csv", "json")
+FORMAT_CHOICES = ("table", "plain", "github", "markdown", "simple", "grid", "rst", "csv",
+                  "json")
 #: Formats for machines: the raw numbers of the table alone on standard output.
 DATA_FORMATS = ("csv", "json")
 TABLE_OUTPUTS = ("csv", "parquet", "json")
@@ -43,26 +44,57 @@ def _count(minimum: int) -> Callable[[str], int]:
 def add_table_options(parser: argparse.ArgumentParser) -> None:
     """Add the options that choose and shape the printed table.
 
-    The ``--table`` choices and their help come from
-    :data:`torch_nsight.render.kinds.TABLE_KINDS`.
+    ``--by`` names what a row is, singular (``module``); its choices and their help come
+    from :data:`torch_nsight.render.kinds.TABLE_KINDS` through
+    :data:`~torch_nsight.render.kinds.GROUPINGS`. :func:`settle_table_options` turns the
+    parsed options into ``args.table``, ``args.order`` and ``args.n``.
 
     Args:
         parser: a subcommand's parser.
     """
-    kinds = "; ".join(f"{name}: {spec.summary}" for name, spec in TABLE_KINDS.items())
-    parser.add_argument("--table", choices=tuple(TABLE_KINDS), default="hotspots",
-                        help=f"what to print (default: hotspots). {kinds}")
-    parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="plain",
-                        help="table format (default: plain); csv and json write the raw "
-                             "numbers alone to standard output")
-    parser.add_argument("-n", type=_count(1), default=None, metavar="N",
-                        help="rows to show (default: 10 hotspots, every module or kernel)")
-    parser.add_argument("--by", choices=HOTSPOT_ORDERS, default="headroom",
-                        help="rank hotspots by recoverable time or by time "
-                             "(default: headroom)")
+    kinds = "; ".join(f"{name}: {TABLE_KINDS[table].summary}"
+                      for name, table in GROUPINGS.items())
+    parser.add_argument("--by", choices=(*GROUPINGS, *HOTSPOT_ORDERS), default=None,
+                        metavar="{" + ",".join(GROUPINGS) + "}",
+                        help=f"what a row is (default: hotspot). {kinds}")
+    parser.add_argument("--sort", choices=HOTSPOT_ORDERS, default=None,
+                        help="rank hotspots by recoverable time (headroom, the default) or "
+                             "by time")
+    parser.add_argument("--table", choices=TABLES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="table",
+                        help="table format (default: table, plain text); csv and json "
+                             "write the raw numbers alone to standard output")
+    parser.add_argument("--top", "-n", dest="n", type=_count(1), default=None, metavar="N",
+                        help="rows to show (default: 10 hotspots, every other row)")
     parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
-                        help="deepest module level in the modules table (root = 0); "
+                        help="deepest module level in the module table (root = 0); "
                              "the scaling plot uses D or 1")
+
+
+def settle_table_options(args: argparse.Namespace) -> None:
+    """Resolve ``--by``, ``--sort`` and the older spellings into ``args.table`` (a kind of
+    table), ``args.order`` (the hotspot order) and ``args.fmt`` (a tabulate format).
+
+    ``--by headroom|time`` and ``--table KIND`` are the spellings of earlier releases and
+    still work.
+
+    Raises:
+        UsageError: ``--by`` and ``--table`` disagree, or ``--sort`` comes with a table that
+            is not the hotspots.
+    """
+    by = getattr(args, "by", None)
+    order = getattr(args, "sort", None)
+    if by in HOTSPOT_ORDERS:  # the older spelling: --by time ranked hotspots by time
+        order, by = order or by, None
+    table = GROUPINGS[by] if by is not None else None
+    legacy = getattr(args, "table", None)
+    if legacy is not None and table is not None and legacy != table:
+        raise UsageError(f"--by {by} and --table {legacy} disagree: give --by alone")
+    args.table = table or legacy or "hotspots"
+    if order is not None and args.table != "hotspots":
+        raise UsageError(f"--sort ranks hotspots; the {args.table} table has its own order")
+    args.order = order or "headroom"
+    args.fmt = "plain" if args.fmt == "table" else args.fmt
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -85,11 +117,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     for kind in TABLE_OUTPUTS:
         parser.add_argument(f"--{kind}", type=Path, default=None, metavar="OUT",
                             help=f"also write the table, raw numbers, to OUT as {kind}")
-    parser.add_argument("--roofline", type=Path, default=None, metavar="PNG",
-                        help="draw the roofline to PNG (or .svg)")
+    parser.add_argument("--plot", "--roofline", dest="roofline", type=Path, default=None,
+                        metavar="PNG", help="draw the roofline to PNG (or .svg)")
     parser.add_argument("--shape", default=None,
                         help="the shape drawn on the roofline (default: every shape)")
-    parser.add_argument("--scaling", type=Path, default=None, metavar="PNG",
+    parser.add_argument("--plot-scaling", "--scaling", dest="scaling", type=Path,
+                        default=None, metavar="PNG",
                         help="draw time per module vs shape to PNG (or .svg)")
     parser.add_argument("--label", action="append", default=None, metavar="LABEL",
                         help="a label per REPORT, in order (repeat it): names reports of "
@@ -168,7 +201,16 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
     from torch_nsight.render import render_table, write_table
 
     stream = stream if stream is not None else sys.stdout
+    if not hasattr(args, "order"):
+        settle_table_options(args)
     check_shape(profile, getattr(args, "shape", None))
+    if args.table == "ranks":
+        from torch_nsight.analyze import has_ranks
+
+        if not has_ranks(profile.kernels):
+            raise UsageError("--by rank needs reports of distributed ranks: load the "
+                             "report-rank<R>.ncu-rep files that `torch-nsight profile --ranks` "
+                             "writes")
     if getattr(args, "roofline", None) is not None:  # refuse before printing anything
         from torch_nsight.render.roofline import raise_unplaceable
 
@@ -176,12 +218,12 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
 
-        frame = table_frame(profile, args.table, n=args.n, by=args.by, depth=args.depth)
+        frame = table_frame(profile, args.table, n=args.n, by=args.order, depth=args.depth)
         print(describe(profile), file=sys.stderr)
         stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
                      frame.to_json(orient="records", force_ascii=False) + "\n")
     else:
-        table = render_table(profile, args.table, args.fmt, args.n, by=args.by,
+        table = render_table(profile, args.table, args.fmt, args.n, by=args.order,
                              depth=args.depth)
         print(describe(profile), file=stream)
         print(file=stream)
@@ -191,7 +233,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         target = getattr(args, kind, None)
         if target is not None:
             with writing(target):
-                written.append(write_table(profile, target, args.table, args.n, by=args.by,
+                written.append(write_table(profile, target, args.table, args.n, by=args.order,
                                            depth=args.depth))
     if getattr(args, "roofline", None) is not None:
         from torch_nsight.render import plot_roofline
@@ -218,9 +260,10 @@ def check_arguments(args: argparse.Namespace) -> None:
 
     Raises:
         UsageError: a table output has the wrong suffix, ``--shape`` comes without
-            ``--roofline``, or an output's folder is missing.
+            ``--plot``, ``--by`` and ``--sort`` disagree, or an output's folder is missing.
         OutputExistsError: an output exists and ``--force`` was not given.
     """
+    settle_table_options(args)
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind)
         if target is not None and target.suffix.lower() != f".{kind}":
@@ -228,12 +271,13 @@ def check_arguments(args: argparse.Namespace) -> None:
     for option in ("roofline", "scaling"):
         target = getattr(args, option)
         if target is not None and target.suffix.lower() not in (".png", ".svg"):
-            raise UsageError(f"--{option} needs a file ending in .png or .svg, got {target}")
+            flag = {"roofline": "--plot", "scaling": "--plot-scaling"}[option]
+            raise UsageError(f"{flag} needs a file ending in .png or .svg, got {target}")
     if args.label is not None and len(args.label) != len(args.reports):
         raise UsageError(f"--label was given {len(args.label)} time(s) for "
                          f"{len(args.reports)} report(s): give one label per report")
     if args.shape is not None and args.roofline is None:
-        raise UsageError("--shape picks the shape drawn by --roofline; pass --roofline too")
+        raise UsageError("--shape picks the shape drawn by --plot; pass --plot too")
     check_outputs(outputs(args), args.force)
 
 
@@ -262,7 +306,10 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     """Name, on standard error, the metrics a source lacks and how to collect them."""
     stream = stream if stream is not None else sys.stderr
     for source in profile.meta.sources:
-        if source.missing_metrics:
+        if source.metric_set == "duration":
+            print(f"note: {Path(source.path).name} holds kernel times only (--metric-set "
+                  "duration): no roofline, bound or headroom", file=stream)
+        elif source.missing_metrics:
             shown = ", ".join(source.missing_metrics[:4])
             more = len(source.missing_metrics) - 4
             print(f"note: {Path(source.path).name} lacks {len(source.missing_metrics)} of the "

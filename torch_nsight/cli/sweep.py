@@ -16,7 +16,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force
 from torch_nsight.cli.profile import add_ncu_options
-from torch_nsight.cli.report import add_table_options
+from torch_nsight.cli.report import add_table_options, settle_table_options
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from torch_nsight.formats import SWEEP_MANIFEST
 
+    settle_table_options(args)
     target = _target(args.target, "TARGET")
     inputs = _target(args.inputs, "--inputs") if args.inputs else None
     shapes = parse_shapes(args.shapes)

@@ -160,3 +160,81 @@ def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         *_VERDICT,
     ]
     return columns
+
+
+def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``kernels`` table: one kernel name across the modules launching it.
+
+    Args:
+        frame: the rows shown (:meth:`Profile.by_kernel` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    return [
+        *_labels(kernels),
+        ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
+        ("launches", lambda r: format_count(r["launches"]), "right"),
+        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("mean µs", lambda r: format_us(r["mean_ns"]), "right"),
+        ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
+        ("modules", lambda r: format_count(r["modules"]), "right"),
+        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("bound", lambda r: _text(r["bound"]), "left"),
+        ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+    ]
+
+
+def _share(column: str) -> Callable[[pd.Series], str]:
+    return lambda r: format_pct(r[column])
+
+
+def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``shapes`` table: one row per (variant, shape).
+
+    Args:
+        frame: the rows shown (:meth:`Profile.by_shape` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    columns: list[Column] = []
+    if frame["variant"].notna().any():
+        columns.append(("variant", lambda r: _text(r["variant"]), "left"))
+    return [
+        *columns,
+        ("shape", lambda r: _text(r["shape"]), "left"),
+        ("kernels", lambda r: format_count(r["launches"]), "right"),
+        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("in modules %", _share("coverage_pct"), "right"),
+        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("its %", _share("top_module_pct"), "right"),
+        ("memory %", _share("memory_pct"), "right"),
+        ("compute %", _share("compute_pct"), "right"),
+        ("latency %", _share("latency_pct"), "right"),
+        ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
+    ]
+
+
+def rank_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``ranks`` table: one row per distributed rank.
+
+    Args:
+        frame: the rows shown (:meth:`Profile.by_rank` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    return [
+        ("rank", lambda r: str(int(r["rank"])), "right"),
+        *_labels(kernels),
+        ("kernels", lambda r: format_count(r["launches"]), "right"),
+        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("NCCL µs", lambda r: format_us(r["nccl_ns"]), "right"),
+        ("NCCL %", _share("nccl_pct"), "right"),
+        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("its %", _share("top_module_pct"), "right"),
+    ]

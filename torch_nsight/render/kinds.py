@@ -1,6 +1,7 @@
 """The kinds of table, declared once: the renderers, the command line and the docs read them.
 
-:data:`TABLE_KINDS` maps each kind (``hotspots``, ``modules``, ``kernels``) to a
+:data:`TABLE_KINDS` maps each kind (``hotspots``, ``modules``, ``kernels``, ``launches``,
+``shapes``, ``ranks``) to a
 :class:`TableSpec`: a one-line summary (the CLI's ``--table`` help), the rows shown by
 default, how to select its rows from a profile and which columns show them. docs/cli.md
 describes every kind (a test checks it). Importing this module does not import pandas, so
@@ -18,7 +19,10 @@ from torch_nsight.render.columns import (
     ColumnsBuilder,
     hotspot_columns,
     kernel_columns,
+    kernel_group_columns,
     module_columns,
+    rank_columns,
+    shape_columns,
 )
 
 if TYPE_CHECKING:
@@ -28,9 +32,9 @@ if TYPE_CHECKING:
     from torch_nsight.profile import Profile
 
 __all__ = ["TableKind", "TableSpec", "TABLE_KINDS", "TABLES", "DEFAULT_ROWS",
-           "HOTSPOT_ORDERS"]
+           "HOTSPOT_ORDERS", "GROUPINGS"]
 
-TableKind = Literal["hotspots", "modules", "kernels"]
+TableKind = Literal["hotspots", "modules", "kernels", "launches", "shapes", "ranks"]
 #: The values of :data:`torch_nsight.analyze.hotspots.HotspotOrder` (a test keeps them
 #: equal), here so that the command line need not import pandas to offer them.
 HOTSPOT_ORDERS: tuple[str, ...] = ("headroom", "time")
@@ -76,7 +80,27 @@ def _module_rows(profile: Profile, rows: int | None, by: HotspotOrder,
     return _head(profile.modules(depth), rows)
 
 
-def _kernel_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                       depth: int | None) -> pd.DataFrame:
+    frame = profile.by_kernel()
+    if rows is None:
+        return frame.reset_index(drop=True)
+    labels = frame[["variant", "shape"]].astype(object).fillna("")
+    return frame.groupby([labels["variant"], labels["shape"]], sort=False).head(rows) \
+        .reset_index(drop=True)
+
+
+def _shape_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                depth: int | None) -> pd.DataFrame:
+    return _head(profile.by_shape(), rows)
+
+
+def _rank_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+               depth: int | None) -> pd.DataFrame:
+    return _head(profile.by_rank(), rows)
+
+
+def _launch_rows(profile: Profile, rows: int | None, by: HotspotOrder,
                  depth: int | None) -> pd.DataFrame:
     frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
                                           if c in profile.kernels])
@@ -97,9 +121,19 @@ TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spe
               _hotspot_rows, hotspot_columns),
     TableSpec("modules", "the module tree per direction, parents first (--depth folds it)",
               None, _module_rows, module_columns),
-    TableSpec("kernels", "every kernel launch, in launch order", None,
-              _kernel_rows, kernel_columns),
+    TableSpec("kernels", "one row per kernel name across the modules that launch it, most "
+              "time first (--top N per shape)", None, _kernel_group_rows, kernel_group_columns),
+    TableSpec("launches", "every kernel launch, in launch order", None,
+              _launch_rows, kernel_columns),
+    TableSpec("shapes", "one row per shape: time, kernels, coverage, top module, bound mix",
+              None, _shape_rows, shape_columns),
+    TableSpec("ranks", "one row per distributed rank (report-rank<R> files): time, NCCL "
+              "share, top module", None, _rank_rows, rank_columns),
 )})
+#: ``--by`` on the command line: the singular name of each kind of table.
+GROUPINGS: Mapping[str, str] = MappingProxyType({
+    "hotspot": "hotspots", "module": "modules", "kernel": "kernels", "launch": "launches",
+    "shape": "shapes", "rank": "ranks"})
 #: The names of :data:`TABLE_KINDS`, in order.
 TABLES: tuple[str, ...] = tuple(TABLE_KINDS)
 #: Rows shown when ``n`` is None, per kind: the top 10 hotspots; every module and kernel.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.metrics import METRICS
+from torch_nsight.metrics import METRIC_SETS, METRICS
 from torch_nsight.report import cache as report_cache
 from torch_nsight.report import reader
 
@@ -50,11 +50,9 @@ def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame
 
 def _metric_set(missing: set[str]) -> str:
     names = {m.name for m in METRICS}
-    percents = {m.name for m in METRICS if m.kind == "percent"}
-    if not missing & names:
-        return "roofline"
-    if missing & names == percents:
-        return "lean"
+    for name in ("roofline", "lean", "duration"):
+        if missing & names == names - set(METRIC_SETS[name].metrics):
+            return name
     return "custom"
 
 

@@ -1,0 +1,178 @@
+"""The kernel table grouped three more ways: by kernel name, by shape and by rank.
+
+The module tree answers "which module"; these answer "which kernel, across every module that
+launches it", "how do the shapes compare" and "how do the ranks of a distributed run
+compare". Times are per run, as in :mod:`torch_nsight.analyze.rollup`.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from torch_nsight.analyze.attribute import UNATTRIBUTED
+from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none
+
+KERNEL_GROUP_COLUMNS = (
+    "variant", "shape", "kernel", "launches", "duration_ns", "mean_ns", "pct_of_total",
+    "modules", "top_module", "headroom_ns", "bound",
+)
+SHAPE_COLUMNS = (
+    "variant", "shape", "runs", "launches", "duration_ns", "coverage_pct", "top_module",
+    "top_module_pct", *(f"{b}_pct" for b in BOUNDS), "headroom_ns",
+)
+RANK_COLUMNS = (
+    "rank", "variant", "shape", "launches", "duration_ns", "nccl_ns", "nccl_pct",
+    "top_module", "top_module_pct",
+)
+#: Name prefix of NCCL's communication kernels (``ncclDevKernel_AllReduce_...``).
+NCCL_PREFIX = "nccl"
+
+
+def _keyed(df: pd.DataFrame, keys: list[str], extra: list[str]) -> pd.DataFrame:
+    """The columns ``keys + extra`` with missing keys as ``""`` (groupby drops NaN keys)."""
+    work = df.reindex(columns=[*dict.fromkeys([*keys, *extra])]).copy()
+    for column in keys:
+        work[column] = work[column].astype(object).where(work[column].notna(), "")
+    return work
+
+
+def _runs(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Distinct (report, run) pairs per group of ``keys``."""
+    work = _keyed(df, [*keys, "source", "run"], [])
+    return (work.drop_duplicates().groupby(keys, sort=False).size().rename("runs")
+            .reset_index())
+
+
+def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+    """Per group, the value of ``column`` holding the most time, and its share (%)."""
+    values = work[column].astype(object).where(work[column].notna(), UNATTRIBUTED)
+    sums = (work.assign(_v=values).groupby([*keys, "_v"], sort=False)["duration_ns"].sum()
+            .reset_index())
+    totals = sums.groupby(keys, sort=False)["duration_ns"].transform("sum")
+    sums["share"] = 100.0 * sums["duration_ns"] / totals
+    best = sums.sort_values("duration_ns", ascending=False, kind="stable")
+    best = best.drop_duplicates(subset=keys)
+    return best.rename(columns={"_v": f"top_{column}", "share": f"top_{column}_pct"})[
+        [*keys, f"top_{column}", f"top_{column}_pct"]]
+
+
+def _per_run(out: pd.DataFrame, df: pd.DataFrame, keys: list[str],
+             columns: list[str]) -> pd.DataFrame:
+    out = out.merge(_runs(df, keys), on=keys, how="left")
+    out[columns] = out[columns].astype("float64").div(out["runs"], axis=0)
+    return out
+
+
+def _finish(out: pd.DataFrame, keys: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
+    for column in keys:
+        out[column] = blank_to_none(out[column])
+    return out.loc[:, list(columns)].reset_index(drop=True)
+
+
+@needs("kernel", "module", "duration_ns")
+def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per kernel name and (variant, shape), across every module that launches it.
+
+    Args:
+        df: an attributed, classified kernel table.
+
+    Returns:
+        :data:`KERNEL_GROUP_COLUMNS`, most time first: launches and time per run, mean time
+        per launch, share of the (variant, shape)'s GPU time, how many modules launch it,
+        the one holding most of its time, headroom, and the bound holding most of its time.
+    """
+    keys = [*LABELS, "kernel"]
+    work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    out = work.groupby(keys, sort=False).agg(
+        launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
+        headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
+        modules=("module", "nunique")).reset_index()
+    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
+    out = out.merge(_top(work.assign(bound=work["bound"].where(work["bound"].notna())), keys,
+                         "bound").rename(columns={"top_bound": "bound"}), on=keys, how="left")
+    out["bound"] = out["bound"].where(out["bound"] != UNATTRIBUTED)
+    out = _per_run(out, df, list(LABELS), ["launches", "duration_ns", "headroom_ns"])
+    out["mean_ns"] = out["duration_ns"] / out["launches"]
+    totals = out.groupby(list(LABELS), sort=False)["duration_ns"].transform("sum")
+    out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
+    out = out.sort_values([*LABELS, "duration_ns"], ascending=[True, True, False],
+                          kind="stable")
+    out = _label_order(out, df)
+    return _finish(out, list(keys), KERNEL_GROUP_COLUMNS)
+
+
+def _label_order(out: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
+    """Labels in the order they ran (first launch), rows within a label kept in order."""
+    first = _keyed(df, list(LABELS), []).drop_duplicates().reset_index(drop=True)
+    first["_order"] = range(len(first))
+    out = out.merge(first, on=list(LABELS), how="left")
+    return out.sort_values("_order", kind="stable").drop(columns="_order")
+
+
+@needs("module", "duration_ns")
+def by_shape(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (variant, shape), in the order they ran.
+
+    Args:
+        df: an attributed, classified kernel table.
+
+    Returns:
+        :data:`SHAPE_COLUMNS`: runs, launches and GPU time per run, the share of time inside
+        module ranges, the module (innermost) holding most time and its share, the share of
+        time per bound, and headroom.
+    """
+    keys = list(LABELS)
+    work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    work["_inside"] = work["duration_ns"].where(work["module"].notna()
+                                                & (work["module"] != UNATTRIBUTED), 0.0)
+    for bound in BOUNDS:
+        work[f"_{bound}"] = work["duration_ns"].where(work["bound"] == bound, 0.0)
+    out = work.groupby(keys, sort=False).agg(
+        launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
+        inside=("_inside", "sum"), headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
+        **{f"{b}_pct": (f"_{b}", "sum") for b in BOUNDS}).reset_index()
+    out["coverage_pct"] = 100.0 * out["inside"] / out["duration_ns"]
+    for bound in BOUNDS:
+        out[f"{bound}_pct"] = 100.0 * out[f"{bound}_pct"] / out["duration_ns"]
+    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
+    out = _per_run(out, df, keys, ["launches", "duration_ns", "headroom_ns"])
+    return _finish(out, keys, SHAPE_COLUMNS)
+
+
+def has_ranks(df: pd.DataFrame) -> bool:
+    """Whether the table holds kernels of at least one known distributed rank."""
+    return "rank" in df and bool(df["rank"].notna().any())
+
+
+@needs("rank", "kernel", "module", "duration_ns")
+def by_rank(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank and (variant, shape): compare the processes of a distributed run.
+
+    Args:
+        df: an attributed kernel table with a ``rank`` column (reports named
+            ``report-rank<R>``, as ``torch-nsight profile --ranks`` writes them).
+
+    Returns:
+        :data:`RANK_COLUMNS`, by rank: launches and GPU time per run, the time and share in
+        NCCL communication kernels, and the module holding most time.
+
+    Raises:
+        ValueError: no row has a rank.
+    """
+    if not has_ranks(df):
+        raise ValueError("no kernel has a rank: load the report-rank<R> files that "
+                         "`torch-nsight profile --ranks` writes")
+    keys = ["rank", *LABELS]
+    work = _keyed(df[df["rank"].notna()], keys, ["kernel", "module", "duration_ns"])
+    is_nccl = work["kernel"].astype(str).str.lower().str.startswith(NCCL_PREFIX)
+    work["_nccl"] = work["duration_ns"].where(is_nccl, 0.0)
+    out = work.groupby(keys, sort=False).agg(
+        launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
+        nccl_ns=("_nccl", "sum")).reset_index()
+    out["nccl_pct"] = 100.0 * out["nccl_ns"] / out["duration_ns"]
+    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
+    out = _per_run(out, df[df["rank"].notna()], keys, ["launches", "duration_ns", "nccl_ns"])
+    out["rank"] = out["rank"].astype(int)
+    out = out.sort_values("rank", kind="stable")
+    return _finish(out, list(LABELS), RANK_COLUMNS)
