@@ -4,10 +4,12 @@ status on."""
 
 from __future__ import annotations
 
+import lzma
 import os
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,37 @@ def test_the_duration_set_is_one_pass() -> None:
     assert "duration" in SINGLE_PASS_SETS and not chosen.sections
     counters = [n for n in chosen.metrics if kinds[n] in ("counter", "percent", "clock")]
     assert counters == ["gpu__time_duration.sum"]
+
+
+def test_both_ranks_with_their_nccl_kernels_attributed() -> None:
+    # recorded on two H200s with tests/data/record_ddp.sh: --ranks 0,1 --metric-set duration
+    import ncu_report
+
+    import torch_nsight
+
+    profile = torch_nsight.load(DATA / "ddp_nccl", cache=False)
+    k = profile.kernels
+    table = profile.by_rank()
+    assert table["rank"].tolist() == [0, 1]
+    for rank in (0, 1):
+        mine = k[k["rank"] == rank]
+        assert mine["run"].unique().tolist() == [2]  # step 2 alone, on each rank
+        nccl = mine[mine["kernel"].str.startswith("nccl")]
+        assert len(nccl) == 2  # DDP's two gradient buckets, one all-reduce each
+        # launched from autograd's thread inside the backward of the module whose gradient
+        # filled the bucket; NCCL's own range names the collective
+        assert set(nccl["direction"]) == {"bwd"} and set(nccl["op"]) == {"ncclAllReduce"}
+        assert nccl["module"].ne(torch_nsight.analyze.UNATTRIBUTED).all()
+        row = table[table["rank"] == rank].iloc[0]
+        assert row["nccl_ns"] == pytest.approx(nccl["duration_ns"].sum())
+    # the times agree with NVIDIA's reader, read here directly
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "r.ncu-rep"
+        report.write_bytes(lzma.decompress((DATA / "ddp_nccl/report-rank1.ncu-rep.xz")
+                                           .read_bytes()))
+        found = ncu_report.load_report(str(report)).range_by_idx(0)
+        direct = sum(found.action_by_idx(i).metric_by_name("gpu__time_duration.sum").as_double()
+                     for i in range(found.num_actions())
+                     if found.action_by_idx(i).name().startswith("nccl"))
+    assert table.loc[table["rank"] == 1, "nccl_ns"].item() == pytest.approx(direct)
+    assert profile.meta.sources[0].metric_set == "duration"

@@ -1,10 +1,11 @@
 """Attribution: the NVTX ranges around each kernel -> its module, direction, op and labels.
 
 A kernel's module is its innermost push/pop range in domain ``torch_nsight`` that names a
-module (see :mod:`torch_nsight.naming`); its op is the innermost ``op:`` range. The sweep's
-label range (``sweep;variant=..;shape=..;run=..``) gives ``variant``, ``shape`` and ``run``;
-the bare ``measure`` marker range is dropped. Every other enclosing range
-(another domain's, a ``warmup`` range, a user's own) becomes ``context``. Kernels outside
+module (see :mod:`torch_nsight.naming`); its op is the innermost ``op:`` range, else NCCL's
+own range (``ncclAllReduce``) for a communication kernel. The sweep's label range
+(``sweep;variant=..;shape=..;run=..``) gives ``variant``, ``shape`` and ``run``; the bare
+``measure`` marker range is dropped. Every other enclosing range (another domain's, a
+``warmup`` range, a user's own) becomes ``context``. Kernels outside
 any module range are kept, as :data:`UNATTRIBUTED`.
 """
 
@@ -30,6 +31,10 @@ def _measure(message: str) -> dict[str, str] | None:
     if message == naming.MEASURE_MESSAGE:
         return {}
     return naming.parse_measure_range(message)
+
+
+#: NCCL's NVTX ranges (its own domain) name the collective: ``ncclAllReduce``.
+NCCL_RANGE_PREFIX = "nccl"
 
 
 def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
@@ -68,6 +73,8 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
         else:
             modules.append(kind)
     context.extend(other)
+    if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
+        op = next((m for m in reversed(other) if m.startswith(NCCL_RANGE_PREFIX)), None)
     if modules:
         module, direction = modules[-1].name, modules[-1].direction
         path = PATH_SEP.join(m.name for m in modules)
