@@ -3,6 +3,8 @@
 * :func:`instrument` puts an NVTX range around every submodule (forward and backward), so
   any NVTX-aware profiler attributes each kernel to its module path.
 * :func:`sweep` profiles a model across input shapes under Nsight Compute in one re-launch.
+* :func:`timeline` takes the cheap first look: a few iterations per shape under PyTorch's
+  profiler, kernels attributed to modules, GPU idle and launch-bound steps found.
 * :func:`load` reads ``.ncu-rep`` reports into a :class:`Profile`: kernels joined to the
   module tree and classified on the roofline.
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
     from torch_nsight.capture import Instrumentation, instrument
     from torch_nsight.capture.step import step
     from torch_nsight.collect import sweep
+    from torch_nsight.collect.timeline import timeline
     from torch_nsight.profile import Profile, load
 
 __version__ = "0.1.0"
@@ -38,6 +41,7 @@ __all__ = [
     "Instrumentation",
     "step",
     "sweep",
+    "timeline",
     "load",
     "Profile",
     "TorchNsightError",
@@ -53,7 +57,8 @@ __all__ = [
 
 _LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.capture",
          "step": "torch_nsight.capture.step",
-         "sweep": "torch_nsight.collect", "load": "torch_nsight.profile",
+         "sweep": "torch_nsight.collect", "timeline": "torch_nsight.collect.timeline",
+         "load": "torch_nsight.profile",
          "Profile": "torch_nsight.profile"}
 
 

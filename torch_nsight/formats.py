@@ -10,6 +10,11 @@ is over, :data:`SWEEP_MANIFEST`: what was asked, how every (variant, shape) ende
 report each child wrote, the replicated sibling groups and the calls table. Loading the
 directory gives every row, replicated layers included; a child's report alone lacks them.
 
+A timeline directory holds :data:`TIMELINE_MANIFEST` (what was run, per (variant, shape):
+its trace file and the step times measured outside the profiler, without and with the
+module ranges) and one Chrome trace per (variant, shape), ``trace-<n>.json.gz``, as
+PyTorch's profiler writes them.
+
 A calls file (``*.calls.json``) holds the torch-level ops of one iteration: per op, the
 ranges open around it, its input and output shapes and dtypes, analytic FLOPs and bytes.
 """
@@ -26,6 +31,12 @@ SWEEP_MANIFEST = "sweep.json"
 SWEEP_KIND = "torch_nsight.sweep"
 SWEEP_FORMAT = 1
 PROFILE_FILE = "profile.parquet"
+TIMELINE_MANIFEST = "timeline.json"
+TIMELINE_KIND = "torch_nsight.timeline"
+TIMELINE_FORMAT = 1
+#: Suffixes of the Chrome traces PyTorch's profiler writes (``export_chrome_trace``,
+#: ``tensorboard_trace_handler``), plain or compressed.
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz")
 CALLS_KIND = "torch_nsight.calls"
 CALLS_FORMAT = 1
 CALLS_SUFFIX = ".calls.json"
@@ -96,3 +107,17 @@ def read_tagged(path: str | os.PathLike[str], kind: str, newest: int) -> dict[st
 def is_sweep_dir(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a folder holding a sweep manifest."""
     return (Path(path) / SWEEP_MANIFEST).is_file()
+
+
+def is_timeline_dir(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder holding a timeline manifest."""
+    return (Path(path) / TIMELINE_MANIFEST).is_file()
+
+
+def is_trace(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is named like a Chrome trace of PyTorch's profiler (and is not one of
+    torch_nsight's own JSON files)."""
+    name = Path(path).name
+    return (name.endswith(TRACE_SUFFIXES) and not name.endswith(CALLS_SUFFIX)
+            and name not in (SWEEP_MANIFEST, TIMELINE_MANIFEST)
+            and not name.endswith((".result.json", ".status.json")))

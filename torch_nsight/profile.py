@@ -75,11 +75,14 @@ class Profile:
         calls: the calls table (torch-level ops with shapes, FLOPs and bytes, attributed like
             kernels: join on ``variant``, ``shape``, ``module_path``, ``direction``, ``op``),
             or None when the source recorded none.
+        timeline: step windows and idle gaps of PyTorch profiler traces (see
+            :mod:`torch_nsight.report.trace`), or None for Nsight Compute sources.
     """
 
     kernels: pd.DataFrame
     meta: ProfileMeta = field(default_factory=ProfileMeta)
     calls: pd.DataFrame | None = None
+    timeline: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.meta, Mapping):
@@ -92,10 +95,12 @@ class Profile:
     # --- derived, never stored -------------------------------------------------------------
     @property
     def shapes(self) -> list[str]:
-        """Shape labels: a sweep's in its order, then any other label of the table."""
+        """Shape labels: a sweep's in its order, then any other label of the table (or of
+        the timeline, whose steps may have no GPU row)."""
         ordered = [s for sweep in self.meta.sweeps for s in sweep.shapes]
         column = self.kernels.get("shape", [])
-        return _unique([*ordered, *column])
+        steps = self.timeline.get("shape", []) if self.timeline is not None else []
+        return _unique([*ordered, *column, *steps])
 
     @property
     def variants(self) -> list[str]:
@@ -278,7 +283,8 @@ class Profile:
         Returns:
             The path written.
         """
-        return saved.write_profile(self.kernels, self.calls, self.meta, path)
+        return saved.write_profile(self.kernels, self.calls, self.meta, path,
+                                   timeline=self.timeline)
 
     @classmethod
     def read(cls, path: PathArg) -> Profile:
@@ -296,7 +302,7 @@ class Profile:
             ReportError: the file is missing or was not written by :meth:`save`.
         """
         kernels, calls, meta = saved.read_profile(path)
-        return cls(_order(kernels), meta, calls)
+        return cls(_order(kernels), meta, calls, saved.read_timeline(path))
 
     @classmethod
     def concat(cls, profiles: Iterable[Profile]) -> Profile:
@@ -320,8 +326,10 @@ class Profile:
             raise ValueError("profiles must hold at least one Profile")
         kernels = pd.concat([p.kernels for p in profiles], ignore_index=True)
         calls = [p.calls for p in profiles if p.calls is not None]
+        timelines = [p.timeline for p in profiles if p.timeline is not None]
         joined = cls(_order(kernels), ProfileMeta.merge(p.meta for p in profiles),
-                     pd.concat(calls, ignore_index=True) if calls else None)
+                     pd.concat(calls, ignore_index=True) if calls else None,
+                     pd.concat(timelines, ignore_index=True) if timelines else None)
         _warn_if_mixed(joined)
         keys = [_label_keys(p.kernels) for p in profiles]
         shared = set().union(*(a & b for i, a in enumerate(keys) for b in keys[i + 1:]))
@@ -437,19 +445,24 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
                    for p in parts]
     chosen = given if given is not None else _auto_labels(files, tables)
     sources: list[Source] = []
+    timelines = [part.timeline for part in parts]
     for index, (part, label) in enumerate(zip(parts, chosen, strict=True)):
         sources.extend(dataclasses.replace(s, label=label) if label else s for s in part.sources)
         if label:
             tables[index] = steps.label_rows(tables[index], label)
             if call_tables[index] is not None:
                 call_tables[index] = steps.label_rows(call_tables[index], label)
+            if timelines[index] is not None:
+                timelines[index] = steps.label_rows(timelines[index], label)
     kernels = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     kept_calls = [c for c in call_tables if c is not None]
     meta = ProfileMeta.merge(ProfileMeta(tuple(part.sources), tuple(part.sweeps),
                                          dict(part.settings)) for part in parts)
     meta = dataclasses.replace(meta, sources=tuple(sources))
+    kept_timelines = [t for t in timelines if t is not None]
     profile = Profile(_order(kernels), meta,
-                      pd.concat(kept_calls, ignore_index=True) if kept_calls else None)
+                      pd.concat(kept_calls, ignore_index=True) if kept_calls else None,
+                      pd.concat(kept_timelines, ignore_index=True) if kept_timelines else None)
     for note in profile.notes:
         logger.warning("%s", note)
     _warn_if_mixed(profile)

@@ -8,10 +8,14 @@ from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_SWITCH", "detect_profiler", "resolve_enabled"]
+__all__ = ["ENV_SWITCH", "TIMELINE_ENV", "detect_profiler", "resolve_enabled"]
 
 ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
 """Environment variable forcing instrumentation on (``1``) or off (``0``)."""
+TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
+"""Set by ``torch-nsight profile --timeline`` to the folder the steps' trace goes to: the
+process records its chosen steps with PyTorch's profiler, and its ranges go to that
+profiler (see :mod:`torch_nsight.capture.timeline`)."""
 
 _PROFILER_VARIABLES = (
     "NVTX_INJECTION64_PATH",
@@ -87,6 +91,8 @@ def resolve_enabled(
     if switch:
         logger.warning("torch_nsight: ignoring %s=%r (expected 1 or 0)", ENV_SWITCH,
                        env[ENV_SWITCH])
+    if env.get(TIMELINE_ENV):
+        return True, f"{TIMELINE_ENV} is set: the timeline of PyTorch's profiler is recorded"
     found = detect_profiler(env)
     if found is not None:
         return True, f"an NVIDIA profiler is attached ({found} is set)"

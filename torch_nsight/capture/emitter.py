@@ -17,7 +17,8 @@ from torch_nsight.naming import DOMAIN
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RangeEmitter", "NvtxEmitter", "RecordingEmitter", "RangeEvent"]
+__all__ = ["RangeEmitter", "NvtxEmitter", "RecordingEmitter", "RangeEvent",
+           "RecordFunctionEmitter", "RECORD_PREFIX"]
 
 
 @runtime_checkable
@@ -128,3 +129,55 @@ class RecordingEmitter:
     def clear(self) -> None:
         """Forget the recorded events (ranges still open stay tracked)."""
         self.events.clear()
+
+
+#: Prefix of the ranges :class:`RecordFunctionEmitter` opens (the NVTX domain's stand-in):
+#: ``torch_nsight/h.0.attn``. The trace reader keeps only ranges named so.
+RECORD_PREFIX = f"{DOMAIN}/"
+
+
+class RecordFunctionEmitter:
+    """Open ranges as PyTorch profiler ranges (``record_function``), for the timeline.
+
+    PyTorch's profiler does not see NVTX ranges; it records these ranges as CPU events on
+    the thread that opened them, which is what the timeline reader attributes kernels with.
+    Names carry :data:`RECORD_PREFIX`, so the reader tells them from the annotations of
+    PyTorch itself (``Optimizer.step#SGD.step``) or the user. The ranges go through
+    ``torch._C._profiler._RecordFunctionFast`` (0.15 µs a range without a profiler, 0.6 µs
+    under it, on the CPU machine) where it exists, else through the
+    ``record_function`` ops (about 11 µs a range).
+    """
+
+    def __init__(self) -> None:
+        import torch
+
+        self._fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
+        self._enter = torch.ops.profiler._record_function_enter_new
+        self._exit = torch.ops.profiler._record_function_exit._RecordFunction
+        self._open = threading.local()
+
+    def _stack(self) -> list[Any]:
+        stack = getattr(self._open, "stack", None)
+        if stack is None:
+            stack = self._open.stack = []
+        return stack
+
+    def push(self, message: str) -> None:
+        """Open the range ``torch_nsight/<message>`` on the calling thread."""
+        if self._fast is not None:
+            handle = self._fast(RECORD_PREFIX + message)
+            handle.__enter__()
+        else:
+            handle = self._enter(RECORD_PREFIX + message, None)
+        self._stack().append(handle)
+
+    def pop(self) -> None:
+        """Close the calling thread's innermost range opened by :meth:`push`."""
+        stack = self._stack()
+        if not stack:
+            return
+        handle = stack.pop()
+        if self._fast is not None:
+            handle.__exit__(None, None, None)
+        else:
+            self._exit(handle)

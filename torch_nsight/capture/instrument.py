@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from torch_nsight.capture.detect import resolve_enabled
+from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
@@ -174,6 +174,15 @@ def _select(
     return chosen
 
 
+def default_emitter() -> RangeEmitter:
+    """NVTX ranges, or PyTorch profiler ranges under ``torch-nsight profile --timeline``."""
+    if os.environ.get(TIMELINE_ENV):
+        from torch_nsight.capture.emitter import RecordFunctionEmitter
+
+        return RecordFunctionEmitter()
+    return NvtxEmitter()
+
+
 def instrument(
     model: nn.Module,
     *,
@@ -294,7 +303,7 @@ def instrument(
         selected = [(name, module) for name, module in selected if module not in _INSTRUMENTED]
 
     handle = Instrumentation(model, reason)
-    sink: RangeEmitter = emitter if emitter is not None else NvtxEmitter()
+    sink: RangeEmitter = emitter if emitter is not None else default_emitter()
     if record_calls is not None:
         from torch_nsight.capture.calls import CallRecorder
 

@@ -8,8 +8,10 @@ Under ``torch-nsight profile --steps 10:12 -- python train.py`` the chosen steps
 the start/end range ``measure`` that ``ncu --nvtx-include torch_nsight@measure`` profiles
 (start/end ranges, unlike push/pop ones, also cover the kernels autograd launches from its
 own thread), with a label range that gives their rows ``run`` = the step's index. The steps
-to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Without a profiler
-attached, a step costs one attribute lookup and a counter increment.
+to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Under ``profile
+--timeline`` (:data:`~torch_nsight.capture.detect.TIMELINE_ENV` set) the chosen steps are
+recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.timeline`). Without a
+profiler attached, a step costs one attribute lookup and a counter increment.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 from collections.abc import Mapping
 from types import TracebackType
 
-from torch_nsight.capture.detect import detect_profiler
+from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 
 logger = logging.getLogger(__name__)
@@ -87,7 +89,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             handle and ``end_range(handle)`` (default: the ``nvtx`` package; for tests).
     """
 
-    __slots__ = ("index", "_handles", "_environ", "_emitter")
+    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -102,6 +104,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._handles: list[object] = []
         self._environ = os.environ if environ is None else environ
         self._emitter = emitter
+        self._session: object | None = None
 
     @property
     def measured(self) -> bool:
@@ -110,10 +113,18 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if chosen is None:
             return False
         return self.index in chosen and (self._emitter is not None
+                                         or bool(self._environ.get(TIMELINE_ENV))
                                          or detect_profiler(self._environ) is not None)
 
     def __enter__(self) -> step:
-        if self.measured:
+        folder = self._environ.get(TIMELINE_ENV)
+        if folder and self.measured:
+            from torch_nsight.capture.timeline import session
+
+            chosen = _chosen(self._environ)
+            self._session = session(folder, chosen[-1] if chosen else self.index)
+            self._session.enter(self.index)  # type: ignore[attr-defined]
+        elif self.measured:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
                              start(format_measure_range(run=self.index))]
@@ -121,6 +132,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if self._session is not None:
+            self._session.exit(self.index)  # type: ignore[attr-defined]
+            self._session = None
         for handle in reversed(self._handles):
             self._end_range(handle)
         self._handles = []

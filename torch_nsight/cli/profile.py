@@ -12,6 +12,8 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   (``report-rank0.ncu-rep``), the others run plainly. In a run of several processes, NCCL
   kernels are left out of replay (it would wait for peers forever) unless the metric set is
   the single-pass ``duration``, which times them and attributes them to modules.
+* ``--timeline``: no ncu; the chosen steps are recorded by PyTorch's profiler (cheap: GPU
+  idle, launch-bound steps, copies), and the verdict per step is printed.
 * ``--dry-run`` prints the command it would run and the metrics it collects.
 
 The script's exit status is passed on; a partial report is kept and read.
@@ -65,6 +67,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="profile only the steps torch_nsight.step() numbers A to B-1 "
                              "(or N: one step)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="no ncu: record the chosen steps with PyTorch's profiler (the "
+                             "cheap first look: GPU idle, launch-bound steps, copies), into "
+                             "--out; needs --steps and the step marker")
     parser.add_argument("--ranks", default=None, metavar="R[,R...]",
                         help="under torchrun --no-python: profile only these ranks, run the "
                              "others plainly")
@@ -245,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
         if rank not in ranks:
             logger.info("rank %d is not profiled: running it plainly", rank)
             return run_plainly(command)
+    if args.timeline:
+        return run_timeline(args, command)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
     report = args.out / f"{name}.ncu-rep"
     from torch_nsight.collect.shared import ncu as ncu_cli
@@ -284,6 +292,46 @@ def run(args: argparse.Namespace) -> int:
 
     emit(load(report), args)
     print(f"report: {report}", file=sys.stderr)
+    return code
+
+
+def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
+    """``profile --timeline``: the command runs plainly, its chosen steps recorded by
+    PyTorch's profiler (see :mod:`torch_nsight.capture.timeline`); then the verdict."""
+    from torch_nsight.capture.detect import TIMELINE_ENV
+    from torch_nsight.formats import TIMELINE_MANIFEST
+
+    if args.steps is None:
+        raise UsageError("--timeline records the steps chosen with --steps (e.g. --steps "
+                         f"10:12); {MARKER_HINT}")
+    if args.dry_run:
+        print(f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))} {STEPS_ENV}="
+              f"{shlex.quote(args.steps)} {shlex.join(command)}")
+        return 0
+    manifest = args.out / TIMELINE_MANIFEST
+    if manifest.exists() and not args.force:
+        raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
+    for old in args.out.glob("trace*.json.gz") if args.force else ():
+        old.unlink()
+    env = {**os.environ, TIMELINE_ENV: str(args.out.resolve()), STEPS_ENV: args.steps}
+    try:
+        code = subprocess.run(command, env=env, timeout=args.timeout).returncode
+    except FileNotFoundError:
+        raise UsageError(f"could not start {command[0]}") from None
+    except subprocess.TimeoutExpired:
+        logger.warning("stopped the command after its %s s timeout", args.timeout)
+        code = 124
+    if not manifest.is_file():
+        from torch_nsight.errors import NothingProfiledError
+
+        raise NothingProfiledError(
+            f"the command wrote no timeline (exit status {code}): {_why_nothing(args)}")
+    from torch_nsight.cli.report import emit
+    from torch_nsight.profile import load
+
+    emit(load(args.out, cache=False), args)
+    print(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
+          file=sys.stderr)
     return code
 
 

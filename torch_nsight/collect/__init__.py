@@ -14,6 +14,9 @@ into a :class:`~torch_nsight.Profile`. The code is split by the process it runs 
   job and its file; :mod:`~.shared.ncu`, the ``ncu`` command line and output;
   :mod:`~.shared.status`, the child's progress lines. The output directory's layout is in
   :mod:`torch_nsight.formats`, since the reporter reads it too.
+
+:mod:`~torch_nsight.collect.timeline` is the cheap first look: PyTorch's profiler in the
+user's own process, no ``ncu``, no child.
 """
 
 from __future__ import annotations

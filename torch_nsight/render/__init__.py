@@ -17,13 +17,15 @@ if TYPE_CHECKING:
     from torch_nsight.render.roofline import plot_roofline
     from torch_nsight.render.scaling import plot_scaling
     from torch_nsight.render.table import FORMATS, render_table, table_frame, write_table
+    from torch_nsight.render.timeline import plot_timeline, timeline_frame
 
 __all__ = ["render_table", "write_table", "table_frame", "plot_roofline", "plot_scaling",
-           "FORMATS", "TABLES", "TABLE_KINDS"]
+           "plot_timeline", "timeline_frame", "FORMATS", "TABLES", "TABLE_KINDS"]
 
 _LAZY = {"render_table": "table", "write_table": "table", "table_frame": "table",
          "FORMATS": "table", "TABLES": "kinds", "TABLE_KINDS": "kinds",
-         "plot_roofline": "roofline", "plot_scaling": "scaling"}
+         "plot_roofline": "roofline", "plot_scaling": "scaling",
+         "plot_timeline": "timeline", "timeline_frame": "timeline"}
 
 
 def __getattr__(name: str) -> Any:

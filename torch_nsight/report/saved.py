@@ -20,6 +20,7 @@ from torch_nsight.report.cache import plain_strings
 
 META_KEY = b"torch_nsight.profile"
 CALLS_KEY = b"torch_nsight.calls"
+TIMELINE_KEY = b"torch_nsight.timeline"
 TUPLE_COLUMNS = ("range_stack", "range_start_end", "range_other")
 _RENAMED = {"nvtx_stack": "range_stack", "nvtx_start_end": "range_start_end",
             "nvtx_other": "range_other"}
@@ -35,8 +36,10 @@ def _tuples(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
 
 
 def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: ProfileMeta,
-                  path: str | os.PathLike[str]) -> Path:
-    """Write a profile's tables and metadata to one Parquet file.
+                  path: str | os.PathLike[str], *,
+                  timeline: pd.DataFrame | None = None) -> Path:
+    """Write a profile's tables and metadata to one Parquet file (the calls and timeline
+    tables as JSON in its metadata).
 
     Returns:
         The path written.
@@ -50,6 +53,8 @@ def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: Profi
                                    default=str)}
     if calls is not None:
         stored[CALLS_KEY] = calls.to_json(orient="records", default_handler=str)
+    if timeline is not None:
+        stored[TIMELINE_KEY] = timeline.to_json(orient="records", default_handler=str)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stored})
     pq.write_table(table, target)
     return target
@@ -95,3 +100,21 @@ def read_profile(path: str | os.PathLike[str]
             if column in calls:
                 calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
     return kernels, calls, ProfileMeta.from_dict(header.get("meta") or {}, version=version)
+
+
+def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
+    """The timeline table saved with a profile (see :func:`write_profile`), or None."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    stored = (pq.read_schema(path).metadata or {}).get(TIMELINE_KEY)
+    if stored is None:
+        return None
+    table = pd.read_json(io.StringIO(stored.decode() if isinstance(stored, bytes) else stored),
+                         orient="records")
+    if "run" in table:
+        table["run"] = table["run"].astype("Int64")
+    from torch_nsight.report.trace import tidy_text
+
+    return tidy_text(table)  # JSON turns an all-None column into NaN

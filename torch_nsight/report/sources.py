@@ -63,6 +63,8 @@ class SourceData:
         calls: the raw calls table (:data:`CALLS_COLUMNS`), or None.
         sweeps: the sweeps that made it.
         settings: PyTorch settings of the profiled process, where known.
+        timeline: step windows and idle gaps of a PyTorch profiler trace
+            (:data:`~torch_nsight.report.trace.TIMELINE_COLUMNS`), or None.
     """
 
     kernels: pd.DataFrame
@@ -72,6 +74,7 @@ class SourceData:
     calls: pd.DataFrame | None = None
     sweeps: list[SweepRecord] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    timeline: pd.DataFrame | None = None
 
 
 class SourceReader(Protocol):
@@ -283,7 +286,8 @@ class SavedProfile:
         """Read the saved tables and metadata."""
         kernels, calls, meta = saved.read_profile(path)
         return SourceData(kernels, list(meta.sources), analyzed=True, calls=calls,
-                          sweeps=list(meta.sweeps), settings=dict(meta.settings))
+                          sweeps=list(meta.sweeps), settings=dict(meta.settings),
+                          timeline=saved.read_timeline(path))
 
 
 class SweepDirectory:
@@ -335,6 +339,91 @@ class SweepDirectory:
                           sweeps=[record], settings=dict(manifest.get("settings") or {}))
 
 
+def _trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:
+    attributed = any(naming.parse_message(m).kind == "module" for stack in frame["range_stack"]
+                     for m in stack)
+    note = None if attributed or frame.empty else (
+        "none of its GPU activity ran inside a torch_nsight range: record it with "
+        "torch_nsight.timeline(), or instrument the model with "
+        "instrument(model, emitter=RecordFunctionEmitter()) inside torch.profiler")
+    return Source(path=str(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
+                  metric_set="timeline", has_module_ranges=note is None, note=note)
+
+
+class TraceFile:
+    """A Chrome trace written by PyTorch's profiler (``.json``, ``.json.gz``, ``.json.xz``):
+    kernel times and the timeline, no hardware counters."""
+
+    name = "trace"
+
+    def accepts(self, path: Path) -> bool:
+        """Files named like a trace."""
+        return path.is_file() and formats.is_trace(path)
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Parse the trace."""
+        from torch_nsight.report.trace import parse_trace, read_trace_file
+
+        frame, timeline, gpu = parse_trace(read_trace_file(path), str(path.resolve()))
+        if frame.empty:
+            raise ReportError(f"{path} holds no GPU activity: record the trace on a CUDA GPU "
+                              "with ProfilerActivity.CUDA among the profiler's activities")
+        return SourceData(frame, [_trace_source(path, self.name, frame, gpu)],
+                          timeline=timeline)
+
+
+class TimelineDirectory:
+    """The output directory of :func:`torch_nsight.timeline`: its manifest and one trace per
+    (variant, shape)."""
+
+    name = "timeline"
+
+    def accepts(self, path: Path) -> bool:
+        """Folders holding a timeline manifest."""
+        return formats.is_timeline_dir(path)
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read the manifest and every trace it names."""
+        from torch_nsight.report.trace import parse_trace, read_trace_file
+
+        try:
+            manifest = formats.read_tagged(path / formats.TIMELINE_MANIFEST,
+                                           formats.TIMELINE_KIND, formats.TIMELINE_FORMAT)
+        except formats.FormatError as err:
+            raise ReportError(f"{err}: the timeline directory {path} cannot be read") from err
+        frames, timelines, sources = [], [], []
+        for item in manifest.get("items", []):
+            trace = item.get("trace")
+            if not trace or not (path / trace).is_file():
+                continue
+            steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
+            frame, timeline, gpu = parse_trace(read_trace_file(path / trace),
+                                               str((path / trace).resolve()), steps,
+                                               measured_only=True)
+            rank = _RANK_NAME.search(trace.split(".")[0])
+            frame["rank"] = pd.Series([int(rank.group(1)) if rank else None] * len(frame),
+                                      index=frame.index, dtype="Int64")
+            frames.append(frame)
+            timelines.append(timeline)
+            source = _trace_source(path / trace, self.name, frame, gpu)
+            if frame.empty:
+                source = dataclasses.replace(source, note=(
+                    f"no GPU activity: recorded on {manifest.get('device')}, the trace holds "
+                    "CPU ops and step times only"))
+            sources.append(source)
+        failed = [f"{i.get('shape')}: {i.get('error')}" for i in manifest.get("items", [])
+                  if i.get("status") == "failed"]
+        if failed and sources:
+            sources[-1] = dataclasses.replace(sources[-1], note="; ".join(
+                filter(None, [sources[-1].note, "failed shapes: " + "; ".join(failed)])))
+        if not frames:
+            raise ReportError(f"the timeline directory {path} holds no trace: every shape "
+                              f"failed ({'; '.join(failed) or 'see the manifest'})")
+        return SourceData(pd.concat(frames, ignore_index=True), sources,
+                          settings=dict(manifest.get("settings") or {}),
+                          timeline=pd.concat(timelines, ignore_index=True))
+
+
 def empty_raw_table() -> pd.DataFrame:
     """A raw kernel table with no rows."""
     from torch_nsight.report.table import RAW_COLUMNS
@@ -342,7 +431,8 @@ def empty_raw_table() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in RAW_COLUMNS})
 
 
-READERS: list[SourceReader] = [SweepDirectory(), SavedProfile(), NcuReport()]
+READERS: list[SourceReader] = [SweepDirectory(), TimelineDirectory(), SavedProfile(),
+                               NcuReport(), TraceFile()]
 
 
 def register_reader(reader: SourceReader, *, first: bool = True) -> None:
@@ -362,11 +452,11 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
     """
     out: list[Path] = []
     for path in paths:
-        if not path.is_dir() or formats.is_sweep_dir(path):
+        if not path.is_dir() or formats.is_sweep_dir(path) or formats.is_timeline_dir(path):
             out.append(path)
             continue
         files = sorted(p for p in path.iterdir() if p.is_file()
-                       and (is_report(p) or SavedProfile().accepts(p)))
+                       and (is_report(p) or SavedProfile().accepts(p) or formats.is_trace(p)))
         if not files:
             raise ReportError(f"the folder {path} holds no .ncu-rep report, saved profile "
                               f"(.parquet) or sweep manifest ({formats.SWEEP_MANIFEST})")
@@ -382,12 +472,13 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
     """
     if not path.exists():
         raise ReportError(f"{path} does not exist: pass an Nsight Compute report "
-                          "(.ncu-rep, .ncu-rep.xz), a saved profile (.parquet) or a sweep's "
-                          "output directory")
+                          "(.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a sweep's or "
+                          "timeline's output directory, or a PyTorch profiler trace (.json)")
     for reader in READERS:
         if reader.accepts(path):
             logger.debug("reading %s as %s", path, reader.name)
             return reader.read(path, options)
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
-                      "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet) or a "
-                      "sweep's output directory")
+                      "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
+                      "sweep's or timeline's output directory, or a PyTorch profiler trace "
+                      "(.json, .json.gz)")

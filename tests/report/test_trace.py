@@ -1,0 +1,143 @@
+"""PyTorch profiler traces recorded on the H200 (tests/data/timeline_*, made by
+tests/data/record_timeline.py): every GPU activity attributed, and the step and gap numbers
+checked against a plain reading of the same JSON."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze import UNATTRIBUTED
+from torch_nsight.errors import ReportError
+from torch_nsight.profile import Profile
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def train() -> Profile:
+    """GPT2Small, bf16, batch 8, seq 512, forward + backward, 3 measured steps."""
+    return torch_nsight.load(DATA / "timeline_train")
+
+
+@pytest.fixture(scope="module")
+def decode() -> Profile:
+    """GPT2Small, bf16, batch 1, one token, forward only, 3 measured steps."""
+    return torch_nsight.load(DATA / "timeline_decode")
+
+
+def events(name: str) -> list[dict]:
+    with gzip.open(DATA / name / "trace-0.json.gz", "rt", encoding="utf-8") as handle:
+        return [e for e in json.load(handle)["traceEvents"] if e.get("ph") == "X"]
+
+
+def plain_reading(name: str, run: int) -> dict[str, float]:
+    """Step ``run`` read straight from the JSON: its labelled CPU range, the GPU activity
+    whose launch call starts inside it, the union of that activity, the launch calls."""
+    evs = events(name)
+    label = next(e for e in evs if e["name"].startswith("torch_nsight/sweep;")
+                 and e["name"].endswith(f";run={run}"))
+    start, end = label["ts"], label["ts"] + label["dur"]
+    launches = {e["args"]["correlation"]: e for e in evs
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and "correlation" in e.get("args", {})}
+    gpu = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+           and e["args"]["correlation"] in launches
+           and start <= launches[e["args"]["correlation"]]["ts"] < end]
+    window_end = max([end, *(e["ts"] + e["dur"] for e in gpu)])
+    busy, cursor = 0.0, start
+    for e in sorted(gpu, key=lambda e: e["ts"]):
+        lo, hi = max(e["ts"], cursor), min(e["ts"] + e["dur"], window_end)
+        if hi > lo:
+            busy += hi - lo
+            cursor = hi
+    enqueue = [e for e in launches.values() if start <= e["ts"] < end
+               and any(w in e["name"] for w in ("Launch", "Memcpy", "Memset"))]
+    return {"activities": len(gpu), "busy_ns": busy * 1e3, "wall_ns": (window_end - start) * 1e3,
+            "launches": len(enqueue)}
+
+
+@pytest.mark.parametrize("name", ["timeline_train", "timeline_decode", "timeline_copy"])
+@pytest.mark.parametrize("run", [0, 2])
+def test_step_numbers_match_a_plain_reading_of_the_trace(name: str, run: int) -> None:
+    profile = torch_nsight.load(DATA / name)
+    expected = plain_reading(name, run)
+    step = profile.timeline[(profile.timeline["kind"] == "step")
+                            & (profile.timeline["run"] == run)].iloc[0]
+    assert (profile.kernels["run"] == run).sum() == expected["activities"]
+    # µs floats in the JSON: within 1 ns of rounding per activity
+    assert step["busy_ns"] == pytest.approx(expected["busy_ns"], abs=expected["activities"])
+    assert step["end_ns"] - step["start_ns"] == pytest.approx(expected["wall_ns"], abs=1.0)
+    assert step["launches"] == expected["launches"]
+    gaps = profile.timeline[(profile.timeline["kind"] == "gap")
+                            & (profile.timeline["run"] == run)]
+    idle = (gaps["end_ns"] - gaps["start_ns"]).sum()
+    # idle intervals under 1 µs are not gaps: the rest of the window is busy or such slivers
+    slivers = expected["wall_ns"] - expected["busy_ns"] - idle
+    assert -expected["activities"] <= slivers <= 1000.0 * (expected["activities"] + 1)
+
+
+def test_every_training_kernel_is_attributed_forward_and_backward(train: Profile) -> None:
+    k = train.kernels
+    assert len(k) == 1653 and set(k["run"]) == {0, 1, 2}  # 3 steps, warm-ups left out
+    outside = k[k["module"] == UNATTRIBUTED]
+    assert set(outside["op"]) == {"loss"}  # only the loss gradient, in its op range
+    assert set(k["direction"].dropna()) == {"fwd", "bwd"}
+    backward = k[k["direction"] == "bwd"]
+    forward = k[k["direction"] == "fwd"]
+    # autograd launches the backward from its own thread, where the bwd: ranges are open
+    assert set(backward["launch_thread"]).isdisjoint(set(forward["launch_thread"]))
+    assert backward["module_path"].str.startswith("GPT2Small").all()
+    per_step = k.groupby(["run", "direction"], dropna=False).size().unstack()
+    assert per_step.nunique().max() == 1  # the same step three times
+
+
+def test_a_decode_step_is_mostly_idle(decode: Profile) -> None:
+    steps = decode.timeline[decode.timeline["kind"] == "step"]
+    busy = steps["busy_ns"] / (steps["end_ns"] - steps["start_ns"])
+    assert (busy < 0.2).all()
+    assert (decode.kernels["module"] != UNATTRIBUTED).all()
+    assert steps["bare_ns"].notna().all() and steps["ranged_ns"].notna().all()
+
+
+def test_copies_carry_their_direction_bytes_and_memory_kind() -> None:
+    profile = torch_nsight.load(DATA / "timeline_copy")
+    copies = profile.kernels[profile.kernels["kind"] == "memcpy"]
+    assert len(copies) == 3  # one per step
+    assert set(copies["copy_kind"]) == {"HtoD"} and set(copies["pinned"]) == {False}
+    assert (copies["bytes"] == 64 * 1024 * 1024 * 4).all()  # the 256 MiB host tensor
+    assert set(copies["module"]) == {"HostFed"}
+
+
+def test_a_timeline_survives_save_and_read(train: Profile, tmp_path: Path) -> None:
+    again = Profile.read(train.save(tmp_path / "t.parquet"))
+    pd.testing.assert_frame_equal(again.timeline, train.timeline, check_dtype=False)
+    loaded = torch_nsight.load(tmp_path / "t.parquet")
+    assert loaded.timeline is not None and len(loaded.timeline) == len(train.timeline)
+
+
+def test_a_single_trace_file_reads_without_its_manifest(tmp_path: Path) -> None:
+    trace = tmp_path / "run.json.gz"
+    trace.write_bytes((DATA / "timeline_decode" / "trace-0.json.gz").read_bytes())
+    profile = torch_nsight.load(trace)
+    # without the manifest the warm-up iterations are kept, unlabelled
+    assert len(profile.kernels) > 414
+    assert profile.timeline["bare_ns"].isna().all()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"not json", "not a readable Chrome trace"),
+    (b'{"a": 1}', "not a Chrome trace"),
+    (b'{"traceEvents": []}', "holds no GPU activity"),
+])
+def test_bad_traces_are_refused_in_one_line(tmp_path: Path, content: bytes,
+                                            message: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(ReportError, match=message):
+        torch_nsight.load(path)

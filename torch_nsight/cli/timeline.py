@@ -1,0 +1,114 @@
+"""``torch-nsight timeline TARGET --shapes 1x1,8x512``: the cheap first look, no ncu.
+
+:func:`torch_nsight.timeline` from a shell, before the Nsight Compute pass.
+
+TARGET names a zero-argument factory returning the model (``package.module:factory`` or
+``path/to/file.py:factory``), imported in this process: the timeline runs here, under
+PyTorch's profiler, without ``ncu``. Prints the verdict per shape (GPU-bound, launch-bound,
+copy-bound, data-bound) with its evidence and what to try, then the table ``report``
+would print; the output directory (``--out``) keeps the Chrome traces (open them in
+Perfetto) and reads back with ``torch-nsight report DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
+from torch_nsight.cli.report import add_table_options, settle_table_options
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``timeline`` subcommand.
+
+    Args:
+        subparsers: the top-level parser's subparsers.
+
+    Returns:
+        The subcommand's parser.
+    """
+    parser = subparsers.add_parser(
+        "timeline", help="the cheap first look: a model's steps under PyTorch's profiler, "
+                         "with a verdict per shape",
+        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("target", metavar="TARGET",
+                        help="package.module:factory or path/to/file.py:factory (a "
+                             "zero-argument callable returning the nn.Module)")
+    parser.add_argument("--shapes", required=True, metavar="SHAPES",
+                        help="comma-separated input shapes, dimensions joined by x: 1x1,8x512")
+    parser.add_argument("--inputs", default=None, metavar="TARGET",
+                        help="make_inputs as package.module:fn or file.py:fn, called with "
+                             "each shape (default: torch.randn(shape))")
+    parser.add_argument("--dtype", default=None, help="cast the model: bf16, fp16, fp32...")
+    parser.add_argument("--backward", action="store_true", help="forward and backward")
+    parser.add_argument("--warmup", type=int, default=3, metavar="N")
+    parser.add_argument("--steps", type=int, default=5, metavar="N",
+                        help="timed and profiled steps per shape (default 5)")
+    parser.add_argument("--ops", action="store_true", help="name functional ops too")
+    parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_timeline"),
+                        metavar="DIR", help="output directory (default: ./torch_nsight_timeline)")
+    parser.add_argument("--plot-timeline", type=Path, default=None, metavar="PNG",
+                        help="draw each shape's median step to PNG (or .svg); with several "
+                             "shapes, one file each, the shape in its name")
+    add_table_options(parser)
+    add_force(parser)
+    return parser
+
+
+def plot_paths(path: Path, shapes: list[str]) -> dict[str, Path]:
+    """One picture per shape: ``PATH`` for one shape, ``STEM-<shape>.SUFFIX`` for several."""
+    if len(shapes) <= 1:
+        return {shape: path for shape in shapes}
+    return {shape: path.with_name(f"{path.stem}-{shape}{path.suffix}") for shape in shapes}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torch-nsight timeline``.
+
+    Returns:
+        0 (failed shapes are listed on standard error).
+
+    Raises:
+        UsageError: bad TARGET, shapes or options; the output directory holds a timeline
+            and ``--force`` was not given.
+        TorchNsightError: every shape failed.
+    """
+    from torch_nsight.cli.sweep import _target, parse_shapes
+    from torch_nsight.formats import TIMELINE_MANIFEST
+
+    settle_table_options(args)
+    target = _target(args.target, "TARGET")
+    inputs = _target(args.inputs, "--inputs") if args.inputs else None
+    shapes = parse_shapes(args.shapes)
+    if args.plot_timeline is not None:
+        if args.plot_timeline.suffix.lower() not in (".png", ".svg"):
+            raise UsageError(f"--plot-timeline needs a file ending in .png or .svg, got "
+                             f"{args.plot_timeline}")
+        labels = ["x".join(map(str, s)) for s in shapes]
+        check_outputs(list(plot_paths(args.plot_timeline, labels).values()), args.force)
+    if (args.out / TIMELINE_MANIFEST).exists() and not args.force:
+        raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
+    import torch_nsight
+    from torch_nsight.cli.report import emit
+
+    try:
+        profile = torch_nsight.timeline(
+            target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
+            warmup=args.warmup, steps=args.steps, ops=args.ops, output_dir=args.out)
+    except (TypeError, ValueError) as err:  # timeline()'s own argument checks
+        raise UsageError(str(err)) from err
+    emit(profile, args)
+    if args.plot_timeline is not None:
+        from torch_nsight.cli.outputs import writing
+        from torch_nsight.render import plot_timeline
+
+        for shape, path in plot_paths(args.plot_timeline, profile.shapes).items():
+            with writing(path):
+                plot_timeline(profile, path, shape=shape)
+            print(f"wrote {path}")
+    print(f"timeline: {args.out} (open the trace-*.json.gz in https://ui.perfetto.dev)",
+          file=sys.stderr)
+    return 0

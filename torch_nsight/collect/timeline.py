@@ -1,0 +1,207 @@
+"""The first look: a few iterations per shape under PyTorch's profiler, in this process.
+
+No ``ncu``, no replay: Kineto/CUPTI records every kernel, copy and memset with its timing and
+the CUDA call that launched it, and :class:`~torch_nsight.capture.emitter.RecordFunctionEmitter`
+puts the module ranges of :func:`~torch_nsight.instrument` into the same trace, so kernels
+are attributed to modules as in an Nsight Compute report (see
+:mod:`torch_nsight.report.trace`). Per (variant, shape), in order:
+
+1. ``warmup`` iterations, then ``steps`` timed iterations without any range (``bare_ns``,
+   the median wall time of one iteration, synchronised);
+2. the same with the module ranges on (``ranged_ns``): their cost shows as the distortion;
+3. ``steps`` iterations under the profiler, each inside a labelled range and followed by a
+   synchronisation, so each step's window ends with its last GPU activity.
+
+The output directory holds one Chrome trace per (variant, shape) (open it in Perfetto or
+``chrome://tracing``) and the manifest ``timeline.json``; the result is
+``torch_nsight.load(output_dir)``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight import formats
+from torch_nsight.collect.parent.sweep import _user_settings, _variants
+from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
+from torch_nsight.naming import format_measure_range
+
+if TYPE_CHECKING:
+    from torch_nsight.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+
+def _check_counts(warmup: Any, steps: Any) -> None:
+    for name, value, low in (("warmup", warmup, 0), ("steps", steps, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _timed(run: Callable[[], Any], count: int, sync: Callable[[], None]) -> float:
+    """Median wall time (ns) of one call of ``run``, each call synchronised."""
+    times = []
+    for _ in range(count):
+        sync()
+        start = time.perf_counter_ns()
+        run()
+        sync()
+        times.append(time.perf_counter_ns() - start)
+    return float(statistics.median(times))
+
+
+def timeline(
+    model: Any,
+    shapes: Sequence[Any] | Mapping[str, Any],
+    *,
+    make_inputs: Callable[[Any], Any] | None = None,
+    backward: bool = False,
+    dtype: Any = None,
+    warmup: int = 3,
+    steps: int = 5,
+    ops: bool | str | Sequence[str] = False,
+    output_dir: str | os.PathLike[str] | None = None,
+    quiet: bool = False,
+) -> Profile:
+    """Record a cheap timeline of a model across shapes with PyTorch's profiler.
+
+    Runs in this process, on the current CUDA device (on the CPU when there is none: the
+    trace then holds CPU ops only and the profile no GPU rows). Kernels are attributed to
+    modules (forward and ``bwd:`` backward, ops when asked) like Nsight Compute rows; the
+    profile's ``timeline`` table holds each step's window and idle gaps, which
+    :func:`torch_nsight.analyze.timeline_summary` turns into a verdict per shape.
+
+    Args:
+        model: an ``nn.Module``, a zero-argument factory returning one, or a dict label ->
+            either (``variant`` column).
+        shapes: input shapes or configs, or a dict label -> shape (as for
+            :func:`torch_nsight.sweep`).
+        make_inputs: ``fn(shape)`` -> a tensor, tuple/list or dict of inputs; default
+            ``torch.randn(shape)`` in the model's dtype.
+        backward: forward and backward of ``sum(mean(output.float()))``; else forward under
+            ``torch.no_grad()``.
+        dtype: cast the model (and default inputs) to this dtype; None keeps the model's.
+        warmup: iterations before each timed or profiled series.
+        steps: timed iterations, and profiled iterations (``run`` 0..steps-1), per shape.
+        ops: name functional ops too (see :func:`torch_nsight.instrument`).
+        output_dir: keep the traces and manifest here (existing files replaced); None: a
+            temporary directory removed once the profile is loaded.
+        quiet: no progress bar.
+
+    Returns:
+        The profile (``Profile.timeline`` set). A shape that failed (out of memory, a
+        model error) is recorded in the manifest and in ``Profile.failures``; the others
+        are kept.
+
+    Raises:
+        ValueError, TypeError: a bad argument (shapes, counts, model).
+        ReportError: every shape failed.
+    """
+    import torch
+
+    from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
+    from torch_nsight.profile import load
+
+    variants = _variants(model)
+    pairs = normalize_shapes(shapes)
+    _check_counts(warmup, steps)
+    dtype_name = normalize_dtype(dtype)
+    job = Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
+              dtype=dtype_name, warmup=warmup, repeats=steps, ops=ops)
+    work = Path(output_dir) if output_dir is not None else Path(
+        tempfile.mkdtemp(prefix="torch_nsight-timeline-"))
+    work.mkdir(parents=True, exist_ok=True)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+    items = []
+    try:
+        from tqdm.auto import tqdm
+
+        todo = [(v, label, shape) for v in variants for label, shape in pairs]
+        for index, (variant, label, shape) in enumerate(
+                tqdm(todo, desc="torch_nsight timeline", unit="shape",
+                     disable=True if quiet else None, leave=False)):
+            item: dict[str, Any] = {"variant": variant, "shape": label, "steps": steps,
+                                    "warmup": warmup}
+            try:
+                module = variants[variant]
+                module = module if isinstance(module, torch.nn.Module) else module()
+                if dtype_name is not None:
+                    module = module.to(getattr(torch, dtype_name))
+                module = module.to(device)
+                args, kwargs = build_inputs(job, shape, device, model_dtype(module))
+                item.update(_record(module, args, kwargs, job, variant, label, device,
+                                    work / f"trace-{index}.json", run_step))
+            except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
+                logger.warning("timeline of %s failed: %s: %s", label, type(err).__name__, err)
+                item.update(status="failed", error=f"{type(err).__name__}: {err}")
+            items.append(item)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        formats.write_json(work / formats.TIMELINE_MANIFEST, {
+            "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "backward": backward, "dtype": dtype_name, "items": items,
+            "settings": _user_settings()})
+        return load(work, cache=False)
+    finally:
+        if output_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job,
+            variant: str, label: str, device: Any, trace: Path,
+            run_step: Callable[..., Any]) -> dict[str, Any]:
+    """Time one (variant, shape) bare and ranged, then profile it; return its manifest item."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from torch_nsight.capture.emitter import RecordFunctionEmitter
+    from torch_nsight.capture.instrument import instrument
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    emitter = RecordFunctionEmitter()
+
+    def once() -> None:
+        run_step(module, args, kwargs, job.backward, emitter)
+
+    for _ in range(job.warmup):
+        once()
+    bare = _timed(once, job.repeats, sync)
+    with instrument(module, ops=job.ops, enabled=True, emitter=emitter):
+        for _ in range(job.warmup):
+            once()
+        ranged = _timed(once, job.repeats, sync)
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities) as prof:
+            once()  # the profiler's own first-iteration cost stays out of the steps
+            sync()
+            for run in range(job.repeats):
+                emitter.push(format_measure_range(variant=variant, shape=label, run=run))
+                try:
+                    once()
+                finally:
+                    emitter.pop()
+                sync()
+    prof.export_chrome_trace(str(trace))
+    packed = trace.with_name(trace.name + ".gz")
+    with open(trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst)
+    trace.unlink()
+    logger.info("%s: %.3f ms per step bare, %.3f ms with ranges", label, bare / 1e6,
+                ranged / 1e6)
+    return {"status": "ok", "trace": packed.name, "bare_ns": bare, "ranged_ns": ranged}
