@@ -141,3 +141,20 @@ def test_bad_traces_are_refused_in_one_line(tmp_path: Path, content: bytes,
     path.write_bytes(content)
     with pytest.raises(ReportError, match=message):
         torch_nsight.load(path)
+
+
+@pytest.mark.parametrize(("name", "verdict"), [
+    ("timeline_decode", "launch-bound"),  # GPT-2-small-sized decode: batch 1, one token
+    ("timeline_train", "GPU-bound"),  # the same model training at batch 8, seq 512
+    ("timeline_copy", "copy-bound"),  # inputs copied from pageable host memory each step
+])
+def test_recorded_steps_get_their_verdict(name: str, verdict: str) -> None:
+    from torch_nsight.analyze import timeline_summary
+
+    profile = torch_nsight.load(DATA / name)
+    row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
+    assert row["verdict"] == verdict, row["evidence"]
+    steps = profile.timeline[profile.timeline["kind"] == "step"]
+    # judged on the GPU work over the step timed without profiler or ranges
+    assert row["bare_busy_pct"] == pytest.approx(
+        100 * steps["busy_ns"].median() / steps["bare_ns"].median())

@@ -25,13 +25,14 @@ from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
+from torch_nsight.analyze.timeline import module_launches, timeline_findings, timeline_summary
 
 __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
-    "has_ranks", "UNATTRIBUTED",
+    "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "UNATTRIBUTED",
 ]
 
 

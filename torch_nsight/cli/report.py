@@ -228,6 +228,11 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         print(describe(profile), file=stream)
         print(file=stream)
         print(table, file=stream)
+        if profile.timeline is not None:
+            from torch_nsight.render.verdict import render_verdicts
+
+            print(file=stream)
+            print(render_verdicts(profile, args.fmt), file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)

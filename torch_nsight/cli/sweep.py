@@ -57,6 +57,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="seconds per shape (default 600)")
     parser.add_argument("--devices", default=None, metavar="I,J",
                         help="GPU indices to spread shapes over, one ncu each")
+    parser.add_argument("--focus", type=float, default=None, metavar="SHARE",
+                        help="record a timeline first, then run ncu only on the kernels that "
+                             "carry this share of GPU time (e.g. 0.9); the rest keep the "
+                             "timeline's durations")
     parser.add_argument("--dry-run", action="store_true",
                         help="run the child without ncu (CPU too): check the factory, inputs "
                              "and shapes")
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             warmup=args.warmup, repeats=args.repeats, metric_set=args.metric_set,
             ops=args.ops, replicate=not args.no_replicate, record_calls=not args.no_calls,
             output_dir=args.out, ncu=args.ncu, ncu_args=args.ncu_arg, timeout=args.timeout,
-            devices=devices, profiler=None if args.dry_run else "ncu")
+            devices=devices, profiler=None if args.dry_run else "ncu", focus=args.focus)
     except (TypeError, ValueError) as err:  # sweep()'s own argument checks: the user's flags
         raise UsageError(str(err)) from err
     for failure in profile.failures:

@@ -333,10 +333,19 @@ class SweepDirectory:
             sources = [dataclasses.replace(s, note=note) for s in sources] or sources
         kernels = (pd.concat(frames, ignore_index=True) if frames
                    else empty_raw_table())
+        timeline = None
+        if record.options.get("focus") is not None:  # the timeline's rows for the rest
+            from torch_nsight.report.focus import TIMELINE_FOLDER, stand_in_rows
+
+            extra, timeline = stand_in_rows(kernels, path / TIMELINE_FOLDER,
+                                            record.options.get("focused_kernels") or ())
+            kernels = pd.concat([kernels.assign(deep_profiled=True), extra],
+                                ignore_index=True)
         calls = calls_frame(manifest.get("calls") or [], str(path.resolve()))
         return SourceData(kernels, sources or [Source(path=str(path.resolve()), kind=self.name)],
                           replication=list(manifest.get("replication") or []), calls=calls,
-                          sweeps=[record], settings=dict(manifest.get("settings") or {}))
+                          sweeps=[record], settings=dict(manifest.get("settings") or {}),
+                          timeline=timeline)
 
 
 def _trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:

@@ -24,6 +24,7 @@ import gzip
 import json
 import logging
 import lzma
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -52,7 +53,19 @@ TIMELINE_COLUMNS = ("source", "variant", "shape", "run", "kind", "start_ns", "en
                     "cpu_ns", "busy_ns", "launches", "sync_ns", "bare_ns", "ranged_ns",
                     "cpu", "prev_module", "next_module")
 _ENQUEUE = ("Launch", "Memcpy", "Memset")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
 _SYNC = ("Synchronize",)
+
+
+def function_name(kernel: str) -> str:
+    """The function name ncu filters on (``--kernel-name-base function``) of a kernel named
+    as the PyTorch profiler names it: ``void at::native::vectorized_elementwise_kernel<4,
+    ...>(int, ...)`` -> ``vectorized_elementwise_kernel``."""
+    text = _ANONYMOUS.sub("", kernel.strip())
+    if text.startswith("void "):
+        text = text[len("void "):]
+    cut = min([i for i in (text.find("<"), text.find("(")) if i >= 0], default=len(text))
+    return text[:cut].rsplit("::", 1)[-1].strip()
 
 
 def read_trace_file(path: Path) -> dict[str, Any]:
@@ -196,7 +209,8 @@ def parse_trace(document: Mapping[str, Any], source: str,
         device = int(args.get("device", 0) or 0)
         grid, block = args.get("grid"), args.get("block")
         rows.append({
-            "source": source, "kernel": name, "kernel_full": name,
+            "source": source, "kernel": function_name(name) if kind == "kernel" else name,
+            "kernel_full": name,
             "grid": tuple(grid) if isinstance(grid, list) else None,
             "block": tuple(block) if isinstance(block, list) else None,
             "duration_ns": _ns(event, "dur"), "gpu": gpus.get(device),

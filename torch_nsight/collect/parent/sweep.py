@@ -164,6 +164,8 @@ def sweep(
     profiler: Literal["ncu"] | None = "ncu",
     quiet: bool = False,
     record_calls: bool = True,
+    focus: float | None = None,
+    _options: Mapping[str, Any] | None = None,
 ) -> Profile:
     """Profile a model (or several variants) across input shapes under Nsight Compute.
 
@@ -213,6 +215,11 @@ def sweep(
         quiet: no progress bar.
         record_calls: record the calls table (every torch-level op with its shapes, FLOPs
             and bytes, per module) in one un-profiled iteration per shape.
+        focus: first record a timeline (:func:`torch_nsight.timeline`, in a child process),
+            then profile under ``ncu`` only the kernels (by function name) that carry this
+            share (0-1, e.g. 0.9) of each shape's GPU time; the other kernels keep the
+            timeline's module and duration, with ``deep_profiled`` False (see
+            :mod:`torch_nsight.report.focus`). None profiles every kernel.
 
     Global PyTorch settings of the calling process (TF32, cuDNN benchmark/deterministic,
     SDPA backends) are carried to the child and recorded in the profile.
@@ -230,6 +237,16 @@ def sweep(
         NothingProfiledError: ``ncu`` ran but profiled no kernel (the message says why).
         ShapeFailedError: every shape failed.
     """
+    if focus is not None and profiler == "ncu":
+        from torch_nsight.collect.parent.focus import focused_sweep
+
+        return focused_sweep(
+            sweep, model, shapes, focus=focus, output_dir=output_dir, ncu_args=ncu_args,
+            devices=devices, quiet=quiet,
+            options=dict(make_inputs=make_inputs, backward=backward, dtype=dtype, warmup=warmup,
+                         repeats=repeats, metric_set=metric_set, ops=ops, replicate=replicate,
+                         derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
+                         record_calls=record_calls))
     variants = _variants(model)
     pairs = jobs.normalize_shapes(shapes)
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
@@ -271,7 +288,8 @@ def sweep(
                    "ops": job.ops, "timeout_s": timeout, "devices": visible,
                    "profiler": profiler, "ncu": ncu_path, "ncu_args": extra,
                    "record_calls": record_calls,
-                   "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics))}
+                   "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics)),
+                   **(_options or {})}
         commands = {s.name: s.command for s in specs}
         if keep:
             description = {**jobs.describe_job(job), "options": options, "commands": commands,

@@ -1,0 +1,78 @@
+"""torch-nsight timeline and profile --timeline on a CPU-only machine: PyTorch's profiler
+records the CPU ops and the steps (no GPU rows), the output directory reads back, and the
+usage errors are one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torch_nsight
+
+ROOT = Path(__file__).resolve().parents[2]
+
+MODEL = """import torch
+def make():
+    return torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+"""
+LOOP = """import torch, torch_nsight
+m = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+with torch_nsight.instrument(m):
+    for i in range(6):
+        with torch_nsight.step():
+            m(torch.randn(8, 32)).sum().backward()
+raise SystemExit(3)
+"""
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TORCH_NSIGHT_TIMELINE", None)
+    return subprocess.run([sys.executable, "-m", "torch_nsight", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=300)
+
+
+def test_timeline_of_a_factory_reads_back_per_shape(tmp_path: Path) -> None:
+    (tmp_path / "mk.py").write_text(MODEL)
+    proc = cli("timeline", "mk.py:make", "--shapes", "8x32,16x32", "--steps", "2",
+               "--warmup", "1", "--out", "tl", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = torch_nsight.load(tmp_path / "tl")
+    steps = profile.timeline[profile.timeline["kind"] == "step"]
+    assert steps["shape"].tolist() == ["8x32", "8x32", "16x32", "16x32"]
+    assert steps["run"].tolist() == [0, 1, 0, 1]
+    assert (steps["bare_ns"] > 0).all() and (steps["ranged_ns"] > 0).all()
+    again = cli("timeline", "mk.py:make", "--shapes", "8x32", "--out", "tl", cwd=tmp_path)
+    assert again.returncode == 1 and "--force" in again.stderr
+
+
+def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
+        tmp_path: Path) -> None:
+    (tmp_path / "loop.py").write_text(LOOP)
+    proc = cli("profile", "--timeline", "--steps", "2:4", "--out", "tl", "--",
+               sys.executable, "loop.py", cwd=tmp_path)
+    assert proc.returncode == 3, proc.stderr  # the script's own status
+    profile = torch_nsight.load(tmp_path / "tl")
+    steps = profile.timeline[profile.timeline["kind"] == "step"]
+    assert steps["run"].tolist() == [2, 3]
+    assert steps["bare_ns"].isna().all()  # a user's script is not timed without ranges
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["profile", "--timeline", "--", sys.executable, "-c", "pass"], "--timeline records"),
+    (["timeline", "mk.py:make", "--shapes", "8xa"], "--shapes"),
+    (["timeline", "nope.py:make", "--shapes", "8"], "does not exist"),
+    (["timeline", "mk.py:make", "--shapes", "8", "--plot-timeline", "t.jpg"],
+     "--plot-timeline needs"),
+    (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "steps must be"),
+])
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "mk.py").write_text(MODEL)
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()[-1:]
+    assert line.startswith("torch-nsight: error:") and message in line

@@ -1,0 +1,48 @@
+"""The timeline's verdict per shape as text: what bounds the step, the evidence, what to try,
+and the findings with the module where each happens."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch_nsight.render.units import format_us
+
+if TYPE_CHECKING:
+    from torch_nsight.profile import Profile
+
+#: Findings shown per shape under its verdict.
+FINDINGS_SHOWN = 3
+
+
+def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
+    """Return the verdict section of a profile that has a timeline ('' when it has none).
+
+    Args:
+        profile: the profile.
+        fmt: ``markdown`` (and ``github``) for a pull request, anything else for a terminal.
+
+    Returns:
+        One block per (variant, shape): the verdict and its evidence, what to try, the
+        largest idle gaps and the top findings with the time each could recover per step.
+    """
+    if profile.timeline is None or profile.timeline.empty:
+        return ""
+    from torch_nsight.analyze import timeline_findings, timeline_summary
+
+    summary = timeline_summary(profile.kernels, profile.timeline)
+    findings = timeline_findings(profile.kernels, profile.timeline)
+    markdown = fmt in ("markdown", "github")
+    lines = ["## Timeline verdict" if markdown else "Timeline verdict (PyTorch profiler):"]
+    for _, row in summary.iterrows():
+        label = " ".join(str(v) for v in (row["variant"], row["shape"]) if isinstance(v, str)
+                         and v) or "all steps"
+        head = f"**{label}: {row['verdict']}**" if markdown else f"{label}: {row['verdict']}"
+        lines += ["", head, f"  {row['evidence']}", f"  Try: {row['advice']}"]
+        if row["largest_gaps"]:
+            lines.append(f"  Largest idle gaps: {row['largest_gaps']}")
+        mine = findings[(findings["variant"].fillna("") == (row["variant"] or ""))
+                        & (findings["shape"].fillna("") == (row["shape"] or ""))]
+        for _, finding in mine.head(FINDINGS_SHOWN).iterrows():
+            lines.append(f"  - {finding['finding']} in {finding['module']} (up to "
+                         f"{format_us(finding['est_gain_ns'])} µs per step): {finding['fix']}")
+    return "\n".join(lines)
