@@ -15,6 +15,7 @@ of kernel rows deep-profiled.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -50,10 +51,11 @@ def ids(shape: tuple[int, ...]) -> torch.Tensor:
     return torch.randint(0, 50257, tuple(shape))
 
 
-def timed(command: list[str]) -> tuple[float, int]:
+def timed(command: list[str], log: Path | None = None) -> tuple[float, int]:
     start = time.perf_counter()
-    code = subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL).returncode
+    with open(log, "w") if log else open(os.devnull, "w") as sink:
+        code = subprocess.run(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT
+                              ).returncode
     return time.perf_counter() - start, code
 
 
@@ -86,7 +88,7 @@ def main() -> int:
     for name, extra in (("sweep", []), ("focused", ["--focus", "0.9"])):
         folder = out / name
         results[name] = timed([*cli, "sweep", target, "--inputs", inputs, "--shapes", "4x512",
-                               "--out", str(folder), "--force", *extra])
+                               "--out", str(folder), "--force", *extra], out / f"{name}.log")
         results[f"{name}_share"] = deep_share(folder)
         print(name, results[name], results[f"{name}_share"], flush=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))

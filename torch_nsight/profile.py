@@ -139,6 +139,14 @@ class Profile:
         return 0 if column is None else int(column.notna().sum())
 
     @property
+    def shallow_rows(self) -> int:
+        """Rows a focused sweep did not profile under ncu (``deep_profiled`` False): the
+        timeline's module and duration only."""
+        if "deep_profiled" not in self.kernels:
+            return 0
+        return int((self.kernels["deep_profiled"] == False).sum())  # noqa: E712 - NaN is not False
+
+    @property
     def results(self) -> list[dict[str, Any]]:
         """What each (variant, shape) of the sweeps did (status, error, elapsed, ...)."""
         return [dict(item) for sweep in self.meta.sweeps for item in sweep.items]
@@ -241,6 +249,8 @@ class Profile:
                    if coverage == coverage else "")
                 + (f"; {replicated} rows replicated" if (replicated := self.replicated_rows)
                    else "")
+                + (f"; {shallow} rows timed by the timeline only (focus)"
+                   if (shallow := self.shallow_rows) else "")
                 + (f"; settings: {settings}" if settings else ""))
 
     def __repr__(self) -> str:

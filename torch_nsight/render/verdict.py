@@ -3,6 +3,7 @@ and the findings with the module where each happens."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.units import format_us
@@ -29,6 +30,11 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
         return ""
     from torch_nsight.analyze import timeline_findings, timeline_summary
 
+    traced = set(profile.timeline["source"].dropna())
+    if not traced & set(profile.kernels.get("source", [])):  # a focused sweep's timeline
+        folders = sorted({str(Path(s).parent) for s in traced})
+        return ("Timeline verdict: the timeline of this focused sweep is in "
+                f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape")
     summary = timeline_summary(profile.kernels, profile.timeline)
     findings = timeline_findings(profile.kernels, profile.timeline)
     markdown = fmt in ("markdown", "github")

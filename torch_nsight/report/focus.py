@@ -12,8 +12,9 @@ counters, ``deep_profiled`` False.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -64,14 +65,23 @@ def _labels(frame: pd.DataFrame) -> dict[tuple[str, str], list[tuple[str, str]]]
     return out
 
 
-def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path,
-                  focused: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _in_replica(stack: Iterable[str], replicas: set[str]) -> bool:
+    return any(naming.parse_message(m).name in replicas for m in stack)
+
+
+def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path, focused: Sequence[str],
+                  replication: Sequence[Mapping[str, Any]] = ()
+                  ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The timeline's rows for the kernels the focused sweep did not profile.
+
+    Rows inside a replicated module are left out: the representative's rows (deep or
+    stand-in) are copied to its replicas when the directory is analysed, as for any sweep.
 
     Args:
         ncu_rows: the sweep's raw ncu table.
         folder: the sweep's timeline directory.
         focused: the function names ncu profiled.
+        replication: the sweep's replicated sibling groups (``replicas`` each).
 
     Returns:
         (raw rows to append, with ``deep_profiled`` False, and the timeline table), or an
@@ -85,6 +95,9 @@ def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path,
     data = TimelineDirectory().read(folder, ReadOptions(cache=False))
     rows = data.kernels[data.kernels["kind"] == "kernel"]
     rows = rows[~rows["kernel"].isin(set(focused))]
+    replicas = {name for group in replication for name in group.get("replicas", ())}
+    if replicas:
+        rows = rows[~rows["range_stack"].map(lambda s: _in_replica(s, replicas))]
     steps = data.timeline[data.timeline["kind"] == "step"] if data.timeline is not None \
         else pd.DataFrame()
     labels = _labels(ncu_rows)

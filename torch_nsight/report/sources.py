@@ -338,7 +338,8 @@ class SweepDirectory:
             from torch_nsight.report.focus import TIMELINE_FOLDER, stand_in_rows
 
             extra, timeline = stand_in_rows(kernels, path / TIMELINE_FOLDER,
-                                            record.options.get("focused_kernels") or ())
+                                            record.options.get("focused_kernels") or (),
+                                            manifest.get("replication") or ())
             kernels = pd.concat([kernels.assign(deep_profiled=True), extra],
                                 ignore_index=True)
         calls = calls_frame(manifest.get("calls") or [], str(path.resolve()))
