@@ -158,3 +158,11 @@ def test_recorded_steps_get_their_verdict(name: str, verdict: str) -> None:
     # judged on the GPU work over the step timed without profiler or ranges
     assert row["bare_busy_pct"] == pytest.approx(
         100 * steps["busy_ns"].median() / steps["bare_ns"].median())
+
+
+def test_trace_and_report_rows_join_and_save(train: Profile, tmp_path: Path) -> None:
+    report = torch_nsight.load(DATA / "hand_s128.ncu-rep.xz")
+    joined = Profile.concat([train, report])
+    again = Profile.read(joined.save(tmp_path / "both.parquet"))
+    assert len(again.kernels) == len(train.kernels) + len(report.kernels)
+    assert set(again.kernels["grid"].dropna().map(type)) == {str}

@@ -35,6 +35,7 @@ import pandas as pd
 
 from torch_nsight import naming
 from torch_nsight.errors import ReportError
+from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,11 @@ def read_trace_file(path: Path) -> dict[str, Any]:
         raise ReportError(f"{path} is JSON but not a Chrome trace (no traceEvents list): pass "
                           "a trace written by torch.profiler (export_chrome_trace)")
     return document
+
+
+def _dims(value: Any) -> str | None:
+    """``[256, 1, 1]`` -> ``"(256, 1, 1)"``, as the Nsight Compute reader writes dims."""
+    return format_dims(*value) if isinstance(value, list) and len(value) == 3 else None
 
 
 def _ns(event: Mapping[str, Any], key: str = "ts") -> float:
@@ -211,8 +217,7 @@ def parse_trace(document: Mapping[str, Any], source: str,
         rows.append({
             "source": source, "kernel": function_name(name) if kind == "kernel" else name,
             "kernel_full": name,
-            "grid": tuple(grid) if isinstance(grid, list) else None,
-            "block": tuple(block) if isinstance(block, list) else None,
+            "grid": _dims(grid), "block": _dims(block),
             "duration_ns": _ns(event, "dur"), "gpu": gpus.get(device),
             "range_stack": stack, "range_start_end": (label[2],) if label else (),
             "range_other": other, "kind": kind, "start_ns": _ns(event),
