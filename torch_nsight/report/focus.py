@@ -23,28 +23,33 @@ from torch_nsight import naming
 TIMELINE_FOLDER = "timeline"
 
 
-def focus_set(kernels: pd.DataFrame, share: float) -> tuple[list[str], float]:
-    """The function names that carry ``share`` of each (variant, shape)'s kernel time.
+def focus_set(kernels: pd.DataFrame, share: float) -> tuple[list[str], list[str], float]:
+    """The kernels that carry ``share`` of each (variant, shape)'s kernel time.
 
     Args:
-        kernels: a timeline's kernel rows (``kind``, ``kernel``, ``duration_ns``,
-            ``variant``, ``shape``).
+        kernels: a timeline's kernel rows (``kind``, ``kernel``, ``kernel_full``,
+            ``duration_ns``, ``variant``, ``shape``).
         share: 0 < share <= 1.
 
     Returns:
-        (sorted names, the share of all kernel time they carry).
+        (their names as the tables show them, sorted; the names ncu's ``-k`` matches,
+        sorted; the share of all kernel time they carry).
     """
-    rows = kernels[kernels["kind"] == "kernel"].assign(function=kernels["kernel"])
+    from torch_nsight.report.trace import function_name
+
+    rows = kernels[kernels["kind"] == "kernel"]
     keys = rows[["variant", "shape"]].astype(object).fillna("")
     chosen: set[str] = set()
     for _, group in rows.groupby([keys["variant"], keys["shape"]], sort=False):
-        times = group.groupby("function")["duration_ns"].sum().sort_values(ascending=False)
+        times = group.groupby("kernel")["duration_ns"].sum().sort_values(ascending=False)
         cumulative = times.cumsum() / times.sum()
         count = int((cumulative < share).sum()) + 1
         chosen.update(times.index[:count])
+    picked = rows["kernel"].isin(chosen)
+    filters = {function_name(n, for_filter=True) for n in rows.loc[picked, "kernel_full"]}
     total = rows["duration_ns"].sum()
-    carried = rows.loc[rows["function"].isin(chosen), "duration_ns"].sum()
-    return sorted(chosen), float(carried / total) if total else 0.0
+    carried = rows.loc[picked, "duration_ns"].sum()
+    return sorted(chosen), sorted(filters), float(carried / total) if total else 0.0
 
 
 def kernel_filter(names: Iterable[str]) -> str:
@@ -94,7 +99,11 @@ def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path, focused: Sequence[str],
         return ncu_rows.iloc[0:0], None
     data = TimelineDirectory().read(folder, ReadOptions(cache=False))
     rows = data.kernels[data.kernels["kind"] == "kernel"]
-    rows = rows[~rows["kernel"].isin(set(focused))]
+    from torch_nsight.report.trace import function_name
+
+    profiled = set(focused)  # shown names, or the names -k matched (older manifests)
+    rows = rows[~rows["kernel"].isin(profiled) & ~rows["kernel_full"].map(
+        lambda n: function_name(n, for_filter=True) in profiled)]
     replicas = {name for group in replication for name in group.get("replicas", ())}
     if replicas:
         rows = rows[~rows["range_stack"].map(lambda s: _in_replica(s, replicas))]

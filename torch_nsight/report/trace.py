@@ -55,18 +55,31 @@ TIMELINE_COLUMNS = ("source", "variant", "shape", "run", "kind", "start_ns", "en
                     "cpu", "prev_module", "next_module")
 _ENQUEUE = ("Launch", "Memcpy", "Memset")
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
+#: CUTLASS's generic kernels, which Nsight Compute names by their operator type.
+_WRAPPERS = frozenset({"Kernel", "Kernel2"})
 _SYNC = ("Synchronize",)
 
 
-def function_name(kernel: str) -> str:
-    """The function name ncu filters on (``--kernel-name-base function``) of a kernel named
-    as the PyTorch profiler names it: ``void at::native::vectorized_elementwise_kernel<4,
-    ...>(int, ...)`` -> ``vectorized_elementwise_kernel``."""
+def function_name(kernel: str, *, for_filter: bool = False) -> str:
+    """The short name Nsight Compute shows for a kernel named as the PyTorch profiler names
+    it: ``void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)`` ->
+    ``vectorized_elementwise_kernel``; CUTLASS's ``cutlass::Kernel2<Op>`` -> ``Op``.
+
+    Args:
+        kernel: the demangled name.
+        for_filter: the name ncu's ``-k`` matches instead (``--kernel-name-base function``):
+            ``Kernel2`` for CUTLASS's.
+    """
     text = _ANONYMOUS.sub("", kernel.strip())
     if text.startswith("void "):
         text = text[len("void "):]
     cut = min([i for i in (text.find("<"), text.find("(")) if i >= 0], default=len(text))
-    return text[:cut].rsplit("::", 1)[-1].strip()
+    name = text[:cut].rsplit("::", 1)[-1].strip()
+    if name in _WRAPPERS and text[cut:cut + 1] == "<" and not for_filter:
+        # ncu shows CUTLASS's generic kernels by their operator (but -k matches Kernel2)
+        inner = re.split(r"[<>,(]", text[cut + 1:], maxsplit=1)[0]
+        return inner.rsplit("::", 1)[-1].strip() or name
+    return name
 
 
 def read_trace_file(path: Path) -> dict[str, Any]:

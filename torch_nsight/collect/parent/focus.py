@@ -85,11 +85,11 @@ def focused_sweep(sweep: Callable[..., Profile], model: Any, shapes: Any, *, foc
                 f"the timeline pass of focus={focus} failed (exit {done.returncode}): "
                 + (done.stderr.strip().splitlines() or ["no output"])[-1])
         first = load(folder, cache=False)
-        names, carried = focus_set(first.kernels, float(focus))
+        names, filters, carried = focus_set(first.kernels, float(focus))
         logger.info("focus=%s: %d kernel functions carry %.1f%% of GPU time", focus,
                     len(names), 100 * carried)
         profile = sweep(model, shapes, **options, ncu_args=[*ncu_args, "-k",
-                                                            kernel_filter(names)],
+                                                            kernel_filter(filters)],
                         output_dir=work, devices=devices, quiet=quiet, focus=None,
                         _options={"focus": focus, "focused_kernels": names,
                                   "focus_share": carried})
