@@ -150,8 +150,8 @@ def _of_step(table: pd.DataFrame, step: pd.Series) -> pd.Series:
 
 
 def _cpu_lane_names(rows: pd.DataFrame) -> dict[Any, str]:
-    """launch thread -> lane label: ``CPU main`` launches most, a mostly-backward thread is
-    ``CPU autograd``, others ``CPU 2``, ``CPU 3``..."""
+    """launch thread -> lane label: ``CPU main`` launches most outside backward, a
+    mostly-backward thread is ``CPU autograd``, others ``CPU 2``, ``CPU 3``..."""
     launched = rows[rows["launch_ns"].notna()]
     if launched.empty:
         return {}
@@ -163,12 +163,15 @@ def _cpu_lane_names(rows: pd.DataFrame) -> dict[Any, str]:
     names: dict[Any, str] = {None: "CPU main"}
     direction = launched["direction"] if "direction" in launched \
         else pd.Series(None, index=launched.index, dtype=object)
+    # the main thread is the one launching most outside backward (autograd launches the
+    # backward from its own thread, often more kernels than the forward)
+    backward = {t: (direction[threads == t] == "bwd").mean() > 0.5 for t in order}
+    order = sorted(order, key=lambda t: (backward[t], -counts[t], str(t)))
     for index, thread in enumerate(order):
         if index == 0:
             names[thread] = "CPU main"
             continue
-        backward = (direction[threads == thread] == "bwd").mean() > 0.5
-        name = "CPU autograd" if backward else f"CPU {index + 1}"
+        name = "CPU autograd" if backward[thread] else f"CPU {index + 1}"
         if name in names.values():
             name = f"{name} {index + 1}"
         names[thread] = name
@@ -273,6 +276,10 @@ def _title(profile: Profile, step: _Step) -> str:
     kinds = step.frame["kind"].value_counts()
     facts = [f"wall {wall_ns / 1e6:.3f} ms", f"GPU busy {share:.1f}% ({busy / 1e6:.3f} ms)",
              f"{int(kinds.get('kernel', 0))} kernels"]
+    bare = pd.to_numeric(pd.Series([row.get("bare_ns")]), errors="coerce").iloc[0]
+    if np.isfinite(bare) and bare > 0:  # the profiler lengthens the CPU side only
+        facts[1] += (f" = {min(100.0, 100.0 * busy / bare):.0f}% of the {bare / 1e6:.3f} ms "
+                     "step timed without profiler")
     copies = int(kinds.get("memcpy", 0) + kinds.get("memset", 0))
     if copies:
         facts.append(f"{copies} copies/memsets")
