@@ -16,6 +16,8 @@ fix:
   to eager kernels inside the sweep's child, so the fused op is the recorded fix).
 * ``findings_conv``: examples.models.SmallConvNet, fp16, eval, 32x3x224x224, NCHW and
   channels-last.
+* ``findings_rules``: the NCHW conv net again with ``metric_set="full"`` (ncu's analysis
+  sections, whose rules estimate speedups).
 
 ``timing.json`` holds each sweep's wall time.
 """
@@ -116,6 +118,8 @@ def main() -> int:
         dtype="bf16")
     run("findings_conv", {"nchw": conv_nchw, "channels_last": conv_channels_last},
         [(32, 3, 224, 224)], dtype="fp16")
+    # Nsight Compute's own rules estimate speedups only with their sections: the full set
+    run("findings_rules", conv_nchw, [(32, 3, 224, 224)], dtype="fp16", metric_set="full")
     (out / "timing.json").write_text(json.dumps(timing, indent=1))
     return 0
 

@@ -9,6 +9,7 @@ processes at once, each opening the report itself. No pandas here: records are p
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import lzma
 import multiprocessing
@@ -161,12 +162,40 @@ def _nvtx(action: Any) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...
     return stack, start_end, tuple(other)
 
 
-def _sol_title(action: Any) -> str | None:
+def plain_message(text: str) -> str:
+    """A rule message without ncu's link markup: ``@section:Occupancy:Occupancy@`` ->
+    ``Occupancy``, ``@url:the guide:https://...@`` -> ``the guide``."""
+    def keep(match: re.Match[str]) -> str:
+        parts = match.group(0).strip("@").split(":")
+        return parts[2] if parts[0] == "section" and len(parts) > 2 else parts[1]
+
+    return re.sub(r"@(?:section|url|sass|source):[^@]*@", keep, text).strip()
+
+
+def _rules(action: Any) -> tuple[str | None, str | None]:
+    """The SOLBottleneck rule's title, and the rules with a speedup estimate as JSON (rule,
+    section, title, message, speedup type, estimated speedup in percent of the kernel's
+    time), or None when there are none."""
+    title = None
+    rules = []
     for result in action.rule_results():
-        if result.rule_identifier() == SOL_RULE and result.has_rule_message():
-            message = result.rule_message()
-            return message.get("title") or None
-    return None
+        identifier = result.rule_identifier()
+        message = result.rule_message() if result.has_rule_message() else {}
+        if identifier == SOL_RULE:
+            title = message.get("title") or title
+        if not result.has_speedup_estimation():
+            continue
+        estimate = result.speedup_estimation()
+        speedup = float(estimate.get("speedup") or 0.0)
+        if speedup <= 0:
+            continue
+        kind = estimate.get("type")
+        rules.append({"rule": identifier, "section": result.section_identifier(),
+                      "title": message.get("title") or result.name(),
+                      "message": plain_message(message.get("message") or ""),
+                      "speedup_type": getattr(kind, "name", str(kind)).lower(),
+                      "speedup_pct": speedup})
+    return title, (json.dumps(rules) if rules else None)
 
 
 def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, Any]:
@@ -181,7 +210,8 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
 
     Returns:
         A dict: position, names, launch shape, one entry per declared metric column (None
-        when the report lacks it), the SOLBottleneck rule's title and the NVTX ranges.
+        when the report lacks it), the SOLBottleneck rule's title, the rules that estimate a
+        speedup (``ncu_rules``, JSON) and the NVTX ranges.
     """
     metric_by_name = action.metric_by_name
     full = action.name(_import_reader().IAction.NameBase_DEMANGLED)
@@ -209,7 +239,7 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
                                                 duration_ns * 1e-9)
     record["grid"] = format_dims(record["grid_x"], record["grid_y"], record["grid_z"])
     record["block"] = format_dims(record["block_x"], record["block_y"], record["block_z"])
-    record["sol_bottleneck"] = _sol_title(action)
+    record["sol_bottleneck"], record["ncu_rules"] = _rules(action)
     record["range_stack"], record["range_start_end"], record["range_other"] = _nvtx(action)
     return record
 

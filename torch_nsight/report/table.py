@@ -16,13 +16,13 @@ from torch_nsight.report import reader
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (
     "source", "range_index", "kernel_index", "workload", "kernel", "kernel_full", "grid",
-    "block", *(m.column for m in METRICS), "sol_bottleneck", "range_stack", "range_start_end",
-    "range_other",
+    "block", *(m.column for m in METRICS), "sol_bottleneck", "ncu_rules", "range_stack",
+    "range_start_end", "range_other",
 )
 _PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
 _PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
