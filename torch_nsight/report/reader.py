@@ -162,6 +162,11 @@ def _nvtx(action: Any) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...
     return stack, start_end, tuple(other)
 
 
+#: ncu_report's SpeedupType values: LOCAL estimates a part of the kernel (its hot spot),
+#: GLOBAL the whole kernel's duration.
+_SPEEDUP_TYPES = {1: "local", 2: "global"}
+
+
 def plain_message(text: str) -> str:
     """A rule message without ncu's link markup: ``@section:Occupancy:Occupancy@`` ->
     ``Occupancy``, ``@url:the guide:https://...@`` -> ``the guide``."""
@@ -189,11 +194,11 @@ def _rules(action: Any) -> tuple[str | None, str | None]:
         speedup = float(estimate.get("speedup") or 0.0)
         if speedup <= 0:
             continue
-        kind = estimate.get("type")
         rules.append({"rule": identifier, "section": result.section_identifier(),
                       "title": message.get("title") or result.name(),
                       "message": plain_message(message.get("message") or ""),
-                      "speedup_type": getattr(kind, "name", str(kind)).lower(),
+                      "speedup_type": _SPEEDUP_TYPES.get(int(estimate.get("type") or 0),
+                                                         "unknown"),
                       "speedup_pct": speedup})
     return title, (json.dumps(rules) if rules else None)
 
