@@ -194,6 +194,16 @@ class Profile:
         """
         return steps.hotspots(self.kernels, n=n, by=by, level=level)
 
+    def findings(self) -> pd.DataFrame:
+        """Return the fixes worth making, each with the time per run it may recover (see
+        :func:`torch_nsight.analyze.findings`).
+
+        Returns:
+            One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
+            fix in PyTorch terms, the gain's basis and a confidence.
+        """
+        return steps.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
+
     def by_kernel(self) -> pd.DataFrame:
         """Return one row per kernel name and shape, across the modules that launch it
         (see :func:`torch_nsight.analyze.by_kernel`)."""

@@ -23,6 +23,7 @@ def test_rules_become_findings_per_module_with_ncus_estimate(kernels) -> None:
     found = rule_findings(kernels)
     assert list(found.columns) == list(RULE_COLUMNS)
     assert set(found["gain_basis"]) == {"ncu_rule"}
+    assert set(found["confidence"]) == {"medium"}  # global estimates only
     assert found["finding"].str.startswith("ncu_").all()
     assert "ncu_LaunchConfiguration" not in set(found["finding"])  # our small_grid check
     assert found.groupby(["module", "direction"]).size().max() <= RULES_PER_MODULE
@@ -33,7 +34,7 @@ def test_rules_become_findings_per_module_with_ncus_estimate(kernels) -> None:
     mine = kernels[(kernels["module"] == top["module"]) & kernels["ncu_rules"].notna()]
     expected = sum(row["duration_ns"] * r["speedup_pct"] / 100
                    for _, row in mine.iterrows() for r in json.loads(row["ncu_rules"])
-                   if r["rule"] == rule)
+                   if r["rule"] == rule and r["speedup_type"] == "global")
     assert top["est_gain_ns"] == pytest.approx(expected)
     assert "@" not in "".join(found["fix"])  # ncu's link markup is gone
 

@@ -19,6 +19,7 @@ from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
+from torch_nsight.analyze.findings import findings
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
 from torch_nsight.analyze.regress import compare_profiles
@@ -32,7 +33,8 @@ __all__ = [
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
-    "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "UNATTRIBUTED",
+    "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
+    "UNATTRIBUTED",
 ]
 
 

@@ -7,8 +7,9 @@ speedup in percent of the kernel's time). ncu's estimates for one kernel overlap
 utilisation, stalls and occupancy often describe the same cause), so they are never summed
 across rules: per (variant, shape, module, direction, rule) the gain is the sum over that
 module's kernels of ``duration x speedup / 100``, per run, and each module keeps its
-:data:`RULES_PER_MODULE` largest rules. ``global`` estimates (the whole kernel) get
-confidence ``medium``; ``local`` ones (a part of it) ``low``.
+:data:`RULES_PER_MODULE` largest rules. Only ``global`` estimates (of the whole kernel's
+time) are kept, with confidence ``medium``: a ``local`` one estimates a part of the kernel
+and mostly restates a global one (issue-slot utilisation beside the stall that causes it).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def rule_findings(kernels: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, kernel in kernels[kernels["ncu_rules"].notna()].iterrows():
         for rule in json.loads(kernel["ncu_rules"]):
-            if rule["rule"] in SKIPPED_RULES:
+            if rule["rule"] in SKIPPED_RULES or rule["speedup_type"] != "global":
                 continue
             rows.append({**{c: kernel.get(c) for c in (*LABELS, "source", "run", "module",
                                                      "module_path", "direction", "op",

@@ -14,11 +14,11 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from torch_nsight.cli import compare, demo, doctor, profile, report, sweep, timeline
+from torch_nsight.cli import compare, demo, doctor, findings, profile, report, sweep, timeline
 from torch_nsight.errors import TorchNsightError
 
 PROG = "torch-nsight"
-SUBCOMMANDS = (report, compare, profile, sweep, timeline, demo, doctor)
+SUBCOMMANDS = (report, findings, compare, profile, sweep, timeline, demo, doctor)
 logger = logging.getLogger("torch_nsight.cli")
 
 

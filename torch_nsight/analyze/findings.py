@@ -1,0 +1,463 @@
+"""Findings: the few fixes worth making, each with the time per run it may recover.
+
+Five checks read the analysed kernel table (and the calls table, the PyTorch settings and a
+timeline where the profile has them): ``gemm_misaligned``, ``fp32_no_tensor_cores``,
+``elementwise_chain``, ``layout_conversion`` and ``small_grid``; a timeline adds the rows of
+:func:`~torch_nsight.analyze.timeline.timeline_findings`. A kernel claimed by one of the
+first four is not reported again as ``small_grid``; Nsight Compute's own rules, where the
+report has their sections, add ``ncu_<rule>`` rows (:mod:`torch_nsight.analyze.rules`).
+Rules, thresholds and gain formulas, with
+the gains checked against recorded fixes, are in ``docs/findings.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.calls import JOIN_KEYS
+from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.rollup import LABELS, blank_to_none, runs_per_label
+from torch_nsight.analyze.roofline import TENSOR_COLUMNS
+from torch_nsight.analyze.rules import rule_findings
+from torch_nsight.analyze.timeline import timeline_findings
+
+KEYS = ("variant", "shape", "module", "module_path", "direction", "op")
+FINDING_COLUMNS = (*KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
+                   "gain_basis", "confidence")
+#: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
+#: reached 82% (bf16, findings_gemm n50304) and 90% (TF32, findings_fp32_on).
+ATTAINABLE_FRACTION = 0.8
+#: Tensor-core GEMM dimensions should be multiples of this many elements, per input dtype.
+ALIGNMENT = {"bfloat16": 8, "float16": 8, "float32": 4}
+#: A misaligned dimension is padded up to a multiple of this.
+PAD_TO = 64
+#: elementwise_chain: this many qualifying kernels in a row, in one module.
+CHAIN_LENGTH = 3
+#: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
+#: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
+HALF_SHARE = 0.01
+#: small_grid: a kernel site holding at least this share (%) of its label's time.
+SMALL_GRID_PCT = 5.0
+GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul"})
+GEMM_NAMES = ("gemm", "nvjet", "cutlass", "xmma")
+CONV_NAMES = ("conv", "fprop", "dgrad", "wgrad")
+LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
+OLD_ARCH_NAMES = ("cutlass_75", "s1688", "sm75")
+HOPPER_GPUS = ("H100", "H200", "H800", "GH200")
+_SMALL_ALIGN = re.compile(r"align[12](?!\d)")
+_NUMERIC = ("duration_ns", "roof_time_ns", "headroom_ns", "dram_bytes", "flops", "flops_fp32",
+            "flops_fp16", "waves", "sm_clock_hz", "peak_tensor_tf32_per_cycle", "peak_bytes_per_s",
+            *TENSOR_COLUMNS)
+_TEXT = ("kernel", "precision", "bound", "reason", "roofline_side", "gpu")
+FIX = {
+    "fp32_matmul": "Turn on TF32 tensor cores with torch.backends.cuda.matmul.allow_tf32 = True "
+                   "/ torch.set_float32_matmul_precision('high'), or run the model in bf16 "
+                   "(torch.autocast('cuda', dtype=torch.bfloat16)).",
+    "fp32_conv": "Turn on TF32 tensor cores with torch.backends.cudnn.allow_tf32 = True, or run "
+                 "the model in bf16 (torch.autocast('cuda', dtype=torch.bfloat16)).",
+    "elementwise_chain": "Fuse them: torch.compile the module, or use a fused op (e.g. "
+                         "F.gelu(approximate='tanh')).",
+    "layout_conversion": "Go channels-last: model.to(memory_format=torch.channels_last) and "
+                         "channels-last inputs (x.to(memory_format=torch.channels_last)).",
+    "small_grid": "Give it more parallel work: a larger batch, fuse it with its neighbours "
+                  "(torch.compile), or CUDA graphs (torch.compile(mode='reduce-overhead')).",
+    "gemm_by_name": "Pad the GEMM's dimensions (features, vocabulary, sequence) to multiples "
+                    "of 64, e.g. nn.Linear(768, 50304) and slice the output; record the calls "
+                    "table (sweep, or instrument(record_calls=...)) to name the dimension.",
+}
+Found = list[tuple[dict[str, Any], pd.Index]]
+
+
+# --- text ----------------------------------------------------------------------------------
+def _time(ns: float) -> str:
+    if pd.isna(ns):
+        return "n/a"
+    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"
+
+
+def _bytes(n: float) -> str:
+    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:
+    """Whether each name contains one of ``parts`` (case-insensitive)."""
+    pattern = "|".join(re.escape(part.lower()) for part in parts)
+    return names.astype(str).str.lower().str.contains(pattern, regex=True)
+
+
+# --- the table the checks read ---------------------------------------------------------------
+def _prepare(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Kernel rows (no copies or memsets) with blank keys ``""``, numbers as floats and each
+    row's ``runs``: the number of (source, run) pairs of its (variant, shape)."""
+    kernels = kernels.reset_index(drop=True)
+    work = kernels.reindex(columns=[*KEYS, "source", "run", *_NUMERIC, *_TEXT])
+    if "kind" in kernels:
+        work = work[kernels["kind"].isna() | (kernels["kind"] == "kernel")]
+    for column in (*KEYS, "source", "run", *_TEXT):
+        work[column] = work[column].astype(object).where(work[column].notna(), "")
+    for column in _NUMERIC:
+        work[column] = pd.to_numeric(work[column], errors="coerce").astype("float64")
+    work = work.join(runs_per_label(kernels).astype({c: object for c in LABELS})
+                     .set_index(list(LABELS)), on=list(LABELS))
+    work["runs"] = work["runs"].astype("float64")
+    work["is_gemm"] = _contains(work["kernel"], GEMM_NAMES) & ~_contains(work["kernel"],
+                                                                         CONV_NAMES)
+    work["is_conv"] = _contains(work["kernel"], CONV_NAMES)
+    return work
+
+
+def _per_run(rows: pd.DataFrame, values: pd.Series | None = None) -> float:
+    """Sum of ``values`` (default ``duration_ns``) over ``rows``, per run; NaN if any is."""
+    values = rows["duration_ns"] if values is None else values
+    return float((values / rows["runs"]).sum(min_count=1)) if values.notna().all() else math.nan
+
+
+def _row(rows: pd.DataFrame, finding: str, evidence: str, fix: str, gain: float, basis: str,
+         confidence: str) -> dict[str, Any]:
+    first = rows.iloc[0]
+    return {**{k: first[k] for k in KEYS}, "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": finding,
+            "evidence": evidence, "fix": fix, "est_gain_ns": gain, "gain_basis": basis,
+            "confidence": confidence}
+
+
+def _roofline_gain(rows: pd.DataFrame) -> float:
+    """Per run: each kernel's time above its roofline ceiling reached at
+    :data:`ATTAINABLE_FRACTION` (at least 0 per kernel)."""
+    gain = (rows["duration_ns"] - rows["roof_time_ns"] / ATTAINABLE_FRACTION).clip(lower=0.0)
+    return _per_run(rows, gain)
+
+
+def _roof_pct(rows: pd.DataFrame) -> float:
+    return 100.0 * rows["roof_time_ns"].sum(min_count=1) / rows["duration_ns"].sum()
+
+
+# --- the calls table ------------------------------------------------------------------------
+def gemm_dims(op: str, shapes: Any) -> tuple[int, int, int] | None:
+    """(M, N, K) of a GEMM call from its input shapes; None when they do not say."""
+    try:
+        shapes = [tuple(int(d) for d in s) for s in shapes if s is not None]
+        a, b = shapes[1:3] if op in ("addmm", "baddbmm") else shapes[:2]
+        if op == "linear":
+            return math.prod(a[:-1]), b[0], a[-1]
+        return (a[-2], b[-1], a[-1]) if len(a) >= 2 and len(b) >= 2 else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def _heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
+    """The GEMM and convolution calls: join keys, ``aten_op``, ``dtype`` (of the last input;
+    of the first for a convolution), ``dims`` (M, N, K by name, None for a convolution) and
+    ``bad`` (the dimensions off their dtype's alignment)."""
+    columns = [*JOIN_KEYS, "aten_op", "dtype", "dims", "bad"]
+    if calls is None or "aten_op" not in calls or "input_dtypes" not in calls:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for _, call in calls.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes",
+                                          "input_dtypes"]).iterrows():
+        op, dtypes = str(call["aten_op"]), call["input_dtypes"]
+        if not (op in GEMM_OPS or "conv" in op) or not isinstance(dtypes, (tuple, list)):
+            continue
+        dims = gemm_dims(op, call["input_shapes"]) if op in GEMM_OPS else None
+        named = dict(zip("MNK", dims, strict=True)) if dims else {}
+        dtype = str(dtypes[-1] if named else dtypes[0]) if dtypes else ""
+        align = ALIGNMENT.get(dtype, 0)
+        rows.append({**{k: call[k] for k in JOIN_KEYS}, "aten_op": op, "dtype": dtype,
+                     "dims": named or None,
+                     "bad": [(d, v) for d, v in named.items() if align and v % align]})
+    out = pd.DataFrame(rows, columns=columns)
+    for column in JOIN_KEYS:
+        out[column] = out[column].astype(object).where(out[column].notna(), "")
+    return out
+
+
+def _calls_of(heavy: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
+    """The heavy calls made where ``group``'s kernels ran (same join keys)."""
+    key = group.iloc[0][list(JOIN_KEYS)].tolist()
+    return heavy[(heavy[list(JOIN_KEYS)] == key).all(axis=1)]
+
+
+# --- gemm_misaligned -----------------------------------------------------------------------
+def _dimension_fix(op: str, dim: str, value: int, dims: dict[str, int]) -> str:
+    padded = -(-value // PAD_TO) * PAD_TO
+    linear = op in ("mm", "addmm", "linear")
+    if linear and dim == "N":
+        return (f"pad N from {value} to {padded}: nn.Linear({dims['K']}, {padded}) and slice "
+                "the output, or pad the vocabulary")
+    if linear and dim == "K":
+        return (f"pad K from {value} to {padded}: zero-pad the input features and use "
+                f"nn.Linear({padded}, {dims['N']})")
+    if dim == "M":
+        return (f"pad M from {value} to {padded}: a batch x sequence length that is a multiple "
+                "of 8, or padded rows")
+    return f"pad {dim} from {value} to {padded}: zero-pad the operands and slice the result"
+
+
+def _gemm_from_calls(group: pd.DataFrame, gemms: pd.DataFrame) -> Found:
+    """One module's finding from its GEMM calls' shapes, if a dimension is off."""
+    rows = group[group["is_gemm"]]
+    rows = rows if len(rows) else group[group["precision"].str.startswith("tensor_")]
+    tf32 = (rows["precision"] == "tensor_tf32").any()  # fp32 alignment matters only there
+    bad = [(c, d, v) for _, c in gemms.iterrows() for d, v in c["bad"]
+           if c["dtype"] != "float32" or tf32]
+    gain = _roofline_gain(rows) if len(rows) else 0.0
+    if not bad or gain <= 0:
+        return []
+    shapes = "; ".join(dict.fromkeys(
+        f"{c['dtype']} {c['aten_op']} {c['dims']['M']}x{c['dims']['K']} @ {c['dims']['K']}x"
+        f"{c['dims']['N']}: {d} = {v} is not a multiple of {ALIGNMENT[c['dtype']]}"
+        for c, d, v in bad))
+    evidence = (f"{shapes}; the GEMM ran {rows.iloc[0]['kernel']} at {_roof_pct(rows):.0f}% "
+                f"of its roofline ({_time(_per_run(rows))} per run).")
+    fix = "; ".join(dict.fromkeys(_dimension_fix(c["aten_op"], d, v, c["dims"])
+                                  for c, d, v in bad))
+    single = len(gemms) == 1 and rows["kernel"].nunique() == 1
+    return [(_row(rows, "gemm_misaligned", evidence, fix[0].upper() + fix[1:] + ".", gain,
+                  "roofline", "high" if single else "medium"), rows.index)]
+
+
+def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
+    """16-bit (or TF32) GEMMs with a dimension off alignment: from the calls table where it
+    has the module's GEMMs, else from kernel names (``align1``/``align2``, or a pre-Hopper
+    kernel on a Hopper GPU)."""
+    found: Found = []
+    gemm_calls = heavy[heavy["dims"].notna()]
+    for _, group in work.groupby(list(JOIN_KEYS), sort=False):
+        mine = _calls_of(gemm_calls, group)
+        if len(mine):
+            found += _gemm_from_calls(group, mine)
+            continue
+        hopper = group["gpu"].map(lambda g: any(h in g for h in HOPPER_GPUS))
+        old = _contains(group["kernel"], OLD_ARCH_NAMES) & hopper
+        small = group["kernel"].map(lambda k: bool(_SMALL_ALIGN.search(k)))
+        rows = group[group["is_gemm"] & (old | small)]
+        gain = _roofline_gain(rows) if len(rows) else 0.0
+        if rows.empty or gain <= 0:
+            continue
+        why = (f"a pre-Hopper (sm75) kernel on {rows.iloc[0]['gpu']}" if old[rows.index].any()
+               else "a kernel for operands aligned to 1 or 2 elements")
+        evidence = (f"cuBLAS chose {rows.iloc[0]['kernel']}, {why}: a GEMM dimension is not a "
+                    f"multiple of 8; it ran at {_roof_pct(rows):.0f}% of its roofline "
+                    f"({_time(_per_run(rows))} per run).")
+        found.append((_row(rows, "gemm_misaligned", evidence, FIX["gemm_by_name"], gain,
+                           "roofline", "medium"), rows.index))
+    return found
+
+
+# --- fp32_no_tensor_cores --------------------------------------------------------------------
+def _tf32_state(settings: Mapping[str, Any], conv: bool) -> bool | None:
+    """Whether TF32 is on for matmuls (``conv`` False) or cuDNN convolutions; None: unknown."""
+    if not conv and settings.get("float32_matmul_precision") in ("high", "medium"):
+        return True
+    value = settings.get("cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32")
+    return value if isinstance(value, bool) else None
+
+
+def _fp32_data(rows: pd.DataFrame, heavy: pd.DataFrame) -> bool:
+    """Whether the kernels work on fp32 data: their calls' dtype where the calls table has
+    them, else hardly any half-precision instructions (16-bit operands need conversions)."""
+    mine = _calls_of(heavy, rows)
+    if len(mine):
+        return bool((mine["dtype"] == "float32").any())
+    return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
+
+
+def _fp32_no_tensor_cores(work: pd.DataFrame, heavy: pd.DataFrame,
+                          settings: Mapping[str, Any]) -> Found:
+    """fp32 GEMMs and convolutions on CUDA cores with TF32 off (or unknown); gain: their
+    time above the TF32 tensor roof reached at :data:`ATTAINABLE_FRACTION`."""
+    tensor = work[list(TENSOR_COLUMNS)].sum(axis=1, min_count=1)
+    candidates = work[(work["is_gemm"] | work["is_conv"]) & (work["precision"] == "fp32")
+                      & (tensor == 0)]
+    found: Found = []
+    for _, rows in candidates.groupby([*KEYS, "is_conv"], sort=False):
+        conv = bool(rows.iloc[0]["is_conv"])
+        tf32 = _tf32_state(settings, conv)
+        if tf32 or not _fp32_data(rows, heavy):
+            continue
+        peak = rows["peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
+        tf32_ns = 1e9 * pd.concat([rows["flops"] / peak,
+                                   rows["dram_bytes"] / rows["peak_bytes_per_s"]],
+                                  axis=1).max(axis=1, skipna=False)
+        gain = _per_run(rows, (rows["duration_ns"] - tf32_ns / ATTAINABLE_FRACTION)
+                        .clip(lower=0.0))
+        if gain <= 0:
+            continue
+        setting = "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"
+        evidence = (f"fp32 {'convolution' if conv else 'GEMM'} on CUDA cores, no tensor-core "
+                    f"FLOPs: {_per_run(rows, rows['flops']) / 1e9:.1f} GFLOP per run at "
+                    f"{rows['flops'].sum() / rows['duration_ns'].sum() / 1e3:.1f} TFLOP/s; "
+                    f"{setting} is {'unknown' if tf32 is None else 'False'}; at the TF32 "
+                    f"tensor peak ({peak.max() / 1e12:.0f} TFLOP/s) its roofline is "
+                    f"{_time(_per_run(rows, tf32_ns))} per run.")
+        found.append((_row(rows, "fp32_no_tensor_cores", evidence,
+                           FIX["fp32_conv" if conv else "fp32_matmul"], gain, "roofline",
+                           "high" if tf32 is False else "medium"), rows.index))
+    return found
+
+
+# --- elementwise_chain -----------------------------------------------------------------------
+def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
+    """Runs of at least :data:`CHAIN_LENGTH` qualifying kernels in a row (launch order) in
+    one module, direction and op, per (source, run, variant, shape)."""
+    named = _contains(work["kernel"], ("elementwise",)) & (work["roofline_side"] != "compute")
+    tensor = work[list(TENSOR_COLUMNS)].sum(axis=1).fillna(0.0)
+    plain = ((work["bound"] == "memory") & (work["roofline_side"] != "compute")
+             & (tensor == 0) & ~work["is_gemm"] & ~work["is_conv"])
+    ok = named | plain
+    chains = []
+    for _, sequence in work.groupby(["source", "run", *LABELS], sort=False):
+        place = (sequence["module_path"].astype(str) + "|" + sequence["direction"].astype(str)
+                 + "|" + sequence["op"].astype(str))
+        qualified = ok[sequence.index]
+        block = ((place != place.shift()) | (qualified != qualified.shift())).cumsum()
+        for _, rows in sequence.groupby(block, sort=False):
+            if qualified[rows.index].all() and len(rows) >= CHAIN_LENGTH:
+                chains.append(rows)
+    return chains
+
+
+def _elementwise_chain(work: pd.DataFrame) -> Found:
+    """Gain per chain: its time minus one pass over its data at the chain's own achieved
+    bandwidth; one pass = the DRAM bytes of the chain's smallest kernel (a unary op: read the
+    input once, write the output once, as a fused kernel does)."""
+    chains = [c for c in _chains(work) if c["dram_bytes"].notna().all()
+              and c["dram_bytes"].sum() > 0]
+    grouped: dict[tuple[Any, ...], list[pd.DataFrame]] = {}
+    for chain in chains:
+        grouped.setdefault(tuple(chain.iloc[0][list(KEYS)]), []).append(chain)
+    found: Found = []
+    for parts in grouped.values():
+        rows = pd.concat(parts)
+        saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].min()
+                                                     / c["dram_bytes"].sum())
+                           / c["runs"].iloc[0] for c in parts])
+        gain = float(saved.sum())
+        time, traffic = _per_run(rows), _per_run(rows, rows["dram_bytes"])
+        one_pass = min(c["dram_bytes"].min() for c in parts)
+        evidence = (f"{len(rows) / rows['runs'].iloc[0]:g} memory-bound elementwise kernels "
+                    f"in a row per run ({_time(time)}, {_bytes(traffic)} of DRAM traffic at "
+                    f"{traffic / time / 1e3:.2f} TB/s); one fused pass moves about "
+                    f"{_bytes(one_pass)}.")
+        found.append((_row(rows, "elementwise_chain", evidence, FIX["elementwise_chain"], gain,
+                           "roofline", "medium"), rows.index))
+    return found
+
+
+# --- layout_conversion -----------------------------------------------------------------------
+def _layout_conversion(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
+    """cuDNN's NCHW <-> NHWC transposes in a convolution's module; gain: their measured time."""
+    found: Found = []
+    for _, group in work.groupby(list(KEYS), sort=False):
+        rows = group[_contains(group["kernel"], LAYOUT_NAMES)]
+        conv = group["is_conv"].any() or _calls_of(heavy, group)["aten_op"].str.contains(
+            "conv").any()
+        if rows.empty or not conv:
+            continue
+        gain, total = _per_run(rows), _per_run(group)
+        counts = rows["kernel"].value_counts(sort=False) / rows["runs"].iloc[0]
+        listed = ", ".join(f"{k} x{n:g}" if n != 1 else k for k, n in counts.items())
+        evidence = (f"{len(rows) / rows['runs'].iloc[0]:g} layout conversions ({listed}) "
+                    f"around the convolution take {_time(gain)} per run, "
+                    f"{100 * gain / total:.0f}% of the module's {_time(total)}.")
+        found.append((_row(rows, "layout_conversion", evidence, FIX["layout_conversion"], gain,
+                           "measured", "medium"), rows.index))
+    return found
+
+
+# --- small_grid ----------------------------------------------------------------------------
+def _small_grid(work: pd.DataFrame, claimed: pd.Index) -> Found:
+    """Latency-bound kernels under one wave holding :data:`SMALL_GRID_PCT` of their label's
+    time; gain: their roofline headroom."""
+    label_time = (work["duration_ns"] / work["runs"]).groupby(
+        [work[c] for c in LABELS]).transform("sum")
+    small = (work["waves"] < 1) | work["reason"].str.startswith("small grid")
+    candidates = work[(work["bound"] == "latency") & small & ~work.index.isin(claimed)
+                      & work["headroom_ns"].notna()]
+    found: Found = []
+    for _, rows in candidates.groupby([*KEYS, "kernel"], sort=False):
+        time, gain = _per_run(rows), _per_run(rows, rows["headroom_ns"])
+        share = 100.0 * time / label_time[rows.index].iloc[0]
+        if share < SMALL_GRID_PCT or not gain > 0:
+            continue
+        waves = rows["waves"].min()
+        grid = (f"a grid of {waves:.2f} waves (under one: SMs left idle)" if waves < 1
+                else "a small grid")
+        evidence = (f"{rows.iloc[0]['kernel']} is latency-bound with {grid}, at "
+                    f"{_roof_pct(rows):.0f}% of its roofline: {_time(time)} per run, "
+                    f"{share:.1f}% of the run's GPU time.")
+        found.append((_row(rows, "small_grid", evidence, FIX["small_grid"], gain, "roofline",
+                           "low"), rows.index))
+    return found
+
+
+# --- timeline --------------------------------------------------------------------------------
+def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[str, Any]]:
+    """:func:`timeline_findings` rows in these columns (``module_path`` looked up where the
+    module's name is unique in its label)."""
+    paths = kernels.reindex(columns=[*LABELS, "module", "module_path"]).dropna(
+        subset=["module", "module_path"]).drop_duplicates()
+    rows = []
+    for _, found in timeline_findings(kernels, timeline).iterrows():
+        mine = paths[(paths["module"] == found["module"])
+                     & (paths["variant"].fillna("") == (found["variant"] or ""))
+                     & (paths["shape"].fillna("") == (found["shape"] or ""))]
+        path = mine["module_path"].iloc[0] if mine["module_path"].nunique() == 1 else None
+        rows.append({"variant": found["variant"], "shape": found["shape"],
+                     "module": found["module"], "module_path": path, "direction": None,
+                     "op": None, "kernels": None, "finding": found["finding"],
+                     "evidence": found["evidence"], "fix": found["fix"],
+                     "est_gain_ns": found["est_gain_ns"], "gain_basis": "timeline",
+                     "confidence": "medium"})
+    return rows
+
+
+@needs("variant", "shape", "module", "module_path", "direction", "kernel", "duration_ns")
+def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
+             settings: Mapping[str, Any] | None = None,
+             timeline: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The fixes worth making, ranked by the time per run each may recover.
+
+    Args:
+        kernels: an analysed kernel table (``Profile.kernels``); columns a source lacks
+            (FLOP counters, waves, peaks) only silence the checks that read them.
+        calls: the calls table (``Profile.calls``), whose GEMM shapes name the misaligned
+            dimension; None falls back to kernel names.
+        settings: the PyTorch settings recorded with the profile (``Profile.meta.settings``),
+            for the TF32 switches; None: unknown.
+        timeline: a timeline source's step and gap table (``Profile.timeline``): its
+            findings are added with ``gain_basis`` ``timeline``.
+
+    Returns:
+        :data:`FINDING_COLUMNS`, one row per finding, the largest ``est_gain_ns`` first
+        (unknown gains last). Times are per run of each (variant, shape). Gains of
+        findings on the same kernels or steps may overlap: do not add them up.
+
+    Raises:
+        MissingMetricError: ``kernels`` lacks a column every check needs.
+    """
+    work, heavy = _prepare(kernels), _heavy_calls(calls)
+    found: Found = [*_gemm_misaligned(work, heavy),
+                    *_fp32_no_tensor_cores(work, heavy, settings or {}),
+                    *_elementwise_chain(work), *_layout_conversion(work, heavy)]
+    claimed = pd.Index([i for _, index in found for i in index])
+    found += _small_grid(work, claimed)
+    rows = [row for row, _ in found]
+    if timeline is not None:
+        rows += _timeline_rows(kernels, timeline)
+    out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+    rules = rule_findings(kernels)
+    if not rules.empty:  # Nsight Compute's own estimates, where its sections were recorded
+        out = pd.concat([out, rules], ignore_index=True) if len(out) else rules.copy()
+    out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
+    out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
+    for column in (*KEYS, "kernels"):
+        out[column] = blank_to_none(out[column].astype(object).where(out[column].notna(), ""))
+    return out.reset_index(drop=True)

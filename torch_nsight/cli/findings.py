@@ -1,0 +1,87 @@
+"""``torch-nsight findings REPORT... [--verify]``: what to change, and the time it recovers.
+
+Reads what ``report`` reads and prints :meth:`torch_nsight.Profile.findings`, ranked by the
+time each fix recovers. ``--verify`` times the fix of the top findings on this machine's
+GPU (the padded GEMM, the TF32 GEMM, the channels-last convolution, rebuilt from the calls
+table; see :mod:`torch_nsight.collect.verify`) and replaces their estimate by the
+measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.cli.outputs import UsageError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``findings`` subcommand.
+
+    Args:
+        subparsers: the top-level parser's subparsers.
+
+    Returns:
+        The subcommand's parser.
+    """
+    parser = subparsers.add_parser(
+        "findings", help="the fixes worth making, each with the time it recovers",
+        description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
+                        help="what `report` reads: reports, saved profiles, sweep or "
+                             "timeline directories, traces")
+    parser.add_argument("--top", "-n", dest="n", type=int, default=10, metavar="N",
+                        help="findings to show (default 10)")
+    parser.add_argument("--format", dest="fmt", choices=("table", "markdown", "csv", "json"),
+                        default="table", help="table (default), markdown for a pull request, "
+                                              "or csv/json with every column")
+    parser.add_argument("--verify", action="store_true",
+                        help="time the fix of the top findings on this GPU (CUDA events) and "
+                             "report the measured gain")
+    parser.add_argument("--label", action="append", default=None, metavar="LABEL",
+                        help="a label per REPORT, in order (as for report)")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``torch-nsight findings``.
+
+    Returns:
+        0.
+
+    Raises:
+        TorchNsightError: a report is unreadable, or --verify without a GPU.
+    """
+    from torch_nsight.cli.report import read_profile, say_missing_metrics
+    from torch_nsight.render.findings import render_findings
+
+    if args.n < 1:
+        raise UsageError(f"--top must be at least 1, got {args.n}")
+    if args.label is not None and len(args.label) != len(args.reports):
+        raise UsageError(f"--label was given {len(args.label)} time(s) for "
+                         f"{len(args.reports)} report(s): give one label per report")
+    profile = read_profile(args.reports, args.label)
+    say_missing_metrics(profile)
+    if args.verify:
+        from torch_nsight.collect.verify import verify_findings
+
+        found = verify_findings(profile, top=args.n)
+    else:
+        found = profile.findings()
+    found = found.head(args.n)
+    if args.fmt in ("csv", "json"):
+        print(profile.describe(), file=sys.stderr)
+        sys.stdout.write(found.to_csv(index=False) if args.fmt == "csv" else
+                         found.to_json(orient="records", force_ascii=False) + "\n")
+        return 0
+    print(profile.describe())
+    print()
+    print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain"))
+    if args.verify and "verified" in found and found["verified"].any():
+        print()
+        for _, row in found[found["verified"]].iterrows():
+            print(f"measured: {row['finding']} in {row['module']}: "
+                  f"{row['before_ns'] / 1e3:,.1f} µs -> {row['after_ns'] / 1e3:,.1f} µs")
+    return 0

@@ -1,0 +1,178 @@
+"""Measured gains: time a finding's fix in isolation, on this process's GPU.
+
+For the findings whose fix can be rebuilt from the calls table (the op, its input shapes and
+dtypes), :func:`verify_findings` times the slow form and the fixed form with CUDA events
+(median of ``repeats`` after warm-ups), on fresh random tensors, never on the user's model:
+
+* ``gemm_misaligned``: the GEMM as recorded, then with the misaligned dimensions padded to a
+  multiple of 64;
+* ``fp32_no_tensor_cores``: the fp32 GEMM with TF32 off, then on (the setting is restored);
+* ``layout_conversion``: the convolution on NCHW tensors, then channels-last (stride and
+  padding inferred from the recorded output shape);
+
+and sets ``est_gain_ns`` to (before - after) x calls per run, ``gain_basis`` to
+``measured``, with ``before_ns`` and ``after_ns`` beside. Other findings are left as they
+are (``verified`` False).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight.errors import TorchNsightError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from torch_nsight.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+PAD_TO = 64
+VERIFIABLE = ("gemm_misaligned", "fp32_no_tensor_cores", "layout_conversion")
+
+
+class NoGpuError(TorchNsightError):
+    """Verifying findings needs a CUDA GPU and there is none."""
+
+
+def _timed(fn: Callable[[], Any], repeats: int) -> float:
+    """Median ns of one call of ``fn`` on the GPU (CUDA events), after 3 warm-ups."""
+    import torch
+
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e6)
+    return float(statistics.median(times))
+
+
+def _pad(value: int) -> int:
+    return -(-value // PAD_TO) * PAD_TO
+
+
+def _gemm(dims: tuple[int, int, int], dtype: Any) -> Callable[[], Any]:
+    import torch
+
+    m, n, k = dims
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    return lambda: torch.mm(a, b)
+
+
+def _gemm_pair(call: Any, repeats: int, *, tf32: bool) -> tuple[float, float]:
+    import torch
+
+    from torch_nsight.analyze.findings import gemm_dims
+
+    dims = gemm_dims(str(call["aten_op"]), call["input_shapes"])
+    if dims is None:
+        raise ValueError("no GEMM dimensions")
+    dtype = getattr(torch, str(call["input_dtypes"][-1]))
+    if not tf32:
+        before = _timed(_gemm(dims, dtype), repeats)
+        after = _timed(_gemm(tuple(_pad(d) for d in dims), dtype), repeats)  # type: ignore[arg-type]
+        return before, after
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        before = _timed(_gemm(dims, dtype), repeats)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        after = _timed(_gemm(dims, dtype), repeats)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return before, after
+
+
+def _conv_pair(call: Any, repeats: int) -> tuple[float, float]:
+    import torch
+
+    x_shape, w_shape = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
+    out = tuple(int(d) for d in call["output_shapes"][0])
+    stride = max(1, round(x_shape[2] / out[2]))
+    padding = max(0, ((out[2] - 1) * stride + w_shape[2] - x_shape[2] + 1) // 2)
+    dtype = getattr(torch, str(call["input_dtypes"][0]))
+    x = torch.randn(x_shape, device="cuda", dtype=dtype)
+    w = torch.randn(w_shape, device="cuda", dtype=dtype)
+
+    def conv(x: Any, w: Any) -> Callable[[], Any]:
+        return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=padding)
+
+    before = _timed(conv(x, w), repeats)
+    last = torch.channels_last
+    after = _timed(conv(x.to(memory_format=last), w.to(memory_format=last)), repeats)
+    return before, after
+
+
+def _calls_for(calls: pd.DataFrame, finding: Any, ops: tuple[str, ...]) -> pd.DataFrame:
+    mine = calls[calls["module_path"] == finding["module_path"]]
+    for label in ("variant", "shape"):
+        value = finding[label]
+        mine = mine[mine[label].isna()] if value is None or value != value else \
+            mine[mine[label] == value]
+    return mine[mine["aten_op"].map(lambda op: any(o in str(op) for o in ops))]
+
+
+def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.DataFrame:
+    """Time the fix of the top verifiable findings on this GPU.
+
+    Args:
+        profile: a profile with a calls table (a sweep's, or ``record_calls=``).
+        top: how many of the ranked findings to try.
+        repeats: timed calls per form.
+
+    Returns:
+        :meth:`Profile.findings` with ``verified``, ``before_ns`` and ``after_ns`` added and
+        the verified rows' ``est_gain_ns``/``gain_basis`` replaced by the measurement.
+
+    Raises:
+        NoGpuError: no CUDA GPU is visible.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise NoGpuError("verifying findings times their fixes on a CUDA GPU, and none is "
+                         "visible: run it on the GPU machine, or drop --verify")
+    found = profile.findings().copy()
+    found["verified"] = False
+    found["before_ns"] = found["after_ns"] = float("nan")
+    calls = profile.calls
+    if calls is None or calls.empty:
+        logger.warning("no calls table: nothing to rebuild the fixes from (record with "
+                       "sweep(), or instrument(model, record_calls=...))")
+        return found
+    for index in found.index[:top]:
+        finding = found.loc[index]
+        kind = finding["finding"]
+        if kind not in VERIFIABLE:
+            continue
+        ops = ("conv",) if kind == "layout_conversion" else ("mm", "linear", "matmul")
+        mine = _calls_for(calls, finding, ops)
+        if mine.empty:
+            continue
+        call = mine.iloc[0]
+        try:
+            before, after = (_conv_pair(call, repeats) if kind == "layout_conversion" else
+                             _gemm_pair(call, repeats, tf32=kind == "fp32_no_tensor_cores"))
+        except (ValueError, TypeError, RuntimeError) as err:
+            logger.warning("could not time the fix of %s in %s: %s", kind,
+                           finding["module"], err)
+            continue
+        count = float(mine["count"].sum()) if "count" in mine else 1.0
+        found.loc[index, ["before_ns", "after_ns"]] = [before, after]
+        found.loc[index, "est_gain_ns"] = (before - after) * count
+        found.loc[index, "gain_basis"] = "measured"
+        found.loc[index, "verified"] = True
+        logger.info("%s in %s: %.1f -> %.1f µs", kind, finding["module"], before / 1e3,
+                    after / 1e3)
+    return found.sort_values("est_gain_ns", ascending=False, kind="stable").reset_index(
+        drop=True)

@@ -1,0 +1,83 @@
+"""The findings as a table: what to change, where, and the time it recovers.
+
+Rows come from :meth:`torch_nsight.Profile.findings` (ranked by ``est_gain_ns``); text cuts
+the fix to :data:`FIX_WIDTH` characters, markdown keeps it whole with the evidence.
+Importing this module does not import pandas.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch_nsight.render.units import MISSING, format_us, is_missing, shorten
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from torch_nsight.render.columns import Column
+
+#: Characters of the fix shown in a terminal table.
+FIX_WIDTH = 70
+
+
+def _text(value: object) -> str:
+    return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
+
+
+def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
+    """Columns of the ``findings`` table.
+
+    Args:
+        frame: the rows shown (:meth:`Profile.findings` output).
+        kernels: the profile's kernel table.
+
+    Returns:
+        The columns, in order.
+    """
+    columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
+    for label in ("variant", "shape"):
+        if label in frame and frame[label].nunique(dropna=False) > 1:
+            columns.append((label, lambda r, c=label: _text(r[c]), "left"))
+    return [
+        *columns,
+        ("module", lambda r: shorten(_text(r["module"]), 28), "left"),
+        ("dir", lambda r: _text(r["direction"]), "left"),
+        ("finding", lambda r: _text(r["finding"]), "left"),
+        ("gain µs", lambda r: format_us(r["est_gain_ns"]), "right"),
+        ("basis", lambda r: _text(r["gain_basis"]), "left"),
+        ("confidence", lambda r: _text(r["confidence"]), "left"),
+        ("fix", lambda r: shorten(_text(r["fix"]), FIX_WIDTH), "left"),
+    ]
+
+
+def render_findings(frame: pd.DataFrame, fmt: str = "plain") -> str:
+    """The findings section printed under the main table.
+
+    Args:
+        frame: :meth:`Profile.findings` rows (already cut to the rows to show).
+        fmt: ``markdown``/``github`` for a pull request (full fix and evidence), else text.
+
+    Returns:
+        The section; a line saying so when there is no finding.
+    """
+    from tabulate import tabulate
+
+    markdown = fmt in ("markdown", "github")
+    title = "## Findings" if markdown else "Findings (ranked by the time they recover):"
+    if frame.empty:
+        return f"{title}\n\nNo finding: nothing this profile shows has a known fix."
+    if markdown:
+        rows = [[i + 1, _text(r["module"]), _text(r["direction"]), f"`{r['finding']}`",
+                 format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
+                 _text(r["evidence"]), _text(r["fix"])]
+                for i, (_, r) in enumerate(frame.iterrows())]
+        table = tabulate(rows, headers=["#", "module", "dir", "finding", "gain µs", "basis",
+                                        "evidence", "fix"], tablefmt="pipe",
+                         disable_numparse=True)
+        return f"{title}\n\n{table}"
+    columns = finding_columns(frame.reset_index(drop=True), frame)
+    shown = frame.reset_index(drop=True)
+    rows = [[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()]
+    table = tabulate(rows, headers=[h for h, _, _ in columns], disable_numparse=True,
+                     colalign=[a for _, _, a in columns])
+    return f"{title}\n\n{table}"
