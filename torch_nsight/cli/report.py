@@ -69,6 +69,9 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
                         help="deepest module level in the module table (root = 0); "
                              "the scaling plot uses D or 1")
+    parser.add_argument("--findings", action="store_true",
+                        help="print the findings under the table: the cause, the fix and the "
+                             "time it recovers (--by finding makes them the table)")
 
 
 def settle_table_options(args: argparse.Namespace) -> None:
@@ -233,6 +236,12 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
 
             print(file=stream)
             print(render_verdicts(profile, args.fmt), file=stream)
+        if getattr(args, "findings", False) and args.table != "findings":
+            from torch_nsight.render.findings import render_findings
+
+            print(file=stream)
+            print(render_findings(profile.findings().head(args.n or 10), args.fmt),
+                  file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)

@@ -24,6 +24,7 @@ from torch_nsight.render.columns import (
     rank_columns,
     shape_columns,
 )
+from torch_nsight.render.findings import finding_columns
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["TableKind", "TableSpec", "TABLE_KINDS", "TABLES", "DEFAULT_ROWS",
            "HOTSPOT_ORDERS", "GROUPINGS"]
 
-TableKind = Literal["hotspots", "modules", "kernels", "launches", "shapes", "ranks"]
+TableKind = Literal["hotspots", "modules", "kernels", "launches", "shapes", "ranks",
+                    "findings"]
 #: The values of :data:`torch_nsight.analyze.hotspots.HotspotOrder` (a test keeps them
 #: equal), here so that the command line need not import pandas to offer them.
 HOTSPOT_ORDERS: tuple[str, ...] = ("headroom", "time")
@@ -100,6 +102,11 @@ def _rank_rows(profile: Profile, rows: int | None, by: HotspotOrder,
     return _head(profile.by_rank(), rows)
 
 
+def _finding_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+                  depth: int | None) -> pd.DataFrame:
+    return _head(profile.findings(), rows)
+
+
 def _launch_rows(profile: Profile, rows: int | None, by: HotspotOrder,
                  depth: int | None) -> pd.DataFrame:
     frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
@@ -129,11 +136,14 @@ TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spe
               None, _shape_rows, shape_columns),
     TableSpec("ranks", "one row per distributed rank (report-rank<R> files): time, NCCL "
               "share, top module", None, _rank_rows, rank_columns),
+    TableSpec("findings", "what to change: one row per finding, with its fix and the time it "
+              "recovers, largest first (default: the top 10)", 10, _finding_rows,
+              finding_columns),
 )})
 #: ``--by`` on the command line: the singular name of each kind of table.
 GROUPINGS: Mapping[str, str] = MappingProxyType({
     "hotspot": "hotspots", "module": "modules", "kernel": "kernels", "launch": "launches",
-    "shape": "shapes", "rank": "ranks"})
+    "shape": "shapes", "rank": "ranks", "finding": "findings"})
 #: The names of :data:`TABLE_KINDS`, in order.
 TABLES: tuple[str, ...] = tuple(TABLE_KINDS)
 #: Rows shown when ``n`` is None, per kind: the top 10 hotspots; every module and kernel.
