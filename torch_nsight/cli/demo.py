@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             profiling failed.
     """
     settle_table_options(args)
+    args.findings = True  # the demo shows what to change, not only where the time goes
     out: Path | None = args.out
     args.csv = out / f"{args.table}.csv" if out is not None else None
     args.parquet = args.json = args.shape = None

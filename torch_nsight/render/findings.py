@@ -79,5 +79,6 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain") -> str:
     shown = frame.reset_index(drop=True)
     rows = [[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()]
     table = tabulate(rows, headers=[h for h, _, _ in columns], disable_numparse=True,
+                     tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
                      colalign=[a for _, _, a in columns])
     return f"{title}\n\n{table}"

@@ -1,0 +1,52 @@
+"""torch-nsight findings and report --findings on the recorded fixtures (CPU)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from torch_nsight.cli.main import main
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_findings_as_csv_carry_every_column(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["findings", str(DATA / "findings_gemm"), "--format", "csv"]) == 0
+    out = capsys.readouterr()
+    frame = pd.read_csv(io.StringIO(out.out))
+    assert frame.loc[0, "finding"] == "gemm_misaligned" and frame.loc[0, "module"] == "proj"
+    assert "50304" in frame.loc[0, "fix"] and frame.loc[0, "variant"] == "n50257"
+    assert "NVIDIA H200" in out.err  # the summary line goes to standard error
+
+
+def test_markdown_for_a_pull_request(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["findings", str(DATA / "findings_chain"), "--format", "markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "## Findings" in text and "| 1 " in text and "`elementwise_chain`" in text
+
+
+def test_verify_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: tests/gpu/test_verify_gpu.py covers --verify")
+    assert main(["findings", str(DATA / "findings_gemm"), "--verify"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("torch-nsight: error:") and "CUDA GPU" in line
+
+
+def test_report_prints_findings_under_or_as_the_table(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(DATA / "findings_conv"), "--findings", "--top", "3"]) == 0
+    under = capsys.readouterr().out
+    assert "Findings (ranked by the time they recover):" in under
+    assert "layout_conversion" in under
+    assert main(["report", str(DATA / "findings_conv"), "--by", "finding", "--format",
+                 "json"]) == 0
+    rows = pd.read_json(io.StringIO(capsys.readouterr().out))
+    assert rows.loc[0, "finding"] == "layout_conversion" and rows.loc[0, "variant"] == "nchw"
+    assert "channels_last" in rows.loc[0, "fix"]
