@@ -46,7 +46,52 @@ def test_bad_arguments(block: pd.DataFrame, kwargs: dict) -> None:
 
 
 def test_next_step_hints() -> None:
-    assert "grid" in next_step("latency", "small grid (memory side, 4% of roof)", "fp32")
-    assert "tensor cores" in next_step("compute", "high compute throughput", "fp32")
-    assert "DRAM" in next_step("memory", "", None)
+    assert next_step("latency", "small grid (0.2 waves), SOL memory 5%, compute 5%",
+                     "fp32").startswith("fuse it or give it more blocks")
+    assert "occupancy" in next_step("latency", "SOL memory 40%, compute 30%, both < 60%", None)
+    assert "tensor cores" in next_step("compute", "", "fp32", "compute", 85.0)
+    assert "near the FLOP roof" in next_step("compute", "", "tensor_bf16", "compute", 85.0)
+    assert "near" not in next_step("compute", "", "tensor_bf16", "compute", 30.0)
     assert "collect" in next_step(None, "", None)
+
+
+def test_dram_advice_only_on_the_memory_side_of_the_dram_roofline() -> None:
+    # memory-bound by ncu's SOL and below the ridge: DRAM traffic is what to cut
+    assert next_step("memory", "", "fp32", "memory", 80.0).startswith("cut DRAM traffic")
+    # memory-bound by ncu's SOL (L1/L2/DRAM) but above the ridge: DRAM is not the limit
+    on_chip = next_step("memory", "", "fp32", "compute", 10.0, "my_stencil_kernel")
+    assert on_chip.startswith("cut L1/L2 traffic")
+    assert "DRAM roofline is not the limit" in on_chip
+    gemm = next_step("memory", "", "tensor_bf16", "compute", 10.0,
+                     "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_32x2_tn_align1")
+    assert gemm.startswith("check shapes, alignment and dtype")
+    assert "DRAM roofline is not the limit" in gemm
+    # the same GEMM near its roof: the shapes are not the suspect, on-chip traffic is
+    assert next_step("memory", "", "tensor_bf16", "compute", 75.0, "cutlass_gemm").startswith(
+        "cut L1/L2 traffic")
+    # side unknown (no roofline): no claim about DRAM either way
+    unknown = next_step("memory", "", None)
+    assert "DRAM" not in unknown and unknown.startswith("cut memory traffic")
+    for step in (on_chip, gemm, unknown):
+        assert "cut DRAM" not in step
+
+
+def test_compute_bound_below_the_ridge_is_not_told_to_use_tensor_cores() -> None:
+    # SM busy but few FLOPs per DRAM byte (a layout transform): the FLOPs are not the work
+    step = next_step("compute", "", "fp32", "memory", 8.0, "nchwToNhwcKernel")
+    assert step.startswith("cut instructions") and "tensor" not in step
+
+
+def test_hotspots_pass_the_roofline_side_to_the_next_step(block: pd.DataFrame) -> None:
+    # every kernel memory-bound by ncu; softmax and norm below the ridge, the GEMMs above
+    work = block.assign(bound="memory", roofline_side=["memory", "compute", "memory",
+                                                       "compute", "memory"])
+    mlp = work["module_path"] == "Block/mlp"
+    work.loc[mlp, ["headroom_ns", "roof_time_ns"]] = [18.0, 2.0]  # 2 of 20 ns: 10% of roof
+    top = hotspots(work, n=5).set_index("module_path")
+    assert top.loc["Block/attn", "next_step"].startswith("cut DRAM traffic")
+    # attn.proj's GEMM runs at (40 - 5) / 40 = 87.5% of its roof: on-chip traffic, not shapes
+    assert top.loc["Block/attn/attn.proj", "pct_of_roof"] == pytest.approx(87.5)
+    assert top.loc["Block/attn/attn.proj", "next_step"].startswith("cut L1/L2 traffic")
+    assert top.loc["Block/mlp", "pct_of_roof"] == pytest.approx(10.0)
+    assert top.loc["Block/mlp", "next_step"].startswith("check shapes, alignment and dtype")

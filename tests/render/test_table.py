@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import torch_nsight
 from torch_nsight.profile import Profile
 from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
+from torch_nsight.render.columns import NEXT_STEP_WIDTH, REASON_WIDTH
 from torch_nsight.render.units import format_count, format_giga, format_rate, format_us, shorten
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -41,6 +44,23 @@ def test_golden_sweep_hotspots(sweep_profile: Profile) -> None:
     check_golden("sweep_hotspots.plain.txt", render_table(sweep_profile, n=6))
 
 
+FINDINGS = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_golden_findings_verdicts() -> None:
+    # kernels of every class from the recorded findings fixtures: the table as shown, then
+    # each row's whole reason and next step (as files keep them), read by eye when changed
+    parts = []
+    for name in ("findings_gemm", "findings_chain", "findings_conv", "findings_fp32_off"):
+        profile = torch_nsight.load(FINDINGS / name, cache=False)
+        rows = table_frame(profile, n=6)
+        parts += [f"{name}:", render_table(profile, n=6), ""]
+        parts += [f"{i + 1}. {row.bound}: {row.reason}\n   next step: {row.next_step}"
+                  for i, row in enumerate(rows.itertuples(index=False))]
+        parts.append("")
+    check_golden("findings_verdicts.plain.txt", "\n".join(parts).rstrip("\n"))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_renders(profile: Profile, fmt: str) -> None:
     text = render_table(profile, "hotspots", fmt, n=3)
@@ -50,11 +70,28 @@ def test_every_format_renders(profile: Profile, fmt: str) -> None:
 
 
 def test_hotspot_numbers_read_from_the_report(profile: Profile) -> None:
-    first = render_table(profile, n=1).splitlines()[1].split()
+    first = re.split(r"\s{2,}", render_table(profile, n=1).splitlines()[1].strip())
     # The cuDNN flash-attention backward: 19,872 ns, 18,162 ns recoverable, 8.6% of roof.
     assert first[:3] == ["1", "self_attn", "bwd"]
-    assert first[-2:] == ["8.6", "18.16"]
+    assert first[-3:-1] == ["8.6", "18.16"]
     assert "19.87" in first and "7.8" in first
+
+
+def test_reason_and_next_step_cut_in_text_whole_in_files(profile: Profile,
+                                                         tmp_path: Path) -> None:
+    rows = table_frame(profile, n=3)
+    text = render_table(profile, n=3).splitlines()
+    assert text[0].rstrip().endswith("next step")
+    for line, row in zip(text[1:], rows.itertuples(index=False), strict=True):
+        cells = re.split(r"\s{2,}", line.strip())
+        # the reason keeps its first clauses that fit, else is cut at the width
+        clause = row.reason.split("; ")[0]
+        assert cells[-4] == (clause + "…" if len(clause) < REASON_WIDTH
+                             else shorten(row.reason, REASON_WIDTH))
+        assert cells[-1] == shorten(row.next_step, NEXT_STEP_WIDTH)
+    read = pd.read_csv(write_table(profile, tmp_path / "h.csv", n=3))
+    assert read["reason"].tolist() == rows["reason"].tolist()
+    assert read["next_step"].tolist() == rows["next_step"].tolist()
 
 
 def test_row_counts(profile: Profile) -> None:

@@ -8,10 +8,14 @@ wherever it can, in this order of ``basis``:
 * ``roofline``: the kernel's distance to its roofline ceiling;
 * ``none``: nothing to judge from (``bound`` is None).
 
-docs/roofline.md documents the mapping.
+The ``reason`` gives the evidence for ``bound`` (the SOL percentages, limiting side first,
+naming the units ncu's memory percentage covers), then the kernel's place on the DRAM
+roofline as a separate, labelled fact. docs/roofline.md documents the mapping and wording.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -72,15 +76,89 @@ def _title_bound(title: str, sm_pct: float, mem_pct: float) -> str | None:
     return bound
 
 
-def _roof_note(side: object, pct: float) -> str:
+#: The units ncu's memory throughput (``mem_pct``) covers: its busiest memory unit.
+MEMORY_UNITS = "L1/L2/DRAM"
+
+
+def _pct(value: float, below: float = math.inf) -> str:
+    """A whole percentage; one decimal, rounded down, where rounding would reach ``below``."""
+    if 0 < value < 0.5:
+        return "<1%"
+    if value < below <= round(value):
+        return f"{math.floor(value * 10) / 10:.1f}%"
+    return f"{value:.0f}%"
+
+
+def _compare(first: float, second: float) -> tuple[str, str, str]:
+    """Both percentages and the sign between them; a decimal where whole numbers tie."""
+    sign = ">" if first > second else "<" if first < second else "="
+    if f"{first:.0f}" == f"{second:.0f}" and first != second:
+        return f"{first:.1f}%", sign, f"{second:.1f}%"
+    return _pct(first), sign, _pct(second)
+
+
+def _waves(waves: float) -> str:
+    if waves < 0.01:
+        return "<0.01"
+    return f"{waves:.2g}" if waves < 0.95 else f"{waves:.3g}"  # 0.996 stays under one
+
+
+def roof_name(side: object, precision: object = None) -> str:
+    """Name the roofline ceiling a kernel sits under: ``DRAM roof``, ``bf16 tensor roof``...
+
+    Args:
+        side: ``roofline_side`` (``compute``/``memory``) or None.
+        precision: the kernel's dominant precision (``tensor_bf16``, ``fp32``...) or None.
+
+    Returns:
+        The roof's name; ``roof`` when the side is unknown.
+    """
+    if side == "memory":
+        return "DRAM roof"
+    if side != "compute":
+        return "roof"
+    if isinstance(precision, str) and precision.startswith("tensor_"):
+        return f"{precision.removeprefix('tensor_')} tensor roof"
+    if isinstance(precision, str) and precision != "none":
+        return f"{precision} roof"
+    return "compute roof"
+
+
+def _roof_fact(side: object, pct: float, precision: object) -> str:
+    """The DRAM roofline position, labelled as such: ``DRAM roofline: 10% of bf16 tensor
+    roof``; empty when unknown."""
     if pd.isna(pct):
         return ""
-    return f"{side} side, {pct:.0f}% of roof" if isinstance(side, str) else f"{pct:.0f}% of roof"
+    return f"DRAM roofline: {_pct(pct, ROOF_LATENCY_PCT)} of {roof_name(side, precision)}"
+
+
+def _sol_evidence(title: str, sm_pct: float, mem_pct: float, waves: float,
+                  bound: str | None) -> str:
+    """The SOL percentages behind a rule's title, the limiting side first."""
+    if pd.isna(sm_pct) or pd.isna(mem_pct):
+        return f"ncu rule: {title.lower()}"
+    if title in (SMALL_GRID, LATENCY_ISSUE):
+        mem, sm = _pct(mem_pct, LATENCY_PCT), _pct(sm_pct, LATENCY_PCT)
+        if title == LATENCY_ISSUE:
+            return f"SOL memory {mem}, compute {sm}, both < {LATENCY_PCT:.0f}%"
+        grid = "small grid" if pd.isna(waves) else f"small grid ({_waves(waves)} waves)"
+        return f"{grid}, SOL memory {mem}, compute {sm}"
+    if bound == "memory":
+        mem, sign, sm = _compare(mem_pct, sm_pct)
+        pair = f"memory {mem} {sign} compute {sm}"
+    else:
+        sm, sign, mem = _compare(sm_pct, mem_pct)
+        pair = f"compute {sm} {sign} memory {mem}"
+    return f"SOL {pair} ({MEMORY_UNITS})" + (", balanced" if title == BALANCED else "")
 
 
 def classify_one(title: object, sm_pct: float, mem_pct: float, waves: float, side: object,
-                 pct_of_roof: float) -> tuple[str | None, str, str]:
+                 pct_of_roof: float, precision: object = None) -> tuple[str | None, str, str]:
     """Classify one kernel.
+
+    The reason gives the evidence for the bound, then the DRAM roofline position as a
+    separate fact: ``SOL memory 96% > compute 19% (L1/L2/DRAM); DRAM roofline: 10% of bf16
+    tensor roof`` (docs/roofline.md lists every form).
 
     Args:
         title: the stored ``SOLBottleneck`` title, or None.
@@ -89,23 +167,24 @@ def classify_one(title: object, sm_pct: float, mem_pct: float, waves: float, sid
         waves: waves per SM (NaN when unknown).
         side: ``roofline_side`` (``compute``/``memory``) or None.
         pct_of_roof: ``pct_of_roof`` (NaN when unknown).
+        precision: the kernel's dominant precision, to name its compute roof (optional).
 
     Returns:
         (bound, reason, basis).
     """
-    note = _roof_note(side, pct_of_roof)
+    roof = _roof_fact(side, pct_of_roof, precision)
     for basis, candidate in (("ncu_rule", title), ("sol_pct", sol_title(sm_pct, mem_pct, waves))):
         if not isinstance(candidate, str) or not candidate:
             continue
         bound = _title_bound(candidate, sm_pct, mem_pct)
         if bound is None and basis == "ncu_rule":
             continue  # a title this version does not know: judge from the percentages
-        reason = candidate.lower() + (f" ({note})" if note else "")
-        return bound, reason, basis
+        evidence = _sol_evidence(candidate, sm_pct, mem_pct, waves, bound)
+        return bound, evidence + (f"; {roof}" if roof else ""), basis
     if not pd.isna(pct_of_roof) and isinstance(side, str):
         if pct_of_roof < ROOF_LATENCY_PCT:
-            return "latency", f"{pct_of_roof:.0f}% of roof ({side} side)", "roofline"
-        return side, f"{pct_of_roof:.0f}% of {side} roof", "roofline"
+            return "latency", f"{roof}, < {ROOF_LATENCY_PCT:.0f}%", "roofline"
+        return side, roof, "roofline"
     return None, "no SOL or roofline metrics", "none"
 
 
@@ -114,7 +193,7 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
 
     Args:
         df: a kernel table; uses ``sol_bottleneck``, ``sm_pct``, ``mem_pct``, ``waves``,
-            ``roofline_side`` and ``pct_of_roof`` where present.
+            ``roofline_side``, ``pct_of_roof`` and ``precision`` where present.
 
     Returns:
         A copy with the three columns.
@@ -126,7 +205,8 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
 
     verdicts = [classify_one(*row) for row in zip(
         column("sol_bottleneck", None), column("sm_pct"), column("mem_pct"), column("waves"),
-        column("roofline_side", None), column("pct_of_roof"), strict=True)]
+        column("roofline_side", None), column("pct_of_roof"), column("precision", None),
+        strict=True)]
     bound, reason, basis = zip(*verdicts, strict=True) if verdicts else ((), (), ())
     out["bound"] = pd.Series(bound, index=out.index, dtype=object)
     out["reason"] = pd.Series(reason, index=out.index, dtype=object)

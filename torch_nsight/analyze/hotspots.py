@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Literal
 
 import pandas as pd
 
+from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree, runs_per_label
 
@@ -19,31 +22,59 @@ HOTSPOT_COLUMNS = (
 )
 
 
-def next_step(bound: object, reason: object, precision: object) -> str:
+#: Kernel names of library GEMMs and convolutions (cuBLAS, CUTLASS, cuDNN, nvJet).
+LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad", re.IGNORECASE)
+
+
+def next_step(bound: object, reason: object, precision: object, side: object = None,
+              pct_of_roof: float = math.nan, kernel: object = None) -> str:
     """Return a short hint of what to look at next for a kernel of this class.
+
+    Only a kernel on the memory side of the DRAM roofline is told to cut DRAM traffic: one
+    that ncu calls memory-bound (its L1, L2 or DRAM is busy) but whose FLOP per DRAM byte is
+    above the ridge point is told to cut on-chip traffic instead.
 
     Args:
         bound: ``memory``, ``compute``, ``latency`` or None.
         reason: the classification's reason.
         precision: the kernel's dominant precision.
+        side: ``roofline_side`` (``compute``/``memory``), None when unknown.
+        pct_of_roof: ``pct_of_roof``, NaN when unknown.
+        kernel: the kernel's name, to recognise a library GEMM or convolution.
 
     Returns:
-        One line of advice.
+        One line of advice, the action first.
     """
     reason = reason if isinstance(reason, str) else ""
+    low = not pd.isna(pct_of_roof) and pct_of_roof < LATENCY_PCT
+    library = isinstance(kernel, str) and LIBRARY_MATMUL.search(kernel) is not None
     if bound == "latency":
         if reason.startswith("small grid"):
-            return ("grid under one wave: give it more blocks (batch, split-K) or fuse it "
-                    "with its neighbours")
-        return ("neither compute nor memory near peak: check occupancy and stall reasons "
-                "(Occupancy, WarpStateStats sections)")
+            return "fuse it or give it more blocks (batch, split-K): under one wave"
+        return ("check occupancy and stalls (Occupancy, WarpStateStats sections): "
+                "neither side near peak")
     if bound == "memory":
-        return ("memory-bound: cut DRAM traffic (fuse with neighbours, lower-precision "
-                "activations, avoid copies)")
+        if side == "compute":
+            if library and low:
+                return ("check shapes, alignment and dtype: L1/L2-bound, the DRAM roofline is "
+                        "not the limit")
+            return ("cut L1/L2 traffic (reuse, tiling, shared memory): the DRAM roofline is "
+                    "not the limit")
+        if side == "memory":
+            return "cut DRAM traffic: fuse with neighbours, lower-precision data, avoid copies"
+        return ("cut memory traffic (fuse, avoid copies): MemoryWorkloadAnalysis names "
+                "the busy unit")
     if bound == "compute":
+        if side == "memory":
+            return ("cut instructions (index math, conversions): SM busy, few FLOPs per "
+                    "DRAM byte")
         if precision in ("fp32", "fp64", "fp16"):
-            return f"compute-bound on CUDA cores ({precision}): move the work to tensor cores"
-        return "compute-bound: near the FLOP roof, do less work or use a lower precision"
+            return f"move the work to tensor cores: compute-bound on CUDA cores ({precision})"
+        if library and low:
+            return "check GEMM/conv shapes, alignment and dtype: far below its FLOP roof"
+        if side == "compute" and not pd.isna(pct_of_roof) and not low:
+            return "do less work or use a lower precision: near the FLOP roof"
+        return "do less work or use a lower precision: compute-bound"
     return "collect the SpeedOfLight section or the roofline metric set to classify it"
 
 
@@ -69,14 +100,15 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
         per run and ``pct_of_roof`` is time-weighted.
     """
     work = df.reindex(columns=[*KERNEL_KEYS, "duration_ns", "headroom_ns", "roof_time_ns",
-                               "precision", "bound", "reason", "basis"]).copy()
+                               "precision", "bound", "reason", "basis",
+                               "roofline_side"]).copy()
     for column in KERNEL_KEYS:
         work[column] = work[column].astype(object).where(work[column].notna(), "")
     groups = work.groupby(list(KERNEL_KEYS), sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
                      headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
                      roof_time_ns=("roof_time_ns", lambda s: s.sum(min_count=1)))
-    for column in ("precision", "bound", "reason", "basis"):
+    for column in ("precision", "bound", "reason", "basis", "roofline_side"):
         out[column] = _dominant(work, list(KERNEL_KEYS), column)
     out = out.reset_index()
     out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
@@ -86,8 +118,9 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")
     out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
-    out["next_step"] = [next_step(b, r, p) for b, r, p in
-                        zip(out["bound"], out["reason"], out["precision"], strict=True)]
+    out["next_step"] = [next_step(*row) for row in zip(
+        out["bound"], out["reason"], out["precision"], out["roofline_side"], out["pct_of_roof"],
+        out["kernel"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     return out.loc[:, list(HOTSPOT_COLUMNS)]

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 #: Kernel names longer than this many characters are cut (``…``) in text tables.
 KERNEL_WIDTH = 44
+#: Reasons and next steps are cut to these widths in text tables (files keep them whole).
+REASON_WIDTH = 42
+NEXT_STEP_WIDTH = 40
 
 #: A column of a rendered table: header, how to format a row, alignment.
 Column = tuple[str, Callable[["pd.Series"], str], str]
@@ -37,6 +40,15 @@ ColumnsBuilder = Callable[["pd.DataFrame", "pd.DataFrame"], list[Column]]
 
 def _text(value: Any) -> str:
     return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
+
+
+def _reason(row: pd.Series) -> str:
+    """The reason cut to :data:`REASON_WIDTH`, after its last ``; `` clause that fits."""
+    text = row["reason"]
+    if not isinstance(text, str) or len(text) <= REASON_WIDTH:
+        return _text(text)
+    cut = text.rfind("; ", 0, REASON_WIDTH + 1)
+    return text[:cut] + "…" if cut > 0 else shorten(text, REASON_WIDTH)
 
 
 def _labels(kernels: pd.DataFrame) -> list[Column]:
@@ -51,7 +63,7 @@ def _labels(kernels: pd.DataFrame) -> list[Column]:
 
 _VERDICT: list[Column] = [
     ("bound", lambda r: _text(r["bound"]), "left"),
-    ("reason", lambda r: _text(r["reason"]), "left"),
+    ("reason", _reason, "left"),
     ("% of roof", lambda r: format_pct(r["pct_of_roof"]), "right"),
     ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
 ]
@@ -70,7 +82,8 @@ def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 
 
 def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
-    """Columns of the ``hotspots`` table: a ranked kernel site and its roofline verdict.
+    """Columns of the ``hotspots`` table: a ranked kernel site, its roofline verdict and the
+    next step to try (reason and next step cut in text; files keep them whole).
 
     Args:
         frame: the rows shown (:meth:`Profile.hotspots` output).
@@ -87,6 +100,7 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         *_VERDICT,
+        ("next step", lambda r: shorten(r["next_step"], NEXT_STEP_WIDTH), "left"),
     ]
     return columns
 
