@@ -37,7 +37,8 @@ def test_typing_matches_the_registry() -> None:
     assert get_args(TableKind) == TABLES == tuple(TABLE_KINDS)
     assert get_args(HotspotOrder) == HOTSPOT_ORDERS
     assert dict(DEFAULT_ROWS) == {"hotspots": 10, "modules": None, "kernels": None,
-                                  "launches": None, "shapes": None, "ranks": None}
+                                  "launches": None, "shapes": None, "ranks": None,
+                                  "findings": 10}
     assert sorted(GROUPINGS.values()) == sorted(TABLES)
 
 
@@ -57,6 +58,8 @@ def test_every_kind_renders_its_default_rows(profile: Profile, what: str) -> Non
     frame = table_frame(profile, what)
     expected = DEFAULT_ROWS[what]
     names = profile.kernels["kernel"].nunique()
+    if what == "findings":  # the demo block has two findings, fewer than the default 10
+        expected = len(profile.findings())
     assert len(frame) == (expected if expected is not None else
                           {"modules": 21, "kernels": names, "launches": 40, "shapes": 1}[what])
     text = render_table(profile, what)
