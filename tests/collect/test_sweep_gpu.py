@@ -119,3 +119,29 @@ def test_devices_spread_shapes_over_two_gpus(tmp_path: Path) -> None:
     assert len(reports) == 2, reports  # one ncu process, one report, per GPU
     per_source = kernels.groupby("source")["shape"].unique()
     assert len(per_source) == 2 and all(len(s) == 2 for s in per_source), per_source
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_local_executor_over_two_gpus_gives_the_one_gpu_rows(tmp_path: Path) -> None:
+    import concurrent.futures as cf
+
+    import torch_nsight
+    from examples.models import LlamaBlock
+
+    shapes = [(1, 128, 1024), (1, 256, 1024), (1, 512, 1024)]
+    one = torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16", metric_set=DURATION_ONLY,
+                             output_dir=tmp_path / "one", quiet=True)
+    with cf.ProcessPoolExecutor(2) as pool:
+        spread = torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16",
+                                    metric_set=DURATION_ONLY, devices=[0, 1], executor=pool,
+                                    output_dir=tmp_path / "two", quiet=True)
+    assert spread.failures == []
+    assert len(sorted((tmp_path / "two").glob("*.ncu-rep"))) == 3  # one job per shape
+
+    def rows(profile: torch_nsight.Profile) -> list[tuple]:
+        k = profile.kernels
+        return sorted(zip(k["shape"], k["module_path"].fillna(""), k["direction"].fillna(""),
+                          k["kernel"], strict=True))
+
+    assert rows(spread) == rows(one)
+    assert spread.kernels["source"].nunique() == 3

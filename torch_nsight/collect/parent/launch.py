@@ -52,6 +52,7 @@ class ChildSpec:
         report_path: the ``.ncu-rep`` it should produce (None for a dry run).
         log_path: where to keep its whole output (None: not kept).
         items: how many (variant, shape) items it runs.
+        planned: those (variant, shape) labels, to record as failed if it never reports.
     """
 
     name: str
@@ -62,6 +63,7 @@ class ChildSpec:
     report_path: Path | None
     log_path: Path | None
     items: int
+    planned: list[tuple[str | None, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -38,8 +38,9 @@ def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
         if item.get("status") in ("pending", "running"):
             item.update(status="failed", error=died)
     if not items and not results.get("finished"):
-        items = [{"variant": None, "shape": None, "status": "failed", "error": died,
-                  "child": outcome.spec.name}]
+        items = [{"variant": variant or None, "shape": shape, "status": "failed", "error": died,
+                  "child": outcome.spec.name}
+                 for variant, shape in outcome.spec.planned or [(None, None)]]
     return items
 
 

@@ -165,6 +165,7 @@ def sweep(
     quiet: bool = False,
     record_calls: bool = True,
     focus: float | None = None,
+    executor: Any = None,
     _options: Mapping[str, Any] | None = None,
 ) -> Profile:
     """Profile a model (or several variants) across input shapes under Nsight Compute.
@@ -215,6 +216,12 @@ def sweep(
         quiet: no progress bar.
         record_calls: record the calls table (every torch-level op with its shapes, FLOPs
             and bytes, per module) in one un-profiled iteration per shape.
+        executor: run the children as jobs of this executor (one per shape, all variants):
+            anything with ``submit(fn, *args)`` returning an object with ``done()`` and
+            ``result()`` - ``concurrent.futures.ProcessPoolExecutor``, dask's
+            ``Client.get_executor()``, submitit's ``AutoExecutor`` for Slurm (see
+            docs/executors.md). The output directory must be on a filesystem the workers
+            share; with ``devices``, job i gets ``devices[i % len(devices)]``.
         focus: first record a timeline (:func:`torch_nsight.timeline`, in a child process),
             then profile under ``ncu`` only the kernels (by function name) that carry this
             share (0-1, e.g. 0.9) of each shape's GPU time; the other kernels keep the
@@ -246,7 +253,7 @@ def sweep(
             options=dict(make_inputs=make_inputs, backward=backward, dtype=dtype, warmup=warmup,
                          repeats=repeats, metric_set=metric_set, ops=ops, replicate=replicate,
                          derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
-                         record_calls=record_calls))
+                         record_calls=record_calls, executor=executor))
     variants = _variants(model)
     pairs = jobs.normalize_shapes(shapes)
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
@@ -275,11 +282,17 @@ def sweep(
             else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
     work.mkdir(parents=True, exist_ok=True)
     (work / formats.SWEEP_MANIFEST).unlink(missing_ok=True)
-    private = jobs.make_private_dir()
+    # an executor's workers read the job files where they read and write the reports
+    private = jobs.make_private_dir() if executor is None else work / ".jobs"
+    if executor is not None:
+        shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
+        private.mkdir(mode=0o700)
     try:
-        specs = _child_specs(payload, n_shapes=len(pairs), n_variants=len(variants),
+        specs = _child_specs(payload, shapes=[label for label, _ in pairs],
+                             variants=list(variants),
                              devices=devices, visible=visible, work=work, private=private,
-                             keep=keep, ncu_command=None if ncu_path is None else
+                             keep=keep, per_shape=executor is not None,
+                             ncu_command=None if ncu_path is None else
                              lambda report, app: ncu_cli.build_command(
                                  ncu_path, report=report, metric_set=chosen, metrics=metrics,
                                  app=app, exclude_replicas=replicate, extra_args=extra))
@@ -297,8 +310,15 @@ def sweep(
             formats.write_json(work / "job.json", description)
         progress = SweepProgress(sum(s.items for s in specs), quiet=quiet,
                                  profiling=ncu_path is not None)
-        outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
-                                cwd=os.getcwd(), progress=progress)
+        if executor is None:
+            outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
+                                    cwd=os.getcwd(), progress=progress)
+        else:
+            from torch_nsight.collect.parent.remote import run_with_executor
+
+            outcomes = run_with_executor(specs, executor, item_timeout=float(timeout),
+                                         startup_s=STARTUP_S, cwd=os.getcwd(),
+                                         chose_devices=devices is not None, progress=progress)
         items, children, problems, fatal = settle(outcomes, dry_run=ncu_path is None)
         calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
                  for item in items for row in item.pop("calls", None) or []]
@@ -341,18 +361,23 @@ def _load_sweep(work: Path, *, cache: bool) -> Profile:
     return load(work, cache=cache)
 
 
-def _child_specs(payload: bytes, *, n_shapes: int, n_variants: int,
+def _child_specs(payload: bytes, *, shapes: list[str], variants: list[str],
                  devices: Sequence[int | str] | None, visible: list[str | None], work: Path,
-                 private: Path, keep: bool,
+                 private: Path, keep: bool, per_shape: bool = False,
                  ncu_command: Callable[[Path, list[str]], list[str]] | None) -> list[ChildSpec]:
-    """One child per device (shapes dealt round-robin), each with its own job file."""
+    """One child per device (shapes dealt round-robin), each with its own job file; with
+    ``per_shape`` (an executor's jobs), one child per shape, devices dealt round-robin."""
     specs = []
-    for slot, device in enumerate(visible):
-        indices = list(range(n_shapes))[slot::len(visible)]
+    n_shapes = len(shapes)
+    slots = ([([i], visible[i % len(visible)], f"sweep-shape{i}") for i in range(n_shapes)]
+             if per_shape else
+             [(list(range(n_shapes))[slot::len(visible)], device,
+               "sweep" if devices is None else "sweep-gpu" + "".join(
+                   c if c.isalnum() else "_" for c in str(devices[slot])))
+              for slot, device in enumerate(visible)])
+    for indices, device, name in slots:
         if not indices:
             continue
-        name = "sweep" if devices is None else "sweep-gpu" + "".join(
-            c if c.isalnum() else "_" for c in str(devices[slot]))
         assignment = jobs.Assignment(indices, str(work / f"{name}.status.jsonl"),
                                      str(work / f"{name}.result.json"),
                                      jobs.parent_sys_path(), name)
@@ -364,7 +389,8 @@ def _child_specs(payload: bytes, *, n_shapes: int, n_variants: int,
         specs.append(ChildSpec(
             name, app if ncu_command is None else ncu_command(work / name, app),
             child_env(device), Path(assignment.status_path), Path(assignment.result_path),
-            report, work / f"{name}.log" if keep else None, len(indices) * n_variants))
+            report, work / f"{name}.log" if keep else None, len(indices) * len(variants),
+            [(v or None, shapes[i]) for i in indices for v in variants]))
     return specs
 
 
