@@ -31,17 +31,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "sweep", help="profile a model factory across input shapes under ncu",
         description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("target", metavar="TARGET",
-                        help="package.module:factory or path/to/file.py:factory (a "
-                             "zero-argument callable returning the nn.Module)")
-    parser.add_argument("--shapes", required=True, metavar="SHAPES",
-                        help="comma-separated input shapes, dimensions joined by x: "
-                             "1x512x1024,4x512x1024")
-    parser.add_argument("--inputs", default=None, metavar="TARGET",
-                        help="make_inputs as package.module:fn or file.py:fn, called with "
-                             "each shape (default: torch.randn(shape))")
-    parser.add_argument("--dtype", default=None, help="cast the model: bf16, fp16, fp32...")
-    parser.add_argument("--backward", action="store_true", help="profile backward too")
+    add_target_options(parser, example="1x512x1024,4x512x1024")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
     parser.add_argument("--repeats", type=int, default=1, metavar="N")
     add_ncu_options(parser)
@@ -67,6 +57,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_table_options(parser)
     add_force(parser)
     return parser
+
+
+def add_target_options(parser: argparse.ArgumentParser, *, example: str) -> None:
+    """Add what the commands that build a model from a factory share: TARGET, ``--shapes``,
+    ``--inputs``, ``--dtype``, ``--backward``.
+
+    Args:
+        parser: the subcommand's parser.
+        example: a value of ``--shapes`` for the help.
+    """
+    parser.add_argument("target", metavar="TARGET",
+                        help="package.module:factory or path/to/file.py:factory (a "
+                             "zero-argument callable returning the nn.Module)")
+    parser.add_argument("--shapes", required=True, metavar="SHAPES",
+                        help=f"comma-separated input shapes, dimensions joined by x: {example}")
+    parser.add_argument("--inputs", default=None, metavar="TARGET",
+                        help="make_inputs as package.module:fn or file.py:fn, called with "
+                             "each shape (default: torch.randn(shape))")
+    parser.add_argument("--dtype", default=None, help="cast the model: bf16, fp16, fp32...")
+    parser.add_argument("--backward", action="store_true", help="forward and backward")
 
 
 def parse_shapes(text: str) -> list[tuple[int, ...]]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
 from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.cli.sweep import add_target_options
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -34,16 +35,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "timeline", help="the cheap first look: a model's steps under PyTorch's profiler, "
                          "with a verdict per shape",
         description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("target", metavar="TARGET",
-                        help="package.module:factory or path/to/file.py:factory (a "
-                             "zero-argument callable returning the nn.Module)")
-    parser.add_argument("--shapes", required=True, metavar="SHAPES",
-                        help="comma-separated input shapes, dimensions joined by x: 1x1,8x512")
-    parser.add_argument("--inputs", default=None, metavar="TARGET",
-                        help="make_inputs as package.module:fn or file.py:fn, called with "
-                             "each shape (default: torch.randn(shape))")
-    parser.add_argument("--dtype", default=None, help="cast the model: bf16, fp16, fp32...")
-    parser.add_argument("--backward", action="store_true", help="forward and backward")
+    add_target_options(parser, example="1x1,8x512")
     parser.add_argument("--warmup", type=int, default=3, metavar="N")
     parser.add_argument("--steps", type=int, default=5, metavar="N",
                         help="timed and profiled steps per shape (default 5)")
