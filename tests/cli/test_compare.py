@@ -132,8 +132,9 @@ def test_a_sweep_directory_against_itself(data: Path,
 
 def test_modules_on_one_side_only_are_listed(data: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = compare(capsys, data / "sweep_stack", data / "hand_s128.ncu-rep.xz")
-    assert status == 0  # nothing matched, so nothing regressed
+    status, out, err = compare(capsys, data / "sweep_stack", data / "hand_s128.ncu-rep.xz")
+    assert status == 1  # nothing matched: a CI gate must not pass on that
+    assert "no row of the two profiles matched" in err
     stack = module_tree(torch_nsight.load(data / "sweep_stack").kernels)
     hand = module_tree(torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels)
     assert out.count("only in baseline") == len(stack) + 1  # + the summary line

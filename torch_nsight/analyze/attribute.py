@@ -11,6 +11,7 @@ any module range are kept, as :data:`UNATTRIBUTED`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,8 +34,10 @@ def _measure(message: str) -> dict[str, str] | None:
     return naming.parse_measure_range(message)
 
 
-#: NCCL's NVTX ranges (its own domain) name the collective: ``ncclAllReduce``.
-NCCL_RANGE_PREFIX = "nccl"
+#: NCCL's NVTX ranges (its own domain) that name a collective (``ncclAllReduce``), not its
+#: set-up (``ncclCommInitRankConfig``, open around the first steps' kernels).
+NCCL_COLLECTIVE = re.compile(r"^nccl(AllReduce|AllGather|ReduceScatter|Reduce|Broadcast|"
+                             r"AllToAll|Send|Recv|Gather|Scatter)")
 
 
 def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
@@ -74,7 +77,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
             modules.append(kind)
     context.extend(other)
     if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
-        op = next((m for m in reversed(other) if m.startswith(NCCL_RANGE_PREFIX)), None)
+        op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
     if modules:
         module, direction = modules[-1].name, modules[-1].direction
         path = PATH_SEP.join(m.name for m in modules)

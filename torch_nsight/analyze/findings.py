@@ -450,7 +450,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     claimed = pd.Index([i for _, index in found for i in index])
     found += _small_grid(work, claimed)
     rows = [row for row, _ in found]
-    if timeline is not None:
+    if timeline is not None and len(kernels):  # a trace without GPU rows has no GPU to judge
         rows += _timeline_rows(kernels, timeline)
     out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
     rules = rule_findings(kernels)

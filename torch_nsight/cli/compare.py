@@ -227,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
         args: the parsed options.
 
     Returns:
-        1 when a row regressed beyond the threshold (and the noise), 0 otherwise.
+        1 when a row regressed beyond the threshold (and the noise), or when no row of the
+        two profiles matched; 0 otherwise.
 
     Raises:
         TorchNsightError: a profile is missing or unreadable (``ReportError``), or lacks
@@ -246,6 +247,10 @@ def run(args: argparse.Namespace) -> int:
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout)
+    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current")).all():
+        print("torch-nsight: error: no row of the two profiles matched (different models, "
+              "shapes or labels?): nothing was compared, so this is not a pass", file=sys.stderr)
+        return 1
     return 1 if (rows["verdict"] == "regressed").any() else 0
 
 

@@ -28,7 +28,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser(
         "findings", help="the fixes worth making, each with the time it recovers",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+        description="The fixes worth making, each with the time it recovers, for anything "
+                    "`report` reads; --verify times the top fixes on this GPU.")
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
                         help="what `report` reads: reports, saved profiles, sweep or "
                              "timeline directories, traces")
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(profile.describe())
     print()
-    print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain"))
+    print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain",
+                          profile.kernels))
     if args.verify and "verified" in found and found["verified"].any():
         print()
         for _, row in found[found["verified"]].iterrows():

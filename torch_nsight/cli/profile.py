@@ -33,6 +33,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
 from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.metrics import METRIC_SETS, SINGLE_PASS_SETS
 
 logger = logging.getLogger(__name__)
@@ -269,7 +270,12 @@ def run(args: argparse.Namespace) -> int:
         if args.steps is None:
             print(f"# every kernel is profiled; {MARKER_HINT}")
         return 0
-    ncu = ncu_cli.find_ncu(args.ncu)
+    try:
+        ncu = ncu_cli.find_ncu(args.ncu)
+    except NcuNotFoundError as err:
+        raise NcuNotFoundError(f"{err}; or pass --ncu PATH. Without Nsight Compute, "
+                               "`torch-nsight profile --timeline --steps A:B -- COMMAND` takes "
+                               "the first look with PyTorch's profiler") from None
     ncu_cli.ncu_version(ncu)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)

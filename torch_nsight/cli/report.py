@@ -65,7 +65,8 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
                         help="table format (default: table, plain text); csv and json "
                              "write the raw numbers alone to standard output")
     parser.add_argument("--top", "-n", dest="n", type=_count(1), default=None, metavar="N",
-                        help="rows to show (default: 10 hotspots, every other row)")
+                        help="rows to show (default: the top 10 hotspots and findings; all rows of "
+                             "the other tables)")
     parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
                         help="deepest module level in the module table (root = 0); "
                              "the scaling plot uses D or 1")
@@ -240,8 +241,8 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
-            print(render_findings(profile.findings().head(args.n or 10), args.fmt),
-                  file=stream)
+            print(render_findings(profile.findings().head(args.n or 10), args.fmt,
+                                  profile.kernels), file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)
@@ -262,8 +263,8 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             plot_scaling(profile, args.scaling,
                          depth=args.depth if args.depth is not None else 1)
         written.append(args.scaling)
-    for path in written:
-        print(f"wrote {path}", file=stream)
+    for path in written:  # beside csv/json on standard output, they go to standard error
+        print(f"wrote {path}", file=sys.stderr if args.fmt in DATA_FORMATS else stream)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -317,8 +318,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
-    """Name, on standard error, the metrics a source lacks and how to collect them."""
+    """Name, on standard error, the metrics a source lacks and how to collect them (and that
+    several ranks are averaged)."""
     stream = stream if stream is not None else sys.stderr
+    if "rank" in profile.kernels and profile.kernels["rank"].nunique() > 1:
+        print(f"note: the rows average {profile.kernels['rank'].nunique()} ranks as runs of one "
+              "step; --by rank compares them", file=stream)
     for source in profile.meta.sources:
         if source.metric_set == "duration":
             print(f"note: {Path(source.path).name} holds kernel times only (--metric-set "

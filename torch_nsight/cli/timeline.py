@@ -34,9 +34,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "timeline", help="the cheap first look: a model's steps under PyTorch's profiler, "
                          "with a verdict per shape",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+        description="The cheap first look before Nsight Compute: a model factory's steps "
+                    "under PyTorch's profiler (no ncu), kernels attributed to modules, and a "
+                    "verdict per shape (GPU-, launch-, copy- or data-bound).")
     add_target_options(parser, example="1x1,8x512")
-    parser.add_argument("--warmup", type=int, default=3, metavar="N")
+    parser.add_argument("--warmup", type=int, default=3, metavar="N",
+                        help="iterations before each timed or profiled series (default 3)")
     parser.add_argument("--steps", type=int, default=5, metavar="N",
                         help="timed and profiled steps per shape (default 5)")
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
@@ -55,6 +58,17 @@ def plot_paths(path: Path, shapes: list[str]) -> dict[str, Path]:
     if len(shapes) <= 1:
         return {shape: path for shape in shapes}
     return {shape: path.with_name(f"{path.stem}-{shape}{path.suffix}") for shape in shapes}
+
+
+def _holds_a_timeline(manifest: Path) -> bool:
+    """Whether a manifest records a shape that worked (a failed run's is replaced)."""
+    import json
+
+    try:
+        items = json.loads(manifest.read_text(encoding="utf-8")).get("items", [])
+    except (OSError, ValueError, AttributeError):
+        return manifest.exists()
+    return any(item.get("status") == "ok" for item in items)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                              f"{args.plot_timeline}")
         labels = ["x".join(map(str, s)) for s in shapes]
         check_outputs(list(plot_paths(args.plot_timeline, labels).values()), args.force)
-    if (args.out / TIMELINE_MANIFEST).exists() and not args.force:
+    if _holds_a_timeline(args.out / TIMELINE_MANIFEST) and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
     import torch_nsight
     from torch_nsight.cli.report import emit

@@ -35,8 +35,8 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         The columns, in order.
     """
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
-    for label in ("variant", "shape"):
-        if label in frame and frame[label].nunique(dropna=False) > 1:
+    for label in ("variant", "shape"):  # shown where the profile holds several
+        if label in kernels and kernels[label].nunique(dropna=False) > 1:
             columns.append((label, lambda r, c=label: _text(r[c]), "left"))
     return [
         *columns,
@@ -50,12 +50,21 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     ]
 
 
-def render_findings(frame: pd.DataFrame, fmt: str = "plain") -> str:
+def _where(row: pd.Series, labels: list[str]) -> str:
+    """The module, with the variant and shape where the profile holds several."""
+    tags = [_text(row[label]) for label in labels]
+    return _text(row["module"]) + (f" ({', '.join(tags)})" if tags else "")
+
+
+def render_findings(frame: pd.DataFrame, fmt: str = "plain",
+                    kernels: pd.DataFrame | None = None) -> str:
     """The findings section printed under the main table.
 
     Args:
         frame: :meth:`Profile.findings` rows (already cut to the rows to show).
         fmt: ``markdown``/``github`` for a pull request (full fix and evidence), else text.
+        kernels: the profile's kernel table: variant and shape are shown where it holds
+            several (default: where the findings do).
 
     Returns:
         The section; a line saying so when there is no finding.
@@ -66,8 +75,11 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain") -> str:
     title = "## Findings" if markdown else "Findings (ranked by the time they recover):"
     if frame.empty:
         return f"{title}\n\nNo finding: nothing this profile shows has a known fix."
+    kernels = frame if kernels is None else kernels
+    labels = [c for c in ("variant", "shape") if c in kernels
+              and kernels[c].nunique(dropna=False) > 1]
     if markdown:
-        rows = [[i + 1, _text(r["module"]), _text(r["direction"]), f"`{r['finding']}`",
+        rows = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
                  format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
                  _text(r["evidence"]), _text(r["fix"])]
                 for i, (_, r) in enumerate(frame.iterrows())]
@@ -75,7 +87,7 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain") -> str:
                                         "evidence", "fix"], tablefmt="pipe",
                          disable_numparse=True)
         return f"{title}\n\n{table}"
-    columns = finding_columns(frame.reset_index(drop=True), frame)
+    columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)
     rows = [[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()]
     table = tabulate(rows, headers=[h for h, _, _ in columns], disable_numparse=True,

@@ -124,7 +124,7 @@ def _kernel_share(kernels: pd.DataFrame) -> pd.Series:
 
 #: Every kind of table, by name, in the order the command line lists them.
 TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spec in (
-    TableSpec("hotspots", "the top kernel sites, ranked by --by (default: the top 10)", 10,
+    TableSpec("hotspots", "the top kernel sites, ranked by --sort (default: the top 10)", 10,
               _hotspot_rows, hotspot_columns),
     TableSpec("modules", "the module tree per direction, parents first (--depth folds it)",
               None, _module_rows, module_columns),

@@ -220,6 +220,11 @@ def raise_unplaceable(profile: Profile) -> None:
     """
     if len(profile.kernels) and placeable(profile.kernels).any():
         return
+    if profile.meta.sources and all(s.metric_set == "timeline" for s in profile.meta.sources):
+        raise MissingMetricError(
+            "no kernel can be placed on the roofline: a PyTorch profiler trace has no FLOP or "
+            "DRAM byte counters; the roofline needs the Nsight Compute pass (torch_nsight.sweep, "
+            "`torch-nsight profile -- COMMAND`)")
     missing = sorted({m for source in profile.meta.sources for m in source.missing_metrics})
     raise MissingMetricError(
         f"no kernel can be placed on the roofline: the report lacks the FLOP and DRAM "

@@ -31,7 +31,10 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
     from torch_nsight.analyze import timeline_findings, timeline_summary
 
     traced = set(profile.timeline["source"].dropna())
-    if not traced & set(profile.kernels.get("source", [])):  # a focused sweep's timeline
+    if profile.kernels.empty:
+        return ("Timeline verdict: none: the trace holds no GPU activity (recorded without a "
+                "CUDA device?); its CPU ops and step times are in the trace, for Perfetto")
+    if "deep_profiled" in profile.kernels and not traced & set(profile.kernels["source"]):
         folders = sorted({str(Path(s).parent) for s in traced})
         return ("Timeline verdict: the timeline of this focused sweep is in "
                 f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape")
