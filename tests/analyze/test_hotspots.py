@@ -52,7 +52,7 @@ def test_next_step_hints() -> None:
     assert "tensor cores" in next_step("compute", "", "fp32", "compute", 85.0)
     assert "near the FLOP roof" in next_step("compute", "", "tensor_bf16", "compute", 85.0)
     assert "near" not in next_step("compute", "", "tensor_bf16", "compute", 30.0)
-    assert "collect" in next_step(None, "", None)
+    assert "profile it under Nsight Compute" in next_step(None, "", None)
 
 
 def test_dram_advice_only_on_the_memory_side_of_the_dram_roofline() -> None:

@@ -75,7 +75,8 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
         if side == "compute" and not pd.isna(pct_of_roof) and not low:
             return "do less work or use a lower precision: near the FLOP roof"
         return "do less work or use a lower precision: compute-bound"
-    return "collect the SpeedOfLight section or the roofline metric set to classify it"
+    return ("no counters (a trace, or --metric-set duration): profile it under Nsight "
+            "Compute (torch_nsight.sweep, torch-nsight profile) to classify it")
 
 
 def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
