@@ -48,6 +48,9 @@ def ours_llama(out: Path, metric_set: str = "roofline") -> None:
     summary = {"kernels": len(k), "profiled": int(k.get("replicated_from").isna().sum())
                if "replicated_from" in k else len(k),
                "with_flops": int(k["flops"].notna().sum()), "with_bound": int(k["bound"].notna().sum()),
+               "with_roof": int(k["pct_of_roof"].notna().sum()),
+               "flops_basis": k["flops_basis"].value_counts().to_dict()
+               if "flops_basis" in k else {},
                "unattributed": int((k["module"] == "(unattributed)").sum()),
                "failures": profile.failures}
     (out / "summary.json").write_text(json.dumps(summary))
@@ -104,6 +107,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("bench_out"))
     parser.add_argument("--skip-gpt2", action="store_true")
     parser.add_argument("--skip-llama", action="store_true")
+    parser.add_argument("--fast-only", action="store_true",
+                        help="case (a) with metric_set='fast' against the anchor, nothing else")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = args.out.resolve()
@@ -113,6 +118,9 @@ def main() -> int:
     if args.mode == "ours-llama-lean":
         ours_llama(out / "llama-lean", metric_set="lean")
         return 0
+    if args.mode == "ours-llama-fast":
+        ours_llama(out / "llama-fast", metric_set="fast")
+        return 0
     if args.mode == "ours-gpt2":
         ours_gpt2(out / "gpt2")
         return 0
@@ -120,6 +128,18 @@ def main() -> int:
     me = [sys.executable, str(Path(__file__).resolve()), "--out", str(out)]
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     rows = []
+    if args.fast_only:
+        t_fast, rc = timed(me + ["--mode", "ours-llama-fast"], out / "ours_llama_fast.log")
+        fast = (json.loads((out / "llama-fast" / "summary.json").read_text()) if rc == 0
+                else {})
+        t_anchor, rc2 = timed([sys.executable, "bench/anchor_nsight_python.py"],
+                              out / "anchor_nsight_python.log")
+        rows.append({"case": "(a'') Llama block, metric_set='fast' (durations, DRAM bytes, "
+                             "clocks; FLOPs from the calls table)",
+                     "torch_nsight_s": round(t_fast, 1), "rc": rc, "torch_nsight": fast,
+                     "anchor": "nsight-python 0.9.6, 5 GEMMs x 3 runs",
+                     "anchor_s": round(t_anchor, 1), "anchor_rc": rc2})
+        args.skip_llama = args.skip_gpt2 = True
     if not args.skip_llama:
         t_ours, rc = timed(me + ["--mode", "ours-llama"], out / "ours_llama.log")
         summary = json.loads((out / "llama" / "summary.json").read_text()) if rc == 0 else {}

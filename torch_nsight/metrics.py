@@ -126,6 +126,9 @@ _NO_SOL = tuple(m.name for m in METRICS if m.kind != "percent")
 #: One replay pass: the duration, with what needs no pass at all (launch, device, peaks).
 _ONE_PASS = tuple(m.name for m in METRICS
                   if m.kind in ("peak", "launch", "device") or m.column == "duration_ns")
+#: The cheap tier: time, DRAM bytes and clocks; FLOPs come from the calls table.
+_FAST = tuple(m.name for m in METRICS if m.kind in ("peak", "launch", "device", "clock")
+              or m.column in ("duration_ns", "dram_bytes"))
 
 METRIC_SETS: dict[str, MetricSet] = {
     "roofline": MetricSet(
@@ -141,6 +144,11 @@ METRIC_SETS: dict[str, MetricSet] = {
                              "Occupancy", "MemoryWorkloadAnalysis", "ComputeWorkloadAnalysis",
                              "SchedulerStats", "WarpStateStats"),
         "the roofline set plus Nsight Compute's main analysis sections (many more passes)"),
+    "fast": MetricSet(
+        "fast", _FAST, (),
+        "durations, DRAM bytes and clocks only: FLOPs come from the calls table's analytic "
+        "counts (flops_basis 'calls'), so every kernel is still placed on the roofline with "
+        "a fraction of the replay passes"),
     "duration": MetricSet(
         "duration", _ONE_PASS, (),
         "durations and launch configuration only: one pass per kernel and no replay, so "

@@ -504,7 +504,10 @@ def _analysed(part: SourceData) -> pd.DataFrame:
     """The analysed kernel table of one source, with its provenance columns."""
     if part.analyzed:
         return part.kernels.copy()
-    kernels = steps.analyze(part.kernels, part.replication)
+    calls = steps.attribute_calls(part.calls) if part.calls is not None and len(part.calls) \
+        else None
+    kernels = steps.analyze(part.kernels, part.replication, calls=calls,
+                            settings=part.settings)
     by_path = {s.path: s.metric_set for s in part.sources}
     kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
     return kernels

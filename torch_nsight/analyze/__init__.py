@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.analytic import fill_flops_from_calls
 from torch_nsight.analyze.attribute import UNATTRIBUTED, attribute, label_rows, label_shapes
 from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
@@ -38,7 +39,9 @@ __all__ = [
 ]
 
 
-def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = ()) -> pd.DataFrame:
+def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
+            calls: pd.DataFrame | None = None,
+            settings: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Attribute, copy replicated rows, count FLOPs, add peaks, place on the roofline and
     classify every kernel.
 
@@ -47,6 +50,9 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = ()) -> 
         replication: sibling groups whose representative's rows stand for the replicas
             (see :func:`expand_replicas`); the copies are made before the per-kernel
             analysis, so every later step sees every row.
+        calls: the attributed calls table: its analytic FLOPs stand in where the FLOP
+            counters were not collected (:func:`fill_flops_from_calls`).
+        settings: the profiled process's PyTorch settings (TF32).
 
     Returns:
         The table with every per-kernel analysis column added.
@@ -54,7 +60,8 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = ()) -> 
     Raises:
         MissingMetricError: the table lacks a column a step needs.
     """
-    df = expand_replicas(attribute(df), replication)
-    for step in (add_flops, add_peaks, add_roofline, classify):
+    df = fill_flops_from_calls(add_flops(expand_replicas(attribute(df), replication)), calls,
+                               settings)
+    for step in (add_peaks, add_roofline, classify):
         df = step(df)
     return df

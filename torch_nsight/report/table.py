@@ -50,7 +50,7 @@ def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame
 
 def _metric_set(missing: set[str]) -> str:
     names = {m.name for m in METRICS}
-    for name in ("roofline", "lean", "duration"):
+    for name in ("roofline", "lean", "fast", "duration"):
         if missing & names == names - set(METRIC_SETS[name].metrics):
             return name
     return "custom"

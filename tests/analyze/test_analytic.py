@@ -1,0 +1,62 @@
+"""The cheap tier: FLOPs from the calls table where the counters were not collected, checked
+against the counters of a real recorded training step (tests/data/hand_s128)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from torch_nsight import analyze as steps
+from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
+from torch_nsight.report.sources import ReadOptions, read_source
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def both() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The step analysed with its counters, and with every FLOP counter and SOL % dropped
+    (what metric_set="fast" records), both with the calls table."""
+    part = read_source(DATA / "hand_s128.ncu-rep.xz", ReadOptions(cache=False))
+    calls = steps.attribute_calls(part.calls)
+    full = steps.analyze(part.kernels, calls=calls)
+    cut = part.kernels.copy()
+    for column in (*SASS_COLUMNS, *TENSOR_COLUMNS, "sm_pct", "mem_pct"):
+        cut[column] = float("nan")
+    cut["sol_bottleneck"] = None
+    return full, steps.analyze(cut, calls=calls)
+
+
+def test_counters_win_where_they_were_collected(both) -> None:
+    full, _ = both
+    assert set(full["flops_basis"]) == {"counters"}
+
+
+def test_analytic_flops_agree_with_the_counters_per_module(both) -> None:
+    full, fast = both
+    assert set(fast["flops_basis"]) == {"calls"}
+    keys = ["module_path", "direction"]
+    ratio = fast.groupby(keys)["flops"].sum() / full.groupby(keys)["flops"].sum()
+    heavy = full.groupby(keys)["flops"].sum() > 1e7  # the GEMMs and the attention
+    assert heavy.sum() == 12
+    # tensor-core counters include tile padding (704 -> 768 columns: 0.917)
+    assert ratio[heavy].between(0.9, 1.0).all(), ratio[heavy]
+
+
+def test_every_kernel_is_placed_and_bound_without_counters(both) -> None:
+    full, fast = both
+    assert fast["pct_of_roof"].notna().all() and fast["bound"].notna().all()
+    assert (fast["bound"] == full["bound"]).mean() >= 0.9
+    gemm = fast[fast["module"] == "self_attn.qkv_proj"]
+    assert set(gemm.loc[gemm["flops"] > 0, "precision"]) == {"tensor_bf16"}
+
+
+def test_without_a_calls_table_nothing_is_invented() -> None:
+    part = read_source(DATA / "hand_s128.ncu-rep.xz", ReadOptions(cache=False))
+    cut = part.kernels.copy()
+    for column in (*SASS_COLUMNS, *TENSOR_COLUMNS):
+        cut[column] = float("nan")
+    out = steps.analyze(cut)
+    assert out["flops"].isna().all() and out["flops_basis"].isna().all()
