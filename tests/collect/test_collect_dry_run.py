@@ -116,7 +116,7 @@ def test_devices_spread_shapes_over_children() -> None:
     ({"profiler": "nsys"}, ValueError, "profiler"),
     ({"devices": 0}, ValueError, "devices"),
     ({"derive": {"x": 3}}, TypeError, "derive"),
-    ({"metric_set": "fast"}, ValueError, "metric_set"),
+    ({"metric_set": "quickest"}, ValueError, "metric_set"),
     ({"model": {"a/b": Stack}}, ValueError, "variant label"),
     ({"model": 3}, TypeError, "nn.Module"),
     ({"dtype": "int4"}, ValueError, "dtype"),

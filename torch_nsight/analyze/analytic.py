@@ -72,11 +72,17 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     runs = out.reindex(columns=["source", "run"]).astype(object).fillna("")
     order = out["duration_ns"].fillna(0.0)
     for key, row in per_group.iterrows():
-        mine = missing & (keys == list(key)).all(axis=1)
+        group = (keys == list(key)).all(axis=1)
+        mine = missing & group
         if not mine.any():
             continue
+        # a run whose group has counted rows already holds these FLOPs (a focused sweep's
+        # ncu rows beside the timeline's stand-ins): never count them twice
+        counted = set(map(tuple, runs[group & ~missing].to_numpy()))
         precision = _precision(row["dtype"], settings or {})
-        for _, index in out[mine].groupby([runs["source"], runs["run"]], sort=False).groups.items():
+        for run, index in out[mine].groupby([runs["source"], runs["run"]], sort=False).groups.items():
+            if tuple(run) in counted:
+                continue
             heavy = order.loc[index].idxmax()
             out.loc[index, ["flops", "flops_fp32"]] = 0.0
             out.loc[index, "precision"] = "fp32"

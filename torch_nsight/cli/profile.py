@@ -101,7 +101,8 @@ def add_ncu_options(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
                         help="what ncu collects (default: roofline: FLOPs, bytes, "
-                             "speed-of-light; lean: fewer replay passes; full: everything; "
+                             "speed-of-light; lean: fewer replay passes; fast: times, DRAM "
+                             "bytes, FLOPs from the calls table; full: everything; "
                              "duration: times only, one pass, NCCL kernels kept)")
     parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
     parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
