@@ -11,6 +11,11 @@
     ``ncu --nvtx --section SpeedOfLight`` run of the same instrumented forward
     (examples/profile_by_hand.py). Replicated durations are compared with the ones the plain
     run measured directly for the same module and kernel.
+(c) a real model from a public library: Hugging Face GPT-2 small forward (bs 4, seq 1024,
+    bf16, random weights; bench/real_model.py), the model handed to sweep() as a new user
+    would: each metric set asked for (--real-sets), against the bare script (no profiler,
+    twice) and plain ``ncu --nvtx --section SpeedOfLight`` of the instrumented script (every
+    kernel). Where the sweep's time went comes from its own phase stamps (summary.json).
 
 Every wall time is a whole process, timed from outside as a user would experience it.
 """
@@ -30,8 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LLAMA_SHAPES = [(1, 256, 1024), (1, 1024, 1024), (1, 4096, 1024)]
 
 
-def timed(cmd: list[str], log: Path) -> tuple[float, int]:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+def timed(cmd: list[str], log: Path, tree: Path = ROOT) -> tuple[float, int]:
+    """Run ``cmd`` as a whole process with torch_nsight imported from ``tree``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        dict.fromkeys([str(tree), str(ROOT), os.environ.get("PYTHONPATH", "")])))
     start = time.perf_counter()
     with open(log, "w") as out:
         rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT).returncode
@@ -52,7 +59,7 @@ def ours_llama(out: Path, metric_set: str = "roofline") -> None:
                "flops_basis": k["flops_basis"].value_counts().to_dict()
                if "flops_basis" in k else {},
                "unattributed": int((k["module"] == "(unattributed)").sum()),
-               "failures": profile.failures}
+               "failures": profile.failures, "timing": profile.meta.sweeps[0].timing}
     (out / "summary.json").write_text(json.dumps(summary))
 
 
@@ -102,6 +109,36 @@ def module_total_error(ours, plain) -> float:
     return float(((a[both] / b[both] - 1).abs() * 100).median())
 
 
+def real_model(out: Path, ncu: str, sets: list[str], baseline: Path | None) -> list[dict]:
+    """Case (c): bare twice, our sweep per metric set (the baseline tree's first, if given),
+    then plain ncu; same run."""
+    script = [sys.executable, "bench/real_model.py"]
+    bare = [timed(script + ["bare"], out / f"real_bare{i}.log") for i in range(2)]
+    rows = []
+    trees = ([("baseline", baseline)] if baseline else []) + [("", ROOT)]
+    for (tag, tree), name in ((t, n) for t in trees for n in sets):
+        label = f"{tag}-{name}" if tag else name
+        where = out / f"real-{label}"
+        t_ours, rc = timed(script + ["sweep", "--metric-set", name, "--out", str(where)],
+                           out / f"real_{label}.log", tree)
+        summary = json.loads((where / "summary.json").read_text()) if rc == 0 else {}
+        rows.append({"case": f"(c) HF GPT-2 small forward, bs 4, seq 1024, metric_set={name!r}"
+                             + (f" [{tag}: {tree}]" if tag else ""), "label": label,
+                     "torch_nsight_s": round(t_ours, 1), "rc": rc, "torch_nsight": summary,
+                     "bare_s": [round(t, 1) for t, _ in bare],
+                     "bare_rc": [code for _, code in bare]})
+    plain_report = out / "real_plain.ncu-rep"
+    t_plain, rc2 = timed([ncu, "--clock-control", "none", "--nvtx", "--nvtx-include",
+                          "torch_nsight@measure", "--section", "SpeedOfLight", "-f", "-o",
+                          str(plain_report)] + script + ["hand"], out / "real_plain.log")
+    for row in rows:
+        row.update(anchor="ncu --nvtx --section SpeedOfLight (every kernel)",
+                   anchor_s=round(t_plain, 1), anchor_rc=rc2)
+        if row["rc"] == 0 and rc2 == 0:
+            row["accuracy"] = compare_gpt2(out / f"real-{row['label']}", plain_report)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("bench_out"))
@@ -109,6 +146,10 @@ def main() -> int:
     parser.add_argument("--skip-llama", action="store_true")
     parser.add_argument("--fast-only", action="store_true",
                         help="case (a) with metric_set='fast' against the anchor, nothing else")
+    parser.add_argument("--real-sets", default="",
+                        help="case (c): comma-separated metric sets to run (none: skipped)")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="case (c): also run this torch_nsight tree's sweep first (before)")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = args.out.resolve()
@@ -168,6 +209,9 @@ def main() -> int:
                      "torch_nsight_s": round(t_ours, 1), "rc": rc, "torch_nsight": detail,
                      "anchor": "ncu --nvtx --section SpeedOfLight (every kernel)",
                      "anchor_s": round(t_plain, 1), "anchor_rc": rc2})
+    if args.real_sets:
+        rows.extend(real_model(out, ncu, args.real_sets.split(","),
+                               args.baseline.resolve() if args.baseline else None))
     print(json.dumps(rows, indent=1))
     (out / "sweep_vs_anchors.json").write_text(json.dumps(rows, indent=1))
     return 0

@@ -99,6 +99,8 @@ class SweepRecord(_Record):
         output_dir: the sweep's output directory, or None when it was temporary.
         dry_run: no profiler ran.
         created: when the sweep ended.
+        timing: where its time went: ``total_s``, ``phases_s`` (phase -> seconds, see
+            :mod:`torch_nsight.collect.shared.timing`), ``other_s`` and per child.
     """
 
     shapes: tuple[str, ...] = ()
@@ -110,6 +112,7 @@ class SweepRecord(_Record):
     output_dir: str | None = None
     dry_run: bool = False
     created: str | None = None
+    timing: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[dict[str, Any]]:

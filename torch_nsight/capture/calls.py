@@ -145,7 +145,8 @@ class CallRecorder:
 
     Notes:
         * Recording puts a ``TorchDispatchMode`` on the dispatch mode stack of the thread
-          that starts it; entering the first one in a process imports ``torch._dynamo``.
+          that starts it (without importing ``torch._dynamo`` unless the process already
+          has).
         * In ``first_iteration`` mode the mode is entered inside the root module's forward
           and left when the next iteration's root forward starts, on that thread. If
           another dispatch mode was entered above it and is still active then, it cannot
@@ -420,12 +421,23 @@ def _make_mode(recorder: CallRecorder) -> Any:
 
 @functools.cache
 def _mode_class() -> type:
+    import sys
+
     from torch._ops import HigherOrderOperator
     from torch.utils._python_dispatch import TorchDispatchMode
+
+    # PyTorch wraps a mode's __torch_dispatch__ against Dynamo tracing, which imports
+    # torch._dynamo (about 1 s). A process that has not imported Dynamo has compiled
+    # nothing that could trace into the mode, so the wrapper is skipped there.
+    dynamo_loaded = "torch._dynamo" in sys.modules
 
     class _CallRecordingMode(TorchDispatchMode):
         # Higher-order operators come to __torch_dispatch__ instead of raising.
         supports_higher_order_operators = True
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return dynamo_loaded
 
         def __init__(self, recorder: CallRecorder) -> None:
             super().__init__()

@@ -41,6 +41,7 @@ from torch_nsight.collect.child.siblings import check_siblings
 from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
 from torch_nsight.collect.shared.job import Assignment, Job, read_job
 from torch_nsight.collect.shared.status import StatusWriter
+from torch_nsight.collect.shared.timing import process_start_time, timed
 from torch_nsight.formats import write_json
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 
@@ -66,7 +67,8 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 class JobRunner:
     """Runs this child's share of a job and records what happened."""
 
-    def __init__(self, assignment: Assignment, job: Job) -> None:
+    def __init__(self, assignment: Assignment, job: Job,
+                 stamps: dict[str, float | None] | None = None) -> None:
         self.assignment = assignment
         self.job = job
         self.status = StatusWriter(assignment.status_path)
@@ -81,7 +83,8 @@ class JobRunner:
             for variant in job.variants for i in assignment.shape_indices]
         self.result: dict[str, Any] = {
             "format": RESULT_FORMAT, "pid": os.getpid(), "device": self._device_name(),
-            "torch": torch.__version__, "items": self.items, "finished": False}
+            "torch": torch.__version__, "items": self.items, "finished": False,
+            "timing": dict(stamps or {}), "build_s": {}}
 
     def _device_name(self) -> str:
         if not self.cuda:
@@ -113,7 +116,8 @@ class JobRunner:
             for variant, spec in self.job.variants.items():
                 mine = [item for item in self.items if item["variant"] == variant]
                 try:
-                    model = self._build(spec)
+                    with timed(self.result["build_s"], variant):
+                        model = self._build(spec)
                 except Exception as err:
                     for item in mine:
                         self._fail(item, "failed", f"building the model failed: "
@@ -139,6 +143,7 @@ class JobRunner:
                                "the sweep was stopped by the parent (timeout or interrupt)"
                                if stopped else "not run: the sweep was stopped before it")
         self.result["finished"] = True
+        self.result["timing"]["done"] = time.time()
         self.save()
         self.status.emit("done")
 
@@ -171,20 +176,27 @@ class JobRunner:
         started = time.perf_counter()
         args: Any = None
         kwargs: Any = None
+        phases = item["phases_s"] = {}
         try:
-            torch.manual_seed(0)
-            args, kwargs = build_inputs(job, shape, self.device, self.dtype or model_dtype(model))
-            for _ in range(job.warmup):
-                run_step(model, args, kwargs, job.backward, self.markers)
-            self._sync()
+            with timed(phases, "warmup"):
+                torch.manual_seed(0)
+                args, kwargs = build_inputs(job, shape, self.device,
+                                            self.dtype or model_dtype(model))
+                for _ in range(job.warmup):
+                    run_step(model, args, kwargs, job.backward, self.markers)
+                self._sync()
             if job.record_calls:
-                item["calls"] = self._record_calls(model, args, kwargs)
+                with timed(phases, "calls"):
+                    item["calls"] = self._record_calls(model, args, kwargs)
             replicas: list[str] = []
             if job.replicate:
-                item["replication"] = self._check(model, args, kwargs)
+                with timed(phases, "check"):
+                    item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
-            for run in range(job.repeats):
-                out = self._measure(model, args, kwargs, item["variant"], label, run, replicas)
+            with timed(phases, "measure"):
+                for run in range(job.repeats):
+                    out = self._measure(model, args, kwargs, item["variant"], label, run,
+                                        replicas)
             item["outputs"] = describe_outputs(out)
             del out
             item.update(status="ok", runs=job.repeats)
@@ -251,6 +263,8 @@ class JobRunner:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the child. Returns its exit status (0 when results were written)."""
+    stamps: dict[str, float | None] = {"process_start": process_start_time(),
+                                       "imported": time.time()}
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: python -m torch_nsight.collect.child.worker <job-file>\n")
@@ -263,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"torch_nsight child: could not read the job {args[0]}: "
                          f"{type(err).__name__}: {err}\n{traceback.format_exc()}")
         return 3
+    stamps["job_read"] = time.time()
     skipped = apply_settings(job.settings)
     if skipped:
         logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
-    runner = JobRunner(assignment, job)
+    runner = JobRunner(assignment, job, stamps)
     try:
         runner.run()
     except BaseException as err:  # record why, for the parent, then let it end the process
@@ -277,5 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_now(code: int) -> None:
+    """End the child at once, its output flushed: the results are written, and the
+    interpreter's teardown (torch, CUDA) would only delay ``ncu``'s report by a second."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -72,7 +72,7 @@ def focused_sweep(sweep: Callable[..., Profile], model: Any, shapes: Any, *, foc
         assignment = jobs.Assignment(list(range(len(pairs))), str(private / "status"),
                                      str(private / "result"), jobs.parent_sys_path(),
                                      "first-look")
-        path = jobs.write_job(jobs.serialize_job(job), assignment, private)
+        path = jobs.write_job(jobs.serialize_job(job, private), assignment, private)
         visible = None if devices is None else str(list(devices)[0])
         if not quiet:
             logger.warning("torch_nsight: focus=%s: recording a timeline first", focus)

@@ -32,7 +32,7 @@ from torch_nsight.collect.shared.status import StatusReader
 
 logger = logging.getLogger(__name__)
 
-POLL_S = 0.2
+POLL_S = 0.1
 CHILD_LOG_PREFIX = "torch_nsight child:"  # the worker's log format: shown as warnings
 ITEM_GRACE_S = 30.0
 STOP_GRACE_S = 60.0
@@ -76,6 +76,8 @@ class ChildOutcome:
     results: dict[str, Any] | None
     stopped: str | None = None
     seconds: float = 0.0
+    launched_at: float | None = None
+    ended_at: float | None = None
 
 
 @dataclass
@@ -87,6 +89,8 @@ class _Child:
     thread: threading.Thread | None = None
     log: IO[str] | None = None
     started: float = field(default_factory=time.monotonic)
+    launched_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
     deadline: float = 0.0
     pid: int | None = None
     done: int = 0
@@ -98,7 +102,11 @@ class _Child:
     stop_at: float = 0.0
 
     def running(self) -> bool:
-        return self.proc.poll() is None
+        if self.proc.poll() is None:
+            return True
+        if self.ended_at is None:
+            self.ended_at = time.time()
+        return False
 
 
 def _pump(child: _Child) -> None:
@@ -271,7 +279,8 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     if interrupted:
         raise KeyboardInterrupt
     return [ChildOutcome(c.spec, c.proc.returncode, c.output, _load_results(c.spec.result_path),
-                         c.stopped, round(time.monotonic() - c.started, 3)) for c in children]
+                         c.stopped, round(time.monotonic() - c.started, 3), c.launched_at,
+                         c.ended_at or time.time()) for c in children]
 
 
 def _show(progress: SweepProgress, children: list[_Child]) -> None:

@@ -50,6 +50,7 @@ def run_spec(command: Sequence[str], env: dict[str, str], cwd: str, timeout: flo
     """
     full = {**os.environ, **env}
     start = time.monotonic()
+    launched_at = time.time()
     stopped = None
     try:
         done = subprocess.run(list(command), env=full, cwd=cwd, capture_output=True,
@@ -61,7 +62,8 @@ def run_spec(command: Sequence[str], env: dict[str, str], cwd: str, timeout: flo
     if log_path:
         Path(log_path).write_text(output, encoding="utf-8")
     return {"returncode": code, "output": output, "stopped": stopped,
-            "seconds": round(time.monotonic() - start, 3)}
+            "seconds": round(time.monotonic() - start, 3), "launched_at": launched_at,
+            "ended_at": time.time()}
 
 
 def _env(spec: ChildSpec, chose_devices: bool) -> dict[str, str]:
@@ -129,5 +131,6 @@ def run_with_executor(specs: list[ChildSpec], executor: Any, *, item_timeout: fl
             output.feed(line)
         outcomes.append(ChildOutcome(spec, answer["returncode"], output,
                                      _load_results(spec.result_path), answer["stopped"],
-                                     answer["seconds"]))
+                                     answer["seconds"], answer.get("launched_at"),
+                                     answer.get("ended_at")))
     return outcomes

@@ -10,11 +10,13 @@ happened per shape.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,6 +27,7 @@ from torch_nsight.collect.parent.outcomes import replication_groups, settle
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.collect.shared import timing as timings
 from torch_nsight.metrics import DEFAULT_METRIC_SET
 from torch_nsight.naming import format_measure_range
 from torch_nsight.record import SweepRecord, now
@@ -254,6 +257,7 @@ def sweep(
                          repeats=repeats, metric_set=metric_set, ops=ops, replicate=replicate,
                          derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
                          record_calls=record_calls, executor=executor))
+    entered = time.time()
     variants = _variants(model)
     pairs = jobs.normalize_shapes(shapes)
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
@@ -275,7 +279,6 @@ def sweep(
         metrics = ncu_cli.filter_metrics(chosen.metrics,
                                          ncu_cli.known_metric_bases(ncu_path, visible[0]))
     _warn_about_model(variants)
-    payload = jobs.serialize_job(job)
 
     keep = output_dir is not None
     work = (Path(output_dir).resolve() if output_dir is not None
@@ -288,6 +291,7 @@ def sweep(
         shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
         private.mkdir(mode=0o700)
     try:
+        payload = jobs.serialize_job(job, private)
         specs = _child_specs(payload, shapes=[label for label, _ in pairs],
                              variants=list(variants),
                              devices=devices, visible=visible, work=work, private=private,
@@ -310,6 +314,7 @@ def sweep(
             formats.write_json(work / "job.json", description)
         progress = SweepProgress(sum(s.items for s in specs), quiet=quiet,
                                  profiling=ncu_path is not None)
+        launched = time.time()
         if executor is None:
             outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
                                     cwd=os.getcwd(), progress=progress)
@@ -319,13 +324,19 @@ def sweep(
             outcomes = run_with_executor(specs, executor, item_timeout=float(timeout),
                                          startup_s=STARTUP_S, cwd=os.getcwd(),
                                          chose_devices=devices is not None, progress=progress)
+        settled = time.time()
         items, children, problems, fatal = settle(outcomes, dry_run=ncu_path is None)
+        per_child = [{"name": o.spec.name, "ended_at": o.ended_at,
+                      **timings.child_phases(o.launched_at, o.ended_at, o.results)}
+                     for o in outcomes]
         calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
                  for item in items for row in item.pop("calls", None) or []]
         record = SweepRecord(
             shapes=tuple(label for label, _ in pairs), variants=tuple(v for v in variants if v),
             options=options, items=tuple(items), problems=tuple(problems), commands=commands,
-            output_dir=str(work) if keep else None, dry_run=ncu_path is None, created=now())
+            output_dir=str(work) if keep else None, dry_run=ncu_path is None, created=now(),
+            timing=timings.breakdown(entered=entered, launched=launched, settled=settled,
+                                     finished=time.time(), children=per_child))
         # what the child ran with: the parent's settings, and whatever its factory changed
         ran = next((c["settings"] for c in children if c.get("settings")), settings)
         formats.write_manifest(work, {"record": record.to_dict(), "children": children,
@@ -338,6 +349,9 @@ def sweep(
             from torch_nsight.analyze import derive_columns
 
             profile = profile.with_kernels(derive_columns(profile.kernels, derive, dict(pairs)))
+        profile = _with_timing(profile, record, timings.breakdown(
+            entered=entered, launched=launched, settled=settled, finished=time.time(),
+            children=per_child))
         if keep:
             _save(profile, work)
     finally:
@@ -345,6 +359,14 @@ def sweep(
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     return profile
+
+
+def _with_timing(profile: Profile, record: SweepRecord, timing: dict[str, Any]) -> Profile:
+    """The profile with its sweep's final timing (loading included), logged once."""
+    logger.info("sweep took %s", timings.describe(timing))
+    sweeps = tuple(dataclasses.replace(s, timing=timing) if s.created == record.created
+                   and s.shapes == record.shapes else s for s in profile.meta.sweeps)
+    return dataclasses.replace(profile, meta=dataclasses.replace(profile.meta, sweeps=sweeps))
 
 
 def _user_settings() -> dict[str, Any]:

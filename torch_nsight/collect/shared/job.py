@@ -26,6 +26,8 @@ from typing import Any
 from torch_nsight.naming import format_measure_range
 
 JOB_FORMAT = 1
+#: The file beside the job files that holds the model's tensor data.
+TENSOR_FILE = "tensors.bin"
 DTYPE_NAMES = {
     "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16",
     "half": "float16", "fp32": "float32", "float32": "float32", "float": "float32",
@@ -231,9 +233,15 @@ def make_private_dir(prefix: str = "torch_nsight-job-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
-def serialize_job(job: Job) -> bytes:
+def serialize_job(job: Job, directory: Path | None = None) -> bytes:
     """Pickle ``job`` with cloudpickle, modules by reference (see
     :mod:`torch_nsight.collect.shared.pickling`).
+
+    Args:
+        job: the job.
+        directory: where the model's tensor data is written, raw, beside the pickle
+            (``tensors.bin``, owner-only; the children read it from there); None keeps it
+            inside the pickle.
 
     Raises:
         TypeError: something in the job cannot be pickled (the message says what to do).
@@ -241,7 +249,11 @@ def serialize_job(job: Job) -> bytes:
     from torch_nsight.collect.shared.pickling import dumps
 
     try:
-        return dumps(job)
+        if directory is None:
+            return dumps(job)
+        with open(directory / TENSOR_FILE, "wb",
+                  opener=lambda path, flags: os.open(path, flags, 0o600)) as side:
+            return dumps(job, side=side)
     except Exception as err:
         raise TypeError(
             f"the sweep's job could not be pickled for the child process ({type(err).__name__}: "

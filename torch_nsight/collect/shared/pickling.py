@@ -10,6 +10,13 @@ that sets ``torch.backends.cudnn.benchmark`` fails with ``cannot pickle 'CudnnMo
 object``. :func:`dumps` pickles every module that ``sys.modules`` holds under its name by
 reference (imported again by name when loaded), whatever its type, and leaves everything
 else to cloudpickle.
+
+Tensor data can travel beside the pickle instead of inside it. PyTorch pickles each storage
+by running ``torch.save`` into a bytes object, which the child then reads back with
+``torch.load``: for a 124M-parameter model that is half a gigabyte copied four times (about
+6 s of the sweep on a 2-core machine). Given a side file, :func:`dumps` writes each storage of
+:data:`SIDE_FILE_MIN_BYTES` or more into it once, raw (storages shared by several tensors are
+written once and shared again when loaded), and the pickle holds only where to find it.
 """
 
 from __future__ import annotations
@@ -19,11 +26,16 @@ import io
 import pickle
 import sys
 import types
-from typing import Any
+from typing import IO, Any
 
 import cloudpickle
 
 __all__ = ["dumps", "loads"]
+
+#: Storages this large or larger go to the side file (smaller ones stay in the pickle).
+SIDE_FILE_MIN_BYTES = 1 << 16
+# storages already read in this process: (path, offset) -> storage (shared ones stay shared)
+_LOADED: dict[tuple[str, int], Any] = {}
 
 
 def _pickled_by_value(module: types.ModuleType) -> bool:
@@ -43,22 +55,70 @@ class ModulePickler(cloudpickle.CloudPickler):
     not importable are left to cloudpickle.
     """
 
+    def __init__(self, file: IO[bytes], *, side: IO[bytes] | None = None, **kwargs: Any
+                 ) -> None:
+        super().__init__(file, **kwargs)
+        self._side = side
+        self._written: dict[tuple[int, int], tuple[int, int]] = {}  # (ptr, nbytes) -> offset
+        torch = sys.modules.get("torch")  # never imported here: a job without torch has none
+        self._storage_type = getattr(getattr(torch, "storage", None), "TypedStorage", None)
+
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce importable modules to ``importlib.import_module(name)``."""
+        """Reduce importable modules to ``importlib.import_module(name)``, and large tensor
+        storages to a place in the side file."""
         if isinstance(obj, types.ModuleType):
             name = getattr(obj, "__name__", None)
             if isinstance(name, str) and sys.modules.get(name) is obj \
                     and not _pickled_by_value(obj):
                 return importlib.import_module, (name,)
+        if self._side is not None and self._storage_type is not None \
+                and type(obj) is self._storage_type:
+            reduced = self._to_side_file(obj)
+            if reduced is not None:
+                return reduced
         return super().reducer_override(obj)
 
+    def _to_side_file(self, storage: Any) -> Any:
+        untyped = storage._untyped_storage
+        if untyped.device.type not in ("cpu", "cuda") or untyped.nbytes() < SIDE_FILE_MIN_BYTES:
+            return None
+        assert self._side is not None
+        key = (untyped.data_ptr(), untyped.nbytes())
+        if key not in self._written:
+            import torch
 
-def dumps(obj: Any) -> bytes:
+            data = torch.empty(0, dtype=torch.uint8, device=untyped.device).set_(untyped)
+            offset = self._side.tell()
+            self._side.write(memoryview(data.cpu().numpy()))
+            self._written[key] = (offset, untyped.nbytes())
+        offset, nbytes = self._written[key]
+        return _storage_from_file, (self._side.name, offset, nbytes, storage.dtype)
+
+
+def _storage_from_file(path: str, offset: int, nbytes: int, dtype: Any) -> Any:
+    """Read one storage that :class:`ModulePickler` wrote to a side file (on the CPU)."""
+    import torch
+
+    key = (path, offset)
+    if key not in _LOADED:
+        data = torch.empty(nbytes, dtype=torch.uint8)
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            if handle.readinto(memoryview(data.numpy())) != nbytes:
+                raise pickle.UnpicklingError(f"{path} ends before the tensor data it should "
+                                             f"hold at {offset} (+{nbytes} bytes)")
+        _LOADED[key] = data.untyped_storage()
+    return torch.storage.TypedStorage(wrap_storage=_LOADED[key], dtype=dtype, _internal=True)
+
+
+def dumps(obj: Any, *, side: IO[bytes] | None = None) -> bytes:
     """Pickle ``obj`` as ``cloudpickle.dumps`` does, modules of any type by reference.
 
     Args:
         obj: Anything cloudpickle can pickle, or that only failed for holding a module
             whose type is a ``ModuleType`` subclass (``torch.backends.cudnn``).
+        side: an open binary file (with a ``name`` the loading process can open) for large
+            tensor storages; None keeps them inside the pickle. Keep it until loaded.
 
     Returns:
         The pickle, to be read back with :func:`loads` (or ``pickle.loads``) in a process
@@ -69,12 +129,13 @@ def dumps(obj: Any) -> bytes:
             AttributeError, as cloudpickle raises them).
     """
     with io.BytesIO() as buffer:
-        ModulePickler(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+        ModulePickler(buffer, side=side, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
         return buffer.getvalue()
 
 
 def loads(data: bytes) -> Any:
-    """Unpickle what :func:`dumps` wrote (plain ``pickle.loads``).
+    """Unpickle what :func:`dumps` wrote (plain ``pickle.loads``; tensors written to a side
+    file are read from it, on the CPU).
 
     Args:
         data: The pickle.
