@@ -77,13 +77,14 @@ def hand(warmup: int = 2) -> None:
             nvtx.end_range(handle)
 
 
-def sweep(out: Path, metric_set: str) -> None:
+def sweep(out: Path, metric_set: str | None, replicate: bool = True) -> None:
     import torch_nsight
 
     model = build()
     STAMPS["built"] = time.time()
     profile = torch_nsight.sweep(model, [SHAPE], make_inputs=make_inputs, dtype="bf16",
-                                 output_dir=out, metric_set=metric_set, quiet=True)
+                                 output_dir=out, metric_set=metric_set, quiet=True,
+                                 replicate=replicate)
     STAMPS["swept"] = time.time()
     k = profile.kernels
     k.to_parquet(out / "ours_kernels.parquet")
@@ -115,6 +116,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["bare", "hand", "sweep"])
     parser.add_argument("--metric-set", default=None)
+    parser.add_argument("--no-replicate", action="store_true",
+                        help="profile every layer (the direct reference for replication)")
     parser.add_argument("--out", type=Path, default=Path("bench_out/real_model"))
     args = parser.parse_args()
     if args.mode == "bare":
@@ -123,9 +126,7 @@ def main() -> int:
         hand()
     else:
         args.out.mkdir(parents=True, exist_ok=True)
-        from torch_nsight.metrics import DEFAULT_METRIC_SET
-
-        sweep(args.out.resolve(), args.metric_set or DEFAULT_METRIC_SET)
+        sweep(args.out.resolve(), args.metric_set, not args.no_replicate)
     return 0
 
 

@@ -84,7 +84,8 @@ def compare_gpt2(ours_dir: Path, plain_report: Path) -> dict:
     import torch_nsight
 
     ours = pd.read_parquet(ours_dir / "ours_kernels.parquet")
-    plain = torch_nsight.load(plain_report).kernels
+    plain = (pd.read_parquet(plain_report) if plain_report.suffix == ".parquet"
+             else torch_nsight.load(plain_report).kernels)
     key = ["module", "direction", "kernel"]
     for frame in (ours, plain):
         frame["nth"] = frame.groupby(key).cumcount()
@@ -109,11 +110,12 @@ def module_total_error(ours, plain) -> float:
     return float(((a[both] / b[both] - 1).abs() * 100).median())
 
 
-def real_model(out: Path, ncu: str, sets: list[str], baseline: Path | None) -> list[dict]:
+def real_model(out: Path, ncu: str, sets: list[str], baseline: Path | None,
+               direct: str | None) -> list[dict]:
     """Case (c): bare twice, our sweep per metric set (the baseline tree's first, if given),
     then plain ncu; same run."""
     script = [sys.executable, "bench/real_model.py"]
-    bare = [timed(script + ["bare"], out / f"real_bare{i}.log") for i in range(2)]
+    bare = [timed(script + ["bare"], out / f"real_bare{i}.log") for i in range(3)]
     rows = []
     trees = ([("baseline", baseline)] if baseline else []) + [("", ROOT)]
     for (tag, tree), name in ((t, n) for t in trees for n in sets):
@@ -127,6 +129,15 @@ def real_model(out: Path, ncu: str, sets: list[str], baseline: Path | None) -> l
                      "torch_nsight_s": round(t_ours, 1), "rc": rc, "torch_nsight": summary,
                      "bare_s": [round(t, 1) for t, _ in bare],
                      "bare_rc": [code for _, code in bare]})
+    if direct:  # the same metric set, every layer measured: what replication should match
+        where = out / f"real-direct-{direct}"
+        t_direct, rc = timed(script + ["sweep", "--metric-set", direct, "--no-replicate",
+                                       "--out", str(where)], out / f"real_direct_{direct}.log")
+        for row in rows:
+            if row["label"] == direct and rc == 0 and row["rc"] == 0:
+                row["direct_s"] = round(t_direct, 1)
+                row["accuracy_same_set"] = compare_gpt2(out / f"real-{direct}",
+                                                        where / "ours_kernels.parquet")
     plain_report = out / "real_plain.ncu-rep"
     t_plain, rc2 = timed([ncu, "--clock-control", "none", "--nvtx", "--nvtx-include",
                           "torch_nsight@measure", "--section", "SpeedOfLight", "-f", "-o",
@@ -150,6 +161,9 @@ def main() -> int:
                         help="case (c): comma-separated metric sets to run (none: skipped)")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="case (c): also run this torch_nsight tree's sweep first (before)")
+    parser.add_argument("--real-direct", default=None, metavar="SET",
+                        help="case (c): also sweep every layer with this set (no replication)"
+                             " and compare the replicated rows with it")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = args.out.resolve()
@@ -170,9 +184,15 @@ def main() -> int:
     ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
     rows = []
     if args.fast_only:
+        t_cold, rc0 = timed(me + ["--mode", "ours-llama-fast"], out / "ours_llama_fast0.log")
+        cold = (json.loads((out / "llama-fast" / "summary.json").read_text()) if rc0 == 0
+                else {})
         t_fast, rc = timed(me + ["--mode", "ours-llama-fast"], out / "ours_llama_fast.log")
         fast = (json.loads((out / "llama-fast" / "summary.json").read_text()) if rc == 0
                 else {})
+        rows.append({"case": "(a'') first sweep on this machine (ncu's metric list not cached "
+                             "yet)", "torch_nsight_s": round(t_cold, 1), "rc": rc0,
+                     "torch_nsight": cold})
         t_anchor, rc2 = timed([sys.executable, "bench/anchor_nsight_python.py"],
                               out / "anchor_nsight_python.log")
         rows.append({"case": "(a'') Llama block, metric_set='fast' (durations, DRAM bytes, "
@@ -211,7 +231,8 @@ def main() -> int:
                      "anchor_s": round(t_plain, 1), "anchor_rc": rc2})
     if args.real_sets:
         rows.extend(real_model(out, ncu, args.real_sets.split(","),
-                               args.baseline.resolve() if args.baseline else None))
+                               args.baseline.resolve() if args.baseline else None,
+                               args.real_direct))
     print(json.dumps(rows, indent=1))
     (out / "sweep_vs_anchors.json").write_text(json.dumps(rows, indent=1))
     return 0

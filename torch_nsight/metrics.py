@@ -156,4 +156,10 @@ METRIC_SETS: dict[str, MetricSet] = {
 }
 #: The sets that profile every kernel in a single pass (nothing is replayed).
 SINGLE_PASS_SETS = frozenset({"duration"})
-DEFAULT_METRIC_SET = "roofline"
+#: What a sweep collects by default: one replay pass per kernel, FLOPs from the calls table.
+DEFAULT_METRIC_SET = "fast"
+#: The default when no calls table is recorded (FLOPs must then come from counters).
+DEFAULT_METRIC_SET_WITHOUT_CALLS = "lean"
+#: What ``torch-nsight profile`` collects by default: a user's script may record no calls
+#: table, so FLOPs and the speed-of-light verdict come from the counters.
+DEFAULT_PROFILE_METRIC_SET = "roofline"

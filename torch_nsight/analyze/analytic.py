@@ -27,9 +27,11 @@ PRECISION_COLUMN = {"tensor_bf16": "tensor_bf16_flops", "tensor_fp16": "tensor_f
                     "tensor_tf32": "tensor_tf32_flops", "fp32": "flops_fp32"}
 
 
-def _keys(frame: pd.DataFrame) -> pd.DataFrame:
+def _joined(frame: pd.DataFrame) -> pd.Series:
+    """The join keys of each row as one string (missing keys empty)."""
     keys = frame.reindex(columns=list(JOIN_KEYS)).astype(object)
-    return keys.where(keys.notna(), "")
+    keys = keys.where(keys.notna(), "").astype(str)
+    return keys.agg("\x1f".join, axis=1) if len(keys) else pd.Series([], dtype=object)
 
 
 def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
@@ -63,36 +65,31 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     work = work[work["total"] > 0]
     if work.empty:
         return out
-    work = pd.concat([work, _keys(work).add_prefix("k_")], axis=1)
+    work = work.assign(key=_joined(work))
     dtype = work["input_dtypes"].map(lambda d: str(d[-1]) if isinstance(d, (tuple, list))
                                      and d else "")
-    grouped = work.assign(dtype=dtype).groupby([f"k_{k}" for k in JOIN_KEYS], sort=False)
-    per_group = grouped.agg(total=("total", "sum"), dtype=("dtype", "first"))
-    keys = _keys(out)
-    runs = out.reindex(columns=["source", "run"]).astype(object).fillna("")
-    order = out["duration_ns"].fillna(0.0)
-    for key, row in per_group.iterrows():
-        group = (keys == list(key)).all(axis=1)
-        mine = missing & group
-        if not mine.any():
-            continue
-        # a run whose group has counted rows already holds these FLOPs (a focused sweep's
-        # ncu rows beside the timeline's stand-ins): never count them twice
-        counted = set(map(tuple, runs[group & ~missing].to_numpy()))
-        precision = _precision(row["dtype"], settings or {})
-        for run, index in out[mine].groupby([runs["source"], runs["run"]], sort=False).groups.items():
-            if tuple(run) in counted:
-                continue
-            heavy = order.loc[index].idxmax()
-            out.loc[index, ["flops", "flops_fp32"]] = 0.0
-            out.loc[index, "precision"] = "fp32"
-            out.loc[heavy, "flops"] = float(row["total"])
-            out.loc[heavy, PRECISION_COLUMN[precision]] = float(row["total"])
-            if precision != "fp32":
-                out.loc[heavy, "flops_fp32"] = 0.0
-            out.loc[heavy, "precision"] = precision
-            out.loc[index, "flops_complete"] = True
-            out.loc[index, "flops_basis"] = "calls"
+    per_group = work.assign(dtype=dtype).groupby("key", sort=False).agg(
+        total=("total", "sum"), dtype=("dtype", "first"))
+    per_group["precision"] = [_precision(d, settings or {}) for d in per_group["dtype"]]
+    runs = out.reindex(columns=["source", "run"]).astype(object).fillna("").astype(str)
+    site = _joined(out) + "\x1e" + runs["source"] + "\x1e" + runs["run"]
+    # a run whose group has counted rows already holds these FLOPs (a focused sweep's ncu
+    # rows beside the timeline's stand-ins): never count them twice
+    counted = set(site[~missing])
+    mine = missing & _joined(out).isin(per_group.index) & ~site.isin(counted)
+    if mine.any():
+        out.loc[mine, ["flops", "flops_fp32"]] = 0.0
+        out.loc[mine, "precision"] = "fp32"
+        out.loc[mine, "flops_complete"] = True
+        out.loc[mine, "flops_basis"] = "calls"
+        # the group's longest kernel (the GEMM or attention kernel) does the counted work
+        heavy = out["duration_ns"].fillna(0.0)[mine].groupby(site[mine], sort=False).idxmax()
+        group = per_group.loc[_joined(out.loc[heavy.to_numpy()])]
+        for precision, rows in group.groupby("precision", sort=False):
+            index = heavy.to_numpy()[np.flatnonzero(group["precision"].to_numpy() == precision)]
+            out.loc[index, "flops"] = rows["total"].to_numpy()
+            out.loc[index, PRECISION_COLUMN[precision]] = rows["total"].to_numpy()
+            out.loc[index, "precision"] = precision
     # kernels of modules without FLOP-bearing calls: no floating-point work worth counting
     rest = missing & out["flops_basis"].isna() & out["dram_bytes"].notna()
     out.loc[rest, ["flops", "flops_fp32"]] = 0.0

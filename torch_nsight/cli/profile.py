@@ -34,7 +34,7 @@ from typing import Any
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError
-from torch_nsight.metrics import METRIC_SETS, SINGLE_PASS_SETS
+from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS, SINGLE_PASS_SETS
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--ranks", default=None, metavar="R[,R...]",
                         help="under torchrun --no-python: profile only these ranks, run the "
                              "others plainly")
-    add_ncu_options(parser)
+    add_ncu_options(parser, DEFAULT_PROFILE_METRIC_SET)
     parser.add_argument("-k", "--kernel-name", default=None, metavar="REGEX",
                         help="profile only kernels whose name matches (ncu -k)")
     parser.add_argument("--launch-skip", type=int, default=None, metavar="N",
@@ -93,17 +93,19 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def add_ncu_options(parser: argparse.ArgumentParser) -> None:
+def add_ncu_options(parser: argparse.ArgumentParser, default: str | None) -> None:
     """Add what the commands that run ncu share: ``--metric-set``, ``--ncu``, ``--ncu-arg``.
 
     Args:
         parser: the subcommand's parser.
+        default: its default metric set (None: the sweep's, which depends on ``--no-calls``).
     """
-    parser.add_argument("--metric-set", default="roofline", choices=METRIC_SET_CHOICES,
-                        help="what ncu collects (default: roofline: FLOPs, bytes, "
-                             "speed-of-light; lean: fewer replay passes; fast: times, DRAM "
-                             "bytes, FLOPs from the calls table; full: everything; "
-                             "duration: times only, one pass, NCCL kernels kept)")
+    parser.add_argument("--metric-set", default=default, choices=METRIC_SET_CHOICES,
+                        help=f"what ncu collects (default: {default or 'fast, or lean with --no-calls'}; "
+                             "fast: times and DRAM bytes in one pass, FLOPs from the calls "
+                             "table; roofline: FLOP counters and speed-of-light, 16 passes; "
+                             "lean: FLOP counters, 8 passes; full: everything; duration: "
+                             "times only, one pass, NCCL kernels kept)")
     parser.add_argument("--ncu", default=None, metavar="PATH", help="the ncu executable")
     parser.add_argument("--ncu-arg", action="append", default=[], metavar="ARG",
                         help="one more ncu argument (repeat for several)")

@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_target_options(parser, example="1x512x1024,4x512x1024")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
     parser.add_argument("--repeats", type=int, default=1, metavar="N")
-    add_ncu_options(parser)
+    add_ncu_options(parser, None)
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
     parser.add_argument("--no-replicate", action="store_true",
                         help="profile every identical sibling instead of one of each group")

@@ -134,7 +134,8 @@ class JobRunner:
                         except KeyboardInterrupt:  # a timeout signal that came late
                             logger.warning("an interrupt arrived between shapes; ignored")
                 del model
-                self._cleanup()
+                if mine and mine[-1] is not self.items[-1]:
+                    self._cleanup()
         except StopRequested:
             for item in self.items:
                 if item["status"] in ("pending", "running"):
@@ -210,7 +211,9 @@ class JobRunner:
                         traceback=traceback.format_exc(limit=8))
         finally:
             del args, kwargs
-            self._cleanup(model)
+            if item is not self.items[-1]:  # the process ends after the last: no need
+                with timed(phases, "cleanup"):
+                    self._cleanup(model)
         item["elapsed_s"] = round(time.perf_counter() - started, 3)
         self.status.emit("item_end", index=index, variant=item["variant"], shape=label,
                          status=item["status"], error=item["error"],
@@ -282,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
     runner = JobRunner(assignment, job, stamps)
+    runner.result["timing"]["cuda_ready"] = time.time()
     try:
         runner.run()
     except BaseException as err:  # record why, for the parent, then let it end the process

@@ -28,7 +28,7 @@ from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.collect.shared import timing as timings
-from torch_nsight.metrics import DEFAULT_METRIC_SET
+from torch_nsight.metrics import DEFAULT_METRIC_SET, DEFAULT_METRIC_SET_WITHOUT_CALLS
 from torch_nsight.naming import format_measure_range
 from torch_nsight.record import SweepRecord, now
 
@@ -155,7 +155,7 @@ def sweep(
     dtype: Any = None,
     warmup: int = 2,
     repeats: int = 1,
-    metric_set: str | Sequence[str] = DEFAULT_METRIC_SET,
+    metric_set: str | Sequence[str] | None = None,
     ops: bool | str | Iterable[str] = False,
     replicate: bool = True,
     derive: Mapping[str, DeriveFn] | None = None,
@@ -193,9 +193,14 @@ def sweep(
             ``"bf16"``...); None keeps the model's.
         warmup: un-profiled iterations before each shape's measured ones.
         repeats: measured iterations per shape; each is kept as a ``run``.
-        metric_set: ``"roofline"`` (default: what the roofline needs), ``"lean"`` (no
-            speed-of-light percentages: fewer replay passes), ``"full"``, or a list of ncu
-            metric names. Metrics this GPU's ncu does not know are dropped (logged).
+        metric_set: None (default): ``"fast"``: one replay pass per kernel (durations,
+            DRAM bytes, clocks), FLOPs counted from the calls table's shapes
+            (``flops_basis`` ``"calls"``), bound judged from the roofline; ``"lean"`` when
+            ``record_calls`` is False. ``"roofline"``: FLOP counters and Nsight Compute's
+            speed-of-light verdict (16 passes per kernel); ``"lean"`` (FLOP counters, no
+            speed-of-light percentages: 8 passes); ``"full"`` (the analysis sections and
+            ncu's rules too), or a list of ncu metric names. Metrics this GPU's ncu does not
+            know are dropped (logged).
         ops: name functional ops too (see :func:`torch_nsight.instrument`).
         replicate: profile one of each group of identical sibling modules (checked in the
             child by one un-profiled iteration) and copy its rows to the others, marked in a
@@ -264,6 +269,8 @@ def sweep(
                    timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
                    flags={"backward": backward, "replicate": replicate, "quiet": quiet,
                           "record_calls": record_calls})
+    if metric_set is None:
+        metric_set = DEFAULT_METRIC_SET if record_calls else DEFAULT_METRIC_SET_WITHOUT_CALLS
     chosen = ncu_cli.resolve_metric_set(metric_set)
     extra = ncu_cli.check_extra_args(ncu_args)
     settings = _user_settings()

@@ -8,10 +8,11 @@ the profile was loaded. :func:`breakdown` turns those stamps into seconds per ph
 
 ``prepare`` (argument checks, ``ncu`` queries, pickling the job), ``ncu_start`` (``ncu``
 before the Python child starts), ``python_start`` (the child's interpreter and imports:
-Python, torch, torch_nsight), ``job_read`` (unpickling the model), ``build`` (factories and
+Python, torch, torch_nsight), ``job_read`` (unpickling the model, which imports the modules
+its classes come from), ``cuda_init`` (the child's CUDA context), ``build`` (factories and
 ``.to(device, dtype)``), ``warmup`` (inputs and warm-up iterations), ``calls`` (the calls
 table's iteration), ``check`` (the sibling check), ``measure`` (the profiled iterations: ncu's
-replay), ``child_exit`` (after the child's last item until it ended: ``ncu`` writing the
+replay), ``cleanup`` (freeing memory after each shape), ``child_exit`` (after the child's last item until it ended: ``ncu`` writing the
 report), ``load`` (reading the reports back, analysis, saving).
 
 Plain data: no torch, no pandas.
@@ -26,23 +27,25 @@ from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 #: The phases, in the order they happen.
-PHASES = ("prepare", "ncu_start", "python_start", "job_read", "build", "warmup", "calls",
-          "check", "measure", "child_exit", "load")
+PHASES = ("prepare", "ncu_start", "python_start", "job_read", "cuda_init", "build", "warmup",
+          "calls", "check", "measure", "cleanup", "child_exit", "load")
 #: Each phase in words, for logs and tables.
 PHASE_NAMES = {
     "prepare": "prepare (checks, ncu queries, pickling)",
     "ncu_start": "ncu start-up",
     "python_start": "child Python + torch start-up",
-    "job_read": "unpickling the job",
+    "job_read": "unpickling the job (the model's imports too)",
+    "cuda_init": "CUDA start-up",
     "build": "building the model",
     "warmup": "inputs and warm-ups",
     "calls": "calls table",
     "check": "sibling check",
     "measure": "profiled iterations (replay)",
+    "cleanup": "freeing memory between shapes",
     "child_exit": "report writing and exit",
     "load": "loading the profile",
 }
-ITEM_PHASES = ("warmup", "calls", "check", "measure")
+ITEM_PHASES = ("warmup", "calls", "check", "measure", "cleanup")
 
 
 def process_start_time() -> float | None:
@@ -95,6 +98,7 @@ def child_phases(launched_at: float | None, ended_at: float | None,
         "python_start": _span(stamps.get("process_start") or launched_at,
                               stamps.get("imported")),
         "job_read": _span(stamps.get("imported"), stamps.get("job_read")),
+        "cuda_init": _span(stamps.get("job_read"), stamps.get("cuda_ready")),
         "build": round(sum((results.get("build_s") or {}).values()), 3)
         if results.get("build_s") else None,
         "child_exit": _span(stamps.get("done"), ended_at),
