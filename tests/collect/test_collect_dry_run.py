@@ -179,3 +179,12 @@ def test_record_calls_off_leaves_no_calls_table(tmp_path: Path) -> None:
     profile = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
                                  record_calls=False)
     assert profile.calls is None
+
+
+def test_the_default_metric_set_is_fast_or_lean_without_calls() -> None:
+    with_calls = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None)
+    without = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
+                                 record_calls=False)
+    assert with_calls.meta.sweeps[0].options["metric_set"] == "fast"
+    # no calls table to count FLOPs from: the FLOP counters are collected instead
+    assert without.meta.sweeps[0].options["metric_set"] == "lean"

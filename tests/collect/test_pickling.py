@@ -153,3 +153,64 @@ def test_main_script_factory_loads_in_another_process(tmp_path: Path) -> None:
     loaded = run_python([str(loader), str(payload)], cwd=tmp_path)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.split() == ["False", "True", "Tiny", "(5,", "2)"]
+
+
+class Tied(nn.Module):
+    """Two layers sharing one weight (as a language model's head shares its embedding)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(512, 64)
+        self.head = nn.Linear(64, 512, bias=False)
+        self.head.weight = self.embed.weight
+        self.small = nn.Linear(4, 4)
+        self.register_buffer("table", torch.randn(256, 128).to(torch.bfloat16))
+        self.register_buffer("rows", self.table[8:16])  # a view of another buffer's storage
+
+
+def test_large_tensors_travel_in_the_side_file_shared_ones_once(tmp_path: Path) -> None:
+    model = Tied()
+    with open(tmp_path / "tensors.bin", "wb") as side:
+        data = dumps(model, side=side)
+    inline = dumps(model)
+    written = (tmp_path / "tensors.bin").stat().st_size
+    # the tied weight once (512x64 fp32) and the bf16 buffer once (its view shares it);
+    # the 4x4 layer is under the threshold and stays in the pickle
+    assert written == 512 * 64 * 4 + 256 * 128 * 2
+    assert len(data) < len(inline) - written + 4096
+    loaded = loads(data)
+    assert loaded.head.weight is loaded.embed.weight
+    assert loaded.rows.untyped_storage().data_ptr() == loaded.table.untyped_storage().data_ptr()
+    assert loaded.table.dtype == torch.bfloat16
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    # the loaded tensors own their memory: writing to them leaves the file alone
+    loaded.embed.weight.data.zero_()
+    assert torch.equal(loads(data).embed.weight, model.embed.weight)
+
+
+def test_a_truncated_side_file_is_an_unpickling_error(tmp_path: Path) -> None:
+    with open(tmp_path / "tensors.bin", "wb") as side:
+        data = dumps(Tied(), side=side)
+    with open(tmp_path / "tensors.bin", "r+b") as handle:
+        handle.truncate(1000)
+    with pytest.raises(pickle.UnpicklingError, match="ends before"):
+        loads(data)
+
+
+def test_recording_calls_does_not_import_dynamo() -> None:
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        from torch_nsight.capture.calls import CallRecorder
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+        recorder = CallRecorder()
+        with recorder.recording():
+            model(torch.randn(2, 8))
+        assert recorder.rows(), "nothing recorded"
+        print("torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

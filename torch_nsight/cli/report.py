@@ -328,6 +328,13 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
         if source.metric_set == "duration":
             print(f"note: {Path(source.path).name} holds kernel times only (--metric-set "
                   "duration): no roofline, bound or headroom", file=stream)
+        elif source.metric_set in ("fast", "lean"):
+            flops = ("FLOPs counted from the calls table (flops_basis 'calls'), "
+                     if source.metric_set == "fast" else "")
+            print(f"note: {Path(source.path).name} was recorded with the {source.metric_set} "
+                  f"metric set: {flops}bounds read from the roofline alone, without Nsight "
+                  "Compute's speed-of-light data (--metric-set roofline measures them)",
+                  file=stream)
         elif source.missing_metrics:
             shown = ", ".join(source.missing_metrics[:4])
             more = len(source.missing_metrics) - 4

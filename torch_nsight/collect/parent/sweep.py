@@ -346,9 +346,9 @@ def sweep(
                                      finished=time.time(), children=per_child))
         # what the child ran with: the parent's settings, and whatever its factory changed
         ran = next((c["settings"] for c in children if c.get("settings")), settings)
-        formats.write_manifest(work, {"record": record.to_dict(), "children": children,
-                                      "replication": replication_groups(items),
-                                      "calls": calls, "settings": ran})
+        manifest = {"record": record.to_dict(), "children": children,
+                    "replication": replication_groups(items), "calls": calls, "settings": ran}
+        formats.write_manifest(work, manifest)
         if fatal is not None:  # what failed is written down in the manifest first
             raise fatal
         profile = _load_sweep(work, cache=keep)
@@ -356,10 +356,12 @@ def sweep(
             from torch_nsight.analyze import derive_columns
 
             profile = profile.with_kernels(derive_columns(profile.kernels, derive, dict(pairs)))
-        profile = _with_timing(profile, record, timings.breakdown(
-            entered=entered, launched=launched, settled=settled, finished=time.time(),
-            children=per_child))
-        if keep:
+        timing = timings.breakdown(entered=entered, launched=launched, settled=settled,
+                                   finished=time.time(), children=per_child)
+        profile = _with_timing(profile, record, timing)
+        if keep:  # the manifest's record gets the final timing, loading included
+            manifest["record"]["timing"] = timing
+            formats.write_manifest(work, manifest)
             _save(profile, work)
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -293,6 +293,8 @@ def read_job(path: str | os.PathLike[str]) -> tuple[Assignment, Job]:
     Raises:
         ValueError: the file is not a job file of this format.
     """
+    from torch_nsight.collect.shared.pickling import load
+
     with open(path, "rb") as handle:
         assignment = pickle.load(handle)
         if not isinstance(assignment, Assignment) or assignment.fmt != JOB_FORMAT:
@@ -300,7 +302,7 @@ def read_job(path: str | os.PathLike[str]) -> tuple[Assignment, Job]:
         for entry in assignment.sys_path:
             if entry not in sys.path:
                 sys.path.append(entry)
-        job = pickle.load(handle)
+        job = load(handle)
     if not isinstance(job, Job):
         raise ValueError(f"{path} holds {type(job).__name__}, not a torch_nsight Job")
     return assignment, job

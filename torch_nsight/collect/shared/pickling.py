@@ -30,12 +30,12 @@ from typing import IO, Any
 
 import cloudpickle
 
-__all__ = ["dumps", "loads"]
+__all__ = ["dumps", "load", "loads"]
 
 #: Storages this large or larger go to the side file (smaller ones stay in the pickle).
 SIDE_FILE_MIN_BYTES = 1 << 16
-# storages already read in this process: (path, offset) -> storage (shared ones stay shared)
-_LOADED: dict[tuple[str, int], Any] = {}
+# storages read by the load under way: (path, offset) -> storage (shared ones stay shared)
+_LOADING: dict[tuple[str, int], Any] | None = None
 
 
 def _pickled_by_value(module: types.ModuleType) -> bool:
@@ -100,15 +100,18 @@ def _storage_from_file(path: str, offset: int, nbytes: int, dtype: Any) -> Any:
     import torch
 
     key = (path, offset)
-    if key not in _LOADED:
+    storage = None if _LOADING is None else _LOADING.get(key)
+    if storage is None:
         data = torch.empty(nbytes, dtype=torch.uint8)
         with open(path, "rb") as handle:
             handle.seek(offset)
             if handle.readinto(memoryview(data.numpy())) != nbytes:
                 raise pickle.UnpicklingError(f"{path} ends before the tensor data it should "
                                              f"hold at {offset} (+{nbytes} bytes)")
-        _LOADED[key] = data.untyped_storage()
-    return torch.storage.TypedStorage(wrap_storage=_LOADED[key], dtype=dtype, _internal=True)
+        storage = data.untyped_storage()
+        if _LOADING is not None:
+            _LOADING[key] = storage
+    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
 
 
 def dumps(obj: Any, *, side: IO[bytes] | None = None) -> bytes:
@@ -147,4 +150,17 @@ def loads(data: bytes) -> Any:
         pickle.UnpicklingError: If ``data`` is not a pickle (also ImportError when a
             module it refers to cannot be imported here).
     """
-    return pickle.loads(data)
+    with io.BytesIO(data) as handle:
+        return load(handle)
+
+
+def load(handle: IO[bytes]) -> Any:
+    """Unpickle one object from an open file, as :func:`loads` does: storages that were
+    shared when pickled are shared again (within this one load).
+    """
+    global _LOADING
+    outer, _LOADING = _LOADING, {}
+    try:
+        return pickle.load(handle)
+    finally:
+        _LOADING = outer
