@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+import torch_nsight
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.sweep import parse_shapes
 from torch_nsight.collect.shared.job import Target
+from torch_nsight.collect.shared.timing import describe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,6 +48,10 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert out.splitlines() == ["4x16: ok (outputs (4, 8) float32)",
                                 "2x3x16: ok (outputs (2, 3, 8) float32)"]
+    # where the time went, on standard error, as the saved profile records it
+    took = [line for line in err.splitlines() if line.startswith("sweep took ")]
+    timing = torch_nsight.load(tmp_path / "out").meta.sweeps[0].timing
+    assert took == [f"sweep took {describe(timing)}"]
     importers = {int(line) for line in marker.read_text().split()}
     assert importers and proc.pid not in importers  # the parent never imported it
     again = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "out", cwd=tmp_path)

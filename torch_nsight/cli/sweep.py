@@ -154,6 +154,11 @@ def run(args: argparse.Namespace) -> int:
     for failure in profile.failures:
         print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
               file=sys.stderr)
+    timing = profile.meta.sweeps[-1].timing if profile.meta.sweeps else None
+    if timing:
+        from torch_nsight.collect.shared.timing import describe
+
+        print(f"sweep took {describe(timing)}", file=sys.stderr)
     if args.dry_run:
         for result in profile.results:
             print(f"{result['shape']}: {result['status']} (outputs {result.get('outputs')})")
