@@ -486,8 +486,11 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     for note in profile.notes:
         logger.warning("%s", note)
     _warn_if_mixed(profile)
-    logger.info("loaded %d kernels from %d source(s); %.0f%% of GPU time attributed",
-                len(profile.kernels), len(files), 100 * profile.coverage)
+    if len(profile.kernels):
+        logger.info("loaded %d kernels from %d source(s); %.0f%% of GPU time attributed",
+                    len(profile.kernels), len(files), 100 * profile.coverage)
+    else:
+        logger.info("loaded no kernels from %d source(s)", len(files))
     return profile
 
 

@@ -80,3 +80,19 @@ def test_shapes_and_targets() -> None:
     assert factory.resolve().__name__ == "Stack"
     with pytest.raises(ImportError, match="no callable"):
         Target("tests.collect.models:nothing_here").resolve()
+
+
+def test_a_dry_run_says_why_a_shape_failed_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(MODEL_FILE.format(marker=str(tmp_path / "m.txt")))
+    # 4x12 does not fit Linear(16, 32); 4x16 does
+    proc = cli("model.py:make", "--shapes", "4x16,4x12", "--dry-run", "-o", "out",
+               cwd=tmp_path)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    ok, failed = out.splitlines()
+    assert ok == "4x16: ok (outputs (4, 8) float32)"
+    assert failed.startswith("4x12: failed: RuntimeError:") and "shapes cannot be" in failed
+    # the child's traceback keeps the frames nearest the error
+    result = torch_nsight.load(tmp_path / "out").results[1]
+    assert result["traceback"].rstrip().endswith(failed.split(": ", 2)[2])
+    assert "F.linear" in result["traceback"] or "linear" in result["traceback"]

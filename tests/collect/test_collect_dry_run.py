@@ -117,6 +117,7 @@ def test_devices_spread_shapes_over_children() -> None:
     ({"devices": 0}, ValueError, "devices"),
     ({"derive": {"x": 3}}, TypeError, "derive"),
     ({"metric_set": "quickest"}, ValueError, "metric_set"),
+    ({"metric_set": ["fast"]}, ValueError, "is a metric set, not an ncu metric"),
     ({"model": {"a/b": Stack}}, ValueError, "variant label"),
     ({"model": 3}, TypeError, "nn.Module"),
     ({"dtype": "int4"}, ValueError, "dtype"),
@@ -188,3 +189,11 @@ def test_the_default_metric_set_is_fast_or_lean_without_calls() -> None:
     assert with_calls.meta.sweeps[0].options["metric_set"] == "fast"
     # no calls table to count FLOPs from: the FLOP counters are collected instead
     assert without.meta.sweeps[0].options["metric_set"] == "lean"
+
+
+def test_fast_without_a_calls_table_is_warned_about(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="torch_nsight"):
+        profile = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
+                                     record_calls=False, metric_set="fast")
+    assert profile.meta.sweeps[0].options["metric_set"] == "fast"  # as asked
+    assert any("record_calls=False turns off" in r.getMessage() for r in caplog.records)

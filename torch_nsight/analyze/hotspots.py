@@ -53,9 +53,9 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
             return "fuse it or give it more blocks (batch, split-K): under one wave"
         if reason.startswith("DRAM roofline"):  # judged from the roofline alone: no SOL data
             if library:
-                return ("check shapes, alignment and dtype: far below its roof "
-                        "(metric_set='roofline' tells an L1/L2 limit from latency)")
-            return ("far below its roof: profile it with metric_set='roofline' to tell an "
+                return ("check shapes, alignment and dtype: far below its roof (the roofline "
+                        "metric set tells an L1/L2 limit from latency)")
+            return ("far below its roof: profile it with the roofline metric set to tell an "
                     "L1/L2 limit from latency (occupancy, stalls)")
         return ("check occupancy and stalls (Occupancy, WarpStateStats sections): "
                 "neither side near peak")

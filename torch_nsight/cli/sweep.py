@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight sweep``.
 
     Returns:
-        0 (some shapes may have failed: they are listed on standard error).
+        0 (some shapes may have failed: they are listed on standard error); a dry run lists
+        every shape with its status (and error) on standard output and returns 1 when one
+        failed.
 
     Raises:
         UsageError: bad TARGET, shapes or options; the output directory holds a sweep and
@@ -151,9 +153,10 @@ def run(args: argparse.Namespace) -> int:
             devices=devices, profiler=None if args.dry_run else "ncu", focus=args.focus)
     except (TypeError, ValueError) as err:  # sweep()'s own argument checks: the user's flags
         raise UsageError(str(err)) from err
-    for failure in profile.failures:
-        print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
-              file=sys.stderr)
+    if not args.dry_run:  # a dry run lists every shape with its status on standard output
+        for failure in profile.failures:
+            print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
+                  file=sys.stderr)
     timing = profile.meta.sweeps[-1].timing if profile.meta.sweeps else None
     if timing:
         from torch_nsight.collect.shared.timing import describe
@@ -161,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"sweep took {describe(timing)}", file=sys.stderr)
     if args.dry_run:
         for result in profile.results:
-            print(f"{result['shape']}: {result['status']} (outputs {result.get('outputs')})")
-        return 0
+            print(f"{result['shape']}: ok (outputs {result.get('outputs')})"
+                  if result["status"] == "ok" else
+                  f"{result['shape']}: {result['status']}: {result.get('error')}")
+        return 0 if not profile.failures else 1
     emit(profile, args)
     return 0

@@ -208,7 +208,7 @@ class JobRunner:
             raise
         except Exception as err:
             item.update(status="failed", error=f"{type(err).__name__}: {err}",
-                        traceback=traceback.format_exc(limit=8))
+                        traceback=traceback.format_exc(limit=-8))  # the frames nearest the error
         finally:
             del args, kwargs
             if item is not self.items[-1]:  # the process ends after the last: no need

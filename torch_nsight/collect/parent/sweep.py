@@ -199,8 +199,8 @@ def sweep(
             ``record_calls`` is False. ``"roofline"``: FLOP counters and Nsight Compute's
             speed-of-light verdict (16 passes per kernel); ``"lean"`` (FLOP counters, no
             speed-of-light percentages: 8 passes); ``"full"`` (the analysis sections and
-            ncu's rules too), or a list of ncu metric names. Metrics this GPU's ncu does not
-            know are dropped (logged).
+            ncu's rules too), ``"duration"`` (times only, one pass, no replay), or a list of
+            ncu metric names. Metrics this GPU's ncu does not know are dropped (logged).
         ops: name functional ops too (see :func:`torch_nsight.instrument`).
         replicate: profile one of each group of identical sibling modules (checked in the
             child by one un-profiled iteration) and copy its rows to the others, marked in a
@@ -242,8 +242,9 @@ def sweep(
     Returns:
         The :class:`~torch_nsight.Profile`: ``profile.failures`` lists shapes that failed;
         ``profile.results`` what each (variant, shape) did (status, error, elapsed,
-        replication verdict); ``profile.meta.sweeps`` the options; ``profile.calls`` the
-        calls table.
+        replication verdict); ``profile.meta.sweeps`` the options and, in ``timing``, where
+        the time went (seconds per phase, see :mod:`torch_nsight.collect.shared.timing`);
+        ``profile.calls`` the calls table.
 
     Raises:
         TypeError, ValueError: an argument is invalid (its name is in the message).
@@ -271,6 +272,10 @@ def sweep(
                           "record_calls": record_calls})
     if metric_set is None:
         metric_set = DEFAULT_METRIC_SET if record_calls else DEFAULT_METRIC_SET_WITHOUT_CALLS
+    elif metric_set == "fast" and not record_calls:
+        logger.warning("metric_set='fast' counts FLOPs from the calls table, which "
+                       "record_calls=False turns off: kernels get times and DRAM bytes but no "
+                       "roofline placement; use metric_set='lean' for FLOP counters")
     chosen = ncu_cli.resolve_metric_set(metric_set)
     extra = ncu_cli.check_extra_args(ncu_args)
     settings = _user_settings()

@@ -211,7 +211,8 @@ def resolve_metric_set(metric_set: str | Iterable[str]) -> MetricSet:
     """Turn the ``metric_set`` argument into a :class:`MetricSet`.
 
     Args:
-        metric_set: ``"roofline"`` (default), ``"lean"``, ``"full"``, or ncu metric names.
+        metric_set: a set name (:data:`~torch_nsight.metrics.METRIC_SETS`), or ncu metric
+            names.
 
     Raises:
         ValueError: an unknown set name, or an empty list.
@@ -228,6 +229,10 @@ def resolve_metric_set(metric_set: str | Iterable[str]) -> MetricSet:
     names = list(metric_set)
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ValueError("metric_set must be a non-empty list of ncu metric names (str)")
+    named = [n for n in names if n in METRIC_SETS]
+    if named:
+        raise ValueError(f"metric_set: {named[0]!r} is a metric set, not an ncu metric: pass "
+                         f"it as a string (metric_set={named[0]!r})")
     if DURATION_METRIC not in names:
         names.insert(0, DURATION_METRIC)
     return MetricSet("custom", tuple(dict.fromkeys(names)), (), "metrics named by the user")

@@ -32,7 +32,7 @@ PHASES = ("prepare", "ncu_start", "python_start", "job_read", "cuda_init", "buil
 #: Each phase in words, for logs and tables.
 PHASE_NAMES = {
     "prepare": "prepare (checks, ncu queries, pickling)",
-    "ncu_start": "ncu start-up",
+    "ncu_start": "ncu start-up (in a dry run: starting the process)",
     "python_start": "child Python + torch start-up",
     "job_read": "unpickling the job (the model's imports too)",
     "cuda_init": "CUDA start-up",
@@ -142,8 +142,12 @@ def breakdown(*, entered: float, launched: float, settled: float, finished: floa
             "children": [dict(c) for c in children]}
 
 
-def describe(timing: Mapping[str, Any]) -> str:
-    """One line: the total, then each phase of a second or more (largest first)."""
+def describe(timing: Mapping[str, Any], *, at_least: float = 0.5) -> str:
+    """One line: the total, each phase of ``at_least`` seconds or more (largest first), and
+    what the others add up to (``profile.meta.sweeps[i].timing`` has every phase)."""
     phases = sorted((timing.get("phases_s") or {}).items(), key=lambda kv: -kv[1])
-    shown = [f"{PHASE_NAMES.get(k, k)} {v:.1f} s" for k, v in phases if v >= 1.0]
+    shown = [f"{PHASE_NAMES.get(k, k)} {v:.1f} s" for k, v in phases if v >= at_least]
+    rest = timing.get("total_s", 0.0) - sum(v for _, v in phases if v >= at_least)
+    if rest >= 0.05:
+        shown.append(f"the rest {rest:.1f} s")
     return f"{timing.get('total_s', 0.0):.1f} s" + (": " + ", ".join(shown) if shown else "")
