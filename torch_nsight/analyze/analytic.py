@@ -72,11 +72,12 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         total=("total", "sum"), dtype=("dtype", "first"))
     per_group["precision"] = [_precision(d, settings or {}) for d in per_group["dtype"]]
     runs = out.reindex(columns=["source", "run"]).astype(object).fillna("").astype(str)
-    site = _joined(out) + "\x1e" + runs["source"] + "\x1e" + runs["run"]
+    key = _joined(out)
+    site = key + "\x1e" + runs["source"] + "\x1e" + runs["run"]
     # a run whose group has counted rows already holds these FLOPs (a focused sweep's ncu
     # rows beside the timeline's stand-ins): never count them twice
     counted = set(site[~missing])
-    mine = missing & _joined(out).isin(per_group.index) & ~site.isin(counted)
+    mine = missing & key.isin(per_group.index) & ~site.isin(counted)
     if mine.any():
         out.loc[mine, ["flops", "flops_fp32"]] = 0.0
         out.loc[mine, "precision"] = "fp32"
@@ -84,7 +85,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         out.loc[mine, "flops_basis"] = "calls"
         # the group's longest kernel (the GEMM or attention kernel) does the counted work
         heavy = out["duration_ns"].fillna(0.0)[mine].groupby(site[mine], sort=False).idxmax()
-        group = per_group.loc[_joined(out.loc[heavy.to_numpy()])]
+        group = per_group.loc[key.loc[heavy.to_numpy()]]
         for precision, rows in group.groupby("precision", sort=False):
             index = heavy.to_numpy()[np.flatnonzero(group["precision"].to_numpy() == precision)]
             out.loc[index, "flops"] = rows["total"].to_numpy()

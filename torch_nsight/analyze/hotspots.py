@@ -27,7 +27,8 @@ LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad",
 
 
 def next_step(bound: object, reason: object, precision: object, side: object = None,
-              pct_of_roof: float = math.nan, kernel: object = None) -> str:
+              pct_of_roof: float = math.nan, kernel: object = None, basis: object = None
+              ) -> str:
     """Return a short hint of what to look at next for a kernel of this class.
 
     Only a kernel on the memory side of the DRAM roofline is told to cut DRAM traffic: one
@@ -41,6 +42,7 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
         side: ``roofline_side`` (``compute``/``memory``), None when unknown.
         pct_of_roof: ``pct_of_roof``, NaN when unknown.
         kernel: the kernel's name, to recognise a library GEMM or convolution.
+        basis: the classification's basis (``roofline``: judged without speed-of-light data).
 
     Returns:
         One line of advice, the action first.
@@ -51,7 +53,7 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
     if bound == "latency":
         if reason.startswith("small grid"):
             return "fuse it or give it more blocks (batch, split-K): under one wave"
-        if reason.startswith("DRAM roofline"):  # judged from the roofline alone: no SOL data
+        if basis == "roofline":  # judged from the roofline alone: no speed-of-light data
             if library:
                 return ("check shapes, alignment and dtype: far below its roof (the roofline "
                         "metric set tells an L1/L2 limit from latency)")
@@ -127,7 +129,7 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
     out["next_step"] = [next_step(*row) for row in zip(
         out["bound"], out["reason"], out["precision"], out["roofline_side"], out["pct_of_roof"],
-        out["kernel"], strict=True)]
+        out["kernel"], out["basis"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     return out.loc[:, list(HOTSPOT_COLUMNS)]

@@ -24,6 +24,12 @@ def _text(value: object) -> str:
     return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
 
 
+def _labels(kernels: pd.DataFrame) -> list[str]:
+    """The labels (variant, shape) shown beside a finding: those the profile holds several of."""
+    return [c for c in ("variant", "shape")
+            if c in kernels and kernels[c].nunique(dropna=False) > 1]
+
+
 def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``findings`` table.
 
@@ -35,9 +41,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         The columns, in order.
     """
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
-    for label in ("variant", "shape"):  # shown where the profile holds several
-        if label in kernels and kernels[label].nunique(dropna=False) > 1:
-            columns.append((label, lambda r, c=label: _text(r[c]), "left"))
+    columns += [(label, lambda r, c=label: _text(r[c]), "left") for label in _labels(kernels)]
     return [
         *columns,
         ("module", lambda r: shorten(_text(r["module"]), 28), "left"),
@@ -76,8 +80,7 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     if frame.empty:
         return f"{title}\n\nNo finding: nothing this profile shows has a known fix."
     kernels = frame if kernels is None else kernels
-    labels = [c for c in ("variant", "shape") if c in kernels
-              and kernels[c].nunique(dropna=False) > 1]
+    labels = _labels(kernels)
     if markdown:
         rows = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
                  format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",

@@ -85,6 +85,7 @@ class JobRunner:
             "format": RESULT_FORMAT, "pid": os.getpid(), "device": self._device_name(),
             "torch": torch.__version__, "items": self.items, "finished": False,
             "timing": dict(stamps or {}), "build_s": {}}
+        self.result["timing"]["cuda_ready"] = time.time()  # _device_name started CUDA
 
     def _device_name(self) -> str:
         if not self.cuda:
@@ -285,7 +286,6 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
     runner = JobRunner(assignment, job, stamps)
-    runner.result["timing"]["cuda_ready"] = time.time()
     try:
         runner.run()
     except BaseException as err:  # record why, for the parent, then let it end the process

@@ -363,7 +363,7 @@ def sweep(
             profile = profile.with_kernels(derive_columns(profile.kernels, derive, dict(pairs)))
         timing = timings.breakdown(entered=entered, launched=launched, settled=settled,
                                    finished=time.time(), children=per_child)
-        profile = _with_timing(profile, record, timing)
+        profile = _with_timing(profile, timing)
         if keep:  # the manifest's record gets the final timing, loading included
             manifest["record"]["timing"] = timing
             formats.write_manifest(work, manifest)
@@ -375,11 +375,11 @@ def sweep(
     return profile
 
 
-def _with_timing(profile: Profile, record: SweepRecord, timing: dict[str, Any]) -> Profile:
-    """The profile with its sweep's final timing (loading included), logged once."""
+def _with_timing(profile: Profile, timing: dict[str, Any]) -> Profile:
+    """The profile of one sweep directory with its final timing (loading included), logged
+    once."""
     logger.info("sweep took %s", timings.describe(timing))
-    sweeps = tuple(dataclasses.replace(s, timing=timing) if s.created == record.created
-                   and s.shapes == record.shapes else s for s in profile.meta.sweeps)
+    sweeps = tuple(dataclasses.replace(s, timing=timing) for s in profile.meta.sweeps)
     return dataclasses.replace(profile, meta=dataclasses.replace(profile.meta, sweeps=sweeps))
 
 

@@ -16,7 +16,8 @@ by running ``torch.save`` into a bytes object, which the child then reads back w
 ``torch.load``: for a 124M-parameter model that is half a gigabyte copied four times (about
 6 s of the sweep on a 2-core machine). Given a side file, :func:`dumps` writes each storage of
 :data:`SIDE_FILE_MIN_BYTES` or more into it once, raw (storages shared by several tensors are
-written once and shared again when loaded), and the pickle holds only where to find it.
+written once and shared again when loaded), and the pickle holds only where to find it (a
+pickle persistent id, read back by :func:`load`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ __all__ = ["dumps", "load", "loads"]
 
 #: Storages this large or larger go to the side file (smaller ones stay in the pickle).
 SIDE_FILE_MIN_BYTES = 1 << 16
-# storages read by the load under way: (path, offset) -> storage (shared ones stay shared)
-_LOADING: dict[tuple[str, int], Any] | None = None
+#: The persistent id's tag for a storage in a side file.
+SIDE_FILE_STORAGE = "torch_nsight.side_file_storage"
 
 
 def _pickled_by_value(module: types.ModuleType) -> bool:
@@ -64,54 +65,57 @@ class ModulePickler(cloudpickle.CloudPickler):
         self._storage_type = getattr(getattr(torch, "storage", None), "TypedStorage", None)
 
     def reducer_override(self, obj: Any) -> Any:
-        """Reduce importable modules to ``importlib.import_module(name)``, and large tensor
-        storages to a place in the side file."""
+        """Reduce importable modules to ``importlib.import_module(name)``."""
         if isinstance(obj, types.ModuleType):
             name = getattr(obj, "__name__", None)
             if isinstance(name, str) and sys.modules.get(name) is obj \
                     and not _pickled_by_value(obj):
                 return importlib.import_module, (name,)
-        if self._side is not None and self._storage_type is not None \
-                and type(obj) is self._storage_type:
-            reduced = self._to_side_file(obj)
-            if reduced is not None:
-                return reduced
         return super().reducer_override(obj)
 
-    def _to_side_file(self, storage: Any) -> Any:
-        untyped = storage._untyped_storage
+    def persistent_id(self, obj: Any) -> Any:
+        """A large tensor storage: write it to the side file (once) and pickle its place."""
+        if self._side is None or self._storage_type is None \
+                or type(obj) is not self._storage_type:
+            return None
+        untyped = obj._untyped_storage
         if untyped.device.type not in ("cpu", "cuda") or untyped.nbytes() < SIDE_FILE_MIN_BYTES:
             return None
-        assert self._side is not None
         key = (untyped.data_ptr(), untyped.nbytes())
         if key not in self._written:
             import torch
 
             data = torch.empty(0, dtype=torch.uint8, device=untyped.device).set_(untyped)
-            offset = self._side.tell()
+            self._written[key] = (self._side.tell(), untyped.nbytes())
             self._side.write(memoryview(data.cpu().numpy()))
-            self._written[key] = (offset, untyped.nbytes())
         offset, nbytes = self._written[key]
-        return _storage_from_file, (self._side.name, offset, nbytes, storage.dtype)
+        return SIDE_FILE_STORAGE, self._side.name, offset, nbytes, obj.dtype
 
 
-def _storage_from_file(path: str, offset: int, nbytes: int, dtype: Any) -> Any:
-    """Read one storage that :class:`ModulePickler` wrote to a side file (on the CPU)."""
-    import torch
+class _SideFileUnpickler(pickle.Unpickler):
+    """Reads storages from the side file their persistent ids name (on the CPU), each once:
+    storages shared when pickled are shared again."""
 
-    key = (path, offset)
-    storage = None if _LOADING is None else _LOADING.get(key)
-    if storage is None:
-        data = torch.empty(nbytes, dtype=torch.uint8)
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            if handle.readinto(memoryview(data.numpy())) != nbytes:
-                raise pickle.UnpicklingError(f"{path} ends before the tensor data it should "
-                                             f"hold at {offset} (+{nbytes} bytes)")
-        storage = data.untyped_storage()
-        if _LOADING is not None:
-            _LOADING[key] = storage
-    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+    def __init__(self, file: IO[bytes]) -> None:
+        super().__init__(file)
+        self._storages: dict[tuple[str, int], Any] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == SIDE_FILE_STORAGE):
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        import torch
+
+        _, path, offset, nbytes, dtype = pid
+        if (path, offset) not in self._storages:
+            data = torch.empty(nbytes, dtype=torch.uint8)
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                if handle.readinto(memoryview(data.numpy())) != nbytes:
+                    raise pickle.UnpicklingError(f"{path} ends before the tensor data it "
+                                                 f"should hold at {offset} (+{nbytes} bytes)")
+            self._storages[path, offset] = data.untyped_storage()
+        return torch.storage.TypedStorage(wrap_storage=self._storages[path, offset],
+                                          dtype=dtype, _internal=True)
 
 
 def dumps(obj: Any, *, side: IO[bytes] | None = None) -> bytes:
@@ -124,8 +128,8 @@ def dumps(obj: Any, *, side: IO[bytes] | None = None) -> bytes:
             tensor storages; None keeps them inside the pickle. Keep it until loaded.
 
     Returns:
-        The pickle, to be read back with :func:`loads` (or ``pickle.loads``) in a process
-        that can import the same modules.
+        The pickle, to be read back with :func:`loads` (``pickle.loads`` too when no side
+        file was given) in a process that can import the same modules.
 
     Raises:
         pickle.PicklingError: If something in ``obj`` cannot be pickled (also TypeError or
@@ -137,8 +141,8 @@ def dumps(obj: Any, *, side: IO[bytes] | None = None) -> bytes:
 
 
 def loads(data: bytes) -> Any:
-    """Unpickle what :func:`dumps` wrote (plain ``pickle.loads``; tensors written to a side
-    file are read from it, on the CPU).
+    """Unpickle what :func:`dumps` wrote (tensors written to a side file are read from it, on
+    the CPU).
 
     Args:
         data: The pickle.
@@ -155,12 +159,5 @@ def loads(data: bytes) -> Any:
 
 
 def load(handle: IO[bytes]) -> Any:
-    """Unpickle one object from an open file, as :func:`loads` does: storages that were
-    shared when pickled are shared again (within this one load).
-    """
-    global _LOADING
-    outer, _LOADING = _LOADING, {}
-    try:
-        return pickle.load(handle)
-    finally:
-        _LOADING = outer
+    """Unpickle one object from an open file, as :func:`loads` does."""
+    return _SideFileUnpickler(handle).load()
