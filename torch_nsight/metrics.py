@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-MetricKind = Literal["counter", "percent", "peak", "clock", "launch", "device"]
+MetricKind = Literal["counter", "percent", "busy", "peak", "clock", "launch", "device"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,16 @@ METRICS: tuple[Metric, ...] = (
            "SpeedOfLight", "compute (SM) throughput, % of peak"),
     Metric("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed", "mem_pct", "%",
            "percent", "SpeedOfLight", "memory throughput, % of peak"),
+    # one-pass stand-ins for the two SOL percentages (the busiest units of each, measured on
+    # real models on the H200: bench/bound_calibration.py, docs/roofline.md)
+    Metric("sm__issue_active.avg.pct_of_peak_sustained_elapsed", "sm_issue_pct", "%", "busy",
+           None, "cycles the SMs issued an instruction, % of peak"),
+    Metric("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed", "tensor_pipe_pct",
+           "%", "busy", None, "cycles the tensor pipe was busy, % of peak"),
+    Metric("dram__cycles_active.avg.pct_of_peak_sustained_elapsed", "dram_busy_pct", "%", "busy",
+           None, "cycles DRAM was busy, % of peak"),
+    Metric("l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed", "l1_lsu_pct", "%",
+           "busy", None, "L1 load/store wavefronts, % of peak"),
     # memory traffic
     Metric("dram__bytes.sum", "dram_bytes", "byte", "counter", None, "bytes moved to/from DRAM"),
     # floating-point work, per precision (CUDA cores: thread instructions; FMA counts twice)
@@ -121,13 +131,15 @@ class MetricSet:
     description: str = ""
 
 
-_ALL_NAMES = tuple(m.name for m in METRICS)
-_NO_SOL = tuple(m.name for m in METRICS if m.kind != "percent")
+#: The sets with the SOL section or counters leave the one-pass stand-ins out.
+_ALL_NAMES = tuple(m.name for m in METRICS if m.kind != "busy")
+_NO_SOL = tuple(m.name for m in METRICS if m.kind not in ("percent", "busy"))
 #: One replay pass: the duration, with what needs no pass at all (launch, device, peaks).
 _ONE_PASS = tuple(m.name for m in METRICS
                   if m.kind in ("peak", "launch", "device") or m.column == "duration_ns")
-#: The cheap tier: time, DRAM bytes and clocks; FLOPs come from the calls table.
-_FAST = tuple(m.name for m in METRICS if m.kind in ("peak", "launch", "device", "clock")
+#: The cheap tier: time, DRAM bytes, clocks and the SOL stand-ins; FLOPs come from the calls
+#: table.
+_FAST = tuple(m.name for m in METRICS if m.kind in ("peak", "launch", "device", "clock", "busy")
               or m.column in ("duration_ns", "dram_bytes"))
 
 METRIC_SETS: dict[str, MetricSet] = {
@@ -146,9 +158,10 @@ METRIC_SETS: dict[str, MetricSet] = {
         "the roofline set plus Nsight Compute's main analysis sections (many more passes)"),
     "fast": MetricSet(
         "fast", _FAST, (),
-        "durations, DRAM bytes and clocks only: FLOPs come from the calls table's analytic "
-        "counts (flops_basis 'calls'), so every kernel is still placed on the roofline with "
-        "a fraction of the replay passes"),
+        "durations, DRAM bytes, clocks and four busy counters that stand in for the SOL "
+        "percentages: FLOPs come from the calls table's analytic counts (flops_basis "
+        "'calls'), so every kernel is placed on the roofline and gets a bound with a "
+        "fraction of the replay passes"),
     "duration": MetricSet(
         "duration", _ONE_PASS, (),
         "durations and launch configuration only: one pass per kernel and no replay, so "
@@ -160,6 +173,6 @@ SINGLE_PASS_SETS = frozenset({"duration"})
 DEFAULT_METRIC_SET = "fast"
 #: The default when no calls table is recorded (FLOPs must then come from counters).
 DEFAULT_METRIC_SET_WITHOUT_CALLS = "lean"
-#: What ``torch-nsight profile`` collects by default: a user's script may record no calls
-#: table, so FLOPs and the speed-of-light verdict come from the counters.
-DEFAULT_PROFILE_METRIC_SET = "roofline"
+#: What ``torch-nsight profile`` collects by default: the fast tier, as sweeps (``instrument()``
+#: records the calls table under ``profile`` and puts it into the report).
+DEFAULT_PROFILE_METRIC_SET = "fast"

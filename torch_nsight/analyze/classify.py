@@ -5,6 +5,10 @@ wherever it can, in this order of ``basis``:
 
 * ``ncu_rule``: the rule's title stored in the report;
 * ``sol_pct``: the rule re-applied to ``sm_pct``/``mem_pct`` with its own thresholds;
+* ``sol_estimate``: the rule re-applied to one-pass stand-ins for those two percentages (the
+  fast tier): compute = the busier of SM issue and the tensor pipe, memory = the busier of
+  DRAM and L1's load/store pipe. On two real models on the H200 this agreed with the SOL
+  verdict on 100% and 98.7% of GPU time (bench/bound_calibration.py, docs/roofline.md);
 * ``roofline``: the kernel's distance to its roofline ceiling;
 * ``none``: nothing to judge from (``bound`` is None).
 
@@ -152,8 +156,48 @@ def _sol_evidence(title: str, sm_pct: float, mem_pct: float, waves: float,
     return f"SOL {pair} ({MEMORY_UNITS})" + (", balanced" if title == BALANCED else "")
 
 
+#: The stand-ins of each SOL percentage: column -> the unit it names in the evidence.
+COMPUTE_STAND_INS = {"sm_issue_pct": "SM issue", "tensor_pipe_pct": "tensor pipe"}
+MEMORY_STAND_INS = {"dram_busy_pct": "DRAM", "l1_lsu_pct": "L1"}
+
+
+def estimate_sol(busy: dict[str, float]) -> tuple[float, str, float, str]:
+    """The compute and memory SOL estimates from the one-pass busy counters.
+
+    Args:
+        busy: column -> value for the columns of :data:`COMPUTE_STAND_INS` and
+            :data:`MEMORY_STAND_INS` (NaN where not collected).
+
+    Returns:
+        (compute %, the unit that sets it, memory %, the unit that sets it); a percentage is
+        NaN when none of its stand-ins was collected.
+    """
+    def busiest(columns: dict[str, str]) -> tuple[float, str]:
+        found = [(busy.get(c, math.nan), unit) for c, unit in columns.items()]
+        found = [(v, unit) for v, unit in found if not pd.isna(v)]
+        return max(found) if found else (math.nan, "")
+
+    compute, compute_unit = busiest(COMPUTE_STAND_INS)
+    memory, memory_unit = busiest(MEMORY_STAND_INS)
+    return compute, compute_unit, memory, memory_unit
+
+
+def _estimate_evidence(title: str, compute: float, compute_unit: str, memory: float,
+                       memory_unit: str, waves: float, bound: str | None) -> str:
+    """``SOL estimate: compute 83% (tensor pipe) > memory 26% (DRAM)`` and the like."""
+    sm = f"compute {_pct(compute, LATENCY_PCT)} ({compute_unit})"
+    mem = f"memory {_pct(memory, LATENCY_PCT)} ({memory_unit})"
+    if title in (SMALL_GRID, LATENCY_ISSUE):
+        grid = "" if title == LATENCY_ISSUE or pd.isna(waves) else f"small grid ({_waves(waves)} waves), "
+        return f"SOL estimate: {grid}{mem}, {sm}, both < {LATENCY_PCT:.0f}%"
+    first, second = (mem, sm) if bound == "memory" else (sm, mem)
+    sign = "=" if compute == memory else ">"
+    return f"SOL estimate: {first} {sign} {second}" + (", balanced" if title == BALANCED else "")
+
+
 def classify_one(title: object, sm_pct: float, mem_pct: float, waves: float, side: object,
-                 pct_of_roof: float, precision: object = None) -> tuple[str | None, str, str]:
+                 pct_of_roof: float, precision: object = None,
+                 busy: dict[str, float] | None = None) -> tuple[str | None, str, str]:
     """Classify one kernel.
 
     The reason gives the evidence for the bound, then the DRAM roofline position as a
@@ -168,6 +212,7 @@ def classify_one(title: object, sm_pct: float, mem_pct: float, waves: float, sid
         side: ``roofline_side`` (``compute``/``memory``) or None.
         pct_of_roof: ``pct_of_roof`` (NaN when unknown).
         precision: the kernel's dominant precision, to name its compute roof (optional).
+        busy: the one-pass stand-ins (see :func:`estimate_sol`), used without SOL data.
 
     Returns:
         (bound, reason, basis).
@@ -181,6 +226,14 @@ def classify_one(title: object, sm_pct: float, mem_pct: float, waves: float, sid
             continue  # a title this version does not know: judge from the percentages
         evidence = _sol_evidence(candidate, sm_pct, mem_pct, waves, bound)
         return bound, evidence + (f"; {roof}" if roof else ""), basis
+    if busy:
+        compute, compute_unit, memory, memory_unit = estimate_sol(busy)
+        estimated = sol_title(compute, memory, waves)
+        if estimated is not None:
+            bound = _title_bound(estimated, compute, memory)
+            evidence = _estimate_evidence(estimated, compute, compute_unit, memory,
+                                          memory_unit, waves, bound)
+            return bound, evidence + (f"; {roof}" if roof else ""), "sol_estimate"
     if not pd.isna(pct_of_roof) and isinstance(side, str):
         if pct_of_roof < ROOF_LATENCY_PCT:
             return "latency", f"{roof}, < {ROOF_LATENCY_PCT:.0f}%", "roofline"
@@ -193,7 +246,8 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
 
     Args:
         df: a kernel table; uses ``sol_bottleneck``, ``sm_pct``, ``mem_pct``, ``waves``,
-            ``roofline_side``, ``pct_of_roof`` and ``precision`` where present.
+            ``roofline_side``, ``pct_of_roof``, ``precision`` and the busy counters where
+            present.
 
     Returns:
         A copy with the three columns.
@@ -203,10 +257,13 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
     def column(name: str, fill: object = np.nan) -> list[object]:
         return out[name].tolist() if name in out else [fill] * len(out)
 
+    stand_ins = [c for c in (*COMPUTE_STAND_INS, *MEMORY_STAND_INS) if c in out]
+    busy = (out[stand_ins].to_dict("records") if stand_ins
+            else [None] * len(out))  # type: ignore[list-item]
     verdicts = [classify_one(*row) for row in zip(
         column("sol_bottleneck", None), column("sm_pct"), column("mem_pct"), column("waves"),
         column("roofline_side", None), column("pct_of_roof"), column("precision", None),
-        strict=True)]
+        busy, strict=True)]
     bound, reason, basis = zip(*verdicts, strict=True) if verdicts else ((), (), ())
     out["bound"] = pd.Series(bound, index=out.index, dtype=object)
     out["reason"] = pd.Series(reason, index=out.index, dtype=object)

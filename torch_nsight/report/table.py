@@ -16,7 +16,7 @@ from torch_nsight.report import reader
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (
@@ -49,9 +49,11 @@ def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame
 
 
 def _metric_set(missing: set[str]) -> str:
-    names = {m.name for m in METRICS}
+    # the busy counters joined the fast set later: a fast report with or without them is fast
+    names = {m.name for m in METRICS if m.kind != "busy"}
+    missing = missing & names
     for name in ("roofline", "lean", "fast", "duration"):
-        if missing & names == names - set(METRIC_SETS[name].metrics):
+        if missing == names - set(METRIC_SETS[name].metrics):
             return name
     return "custom"
 

@@ -1,0 +1,41 @@
+"""The fast tier's bound, from four one-pass busy counters, against Nsight Compute's SOL
+verdict on the same kernels: two real models recorded on an H200 with the SpeedOfLight section
+and the busy counters in one report (tests/data/bound_calibration)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.classify import classify
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "bound_calibration"
+SOL_ONLY = ["sol_bottleneck", "sm_pct", "mem_pct"]
+
+
+def _kernels(name: str) -> pd.DataFrame:
+    return torch_nsight.load(DATA / f"{name}.ncu-rep.xz", cache=False).kernels
+
+
+@pytest.mark.parametrize(("name", "kernels", "time_share"),
+                         [("llama_sol", 102, 0.999), ("vit_sol", 165, 0.985)])
+def test_the_estimate_agrees_with_the_sol_verdict(name: str, kernels: int,
+                                                  time_share: float) -> None:
+    k = _kernels(name)
+    assert len(k) == kernels
+    assert set(k["basis"]) == {"ncu_rule"}  # the SOL section was collected: ncu decides
+    estimated = classify(k.drop(columns=SOL_ONLY))
+    assert set(estimated["basis"]) == {"sol_estimate"}
+    same = estimated["bound"] == k["bound"]
+    assert k.loc[same, "duration_ns"].sum() / k["duration_ns"].sum() >= time_share
+
+
+def test_the_evidence_names_the_busiest_unit() -> None:
+    k = _kernels("llama_sol")
+    estimated = classify(k.drop(columns=SOL_ONLY))
+    gemm = estimated.loc[estimated["duration_ns"].idxmax()]
+    assert gemm["kernel"].startswith("nvjet") and gemm["bound"] == "compute"
+    assert gemm["reason"].startswith("SOL estimate: compute") and "(tensor pipe)" in gemm["reason"]
