@@ -17,12 +17,16 @@ PyTorch's profiler writes them.
 
 A calls file (``*.calls.json``) holds the torch-level ops of one iteration: per op, the
 ranges open around it, its input and output shapes and dtypes, analytic FLOPs and bytes.
+The same document also travels inside a report, as the message of one start/end range
+(:func:`encode_calls`, :func:`decode_calls`).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +47,10 @@ CALLS_SUFFIX = ".calls.json"
 CALLS_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_shapes",
                   "output_dtypes", "flops", "bytes", "count")
 
+#: The message of the start/end range around the small kernel that carries the calls table
+#: into a report: this prefix, then the document as zlib-compressed JSON in base64.
+CALLS_MESSAGE_PREFIX = "calls:"
+
 REPORT_SUFFIX = ".ncu-rep"
 RESULT_SUFFIX = ".result.json"
 STATUS_SUFFIX = ".status.jsonl"
@@ -51,6 +59,30 @@ LOG_SUFFIX = ".log"
 
 class FormatError(ValueError):
     """A file is not of the kind or format its reader expects."""
+
+
+def encode_calls(document: Mapping[str, Any]) -> str:
+    """The range message that carries a calls document (see :data:`CALLS_MESSAGE_PREFIX`)."""
+    packed = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
+    return CALLS_MESSAGE_PREFIX + base64.b64encode(packed).decode("ascii")
+
+
+def decode_calls(message: str) -> dict[str, Any]:
+    """Read back a message made by :func:`encode_calls`.
+
+    Raises:
+        FormatError: it is not such a message, or it is damaged.
+    """
+    if not message.startswith(CALLS_MESSAGE_PREFIX):
+        raise FormatError("not a calls message")
+    try:
+        packed = base64.b64decode(message[len(CALLS_MESSAGE_PREFIX):], validate=True)
+        document = json.loads(zlib.decompress(packed))
+    except (ValueError, zlib.error) as err:
+        raise FormatError(f"a damaged calls message ({err})") from err
+    if not isinstance(document, dict) or document.get("kind") != CALLS_KIND:
+        raise FormatError("a calls message that holds no calls document")
+    return document
 
 
 def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]:

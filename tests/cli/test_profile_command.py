@@ -67,7 +67,10 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     assert line.startswith("TORCH_NSIGHT_STEPS=10:12 ")
     assert "--nvtx-include torch_nsight@measure" in line and "--clock-control none" in line
     assert line.endswith("python train.py --lr 3e-4")
-    assert "# metrics (roofline): gpu__time_duration.sum" in with_steps.stdout
+    # fast by default: one replay pass, the busy counters standing in for the SOL section
+    assert "# metrics (fast): gpu__time_duration.sum" in with_steps.stdout
+    assert "sm__pipe_tensor_cycles_active" in with_steps.stdout
+    assert "--section SpeedOfLight" not in line
     every = cli("--dry-run", "--launch-skip", "100", "--launch-count", "50", "--", "python",
                 "train.py", cwd=tmp_path)
     first = every.stdout.splitlines()[0]

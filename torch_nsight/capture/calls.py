@@ -393,6 +393,16 @@ class CallRecorder:
         with self._lock:
             self._calls.clear()
 
+    def document(self) -> dict[str, Any]:
+        """The calls table as the JSON document a calls file holds (lists, not tuples)."""
+        rows = [{**row, "range_stack": list(row["range_stack"]),
+                 "input_shapes": [list(s) for s in row["input_shapes"]],
+                 "input_dtypes": list(row["input_dtypes"]),
+                 "output_shapes": [list(s) for s in row["output_shapes"]],
+                 "output_dtypes": list(row["output_dtypes"])} for row in self.rows()]
+        return {"format": CALLS_FORMAT, "kind": CALLS_KIND, "torch": torch.__version__,
+                "rows": rows}
+
     def write(self, path: str | Path) -> Path:
         """Write the calls table to a JSON file.
 
@@ -403,14 +413,8 @@ class CallRecorder:
             The path written.
         """
         path = Path(path)
-        rows = [{**row, "range_stack": list(row["range_stack"]),
-                 "input_shapes": [list(s) for s in row["input_shapes"]],
-                 "input_dtypes": list(row["input_dtypes"]),
-                 "output_shapes": [list(s) for s in row["output_shapes"]],
-                 "output_dtypes": list(row["output_dtypes"])} for row in self.rows()]
-        document = {"format": CALLS_FORMAT, "kind": CALLS_KIND, "torch": torch.__version__,
-                    "rows": rows}
-        path.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(self.document(), separators=(",", ":")) + "\n",
+                        encoding="utf-8")
         return path
 
 

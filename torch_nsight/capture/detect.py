@@ -60,6 +60,16 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+#: Set in processes Nsight Compute (``ncu``) starts, and only there.
+NCU_VARIABLE = "NV_COMPUTE_PROFILER_PERFWORKS_DIR"
+
+
+def under_nsight_compute(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether Nsight Compute started this process (its reports keep NVTX range messages)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get(NCU_VARIABLE))
+
+
 def resolve_enabled(
     enabled: bool | None, environ: Mapping[str, str] | None = None
 ) -> tuple[bool, str]:

@@ -10,15 +10,16 @@ import warnings
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from torch import nn
 
-from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled
+from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled, under_nsight_compute
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.stack import STACK, Range, RangeStack
+from torch_nsight.capture.step import STEPS_ENV
 from torch_nsight.naming import backward_message, op_message
 
 logger = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ class Instrumentation:
         self._model = weakref.ref(model) if model is not None else None
         self._wrappers: list[tuple[weakref.ref[nn.Module], InstrumentedForward]] = []
         self._stack: RangeStack = STACK
-        self._calls: tuple[Any, Path] | None = None  # (CallRecorder, file) with record_calls
+        # (CallRecorder, file or None, CallsCarrier or None) while a calls table is recorded
+        self._calls: tuple[Any, Path | None, Any] | None = None
 
     def remove(self) -> None:
         """Restore every module's ``forward`` as it was before :func:`instrument`.
@@ -93,7 +95,7 @@ class Instrumentation:
             if _INSTRUMENTED.get(module) is self:
                 del _INSTRUMENTED[module]
         self._wrappers.clear()
-        self._write_calls()
+        self._finish_calls()
         detached = NODE_HOOKS.detach(self)
         _ACTIVE.discard(self)
         closed = self._stack.close_owned(self)
@@ -103,14 +105,27 @@ class Instrumentation:
         logger.debug("torch_nsight: removed instrumentation of %d modules (%d autograd hooks "
                      "detached)", len(self.names), detached)
 
-    def _write_calls(self) -> None:
-        """Write the recorded calls table, if one was asked for (never raises)."""
+    @property
+    def carrier(self) -> Any:
+        """The :class:`~torch_nsight.capture.embed.CallsCarrier` that puts the calls table
+        into the report under Nsight Compute, or None."""
+        return self._calls[2] if self._calls is not None else None
+
+    def _finish_calls(self) -> None:
+        """Write the calls table to its file and carry it into the report, as asked (once;
+        never raises)."""
         if self._calls is None:
             return
-        recorder, path = self._calls
+        recorder, path, carrier = self._calls
         self._calls = None
-        atexit.unregister(self._write_calls)  # do not keep this handle alive until exit
+        atexit.unregister(self._finish_calls)  # do not keep this handle alive until exit
+        if carrier is not None:
+            carrier.step_ended()
         recorder.close()
+        if carrier is not None:
+            carrier.carry()
+        if path is None:
+            return
         try:
             recorder.write(path)
             logger.info("torch_nsight: wrote the calls table %s", path)
@@ -193,7 +208,7 @@ def instrument(
     backward: bool = True,
     enabled: bool | None = None,
     emitter: RangeEmitter | None = None,
-    record_calls: str | os.PathLike[str] | None = None,
+    record_calls: str | os.PathLike[str] | Literal[False] | None = None,
 ) -> Instrumentation:
     """Put an NVTX push/pop range around the forward and backward of every submodule.
 
@@ -229,7 +244,10 @@ def instrument(
             ``run.ncu-rep`` is read with the report by :func:`torch_nsight.load`) as soon as
             the model's forward is called again, else when the handle is removed or the
             process exits. Recording costs a dispatch mode on that one iteration only;
-            nothing when not enabled.
+            nothing when not enabled. Under Nsight Compute the table is recorded without
+            this argument and carried inside the report (see :mod:`torch_nsight.capture.embed`:
+            over the first step chosen by ``torch-nsight profile --steps``, else over the
+            first iteration); False records nothing.
 
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already
@@ -274,14 +292,15 @@ def instrument(
         raise TypeError("emitter must have push(message) and pop() methods, got "
                         f"{type(emitter).__name__}")
 
-    if record_calls is not None and not isinstance(record_calls, (str, os.PathLike)):
-        raise TypeError(f"record_calls must be a file path (str or os.PathLike) or None, got "
-                        f"{type(record_calls).__name__}")
+    if record_calls is not None and record_calls is not False \
+            and not isinstance(record_calls, (str, os.PathLike)):
+        raise TypeError(f"record_calls must be a file path (str or os.PathLike), False or None, "
+                        f"got {type(record_calls).__name__}")
 
     on, reason = resolve_enabled(enabled)
     if not on:
         logger.info("torch_nsight: not instrumenting %s: %s", type(model).__name__, reason)
-        if record_calls is not None:
+        if record_calls:
             logger.info("torch_nsight: not recording the calls table %s either (instrument() "
                         "is off: pass enabled=True to record it without a profiler)",
                         record_calls)
@@ -304,13 +323,17 @@ def instrument(
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else default_emitter()
-    if record_calls is not None:
+    path = None if record_calls is None or record_calls is False else Path(record_calls)
+    carry = record_calls is not False and emitter is None and under_nsight_compute()
+    if path is not None or carry:
         from torch_nsight.capture.calls import CallRecorder
+        from torch_nsight.capture.embed import CallsCarrier
 
-        sink = CallRecorder(sink, first_iteration=True,
-                            on_done=lambda _recorder: handle._write_calls())
-        handle._calls = (sink, Path(record_calls))
-        atexit.register(handle._write_calls)  # a script that never removes the handle
+        per_step = carry and bool(os.environ.get(STEPS_ENV))
+        sink = CallRecorder(sink, first_iteration=not per_step,
+                            on_done=lambda _recorder: handle._finish_calls())
+        handle._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
+        atexit.register(handle._finish_calls)  # a script that never removes the handle
 
     def make_range(message: str, name: str, *, is_module: bool = True,
                    names_ops: bool = True) -> Range:

@@ -76,6 +76,13 @@ def _chosen(environ: Mapping[str, str]) -> range | None:
         return None
 
 
+def _carriers() -> list[object]:
+    """The calls carriers of the active instrumentations (see torch_nsight.capture.embed)."""
+    from torch_nsight.capture.instrument import active_instrumentations
+
+    return [h.carrier for h in active_instrumentations() if h.carrier is not None]
+
+
 class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     """Mark one step of a loop; the steps chosen by ``torch-nsight profile --steps`` (or
     :data:`STEPS_ENV`) run inside the ranges that Nsight Compute profiles.
@@ -128,6 +135,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
                              start(format_measure_range(run=self.index))]
+            for carrier in _carriers():
+                carrier.step_started()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -135,6 +144,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._session is not None:
             self._session.exit(self.index)  # type: ignore[attr-defined]
             self._session = None
+        if self._handles:
+            for carrier in _carriers():
+                carrier.step_ended()  # inside the measured range, so ncu keeps the carrier
         for handle in reversed(self._handles):
             self._end_range(handle)
         self._handles = []

@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -210,26 +212,52 @@ def run_plainly(command: Sequence[str]) -> int:
         raise UsageError(f"command not found: {command[0]}") from None
 
 
-def _run_under_ncu(cmd: list[str], env: dict[str, str], timeout: float | None) -> tuple[int, Any]:
+_KERNEL_LINE = re.compile(r'^==PROF== Profiling "([^"]*)"')
+
+
+def _run_under_ncu(cmd: list[str], env: dict[str, str], timeout: float | None,
+                   log: Path) -> tuple[int, Any, dict[str, float]]:
+    """Run ncu; its line per kernel feeds a progress bar, every line goes to ``log``.
+
+    Returns:
+        (exit status, the :class:`NcuOutput`, phase seconds: ``start`` until the first
+        kernel was profiled, ``profiling`` from there to the end).
+    """
+    from torch_nsight.collect.parent.progress import KernelProgress
     from torch_nsight.collect.shared.ncu import NcuOutput
 
     output = NcuOutput()
+    started = time.perf_counter()
+    first: float | None = None
     try:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1)
+                                text=True, bufsize=1, errors="replace")
     except FileNotFoundError:
         raise UsageError(f"could not start {cmd[0]}") from None
     assert proc.stdout is not None
+    progress = KernelProgress()
     try:
-        for line in proc.stdout:
-            output.feed(line.rstrip("\n"))
-            sys.stderr.write(line)
-        code = proc.wait(timeout=timeout)
+        with open(log, "w", encoding="utf-8") as log_file:
+            for line in proc.stdout:
+                log_file.write(line)
+                line = line.rstrip("\n")
+                output.feed(line)
+                kernel = _KERNEL_LINE.match(line)
+                if kernel:
+                    first = time.perf_counter() if first is None else first
+                    progress.kernel(kernel.group(1))
+                elif not line.startswith("==PROF== Disconnected"):
+                    progress.write(line)
+            code = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.terminate()
         code = proc.wait()
         logger.warning("stopped the command after its %s s timeout", timeout)
-    return code, output
+    finally:
+        progress.close()
+    ended = time.perf_counter()
+    phases = {"start": (first or ended) - started, "profiling": ended - (first or ended)}
+    return code, output, phases
 
 
 def run(args: argparse.Namespace) -> int:
@@ -293,14 +321,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
-    code, output = _run_under_ncu(cmd, env, args.timeout)
+    log = report.with_suffix(".log")
+    code, output, phases = _run_under_ncu(cmd, env, args.timeout, log)
     ncu_cli.raise_for_output(output, report_exists=report.is_file(), returncode=code,
                              why_nothing=_why_nothing(args))
     from torch_nsight.cli.report import emit
     from torch_nsight.profile import load
 
-    emit(load(report), args)
-    print(f"report: {report}", file=sys.stderr)
+    loading = time.perf_counter()
+    profile = load(report)
+    phases["load"] = time.perf_counter() - loading
+    emit(profile, args)
+    print(f"report: {report} (ncu's output: {log})", file=sys.stderr)
+    print(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
+          f"until its first profiled kernel) + profiling {output.kernels_profiled} kernels "
+          f"{phases['profiling']:.1f} s + loading {phases['load']:.1f} s", file=sys.stderr)
     return code
 
 

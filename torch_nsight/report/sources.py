@@ -169,9 +169,38 @@ class NcuReport:
         source = report_source(path, self.name, frame, meta)
         if source.note is None:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))
+        frame, carried = split_carried_calls(frame, path)
         calls_file = calls_beside(path)
-        calls = read_calls(calls_file) if calls_file.is_file() else None
+        if calls_file.is_file():
+            calls = read_calls(calls_file)
+        else:
+            calls = calls_frame(carried, str(path.resolve())) if carried is not None else None
         return SourceData(frame, [source], calls=calls)
+
+
+def split_carried_calls(frame: pd.DataFrame, path: Path
+                        ) -> tuple[pd.DataFrame, list[dict[str, Any]] | None]:
+    """Take the calls table a report carries (:mod:`torch_nsight.capture.embed`) out of it.
+
+    Returns:
+        (the kernel table without the carrier kernels, the calls rows or None). A damaged
+        message is logged and skipped.
+    """
+    carrier = frame["range_start_end"].map(
+        lambda ranges: next((m for m in ranges if m.startswith(formats.CALLS_MESSAGE_PREFIX)),
+                            None))
+    found = carrier.notna()
+    if not found.any():
+        return frame, None
+    rows = None
+    for message in carrier[found]:
+        try:
+            document = formats.decode_calls(message)
+            rows = check_call_rows(document, str(path))
+            break
+        except (formats.FormatError, ReportError) as err:
+            logger.warning("%s: skipping a carried calls table: %s", path.name, err)
+    return frame.loc[~found].reset_index(drop=True), rows
 
 
 def rank_of(report: Path) -> int | None:
@@ -243,6 +272,16 @@ def read_call_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
         raise ReportError(f"{path} is not a torch_nsight calls file (kind {kind!r}, expected "
                           f"{formats.CALLS_KIND!r}); pass the file written by CallRecorder.write()")
+    return check_call_rows(document, str(path))
+
+
+def check_call_rows(document: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    """The rows of a calls document (a calls file's JSON, or a carried one), checked.
+
+    Raises:
+        ReportError: of a newer format, without rows, or a row lacks a field.
+    """
+    path = where
     fmt = document.get("format")
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > formats.CALLS_FORMAT:
         raise ReportError(f"{path} is a calls file of format {fmt!r}; this torch_nsight reads "

@@ -53,3 +53,42 @@ class SweepProgress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class KernelProgress:
+    """Shows how many kernels ncu profiled so far in a user's command (``profile``), with
+    their rate, in place of ncu's own line per kernel (those go to the log file).
+
+    Args:
+        quiet: show nothing.
+    """
+
+    def __init__(self, *, quiet: bool = False) -> None:
+        self.count = 0
+        self._bar: Any = None
+        if not quiet:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(unit="kernel", desc="torch_nsight profile", file=sys.stderr,
+                             disable=None, dynamic_ncols=True, leave=True)
+
+    def kernel(self, name: str) -> None:
+        """One more kernel profiled (``name`` as ncu printed it)."""
+        self.count += 1
+        if self._bar is not None:
+            self._bar.update(1)
+            if self.count % 25 == 1:
+                self._bar.set_postfix_str(name[:40], refresh=False)
+
+    def write(self, line: str) -> None:
+        """Print one line of the command's own output above the bar."""
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        else:
+            sys.stderr.write(line + "\n")
+
+    def close(self) -> None:
+        """End the bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

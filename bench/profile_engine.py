@@ -1,0 +1,134 @@
+"""`torch-nsight profile` on real models, timed from outside as a user runs it (GPU machine).
+
+    PYTHONPATH=/tmp/site:$PWD:$NCU_PY python bench/profile_engine.py --out OUT
+
+* **passes**: replay passes per kernel of the fast set (the busy counters included).
+* **(a) a timm ViT-S/16 training step** (bs 64, bf16 autocast, fused AdamW, the loop marked
+  with ``torch_nsight.step()``, ``instrument(model)``): the bare script, then
+  ``profile --steps 5:6`` with the default set and with ``--metric-set duration``; each whole
+  process timed from outside. The default report is kept (``vit_profile.ncu-rep.xz``).
+* **(b) a report recorded by hand**: Hugging Face GPT-2 small forward (bs 4, seq 1024, bf16,
+  vocab 50257), the script only calls ``instrument(model)``; ``ncu --nvtx`` with the fast set,
+  no torch_nsight command. Kept as ``gpt2_hand.ncu-rep.xz``.
+
+Writes ``summary.json`` with the wall times, coverage, basis counts and the calls carried.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VIT = r'''
+import sys, torch, timm, torch_nsight
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 8
+model = timm.create_model("vit_small_patch16_224", num_classes=1000).cuda()
+torch_nsight.instrument(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+x = torch.randn(64, 3, 224, 224, device="cuda")
+y = torch.randint(0, 1000, (64,), device="cuda")
+for _ in range(steps):
+    with torch_nsight.step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+torch.cuda.synchronize()
+'''
+
+GPT2 = r'''
+import torch, torch_nsight
+from transformers import GPT2Config, GPT2LMHeadModel
+model = GPT2LMHeadModel(GPT2Config()).cuda().to(torch.bfloat16).eval()
+torch_nsight.instrument(model)
+ids = torch.randint(0, 50257, (4, 1024), device="cuda")
+with torch.no_grad():
+    model(input_ids=ids)
+torch.cuda.synchronize()
+'''
+
+NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
+
+
+def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> float:
+    started = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=400)
+    seconds = time.perf_counter() - started
+    print(f"{' '.join(cmd[:6])}... rc={proc.returncode} {seconds:.1f}s", flush=True)
+    return round(seconds, 1)
+
+
+def describe(path: Path) -> dict:
+    import torch_nsight
+
+    profile = torch_nsight.load(path, cache=False)
+    k = profile.kernels
+    out = {"kernels": len(k), "coverage": profile.coverage,
+           "basis": k["basis"].value_counts().to_dict(),
+           "flops_basis": k["flops_basis"].value_counts(dropna=False).to_dict()
+           if "flops_basis" in k else None,
+           "bound_missing": int(k["bound"].isna().sum()),
+           "roof_missing": int(k["pct_of_roof"].isna().sum()),
+           "calls_rows": 0 if profile.calls is None else len(profile.calls)}
+    found = profile.findings()
+    if len(found):
+        out["findings"] = found.head(8)[["module", "finding", "est_gain_ns"]].to_dict("records")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    out = args.out
+    work = Path("/tmp/profile_engine")
+    work.mkdir(exist_ok=True)
+    (work / "vit_train.py").write_text(VIT)
+    (work / "gpt2_fwd.py").write_text(GPT2)
+    py = sys.executable
+    summary: dict = {}
+    from torch_nsight.metrics import METRIC_SETS
+
+    fast = ",".join(METRIC_SETS["fast"].metrics)
+    text = subprocess.run([NCU, "--clock-control", "none", "--metrics", fast, py,
+                           str(work / "gpt2_fwd.py")], capture_output=True, text=True).stdout
+    summary["fast_passes"] = sorted({line.rsplit("- ", 1)[-1] for line in text.splitlines()
+                                     if line.startswith("==PROF== Profiling")})
+    print("fast passes", summary["fast_passes"], flush=True)
+
+    summary["vit_bare_s"] = [timed([py, str(work / "vit_train.py")], out / "bare.log")
+                             for _ in range(2)]
+    for name, extra in (("vit_profile", []), ("vit_duration", ["--metric-set", "duration"])):
+        summary[f"{name}_s"] = timed([py, "-m", "torch_nsight", "profile", "--steps", "5:6",
+                                      "--out", str(work / name), "--force", *extra, "--",
+                                      py, str(work / "vit_train.py")], out / f"{name}.log")
+        summary[name] = describe(work / name / "report.ncu-rep")
+        print(name, json.dumps(summary[name], default=str)[:1500], flush=True)
+
+    report = work / "gpt2_hand"
+    summary["gpt2_hand_s"] = timed([NCU, "--clock-control", "none", "--nvtx", "--metrics", fast,
+                                    "-f", "-o", str(report), py, str(work / "gpt2_fwd.py")],
+                                   out / "gpt2_hand.log")
+    summary["gpt2_hand"] = describe(report.with_suffix(".ncu-rep"))
+    print("gpt2_hand", json.dumps(summary["gpt2_hand"], default=str)[:1500], flush=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    for name, path in (("vit_profile", work / "vit_profile" / "report.ncu-rep"),
+                       ("gpt2_hand", report.with_suffix(".ncu-rep"))):
+        stripped = work / f"{name}.ncu-rep"
+        subprocess.run([py, "tests/data/strip_code_modules.py", str(path), str(stripped)],
+                       check=False)
+        with open(out / f"{name}.ncu-rep.xz", "wb") as packed:
+            subprocess.run(["xz", "-T8", "-9", "-c", str(stripped if stripped.exists() else path)],
+                           stdout=packed, check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
