@@ -335,14 +335,20 @@ def test_reports_lacking_metrics_fall_back_and_say_so() -> None:
     raw, _ = read_report(LLAMA, cache=False)
     no_rule = analyze(raw.assign(sol_bottleneck=None))
     assert (no_rule["basis"] == "sol_pct").all()
+    # the SpeedOfLight section also collected the fast tier's busy counters: they decide
+    estimated = analyze(raw.assign(sol_bottleneck=None, sm_pct=float("nan"),
+                                   mem_pct=float("nan")))
+    assert (estimated["basis"] == "sol_estimate").all()
+    busy = dict.fromkeys(["sm_issue_pct", "tensor_pipe_pct", "dram_busy_pct", "l1_lsu_pct"],
+                         float("nan"))
     no_sol = analyze(raw.assign(sol_bottleneck=None, sm_pct=float("nan"),
-                                mem_pct=float("nan")))
+                                mem_pct=float("nan"), **busy))
     assert (no_sol["basis"] == "roofline").all()
     far = no_sol["pct_of_roof"] < 60
     assert (no_sol.loc[far, "bound"] == "latency").all()
     assert (no_sol.loc[~far, "bound"] == no_sol.loc[~far, "roofline_side"]).all()
     no_tensor = analyze(raw.assign(sol_bottleneck=None, sm_pct=float("nan"),
-                                   mem_pct=float("nan"), **dict.fromkeys(TENSOR_COLUMNS,
+                                   mem_pct=float("nan"), **busy, **dict.fromkeys(TENSOR_COLUMNS,
                                                                          float("nan"))))
     assert not no_tensor["flops_complete"].any()
     assert no_tensor["pct_of_roof"].isna().all()
