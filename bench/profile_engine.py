@@ -56,10 +56,19 @@ torch.cuda.synchronize()
 NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 
 
-def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> float:
+def timed(cmd: list[str], log: Path, env: dict[str, str] | None = None,
+          timeout: float = 400) -> float | None:
     started = time.perf_counter()
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})}
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=400)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(6)  # SIGABRT: the fault handler prints where it was
+            proc.wait()
+            print(f"{' '.join(cmd[:6])}... timed out after {timeout} s", flush=True)
+            return None
     seconds = time.perf_counter() - started
     print(f"{' '.join(cmd[:6])}... rc={proc.returncode} {seconds:.1f}s", flush=True)
     return round(seconds, 1)
@@ -86,6 +95,7 @@ def describe(path: Path) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--no-bare", action="store_true")
     args = parser.parse_args()
     out = args.out
     work = Path("/tmp/profile_engine")
@@ -103,13 +113,18 @@ def main() -> int:
                                      if line.startswith("==PROF== Profiling")})
     print("fast passes", summary["fast_passes"], flush=True)
 
-    summary["vit_bare_s"] = [timed([py, str(work / "vit_train.py")], out / "bare.log")
-                             for _ in range(2)]
+    if "--no-bare" not in sys.argv:
+        summary["vit_bare_s"] = [timed([py, str(work / "vit_train.py")], out / "bare.log")
+                                 for _ in range(2)]
     for name, extra in (("vit_profile", []), ("vit_duration", ["--metric-set", "duration"])):
         summary[f"{name}_s"] = timed([py, "-m", "torch_nsight", "profile", "--steps", "5:6",
                                       "--out", str(work / name), "--force", *extra, "--",
-                                      py, str(work / "vit_train.py")], out / f"{name}.log")
-        summary[name] = describe(work / name / "report.ncu-rep")
+                                      py, str(work / "vit_train.py")], out / f"{name}.log",
+                                     timeout=240)
+        try:
+            summary[name] = describe(work / name / "report.ncu-rep")
+        except Exception as err:  # noqa: BLE001 - keep the report for the CPU
+            summary[name] = repr(err)
         print(name, json.dumps(summary[name], default=str)[:1500], flush=True)
 
     report = work / "gpt2_hand"
