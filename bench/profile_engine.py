@@ -121,6 +121,11 @@ def main() -> int:
                                       "--out", str(work / name), "--force", *extra, "--",
                                       py, str(work / "vit_train.py")], out / f"{name}.log",
                                      timeout=240)
+        if summary[f"{name}_s"] is None:  # keep the raw report to find out why, on the CPU
+            with open(out / f"{name}.raw.ncu-rep.xz", "wb") as packed:
+                subprocess.run(["xz", "-T8", "-6", "-c", str(work / name / "report.ncu-rep")],
+                               stdout=packed, check=False)
+            continue
         try:
             summary[name] = describe(work / name / "report.ncu-rep")
         except Exception as err:  # noqa: BLE001 - keep the report for the CPU
