@@ -141,6 +141,8 @@ def main() -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for name, path in (("vit_profile", work / "vit_profile" / "report.ncu-rep"),
                        ("gpt2_hand", report.with_suffix(".ncu-rep"))):
+        if summary.get(f"{name}_s") is None:
+            continue
         stripped = work / f"{name}.ncu-rep"
         subprocess.run([py, "tests/data/strip_code_modules.py", str(path), str(stripped)],
                        check=False)
