@@ -92,6 +92,20 @@ def test_chunked_worker_processes_read_the_same_records(llama_copy: Path, monkey
             reader.read_records(context, local, workers=0)
 
 
+def test_a_worker_that_dies_costs_time_not_rows(llama_copy: Path, monkeypatch) -> None:
+    # ncu 2025.3.1's own reader crashed in forked workers on the GPU machine (a segfault
+    # reading a metric's unit): the parent must read those kernels itself, not wait forever
+    import os
+
+    monkeypatch.setattr(reader, "IN_PROCESS_MAX_KERNELS", 1)
+    monkeypatch.setattr(reader, "CHUNK_KERNELS", 7)
+    monkeypatch.setattr(reader, "_read_chunk_into", lambda *args: os._exit(139))
+    with reader.local_report(llama_copy) as local:
+        context = reader.open_context(local, llama_copy)
+        assert reader.read_records(context, local, workers=2) == \
+            reader.read_records(context, local, workers=0)
+
+
 def test_second_read_comes_from_the_cache(llama_copy: Path, monkeypatch) -> None:
     first, meta = read_report(llama_copy)
     assert cache_path(llama_copy).is_file()

@@ -13,6 +13,7 @@ import json
 import logging
 import lzma
 import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import shutil
@@ -276,17 +277,13 @@ def read_positions(context: Any, positions: list[tuple[int, int]]) -> list[dict[
     return records
 
 
-# A worker process's share of the work: the report its parent opened (inherited through
-# fork, never pickled) and the positions to read. Set only inside worker processes.
-_WORKER_REPORT: dict[str, Any] = {}
-
-
-def _adopt_report(context: Any, positions: list[tuple[int, int]]) -> None:
-    _WORKER_REPORT["context"], _WORKER_REPORT["positions"] = context, positions
-
-
-def _read_chunk(start: int, stop: int) -> list[dict[str, Any]]:
-    return read_positions(_WORKER_REPORT["context"], _WORKER_REPORT["positions"][start:stop])
+def _read_chunk_into(context: Any, positions: list[tuple[int, int]], sender: Any) -> None:
+    """A forked worker: read ``positions`` of the report inherited from its parent (never
+    pickled) and send the records back."""
+    try:
+        sender.send(read_positions(context, positions))
+    finally:
+        sender.close()
 
 
 def _usable_cpus() -> int:
@@ -350,11 +347,36 @@ def read_in_workers(context: Any, positions: list[tuple[int, int]],
                  len(positions), len(chunks), workers)
     first_range, first_kernel = positions[0]
     context.range_by_idx(first_range).action_by_idx(first_kernel)  # the reader's warm-up
+    parts: dict[int, list[dict[str, Any]]] = {}
+    pending = list(range(len(chunks)))
+    running: dict[Any, tuple[int, Any]] = {}  # receiving end -> (chunk, process)
+    crashed = False
     with warnings.catch_warnings():
         # pandas' import leaves allocator threads behind; the children touch only ncu_report.
         warnings.filterwarnings("ignore", message=r".*multi-threaded.*fork",
                                 category=DeprecationWarning)
-        with fork.Pool(workers, initializer=_adopt_report, initargs=(context, positions),
-                       maxtasksperchild=1) as pool:
-            parts = pool.starmap(_read_chunk, chunks, chunksize=1)
-    return [record for part in parts for record in part]
+        while running or (pending and not crashed):
+            while pending and len(running) < workers and not crashed:
+                chunk = pending.pop(0)
+                receiver, sender = fork.Pipe(duplex=False)
+                start, stop = chunks[chunk]
+                process = fork.Process(target=_read_chunk_into, daemon=True,
+                                       args=(context, positions[start:stop], sender))
+                process.start()
+                sender.close()
+                running[receiver] = (chunk, process)
+            for receiver in multiprocessing.connection.wait(list(running)):
+                chunk, process = running.pop(receiver)
+                try:
+                    parts[chunk] = receiver.recv()
+                except Exception:  # noqa: BLE001 - it died (the reader crashed in it)
+                    crashed = True
+                receiver.close()
+                process.join()
+    if crashed:
+        logger.info("a process reading the report died; reading the rest in this process")
+    for chunk in range(len(chunks)):
+        if chunk not in parts:
+            start, stop = chunks[chunk]
+            parts[chunk] = read_positions(context, positions[start:stop])
+    return [record for chunk in range(len(chunks)) for record in parts[chunk]]
