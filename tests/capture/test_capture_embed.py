@@ -1,0 +1,90 @@
+"""The calls table carried into the report (torch_nsight.capture.embed): which iteration is
+recorded, when it is carried, and the message round trip. The carrier kernel itself needs a
+GPU (tests/report/test_carried_calls.py reads reports recorded with it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torch_nsight
+from torch_nsight import formats
+from torch_nsight.capture import embed
+from torch_nsight.capture.detect import NCU_VARIABLE
+from torch_nsight.capture.step import STEPS_ENV, reset_steps, step
+
+
+class Ranges:
+    def start_range(self, message: str) -> str:
+        return message
+
+    def end_range(self, handle: str) -> None:
+        pass
+
+
+@pytest.fixture
+def carried(monkeypatch) -> list[dict]:
+    documents: list[dict] = []
+    monkeypatch.setattr(embed, "carry_calls", lambda document: documents.append(document))
+    monkeypatch.setenv(NCU_VARIABLE, "/opt/nvidia/nsight-compute/sections")
+    reset_steps()
+    yield documents
+    reset_steps()
+
+
+def _batches(model: nn.Module, count: int) -> None:
+    """Iteration i runs a batch of i + 1 rows, forward and backward."""
+    for index in range(count):
+        with step(emitter=Ranges()):
+            model(torch.randn(index + 1, 8)).sum().backward()
+
+
+def _linear_batches(document: dict) -> set[int]:
+    return {row["input_shapes"][1][0] for row in document["rows"]
+            if row["op"] == "addmm" and row["range_stack"][-1] == "0"}
+
+
+def test_under_profile_steps_the_first_chosen_step_is_carried(carried, monkeypatch) -> None:
+    monkeypatch.setenv(STEPS_ENV, "2:4")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    handle = torch_nsight.instrument(model)
+    assert handle.carrier is not None and handle.carrier.per_step
+    try:
+        _batches(model, 5)
+        assert len(carried) == 1 and _linear_batches(carried[0]) == {3}  # step 2: batch 3
+        document = formats.decode_calls(formats.encode_calls(carried[0]))
+        assert document == carried[0] and document["kind"] == formats.CALLS_KIND
+    finally:
+        handle.remove()
+    assert len(carried) == 1  # once
+
+
+def test_by_hand_the_first_iteration_is_carried_when_the_next_starts(carried) -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    handle = torch_nsight.instrument(model)
+    try:
+        assert not handle.carrier.per_step
+        model(torch.randn(1, 8)).sum().backward()
+        assert carried == []
+        model(torch.randn(2, 8)).sum().backward()
+        assert len(carried) == 1 and _linear_batches(carried[0]) == {1}
+    finally:
+        handle.remove()
+
+
+def test_record_calls_false_and_no_ncu_carry_nothing(carried, monkeypatch) -> None:
+    model = nn.Linear(8, 8)
+    handle = torch_nsight.instrument(model, record_calls=False)
+    assert handle.active and handle.carrier is None
+    handle.remove()
+    monkeypatch.delenv(NCU_VARIABLE)
+    handle = torch_nsight.instrument(model, enabled=True)
+    assert handle.carrier is None
+    handle.remove()
+
+
+@pytest.mark.parametrize("message", ["calls:not base64!", "calls:" + "eJwDAAAAAAE=", "measure"])
+def test_a_damaged_message_is_refused(message: str) -> None:
+    with pytest.raises(formats.FormatError):
+        formats.decode_calls(message)
