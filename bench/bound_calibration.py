@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from profile_engine import VIT_TEMPLATE  # bench/ is on the path of a bench script
+
 NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 PASSES_RE = re.compile(r"==PROF== Profiling \"([^\"]+)\".*- (\d+) pass")
 BREAKDOWNS = ("breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -61,22 +63,7 @@ with torch.no_grad():
 torch.cuda.synchronize()
 """
 
-VIT_APP = r"""
-import torch, timm, torch_nsight
-model = timm.create_model("vit_small_patch16_224", depth=2, num_classes=1000).cuda()
-torch_nsight.instrument(model, enabled=True)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-x = torch.randn(64, 3, 224, 224, device="cuda")
-y = torch.randint(0, 1000, (64,), device="cuda")
-for _ in range(4):
-    with torch_nsight.step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-torch.cuda.synchronize()
-"""
+VIT_APP = VIT_TEMPLATE % {"depth": 2}  # run with argv[1] = 4 steps
 
 FAST = ("gpu__time_duration.sum", "dram__bytes.sum", "sm__cycles_elapsed.avg.per_second",
         "dram__cycles_elapsed.avg.per_second")
@@ -163,7 +150,7 @@ def main() -> int:
         t0 = time.time()
         text = ncu(["--nvtx", "--nvtx-include", "torch_nsight@measure", "--section",
                     "SpeedOfLight", "--metrics", metrics, "-f", "-o",
-                    str(report.with_suffix(""))], app, [], env=env)
+                    str(report.with_suffix(""))], app, ["4"] if app is VIT_APP else [], env=env)
         print(name, f"{time.time() - t0:.0f}s", text.count("==PROF== Profiling"), "kernels",
               text[-800:] if not report.exists() else "", flush=True)
         if report.exists():

@@ -24,10 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-VIT = r'''
+#: The ViT training script; ``depth`` blocks (ViT-S has 12), ``argv[1]`` steps (default 8).
+VIT_TEMPLATE = r'''
 import sys, torch, timm, torch_nsight
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 8
-model = timm.create_model("vit_small_patch16_224", num_classes=1000).cuda()
+model = timm.create_model("vit_small_patch16_224", depth=%(depth)d, num_classes=1000).cuda()
 torch_nsight.instrument(model)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 x = torch.randn(64, 3, 224, 224, device="cuda")
@@ -41,6 +42,7 @@ for _ in range(steps):
         opt.zero_grad(set_to_none=True)
 torch.cuda.synchronize()
 '''
+VIT = VIT_TEMPLATE % {"depth": 12}
 
 GPT2 = r'''
 import torch, torch_nsight
