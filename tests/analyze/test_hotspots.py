@@ -95,3 +95,22 @@ def test_hotspots_pass_the_roofline_side_to_the_next_step(block: pd.DataFrame) -
     assert top.loc["Block/attn/attn.proj", "next_step"].startswith("cut L1/L2 traffic")
     assert top.loc["Block/mlp", "pct_of_roof"] == pytest.approx(10.0)
     assert top.loc["Block/mlp", "next_step"].startswith("check shapes, alignment and dtype")
+
+
+def test_a_site_shows_the_evidence_of_its_own_bound() -> None:
+    # HF GPT-2's GELU sites: 6 of 8 launches latency-bound with reasons a percent apart, 2
+    # memory-bound with one repeated reason; the row must not say latency with memory evidence
+    from pathlib import Path
+
+    import torch_nsight
+
+    data = Path(__file__).resolve().parents[1] / "data" / "profile_fast" / "gpt2_hand.ncu-rep.xz"
+    profile = torch_nsight.load(data, cache=False)
+    k = profile.kernels
+    launches = set(zip(k["module"], k["kernel"], k["bound"], k["reason"], strict=True))
+    sites = profile.hotspots(n=400, by="time")
+    mixed = 0
+    for row in sites.itertuples():
+        assert (row.module, row.kernel, row.bound, row.reason) in launches
+        mixed += k[(k["module"] == row.module) & (k["kernel"] == row.kernel)]["bound"].nunique() > 1
+    assert mixed > 0  # the report has such sites

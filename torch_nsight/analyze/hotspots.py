@@ -117,8 +117,16 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
                      headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
                      roof_time_ns=("roof_time_ns", lambda s: s.sum(min_count=1)))
-    for column in ("precision", "bound", "reason", "basis", "roofline_side"):
+    for column in ("precision", "bound", "roofline_side"):
         out[column] = _dominant(work, list(KERNEL_KEYS), column)
+    # the evidence shown is that of the launches with the site's bound: launches whose
+    # reasons differ by a percent must not outvote the bound with one repeated reason
+    site_bound = out["bound"].astype(object).where(out["bound"].notna(), "")
+    launch_bound = work["bound"].astype(object).where(work["bound"].notna(), "")
+    agrees = launch_bound.to_numpy() == site_bound.reindex(
+        pd.MultiIndex.from_frame(work[list(KERNEL_KEYS)])).to_numpy()
+    for column in ("reason", "basis"):
+        out[column] = _dominant(work[agrees], list(KERNEL_KEYS), column)
     out = out.reset_index()
     out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
     counts = out.pop("runs").astype("float64")

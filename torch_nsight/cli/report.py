@@ -331,9 +331,13 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
         elif source.metric_set in ("fast", "lean"):
             flops = ("FLOPs counted from the calls table (flops_basis 'calls'), "
                      if source.metric_set == "fast" else "")
+            bounds = ("bounds from four one-pass busy counters that stand in for Nsight "
+                      "Compute's speed-of-light data (basis 'sol_estimate'"
+                      if "sol_estimate" in profile.basis_counts else
+                      "bounds read from the roofline alone, without Nsight Compute's "
+                      "speed-of-light data (")
             print(f"note: {Path(source.path).name} was recorded with the {source.metric_set} "
-                  f"metric set: {flops}bounds read from the roofline alone, without Nsight "
-                  "Compute's speed-of-light data (--metric-set roofline measures them)",
+                  f"metric set: {flops}{bounds}; --metric-set roofline measures them)",
                   file=stream)
         elif source.missing_metrics:
             shown = ", ".join(source.missing_metrics[:4])
