@@ -456,9 +456,9 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
                              "NAME.calls.json next to NAME.ncu-rep, is read without calls=)")
         from torch_nsight.report.sources import read_calls
 
-        extra = read_calls(Path(calls))
-        parts[0].calls = extra if parts[0].calls is None else pd.concat(
-            [parts[0].calls, extra], ignore_index=True)
+        # the file given replaces a table the report carries (the same iteration, recorded
+        # once: instrument(record_calls=PATH) under ncu writes both)
+        parts[0].calls = read_calls(Path(calls))
     tables = [_analysed(part) for part in parts]
     call_tables = [None if p.calls is None or p.calls.empty
                    else p.calls if p.analyzed else steps.attribute_calls(p.calls)

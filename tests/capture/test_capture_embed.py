@@ -88,3 +88,28 @@ def test_record_calls_false_and_no_ncu_carry_nothing(carried, monkeypatch) -> No
 def test_a_damaged_message_is_refused(message: str) -> None:
     with pytest.raises(formats.FormatError):
         formats.decode_calls(message)
+
+
+def test_a_chosen_step_that_raises_is_not_carried_the_next_is(carried, monkeypatch) -> None:
+    monkeypatch.setenv(STEPS_ENV, "1:3")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    handle = torch_nsight.instrument(model)
+    try:
+        for index in range(4):
+            with pytest.raises(RuntimeError) if index == 1 else _nothing(), \
+                    step(emitter=Ranges()):
+                loss = model(torch.randn(index + 1, 8)).sum()
+                if index == 1:
+                    raise RuntimeError("out of memory, say")
+                loss.backward()
+        assert len(carried) == 1 and _linear_batches(carried[0]) == {3}  # step 2, whole
+        backward = [r for r in carried[0]["rows"] if r["range_stack"][-1:] == ["bwd:0"]]
+        assert backward  # its backward is in it
+    finally:
+        handle.remove()
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_SWITCH", "TIMELINE_ENV", "detect_profiler", "resolve_enabled"]
+__all__ = ["ENV_SWITCH", "NCU_VARIABLE", "TIMELINE_ENV", "detect_profiler", "resolve_enabled",
+           "under_nsight_compute"]
 
 ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
 """Environment variable forcing instrumentation on (``1``) or off (``0``)."""

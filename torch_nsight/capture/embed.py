@@ -42,7 +42,12 @@ def carry_calls(document: dict[str, Any]) -> bool:
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        logger.info("torch_nsight: no CUDA work yet: the calls table is not carried")
+        logger.warning("torch_nsight: no CUDA work yet, so the calls table is not carried "
+                       "into the report: the fast metric set then has no FLOPs")
+        return False
+    if torch.cuda.is_current_stream_capturing():  # a CUDA graph would swallow the kernel
+        logger.warning("torch_nsight: a CUDA graph is being captured: the calls table is not "
+                       "carried into the report")
         return False
     import nvtx
 
@@ -85,13 +90,17 @@ class CallsCarrier:
             logger.warning("torch_nsight: could not record the calls table: %s", err)
             self._carried = True
 
-    def step_ended(self) -> None:
-        """A measured step ends: stop recording and carry the table (never raises)."""
+    def step_ended(self, *, failed: bool = False) -> None:
+        """A measured step ends: stop recording and carry the table (never raises). A step
+        that ``failed`` (raised) is forgotten and the next measured step recorded instead."""
         if self._window is None:
             return
         window, self._window = self._window, None
         with contextlib.suppress(Exception):
             window.__exit__(None, None, None)
+        if failed:
+            self.recorder.clear()
+            return
         self.carry()
 
     def carry(self) -> None:

@@ -247,7 +247,8 @@ def instrument(
             nothing when not enabled. Under Nsight Compute the table is recorded without
             this argument and carried inside the report (see :mod:`torch_nsight.capture.embed`:
             over the first step chosen by ``torch-nsight profile --steps``, else over the
-            first iteration); False records nothing.
+            first iteration, the file then written when the instrumentation is removed or
+            the process exits); False records nothing.
 
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already

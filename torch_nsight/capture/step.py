@@ -145,8 +145,10 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             self._session.exit(self.index)  # type: ignore[attr-defined]
             self._session = None
         if self._handles:
-            for carrier in _carriers():
-                carrier.step_ended()  # inside the measured range, so ncu keeps the carrier
+            for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order
+                # inside the measured range, so ncu keeps the carrier; a step that raised
+                # is not carried (the next chosen step is recorded instead)
+                carrier.step_ended(failed=kind is not None)
         for handle in reversed(self._handles):
             self._end_range(handle)
         self._handles = []

@@ -331,6 +331,10 @@ def run(args: argparse.Namespace) -> int:
     loading = time.perf_counter()
     profile = load(report)
     phases["load"] = time.perf_counter() - loading
+    if args.metric_set == "fast" and profile.calls is None:
+        logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
+                       "roofline place: call torch_nsight.instrument(model) in the script (it "
+                       "records the shapes under profile by itself), or use --metric-set lean")
     emit(profile, args)
     print(f"report: {report} (ncu's output: {log})", file=sys.stderr)
     print(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "

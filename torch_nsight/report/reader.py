@@ -373,8 +373,10 @@ def read_in_workers(context: Any, positions: list[tuple[int, int]],
                     crashed = True
                 receiver.close()
                 process.join()
-    if crashed:
-        logger.info("a process reading the report died; reading the rest in this process")
+                if chunk not in parts:
+                    logger.warning("a process reading the report died (exit status %s); "
+                                   "reading its kernels and the rest in this process",
+                                   process.exitcode)
     for chunk in range(len(chunks)):
         if chunk not in parts:
             start, stop = chunks[chunk]

@@ -187,20 +187,24 @@ def split_carried_calls(frame: pd.DataFrame, path: Path
         message is logged and skipped.
     """
     carrier = frame["range_start_end"].map(
-        lambda ranges: next((m for m in ranges if m.startswith(formats.CALLS_MESSAGE_PREFIX)),
-                            None))
+        lambda ranges: next((m for m in ranges or () if m.startswith(
+            formats.CALLS_MESSAGE_PREFIX)), None))
     found = carrier.notna()
     if not found.any():
         return frame, None
-    rows = None
-    for message in carrier[found]:
+    tables = []
+    for message in pd.unique(carrier[found]):
         try:
-            document = formats.decode_calls(message)
-            rows = check_call_rows(document, str(path))
-            break
+            tables.append(check_call_rows(formats.decode_calls(message), str(path)))
         except (formats.FormatError, ReportError) as err:
             logger.warning("%s: skipping a carried calls table: %s", path.name, err)
-    return frame.loc[~found].reset_index(drop=True), rows
+    if len(tables) > 1:
+        logger.warning("%s carries %d calls tables (several instrumented models?): the "
+                       "first is used", path.name, len(tables))
+    # the carrier is the fill kernel launched inside the range; other threads' kernels
+    # that ran meanwhile stay
+    fill = frame["kernel_full"].astype(str).str.contains("FillFunctor", regex=False)
+    return frame.loc[~(found & fill)].reset_index(drop=True), tables[0] if tables else None
 
 
 def rank_of(report: Path) -> int | None:
@@ -284,7 +288,7 @@ def check_call_rows(document: dict[str, Any], where: str) -> list[dict[str, Any]
     path = where
     fmt = document.get("format")
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > formats.CALLS_FORMAT:
-        raise ReportError(f"{path} is a calls file of format {fmt!r}; this torch_nsight reads "
+        raise ReportError(f"{path} holds a calls table of format {fmt!r}; this torch_nsight reads "
                           f"formats 1 to {formats.CALLS_FORMAT}: upgrade torch_nsight to read it")
     rows = document.get("rows")
     if not isinstance(rows, list):
