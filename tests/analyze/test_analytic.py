@@ -60,3 +60,22 @@ def test_without_a_calls_table_nothing_is_invented() -> None:
         cut[column] = float("nan")
     out = steps.analyze(cut)
     assert out["flops"].isna().all() and out["flops_basis"].isna().all()
+
+
+def test_every_iteration_of_a_report_recorded_by_hand_gets_its_flops() -> None:
+    # a by-hand report without step labels keeps every iteration under one site, while the
+    # carried calls table holds the first: two copies of a real GPT-2 forward stand for two
+    # iterations; each lm_head GEMM launch must get one call's FLOPs (2 M N K), not 0
+    from pathlib import Path
+
+    import torch_nsight
+    from torch_nsight.analyze.analytic import fill_flops_from_calls
+
+    data = Path(__file__).resolve().parents[1] / "data" / "profile_fast" / "gpt2_hand.ncu-rep.xz"
+    profile = torch_nsight.load(data, cache=False)
+    once = profile.kernels.assign(flops=float("nan"))
+    twice = fill_flops_from_calls(pd.concat([once, once], ignore_index=True), profile.calls)
+    head = twice[(twice["module"] == "lm_head") & twice["kernel"].str.contains("gemm")]
+    assert len(head) == 2 and (head["flops"] == 2 * 4096 * 768 * 50257).all()
+    single = fill_flops_from_calls(once, profile.calls)
+    assert twice["flops"].sum() == pytest.approx(2 * single["flops"].sum(), rel=0.02)
