@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.sweep import _user_settings, _variants
+from torch_nsight.collect.parent.plan import check_variants, user_settings
 from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
 from torch_nsight.naming import format_measure_range
 
@@ -111,7 +111,7 @@ def timeline(
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
     from torch_nsight.profile import load
 
-    variants = _variants(model)
+    variants = check_variants(model)
     pairs = normalize_shapes(shapes)
     _check_counts(warmup, steps)
     dtype_name = normalize_dtype(dtype)
@@ -151,7 +151,7 @@ def timeline(
             "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "backward": backward, "dtype": dtype_name, "items": items,
-            "settings": _user_settings()})
+            "settings": user_settings()})
         return load(work, cache=False)
     finally:
         if output_dir is None:

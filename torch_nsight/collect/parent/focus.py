@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.collect.parent.sweep import _user_settings, _variants, child_env
+from torch_nsight.collect.parent.plan import check_variants, user_settings
+from torch_nsight.collect.parent.sweep import child_env
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.errors import ShapeFailedError
 
@@ -55,13 +56,13 @@ def focused_sweep(sweep: Callable[..., Profile], model: Any, shapes: Any, *, foc
     from torch_nsight.report.focus import TIMELINE_FOLDER, focus_set, kernel_filter
 
     _check_focus(focus, ncu_args)
-    variants = _variants(model)
+    variants = check_variants(model)
     pairs = jobs.normalize_shapes(shapes)
     job = jobs.Job(variants=variants, shapes=pairs, make_inputs=options.get("make_inputs"),
                    backward=bool(options.get("backward")),
                    dtype=jobs.normalize_dtype(options.get("dtype")),
                    warmup=int(options.get("warmup", 2)), ops=options.get("ops", False),
-                   settings=_user_settings())
+                   settings=user_settings())
     work = (Path(output_dir).resolve() if output_dir is not None
             else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
     folder = work / TIMELINE_FOLDER

@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,12 +23,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from torch_nsight import formats
 from torch_nsight.collect.parent.launch import ChildSpec, run_children
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
+from torch_nsight.collect.parent.plan import SweepPlan, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
-from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.collect.shared import timing as timings
-from torch_nsight.metrics import DEFAULT_METRIC_SET, DEFAULT_METRIC_SET_WITHOUT_CALLS
-from torch_nsight.naming import format_measure_range
 from torch_nsight.record import SweepRecord, now
 
 if TYPE_CHECKING:
@@ -43,94 +40,6 @@ STARTUP_S = 300.0
 WORKER_MODULE = "torch_nsight.collect.child.worker"
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
-
-
-def _variants(model: Any) -> dict[str, Any]:
-    from torch import nn
-
-    def check(label: str, value: Any) -> Any:
-        if not isinstance(value, nn.Module) and not callable(value):
-            raise TypeError(f"model{label and f'[{label!r}]'} must be an nn.Module or a "
-                            f"zero-argument factory, got {type(value).__name__}")
-        return value
-
-    if isinstance(model, Mapping):
-        if not model:
-            raise ValueError("model is an empty dict: give at least one variant")
-        out = {}
-        for label, value in model.items():
-            if not isinstance(label, str) or not label:
-                raise TypeError(f"variant labels must be non-empty str, got {label!r}")
-            try:
-                format_measure_range(variant=label)
-            except ValueError as err:
-                raise ValueError(f"variant label {label!r}: {err}") from err
-            out[label] = check(label, value)
-        return out
-    return {"": check("", model)}
-
-
-def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
-                   repeats: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
-                   ops: Any, flags: dict[str, Any]) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, got {value!r}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError("make_inputs must be a function shape -> inputs, or None")
-    if make_inputs is None:
-        for label, shape in pairs:
-            ok = isinstance(shape, int) or (isinstance(shape, Sequence) and not isinstance(
-                shape, str) and all(isinstance(d, int) for d in shape))
-            if not ok:
-                raise ValueError(f"shape {label!r} ({shape!r}) is not a tuple of ints: pass "
-                                 "make_inputs=fn(shape) to build the inputs")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if devices is not None and (isinstance(devices, (str, int)) or not devices
-                                or not all(isinstance(d, (int, str)) for d in devices)):
-        raise ValueError(f"devices must be None or a non-empty list of GPU indices, got "
-                         f"{devices!r}")
-    if profiler not in ("ncu", None):
-        raise ValueError(f"profiler must be 'ncu' or None (dry run), got {profiler!r}")
-    if derive is not None and (not isinstance(derive, Mapping) or not all(
-            isinstance(k, str) and callable(f) for k, f in derive.items())):
-        raise TypeError("derive must map column names to functions fn(row, shape)")
-    if not isinstance(ops, (bool, str)) and not (
-            isinstance(ops, Iterable) and all(isinstance(o, str) for o in ops)):
-        raise TypeError(f"ops must be True, False, an op name or a list of op names, got "
-                        f"{type(ops).__name__}")
-
-
-def _warn_about_model(variants: dict[str, Any]) -> None:
-    from torch import nn
-
-    for label, value in variants.items():
-        if not isinstance(value, nn.Module):
-            continue
-        params = list(value.parameters())
-        size = sum(p.numel() * p.element_size() for p in params)
-        where = f"model[{label!r}]" if label else "model"
-        if size > LARGE_MODEL_BYTES:
-            logger.warning("%s holds %.1f GiB of parameters, all of which are pickled for the "
-                           "child: pass a factory that builds it instead", where, size / 2**30)
-        if any(p.is_cuda for p in params):
-            logger.warning("%s is on the GPU: the child loads its own copy there, so it is "
-                           "held twice; pass a factory or a CPU model", where)
-
-
-def _visible_device(device: int | str) -> str:
-    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if isinstance(device, int) and parent:
-        listed = [d.strip() for d in parent.split(",") if d.strip()]
-        if not 0 <= device < len(listed):
-            raise ValueError(f"devices: {device} is not one of the {len(listed)} GPU(s) in "
-                             f"CUDA_VISIBLE_DEVICES={parent}")
-        return listed[device]
-    return str(device)
 
 
 def child_env(visible_devices: str | None) -> dict[str, str]:
@@ -263,115 +172,97 @@ def sweep(
                          repeats=repeats, metric_set=metric_set, ops=ops, replicate=replicate,
                          derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
                          record_calls=record_calls, executor=executor))
-    entered = time.time()
-    variants = _variants(model)
-    pairs = jobs.normalize_shapes(shapes)
-    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
-                   timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
-                   flags={"backward": backward, "replicate": replicate, "quiet": quiet,
-                          "record_calls": record_calls})
-    if metric_set is None:
-        metric_set = DEFAULT_METRIC_SET if record_calls else DEFAULT_METRIC_SET_WITHOUT_CALLS
-    elif metric_set == "fast" and not record_calls:
-        logger.warning("metric_set='fast' counts FLOPs from the calls table, which "
-                       "record_calls=False turns off: kernels get times and DRAM bytes but no "
-                       "roofline placement; use metric_set='lean' for FLOP counters")
-    chosen = ncu_cli.resolve_metric_set(metric_set)
-    extra = ncu_cli.check_extra_args(ncu_args)
-    settings = _user_settings()
-    job = jobs.Job(variants=variants, shapes=pairs, make_inputs=make_inputs,
-                   backward=backward, dtype=jobs.normalize_dtype(dtype), warmup=warmup,
-                   repeats=repeats, ops=ops if isinstance(ops, (bool, str)) else sorted(ops),
-                   replicate=replicate, settings=settings, record_calls=record_calls)
-    visible = [_visible_device(d) for d in devices] if devices is not None else [None]
-    ncu_path = metrics = None
-    if profiler == "ncu":
-        ncu_path = ncu_cli.find_ncu(ncu)
-        ncu_cli.ncu_version(ncu_path)
-        metrics = ncu_cli.filter_metrics(chosen.metrics,
-                                         ncu_cli.known_metric_bases(ncu_path, visible[0]))
-    _warn_about_model(variants)
-
-    keep = output_dir is not None
-    work = (Path(output_dir).resolve() if output_dir is not None
-            else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
-    work.mkdir(parents=True, exist_ok=True)
-    (work / formats.SWEEP_MANIFEST).unlink(missing_ok=True)
+    plan = plan_sweep(model, shapes, make_inputs=make_inputs, backward=backward, dtype=dtype,
+                      warmup=warmup, repeats=repeats, metric_set=metric_set, ops=ops,
+                      replicate=replicate, derive=derive, output_dir=output_dir, ncu=ncu,
+                      ncu_args=ncu_args, timeout=timeout, devices=devices, profiler=profiler,
+                      quiet=quiet, record_calls=record_calls, executor=executor,
+                      extra_options=_options)
     # an executor's workers read the job files where they read and write the reports
-    private = jobs.make_private_dir() if executor is None else work / ".jobs"
+    private = jobs.make_private_dir() if executor is None else plan.work / ".jobs"
     if executor is not None:
         shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
         private.mkdir(mode=0o700)
     try:
-        payload = jobs.serialize_job(job, private)
-        specs = _child_specs(payload, shapes=[label for label, _ in pairs],
-                             variants=list(variants),
-                             devices=devices, visible=visible, work=work, private=private,
-                             keep=keep, per_shape=executor is not None,
-                             ncu_command=None if ncu_path is None else
-                             lambda report, app: ncu_cli.build_command(
-                                 ncu_path, report=report, metric_set=chosen, metrics=metrics,
-                                 app=app, exclude_replicas=replicate, extra_args=extra))
-        options = {"backward": backward, "dtype": job.dtype, "warmup": warmup,
-                   "repeats": repeats, "metric_set": chosen.name, "replicate": replicate,
-                   "ops": job.ops, "timeout_s": timeout, "devices": visible,
-                   "profiler": profiler, "ncu": ncu_path, "ncu_args": extra,
-                   "record_calls": record_calls,
-                   "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics)),
-                   **(_options or {})}
-        commands = {s.name: s.command for s in specs}
-        if keep:
-            description = {**jobs.describe_job(job), "options": options, "commands": commands,
-                           "created": now()}
-            formats.write_json(work / "job.json", description)
-        progress = SweepProgress(sum(s.items for s in specs), quiet=quiet,
-                                 profiling=ncu_path is not None)
-        launched = time.time()
-        if executor is None:
-            outcomes = run_children(specs, item_timeout=float(timeout), startup_s=STARTUP_S,
-                                    cwd=os.getcwd(), progress=progress)
-        else:
-            from torch_nsight.collect.parent.remote import run_with_executor
-
-            outcomes = run_with_executor(specs, executor, item_timeout=float(timeout),
-                                         startup_s=STARTUP_S, cwd=os.getcwd(),
-                                         chose_devices=devices is not None, progress=progress)
-        settled = time.time()
-        items, children, problems, fatal = settle(outcomes, dry_run=ncu_path is None)
-        per_child = [{"name": o.spec.name, "ended_at": o.ended_at,
-                      **timings.child_phases(o.launched_at, o.ended_at, o.results)}
-                     for o in outcomes]
-        calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
-                 for item in items for row in item.pop("calls", None) or []]
-        record = SweepRecord(
-            shapes=tuple(label for label, _ in pairs), variants=tuple(v for v in variants if v),
-            options=options, items=tuple(items), problems=tuple(problems), commands=commands,
-            output_dir=str(work) if keep else None, dry_run=ncu_path is None, created=now(),
-            timing=timings.breakdown(entered=entered, launched=launched, settled=settled,
-                                     finished=time.time(), children=per_child))
-        # what the child ran with: the parent's settings, and whatever its factory changed
-        ran = next((c["settings"] for c in children if c.get("settings")), settings)
-        manifest = {"record": record.to_dict(), "children": children,
-                    "replication": replication_groups(items), "calls": calls, "settings": ran}
-        formats.write_manifest(work, manifest)
-        if fatal is not None:  # what failed is written down in the manifest first
-            raise fatal
-        profile = _load_sweep(work, cache=keep)
-        if derive:
-            from torch_nsight.analyze import derive_columns
-
-            profile = profile.with_kernels(derive_columns(profile.kernels, derive, dict(pairs)))
-        timing = timings.breakdown(entered=entered, launched=launched, settled=settled,
-                                   finished=time.time(), children=per_child)
-        profile = _with_timing(profile, timing)
-        if keep:  # the manifest's record gets the final timing, loading included
-            manifest["record"]["timing"] = timing
-            formats.write_manifest(work, manifest)
-            _save(profile, work)
+        specs = _child_specs(jobs.serialize_job(plan.job, private), plan, private)
+        outcomes, stamps = _launch(plan, specs)
+        manifest, per_child = _settle(plan, specs, outcomes, stamps)
+        return _load(plan, manifest, per_child, stamps)
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
+        if not plan.keep:
+            shutil.rmtree(plan.work, ignore_errors=True)
+
+
+def _launch(plan: SweepPlan, specs: list[ChildSpec]) -> tuple[list[Any], dict[str, float]]:
+    """Write the job description (kept sweeps), run the children with a progress bar;
+    their outcomes and the launch/settle time stamps."""
+    commands = {s.name: s.command for s in specs}
+    if plan.keep:
+        description = {**jobs.describe_job(plan.job), "options": plan.options,
+                       "commands": commands, "created": now()}
+        formats.write_json(plan.work / "job.json", description)
+    progress = SweepProgress(sum(s.items for s in specs), quiet=plan.quiet,
+                             profiling=plan.ncu is not None)
+    launched = time.time()
+    if plan.executor is None:
+        outcomes = run_children(specs, item_timeout=plan.timeout, startup_s=STARTUP_S,
+                                cwd=os.getcwd(), progress=progress)
+    else:
+        from torch_nsight.collect.parent.remote import run_with_executor
+
+        outcomes = run_with_executor(specs, plan.executor, item_timeout=plan.timeout,
+                                     startup_s=STARTUP_S, cwd=os.getcwd(),
+                                     chose_devices=plan.devices is not None, progress=progress)
+    return outcomes, {"entered": plan.entered, "launched": launched, "settled": time.time()}
+
+
+def _settle(plan: SweepPlan, specs: list[ChildSpec], outcomes: list[Any],
+            stamps: dict[str, float]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Turn the children's outcomes into the manifest and write it (what failed is written
+    down before a fatal error is raised); the manifest and the children's phase times.
+
+    Raises:
+        NothingProfiledError, CounterPermissionError, ShapeFailedError: as settle() decides.
+    """
+    items, children, problems, fatal = settle(outcomes, dry_run=plan.ncu is None)
+    per_child = [{"name": o.spec.name, "ended_at": o.ended_at,
+                  **timings.child_phases(o.launched_at, o.ended_at, o.results)}
+                 for o in outcomes]
+    calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
+             for item in items for row in item.pop("calls", None) or []]
+    record = SweepRecord(
+        shapes=tuple(plan.shape_labels), variants=tuple(v for v in plan.job.variants if v),
+        options=plan.options, items=tuple(items), problems=tuple(problems),
+        commands={s.name: s.command for s in specs},
+        output_dir=str(plan.work) if plan.keep else None, dry_run=plan.ncu is None,
+        created=now(), timing=timings.breakdown(**stamps, finished=time.time(),
+                                                children=per_child))
+    # what the child ran with: the parent's settings, and whatever its factory changed
+    ran = next((c["settings"] for c in children if c.get("settings")), plan.job.settings)
+    manifest = {"record": record.to_dict(), "children": children,
+                "replication": replication_groups(items), "calls": calls, "settings": ran}
+    formats.write_manifest(plan.work, manifest)
+    if fatal is not None:
+        raise fatal
+    return manifest, per_child
+
+
+def _load(plan: SweepPlan, manifest: dict[str, Any], per_child: list[dict[str, Any]],
+          stamps: dict[str, float]) -> Profile:
+    """Read the sweep directory back, derive the asked columns, record the final timing."""
+    profile = _load_sweep(plan.work, cache=plan.keep)
+    if plan.derive:
+        from torch_nsight.analyze import derive_columns
+
+        profile = profile.with_kernels(derive_columns(profile.kernels, plan.derive,
+                                                      dict(plan.job.shapes)))
+    timing = timings.breakdown(**stamps, finished=time.time(), children=per_child)
+    profile = _with_timing(profile, timing)
+    if plan.keep:  # the manifest's record gets the final timing, loading included
+        manifest["record"]["timing"] = timing
+        formats.write_manifest(plan.work, manifest)
+        _save(profile, plan.work)
     return profile
 
 
@@ -383,26 +274,19 @@ def _with_timing(profile: Profile, timing: dict[str, Any]) -> Profile:
     return dataclasses.replace(profile, meta=dataclasses.replace(profile.meta, sweeps=sweeps))
 
 
-def _user_settings() -> dict[str, Any]:
-    """The global PyTorch settings of this process, for the child to run with."""
-    from torch_nsight.capture.settings import describe_settings, read_settings
-
-    settings = read_settings()
-    return {**settings, "summary": describe_settings(settings)}
-
-
 def _load_sweep(work: Path, *, cache: bool) -> Profile:
     from torch_nsight.profile import load
 
     return load(work, cache=cache)
 
 
-def _child_specs(payload: bytes, *, shapes: list[str], variants: list[str],
-                 devices: Sequence[int | str] | None, visible: list[str | None], work: Path,
-                 private: Path, keep: bool, per_shape: bool = False,
-                 ncu_command: Callable[[Path, list[str]], list[str]] | None) -> list[ChildSpec]:
-    """One child per device (shapes dealt round-robin), each with its own job file; with
-    ``per_shape`` (an executor's jobs), one child per shape, devices dealt round-robin."""
+def _child_specs(payload: bytes, plan: SweepPlan, private: Path) -> list[ChildSpec]:
+    """One child per device (shapes dealt round-robin), each with its own job file; with an
+    executor, one child per shape (its own job), devices dealt round-robin."""
+    shapes, variants, visible = plan.shape_labels, list(plan.job.variants), plan.visible
+    devices, work, keep = plan.devices, plan.work, plan.keep
+    per_shape = plan.executor is not None
+    ncu_command = None if plan.ncu is None else plan.build_ncu_command
     specs = []
     n_shapes = len(shapes)
     slots = ([([i], visible[i % len(visible)], f"sweep-shape{i}") for i in range(n_shapes)]
