@@ -12,9 +12,12 @@ import pandas as pd
 import pytest
 
 from torch_nsight import naming
+from torch_nsight.errors import ReportError
 from torch_nsight.metrics import METRICS
 from torch_nsight.report import RAW_COLUMNS, SCHEMA_VERSION, cache_path, read_report, reader
 from torch_nsight.report import cache as report_cache
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +154,29 @@ def test_uncompressed_report_reads_the_same(llama, llama_path: Path, tmp_path: P
     frame, _ = read_report(plain, cache=False)
     expected = llama[0].drop(columns="source")
     pd.testing.assert_frame_equal(frame.drop(columns="source"), expected)
+
+
+@pytest.mark.parametrize(("cut", "kernels"), [(1, 384), (200_000, 378)])
+def test_a_report_cut_short_keeps_its_complete_kernels(tmp_path: Path, cut: int,
+                                                       kernels: int) -> None:
+    # a real report (HF GPT-2 forward, 385 kernel records) with its end cut off, as an ncu
+    # killed while writing or an interrupted copy leaves it
+    data = _gpt2_report()
+    path = tmp_path / "cut.ncu-rep"
+    path.write_bytes(data[:-cut])
+    frame, _ = read_report(path, cache=False)
+    assert len(frame) == kernels and frame["kernel"].notna().all()
+
+
+@pytest.mark.parametrize("size", [600, 20_000])
+def test_a_report_cut_to_its_start_is_called_damaged(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "cut.ncu-rep"
+    path.write_bytes(_gpt2_report()[:size])
+    with pytest.raises(ReportError, match="damaged Nsight Compute report"):
+        read_report(path, cache=False)
+
+
+def _gpt2_report() -> bytes:
+    import lzma
+
+    return lzma.decompress((DATA / "profile_fast" / "gpt2_hand.ncu-rep.xz").read_bytes())

@@ -111,6 +111,10 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.unlink(name)
 
 
+#: The first bytes of every Nsight Compute report.
+REPORT_MAGIC = b"NVR\0"
+
+
 def open_context(local: Path, shown: str | os.PathLike[str]) -> Any:
     """Load a report with ``ncu_report`` and check that it holds kernels.
 
@@ -130,6 +134,12 @@ def open_context(local: Path, shown: str | os.PathLike[str]) -> Any:
     except Exception as err:  # the reader raises assorted types for unreadable files
         raise ReportError(f"Nsight Compute's reader could not open {shown}: {err}") from err
     if context.num_ranges() == 0:
+        with open(local, "rb") as head:
+            damaged = head.read(len(REPORT_MAGIC)) == REPORT_MAGIC
+        if damaged:
+            raise ReportError(f"{shown} is a damaged Nsight Compute report (cut short while "
+                              "ncu wrote it or while it was copied?): the reader found no "
+                              "complete kernel in it; record it again or copy it again")
         raise ReportError(f"{shown} is not an Nsight Compute report (the reader found no "
                           "ranges in it): pass a file written by `ncu -o NAME`")
     if sum(context.range_by_idx(i).num_actions() for i in range(context.num_ranges())) == 0:
@@ -221,6 +231,8 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
     """
     metric_by_name = action.metric_by_name
     full = action.name(_import_reader().IAction.NameBase_DEMANGLED)
+    if full is None:  # a record cut short (the report was truncated): nothing to trust
+        return None  # type: ignore[return-value]
     record: dict[str, Any] = {
         "range_index": range_index,
         "kernel_index": kernel_index,
@@ -273,7 +285,9 @@ def read_positions(context: Any, positions: list[tuple[int, int]]) -> list[dict[
     for r, a in positions:
         if r not in ranges:
             ranges[r] = context.range_by_idx(r)
-        records.append(read_action(ranges[r].action_by_idx(a), r, a))
+        record = read_action(ranges[r].action_by_idx(a), r, a)
+        if record is not None:
+            records.append(record)
     return records
 
 
@@ -319,9 +333,19 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
     """
     positions = _positions(context)
     if workers == 0 or _fork_context() is None or len(positions) < IN_PROCESS_MAX_KERNELS:
-        return read_positions(context, positions)
-    logger.debug("reading the %d kernels of %s in worker processes", len(positions), local)
-    return read_in_workers(context, positions, workers or _usable_cpus())
+        records = read_positions(context, positions)
+    else:
+        logger.debug("reading the %d kernels of %s in worker processes", len(positions), local)
+        records = read_in_workers(context, positions, workers or _usable_cpus())
+    if positions and not records:
+        raise ReportError(f"{local.name} is a damaged Nsight Compute report (cut short while "
+                          f"ncu wrote it or while it was copied?): none of its {len(positions)} "
+                          "kernel records is complete; record it again or copy it again")
+    if len(records) < len(positions):
+        logger.warning("%s is damaged (cut short?): %d of its %d kernel records are incomplete "
+                       "and left out", local.name, len(positions) - len(records),
+                       len(positions))
+    return records
 
 
 def read_in_workers(context: Any, positions: list[tuple[int, int]],
