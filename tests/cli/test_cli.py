@@ -312,3 +312,28 @@ def test_csv_and_json_go_to_standard_output(tmp_path, fmt: str) -> None:
     assert frame["kernel"].tolist() == expected["kernel"].tolist()
     assert frame["duration_ns"].tolist() == pytest.approx(expected["duration_ns"].tolist())
     assert "40 kernels" in proc.stderr  # the summary line goes to standard error
+
+
+@pytest.mark.parametrize("code", ["EROFS", "EACCES", "ENOSPC"])
+def test_an_output_the_file_system_refuses_is_one_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        code: str) -> None:
+    # a read-only folder, one without permission, a full disk (root ignores modes, so the
+    # file system's answer is given at the call that would meet it)
+    import errno
+    import os
+
+    out = tmp_path / "ro"
+    real_mkdir = Path.mkdir
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        if self == out or out in self.parents:
+            number = getattr(errno, code)
+            raise OSError(number, os.strerror(number), str(self))
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    assert main(["demo", "--recorded", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(out) in err[0] and "--out" in err[0]
+    assert os.strerror(getattr(errno, code)) in err[0]

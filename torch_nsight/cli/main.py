@@ -10,6 +10,7 @@ errors exit 2. Nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import sys
 from collections.abc import Sequence
@@ -58,6 +59,11 @@ def _configure_logging(verbose: int) -> None:
     logging.getLogger("matplotlib").setLevel(max(level, logging.WARNING))
 
 
+#: Errors of the file system that say where, not what is wrong with torch_nsight.
+_FILE_SYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC,
+                                 errno.EDQUOT})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line.
 
@@ -82,6 +88,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             logger.exception("%s failed", args.command)
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except OSError as err:  # a folder one may not write, a full disk: not a bug
+        if not isinstance(err, PermissionError) and err.errno not in _FILE_SYSTEM_ERRORS:
+            raise
+        if args.verbose >= 2:
+            logger.exception("%s failed", args.command)
+        print(f"{PROG}: error: {err.filename or 'a file'}: {err.strerror} (check its "
+              "permissions, or pass --out a folder you can write)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
