@@ -32,6 +32,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _report_caches_in_a_temporary_folder(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Send the report caches of every test (and of the CLI's subprocesses, which inherit
+    the variable) to a folder of this run: none lands beside the fixtures in tests/data, so
+    every run reads the recorded reports with the real reader."""
+    from torch_nsight.report.cache import CACHE_DIR_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("report-caches")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _no_instrumentation_left_behind() -> Iterator[None]:
     """Fail a test that leaves torch_nsight hooks installed on a module it instrumented.

@@ -132,6 +132,7 @@ def test_changed_report_invalidates_the_cache(llama_copy: Path) -> None:
 
 
 def test_unwritable_location_skips_the_cache(llama_copy: Path, monkeypatch, caplog) -> None:
+    monkeypatch.delenv(report_cache.CACHE_DIR_ENV)  # the default: the cache beside the report
     real_mkstemp = report_cache.tempfile.mkstemp
 
     def denied(*args: Any, **kwargs: Any) -> tuple[int, str]:

@@ -171,7 +171,9 @@ def test_labels_for_a_folder_are_refused(tmp_path: Path) -> None:
         torch_nsight.load(tmp_path, labels=["a"], cache=False)
 
 
-def test_emit_nvtx_ranges_are_named_on_every_load(tmp_path: Path, caplog) -> None:
+def test_emit_nvtx_ranges_are_named_on_every_load(tmp_path: Path, caplog,
+                                                   monkeypatch) -> None:
+    monkeypatch.delenv(CACHE_DIR_ENV)  # the default: the cache beside the report
     report = shutil.copy(EMIT, tmp_path / "emit.ncu-rep.xz")
     for _ in range(2):  # the second load comes from the cache and still says it
         caplog.clear()
