@@ -18,13 +18,15 @@ TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
 process records its chosen steps with PyTorch's profiler, and its ranges go to that
 profiler (see :mod:`torch_nsight.capture.timeline`)."""
 
+#: Set in processes Nsight Compute (``ncu``) starts, and only there.
+NCU_VARIABLE = "NV_COMPUTE_PROFILER_PERFWORKS_DIR"
 _PROFILER_VARIABLES = (
     "NVTX_INJECTION64_PATH",
     "NVTX_INJECTION32_PATH",
     "CUDA_INJECTION64_PATH",
     "NV_NSIGHT_INJECTION_TRANSPORT_TYPE",
     "NV_TPS_LAUNCH_TOKEN",
-    "NV_COMPUTE_PROFILER_PERFWORKS_DIR",
+    NCU_VARIABLE,
 )
 _PROFILER_PREFIXES = ("NVIDIA_PROCESS_INJECTION_", "NV_NSIGHT_INJECTION_", "NSYS_")
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -59,10 +61,6 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
         if name.startswith(_PROFILER_PREFIXES):
             return name
     return None
-
-
-#: Set in processes Nsight Compute (``ncu``) starts, and only there.
-NCU_VARIABLE = "NV_COMPUTE_PROFILER_PERFWORKS_DIR"
 
 
 def under_nsight_compute(environ: Mapping[str, str] | None = None) -> bool:

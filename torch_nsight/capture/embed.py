@@ -109,9 +109,9 @@ class CallsCarrier:
             return
         self._carried = True
         try:
-            rows = self.recorder.rows()
-            if rows:
-                carry_calls(self.recorder.document())
+            document = self.recorder.document()
+            if document["rows"]:
+                carry_calls(document)
         except Exception as err:  # noqa: BLE001 - never into the user's program
             logger.warning("torch_nsight: could not carry the calls table into the report: "
                            "%s: %s", type(err).__name__, err)

@@ -115,6 +115,11 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
 REPORT_MAGIC = b"NVR\0"
 
 
+def _damaged(shown: str | os.PathLike[str], what: str) -> ReportError:
+    return ReportError(f"{shown} is a damaged Nsight Compute report (cut short while ncu wrote "
+                       f"it or while it was copied?): {what}; record it again or copy it again")
+
+
 def open_context(local: Path, shown: str | os.PathLike[str]) -> Any:
     """Load a report with ``ncu_report`` and check that it holds kernels.
 
@@ -137,9 +142,7 @@ def open_context(local: Path, shown: str | os.PathLike[str]) -> Any:
         with open(local, "rb") as head:
             damaged = head.read(len(REPORT_MAGIC)) == REPORT_MAGIC
         if damaged:
-            raise ReportError(f"{shown} is a damaged Nsight Compute report (cut short while "
-                              "ncu wrote it or while it was copied?): the reader found no "
-                              "complete kernel in it; record it again or copy it again")
+            raise _damaged(shown, "the reader found no complete kernel in it")
         raise ReportError(f"{shown} is not an Nsight Compute report (the reader found no "
                           "ranges in it): pass a file written by `ncu -o NAME`")
     if sum(context.range_by_idx(i).num_actions() for i in range(context.num_ranges())) == 0:
@@ -214,7 +217,7 @@ def _rules(action: Any) -> tuple[str | None, str | None]:
     return title, (json.dumps(rules) if rules else None)
 
 
-def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, Any]:
+def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, Any] | None:
     """Return the flat record of one profiled kernel.
 
     Each declared metric is looked up once; a fallback rate only where its counter is missing.
@@ -227,12 +230,12 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
     Returns:
         A dict: position, names, launch shape, one entry per declared metric column (None
         when the report lacks it), the SOLBottleneck rule's title, the rules that estimate a
-        speedup (``ncu_rules``, JSON) and the NVTX ranges.
+        speedup (``ncu_rules``, JSON) and the NVTX ranges; None for a record cut short.
     """
     metric_by_name = action.metric_by_name
     full = action.name(_import_reader().IAction.NameBase_DEMANGLED)
     if full is None:  # a record cut short (the report was truncated): nothing to trust
-        return None  # type: ignore[return-value]
+        return None
     record: dict[str, Any] = {
         "range_index": range_index,
         "kernel_index": kernel_index,
@@ -338,9 +341,7 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
         logger.debug("reading the %d kernels of %s in worker processes", len(positions), local)
         records = read_in_workers(context, positions, workers or _usable_cpus())
     if positions and not records:
-        raise ReportError(f"{local.name} is a damaged Nsight Compute report (cut short while "
-                          f"ncu wrote it or while it was copied?): none of its {len(positions)} "
-                          "kernel records is complete; record it again or copy it again")
+        raise _damaged(local.name, f"none of its {len(positions)} kernel records is complete")
     if len(records) < len(positions):
         logger.warning("%s is damaged (cut short?): %d of its %d kernel records are incomplete "
                        "and left out", local.name, len(positions) - len(records),

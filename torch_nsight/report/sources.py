@@ -279,13 +279,13 @@ def read_call_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return check_call_rows(document, str(path))
 
 
-def check_call_rows(document: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def check_call_rows(document: dict[str, Any], path: str) -> list[dict[str, Any]]:
     """The rows of a calls document (a calls file's JSON, or a carried one), checked.
 
     Raises:
-        ReportError: of a newer format, without rows, or a row lacks a field.
+        ReportError: of a newer format, without rows, or a row lacks a field (the message
+            names ``path``, the file it came from).
     """
-    path = where
     fmt = document.get("format")
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1 or fmt > formats.CALLS_FORMAT:
         raise ReportError(f"{path} holds a calls table of format {fmt!r}; this torch_nsight reads "

@@ -13,7 +13,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,8 +66,8 @@ class SweepPlan:
     derive: Mapping[str, Callable[..., Any]] | None
     work: Path
     keep: bool
-    options: dict[str, Any] = field(default_factory=dict)
-    entered: float = 0.0
+    options: dict[str, Any]
+    entered: float
 
     @property
     def shape_labels(self) -> list[str]:
