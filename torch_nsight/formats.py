@@ -50,6 +50,10 @@ CALLS_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_s
 #: The message of the start/end range around the small kernel that carries the calls table
 #: into a report: this prefix, then the document as zlib-compressed JSON in base64.
 CALLS_MESSAGE_PREFIX = "calls:"
+#: The message of the range that carries the kernel map of one compiled graph call
+#: (:mod:`torch_nsight.capture.compiled`), packed like the calls table.
+COMPILED_MAP_PREFIX = "compiled-map:"
+COMPILED_MAP_KIND = "torch_nsight.compiled_map"
 
 REPORT_SUFFIX = ".ncu-rep"
 RESULT_SUFFIX = ".result.json"
@@ -61,10 +65,34 @@ class FormatError(ValueError):
     """A file is not of the kind or format its reader expects."""
 
 
+def pack_message(prefix: str, document: Mapping[str, Any]) -> str:
+    """A range message carrying ``document``: ``prefix`` + base64 of zlib-compressed JSON."""
+    packed = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
+    return prefix + base64.b64encode(packed).decode("ascii")
+
+
+def unpack_message(message: str, prefix: str, kind: str) -> dict[str, Any]:
+    """Read back a message made by :func:`pack_message` whose document has ``kind``.
+
+    Raises:
+        FormatError: it is not such a message, or it is damaged.
+    """
+    what = kind.rsplit(".", 1)[-1].replace("_", " ")
+    if not message.startswith(prefix):
+        raise FormatError(f"not a {what} message")
+    try:
+        packed = base64.b64decode(message[len(prefix):], validate=True)
+        document = json.loads(zlib.decompress(packed))
+    except (ValueError, zlib.error) as err:
+        raise FormatError(f"a damaged {what} message ({err})") from err
+    if not isinstance(document, dict) or document.get("kind") != kind:
+        raise FormatError(f"a {what} message that holds no {what} document")
+    return document
+
+
 def encode_calls(document: Mapping[str, Any]) -> str:
     """The range message that carries a calls document (see :data:`CALLS_MESSAGE_PREFIX`)."""
-    packed = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
-    return CALLS_MESSAGE_PREFIX + base64.b64encode(packed).decode("ascii")
+    return pack_message(CALLS_MESSAGE_PREFIX, document)
 
 
 def decode_calls(message: str) -> dict[str, Any]:
@@ -73,16 +101,7 @@ def decode_calls(message: str) -> dict[str, Any]:
     Raises:
         FormatError: it is not such a message, or it is damaged.
     """
-    if not message.startswith(CALLS_MESSAGE_PREFIX):
-        raise FormatError("not a calls message")
-    try:
-        packed = base64.b64decode(message[len(CALLS_MESSAGE_PREFIX):], validate=True)
-        document = json.loads(zlib.decompress(packed))
-    except (ValueError, zlib.error) as err:
-        raise FormatError(f"a damaged calls message ({err})") from err
-    if not isinstance(document, dict) or document.get("kind") != CALLS_KIND:
-        raise FormatError("a calls message that holds no calls document")
-    return document
+    return unpack_message(message, CALLS_MESSAGE_PREFIX, CALLS_KIND)
 
 
 def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]:

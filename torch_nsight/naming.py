@@ -7,6 +7,10 @@ Conventions, all in the NVTX domain :data:`DOMAIN`:
   ``model.named_modules()`` (the root module's message is its class name);
 * backward of a module: the same name behind :data:`BACKWARD_PREFIX` (``bwd:layers.0.mlp``);
 * a named functional op inside a module: :data:`OP_PREFIX` + op name (``op:silu``);
+* one call of a ``torch.compile`` graph: :data:`COMPILED_PREFIX` + graph + ``@`` + the
+  qualified name of the instrumented module it ran for (``compiled:g2@blocks.0``; see
+  :mod:`torch_nsight.capture.compiled`), replaced by the module ranges of each kernel when
+  the report is read;
 * one measured iteration of a sweep: two start/end ranges, :data:`MEASURE_MESSAGE`
   (fixed, so ``ncu --nvtx-include torch_nsight@measure`` selects it without a regex) and a
   label made by :func:`format_measure_range` (``sweep;variant=eager;shape=4x128;run=0``).
@@ -26,6 +30,7 @@ MEASURE_PREFIX = "sweep"
 WARMUP_MESSAGE = "warmup"
 # The start/end range around a sweep's replicated siblings; its ncu command excludes it.
 REPLICA_MESSAGE = "replica"
+COMPILED_PREFIX = "compiled:"
 _FIELD_SEP = ";"
 
 
@@ -44,11 +49,17 @@ def op_message(op: str) -> str:
     return OP_PREFIX + op
 
 
+def compiled_message(graph: str, root: str) -> str:
+    """Return the range message of one call of compiled graph ``graph`` made for the
+    instrumented module ``root`` (qualified name, ``""`` for the root module)."""
+    return f"{COMPILED_PREFIX}{graph}@{root}"
+
+
 @dataclass(frozen=True)
 class RangeKind:
     """What one torch_nsight push/pop range message stands for."""
 
-    kind: str  # "module" or "op"
+    kind: str  # "module", "op" or "compiled"
     name: str
     direction: str  # "fwd" or "bwd"
 
@@ -57,6 +68,8 @@ def parse_message(message: str) -> RangeKind:
     """Classify a push/pop range message written by :func:`torch_nsight.instrument`."""
     if message.startswith(OP_PREFIX):
         return RangeKind("op", message[len(OP_PREFIX) :], "fwd")
+    if message.startswith(COMPILED_PREFIX):
+        return RangeKind("compiled", message[len(COMPILED_PREFIX) :], "fwd")
     if message.startswith(BACKWARD_PREFIX):
         return RangeKind("module", message[len(BACKWARD_PREFIX) :], "bwd")
     return RangeKind("module", message, "fwd")

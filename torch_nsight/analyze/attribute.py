@@ -73,6 +73,8 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
         kind = naming.parse_message(message)
         if kind.kind == "op":
             op = kind.name
+        elif kind.kind == "compiled":  # a compiled graph whose kernel map was not carried
+            context.append(message)
         else:
             modules.append(kind)
     context.extend(other)

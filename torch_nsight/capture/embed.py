@@ -30,36 +30,51 @@ from torch_nsight.naming import DOMAIN
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CallsCarrier", "carry_calls"]
+__all__ = ["CallsCarrier", "carry_calls", "carry_message"]
 
 
-def carry_calls(document: dict[str, Any]) -> bool:
-    """Launch the carrier kernel of ``document`` inside its range (see the module docstring).
+def carry_message(message: str, what: str) -> bool:
+    """Launch one small fill kernel inside a start/end range named ``message`` (domain
+    :data:`~torch_nsight.naming.DOMAIN`), so that ncu keeps the message with the kernel.
+
+    Args:
+        message: the packed document (:func:`torch_nsight.formats.pack_message`).
+        what: what it carries, for the log (``"the calls table"``).
 
     Returns:
-        Whether it was launched (not without an initialized CUDA device).
+        Whether it was launched (not without an initialized CUDA device, nor while a CUDA
+        graph is captured).
     """
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
-        logger.warning("torch_nsight: no CUDA work yet, so the calls table is not carried "
-                       "into the report: the fast metric set then has no FLOPs")
+        logger.warning("torch_nsight: no CUDA work yet, so %s is not carried into the report",
+                       what)
         return False
     if torch.cuda.is_current_stream_capturing():  # a CUDA graph would swallow the kernel
-        logger.warning("torch_nsight: a CUDA graph is being captured: the calls table is not "
-                       "carried into the report")
+        logger.warning("torch_nsight: a CUDA graph is being captured: %s is not carried "
+                       "into the report", what)
         return False
     import nvtx
 
-    message = encode_calls(document)
     handle = nvtx.start_range(message, domain=DOMAIN)
     try:
         torch.zeros(1, device=torch.device("cuda", torch.cuda.current_device()))
     finally:
         nvtx.end_range(handle)
-    logger.info("torch_nsight: carried the calls table (%d rows, %d bytes) into the report",
-                len(document.get("rows") or ()), len(message))
+    logger.info("torch_nsight: carried %s (%d bytes) into the report", what, len(message))
     return True
+
+
+def carry_calls(document: dict[str, Any]) -> bool:
+    """Carry the calls table ``document`` into the report (see the module docstring;
+    without it the fast metric set has no FLOPs).
+
+    Returns:
+        Whether it was launched.
+    """
+    return carry_message(encode_calls(document),
+                         f"the calls table ({len(document.get('rows') or ())} rows)")
 
 
 class CallsCarrier:

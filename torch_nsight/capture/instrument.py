@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from torch import nn
 
+from torch_nsight.capture.compiled import track_compiles, untrack_compiles, unwrap_compiled
 from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled, under_nsight_compute
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
@@ -36,6 +37,18 @@ _INSTRUMENTED: weakref.WeakKeyDictionary[nn.Module, Instrumentation] = (
     weakref.WeakKeyDictionary()
 )
 _ACTIVE: weakref.WeakSet[Instrumentation] = weakref.WeakSet()
+
+
+def instrumented_name(module: object) -> tuple[Instrumentation, str] | None:
+    """(its active instrumentation, its qualified name) when ``module`` is instrumented."""
+    try:
+        handle = _INSTRUMENTED.get(module)  # type: ignore[arg-type]
+    except TypeError:  # not hashable, not a module
+        return None
+    if handle is None or not handle.active:
+        return None
+    name = handle._name_of.get(module)  # type: ignore[arg-type]
+    return (handle, name) if name is not None else None
 
 def active_instrumentations() -> list[Instrumentation]:
     """Return the instrumentations whose hooks are installed now (for tests and debugging).
@@ -73,6 +86,10 @@ class Instrumentation:
         self._model = weakref.ref(model) if model is not None else None
         self._wrappers: list[tuple[weakref.ref[nn.Module], InstrumentedForward]] = []
         self._stack: RangeStack = STACK
+        #: Where this handle's ranges go (None when inactive); compiled graphs use it too.
+        self.emitter: RangeEmitter | None = None
+        self._name_of: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+        self._tracks_compiles = False
         # (CallRecorder, file or None, CallsCarrier or None) while a calls table is recorded
         self._calls: tuple[Any, Path | None, Any] | None = None
 
@@ -95,6 +112,9 @@ class Instrumentation:
             if _INSTRUMENTED.get(module) is self:
                 del _INSTRUMENTED[module]
         self._wrappers.clear()
+        if self._tracks_compiles:
+            self._tracks_compiles = False
+            untrack_compiles()
         self._finish_calls()
         detached = NODE_HOOKS.detach(self)
         _ACTIVE.discard(self)
@@ -273,13 +293,17 @@ def instrument(
           (the root, an embedding), the rest when the backward pass ends; on a CUDA device
           thread, whose backward ends elsewhere, they stay open until that thread opens
           its next range.
-        * Under ``torch.compile`` the wrappers stand aside: compiled regions get no ranges.
+        * Under ``torch.compile`` the wrappers stand aside (no graph break, no recompile);
+          each call of a compiled graph gets one range instead, and its kernels their
+          modules when the report is read (see :mod:`torch_nsight.capture.compiled`):
+          instrument before the model's first compiled call.
         * ``torch.save(model)`` and ``copy.deepcopy(model)`` work; in the copies
           ``forward`` is the plain bound method (an instance attribute): they are not
           instrumented.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    model = unwrap_compiled(model)  # torch.compile(model): its modules, under their names
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
         raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
     if depth is not None and depth < 0:
@@ -324,6 +348,7 @@ def instrument(
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else default_emitter()
+    base = sink  # compiled graphs' ranges skip the calls recorder
     path = None if record_calls is None or record_calls is False else Path(record_calls)
     carry = record_calls is not False and emitter is None and under_nsight_compute()
     if path is not None or carry:
@@ -351,6 +376,7 @@ def instrument(
             backward_range = make_range(backward_message(message), name) if backward else None
             wrapper = install_forward(module, forward, backward_range, namer)
             handle._wrappers.append((weakref.ref(module), wrapper))
+            handle._name_of[module] = name
             _INSTRUMENTED[module] = handle
     except BaseException:
         handle.active = True
@@ -363,6 +389,8 @@ def instrument(
                        for name, module in selected}
     handle.ops = op_names
     handle.backward = backward
+    handle.emitter = base
+    handle._tracks_compiles = track_compiles()
     _ACTIVE.add(handle)
     logger.info("torch_nsight: instrumented %d modules of %s (%s)", len(selected),
                 type(model).__name__, reason)

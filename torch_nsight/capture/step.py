@@ -22,6 +22,7 @@ import threading
 from collections.abc import Mapping
 from types import TracebackType
 
+from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 
@@ -96,7 +97,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             handle and ``end_range(handle)`` (default: the ``nvtx`` package; for tests).
     """
 
-    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session")
+    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session", "_window")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -112,6 +113,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._environ = os.environ if environ is None else environ
         self._emitter = emitter
         self._session: object | None = None
+        self._window = False
 
     @property
     def measured(self) -> bool:
@@ -125,6 +127,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
     def __enter__(self) -> step:
         folder = self._environ.get(TIMELINE_ENV)
+        self._window = self.measured
+        if self._window:
+            open_window()
         if folder and self.measured:
             from torch_nsight.capture.timeline import session
 
@@ -152,6 +157,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         for handle in reversed(self._handles):
             self._end_range(handle)
         self._handles = []
+        if self._window:
+            self._window = False
+            close_window()
 
     def _start_range(self, message: str) -> object:
         if self._emitter is not None:

@@ -26,6 +26,7 @@ from torch_nsight import formats, naming
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source, SweepRecord
 from torch_nsight.report import saved
+from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.table import read_report
 
 logger = logging.getLogger(__name__)
@@ -170,6 +171,7 @@ class NcuReport:
         if source.note is None:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))
         frame, carried = split_carried_calls(frame, path)
+        frame = attribute_compiled(frame, path)
         calls_file = calls_beside(path)
         if calls_file.is_file():
             calls = read_calls(calls_file)
@@ -186,14 +188,9 @@ def split_carried_calls(frame: pd.DataFrame, path: Path
         (the kernel table without the carrier kernels, the calls rows or None). A damaged
         message is logged and skipped.
     """
-    carrier = frame["range_start_end"].map(
-        lambda ranges: next((m for m in ranges or () if m.startswith(
-            formats.CALLS_MESSAGE_PREFIX)), None))
-    found = carrier.notna()
-    if not found.any():
-        return frame, None
+    frame, messages = take_carried(frame, formats.CALLS_MESSAGE_PREFIX)
     tables = []
-    for message in pd.unique(carrier[found]):
+    for message in messages:
         try:
             tables.append(check_call_rows(formats.decode_calls(message), str(path)))
         except (formats.FormatError, ReportError) as err:
@@ -201,10 +198,14 @@ def split_carried_calls(frame: pd.DataFrame, path: Path
     if len(tables) > 1:
         logger.warning("%s carries %d calls tables (several instrumented models?): the "
                        "first is used", path.name, len(tables))
-    # the carrier is the fill kernel launched inside the range; other threads' kernels
-    # that ran meanwhile stay
-    fill = frame["kernel_full"].astype(str).str.contains("FillFunctor", regex=False)
-    return frame.loc[~(found & fill)].reset_index(drop=True), tables[0] if tables else None
+    return frame, tables[0] if tables else None
+
+
+def attribute_compiled(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Give the kernels of compiled graphs the modules their carried maps name
+    (:mod:`torch_nsight.report.compiled`), the carrier kernels taken out."""
+    frame, messages = take_carried(frame, formats.COMPILED_MAP_PREFIX)
+    return resolve_compiled(frame, read_maps(messages, path.name))
 
 
 def rank_of(report: Path) -> int | None:
@@ -364,7 +365,7 @@ class SweepDirectory:
                 continue
             frame, meta = read_report(path / report, cache=options.cache,
                                       cache_dir=options.cache_dir)
-            frames.append(frame)
+            frames.append(attribute_compiled(frame, path / report))
             sources.append(dataclasses.replace(report_source(path / report, self.name, frame,
                                                              meta), note=None))
         if not frames and not record.dry_run:

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torch_nsight import naming
+from torch_nsight import formats, naming
 from torch_nsight.errors import ReportError
+from torch_nsight.report.compiled import read_maps, resolve_compiled
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
 
@@ -187,6 +188,10 @@ def parse_trace(document: Mapping[str, Any], source: str,
     # the fast path of record_function files its ranges as cpu_op events
     ours = [e for e in events if e.get("cat") in ("user_annotation", "cpu_op")
             and str(e.get("name", "")).startswith(RECORD_PREFIX)]
+    maps = read_maps([e["name"][len(RECORD_PREFIX):] for e in ours if e["name"].startswith(
+        RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)], source)
+    ours = [e for e in ours
+            if not e["name"].startswith(RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)]
     labels = []
     for event in ours:
         message = event["name"][len(RECORD_PREFIX):]
@@ -253,6 +258,7 @@ def parse_trace(document: Mapping[str, Any], source: str,
         "range_start_end", "range_other", "kind", "copy_kind", "pinned", "workload",
         "sol_bottleneck")]
     frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
+    frame = resolve_compiled(frame, maps)
     timeline = _timeline(frame, labels, events, calls, source, steps or {})
     origin = min((_ns(e) for e in events), default=0.0)  # times from the trace's start
     for column in ("start_ns", "launch_ns"):

@@ -35,6 +35,7 @@ from torch import nn
 
 from torch_nsight.capture import instrument
 from torch_nsight.capture.calls import CallRecorder
+from torch_nsight.capture.compiled import is_compiled, measured_window
 from torch_nsight.capture.replica import ReplicaMarkers
 from torch_nsight.capture.settings import apply_settings, describe_settings, read_settings
 from torch_nsight.collect.child.siblings import check_siblings
@@ -191,10 +192,18 @@ class JobRunner:
                 with timed(phases, "calls"):
                     item["calls"] = self._record_calls(model, args, kwargs)
             replicas: list[str] = []
-            if job.replicate:
+            compiled = is_compiled(model)
+            if job.replicate and compiled:
+                item["replication"] = {"status": "skipped", "groups": [], "mismatches": [],
+                                       "error": "a compiled model: every module is profiled"}
+            elif job.replicate:
                 with timed(phases, "check"):
                     item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
+            if compiled and (job.record_calls or job.replicate):
+                with timed(phases, "warmup"):  # a recompile the recording caused: not measured
+                    run_step(model, args, kwargs, job.backward, self.markers)
+                    self._sync()
             with timed(phases, "measure"):
                 for run in range(job.repeats):
                     out = self._measure(model, args, kwargs, item["variant"], label, run,
@@ -253,7 +262,7 @@ class JobRunner:
         message = format_measure_range(variant=variant, shape=label, run=run)
         markers = self.markers.marking(replicas) if replicas else contextlib.nullcontext()
         self._sync()
-        with markers:
+        with markers, measured_window():
             ranges = [nvtx.start_range(MEASURE_MESSAGE, domain=DOMAIN),
                       nvtx.start_range(message, domain=DOMAIN)]
             try:

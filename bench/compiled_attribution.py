@@ -1,0 +1,163 @@
+"""Attribution of compiled models on the GPU machine: how much GPU time lands in modules.
+
+    PYTHONPATH=/tmp/site:$PWD python bench/compiled_attribution.py --out OUT
+
+A timm ViT-S/16 training loop (bs 64, bf16 autocast, fused AdamW, ``instrument(model)``,
+``torch_nsight.step()`` marks), compiled four ways: the whole model (``torch.compile``),
+``fullgraph=True``, each block in place (``block.compile()``) and
+``mode="reduce-overhead"`` (CUDA graphs). Each is profiled as a user would, whole process
+timed from outside:
+
+* ``torch-nsight profile --steps 5:6`` (ncu, the default fast set);
+* ``torch-nsight profile --timeline --steps 5:7`` (PyTorch's profiler).
+
+Also a Hugging Face GPT-2 forward compiled through ``torch_nsight.sweep``. Writes
+``summary.json`` (coverage, forward/backward split, fused kernels, unattributed kernel
+names, wall times) and keeps the reports named in ``KEEP`` (xz, code modules stripped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+VIT = r'''
+import sys, torch, timm, torch_nsight
+mode, depth = sys.argv[1], int(sys.argv[2])
+steps = int(sys.argv[3]) if len(sys.argv) > 3 else 8
+model = timm.create_model("vit_small_patch16_224", depth=depth, num_classes=1000).cuda()
+torch_nsight.instrument(model)
+if mode == "whole":
+    model = torch.compile(model)
+elif mode == "fullgraph":
+    model = torch.compile(model, fullgraph=True)
+elif mode == "block":
+    for block in model.blocks:
+        block.compile()
+elif mode == "reduce":
+    model = torch.compile(model, mode="reduce-overhead")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+x = torch.randn(64, 3, 224, 224, device="cuda")
+y = torch.randint(0, 1000, (64,), device="cuda")
+for _ in range(steps):
+    with torch_nsight.step():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+torch.cuda.synchronize()
+'''
+
+SWEEP = r'''
+import sys, json, torch, torch_nsight
+from transformers import GPT2Config, GPT2LMHeadModel
+def factory():
+    return torch.compile(GPT2LMHeadModel(GPT2Config(n_layer=4)).eval())
+def make_inputs(shape):
+    return {"input_ids": torch.randint(0, 50257, tuple(shape))}
+result = torch_nsight.sweep(factory, [(4, 256)], make_inputs=make_inputs, dtype="bf16",
+                            output_dir=sys.argv[1], timeout=240)
+print("SWEEP", json.dumps({"coverage": result.coverage, "kernels": len(result.kernels)}))
+'''
+
+KEEP = {"ncu_whole": "compile_vit_train.ncu-rep", "timeline_whole": "compile_vit_timeline"}
+
+
+def timed(cmd: list[str], log: Path, timeout: float) -> float | None:
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(6)
+            proc.wait()
+            print(f"{' '.join(cmd[-3:])} timed out after {timeout} s", flush=True)
+            return None
+    seconds = round(time.perf_counter() - started, 1)
+    print(f"{' '.join(cmd[-4:])} rc={proc.returncode} {seconds}s", flush=True)
+    return seconds
+
+
+def describe(path: Path) -> dict:
+    import torch_nsight
+
+    profile = torch_nsight.load(path, cache=False)
+    k = profile.kernels
+    time_col = "duration_ns"
+    total = float(k[time_col].sum())
+    inside = k["module"] != "(unattributed)"
+    out = {"kernels": len(k), "coverage": profile.coverage,
+           "attributed_pct": round(100 * float(k.loc[inside, time_col].sum()) / total, 2),
+           "by_direction_pct": {str(d): round(100 * float(v) / total, 2) for d, v in
+                                k.groupby(k["direction"].fillna("none"))[time_col].sum().items()},
+           "fused_rows": int(k["fused_modules"].notna().sum()) if "fused_modules" in k else 0,
+           "unattributed_top": k.loc[~inside].groupby("kernel")[time_col].sum()
+           .sort_values(ascending=False).head(8).round(0).to_dict(),
+           "top_modules": k.loc[inside].groupby("module")[time_col].sum()
+           .sort_values(ascending=False).head(8).round(0).to_dict(),
+           "contexts": k.loc[~inside, "context"].fillna("").value_counts().head(4).to_dict()}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--parts", default="ncu_whole,timeline_whole,ncu_block,timeline_block,"
+                        "timeline_reduce,ncu_fullgraph,sweep")
+    parser.add_argument("--depth", type=int, default=12)
+    args = parser.parse_args()
+    work = Path("/tmp/compiled_attribution")
+    work.mkdir(exist_ok=True)
+    (work / "vit.py").write_text(VIT)
+    (work / "sweep.py").write_text(SWEEP)
+    py = sys.executable
+    summary: dict = {"depth": args.depth}
+    for part in args.parts.split(","):
+        kind, _, mode = part.partition("_")
+        folder = work / part
+        if kind == "sweep":
+            seconds = timed([py, str(work / "sweep.py"), str(folder)], args.out / "sweep.log",
+                            timeout=300)
+            summary[part] = {"wall_s": seconds}
+            if seconds is not None and (folder / "sweep.json").is_file():
+                summary[part].update(describe(folder))
+            print(part, json.dumps(summary[part], default=str)[:1500], flush=True)
+            continue
+        steps = ["--timeline", "--steps", "5:7"] if kind == "timeline" else ["--steps", "5:6"]
+        seconds = timed([py, "-m", "torch_nsight", "profile", *steps, "--out", str(folder),
+                         "--force", "--", py, str(work / "vit.py"), mode, str(args.depth)],
+                        args.out / f"{part}.log", timeout=300)
+        summary[part] = {"wall_s": seconds}
+        target = folder / "report.ncu-rep" if kind == "ncu" else folder
+        try:
+            summary[part].update(describe(target))
+        except Exception as err:  # noqa: BLE001 - keep going, say why
+            summary[part]["error"] = repr(err)
+        print(part, json.dumps(summary[part], default=str)[:1500], flush=True)
+        keep = KEEP.get(part)
+        if keep and target.exists():
+            if target.is_file():
+                stripped = work / keep
+                subprocess.run([py, "tests/data/strip_code_modules.py", str(target),
+                                str(stripped)], check=False)
+                source = stripped if stripped.is_file() else target
+                with open(args.out / f"{keep}.xz", "wb") as packed:
+                    subprocess.run(["xz", "-T8", "-6", "-c", str(source)], stdout=packed,
+                                   check=False)
+            else:
+                shutil.make_archive(str(args.out / keep), "xztar", target)
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
