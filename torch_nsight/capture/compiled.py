@@ -53,7 +53,7 @@ from torch_nsight.naming import backward_message, compiled_message
 logger = logging.getLogger(__name__)
 
 __all__ = ["track_compiles", "untrack_compiles", "compiled_support", "measured_window",
-           "open_window", "close_window", "is_compiled", "unwrap_compiled",
+           "open_window", "close_window", "is_compiled", "unwrap_compiled", "compiled_graphs_seen",
            "module_path", "CompiledGraph", "graph_map"]
 
 MARK = "[torch_nsight]"
@@ -133,6 +133,17 @@ def _origin_nodes(node_schedule: Any, is_extern: bool) -> list[Any]:
     return nodes
 
 
+def _lowering_is_backward() -> bool | None:
+    """Whether the graph Inductor lowers now is a backward graph (None: it does not say)."""
+    try:
+        from torch._inductor.virtualized import V
+
+        value = getattr(V.graph, "is_backward", None)
+    except Exception:  # noqa: BLE001 - no graph being lowered, or another Inductor
+        return None
+    return value if isinstance(value, bool) else None
+
+
 def _launch_record(kernel: str, node_schedule: Any, is_extern: bool) -> dict[str, Any]:
     modules: set[str] = set()
     backward = False
@@ -141,6 +152,9 @@ def _launch_record(kernel: str, node_schedule: Any, is_extern: bool) -> dict[str
         backward = backward or is_backward
         if path is not None:
             modules.add(path)
+    graph_backward = _lowering_is_backward()  # the nodes' tags vary between torch versions
+    if graph_backward is not None:
+        backward = graph_backward
     return {"k": kernel, "m": sorted(modules), "b": int(backward)}
 
 
@@ -380,6 +394,11 @@ def measured_window() -> Iterator[None]:
         yield
     finally:
         close_window()
+
+
+def compiled_graphs_seen() -> bool:
+    """Whether a compiled graph has been called while compiles were tracked."""
+    return bool(_TRACKER.graphs)
 
 
 def _graph_of(compiled: Any) -> CompiledGraph | None:
