@@ -134,7 +134,7 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
     docstring).
 
     Args:
-        frame: a raw kernel table (``range_stack``, ``kernel``, ``kernel_index``; with
+        frame: a raw kernel table (``range_stack``, ``kernel_full``, ``kernel_index``; with
             ``launch_ns`` the launch order is taken from it).
         maps: the carried kernel maps (:func:`read_maps`).
 
@@ -155,6 +155,7 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
         logger.warning("%d compiled graph range(s) carry no kernel map (%s): their kernels "
                        "stay outside module ranges", len(missing), ", ".join(missing[:3]))
     order_columns = [c for c in ("source", "launch_ns", "kernel_index") if c in frame]
+    name_column = "kernel_full" if "kernel_full" in frame else "kernel"  # `kernel` is cut short
     ordered = frame.sort_values(order_columns, kind="stable").index
     stacks = frame["range_stack"].copy()
     fused: list[Any] = [None] * len(frame)
@@ -178,7 +179,7 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
         elif previous != key:
             cursor.restart()  # a new call of the graph
         previous = key
-        matched = cursor.match(str(frame.at[index, "kernel"]))
+        matched = cursor.match(str(frame.at[index, name_column]))
         if matched is None:
             continue
         _, chain, modules = cursor.launches[matched][:3]

@@ -167,11 +167,11 @@ class NcuReport:
         frame, meta = read_report(path, cache=options.cache, cache_dir=options.cache_dir)
         frame["rank"] = pd.Series([rank_of(path)] * len(frame), index=frame.index,
                                   dtype="Int64")
+        frame, carried = split_carried_calls(frame, path)
+        frame = attribute_compiled(frame, path)
         source = report_source(path, self.name, frame, meta)
         if source.note is None:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))
-        frame, carried = split_carried_calls(frame, path)
-        frame = attribute_compiled(frame, path)
         calls_file = calls_beside(path)
         if calls_file.is_file():
             calls = read_calls(calls_file)
@@ -365,7 +365,8 @@ class SweepDirectory:
                 continue
             frame, meta = read_report(path / report, cache=options.cache,
                                       cache_dir=options.cache_dir)
-            frames.append(attribute_compiled(frame, path / report))
+            frame = attribute_compiled(frame, path / report)
+            frames.append(frame)
             sources.append(dataclasses.replace(report_source(path / report, self.name, frame,
                                                              meta), note=None))
         if not frames and not record.dry_run:

@@ -1,0 +1,155 @@
+"""Compiled graphs keep their modules: Inductor's kernel map, one range per graph call, the
+backward graph's root (real Inductor compiles on the CPU: C++ kernels stand in for Triton)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from capture_models import Recorder
+from torch import nn
+
+from torch_nsight import formats
+from torch_nsight.capture.compiled import compiled_support, module_path, parse_graph_source
+
+pytestmark = pytest.mark.skipif(compiled_support() is not None,
+                                reason=f"this torch cannot map compiled kernels: "
+                                       f"{compiled_support()}")
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(32)
+        self.fc = nn.Linear(32, 32)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.fc(self.norm(x)))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+@pytest.fixture
+def fresh_compiler() -> Iterator[None]:
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    with torch._inductor.config.patch(compile_threads=1):
+        yield
+    torch._dynamo.reset()
+
+
+def _maps(recorder: Recorder) -> dict[str, list[list]]:
+    maps = {}
+    for _, kind, message in recorder.events:
+        if kind == "push" and message.startswith(formats.COMPILED_MAP_PREFIX):
+            document = formats.unpack_message(message, formats.COMPILED_MAP_PREFIX,
+                                              formats.COMPILED_MAP_KIND)
+            maps[document["range"]] = document["launches"]
+    return maps
+
+
+def _ranges(recorder: Recorder) -> list[str]:
+    return [m for _, kind, m in recorder.events if kind == "push" and m.startswith("compiled:")]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("L['self'].blocks[0].norm", "blocks.0.norm"),
+    ("L['self']._modules['blocks']._modules['0'].fc", "blocks.0.fc"),
+    ("getattr(L['self'].blocks, '1').act", "blocks.1.act"),
+    ("L['fn'].0.norm", "0.norm"),
+    ("L['self'].module().blocks.0.forward.module().norm", "blocks.0.norm"),
+    ("L['self']", ""),
+])
+def test_module_paths_read_from_dynamo_sources(text: str, expected: str) -> None:
+    assert module_path(text) == expected
+
+
+def test_whole_model_compile_maps_every_launch_to_its_module(
+        recorder: Recorder, fresh_compiler: None) -> None:
+    model = Net()
+    handle = recorder.instrument(model)
+    compiled = torch.compile(model)
+    for _ in range(2):
+        compiled(torch.randn(8, 32, requires_grad=True)).sum().backward()
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile
+    maps = _maps(recorder)
+    forward = [launches for launches in maps.values() if "bwd:" not in launches[0][1][0]]
+    backward = [launches for launches in maps.values() if "bwd:" in launches[0][1][0]]
+    assert len(forward) == 1 and len(backward) == 1
+    messages = set(handle.messages.values())
+    for launches, prefix in ((forward[0], ""), (backward[0], "bwd:")):
+        for kernel, chain, fused in launches:
+            assert chain[0] == prefix + "Net"  # the root, outermost first, as in eager mode
+            assert all(m.startswith(prefix) and m[len(prefix):] in messages for m in chain)
+            assert not fused or len(fused) > 1
+    # each GEMM of the forward lands in its own Linear
+    gemms = [chain[-1] for kernel, chain, _ in forward[0] if "mm" in kernel]
+    assert gemms == ["blocks.0.fc", "blocks.1.fc", "head"]
+    # two calls per graph, each inside its range; the map is carried once (no measured step)
+    assert sorted(_ranges(recorder)) == sorted(list(maps) * 2)
+
+
+def test_per_block_compile_gives_each_call_its_block_and_backward_its_forward(
+        recorder: Recorder, fresh_compiler: None) -> None:
+    model = Net()
+    recorder.instrument(model)
+    for block in model.blocks:
+        block.compile()
+    model(torch.randn(8, 32, requires_grad=True)).sum().backward()
+    roots = [m.split("@", 1)[1] for m in _ranges(recorder)]
+    # forward blocks.0, blocks.1; backward in reverse order, each to its own block
+    assert roots == ["blocks.0", "blocks.1", "blocks.1", "blocks.0"]
+    for name, launches in _maps(recorder).items():
+        root = name.split("@", 1)[1]
+        for _, chain, _ in launches:
+            assert chain[-1].removeprefix("bwd:").startswith(root)
+
+
+def test_the_wrapper_code_holds_the_launches_in_order(fresh_compiler: None) -> None:
+    from torch._inductor.output_code import CompiledFxGraph
+
+    recorder = Recorder()
+    model = Net()
+    recorder.instrument(model)
+    sources = []
+    call = CompiledFxGraph.__call__
+
+    def keep(self: CompiledFxGraph, inputs: object) -> object:
+        sources.append(self.source_code)
+        return call(self, inputs)
+
+    CompiledFxGraph.__call__ = keep  # the installed wrapper stays underneath
+    try:
+        torch.compile(model)(torch.randn(8, 32))
+    finally:
+        CompiledFxGraph.__call__ = call
+        recorder.handles[0].remove()
+    records = parse_graph_source(sources[0])
+    calls = [line.strip().split("(")[0] for line in sources[0].splitlines()
+             if line.strip().startswith(("cpp_fused", "extern_kernels."))
+             and "async_compile" not in line]
+    assert [r["k"] for r in records] == calls
+
+
+def test_removing_the_last_instrumentation_restores_inductor(fresh_compiler: None) -> None:
+    import torch._inductor.config as config
+
+    before = (config.trace.provenance_tracking_level, config.post_grad_custom_post_pass)
+    recorder = Recorder()
+    recorder.instrument(Net())
+    assert config.trace.provenance_tracking_level == 1
+    recorder.handles[0].remove()
+    assert (config.trace.provenance_tracking_level, config.post_grad_custom_post_pass) == before

@@ -1,0 +1,117 @@
+"""Compiled models read back with their modules: a real torch.compile'd ViT training step,
+under Nsight Compute and under PyTorch's profiler (tests/data/compile/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight import formats
+from torch_nsight.analyze.attribute import UNATTRIBUTED
+from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
+from torch_nsight.report.table import read_report
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+NCU = DATA / "compile" / "vit_train.ncu-rep.xz"
+TIMELINE = DATA / "compile" / "vit_timeline"
+EAGER = DATA / "profile_fast" / "vit_profile.ncu-rep.xz"
+
+
+@pytest.fixture(scope="module", params=["ncu", "timeline"])
+def compiled(request: pytest.FixtureRequest) -> torch_nsight.Profile:
+    return torch_nsight.load(NCU if request.param == "ncu" else TIMELINE, cache=False)
+
+
+def _share(kernels: pd.DataFrame, mask: pd.Series) -> float:
+    return float(kernels.loc[mask, "duration_ns"].sum() / kernels["duration_ns"].sum())
+
+
+def test_most_gpu_time_of_the_compiled_step_lands_in_modules(compiled: torch_nsight.Profile
+                                                             ) -> None:
+    k = compiled.kernels
+    inductor = k["kernel_full"].str.startswith("triton_")
+    assert inductor.sum() > 100  # it did run compiled
+    assert compiled.coverage >= 0.95
+    assert (k.loc[inductor, "module"] != UNATTRIBUTED).all()
+    # forward and backward both present, backward the larger, as in the eager step
+    fwd, bwd = _share(k, k["direction"] == "fwd"), _share(k, k["direction"] == "bwd")
+    assert 0.2 < fwd < bwd
+    # what stays outside: the loss and the optimizer, outside the model
+    outside = set(k.loc[k["module"] == UNATTRIBUTED, "kernel"])
+    assert "multi_tensor_apply_kernel" in outside
+    assert not any(name.startswith("triton_") for name in outside)
+
+
+def test_kernels_land_in_the_modules_whose_ops_they_fused(compiled: torch_nsight.Profile
+                                                          ) -> None:
+    # Two independent records agree: the ops in Inductor's kernel names (from the ATen ops
+    # it fused) and the module the FX metadata gave the kernel.
+    k = compiled.kernels
+    fused = k["fused_modules"].map(lambda m: tuple(m) if m is not None else ())
+    forward = k["direction"] == "fwd"
+    norm = forward & k["kernel_full"].str.contains("native_layer_norm")
+    steps = k["run"].nunique()
+    assert norm.sum() >= 25 * steps  # 2 norms a block, 12 blocks, and the final norm
+    holds_norm = [module.split(".")[-1].startswith("norm") or
+                  any(m.split(".")[-1].startswith("norm") for m in mods)
+                  for module, mods in zip(k.loc[norm, "module"], fused[norm], strict=True)]
+    assert all(holds_norm)
+    gelu = forward & k["kernel_full"].str.contains("gelu")
+    assert gelu.sum() == 12 * steps
+    assert all(".mlp" in m or any(".mlp" in f for f in mods)
+               for m, mods in zip(k.loc[gelu, "module"], fused[gelu], strict=True))
+    # a kernel fused across modules sits in their deepest common ancestor
+    assert fused.map(len).gt(1).sum() > 20
+    for module, depth, mods in zip(k["module"], k["depth"], fused, strict=True):
+        if mods:
+            assert len(mods) > 1
+            prefix = "" if depth == 0 else module + "."  # the root's own name is its class
+            assert all(m.startswith(prefix) or m == module for m in mods)
+            assert depth == 0 or len({m[len(prefix):].split(".")[0] for m in mods
+                                      if m != module}) > 1 or module in mods
+
+
+def test_every_block_gets_its_share(compiled: torch_nsight.Profile) -> None:
+    k = compiled.kernels
+    blocks = k["module_path"].str.extract(r"/blocks\.(\d+)(?:/|$)")[0].dropna().astype(int)
+    per_block = k.loc[blocks.index].groupby(blocks)["duration_ns"].sum()
+    assert list(per_block.index) == list(range(12))
+    assert per_block.max() / per_block.min() < 1.5  # identical blocks, similar time
+
+
+def test_compiled_against_eager_per_module() -> None:
+    eager = torch_nsight.load(EAGER, cache=False).kernels
+    compiled = torch_nsight.load(NCU, cache=False).kernels
+    top = [f"blocks.{i}" for i in range(12)] + ["patch_embed.proj", "head"]
+
+    def per_module(k: pd.DataFrame) -> pd.Series:
+        return pd.Series({m: k.loc[k["module_path"].str.contains(
+            f"/{m}(?:/|$)", regex=True), "duration_ns"].sum() for m in top})
+
+    ratio = per_module(compiled) / per_module(eager)
+    # compile fuses norms, GELU and residuals: every block faster, none gone
+    assert (ratio[[f"blocks.{i}" for i in range(12)]] < 1.0).all()
+    assert (ratio > 0.3).all()
+    assert ratio["patch_embed.proj"] == pytest.approx(1.0, abs=0.15)  # the same conv kernels
+
+
+def test_a_range_without_its_map_is_said_not_hidden() -> None:
+    from torch_nsight.analyze.attribute import attribute
+
+    frame, _ = read_report(NCU, cache=False)
+    without_maps, messages = take_carried(frame, formats.COMPILED_MAP_PREFIX)
+    # the forward and the backward graph's maps, carried inside the profiled step (the
+    # copies carried at their first call were outside ncu's range)
+    assert len(read_maps(messages, "x")) == 2
+    resolved = attribute(resolve_compiled(without_maps, read_maps(messages, "x")))
+    kept = attribute(resolve_compiled(without_maps, []))
+    in_range = kept["range_stack"].map(lambda s: any(m.startswith("compiled:") for m in s))
+    assert in_range.sum() == (resolved["module"] != UNATTRIBUTED).sum()
+    assert kept["kernel_full"][kept["kernel_full"].str.startswith("triton_")].index.isin(
+        kept.index[in_range]).all()
+    # unresolved: outside any module, the range named in the context, never silently lost
+    assert (kept.loc[in_range, "module"] == UNATTRIBUTED).all()
+    assert kept.loc[in_range, "context"].str.contains("compiled:g").all()
