@@ -67,7 +67,9 @@ result = torch_nsight.sweep(factory, [(4, 256)], make_inputs=make_inputs, dtype=
 print("SWEEP", json.dumps({"coverage": result.coverage, "kernels": len(result.kernels)}))
 '''
 
-KEEP = {"ncu_whole": "compile_vit_train.ncu-rep", "timeline_whole": "compile_vit_timeline"}
+KEEP = {"ncu_whole": "compile_vit_train.ncu-rep", "timeline_whole": "compile_vit_timeline",
+        "ncu_reduce": "compile_reduce_overhead.ncu-rep",
+        "timeline_reduce": "compile_reduce_overhead_timeline"}
 
 
 def timed(cmd: list[str], log: Path, timeout: float) -> float | None:
@@ -96,6 +98,7 @@ def describe(path: Path) -> dict:
     total = float(k[time_col].sum())
     inside = k["module"] != "(unattributed)"
     out = {"kernels": len(k), "coverage": profile.coverage,
+           "inductor_kernels": int(k["kernel_full"].str.startswith("triton_").sum()),
            "attributed_pct": round(100 * float(k.loc[inside, time_col].sum()) / total, 2),
            "by_direction_pct": {str(d): round(100 * float(v) / total, 2) for d, v in
                                 k.groupby(k["direction"].fillna("none"))[time_col].sum().items()},

@@ -115,3 +115,19 @@ def test_a_range_without_its_map_is_said_not_hidden() -> None:
     # unresolved: outside any module, the range named in the context, never silently lost
     assert (kept.loc[in_range, "module"] == UNATTRIBUTED).all()
     assert kept.loc[in_range, "context"].str.contains("compiled:g").all()
+
+
+def test_compare_eager_with_compiled_names_what_was_fused() -> None:
+    from torch_nsight.analyze.regress import compare_profiles
+
+    eager = torch_nsight.load(EAGER, cache=False).kernels
+    compiled = torch_nsight.load(NCU, cache=False).kernels
+    rows = compare_profiles(eager, compiled, by="module")
+    verdicts = rows.set_index(["direction", "module"])["verdict"]
+    # the norms and the GELUs ran inside kernels fused across modules: not "gone"
+    for i in range(12):
+        for name in ("norm1", "norm2", "mlp.act"):
+            assert verdicts[("fwd", f"blocks.{i}.{name}")] == "fused"
+    assert "only in baseline" not in set(rows["verdict"])
+    assert (rows.loc[rows["module"].str.fullmatch(r"blocks\.\d+").fillna(False), "verdict"]
+            == "improved").all()

@@ -23,9 +23,9 @@ from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree
 logger = logging.getLogger(__name__)
 
 CompareLevel = Literal["module", "kernel"]
-Verdict = Literal["regressed", "improved", "unchanged", "within noise", "only in baseline",
-                  "only in current"]
-VERDICTS: tuple[str, ...] = ("regressed", "improved", "unchanged", "within noise",
+Verdict = Literal["regressed", "improved", "unchanged", "within noise", "fused",
+                  "only in baseline", "only in current"]
+VERDICTS: tuple[str, ...] = ("regressed", "improved", "unchanged", "within noise", "fused",
                              "only in baseline", "only in current")
 KEYS: dict[str, tuple[str, ...]] = {
     "module": (*LABELS, "direction", "path"),
@@ -130,6 +130,17 @@ def _provenance_notes(baseline: pd.DataFrame, current: pd.DataFrame) -> list[str
     return notes
 
 
+def _fused_modules(df: pd.DataFrame) -> set[tuple[str, str]]:
+    """(direction, module) of every module some kernel fused across modules ran for."""
+    if "fused_modules" not in df:
+        return set()
+    found = set()
+    for direction, modules in zip(df["direction"].fillna(""), df["fused_modules"], strict=True):
+        if modules is not None and not (isinstance(modules, float) and math.isnan(modules)):
+            found.update((direction, m) for m in modules)
+    return found
+
+
 def _verdict(row: pd.Series, threshold: float) -> str:
     if pd.isna(row["current_ns"]):
         return "only in baseline"
@@ -165,7 +176,10 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
       ranges of runs overlap;
     - ``regressed`` (slower) or ``improved`` (faster) otherwise.
 
-    Rows on one side only are kept, as ``only in baseline`` or ``only in current``.
+    Rows on one side only are kept, as ``only in baseline`` or ``only in current``; a
+    module of the baseline whose work the current profile ran inside kernels fused across
+    modules (its ``fused_modules``, as ``torch.compile`` does) is ``fused``: its time is
+    in the enclosing module the fused kernel belongs to.
 
     Args:
         baseline: the attributed, classified kernel table before the change
@@ -231,6 +245,12 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).where(out["change_ns"].notna())
     out["verdict"] = [_verdict(row, float(threshold)) for _, row in out.iterrows()] \
         if len(out) else pd.Series(dtype=object)
+    fused = _fused_modules(current)
+    if fused:
+        gone = (out["verdict"] == "only in baseline") & np.array([
+            (direction, module) in fused for direction, module in
+            zip(out["direction"], out["module"], strict=True)], dtype=bool)
+        out.loc[gone, "verdict"] = "fused"
     for column in keys:
         out[column] = blank_to_none(out[column])
     result = out.reindex(columns=list(REGRESS_COLUMNS))

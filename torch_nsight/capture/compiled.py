@@ -186,6 +186,7 @@ class _Tracker:
             collections.deque(maxlen=4096))
         self.carried: set[tuple[str, bool]] = set()
         self.window = 0
+        self.called = False  # a compiled graph ran since the first instrumentation
         self.lock = threading.Lock()
         self.warned: set[str] = set()
 
@@ -367,6 +368,8 @@ def untrack_compiles() -> None:
         if tracker.users == 0:
             import torch._inductor.config as config
 
+            tracker.called = False
+            tracker.forwards.clear()
             if tracker.previous_level is not None:
                 config.trace.provenance_tracking_level = tracker.previous_level
                 tracker.previous_level = None
@@ -397,8 +400,8 @@ def measured_window() -> Iterator[None]:
 
 
 def compiled_graphs_seen() -> bool:
-    """Whether a compiled graph has been called while compiles were tracked."""
-    return bool(_TRACKER.graphs)
+    """Whether a compiled graph ran while an instrumentation was active."""
+    return _TRACKER.called
 
 
 def _graph_of(compiled: Any) -> CompiledGraph | None:
@@ -445,10 +448,11 @@ def _enter(compiled: Any) -> tuple[Any, str] | None:
     due), or None when it is not attributed."""
     from torch_nsight.capture.instrument import active_instrumentations
 
+    tracker = _TRACKER
+    tracker.called = True
     graph = _graph_of(compiled)
     if graph is None:
         return None
-    tracker = _TRACKER
     owner: tuple[Any, str] | None = None
     if graph.backward:
         modules = graph.modules

@@ -112,7 +112,8 @@ def summary_line(rows: pd.DataFrame, threshold: float, by: str) -> str:
     """One line: how many rows regressed, improved, stayed, sat in the noise."""
     counts = _count_verdicts(rows)
     parts = [f"{counts[v]} {v}" for v in ("regressed", "improved", "within noise",
-                                          "unchanged", "only in baseline", "only in current")
+                                          "unchanged", "fused", "only in baseline",
+                                          "only in current")
              if counts.get(v)]
     return (f"{by}s compared at threshold {threshold:g}%: "
             + (", ".join(parts) if parts else "nothing to compare"))
@@ -247,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout)
-    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current")).all():
+    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
+                                           "fused")).all():
         print("torch-nsight: error: no row of the two profiles matched (different models, "
               "shapes or labels?): nothing was compared, so this is not a pass", file=sys.stderr)
         return 1
