@@ -4,6 +4,7 @@ backward graph's root (real Inductor compiles on the CPU: C++ kernels stand in f
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -91,7 +92,7 @@ def test_whole_model_compile_maps_every_launch_to_its_module(
     assert len(forward) == 1 and len(backward) == 1
     messages = set(handle.messages.values())
     for launches, prefix in ((forward[0], ""), (backward[0], "bwd:")):
-        for kernel, chain, fused in launches:
+        for _kernel, chain, fused in launches:
             assert chain[0] == prefix + "Net"  # the root, outermost first, as in eager mode
             assert all(m.startswith(prefix) and m[len(prefix):] in messages for m in chain)
             assert not fused or len(fused) > 1
@@ -153,3 +154,17 @@ def test_removing_the_last_instrumentation_restores_inductor(fresh_compiler: Non
     assert config.trace.provenance_tracking_level == 1
     recorder.handles[0].remove()
     assert (config.trace.provenance_tracking_level, config.post_grad_custom_post_pass) == before
+
+
+def test_a_compiled_model_is_not_recorded_so_it_stays_compiled(
+        recorder: Recorder, fresh_compiler: None, tmp_path: Path) -> None:
+    # A TorchDispatchMode (the calls recorder) makes a compiled model run eagerly from then
+    # on: record_calls must not switch it on for a model that holds compiled modules.
+    model = Net()
+    recorder.instrument(model, record_calls=tmp_path / "run.calls.json")
+    for block in model.blocks:
+        block.compile()
+    for _ in range(2):
+        model(torch.randn(8, 32, requires_grad=True)).sum().backward()
+    # both iterations ran compiled: two blocks, forward and backward, twice
+    assert len(_ranges(recorder)) == 8

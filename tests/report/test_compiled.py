@@ -18,11 +18,28 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 NCU = DATA / "compile" / "vit_train.ncu-rep.xz"
 TIMELINE = DATA / "compile" / "vit_timeline"
 EAGER = DATA / "profile_fast" / "vit_profile.ncu-rep.xz"
+# mode="reduce-overhead": the compiled graphs replayed as CUDA graphs
+REDUCE_NCU = DATA / "compile" / "reduce_overhead.ncu-rep.xz"
+REDUCE_TIMELINE = DATA / "compile" / "reduce_overhead_timeline"
+SOURCES = {"ncu": NCU, "timeline": TIMELINE, "reduce-overhead ncu": REDUCE_NCU,
+           "reduce-overhead timeline": REDUCE_TIMELINE}
 
 
-@pytest.fixture(scope="module", params=["ncu", "timeline"])
+@pytest.fixture(scope="module", params=list(SOURCES))
 def compiled(request: pytest.FixtureRequest) -> torch_nsight.Profile:
-    return torch_nsight.load(NCU if request.param == "ncu" else TIMELINE, cache=False)
+    return torch_nsight.load(SOURCES[request.param], cache=False)
+
+
+def test_the_reduce_overhead_step_ran_as_cuda_graphs() -> None:
+    from torch_nsight.report.trace import read_trace_file
+
+    trace = read_trace_file(REDUCE_TIMELINE / "trace.json.gz")
+    runtime = [e.get("name") for e in trace["traceEvents"]
+               if isinstance(e, dict) and e.get("cat") == "cuda_runtime"]
+    assert runtime.count("cudaGraphLaunch") == 4  # forward and backward graph, two steps
+    kernels = torch_nsight.load(REDUCE_TIMELINE, cache=False).kernels
+    assert (kernels["kernel_full"].str.startswith("triton_") & (kernels["module"] != UNATTRIBUTED)
+            ).sum() > 500
 
 
 def _share(kernels: pd.DataFrame, mask: pd.Series) -> float:

@@ -125,6 +125,10 @@ def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
         return None
 
 
+class _Refused(Exception):
+    """Recording must not start (the reason is the message)."""
+
+
 class CallRecorder:
     """A range emitter that forwards to ``inner`` and records the aten ops run in each range.
 
@@ -159,7 +163,8 @@ class CallRecorder:
 
     def __init__(self, inner: RangeEmitter | None = None, *,
                  first_iteration: bool = False,
-                 on_done: Callable[[CallRecorder], None] | None = None) -> None:
+                 on_done: Callable[[CallRecorder], None] | None = None,
+                 refuse: Callable[[], str | None] | None = None) -> None:
         if inner is None:
             from torch_nsight.capture.emitter import NvtxEmitter
 
@@ -182,6 +187,8 @@ class CallRecorder:
         self._done = False  # first_iteration: the iteration was recorded, or close()d
         self._warned_record = False
         self.on_done = on_done  # called once the first iteration is recorded
+        # why recording must not start now (None: it may), asked before each start
+        self.refuse = refuse
 
     # -- emitter protocol ------------------------------------------------------------------
 
@@ -252,7 +259,12 @@ class CallRecorder:
         if self._recording or self._mode is not None:
             raise RuntimeError("this CallRecorder is recording already (recording() blocks "
                                "do not nest, and first_iteration recording is under way)")
-        self._start()
+        try:
+            self._start()
+        except _Refused as err:
+            logger.info("torch_nsight: calls not recorded: %s", err)
+            yield self
+            return
         try:
             yield self
         finally:
@@ -278,7 +290,11 @@ class CallRecorder:
                 return
             if self._root is None:
                 self._root = message
-                self._start()
+                try:
+                    self._start()
+                except _Refused as err:
+                    logger.info("torch_nsight: calls not recorded: %s", err)
+                    self._done = True
             elif message == self._root and threading.get_ident() == self._mode_thread:
                 self._done = True
                 self._stop()
@@ -291,6 +307,9 @@ class CallRecorder:
             self._done = True
 
     def _start(self) -> None:
+        reason = self.refuse() if self.refuse is not None else None
+        if reason is not None:
+            raise _Refused(reason)
         mode = _make_mode(self)
         mode.__enter__()
         self._mode = mode

@@ -53,7 +53,7 @@ from torch_nsight.naming import backward_message, compiled_message
 logger = logging.getLogger(__name__)
 
 __all__ = ["track_compiles", "untrack_compiles", "compiled_support", "measured_window",
-           "open_window", "close_window", "is_compiled", "unwrap_compiled", "compiled_graphs_seen",
+           "open_window", "close_window", "is_compiled", "tracking_compiles", "unwrap_compiled", "compiled_graphs_seen", "compiled_refusal",
            "module_path", "CompiledGraph", "graph_map"]
 
 MARK = "[torch_nsight]"
@@ -298,6 +298,16 @@ def is_compiled(model: Any) -> bool:
     return any(getattr(m, "_compiled_call_impl", None) is not None for m in modules)
 
 
+def compiled_refusal(model: Any) -> str | None:
+    """Why no dispatch mode may record ``model``'s calls now, or None: a compiled model,
+    once run under a ``TorchDispatchMode``, keeps running eagerly (seen on torch 2.13: its
+    compiled graph is not called again), so its calls are never recorded."""
+    if is_compiled(model) or compiled_graphs_seen():
+        return ("the model runs compiled (a dispatch mode would make it run eagerly from "
+                "then on); no FLOPs from the calls table")
+    return None
+
+
 def unwrap_compiled(model: Any) -> Any:
     """The module ``torch.compile(module)`` wrapped (the model itself otherwise)."""
     while type(model).__name__ == "OptimizedModule" and hasattr(model, "_orig_mod"):
@@ -390,6 +400,18 @@ def close_window() -> None:
 
 
 @contextlib.contextmanager
+def tracking_compiles() -> Iterator[bool]:
+    """:func:`track_compiles` ... :func:`untrack_compiles` around a block, for a model that
+    compiles before it is instrumented (a warm-up timed without ranges)."""
+    tracked = track_compiles()
+    try:
+        yield tracked
+    finally:
+        if tracked:
+            untrack_compiles()
+
+
+@contextlib.contextmanager
 def measured_window() -> Iterator[None]:
     """:func:`open_window` ... :func:`close_window` around a block."""
     open_window()
@@ -448,6 +470,9 @@ def _enter(compiled: Any) -> tuple[Any, str] | None:
     due), or None when it is not attributed."""
     from torch_nsight.capture.instrument import active_instrumentations
 
+    handles = [h for h in active_instrumentations() if h.emitter is not None]
+    if not handles:
+        return None  # tracked, nothing instrumented now (a bare timing)
     tracker = _TRACKER
     tracker.called = True
     graph = _graph_of(compiled)
@@ -467,9 +492,6 @@ def _enter(compiled: Any) -> tuple[Any, str] | None:
         if owner is not None:
             tracker.forwards.append((graph.modules, owner[0], owner[1]))
     if owner is None:
-        handles = [h for h in active_instrumentations() if h.emitter is not None]
-        if not handles:
-            return None
         owner = (handles[0], "")
     handle, root = owner
     if not handle.active or handle.emitter is None:

@@ -97,14 +97,6 @@ class CallsCarrier:
         """A measured step starts: record it, if it is the first (never raises)."""
         if not self.per_step or self._carried or self._window is not None:
             return
-        from torch_nsight.capture.compiled import compiled_graphs_seen
-
-        if compiled_graphs_seen():
-            # a dispatch mode makes torch.compile run the step eagerly: not the measured one
-            logger.info("torch_nsight: compiled graphs ran: the calls table is not recorded, "
-                        "so the measured step runs compiled (no FLOPs in the fast set)")
-            self._carried = True
-            return
         try:
             window = self.recorder.recording()
             window.__enter__()

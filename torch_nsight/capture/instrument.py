@@ -14,7 +14,12 @@ from typing import Any, Literal
 
 from torch import nn
 
-from torch_nsight.capture.compiled import track_compiles, untrack_compiles, unwrap_compiled
+from torch_nsight.capture.compiled import (
+    compiled_refusal,
+    track_compiles,
+    untrack_compiles,
+    unwrap_compiled,
+)
 from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled, under_nsight_compute
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
@@ -357,7 +362,8 @@ def instrument(
 
         per_step = carry and bool(os.environ.get(STEPS_ENV))
         sink = CallRecorder(sink, first_iteration=not per_step,
-                            on_done=lambda _recorder: handle._finish_calls())
+                            on_done=lambda _recorder: handle._finish_calls(),
+                            refuse=lambda: compiled_refusal(model))
         handle._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
         atexit.register(handle._finish_calls)  # a script that never removes the handle
 

@@ -108,6 +108,7 @@ def timeline(
     """
     import torch
 
+    from torch_nsight.capture.compiled import tracking_compiles
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
     from torch_nsight.profile import load
 
@@ -139,8 +140,9 @@ def timeline(
                     module = module.to(getattr(torch, dtype_name))
                 module = module.to(device)
                 args, kwargs = build_inputs(job, shape, device, model_dtype(module))
-                item.update(_record(module, args, kwargs, job, variant, label, device,
-                                    work / f"trace-{index}.json", run_step))
+                with tracking_compiles():  # a compiled model compiles in the bare warm-up
+                    item.update(_record(module, args, kwargs, job, variant, label, device,
+                                        work / f"trace-{index}.json", run_step))
             except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
                 logger.warning("timeline of %s failed: %s: %s", label, type(err).__name__, err)
                 item.update(status="failed", error=f"{type(err).__name__}: {err}")

@@ -188,11 +188,11 @@ class JobRunner:
                 for _ in range(job.warmup):
                     run_step(model, args, kwargs, job.backward, self.markers)
                 self._sync()
-            if job.record_calls:
+            compiled = is_compiled(model)
+            if job.record_calls and not compiled:  # a dispatch mode would undo the compile
                 with timed(phases, "calls"):
                     item["calls"] = self._record_calls(model, args, kwargs)
             replicas: list[str] = []
-            compiled = is_compiled(model)
             if job.replicate and compiled:
                 item["replication"] = {"status": "skipped", "groups": [], "mismatches": [],
                                        "error": "a compiled model: every module is profiled"}
@@ -200,10 +200,6 @@ class JobRunner:
                 with timed(phases, "check"):
                     item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
-            if compiled and (job.record_calls or job.replicate):
-                with timed(phases, "warmup"):  # a recompile the recording caused: not measured
-                    run_step(model, args, kwargs, job.backward, self.markers)
-                    self._sync()
             with timed(phases, "measure"):
                 for run in range(job.repeats):
                     out = self._measure(model, args, kwargs, item["variant"], label, run,
