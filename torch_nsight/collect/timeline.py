@@ -167,6 +167,7 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from torch_nsight.capture.compiled import measured_window
     from torch_nsight.capture.emitter import RecordFunctionEmitter
     from torch_nsight.capture.instrument import instrument
 
@@ -189,7 +190,8 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
-        with profile(activities=activities) as prof:
+        # the window: graph maps carried before the profiler started are carried again
+        with measured_window(), profile(activities=activities) as prof:
             once()  # the profiler's own first-iteration cost stays out of the steps
             sync()
             for run in range(job.repeats):
