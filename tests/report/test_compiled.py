@@ -148,3 +148,20 @@ def test_compare_eager_with_compiled_names_what_was_fused() -> None:
     assert "only in baseline" not in set(rows["verdict"])
     assert (rows.loc[rows["module"].str.fullmatch(r"blocks\.\d+").fillna(False), "verdict"]
             == "improved").all()
+
+
+def test_findings_on_compiled_code_skip_what_inductor_fused(compiled: torch_nsight.Profile
+                                                            ) -> None:
+    found = compiled.findings()
+    assert "elementwise_chain" not in set(found["finding"])  # Inductor fused them already
+    assert not found["kernels"].astype(str).str.contains("triton_").any()
+    # the convolution's layout round trip is still there to fix in the compiled step
+    assert "layout_conversion" in set(found["finding"])
+
+
+def test_hotspots_name_the_modules_a_kernel_fused(compiled: torch_nsight.Profile) -> None:
+    top = compiled.hotspots(n=20, by="time")
+    fused = top.dropna(subset=["fused_modules"])
+    assert len(fused)
+    for module, modules in zip(fused["module"], fused["fused_modules"], strict=True):
+        assert len(modules) > 1 and module in compiled.kernels["module"].values

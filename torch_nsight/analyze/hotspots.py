@@ -18,7 +18,7 @@ KERNEL_KEYS = (*LABELS, "module", "module_path", "direction", "op", "kernel")
 HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
     "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
-    "reason", "basis", "next_step",
+    "reason", "basis", "next_step", "fused_modules",
 )
 
 
@@ -98,6 +98,16 @@ def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
 
 
 @needs("module", "module_path", "kernel", "duration_ns")
+def _first_fused(df: pd.DataFrame, work: pd.DataFrame, keys: list[str]) -> pd.Series:
+    """Per site, the modules its first launch fused (``fused_modules``), else None."""
+    if "fused_modules" not in df:
+        return pd.Series(None, index=work.groupby(keys, sort=False).size().index, dtype=object)
+    fused = df["fused_modules"].map(lambda m: tuple(m) if isinstance(m, (tuple, list))
+                                    and len(m) else None)
+    return fused.groupby([work[k] for k in keys], sort=False).agg(
+        lambda s: next((m for m in s if m is not None), None))
+
+
 def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     """Aggregate identical launches (same labels, module, direction, op and kernel name).
 
@@ -106,7 +116,8 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         One row per distinct kernel site with :data:`HOTSPOT_COLUMNS`, unsorted; times are
-        per run and ``pct_of_roof`` is time-weighted.
+        per run and ``pct_of_roof`` is time-weighted; ``fused_modules`` names the modules a
+        kernel fused across modules computed for (compiled code; None otherwise).
     """
     work = df.reindex(columns=[*KERNEL_KEYS, "duration_ns", "headroom_ns", "roof_time_ns",
                                "precision", "bound", "reason", "basis",
@@ -127,6 +138,7 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
         pd.MultiIndex.from_frame(work[list(KERNEL_KEYS)])).to_numpy()
     for column in ("reason", "basis"):
         out[column] = _dominant(work[agrees], list(KERNEL_KEYS), column)
+    out["fused_modules"] = _first_fused(df, work, list(KERNEL_KEYS))
     out = out.reset_index()
     out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
     counts = out.pop("runs").astype("float64")

@@ -81,6 +81,18 @@ def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     return columns
 
 
+FUSED_WIDTH = 30
+
+
+def fused_text(module: Any, fused: Any) -> str:
+    """The modules a fused kernel computed for, relative to its own module
+    (``blocks`` + ``(blocks.3.mlp.fc2, blocks.4.norm1)`` -> ``3.mlp.fc2, 4.norm1``)."""
+    if not isinstance(fused, (tuple, list)) or not fused:
+        return ""
+    prefix = f"{module}." if isinstance(module, str) else ""
+    return ", ".join(m[len(prefix):] if m.startswith(prefix) else m for m in fused)
+
+
 def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``hotspots`` table: a ranked kernel site, its roofline verdict and the
     next step to try (reason and next step cut in text; files keep them whole).
@@ -94,6 +106,9 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """
     columns = _row_head(frame, kernels)
     columns.append(("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"))
+    if "fused_modules" in frame and frame["fused_modules"].notna().any():
+        columns.append(("fused", lambda r: shorten(fused_text(r["module"], r["fused_modules"]),
+                                                   FUSED_WIDTH), "left"))
     if (frame["launches"] > 1).any():
         columns.append(("launches", lambda r: format_count(r["launches"]), "right"))
     columns += [
