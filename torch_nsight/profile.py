@@ -181,28 +181,37 @@ class Profile:
         return steps.module_tree(self.kernels, depth)
 
     def hotspots(self, n: int = 10, by: Literal["headroom", "time"] = "headroom",
-                 level: Literal["kernel", "module"] = "kernel") -> pd.DataFrame:
+                 level: Literal["kernel", "module"] = "kernel", fold: bool = True
+                 ) -> pd.DataFrame:
         """Return the top kernels or modules (see :func:`torch_nsight.analyze.hotspots`).
 
         Args:
             n: how many.
             by: rank by recoverable time (``headroom``) or by ``time``.
             level: ``kernel`` or ``module``.
+            fold: kernel sites that differ only by the index of a repeated block
+                (``layers.0`` ... ``layers.7``) are one row, ``blocks`` saying how many
+                (:mod:`torch_nsight.analyze.fold`); False for one row per site.
 
         Returns:
             Ranked rows with their roofline class and ``next_step``.
         """
-        return steps.hotspots(self.kernels, n=n, by=by, level=level)
+        return steps.hotspots(self.kernels, n=n, by=by, level=level, fold=fold)
 
-    def findings(self) -> pd.DataFrame:
+    def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see
         :func:`torch_nsight.analyze.findings`).
+
+        Args:
+            fold: one finding of the same kind in each repeated block is one row with the
+                gain of all of them (``blocks`` saying how many); False for one per block.
 
         Returns:
             One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
             fix in PyTorch terms, the gain's basis and a confidence.
         """
-        return steps.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
+        found = steps.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
+        return steps.fold_findings(found) if fold else found
 
     def by_kernel(self) -> pd.DataFrame:
         """Return one row per kernel name and shape, across the modules that launch it

@@ -20,7 +20,7 @@ from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
-from torch_nsight.analyze.findings import findings
+from torch_nsight.analyze.findings import findings, fold_findings
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
 from torch_nsight.analyze.regress import compare_profiles
@@ -35,6 +35,7 @@ __all__ = [
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
     "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
+    "fold_findings",
     "UNATTRIBUTED",
 ]
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from torch_nsight.analyze.calls import JOIN_KEYS
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.fold import fold_rows
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, runs_per_label
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
@@ -461,3 +462,20 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     for column in (*KEYS, "kernels"):
         out[column] = blank_to_none(out[column].astype(object).where(out[column].notna(), ""))
     return out.reset_index(drop=True)
+
+
+def fold_findings(found: pd.DataFrame) -> pd.DataFrame:
+    """One row for a finding repeated in each block of a repeated structure: its gain the
+    sum of the blocks', its evidence and fix those of the block with the largest gain, and
+    ``blocks`` how many it stands for (see :mod:`torch_nsight.analyze.fold`).
+
+    Args:
+        found: :func:`findings` rows.
+
+    Returns:
+        The folded rows, the largest ``est_gain_ns`` first.
+    """
+    folded = fold_rows(found, keys=("variant", "shape", "direction", "op", "finding"),
+                       sums=("est_gain_ns",), rank="est_gain_ns")
+    return folded.sort_values("est_gain_ns", ascending=False, na_position="last",
+                              kind="stable").reset_index(drop=True)

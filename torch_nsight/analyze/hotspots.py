@@ -10,6 +10,7 @@ import pandas as pd
 
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.fold import fold_rows
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree, runs_per_label
 
 HotspotOrder = Literal["headroom", "time"]
@@ -156,7 +157,7 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
-             level: HotspotLevel = "kernel") -> pd.DataFrame:
+             level: HotspotLevel = "kernel", fold: bool = True) -> pd.DataFrame:
     """Rank kernels or modules by recoverable time or by time.
 
     Args:
@@ -166,6 +167,9 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
             ceiling rank after those with one) or ``time``.
         level: ``kernel`` (identical launches aggregated, see :func:`kernel_hotspots`) or
             ``module`` (each module's own, exclusive, time and headroom).
+        fold: fold kernel sites that differ only by the index of a repeated block into one
+            row before ranking (:func:`torch_nsight.analyze.fold.fold_rows`; column
+            ``blocks``).
 
     Returns:
         The top ``n`` rows, best first, with their bound, reason and ``next_step``.
@@ -181,6 +185,10 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
         raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
     if level == "kernel":
         table = kernel_hotspots(df)
+        if fold:
+            table = fold_rows(table, keys=[*LABELS, "direction", "op", "kernel"],
+                              sums=("launches", "duration_ns", "headroom_ns", "pct_of_total"),
+                              weighted={"pct_of_roof": "duration_ns"})
         key = "headroom_ns" if by == "headroom" else "duration_ns"
     else:
         table = module_tree(df)

@@ -41,6 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--verify", action="store_true",
                         help="time the fix of the top findings on this GPU (CUDA events) and "
                              "report the measured gain")
+    parser.add_argument("--no-fold", dest="fold", action="store_false",
+                        help="one row per block of a repeated structure instead of one row "
+                             "for all of them")
     parser.add_argument("--label", action="append", default=None, metavar="LABEL",
                         help="a label per REPORT, in order (as for report)")
     return parser
@@ -69,8 +72,12 @@ def run(args: argparse.Namespace) -> int:
         from torch_nsight.collect.verify import verify_findings
 
         found = verify_findings(profile, top=args.n)
+        if args.fold:
+            from torch_nsight.analyze import fold_findings
+
+            found = fold_findings(found)
     else:
-        found = profile.findings()
+        found = profile.findings(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
         print(profile.describe(), file=sys.stderr)

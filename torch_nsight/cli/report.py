@@ -70,6 +70,9 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
                         help="deepest module level in the module table (root = 0); "
                              "the scaling plot uses D or 1")
+    parser.add_argument("--no-fold", dest="fold", action="store_false",
+                        help="one row per block of a repeated structure (layers.0, layers.1, "
+                             "...) instead of one row for all of them")
     parser.add_argument("--findings", action="store_true",
                         help="print the findings under the table: the cause, the fix and the "
                              "time it recovers (--by finding makes them the table)")
@@ -222,13 +225,14 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
 
-        frame = table_frame(profile, args.table, n=args.n, by=args.order, depth=args.depth)
+        frame = table_frame(profile, args.table, n=args.n, by=args.order, depth=args.depth,
+                            fold=getattr(args, "fold", True))
         print(describe(profile), file=sys.stderr)
         stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
                      frame.to_json(orient="records", force_ascii=False) + "\n")
     else:
         table = render_table(profile, args.table, args.fmt, args.n, by=args.order,
-                             depth=args.depth)
+                             depth=args.depth, fold=getattr(args, "fold", True))
         print(describe(profile), file=stream)
         print(file=stream)
         print(table, file=stream)
@@ -241,7 +245,8 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
-            print(render_findings(profile.findings().head(args.n or 10), args.fmt,
+            print(render_findings(profile.findings(fold=getattr(args, "fold", True))
+                                  .head(args.n or 10), args.fmt,
                                   profile.kernels), file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
@@ -249,7 +254,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         if target is not None:
             with writing(target):
                 written.append(write_table(profile, target, args.table, args.n, by=args.order,
-                                           depth=args.depth))
+                                           depth=args.depth, fold=getattr(args, "fold", True)))
     if getattr(args, "roofline", None) is not None:
         from torch_nsight.render import plot_roofline
 

@@ -70,11 +70,18 @@ _VERDICT: list[Column] = [
 """The roofline verdict that ends a kernel or hotspot row."""
 
 
+def module_cell(row: pd.Series) -> str:
+    """The module of a row, with ``×N`` when it stands for N folded blocks."""
+    blocks = row.get("blocks")
+    folded = not is_missing(blocks) and int(blocks) > 1
+    return _text(row.get("module")) + (f" ×{int(blocks)}" if folded else "")
+
+
 def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """The leading columns of a kernel or hotspot row: rank, labels, module, direction, op."""
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right"),
                              *_labels(kernels),
-                             ("module", lambda r: _text(r.get("module")), "left"),
+                             ("module", module_cell, "left"),
                              ("dir", lambda r: _text(r["direction"]), "left")]
     if frame["op"].notna().any():
         columns.append(("op", lambda r: shorten(r["op"], 28), "left"))

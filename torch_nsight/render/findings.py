@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torch_nsight.render.columns import module_cell
 from torch_nsight.render.units import MISSING, format_us, is_missing, shorten
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     columns += [(label, lambda r, c=label: _text(r[c]), "left") for label in _labels(kernels)]
     return [
         *columns,
-        ("module", lambda r: shorten(_text(r["module"]), 28), "left"),
+        ("module", lambda r: shorten(module_cell(r), 36), "left"),
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
         ("gain µs", lambda r: format_us(r["est_gain_ns"]), "right"),
@@ -57,7 +58,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def _where(row: pd.Series, labels: list[str]) -> str:
     """The module, with the variant and shape where the profile holds several."""
     tags = [_text(row[label]) for label in labels]
-    return _text(row["module"]) + (f" ({', '.join(tags)})" if tags else "")
+    return module_cell(row) + (f" ({', '.join(tags)})" if tags else "")
 
 
 def render_findings(frame: pd.DataFrame, fmt: str = "plain",

@@ -40,8 +40,9 @@ TableKind = Literal["hotspots", "modules", "kernels", "launches", "shapes", "ran
 #: The values of :data:`torch_nsight.analyze.hotspots.HotspotOrder` (a test keeps them
 #: equal), here so that the command line need not import pandas to offer them.
 HOTSPOT_ORDERS: tuple[str, ...] = ("headroom", "time")
-#: Selects a table's rows: (profile, rows or None for all, hotspot order, module depth).
-RowsSelector = Callable[["Profile", "int | None", "HotspotOrder", "int | None"],
+#: Selects a table's rows: (profile, rows or None for all, hotspot order, module depth,
+#: whether repeated blocks fold into one row).
+RowsSelector = Callable[["Profile", "int | None", "HotspotOrder", "int | None", bool],
                         "pd.DataFrame"]
 #: The kernel table's columns of range tuples, left out of the ``kernels`` table.
 RANGE_TUPLE_COLUMNS = ("range_stack", "range_start_end", "range_other")
@@ -72,18 +73,18 @@ def _head(frame: pd.DataFrame, rows: int | None) -> pd.DataFrame:
 
 
 def _hotspot_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                  depth: int | None) -> pd.DataFrame:
+                  depth: int | None, fold: bool = True) -> pd.DataFrame:
     return profile.hotspots(n=rows if rows is not None else max(len(profile.kernels), 1),
-                            by=by, level="kernel")
+                            by=by, level="kernel", fold=fold)
 
 
 def _module_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                 depth: int | None) -> pd.DataFrame:
+                 depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.modules(depth), rows)
 
 
 def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                       depth: int | None) -> pd.DataFrame:
+                       depth: int | None, fold: bool = True) -> pd.DataFrame:
     frame = profile.by_kernel()
     if rows is None:
         return frame.reset_index(drop=True)
@@ -93,22 +94,22 @@ def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
 
 
 def _shape_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                depth: int | None) -> pd.DataFrame:
+                depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.by_shape(), rows)
 
 
 def _rank_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-               depth: int | None) -> pd.DataFrame:
+               depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.by_rank(), rows)
 
 
 def _finding_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                  depth: int | None) -> pd.DataFrame:
-    return _head(profile.findings(), rows)
+                  depth: int | None, fold: bool = True) -> pd.DataFrame:
+    return _head(profile.findings(fold=fold), rows)
 
 
 def _launch_rows(profile: Profile, rows: int | None, by: HotspotOrder,
-                 depth: int | None) -> pd.DataFrame:
+                 depth: int | None, fold: bool = True) -> pd.DataFrame:
     frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
                                           if c in profile.kernels])
     return _head(frame.assign(pct_of_total=_kernel_share(frame)), rows)

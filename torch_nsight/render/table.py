@@ -62,7 +62,8 @@ def _check(what: Any, n: Any, by: Any, depth: Any) -> TableSpec:
 
 
 def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None = None,
-                by: HotspotOrder = "headroom", depth: int | None = None) -> pd.DataFrame:
+                by: HotspotOrder = "headroom", depth: int | None = None,
+                fold: bool = True) -> pd.DataFrame:
     """Return the rows of a table as raw numbers (the analysis columns, units in names).
 
     Args:
@@ -73,6 +74,8 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
         n: how many rows; None: :data:`DEFAULT_ROWS` (top 10 hotspots, all the rest).
         by: hotspot order, ``headroom`` (recoverable time) or ``time``.
         depth: deepest module level kept in the ``modules`` table (root = 0).
+        fold: rows of hotspots and findings that differ only by the index of a repeated
+            block become one row (see :mod:`torch_nsight.analyze.fold`).
 
     Returns:
         A DataFrame: :meth:`Profile.hotspots`, :meth:`Profile.modules`, or the kernel table
@@ -82,12 +85,12 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
         ValueError: an argument is out of range.
     """
     spec = _check(what, n, by, depth)
-    return spec.rows(profile, n if n is not None else spec.default_rows, by, depth)
+    return spec.rows(profile, n if n is not None else spec.default_rows, by, depth, fold)
 
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
                  n: int | None = None, *, by: HotspotOrder = "headroom",
-                 depth: int | None = None) -> str:
+                 depth: int | None = None, fold: bool = True) -> str:
     """Return a table of the profile as text, in readable units.
 
     Times are in µs per run, ``share %`` is the share of the (variant, shape)'s GPU time,
@@ -102,6 +105,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
         n: how many rows; None: :data:`DEFAULT_ROWS`.
         by: hotspot order, ``headroom`` or ``time``.
         depth: deepest module level in the ``modules`` table.
+        fold: fold repeated blocks into one row (see :func:`table_frame`).
 
     Returns:
         The table, without a trailing newline; a one-line note when it has no rows.
@@ -111,7 +115,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
-    frame = table_frame(profile, what, n=n, by=by, depth=depth)
+    frame = table_frame(profile, what, n=n, by=by, depth=depth, fold=fold)
     if frame.empty:
         return f"(no {what} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
@@ -124,7 +128,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
                 n: int | None = None, *, by: HotspotOrder = "headroom",
-                depth: int | None = None) -> Path:
+                depth: int | None = None, fold: bool = True) -> Path:
     """Write a table to a file whose suffix chooses the format.
 
     ``.csv``, ``.parquet`` and ``.json`` (a list of records) hold the raw numbers of
@@ -138,6 +142,7 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         n: how many rows; None: :data:`DEFAULT_ROWS`.
         by: hotspot order, ``headroom`` or ``time``.
         depth: deepest module level in the ``modules`` table.
+        fold: fold repeated blocks into one row (see :func:`table_frame`).
 
     Returns:
         The path written.
@@ -153,10 +158,10 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         raise ValueError(f"path must end in one of {', '.join(SUFFIXES)}; got {target.name!r}")
     if suffix in (".txt", ".md"):
         text = render_table(profile, what, "plain" if suffix == ".txt" else "markdown", n,
-                            by=by, depth=depth)
+                            by=by, depth=depth, fold=fold)
         target.write_text(text + "\n", encoding="utf-8")
     else:
-        frame = table_frame(profile, what, n=n, by=by, depth=depth)
+        frame = table_frame(profile, what, n=n, by=by, depth=depth, fold=fold)
         if suffix == ".csv":
             frame.to_csv(target, index=False)
         elif suffix == ".parquet":

@@ -1,0 +1,69 @@
+"""Repeated blocks folded into one row, on a real Hugging Face GPT-2 sweep (12 identical
+layers, tests/data/hf_gpt2_fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.fold import folded_name, format_indices, index_template
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> torch_nsight.Profile:
+    return torch_nsight.load(DATA / "hf_gpt2_fast", cache=False)
+
+
+@pytest.mark.parametrize("values, text", [([0, 1, 2, 3, 4, 5, 6, 7], "0-7"), ([3], "3"),
+                                           ([5, 0, 1, 2, 3], "0-3,5"), ([1, 3, 4], "1,3-4")])
+def test_indices_read_as_ranges(values: list[int], text: str) -> None:
+    assert format_indices(values) == text
+
+
+def test_names_fold_on_every_index() -> None:
+    assert index_template("model.layers.3.self_attn") == ("model.layers.{}.self_attn", (3,))
+    assert index_template("lm_head") == ("lm_head", ())
+    template, _ = index_template("layers.2.experts.5")
+    assert folded_name(template, [(0, 5), (1, 5), (2, 5)]) == "layers.{0-2}.experts.5"
+
+
+def _unindexed(names: pd.Series) -> list[str]:
+    return [index_template(n)[0] for n in names]
+
+
+def test_top_hotspots_hold_no_two_rows_that_differ_only_by_a_layer(
+        gpt2: torch_nsight.Profile) -> None:
+    top = gpt2.hotspots(n=10, by="time")
+    keys = list(zip(_unindexed(top["module"]), top["direction"], top["kernel"], strict=True))
+    assert len(set(keys)) == len(keys)
+    raw = gpt2.hotspots(n=10, by="time", fold=False)
+    assert len(set(zip(_unindexed(raw["module"]), raw["kernel"], strict=True))) < 10
+    # a folded row is the sum of the rows it stands for
+    every = gpt2.hotspots(n=10_000, by="time", fold=False)
+    for _, row in top[top["blocks"] > 1].iterrows():
+        template = index_template(row["module"].replace("{0-11}", "0"))[0]
+        members = every[(pd.Series(_unindexed(every["module"]), index=every.index) == template)
+                        & (every["kernel"] == row["kernel"])
+                        & (every["direction"] == row["direction"])]
+        assert len(members) == row["blocks"] == 12
+        assert row["duration_ns"] == pytest.approx(members["duration_ns"].sum())
+        assert row["launches"] == pytest.approx(members["launches"].sum())
+
+
+def test_a_finding_repeated_per_layer_is_one_row_with_the_gain_of_all(
+        gpt2: torch_nsight.Profile) -> None:
+    folded = gpt2.findings()
+    raw = gpt2.findings(fold=False)
+    chains = raw[raw["finding"] == "elementwise_chain"]
+    assert len(chains) == 12
+    row = folded[folded["finding"] == "elementwise_chain"].iloc[0]
+    assert row["module"] == "transformer.h.{0-11}.mlp.act" and row["blocks"] == 12
+    assert row["est_gain_ns"] == pytest.approx(chains["est_gain_ns"].sum())
+    top = folded.head(5)
+    assert len(set(zip(_unindexed(top["module"]), top["finding"], strict=True))) == len(top)
+    assert folded["est_gain_ns"].is_monotonic_decreasing

@@ -1,0 +1,139 @@
+"""Repeated structure folded: rows that differ only by the index of a repeated block (the
+``3`` of ``model.layers.3.self_attn``) become one row for all the blocks.
+
+A decoder's eight identical layers otherwise fill a table with the same kernel eight times,
+each with an eighth of its time, and push every other row out of the top ten::
+
+    module                       kernel               time µs        module                    kernel           time µs  blocks
+    model.layers.0.self_attn     elementwise_kernel    145.47   ->   model.layers.{0-7}.self_attn  elementwise_kernel  1163.76       8
+    model.layers.1.self_attn     elementwise_kernel    145.47
+    ...
+
+A numeric component of a dotted module name is an index. Rows whose names read the same with
+every index replaced, and whose other keys agree, fold: their times and gains add up, the
+other facts come from the row with the most time, and ``blocks`` counts the rows folded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["fold_rows", "index_template", "format_indices", "folded_name", "FOLD_COLUMN"]
+
+FOLD_COLUMN = "blocks"
+_SLOT = "{}"
+
+
+def index_template(name: object) -> tuple[str, tuple[int, ...]]:
+    """``("model.layers.{}.self_attn", (3,))`` for ``"model.layers.3.self_attn"``; names
+    without an index (or not text) come back whole, with no index."""
+    if not isinstance(name, str):
+        return (name, ())  # type: ignore[return-value]
+    parts = name.split(".")
+    indices = tuple(int(p) for p in parts if p.isdigit())
+    if not indices:
+        return name, ()
+    return ".".join(_SLOT if p.isdigit() else p for p in parts), indices
+
+
+def format_indices(values: Sequence[int]) -> str:
+    """``0-7``, ``0-3,5``, ``2``: sorted distinct values, runs as ranges."""
+    ordered = sorted(set(values))
+    runs: list[str] = []
+    start = previous = ordered[0]
+    for value in [*ordered[1:], None]:
+        if value is not None and value == previous + 1:
+            previous = value
+            continue
+        runs.append(str(start) if start == previous else f"{start}-{previous}")
+        if value is not None:
+            start = previous = value
+    return ",".join(runs)
+
+
+def folded_name(template: str, indices: Sequence[tuple[int, ...]]) -> str:
+    """The template with each slot showing the indices folded there
+    (``model.layers.{0-7}.self_attn``; a slot where all agree shows that one index)."""
+    pieces = template.split(_SLOT)
+    out = [pieces[0]]
+    for slot, rest in enumerate(pieces[1:]):
+        values = [ix[slot] for ix in indices]
+        out.append("{" + format_indices(values) + "}" if len(set(values)) > 1
+                   else str(values[0]))
+        out.append(rest)
+    return "".join(out)
+
+
+def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = (),
+              weighted: dict[str, str] | None = None, rank: str = "duration_ns",
+              name: str = "module", path: str | None = "module_path") -> pd.DataFrame:
+    """Fold rows that differ only by block indices in ``name`` (see the module docstring).
+
+    Args:
+        rows: a table with a ``name`` column (dotted module names).
+        keys: the other columns that must agree for rows to fold.
+        sums: columns added up over the folded rows.
+        weighted: columns averaged over the folded rows, weighted by another column
+            (``{"pct_of_roof": "duration_ns"}``).
+        rank: the column whose largest row gives the folded row its other facts.
+        name: the column of module names; ``path`` (if present) folds the same way.
+
+    Returns:
+        The rows, folded, in the order of their first row, with :data:`FOLD_COLUMN`: how
+        many rows each stands for (1 for a row that folded with none).
+    """
+    if rows.empty:
+        return rows.assign(**{FOLD_COLUMN: pd.Series(dtype="int64")})
+    work = rows.reset_index(drop=True)
+    templates = [index_template(value) for value in work[name]]
+    group_keys = pd.DataFrame({k: work[k].astype(object).where(work[k].notna(), "\0")
+                               for k in keys if k in work})
+    group_keys["__template"] = [t for t, _ in templates]
+    group_keys["__indexed"] = [bool(ix) for _, ix in templates]
+    # a row without an index folds with none
+    group_keys.loc[~group_keys["__indexed"], "__template"] = [
+        f"\0row{i}" for i in np.flatnonzero(~group_keys["__indexed"].to_numpy())]
+    group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
+    out = []
+    for _, members in work.groupby(group_id, sort=False):
+        if len(members) == 1:
+            out.append(members.assign(**{FOLD_COLUMN: 1}))
+            continue
+        ranked = members[rank].astype("float64").fillna(-np.inf)
+        row = members.loc[[ranked.idxmax()]].copy()
+        for column in sums:
+            if column in members:
+                row[column] = members[column].sum(min_count=1)
+        for column, weight in (weighted or {}).items():
+            if column in members and weight in members:
+                w = members[weight].astype("float64")
+                valid = members[column].notna() & w.notna()
+                row[column] = (float((members.loc[valid, column] * w[valid]).sum()
+                                     / w[valid].sum()) if w[valid].sum() else np.nan)
+        indices = [templates[i][1] for i in members.index]
+        row[name] = folded_name(templates[members.index[0]][0], indices)
+        if path is not None and path in members:
+            row[path] = _fold_path(members[path].tolist())
+        row[FOLD_COLUMN] = len(members)
+        out.append(row)
+    return pd.concat(out, ignore_index=True)
+
+
+def _fold_path(paths: list[object]) -> object:
+    """A ``/``-joined module path folded component by component."""
+    if not all(isinstance(p, str) for p in paths):
+        return paths[0]
+    split = [str(p).split("/") for p in paths]
+    if len({len(s) for s in split}) != 1:
+        return paths[0]
+    parts = []
+    for column in zip(*split, strict=True):
+        templates = [index_template(c) for c in column]
+        if len({t for t, _ in templates}) == 1 and templates[0][1]:
+            parts.append(folded_name(templates[0][0], [ix for _, ix in templates]))
+        else:
+            parts.append(column[0])
+    return "/".join(parts)
