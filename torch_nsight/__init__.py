@@ -70,3 +70,8 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'torch_nsight' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names, the lazily imported ones included (``dir(torch_nsight)``)."""
+    return sorted({*globals(), *__all__})

@@ -76,14 +76,15 @@ def within_2x(estimate: float, measured: float) -> bool:
 
 def test_columns_are_the_documented_ones(gemm: torch_nsight.Profile) -> None:
     assert FINDING_COLUMNS == COLUMNS
-    assert tuple(gemm.findings().columns) == COLUMNS
+    assert tuple(gemm.findings(fold=False).columns) == COLUMNS
+    assert tuple(gemm.findings().columns) == (*COLUMNS, "blocks")  # how many rows it folds
 
 
 def test_profile_findings_passes_calls_settings_and_timeline(
         fp32_off: torch_nsight.Profile) -> None:
     expected = findings_step(fp32_off.kernels, fp32_off.calls, fp32_off.meta.settings,
                              fp32_off.timeline)
-    pd.testing.assert_frame_equal(fp32_off.findings(), expected)
+    pd.testing.assert_frame_equal(fp32_off.findings(fold=False), expected)
 
 
 def test_gemm_misaligned_fires_on_the_odd_vocabulary(gemm: torch_nsight.Profile) -> None:
@@ -260,10 +261,10 @@ def test_a_report_without_flop_counters_gives_fewer_findings(
     row = of(findings(without_flop_counters(gemm), gemm.calls), "gemm_misaligned").squeeze()
     assert row["variant"] == "n50257" and pd.isna(row["est_gain_ns"])
     blind = findings(without_flop_counters(chain), chain.calls)
-    pd.testing.assert_frame_equal(blind, chain.findings())  # DRAM bytes suffice
+    pd.testing.assert_frame_equal(blind, chain.findings(fold=False))  # DRAM bytes suffice
     fewer = findings(without_flop_counters(conv), conv.calls)
     assert set(fewer["finding"]) == {"layout_conversion"}
-    assert len(fewer) < len(conv.findings())
+    assert len(fewer) < len(conv.findings(fold=False))
 
 
 def test_timeline_findings_come_along() -> None:

@@ -99,7 +99,7 @@ def test_reason_states_the_columns_it_is_built_from(
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_dram_advice_only_below_the_ridge(
         name: str, profiles: dict[str, torch_nsight.Profile]) -> None:
-    top = profiles[name].hotspots(n=1000)
+    top = profiles[name].hotspots(n=1000, fold=False)
     keys = ["variant", "shape", "module_path", "direction", "op", "kernel"]
     kernels = profiles[name].kernels.reindex(columns=[*keys, "roofline_side"])
     sides = kernels.astype(object).fillna("").groupby(keys)["roofline_side"].agg(set)

@@ -15,7 +15,7 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,9 @@ def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[
         arrow = pa.Table.from_pandas(table, preserve_index=False)
         arrow = arrow.replace_schema_metadata(
             {**(arrow.schema.metadata or {}), _META_KEY: json.dumps(stored, default=str)})
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        os.close(handle)
+        # not mkstemp (mode 0600): the umask decides, so a team can share a report folder
+        temp = str(path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         pq.write_table(arrow, temp)
         os.replace(temp, path)
     except (OSError, pa.ArrowException) as err:

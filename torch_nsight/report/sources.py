@@ -354,8 +354,12 @@ class SweepDirectory:
         record = SweepRecord.from_dict(manifest.get("record") or {})
         frames, sources = [], []
         missing: list[str] = []
+        outside: list[str] = []
         for child in manifest.get("children", []):
             report = child.get("report")
+            if report and not _stays_inside(path, str(report)):
+                outside.append(str(report))  # a manifest names files in its folder only
+                continue
             if report and not (path / report).is_file() and (path / f"{report}.xz").is_file():
                 report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
             if not report:
@@ -369,9 +373,14 @@ class SweepDirectory:
             frames.append(frame)
             sources.append(dataclasses.replace(report_source(path / report, self.name, frame,
                                                              meta), note=None))
+        if outside:
+            logger.warning("%s: ignoring report path(s) outside the directory: %s",
+                           path / formats.SWEEP_MANIFEST, ", ".join(outside[:3]))
         if not frames and not record.dry_run:
             raise ReportError(f"the sweep directory {path} holds no readable report: every "
-                              "child failed (see sweep.json and the *.log files there)")
+                              "child failed (see sweep.json and the *.log files there)"
+                              + (f"; its manifest names reports outside it, which are not "
+                                 f"read ({', '.join(outside[:3])})" if outside else ""))
         if missing:
             note = (f"the report of child {', '.join(missing)} is missing from {path}: the "
                     "shapes it ran have no rows")
@@ -392,6 +401,15 @@ class SweepDirectory:
                           replication=list(manifest.get("replication") or []), calls=calls,
                           sweeps=[record], settings=dict(manifest.get("settings") or {}),
                           timeline=timeline)
+
+
+def _stays_inside(folder: Path, name: str) -> bool:
+    """Whether ``name`` (from a manifest) names a file inside ``folder``: no absolute path,
+    no ``..`` out of it, no link leading elsewhere."""
+    if not name or Path(name).is_absolute():
+        return False
+    root = folder.resolve()
+    return (root / name).resolve().is_relative_to(root)
 
 
 def _trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:
@@ -449,7 +467,7 @@ class TimelineDirectory:
         frames, timelines, sources = [], [], []
         for item in manifest.get("items", []):
             trace = item.get("trace")
-            if not trace or not (path / trace).is_file():
+            if not trace or not _stays_inside(path, str(trace)) or not (path / trace).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
             frame, timeline, gpu = parse_trace(read_trace_file(path / trace),
@@ -498,6 +516,19 @@ def register_reader(reader: SourceReader, *, first: bool = True) -> None:
         READERS.append(reader)
 
 
+def _holds_trace_events(path: Path, window: int = 1 << 20) -> bool:
+    """Whether the first MiB of a JSON file (plain, gzip or xz) names ``traceEvents``."""
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    try:
+        with opener(path, "rb") as handle:
+            return b'"traceEvents"' in handle.read(window)
+    except (OSError, EOFError, lzma.LZMAError):
+        return True  # damaged: let its reader say so
+
+
 def expand_paths(paths: Sequence[Path]) -> list[Path]:
     """Replace each folder that is not a sweep directory by the reports and saved profiles
     directly inside it.
@@ -512,6 +543,11 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
             continue
         files = sorted(p for p in path.iterdir() if p.is_file()
                        and (is_report(p) or SavedProfile().accepts(p) or formats.is_trace(p)))
+        strays = [p for p in files if formats.is_trace(p) and not _holds_trace_events(p)]
+        if strays:  # a config.json beside the reports is not a trace to fail on
+            logger.warning("%s: skipping JSON file(s) that are not traces: %s", path,
+                           ", ".join(p.name for p in strays[:5]))
+            files = [p for p in files if p not in strays]
         if not files:
             raise ReportError(f"the folder {path} holds no .ncu-rep report, saved profile "
                               f"(.parquet) or sweep manifest ({formats.SWEEP_MANIFEST})")

@@ -1,0 +1,70 @@
+"""What a result folder may make the reader do: paths from a manifest stay inside it, and
+the caches it writes follow the umask."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import torch_nsight
+from torch_nsight.errors import ReportError
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    """A copy of a real sweep directory, and a real report outside it ("the victim")."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(DATA / "sweep_stack", sweep)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    shutil.copy(sweep / "sweep.ncu-rep.xz", victim / "x.ncu-rep.xz")
+    (sweep / "sweep.ncu-rep.xz").unlink()
+    return sweep
+
+
+@pytest.mark.parametrize("pointer", ["../victim/x.ncu-rep.xz", "{victim}/x.ncu-rep.xz"])
+def test_a_manifest_cannot_send_the_reader_outside_its_folder(planted: Path, pointer: str,
+                                                              tmp_path: Path) -> None:
+    manifest = json.loads((planted / "sweep.json").read_text())
+    manifest["children"][0]["report"] = pointer.format(victim=tmp_path / "victim")
+    (planted / "sweep.json").write_text(json.dumps(manifest))
+    with pytest.raises(ReportError, match="outside"):
+        torch_nsight.load(planted)
+    assert sorted(p.name for p in (tmp_path / "victim").iterdir()) == ["x.ncu-rep.xz"]
+
+
+@pytest.fixture
+def umask_027() -> Iterator[None]:
+    previous = os.umask(0o027)
+    yield
+    os.umask(previous)
+
+
+def test_report_caches_follow_the_umask(tmp_path: Path, umask_027: None) -> None:
+    report = tmp_path / "run.ncu-rep.xz"
+    shutil.copy(DATA / "profile_steps.ncu-rep.xz", report)
+    torch_nsight.load(report, cache_dir=tmp_path / "caches")
+    caches = list((tmp_path / "caches").iterdir())
+    assert len(caches) == 1
+    assert stat.S_IMODE(caches[0].stat().st_mode) == 0o640  # 0666 under umask 027
+
+
+def test_dir_lists_the_lazily_imported_names() -> None:
+    assert {"load", "sweep", "instrument", "timeline", "step", "Profile"} <= set(
+        dir(torch_nsight))
+
+
+def test_an_unrelated_json_beside_the_reports_is_skipped(tmp_path: Path) -> None:
+    shutil.copy(DATA / "profile_steps.ncu-rep.xz", tmp_path / "run.ncu-rep.xz")
+    (tmp_path / "config.json").write_text(json.dumps({"lr": 1e-4, "layers": 12}))
+    profile = torch_nsight.load(tmp_path, cache=False)
+    expected = torch_nsight.load(DATA / "profile_steps.ncu-rep.xz", cache=False)
+    assert len(profile.kernels) == len(expected.kernels)
