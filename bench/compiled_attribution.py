@@ -55,6 +55,26 @@ for _ in range(steps):
 torch.cuda.synchronize()
 '''
 
+GRAPH = r'''
+import torch, torch_nsight
+# a hand-captured CUDA graph: module ranges run at capture, not at replay
+model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                            torch.nn.Linear(4096, 1024)).cuda()
+torch_nsight.instrument(model)
+x = torch.randn(256, 1024, device="cuda")
+with torch.no_grad():
+    for _ in range(3):
+        model(x)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = model(x)
+    for _ in range(8):
+        with torch_nsight.step():
+            graph.replay()
+            model(x)  # one eager forward beside it
+torch.cuda.synchronize()
+'''
+
 SWEEP = r'''
 import sys, json, torch, torch_nsight
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -69,7 +89,9 @@ print("SWEEP", json.dumps({"coverage": result.coverage, "kernels": len(result.ke
 
 KEEP = {"ncu_whole": "compile_vit_train.ncu-rep", "timeline_whole": "compile_vit_timeline",
         "ncu_reduce": "compile_reduce_overhead.ncu-rep",
-        "timeline_reduce": "compile_reduce_overhead_timeline"}
+        "timeline_reduce": "compile_reduce_overhead_timeline",
+        "timeline_graph": "graph_captured_timeline"}
+NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 
 
 def timed(cmd: list[str], log: Path, timeout: float) -> float | None:
@@ -122,6 +144,7 @@ def main() -> int:
     work.mkdir(exist_ok=True)
     (work / "vit.py").write_text(VIT)
     (work / "sweep.py").write_text(SWEEP)
+    (work / "graph.py").write_text(GRAPH)
     py = sys.executable
     summary: dict = {"depth": args.depth}
     for part in args.parts.split(","):
@@ -136,11 +159,22 @@ def main() -> int:
             print(part, json.dumps(summary[part], default=str)[:1500], flush=True)
             continue
         steps = ["--timeline", "--steps", "5:7"] if kind == "timeline" else ["--steps", "5:6"]
-        seconds = timed([py, "-m", "torch_nsight", "profile", *steps, "--out", str(folder),
-                         "--force", "--", py, str(work / "vit.py"), mode, str(args.depth)],
-                        args.out / f"{part}.log", timeout=300)
+        script = [str(work / "vit.py"), mode, str(args.depth)]
+        if mode == "graph":
+            script = [str(work / "graph.py")]
+        if kind == "hand":  # recorded by hand: ncu --nvtx, no torch_nsight command
+            from torch_nsight.metrics import METRIC_SETS
+
+            folder.mkdir(exist_ok=True)
+            command = [NCU, "--clock-control", "none", "--nvtx", "--metrics",
+                       ",".join(METRIC_SETS["fast"].metrics), "-f", "-o",
+                       str(folder / "report"), py, *script]
+        else:
+            command = [py, "-m", "torch_nsight", "profile", *steps, "--out", str(folder),
+                       "--force", "--", py, *script]
+        seconds = timed(command, args.out / f"{part}.log", timeout=300)
         summary[part] = {"wall_s": seconds}
-        target = folder / "report.ncu-rep" if kind == "ncu" else folder
+        target = folder / "report.ncu-rep" if kind in ("ncu", "hand") else folder
         try:
             summary[part].update(describe(target))
         except Exception as err:  # noqa: BLE001 - keep going, say why

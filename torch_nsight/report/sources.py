@@ -413,14 +413,23 @@ def _stays_inside(folder: Path, name: str) -> bool:
 
 
 def _trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:
-    attributed = any(naming.parse_message(m).kind == "module" for stack in frame["range_stack"]
-                     for m in stack)
-    note = None if attributed or frame.empty else (
+    from torch_nsight.report.trace import GRAPH_REPLAY
+
+    in_module = frame["range_stack"].map(
+        lambda stack: any(naming.parse_message(m).kind == "module" for m in stack))
+    note = None if in_module.any() or frame.empty else (
         "none of its GPU activity ran inside a torch_nsight range: record it with "
         "torch_nsight.timeline(), or instrument the model with "
         "instrument(model, emitter=RecordFunctionEmitter()) inside torch.profiler")
+    replayed = (~in_module & frame["range_other"].map(lambda o: GRAPH_REPLAY in (o or ())))
+    if note is None and replayed.any():
+        note = (f"{int(replayed.sum())} kernels replayed from CUDA graphs ran outside module "
+                "ranges (graph: unattributed): ranges are recorded when a graph is captured, "
+                "not when it replays; torch.compile(mode='reduce-overhead') graphs are "
+                "attributed")
     return Source(path=str(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
-                  metric_set="timeline", has_module_ranges=note is None, note=note)
+                  metric_set="timeline", has_module_ranges=bool(in_module.any()) or frame.empty,
+                  note=note)
 
 
 class TraceFile:

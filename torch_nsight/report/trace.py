@@ -83,6 +83,12 @@ def function_name(kernel: str, *, for_filter: bool = False) -> str:
     return name
 
 
+#: The context of a kernel replayed from a CUDA graph: module ranges are pushed while a
+#: graph is captured, not when it replays, so only a compiled graph's own range (see
+#: :mod:`torch_nsight.report.compiled`) gives such a kernel its module.
+GRAPH_REPLAY = "CUDA graph replay"
+
+
 def read_trace_file(path: Path) -> dict[str, Any]:
     """Read a Chrome trace (``.json``, ``.json.gz``, ``.json.xz``).
 
@@ -225,6 +231,8 @@ def parse_trace(document: Mapping[str, Any], source: str,
                  if call is not None and thread in stacks else ())
         other = (tuple(others[thread].open_at(launch))
                  if call is not None and thread in others else ())
+        if call is not None and call.get("name") == "cudaGraphLaunch":
+            other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
         label = label_at(launch) if call is not None else None
         if measured_only and label is None:
             continue
