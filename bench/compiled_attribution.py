@@ -162,6 +162,8 @@ def main() -> int:
         script = [str(work / "vit.py"), mode, str(args.depth)]
         if mode == "graph":
             script = [str(work / "graph.py")]
+        if kind == "hand":  # every kernel of the process is profiled: 2 blocks, 2 steps
+            script = [str(work / "vit.py"), mode, "2", "2"]
         if kind == "hand":  # recorded by hand: ncu --nvtx, no torch_nsight command
             from torch_nsight.metrics import METRIC_SETS
 
