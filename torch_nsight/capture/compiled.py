@@ -17,7 +17,9 @@ outside every module range. Three parts give them their modules back:
   (kernel, module paths relative to the compiled root, backward flag). The launches are
   then in order in ``CompiledFxGraph.source_code``, also for a graph loaded from the cache.
 * **Run time.** Each call of a compiled graph runs inside one push/pop range
-  ``compiled:<graph>@<root>`` (:func:`torch_nsight.naming.compiled_message`). ``<root>`` is
+  ``compiled:<graph>@<root>`` (:func:`torch_nsight.naming.compiled_message`); its first
+  call, which runs Triton's autotuning (every candidate configuration launched and timed),
+  inside ``warmup`` instead, so those launches are not attributed. ``<root>`` is
   the instrumented module whose ``forward`` called it (the ``self`` of the nearest calling
   Python frame that is an instrumented module); a backward graph, which autograd calls
   with no module frame, takes the root of the latest forward call over the same modules not
@@ -48,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch_nsight import formats
-from torch_nsight.naming import backward_message, compiled_message
+from torch_nsight.naming import WARMUP_MESSAGE, backward_message, compiled_message
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +189,7 @@ class _Tracker:
         self.carried: set[tuple[str, bool]] = set()
         self.window = 0
         self.called = False  # a compiled graph ran since the first instrumentation
+        self.warmed: set[int] = set()  # ids of the graphs called once (their first call warms)
         self.lock = threading.Lock()
         self.warned: set[str] = set()
 
@@ -497,6 +500,11 @@ def _enter(compiled: Any) -> tuple[Any, str] | None:
     if not handle.active or handle.emitter is None:
         return None
     message = compiled_message(graph.key, root)
+    if id(compiled) not in tracker.warmed:
+        # its first call runs Triton's autotuning (each candidate config launched and
+        # timed): kernels that are not the graph's launches, so they are not attributed
+        tracker.warmed.add(id(compiled))
+        return handle.emitter, WARMUP_MESSAGE
     inside = tracker.window > 0
     if (message, inside) not in tracker.carried:
         tracker.carried.add((message, inside))
