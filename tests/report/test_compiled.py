@@ -165,3 +165,14 @@ def test_hotspots_name_the_modules_a_kernel_fused(compiled: torch_nsight.Profile
     assert len(fused)
     for module, modules in zip(fused["module"], fused["fused_modules"], strict=True):
         assert len(modules) > 1 and module in compiled.kernels["module"].values
+
+
+def test_kernels_replayed_from_a_hand_captured_graph_are_named_not_hidden() -> None:
+    profile = torch_nsight.load(DATA / "graph_captured_timeline", cache=False)
+    k = profile.kernels
+    replayed = k["context"].fillna("").str.contains("CUDA graph replay")
+    assert replayed.sum() == 8  # per replay: two GEMMs, the GELU and a memset; 2 steps
+    assert (k.loc[replayed, "module"] == UNATTRIBUTED).all()
+    assert (k.loc[~replayed & (k["kind"] == "kernel"), "module"] != UNATTRIBUTED).all()
+    note = " ".join(s.note or "" for s in profile.meta.sources)
+    assert "8 kernels replayed from CUDA graphs" in note and "reduce-overhead" in note
