@@ -27,33 +27,22 @@ import sys
 import time
 from pathlib import Path
 
-VIT = r'''
-import sys, torch, timm, torch_nsight
-mode, depth = sys.argv[1], int(sys.argv[2])
-steps = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-model = timm.create_model("vit_small_patch16_224", depth=depth, num_classes=1000).cuda()
-torch_nsight.instrument(model)
-if mode == "whole":
-    model = torch.compile(model)
-elif mode == "fullgraph":
-    model = torch.compile(model, fullgraph=True)
-elif mode == "block":
-    for block in model.blocks:
-        block.compile()
-elif mode == "reduce":
-    model = torch.compile(model, mode="reduce-overhead")
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-x = torch.randn(64, 3, 224, 224, device="cuda")
-y = torch.randint(0, 1000, (64,), device="cuda")
-for _ in range(steps):
-    with torch_nsight.step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-torch.cuda.synchronize()
-'''
+#: How each part compiles the ViT training script of ``profile_engine.py`` (instrumented first).
+COMPILE = {
+    "whole": "model = torch.compile(model)",
+    "fullgraph": "model = torch.compile(model, fullgraph=True)",
+    "block": "for block in model.blocks:\n    block.compile()",
+    "reduce": 'model = torch.compile(model, mode="reduce-overhead")',
+}
+
+
+def vit_script(mode: str, depth: int) -> str:
+    """The ViT training script (``argv[1]`` steps), compiled as ``mode`` says."""
+    from profile_engine import VIT_TEMPLATE
+
+    marker = "torch_nsight.instrument(model)\n"
+    return VIT_TEMPLATE.replace(marker, marker + COMPILE[mode] + "\n") % {"depth": depth}
+
 
 GRAPH = r'''
 import torch, torch_nsight
@@ -142,7 +131,6 @@ def main() -> int:
     args = parser.parse_args()
     work = Path("/tmp/compiled_attribution")
     work.mkdir(exist_ok=True)
-    (work / "vit.py").write_text(VIT)
     (work / "sweep.py").write_text(SWEEP)
     (work / "graph.py").write_text(GRAPH)
     py = sys.executable
@@ -159,11 +147,12 @@ def main() -> int:
             print(part, json.dumps(summary[part], default=str)[:1500], flush=True)
             continue
         steps = ["--timeline", "--steps", "5:7"] if kind == "timeline" else ["--steps", "5:6"]
-        script = [str(work / "vit.py"), mode, str(args.depth)]
         if mode == "graph":
             script = [str(work / "graph.py")]
-        if kind == "hand":  # every kernel of the process is profiled: 2 blocks, 2 steps
-            script = [str(work / "vit.py"), mode, "2", "2"]
+        else:  # under `hand` every kernel of the process is profiled: 2 blocks, 2 steps
+            depth, steps_run = (2, "2") if kind == "hand" else (args.depth, "8")
+            (work / f"vit_{mode}_{depth}.py").write_text(vit_script(mode, depth))
+            script = [str(work / f"vit_{mode}_{depth}.py"), steps_run]
         if kind == "hand":  # recorded by hand: ncu --nvtx, no torch_nsight command
             from torch_nsight.metrics import METRIC_SETS
 
