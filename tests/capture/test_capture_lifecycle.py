@@ -337,3 +337,9 @@ def test_forward_replaced_by_another_tool(
     with torch.no_grad():
         model(torch.randn(3, 4))
     assert recorder.events == [] and calls[-2:] == ["later", "patched"]
+
+
+def test_a_removed_handle_says_it_was_removed(recorder: Recorder) -> None:
+    with recorder.instrument(Stack()) as handle:
+        assert "modules" in repr(handle)
+    assert repr(handle).endswith("inactive: removed>")

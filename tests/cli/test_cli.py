@@ -337,3 +337,12 @@ def test_an_output_the_file_system_refuses_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(out) in err[0] and "--out" in err[0]
     assert os.strerror(getattr(errno, code)) in err[0]
+
+
+@pytest.mark.parametrize("command", ["sweep", "profile", "demo", "doctor"])
+def test_help_reads_as_plain_text(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = capsys.readouterr().out
+    assert ":func:" not in text and "``" not in text
+    assert f"torch-nsight {command}" in text

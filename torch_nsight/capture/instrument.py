@@ -109,6 +109,7 @@ class Instrumentation:
         if not self.active:
             return
         self.active = False
+        self.reason = "removed"
         for ref, wrapper in self._wrappers:
             module = ref()
             if module is None:

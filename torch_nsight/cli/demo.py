@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
 from torch_nsight.cli.report import add_table_options, emit, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
@@ -39,7 +39,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser(
         "demo", help="profile a Llama block (GPU + ncu) or read the bundled recorded report",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+        description=description(__doc__))
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="write roofline.png, scaling.png and the table as CSV here "
                              "(created; and, on a GPU, the sweep's reports)")

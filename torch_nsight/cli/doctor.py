@@ -13,6 +13,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from torch_nsight.cli.outputs import description
+
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.doctor import CheckResult
 
@@ -44,7 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "doctor", help="check what profiling needs (GPU, driver, ncu, counter permission, "
         "report reader, NVTX, pyarrow), each with its fix",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+        description=description(__doc__))
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text lines (default) or one JSON object for machines")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT_S,

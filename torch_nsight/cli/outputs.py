@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -27,6 +28,15 @@ class OutputExistsError(UsageError):
 
 class OutputWriteError(TorchNsightError):
     """An output file cannot be written (permissions, a full disk...)."""
+
+
+def description(doc: str | None) -> str | None:
+    """A subcommand's ``--help`` description: the first line of its module docstring as
+    plain text (``:func:`torch_nsight.sweep``` reads ``torch_nsight.sweep``, no backquotes)."""
+    if not doc:
+        return None
+    line = re.sub(r":\w+:`~?([^`]*)`", r"\1", doc.strip().splitlines()[0])
+    return line.replace("``", "")
 
 
 def add_force(parser: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
+from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS, SINGLE_PASS_SETS
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser(
         "profile", help="run your own script under ncu and print its hotspots",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description=description(__doc__),
         usage="%(prog)s [options] -- COMMAND [ARGS...]")
     parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_profile"),
                         metavar="DIR", help="folder for the report(s) (default: "

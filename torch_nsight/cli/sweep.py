@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.cli.outputs import UsageError, add_force
+from torch_nsight.cli.outputs import UsageError, add_force, description
 from torch_nsight.cli.profile import add_ncu_options
 from torch_nsight.cli.report import add_table_options, settle_table_options
 
@@ -30,7 +30,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """
     parser = subparsers.add_parser(
         "sweep", help="profile a model factory across input shapes under ncu",
-        description=__doc__.splitlines()[0] if __doc__ else None)
+        description=description(__doc__))
     add_target_options(parser, example="1x512x1024,4x512x1024")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
     parser.add_argument("--repeats", type=int, default=1, metavar="N")
