@@ -133,14 +133,14 @@ def test_changed_report_invalidates_the_cache(llama_copy: Path) -> None:
 
 def test_unwritable_location_skips_the_cache(llama_copy: Path, monkeypatch, caplog) -> None:
     monkeypatch.delenv(report_cache.CACHE_DIR_ENV)  # the default: the cache beside the report
-    real_mkstemp = report_cache.tempfile.mkstemp
+    real_open = report_cache.os.open
 
-    def denied(*args: Any, **kwargs: Any) -> tuple[int, str]:
-        if kwargs.get("dir") == llama_copy.parent:  # only the report's own folder
+    def denied(path: Any, *args: Any, **kwargs: Any) -> int:
+        if Path(path).parent == llama_copy.parent:  # only the report's own folder
             raise PermissionError("read-only")
-        return real_mkstemp(*args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(report_cache.tempfile, "mkstemp", denied)
+    monkeypatch.setattr(report_cache.os, "open", denied)
     with caplog.at_level("DEBUG", logger="torch_nsight.report.cache"):
         frame, _ = read_report(llama_copy)
     assert len(frame) > 0 and not cache_path(llama_copy).exists()

@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
+from torch_nsight.render.fit import terminal_width
 from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, TABLE_KINDS, TABLES
 
 if TYPE_CHECKING:
@@ -326,13 +328,18 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     """Name, on standard error, the metrics a source lacks and how to collect them (and that
     several ranks are averaged)."""
     stream = stream if stream is not None else sys.stderr
+    width = terminal_width()
+
+    def note(text: str) -> None:
+        print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
+                            break_on_hyphens=False, break_long_words=False), file=stream)
     if "rank" in profile.kernels and profile.kernels["rank"].nunique() > 1:
-        print(f"note: the rows average {profile.kernels['rank'].nunique()} ranks as runs of one "
-              "step; --by rank compares them", file=stream)
+        note(f"the rows average {profile.kernels['rank'].nunique()} ranks as runs of one "
+              "step; --by rank compares them")
     for source in profile.meta.sources:
         if source.metric_set == "duration":
-            print(f"note: {Path(source.path).name} holds kernel times only (--metric-set "
-                  "duration): no roofline, bound or headroom", file=stream)
+            note(f"{Path(source.path).name} holds kernel times only (--metric-set "
+                  "duration): no roofline, bound or headroom")
         elif source.metric_set in ("fast", "lean"):
             flops = ("FLOPs counted from the calls table (flops_basis 'calls'), "
                      if source.metric_set == "fast" else "")
@@ -341,14 +348,12 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
                       if "sol_estimate" in profile.basis_counts else
                       "bounds read from the roofline alone, without Nsight Compute's "
                       "speed-of-light data (")
-            print(f"note: {Path(source.path).name} was recorded with the {source.metric_set} "
-                  f"metric set: {flops}{bounds}; --metric-set roofline measures them)",
-                  file=stream)
+            note(f"{Path(source.path).name} was recorded with the {source.metric_set} "
+                  f"metric set: {flops}{bounds}; --metric-set roofline measures them)")
         elif source.missing_metrics:
             shown = ", ".join(source.missing_metrics[:4])
             more = len(source.missing_metrics) - 4
-            print(f"note: {Path(source.path).name} lacks {len(source.missing_metrics)} of the "
+            note(f"{Path(source.path).name} lacks {len(source.missing_metrics)} of the "
                   f"metrics torch_nsight reads ({shown}{f' and {more} more' if more > 0 else ''})"
                   ": the columns they feed are blank. Record with `torch-nsight profile -- "
-                  "COMMAND`; `torch-nsight profile --dry-run -- COMMAND` prints the ncu flags.",
-                  file=stream)
+                  "COMMAND`; `torch-nsight profile --dry-run -- COMMAND` prints the ncu flags.")

@@ -122,7 +122,7 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         *_VERDICT,
-        ("next step", lambda r: shorten(r["next_step"], NEXT_STEP_WIDTH), "left"),
+        ("next step", lambda r: _text(r["next_step"]), "left"),  # wraps to fit, whole
     ]
     return columns
 

@@ -1,7 +1,7 @@
 """The findings as a table: what to change, where, and the time it recovers.
 
-Rows come from :meth:`torch_nsight.Profile.findings` (ranked by ``est_gain_ns``); text cuts
-the fix to :data:`FIX_WIDTH` characters, markdown keeps it whole with the evidence.
+Rows come from :meth:`torch_nsight.Profile.findings` (ranked by ``est_gain_ns``); text wraps
+the fix to fit the terminal (never cut), markdown keeps it whole with the evidence.
 Importing this module does not import pandas.
 """
 
@@ -10,16 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.columns import module_cell
+from torch_nsight.render.fit import fit_columns, terminal_width
 from torch_nsight.render.units import MISSING, format_us, is_missing, shorten
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from torch_nsight.render.columns import Column
-
-#: Characters of the fix shown in a terminal table.
-FIX_WIDTH = 70
-
 
 def _text(value: object) -> str:
     return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
@@ -51,7 +48,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("gain µs", lambda r: format_us(r["est_gain_ns"]), "right"),
         ("basis", lambda r: _text(r["gain_basis"]), "left"),
         ("confidence", lambda r: _text(r["confidence"]), "left"),
-        ("fix", lambda r: shorten(_text(r["fix"]), FIX_WIDTH), "left"),
+        ("fix", lambda r: _text(r["fix"]), "left"),  # wrapped to fit, never cut
     ]
 
 
@@ -94,7 +91,11 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)
     rows = [[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()]
-    table = tabulate(rows, headers=[h for h, _, _ in columns], disable_numparse=True,
+    headers, rows, aligns = fit_columns(
+        [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
+        drop=("confidence", "basis"), wrap=("fix",), cut=("module",), keep_end=("module",),
+        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain")
+    table = tabulate(rows, headers=headers, disable_numparse=True,
                      tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
-                     colalign=[a for _, _, a in columns])
+                     colalign=aligns)
     return f"{title}\n\n{table}"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 from tabulate import tabulate, tabulate_formats
 
 from torch_nsight.render.columns import KERNEL_WIDTH
+from torch_nsight.render.fit import fit_columns, terminal_width
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
@@ -88,6 +89,15 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
     return spec.rows(profile, n if n is not None else spec.default_rows, by, depth, fold)
 
 
+#: Columns a text table drops, in this order, to fit the terminal (see render/fit.py) ...
+DROP_FIRST = ("reason", "fused", "% of roof", "launches", "share %", "op", "GFLOP", "FLOP/B",
+              "self µs", "kernels", "mean µs", "modules", "TFLOP/s", "GB/s", "precision",
+              "its %", "in modules %")
+#: ... then the columns whose text wraps onto more lines, then those cut short.
+WRAP_FIRST = ("next step", "fix")
+CUT_LAST = ("kernel", "module", "top module")
+
+
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
                  n: int | None = None, *, by: HotspotOrder = "headroom",
                  depth: int | None = None, fold: bool = True) -> str:
@@ -120,10 +130,16 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
         return f"(no {what} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
     rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
+    headers = [header for header, _, _ in columns]
+    aligns = [align for _, _, align in columns]
+    if fmt not in ("markdown", "github", "pipe"):  # a terminal or a log: fit its width
+        headers, rows, aligns = fit_columns(headers, rows, aligns, terminal_width(),
+                                            drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
+                                            keep_end=("module", "top module"),
+                                            tablefmt=_ALIASES.get(fmt, fmt))
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
-    return tabulate(rows, headers=[header for header, _, _ in columns],
-                    tablefmt=_ALIASES.get(fmt, fmt), disable_numparse=True,
-                    colalign=[align for _, _, align in columns])
+    return tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
+                    disable_numparse=True, colalign=aligns)
 
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",

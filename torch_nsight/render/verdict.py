@@ -3,9 +3,11 @@ and the findings with the module where each happens."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torch_nsight.render.fit import terminal_width
 from torch_nsight.render.units import format_us
 
 if TYPE_CHECKING:
@@ -54,4 +56,9 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
         for _, finding in mine.head(FINDINGS_SHOWN).iterrows():
             lines.append(f"  - {finding['finding']} in {finding['module']} (up to "
                          f"{format_us(finding['est_gain_ns'])} µs per step): {finding['fix']}")
-    return "\n".join(lines)
+    if markdown:
+        return "\n".join(lines)
+    width = terminal_width()  # a terminal or a log: wrapped, nothing cut
+    return "\n".join(textwrap.fill(line, width, subsequent_indent=" " * (
+        len(line) - len(line.lstrip()) + 2), break_on_hyphens=False, break_long_words=False)
+        if len(line) > width else line for line in lines)

@@ -1,0 +1,105 @@
+"""Text tables that fit the terminal: columns dropped by priority, long text wrapped, never
+cut where it is the point of the row (a finding's fix).
+
+The width is ``$COLUMNS`` when set, else the terminal's, else 120 (a log, a pipe, CI).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+__all__ = ["terminal_width", "fit_columns", "DEFAULT_WIDTH"]
+
+DEFAULT_WIDTH = 120
+#: Narrowest a wrapped column gets.
+MIN_WRAP = 16
+
+
+def terminal_width() -> int:
+    """Columns to fit: ``$COLUMNS``, else the terminal's width, else :data:`DEFAULT_WIDTH`."""
+    value = os.environ.get("COLUMNS", "")
+    if value.isdigit() and int(value) >= 40:
+        return int(value)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    return DEFAULT_WIDTH
+
+
+def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
+           tablefmt: str = "plain") -> int:
+    """The width of the widest line of these columns as a tabulate table."""
+    from tabulate import tabulate
+
+    text = tabulate([list(r) for r in rows], headers=list(headers), tablefmt=tablefmt,
+                    disable_numparse=True, colalign=list(aligns))
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], width: int,
+                *, drop: Sequence[str] = (), wrap: Sequence[str] = (),
+                cut: Sequence[str] = (), keep_end: Sequence[str] = (),
+                tablefmt: str = "plain") -> tuple[list[str], list[list[str]], list[str]]:
+    """Drop and wrap columns until a plain table of them fits ``width`` characters.
+
+    Args:
+        headers: the column headers.
+        rows: the cells, as text.
+        aligns: each column's alignment.
+        width: the characters a line may take.
+        drop: headers of columns that may go, the first to go first.
+        wrap: headers of columns whose text may wrap onto several lines (once every
+            droppable column went), the first to wrap first; wrapped text is kept whole.
+        cut: headers of columns cut short last, names that read badly wrapped: a name
+            in ``keep_end`` loses its start (``…h.{0-11}.attn``), the others their end.
+        keep_end: see ``cut``.
+        tablefmt: the tabulate format the table is printed in.
+
+    Returns:
+        (headers, rows, aligns) of the columns kept, wrapped cells holding line breaks.
+    """
+    headers, rows, aligns = list(headers), [list(r) for r in rows], list(aligns)
+    for name in drop:
+        if _width(headers, rows, aligns, tablefmt) <= width:
+            break
+        if name in headers:
+            at = headers.index(name)
+            del headers[at], aligns[at]
+            for row in rows:
+                del row[at]
+    for _ in range(2):  # a cut can make room a wrap then needs less of
+        for name in wrap:
+            excess = _width(headers, rows, aligns, tablefmt) - width
+            if excess <= 0 or name not in headers:
+                continue
+            at = headers.index(name)
+            limit = max(MIN_WRAP, _widest(rows, at, name) - excess)
+            for row in rows:
+                row[at] = _wrapped(str(row[at]).replace("\n", " "), limit)
+        for name in cut:
+            excess = _width(headers, rows, aligns, tablefmt) - width
+            if excess <= 0 or name not in headers:
+                continue
+            at = headers.index(name)
+            limit = max(MIN_WRAP, _widest(rows, at, name) - excess)
+            for row in rows:
+                text = str(row[at])
+                if len(text) > limit:
+                    text = ("…" + text[-(limit - 1):] if name in keep_end
+                            else text[:limit - 1] + "…")
+                row[at] = text
+    return headers, rows, aligns
+
+
+def _widest(rows: Sequence[Sequence[str]], at: int, header: str) -> int:
+    """The widest line of column ``at`` (its header counted)."""
+    return max([len(line) for r in rows for line in str(r[at]).splitlines()] + [len(header)])
+
+
+def _wrapped(text: str, limit: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, limit, break_long_words=True,
+                                   break_on_hyphens=False)) or text
