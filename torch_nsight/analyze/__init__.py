@@ -23,6 +23,7 @@ from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.findings import findings, fold_findings
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
+from torch_nsight.analyze.ops import name_aten_ops
 from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
@@ -52,7 +53,8 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
             (see :func:`expand_replicas`); the copies are made before the per-kernel
             analysis, so every later step sees every row.
         calls: the attributed calls table: its analytic FLOPs stand in where the FLOP
-            counters were not collected (:func:`fill_flops_from_calls`).
+            counters were not collected (:func:`fill_flops_from_calls`), and its aten ops
+            name the kernels (``aten_ops``, :func:`name_aten_ops`).
         settings: the profiled process's PyTorch settings (TF32).
 
     Returns:
@@ -61,8 +63,8 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
     Raises:
         MissingMetricError: the table lacks a column a step needs.
     """
-    df = fill_flops_from_calls(add_flops(expand_replicas(attribute(df), replication)), calls,
-                               settings)
+    df = expand_replicas(attribute(df), replication)
+    df = fill_flops_from_calls(add_flops(name_aten_ops(df, calls)), calls, settings)
     for step in (add_peaks, add_roofline, classify):
         df = step(df)
     return df

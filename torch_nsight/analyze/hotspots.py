@@ -19,7 +19,7 @@ KERNEL_KEYS = (*LABELS, "module", "module_path", "direction", "op", "kernel")
 HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
     "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
-    "reason", "basis", "next_step", "fused_modules",
+    "reason", "basis", "next_step", "fused_modules", "aten_ops",
 )
 
 
@@ -140,6 +140,8 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     for column in ("reason", "basis"):
         out[column] = _dominant(work[agrees], list(KERNEL_KEYS), column)
     out["fused_modules"] = _first_fused(df, work, list(KERNEL_KEYS))
+    out["aten_ops"] = (_dominant(work.assign(aten_ops=df["aten_ops"]), list(KERNEL_KEYS),
+                                 "aten_ops") if "aten_ops" in df else None)
     out = out.reset_index()
     out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
     counts = out.pop("runs").astype("float64")

@@ -83,9 +83,16 @@ def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
                              *_labels(kernels),
                              ("module", module_cell, "left"),
                              ("dir", lambda r: _text(r["direction"]), "left")]
-    if frame["op"].notna().any():
-        columns.append(("op", lambda r: shorten(r["op"], 28), "left"))
+    named = frame["op"].notna() | (frame["aten_ops"].notna() if "aten_ops" in frame else False)
+    if named.any():  # the functional op range (ops=True), else the calls table's aten ops
+        columns.append(("op", lambda r: shorten(_op_text(r), 28), "left"))
     return columns
+
+
+def _op_text(row: pd.Series) -> str:
+    if isinstance(row.get("op"), str):
+        return row["op"]
+    return row["aten_ops"] if isinstance(row.get("aten_ops"), str) else MISSING
 
 
 FUSED_WIDTH = 30
