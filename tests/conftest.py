@@ -46,6 +46,13 @@ def _report_caches_in_a_temporary_folder(
 
 
 @pytest.fixture(autouse=True)
+def _a_terminal_120_columns_wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text tables fit ``$COLUMNS``: every test renders for the same width (120), whatever
+    the terminal the tests run in."""
+    monkeypatch.setenv("COLUMNS", "120")
+
+
+@pytest.fixture(autouse=True)
 def _no_instrumentation_left_behind() -> Iterator[None]:
     """Fail a test that leaves torch_nsight hooks installed on a module it instrumented.
 

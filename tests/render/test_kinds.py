@@ -54,7 +54,8 @@ def test_cli_choices_come_from_the_registry(command: str) -> None:
 
 
 @pytest.mark.parametrize("what", [t for t in TABLES if t != "ranks"])
-def test_every_kind_renders_its_default_rows(profile: Profile, what: str) -> None:
+def test_every_kind_renders_its_default_rows(profile: Profile, what: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "1000")  # every column, no wrapping
     frame = table_frame(profile, what)
     expected = DEFAULT_ROWS[what]
     names = profile.kernels["kernel"].nunique()

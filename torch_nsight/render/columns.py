@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 KERNEL_WIDTH = 44
 #: Reasons and next steps are cut to these widths in text tables (files keep them whole).
 REASON_WIDTH = 42
-NEXT_STEP_WIDTH = 40
 
 #: A column of a rendered table: header, how to format a row, alignment.
 Column = tuple[str, Callable[["pd.Series"], str], str]

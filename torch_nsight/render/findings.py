@@ -94,7 +94,8 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     headers, rows, aligns = fit_columns(
         [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
         drop=("confidence", "basis"), wrap=("fix",), cut=("module",), keep_end=("module",),
-        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain")
+        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
+        prefer={"fix": 60})
     table = tabulate(rows, headers=headers, disable_numparse=True,
                      tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
                      colalign=aligns)

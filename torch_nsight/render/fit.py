@@ -41,7 +41,8 @@ def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequen
 def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], width: int,
                 *, drop: Sequence[str] = (), wrap: Sequence[str] = (),
                 cut: Sequence[str] = (), keep_end: Sequence[str] = (),
-                tablefmt: str = "plain") -> tuple[list[str], list[list[str]], list[str]]:
+                tablefmt: str = "plain", prefer: dict[str, int] | None = None
+                ) -> tuple[list[str], list[list[str]], list[str]]:
     """Drop and wrap columns until a plain table of them fits ``width`` characters.
 
     Args:
@@ -56,11 +57,18 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             in ``keep_end`` loses its start (``…h.{0-11}.attn``), the others their end.
         keep_end: see ``cut``.
         tablefmt: the tabulate format the table is printed in.
+        prefer: a width each wrapped column takes first, before any column is dropped
+            (``{"next step": 40}``: long advice wraps before a number goes).
 
     Returns:
         (headers, rows, aligns) of the columns kept, wrapped cells holding line breaks.
     """
     headers, rows, aligns = list(headers), [list(r) for r in rows], list(aligns)
+    for name, preferred in (prefer or {}).items():
+        if name in headers and _width(headers, rows, aligns, tablefmt) > width:
+            at = headers.index(name)
+            for row in rows:
+                row[at] = _wrapped(str(row[at]), preferred)
     for name in drop:
         if _width(headers, rows, aligns, tablefmt) <= width:
             break

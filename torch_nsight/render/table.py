@@ -90,9 +90,15 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
 
 
 #: Columns a text table drops, in this order, to fit the terminal (see render/fit.py) ...
-DROP_FIRST = ("reason", "fused", "% of roof", "launches", "share %", "op", "GFLOP", "FLOP/B",
+DROP_FIRST = ("reason", "fused", "launches", "share %", "% of roof", "op", "GFLOP", "FLOP/B",
               "self µs", "kernels", "mean µs", "modules", "TFLOP/s", "GB/s", "precision",
               "its %", "in modules %")
+#: Formats read in a terminal or a log, fitted to its width; markdown, HTML and the rest
+#: keep every column.
+TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy_grid",
+                "mixed_grid", "double_grid", "fancy_grid", "outline", "simple_outline",
+                "rounded_outline", "heavy_outline", "mixed_outline", "double_outline",
+                "fancy_outline", "psql", "presto", "pretty", "rst", "orgtbl")
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
 CUT_LAST = ("kernel", "module", "top module")
@@ -132,11 +138,12 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
-    if fmt not in ("markdown", "github", "pipe"):  # a terminal or a log: fit its width
+    if _ALIASES.get(fmt, fmt) in TEXT_FORMATS:  # a terminal or a log: fit its width
         headers, rows, aligns = fit_columns(headers, rows, aligns, terminal_width(),
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
-                                            tablefmt=_ALIASES.get(fmt, fmt))
+                                            tablefmt=_ALIASES.get(fmt, fmt),
+                                            prefer={"next step": 40, "fix": 60})
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     return tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
                     disable_numparse=True, colalign=aligns)
