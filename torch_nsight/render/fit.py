@@ -14,7 +14,8 @@ from collections.abc import Sequence
 __all__ = ["terminal_width", "fit_columns", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 120
-#: Narrowest a wrapped column gets.
+#: Narrowest a wrapped column gets before names are cut, and at all.
+SOFT_WRAP = 30
 MIN_WRAP = 16
 
 
@@ -77,13 +78,13 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             del headers[at], aligns[at]
             for row in rows:
                 del row[at]
-    for _ in range(2):  # a cut can make room a wrap then needs less of
+    for floor in (SOFT_WRAP, MIN_WRAP):  # text wraps to SOFT_WRAP, names are cut, then less
         for name in wrap:
             excess = _width(headers, rows, aligns, tablefmt) - width
             if excess <= 0 or name not in headers:
                 continue
             at = headers.index(name)
-            limit = max(MIN_WRAP, _widest(rows, at, name) - excess)
+            limit = max(floor, _widest(rows, at, name) - excess)
             for row in rows:
                 row[at] = _wrapped(str(row[at]).replace("\n", " "), limit)
         for name in cut:
