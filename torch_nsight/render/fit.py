@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["terminal_width", "fit_columns", "DEFAULT_WIDTH"]
 
@@ -78,33 +78,35 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             del headers[at], aligns[at]
             for row in rows:
                 del row[at]
+    def narrow(name: str, floor: int, shorter: Callable[[str, int], str]) -> None:
+        """Make column ``name`` as much narrower as the table is too wide (not below
+        ``floor``), each cell through ``shorter``."""
+        excess = _width(headers, rows, aligns, tablefmt) - width
+        if excess <= 0 or name not in headers:
+            return
+        at = headers.index(name)
+        limit = max(floor, _widest(rows, at, name) - excess)
+        for row in rows:
+            row[at] = shorter(str(row[at]), limit)
+
     for floor in (SOFT_WRAP, MIN_WRAP):  # text wraps to SOFT_WRAP, names are cut, then less
         for name in wrap:
-            excess = _width(headers, rows, aligns, tablefmt) - width
-            if excess <= 0 or name not in headers:
-                continue
-            at = headers.index(name)
-            limit = max(floor, _widest(rows, at, name) - excess)
-            for row in rows:
-                row[at] = _wrapped(str(row[at]).replace("\n", " "), limit)
+            narrow(name, floor, lambda text, limit: _wrapped(text.replace("\n", " "), limit))
         for name in cut:
-            excess = _width(headers, rows, aligns, tablefmt) - width
-            if excess <= 0 or name not in headers:
-                continue
-            at = headers.index(name)
-            limit = max(MIN_WRAP, _widest(rows, at, name) - excess)
-            for row in rows:
-                text = str(row[at])
-                if len(text) > limit:
-                    text = ("…" + text[-(limit - 1):] if name in keep_end
-                            else text[:limit - 1] + "…")
-                row[at] = text
+            narrow(name, MIN_WRAP, lambda text, limit, end=name in keep_end: _cut(
+                text, limit, keep_end=end))
     return headers, rows, aligns
 
 
 def _widest(rows: Sequence[Sequence[str]], at: int, header: str) -> int:
     """The widest line of column ``at`` (its header counted)."""
     return max([len(line) for r in rows for line in str(r[at]).splitlines()] + [len(header)])
+
+
+def _cut(text: str, limit: int, *, keep_end: bool) -> str:
+    if len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1):] if keep_end else text[:limit - 1] + "…"
 
 
 def _wrapped(text: str, limit: int) -> str:
