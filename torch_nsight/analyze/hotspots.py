@@ -102,7 +102,8 @@ def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
 def _first_fused(df: pd.DataFrame, work: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Per site, the modules its first launch fused (``fused_modules``), else None."""
     if "fused_modules" not in df:
-        return pd.Series(None, index=work.groupby(keys, sort=False).size().index, dtype=object)
+        index = work.groupby(keys, sort=False).size().index
+        return pd.Series([None] * len(index), index=index, dtype=object)
     fused = df["fused_modules"].map(lambda m: tuple(m) if isinstance(m, (tuple, list))
                                     and len(m) else None)
     return fused.groupby([work[k] for k in keys], sort=False).agg(

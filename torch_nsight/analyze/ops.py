@@ -86,7 +86,7 @@ def name_aten_ops(df: pd.DataFrame, calls: pd.DataFrame | None) -> pd.DataFrame:
         A copy with ``aten_ops``.
     """
     out = df.copy()
-    out[ATEN_OPS_COLUMN] = pd.Series(None, index=out.index, dtype=object)
+    out[ATEN_OPS_COLUMN] = pd.Series([None] * len(out), index=out.index, dtype=object)
     if calls is None or calls.empty or "aten_op" not in calls or out.empty:
         return out
     keys = [k for k in JOIN_KEYS if k in calls and k in out]

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight.errors import ReportError
@@ -29,10 +30,28 @@ _CALL_TUPLES = ("range_stack", "range_start_end", "range_other", "input_dtypes",
 _CALL_SHAPES = ("input_shapes", "output_shapes")
 
 
+#: Columns that hold a tuple or nothing (None), and text or nothing: Parquet gives back
+#: arrays, and NaN for a column with no value at all.
+OPTIONAL_TUPLES = ("fused_modules",)
+OPTIONAL_TEXT = ("aten_ops",)
+
+
 def _tuples(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
     for column in columns:
         if column in frame:
             frame[column] = [tuple(v) if v is not None else () for v in frame[column]]
+
+
+def _optional(frame: pd.DataFrame) -> None:
+    for column in OPTIONAL_TUPLES:
+        if column in frame:
+            frame[column] = pd.Series([tuple(v) if isinstance(v, (list, tuple, np.ndarray))
+                                       else None for v in frame[column]], index=frame.index,
+                                      dtype=object)
+    for column in OPTIONAL_TEXT:
+        if column in frame:
+            frame[column] = pd.Series([v if isinstance(v, str) else None
+                                       for v in frame[column]], index=frame.index, dtype=object)
 
 
 def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: ProfileMeta,
@@ -92,6 +111,7 @@ def read_profile(path: str | os.PathLike[str]
                           f"one reads up to {FORMAT_VERSION}): upgrade torch_nsight")
     kernels = plain_strings(table.to_pandas()).rename(columns=_RENAMED)
     _tuples(kernels, TUPLE_COLUMNS)
+    _optional(kernels)
     calls = None
     if CALLS_KEY in metadata:
         calls = pd.DataFrame.from_records(json.loads(metadata[CALLS_KEY]))
