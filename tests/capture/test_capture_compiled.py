@@ -173,3 +173,21 @@ def test_a_compiled_model_is_not_recorded_so_it_stays_compiled(
     # backward), the second ran in their ranges
     pushes = [m for _, kind, m in recorder.events if kind == "push"]
     assert pushes.count("warmup") == 4 and len(_ranges(recorder)) == 4
+
+
+def test_inductor_is_imported_only_when_the_model_compiles() -> None:
+    # Importing Inductor costs seconds: an instrumented eager model must not pay it.
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, torch_nsight\n"
+            "m = torch.nn.Linear(4, 4)\n"
+            "h = torch_nsight.instrument(m, enabled=True)\n"
+            "m(torch.randn(2, 4))\n"
+            "print('torch._inductor.config' in sys.modules)\n"
+            "torch.compile(m)(torch.randn(2, 4))\n"
+            "import torch._inductor.config as config\n"
+            "print(config.trace.provenance_tracking_level)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["False", "1"]  # not imported eagerly; switched on by torch.compile

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -178,6 +179,7 @@ class _Tracker:
 
     def __init__(self) -> None:
         self.installed = False
+        self.engaged = False  # Inductor's settings switched on for the users
         self.users = 0
         self.previous_level: int | None = None
         self.previous_pass: Any = None
@@ -343,7 +345,9 @@ def track_compiles() -> bool:
     """Attribute the kernels of graphs compiled from now on (see the module docstring).
 
     Called by :func:`~torch_nsight.instrument` for each active instrumentation; undone by
-    :func:`untrack_compiles` when the last one is removed.
+    :func:`untrack_compiles` when the last one is removed. Inductor is not imported for a
+    model that is never compiled (it costs seconds): until Inductor is loaded, the hooks
+    wait in :func:`torch.compile` (which ``module.compile()`` calls too).
 
     Returns:
         Whether compiled kernels will be attributed (False, with one warning, when this
@@ -351,23 +355,58 @@ def track_compiles() -> bool:
     """
     tracker = _TRACKER
     with tracker.lock:
-        if not tracker.installed:
-            why = compiled_support()
-            if why is not None:
-                tracker.warn_once(f"kernels of torch.compile regions stay unattributed: this "
-                                  f"torch cannot map them to modules ({why})")
-                return False
-            _install()
+        tracker.users += 1
+        if "torch._inductor.config" not in sys.modules:
+            _wait_in_torch_compile()
+            return True
+        if _engage():
+            return True
+        tracker.users -= 1
+        return False
+
+
+def _engage() -> bool:
+    """Install the hooks (once) and switch Inductor's settings on for the active users
+    (lock held). False when this torch lacks what it takes."""
+    tracker = _TRACKER
+    if not tracker.installed:
+        why = compiled_support()
+        if why is not None:
+            tracker.warn_once(f"kernels of torch.compile regions stay unattributed: this "
+                              f"torch cannot map them to modules ({why})")
+            return False
+        _install()
+    if tracker.users and not tracker.engaged:
         import torch._inductor.config as config
 
-        if tracker.users == 0:
-            if config.trace.provenance_tracking_level == 0:
-                tracker.previous_level = 0
-                config.trace.provenance_tracking_level = 1
-            tracker.previous_pass = config.post_grad_custom_post_pass
-            config.post_grad_custom_post_pass = _keyed_pass(tracker.previous_pass)
-        tracker.users += 1
+        if config.trace.provenance_tracking_level == 0:
+            tracker.previous_level = 0
+            config.trace.provenance_tracking_level = 1
+        tracker.previous_pass = config.post_grad_custom_post_pass
+        config.post_grad_custom_post_pass = _keyed_pass(tracker.previous_pass)
+        tracker.engaged = True
     return True
+
+
+def _wait_in_torch_compile() -> None:
+    """Wrap :func:`torch.compile` (once) so that its first call while compiles are tracked
+    installs the hooks before anything compiles."""
+    import torch
+
+    if getattr(torch.compile, "_torch_nsight_waits", False):
+        return
+    compile_ = torch.compile
+
+    @functools.wraps(compile_)
+    def compile_tracked(*args: Any, **kwargs: Any) -> Any:
+        if _TRACKER.users and not _TRACKER.engaged:
+            with _TRACKER.lock:
+                if _TRACKER.users and not _TRACKER.engaged:
+                    _engage()
+        return compile_(*args, **kwargs)
+
+    compile_tracked._torch_nsight_waits = True  # type: ignore[attr-defined]
+    torch.compile = compile_tracked  # type: ignore[assignment]
 
 
 def untrack_compiles() -> None:
@@ -379,15 +418,18 @@ def untrack_compiles() -> None:
             return
         tracker.users -= 1
         if tracker.users == 0:
-            import torch._inductor.config as config
-
             tracker.called = False
             tracker.forwards.clear()
+            if not tracker.engaged:
+                return
+            import torch._inductor.config as config
+
             if tracker.previous_level is not None:
                 config.trace.provenance_tracking_level = tracker.previous_level
                 tracker.previous_level = None
             config.post_grad_custom_post_pass = tracker.previous_pass
             tracker.previous_pass = None
+            tracker.engaged = False
 
 
 def open_window() -> None:
