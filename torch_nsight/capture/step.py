@@ -130,13 +130,13 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._window = self.measured
         if self._window:
             open_window()
-        if folder and self.measured:
+        if folder and self._window:
             from torch_nsight.capture.timeline import session
 
             chosen = _chosen(self._environ)
             self._session = session(folder, chosen[-1] if chosen else self.index)
             self._session.enter(self.index)  # type: ignore[attr-defined]
-        elif self.measured:
+        elif self._window:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
                              start(format_measure_range(run=self.index))]

@@ -527,12 +527,12 @@ def register_reader(reader: SourceReader, *, first: bool = True) -> None:
 
 def _holds_trace_events(path: Path, window: int = 1 << 20) -> bool:
     """Whether the first MiB of a JSON file (plain, gzip or xz) names ``traceEvents``."""
-    import gzip
     import lzma
 
-    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    from torch_nsight.report.trace import trace_opener
+
     try:
-        with opener(path, "rb") as handle:
+        with trace_opener(path)(path, "rb") as handle:
             return b'"traceEvents"' in handle.read(window)
     except (OSError, EOFError, lzma.LZMAError):
         return True  # damaged: let its reader say so

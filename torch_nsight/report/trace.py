@@ -89,13 +89,18 @@ def function_name(kernel: str, *, for_filter: bool = False) -> str:
 GRAPH_REPLAY = "CUDA graph replay"
 
 
+def trace_opener(path: Path) -> Any:
+    """The ``open`` for a trace file: gzip's, xz's or the plain one, by its suffix."""
+    return {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+
+
 def read_trace_file(path: Path) -> dict[str, Any]:
     """Read a Chrome trace (``.json``, ``.json.gz``, ``.json.xz``).
 
     Raises:
         ReportError: it is not a readable trace of PyTorch's profiler.
     """
-    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
+    opener = trace_opener(path)
     try:
         with opener(path, "rt", encoding="utf-8") as handle:
             document = json.load(handle)
