@@ -31,7 +31,7 @@ def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
         return Stack(layers=3, d=width)
 
     profile = torch_nsight.sweep({"module": Stack(4), "factory": factory, "class": Stack},
-                                 [(2, 16), (3, 5, 16)], backward=True, repeats=2, warmup=1,
+                                 [(2, 16), (3, 5, 16)], backward=True, runs=2, warmup=1,
                                  dtype="float64", output_dir=tmp_path / "out", quiet=True,
                                  profiler=None)
     assert statuses(profile) == {(v, s): "ok" for v in ("module", "factory", "class")
@@ -110,7 +110,7 @@ def test_devices_spread_shapes_over_children() -> None:
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"shapes": [("a", "b")]}, ValueError, "make_inputs"),
     ({"warmup": -1}, ValueError, "warmup"),
-    ({"repeats": 0}, ValueError, "repeats"),
+    ({"runs": 0}, ValueError, "runs"),
     ({"timeout": 0}, ValueError, "timeout"),
     ({"backward": 1}, TypeError, "backward"),
     ({"profiler": "nsys"}, ValueError, "profiler"),

@@ -34,7 +34,7 @@ def test_llama_block_two_shapes_end_to_end(tmp_path: Path) -> None:
 
     shapes = [(1, 256, 1024), (2, 512, 1024)]
     profile = torch_nsight.sweep({"sdpa": LlamaBlock}, shapes, dtype="bf16", backward=True,
-                                 repeats=2, metric_set="lean", output_dir=tmp_path / "out",
+                                 runs=2, metric_set="lean", output_dir=tmp_path / "out",
                                  derive={"tokens_per_s": tokens_per_s})
     kernels = profile.kernels
     assert profile.failures == [], profile.failures

@@ -33,7 +33,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=description(__doc__))
     add_target_options(parser, example="1x512x1024,4x512x1024")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
-    parser.add_argument("--repeats", type=int, default=1, metavar="N")
+    parser.add_argument("--runs", "--repeats", dest="runs", type=int, default=1, metavar="N",
+                        help="measured iterations per shape, each kept as a run: tables "
+                             "give the spread of their times and compare tells a change "
+                             "from noise (default 1)")
     add_ncu_options(parser, None)
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
     parser.add_argument("--no-replicate", action="store_true",
@@ -147,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = torch_nsight.sweep(
             target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
-            warmup=args.warmup, repeats=args.repeats, metric_set=args.metric_set,
+            warmup=args.warmup, runs=args.runs, metric_set=args.metric_set,
             ops=args.ops, replicate=not args.no_replicate, record_calls=not args.no_calls,
             output_dir=args.out, ncu=args.ncu, ncu_args=args.ncu_arg, timeout=args.timeout,
             devices=devices, profiler=None if args.dry_run else "ncu", focus=args.focus)

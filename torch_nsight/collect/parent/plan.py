@@ -183,7 +183,7 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
             if not ok:
                 raise ValueError(f"shape {label!r} ({shape!r}) is not a tuple of ints: pass "
                                  "make_inputs=fn(shape) to build the inputs")
-    for name, value, low in (("warmup", warmup, 0), ("repeats", repeats, 1)):
+    for name, value, low in (("warmup", warmup, 0), ("runs", repeats, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -63,7 +64,7 @@ def sweep(
     backward: bool = False,
     dtype: Any = None,
     warmup: int = 2,
-    repeats: int = 1,
+    runs: int = 1,
     metric_set: str | Sequence[str] | None = None,
     ops: bool | str | Iterable[str] = False,
     replicate: bool = True,
@@ -78,6 +79,7 @@ def sweep(
     record_calls: bool = True,
     focus: float | None = None,
     executor: Any = None,
+    repeats: int | None = None,
     _options: Mapping[str, Any] | None = None,
 ) -> Profile:
     """Profile a model (or several variants) across input shapes under Nsight Compute.
@@ -101,7 +103,10 @@ def sweep(
         dtype: cast the model (and default inputs) to this dtype (``torch.bfloat16``,
             ``"bf16"``...); None keeps the model's.
         warmup: un-profiled iterations before each shape's measured ones.
-        repeats: measured iterations per shape; each is kept as a ``run``.
+        runs: measured iterations per shape, each kept as a ``run``: with more than one,
+            every table gives the spread of its times (standard deviation, 95% confidence
+            interval, ``stable``; see :mod:`torch_nsight.analyze.spread`) and ``compare``
+            tells a change from noise. Each run is one more replay of every profiled kernel.
         metric_set: None (default): ``"fast"``: one replay pass per kernel (durations,
             DRAM bytes, clocks), FLOPs counted from the calls table's shapes
             (``flops_basis`` ``"calls"``), bound judged from the roofline; ``"lean"`` when
@@ -144,6 +149,7 @@ def sweep(
             share (0-1, e.g. 0.9) of each shape's GPU time; the other kernels keep the
             timeline's module and duration, with ``deep_profiled`` False (see
             :mod:`torch_nsight.report.focus`). None profiles every kernel.
+        repeats: the former name of ``runs`` (deprecated).
 
     Global PyTorch settings of the calling process (TF32, cuDNN benchmark/deterministic,
     SDPA backends) are carried to the child and recorded in the profile.
@@ -162,6 +168,9 @@ def sweep(
         NothingProfiledError: ``ncu`` ran but profiled no kernel (the message says why).
         ShapeFailedError: every shape failed.
     """
+    if repeats is not None:
+        warnings.warn("sweep(repeats=) is now sweep(runs=)", DeprecationWarning, stacklevel=2)
+        runs = repeats
     if focus is not None and profiler == "ncu":
         from torch_nsight.collect.parent.focus import focused_sweep
 
@@ -169,11 +178,11 @@ def sweep(
             sweep, model, shapes, focus=focus, output_dir=output_dir, ncu_args=ncu_args,
             devices=devices, quiet=quiet,
             options=dict(make_inputs=make_inputs, backward=backward, dtype=dtype, warmup=warmup,
-                         repeats=repeats, metric_set=metric_set, ops=ops, replicate=replicate,
+                         runs=runs, metric_set=metric_set, ops=ops, replicate=replicate,
                          derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
                          record_calls=record_calls, executor=executor))
     plan = plan_sweep(model, shapes, make_inputs=make_inputs, backward=backward, dtype=dtype,
-                      warmup=warmup, repeats=repeats, metric_set=metric_set, ops=ops,
+                      warmup=warmup, repeats=runs, metric_set=metric_set, ops=ops,
                       replicate=replicate, derive=derive, output_dir=output_dir, ncu=ncu,
                       ncu_args=ncu_args, timeout=timeout, devices=devices, profiler=profiler,
                       quiet=quiet, record_calls=record_calls, executor=executor,
