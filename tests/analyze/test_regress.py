@@ -59,6 +59,7 @@ def test_two_shapes_of_one_block_regress(s128: pd.DataFrame, s512: pd.DataFrame)
     modules = rows[rows["path"] != "(unattributed)"]
     assert (modules["verdict"] == "regressed").all()
     assert rows.attrs["notes"] == []
+    assert rows.attrs["noise_known"] is False
     # Bound and headroom of both sides come from each side's own roll-up.
     root = rows[(rows["path"] == "LlamaBlock") & (rows["direction"] == "fwd")].iloc[0]
     assert root["current_headroom_ns"] == pytest.approx(
@@ -157,6 +158,18 @@ def per_shape(kernels: pd.DataFrame, shape: str) -> dict[tuple, float]:
     return {k[2:]: v for k, v in keyed(module_tree(rows)).items()}
 
 
+def welch(before: list[float], after: list[float]) -> float:
+    """Welch's two-sided p-value written out with numpy (the t statistic and the
+    Welch-Satterthwaite degrees of freedom), scipy only for the t distribution's tail."""
+    from scipy import stats
+
+    b, a = np.asarray(before), np.asarray(after)
+    vb, va = b.var(ddof=1) / len(b), a.var(ddof=1) / len(a)
+    t = (a.mean() - b.mean()) / np.sqrt(vb + va)
+    dof = (vb + va) ** 2 / (vb ** 2 / (len(b) - 1) + va ** 2 / (len(a) - 1))
+    return float(2 * stats.t.sf(abs(t), dof))
+
+
 def test_overlapping_runs_are_within_noise(sweep_runs: pd.DataFrame) -> None:
     small, mid, large = "1x256x1024", "1x1024x1024", "1x4096x1024"
     baseline = as_runs(sweep_runs, [("r0", small), ("r1", mid)])
@@ -166,32 +179,57 @@ def test_overlapping_runs_are_within_noise(sweep_runs: pd.DataFrame) -> None:
     assert (rows["baseline_runs"] == 2).all() and (rows["current_runs"] == 2).all()
     for _, row in rows.iterrows():
         key = (row["direction"], row["path"])
-        assert row["baseline_ns"] == pytest.approx(np.median([t_small[key], t_mid[key]]))
-        assert row["current_ns"] == pytest.approx(np.median([t_mid[key], t_large[key]]))
-        low, high = sorted([t_small[key], t_mid[key]])
-        assert (row["baseline_min_ns"], row["baseline_max_ns"]) == (low, high)
-        overlap = (min(t_small[key], t_mid[key]) <= max(t_mid[key], t_large[key])
-                   and min(t_mid[key], t_large[key]) <= max(t_small[key], t_mid[key]))
+        before, after = [t_small[key], t_mid[key]], [t_mid[key], t_large[key]]
+        assert row["baseline_ns"] == pytest.approx(np.mean(before))
+        assert row["current_ns"] == pytest.approx(np.mean(after))
+        assert row["baseline_std_ns"] == pytest.approx(np.std(before, ddof=1))
+        # two runs: t(0.975, 1) = 12.706 times the standard error
+        assert row["baseline_ci95_ns"] == pytest.approx(
+            12.7062047 * np.std(before, ddof=1) / np.sqrt(2))
+        assert row["p_value"] == pytest.approx(welch(before, after))
         change = row["change_pct"]
-        want = ("unchanged" if abs(change) <= 5 else "within noise" if overlap
+        want = ("unchanged" if abs(change) <= 5 else "within noise" if row["p_value"] >= 0.05
                 else "regressed" if change > 0 else "improved")
         assert row["verdict"] == want, key
-    # Both sides share the middle shape's run: every range overlaps, nothing is called.
+    # Both sides share the middle shape's run: two runs that far apart are all noise.
     assert "regressed" not in set(rows["verdict"])
     assert "within noise" in set(rows["verdict"])
 
 
 def test_runs_apart_are_called(sweep_runs: pd.DataFrame) -> None:
-    small, mid, large = "1x256x1024", "1x1024x1024", "1x4096x1024"
-    baseline = as_runs(sweep_runs, [("r0", small), ("r1", mid)])
+    small, large = "1x256x1024", "1x4096x1024"
+    baseline = as_runs(sweep_runs, [("r0", small), ("r1", small)])
     current = as_runs(sweep_runs, [("r0", large), ("r1", large)])
     rows = compare_profiles(baseline, current, threshold=5.0)
+    # identical runs on each side: no noise, every change past the threshold is called
+    assert (rows["baseline_std_ns"] == 0).all() and (rows["current_std_ns"] == 0).all()
+    for _, row in rows.iterrows():
+        if abs(row["change_pct"]) > 5:
+            assert row["verdict"] == ("regressed" if row["change_pct"] > 0 else "improved")
+    assert "regressed" in set(rows["verdict"])
+
+
+def test_one_run_against_several_uses_the_prediction_interval(
+        sweep_runs: pd.DataFrame) -> None:
+    from scipy import stats
+
+    small, mid, large = "1x256x1024", "1x1024x1024", "1x4096x1024"
+    baseline = as_runs(sweep_runs, [("r0", small), ("r1", mid)])
+    current = as_runs(sweep_runs, [("r0", large)])
+    rows = compare_profiles(baseline, current, threshold=5.0)
     t_small, t_mid, t_large = (per_shape(sweep_runs, s) for s in (small, mid, large))
+    assert (rows["current_runs"] == 1).all() and rows["current_std_ns"].isna().all()
     for _, row in rows.iterrows():
         key = (row["direction"], row["path"])
-        apart = t_large[key] > max(t_small[key], t_mid[key])
-        if apart and row["change_pct"] > 5:
-            assert row["verdict"] == "regressed", key
+        runs = np.array([t_small[key], t_mid[key]])
+        t = abs(t_large[key] - runs.mean()) / (runs.std(ddof=1) * np.sqrt(1 + 1 / 2))
+        assert row["p_value"] == pytest.approx(2 * stats.t.sf(t, 1))
+
+
+def test_single_runs_say_the_noise_is_unknown(s128: pd.DataFrame, s512: pd.DataFrame) -> None:
+    rows = compare_profiles(s128, s512)
+    assert rows["p_value"].isna().all()
+    assert rows.attrs["noise_known"] is False
     assert "regressed" in set(rows["verdict"])
 
 
@@ -202,14 +240,14 @@ def test_a_run_without_a_module_counts_as_zero(s128: pd.DataFrame) -> None:
     row = rows[(rows["path"] == "LlamaBlock/mlp/mlp.down_proj")
                & (rows["direction"] == "fwd")].iloc[0]
     full = keyed(module_tree(s128))[(None, None, "fwd", "LlamaBlock/mlp/mlp.down_proj")]
-    assert (row["baseline_min_ns"], row["baseline_max_ns"]) == (0.0, full)
     assert row["baseline_ns"] == pytest.approx(full / 2)
+    assert row["baseline_std_ns"] == pytest.approx(np.std([0.0, full], ddof=1))
     assert row["baseline_runs"] == 2
 
 
 @pytest.mark.parametrize("kwargs", [{"by": "op"}, {"threshold": -1.0},
                                     {"threshold": float("nan")}, {"depth": -1},
-                                    {"threshold": True}])
+                                    {"threshold": True}, {"alpha": 0}, {"alpha": 1.5}])
 def test_refused_arguments(s128: pd.DataFrame, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         compare_profiles(s128, s128, **kwargs)

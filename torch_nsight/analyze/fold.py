@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs
+
 __all__ = ["fold_rows", "index_template", "format_indices", "folded_name", "FOLD_COLUMN"]
 
 FOLD_COLUMN = "blocks"
@@ -105,7 +107,10 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
         ranked = members[rank].astype("float64").fillna(-np.inf)
         row = members.loc[[ranked.idxmax()]].copy()
         for column in sums:
-            if column in members:
+            if column == RUNS_COLUMN and column in members:  # per-run arrays, run by run
+                row[column] = pd.Series([sum_runs(members[column])], index=row.index,
+                                        dtype=object)
+            elif column in members:
                 row[column] = members[column].sum(min_count=1)
         for column, weight in (weighted or {}).items():
             if column in members and weight in members:

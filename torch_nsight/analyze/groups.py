@@ -12,14 +12,15 @@ import pandas as pd
 from torch_nsight.analyze.attribute import UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none
+from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 
 KERNEL_GROUP_COLUMNS = (
     "variant", "shape", "kernel", "launches", "duration_ns", "mean_ns", "pct_of_total",
-    "modules", "top_module", "headroom_ns", "bound",
+    "modules", "top_module", "headroom_ns", "bound", *SPREAD_COLUMNS,
 )
 SHAPE_COLUMNS = (
     "variant", "shape", "runs", "launches", "duration_ns", "coverage_pct", "top_module",
-    "top_module_pct", *(f"{b}_pct" for b in BOUNDS), "headroom_ns",
+    "top_module_pct", *(f"{b}_pct" for b in BOUNDS), "headroom_ns", *SPREAD_COLUMNS[1:],
 )
 RANK_COLUMNS = (
     "rank", "variant", "shape", "launches", "duration_ns", "nccl_ns", "nccl_pct",
@@ -80,7 +81,8 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         :data:`KERNEL_GROUP_COLUMNS`, most time first: launches and time per run, mean time
         per launch, share of the (variant, shape)'s GPU time, how many modules launch it,
-        the one holding most of its time, headroom, and the bound holding most of its time.
+        the one holding most of its time, headroom, the bound holding most of its time,
+        and the spread of its time over the runs (:mod:`torch_nsight.analyze.spread`).
     """
     keys = [*LABELS, "kernel"]
     work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
@@ -93,6 +95,7 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
                          "bound").rename(columns={"top_bound": "bound"}), on=keys, how="left")
     out["bound"] = out["bound"].where(out["bound"] != UNATTRIBUTED)
     out = _per_run(out, df, list(LABELS), ["launches", "duration_ns", "headroom_ns"])
+    out = with_spread(add_runs(out.drop(columns="runs"), df, keys))
     out["mean_ns"] = out["duration_ns"] / out["launches"]
     totals = out.groupby(list(LABELS), sort=False)["duration_ns"].transform("sum")
     out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
@@ -120,7 +123,7 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         :data:`SHAPE_COLUMNS`: runs, launches and GPU time per run, the share of time inside
         module ranges, the module (innermost) holding most time and its share, the share of
-        time per bound, and headroom.
+        time per bound, headroom, and the spread of the time over the runs.
     """
     keys = list(LABELS)
     work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
@@ -137,6 +140,7 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
         out[f"{bound}_pct"] = 100.0 * out[f"{bound}_pct"] / out["duration_ns"]
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
     out = _per_run(out, df, keys, ["launches", "duration_ns", "headroom_ns"])
+    out = with_spread(add_runs(out.drop(columns="runs"), df, keys))
     return _finish(out, keys, SHAPE_COLUMNS)
 
 

@@ -11,7 +11,14 @@ import pandas as pd
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import fold_rows
-from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree, runs_per_label
+from torch_nsight.analyze.rollup import (
+    LABELS,
+    blank_to_none,
+    module_paths,
+    module_tree,
+    runs_per_label,
+)
+from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
 
 HotspotOrder = Literal["headroom", "time"]
 HotspotLevel = Literal["kernel", "module"]
@@ -19,7 +26,7 @@ KERNEL_KEYS = (*LABELS, "module", "module_path", "direction", "op", "kernel")
 HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
     "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
-    "reason", "basis", "next_step", "fused_modules", "aten_ops",
+    "reason", "basis", "next_step", "fused_modules", "aten_ops", *SPREAD_COLUMNS,
 )
 
 
@@ -110,16 +117,19 @@ def _first_fused(df: pd.DataFrame, work: pd.DataFrame, keys: list[str]) -> pd.Se
         lambda s: next((m for m in s if m is not None), None))
 
 
-def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
+def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     """Aggregate identical launches (same labels, module, direction, op and kernel name).
 
     Args:
         df: an attributed, classified kernel table.
+        keep_runs: keep each site's per-run times (``run_ns``, see
+            :mod:`torch_nsight.analyze.spread`).
 
     Returns:
         One row per distinct kernel site with :data:`HOTSPOT_COLUMNS`, unsorted; times are
-        per run and ``pct_of_roof`` is time-weighted; ``fused_modules`` names the modules a
-        kernel fused across modules computed for (compiled code; None otherwise).
+        per run (their spread over the runs in the spread columns) and ``pct_of_roof`` is
+        time-weighted; ``fused_modules`` names the modules a kernel fused across modules
+        computed for (compiled code; None otherwise).
     """
     work = df.reindex(columns=[*KERNEL_KEYS, "duration_ns", "headroom_ns", "roof_time_ns",
                                "precision", "bound", "reason", "basis",
@@ -143,7 +153,7 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
     out["fused_modules"] = _first_fused(df, work, list(KERNEL_KEYS))
     out["aten_ops"] = (_dominant(work.assign(aten_ops=df["aten_ops"]), list(KERNEL_KEYS),
                                  "aten_ops") if "aten_ops" in df else None)
-    out = out.reset_index()
+    out = add_runs(out.reset_index(), df, KERNEL_KEYS)
     out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
     counts = out.pop("runs").astype("float64")
     for column in ("launches", "duration_ns", "headroom_ns", "roof_time_ns"):
@@ -156,7 +166,8 @@ def kernel_hotspots(df: pd.DataFrame) -> pd.DataFrame:
         out["kernel"], out["basis"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
-    return out.loc[:, list(HOTSPOT_COLUMNS)]
+    out = with_spread(out, keep_runs=keep_runs)
+    return out.loc[:, [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)]
 
 
 def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
@@ -187,15 +198,22 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
     if level not in ("kernel", "module"):
         raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
     if level == "kernel":
-        table = kernel_hotspots(df)
+        table = kernel_hotspots(df, keep_runs=True)
         if fold:
             table = fold_rows(table, keys=[*LABELS, "direction", "op", "kernel"],
-                              sums=("launches", "duration_ns", "headroom_ns", "pct_of_total"),
+                              sums=("launches", "duration_ns", "headroom_ns", "pct_of_total",
+                                    RUNS_COLUMN),
                               weighted={"pct_of_roof": "duration_ns"})
+        table = with_spread(table)
         key = "headroom_ns" if by == "headroom" else "duration_ns"
     else:
         table = module_tree(df)
         table = table[table["exclusive_kernels"] > 0].copy()
+        # the spread of the time ranked here, each module's own (exclusive) time
+        keys = [*LABELS, "direction", "module_path"]
+        table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "path"],
+                                     group_keys=df.reindex(columns=keys).assign(
+                                         module_path=module_paths(df))))
         table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
         key = "exclusive_headroom_ns" if by == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"

@@ -3,8 +3,9 @@
 :func:`compare_profiles` is the pass behind ``torch-nsight compare``: each module's (or
 kernel site's) time before and after, its bound and headroom on both sides, the change in
 percent and a verdict. It is noise-aware: where a side holds several measured runs (distinct
-``(source, run)`` pairs per label, e.g. a sweep with ``repeats > 1``), times are medians over
-the runs, and a change whose ranges of runs overlap is ``within noise``, never a regression.
+``(source, run)`` pairs per label, e.g. a sweep with ``runs > 1``), times are means over the
+runs with their spread, and a change that Welch's t-test cannot tell from the runs' noise is
+``within noise``, never a regression.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pandas as pd
 
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.hotspots import kernel_hotspots
-from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_tree
+from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_paths, module_tree
+from torch_nsight.analyze.spread import RUNS_COLUMN, with_spread
 
 logger = logging.getLogger(__name__)
 
@@ -35,10 +37,13 @@ REGRESS_COLUMNS: tuple[str, ...] = (
     "variant", "shape", "direction", "path", "module", "depth", "op", "kernel",
     "baseline_ns", "current_ns", "change_ns", "change_pct", "verdict",
     "baseline_bound", "current_bound", "baseline_headroom_ns", "current_headroom_ns",
-    "baseline_runs", "current_runs", "baseline_min_ns", "baseline_max_ns",
-    "current_min_ns", "current_max_ns",
+    "baseline_runs", "current_runs", "baseline_std_ns", "baseline_ci95_ns",
+    "current_std_ns", "current_ci95_ns", "p_value",
 )
-_RUN_KEYS = (*LABELS, "source", "run")
+#: A change past the threshold is a regression only when Welch's test puts it outside the
+#: noise at this level (p < ALPHA).
+ALPHA = 0.05
+_SIDE_COLUMNS = ("time_ns", "runs", "std_ns", "ci95_ns", "bound", "headroom_ns", RUNS_COLUMN)
 
 
 def _blank(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -52,59 +57,58 @@ def _blank(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def _rows(df: pd.DataFrame, by: CompareLevel, depth: int | None) -> pd.DataFrame:
-    """One side's modules or kernel sites: keys, ``time_ns`` per run, bound, headroom."""
+    """One side's modules or kernel sites: keys, mean ``time_ns`` per run and the per-run
+    times (``run_ns``), bound, headroom."""
     if by == "module":
-        rows = module_tree(df, depth).rename(columns={"inclusive_ns": "time_ns"})
+        rows = module_tree(df, depth, keep_runs=True).rename(
+            columns={"inclusive_ns": "time_ns"})
         rows["op"] = None
         rows["kernel"] = None
     else:
         if depth is not None:
-            df = df.copy()
-            paths = df["module_path"].fillna(UNATTRIBUTED).astype(str)
-            df["module_path"] = paths.map(
-                lambda p: p if p == UNATTRIBUTED else PATH_SEP.join(p.split(PATH_SEP)[:depth + 1]))
+            df = df.assign(module_path=module_paths(df, depth).to_numpy())
             df["module"] = df["module_path"].str.split(PATH_SEP).str[-1]
-        rows = kernel_hotspots(df).rename(columns={"module_path": "path",
-                                                   "duration_ns": "time_ns"})
+        rows = kernel_hotspots(df, keep_runs=True).rename(
+            columns={"module_path": "path", "duration_ns": "time_ns"})
         rows["depth"] = [None if p is None or p == UNATTRIBUTED else str(p).count(PATH_SEP)
                          for p in rows["path"]]
     return _blank(rows, KEYS[by])
 
 
-def _per_run(df: pd.DataFrame, by: CompareLevel, depth: int | None) -> pd.DataFrame:
-    """Median, min, max of each row's time over the runs of its label (0 in a run that
-    lacks it), and the number of runs."""
-    keys = list(KEYS[by])
-    work = _blank(df, _RUN_KEYS)
-    pieces = []
-    for run_id, index in enumerate(work.groupby(list(_RUN_KEYS), sort=False).indices.values()):
-        rows = _rows(df.iloc[index], by, depth)
-        pieces.append(rows.loc[:, [*keys, "time_ns"]].assign(run_id=run_id))
-    if not pieces:
-        return pd.DataFrame(columns=[*keys, "median_ns", "min_ns", "max_ns", "runs"])
-    long = pd.concat(pieces, ignore_index=True)
-    runs = long.groupby(list(LABELS))["run_id"].nunique().rename("runs")
-    wide = long.pivot_table(index=keys, columns="run_id", values="time_ns", aggfunc="sum")
-    labelled = wide.reset_index().join(runs, on=list(LABELS))
-    # A run of this label without the row took no time there: 0, not NaN.
-    times = wide.to_numpy(dtype="float64", copy=True)
-    label_runs = long.groupby(list(LABELS))["run_id"].unique()
-    for row, label in enumerate(zip(*(labelled[c] for c in LABELS), strict=True)):
-        for position, run_id in enumerate(wide.columns):
-            if run_id in set(label_runs[label]) and np.isnan(times[row, position]):
-                times[row, position] = 0.0
-    labelled["median_ns"] = np.nanmedian(times, axis=1)
-    labelled["min_ns"] = np.nanmin(times, axis=1)
-    labelled["max_ns"] = np.nanmax(times, axis=1)
-    return labelled.loc[:, [*keys, "median_ns", "min_ns", "max_ns", "runs"]]
-
-
 def _side(df: pd.DataFrame, by: CompareLevel, depth: int | None) -> pd.DataFrame:
-    """One side's rows in order: keys, module, depth, bound, headroom and run statistics."""
+    """One side's rows in order: keys, module, depth, bound, headroom, mean time per run
+    and its spread (:mod:`torch_nsight.analyze.spread`)."""
     keys = list(KEYS[by])
-    summary = _rows(df, by, depth).loc[:, [*keys, "module", "depth", "bound", "headroom_ns"]]
-    summary["order"] = np.arange(len(summary))
-    return summary.merge(_per_run(df, by, depth), on=keys, how="left")
+    rows = _rows(df, by, depth)
+    side = rows.loc[:, [*keys, "module", "depth", "bound", "headroom_ns", "time_ns",
+                        RUNS_COLUMN]]
+    side["order"] = np.arange(len(side))
+    return with_spread(side, keep_runs=True)
+
+
+def welch_p(before: np.ndarray, after: np.ndarray) -> float:
+    """Two-sided p-value that two sets of per-run times share one mean.
+
+    Welch's t-test where both sides hold several runs (it does not assume equal variances:
+    two machines, days or clocks need not be equally noisy). Where only one side has
+    several runs, the single time is tested against that side's prediction interval
+    (``t = (x - mean) / (s * sqrt(1 + 1/n))``, ``n - 1`` degrees of freedom). NaN where
+    neither side has two runs: the noise is unknown.
+    """
+    from scipy import stats
+
+    if len(before) < 2 and len(after) < 2:
+        return math.nan
+    if len(before) < 2 or len(after) < 2:
+        single, runs = (before, after) if len(before) < 2 else (after, before)
+        spread = float(np.std(runs, ddof=1)) * math.sqrt(1.0 + 1.0 / len(runs))
+        difference = abs(float(single[0]) - float(np.mean(runs)))
+        if spread == 0:
+            return 0.0 if difference else 1.0
+        return float(2.0 * stats.t.sf(difference / spread, len(runs) - 1))
+    if np.std(before, ddof=1) == 0 and np.std(after, ddof=1) == 0:
+        return 0.0 if np.mean(before) != np.mean(after) else 1.0
+    return float(stats.ttest_ind(before, after, equal_var=False).pvalue)
 
 
 def _labels(df: pd.DataFrame) -> list[tuple[str, str]]:
@@ -141,7 +145,7 @@ def _fused_modules(df: pd.DataFrame) -> set[tuple[str, str]]:
     return found
 
 
-def _verdict(row: pd.Series, threshold: float) -> str:
+def _verdict(row: pd.Series, threshold: float, alpha: float) -> str:
     if pd.isna(row["current_ns"]):
         return "only in baseline"
     if pd.isna(row["baseline_ns"]):
@@ -149,16 +153,14 @@ def _verdict(row: pd.Series, threshold: float) -> str:
     change = row["change_pct"]
     if change == 0 or abs(change) <= threshold:
         return "unchanged"
-    noisy = max(row["baseline_runs"], row["current_runs"]) > 1
-    if noisy and row["baseline_min_ns"] <= row["current_max_ns"] \
-            and row["current_min_ns"] <= row["baseline_max_ns"]:
+    if not pd.isna(row["p_value"]) and row["p_value"] >= alpha:
         return "within noise"
     return "regressed" if change > 0 else "improved"
 
 
 def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
                      by: CompareLevel = "module", threshold: float = 5.0,
-                     depth: int | None = None) -> pd.DataFrame:
+                     depth: int | None = None, alpha: float = ALPHA) -> pd.DataFrame:
     """Line up the modules (or kernel sites) of two profiles and call each change.
 
     Rows are matched by (variant, shape, direction, module path), and for ``by="kernel"``
@@ -167,14 +169,17 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     compared as if it had the baseline's label, and a note says so.
 
     Times are per run. A label measured in several runs (distinct ``(source, run)`` pairs)
-    gives each row the median of its runs (0 in a run that lacks it) and the range
-    ``[min, max]``. The verdict of a row present on both sides, with ``change_pct`` =
-    100 (current - baseline) / baseline:
+    gives each row the mean of its runs (0 in a run that lacks it), their standard
+    deviation and 95% interval (:mod:`torch_nsight.analyze.spread`), and ``p_value``: how
+    likely a difference this large is from noise alone (:func:`welch_p`: Welch's t-test, or
+    the prediction interval of the side with runs where the other has one). The verdict of
+    a row present on both sides, with ``change_pct`` = 100 (current - baseline) / baseline:
 
     - ``unchanged``: ``|change_pct| <= threshold``;
-    - ``within noise``: beyond the threshold, but a side has several runs and the two
-      ranges of runs overlap;
-    - ``regressed`` (slower) or ``improved`` (faster) otherwise.
+    - ``within noise``: beyond the threshold, but ``p_value >= alpha``;
+    - ``regressed`` (slower) or ``improved`` (faster) otherwise: past the threshold and
+      outside the noise, or past the threshold where neither side has several runs (the
+      noise is unknown: ``attrs["noise_known"]`` is False).
 
     Rows on one side only are kept, as ``only in baseline`` or ``only in current``; a
     module of the baseline whose work the current profile ran inside kernels fused across
@@ -190,17 +195,19 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
         threshold: the change in percent (>= 0) a row must exceed to be called.
         depth: deepest module level kept (root = 0); deeper modules fold into their
             ancestor. None keeps every level.
+        alpha: the p-value below which a change is outside the noise.
 
     Returns:
         One row per matched module or kernel site with :data:`REGRESS_COLUMNS`: the
         baseline's rows in call-tree order, then rows only in the current profile. Times in
-        ns (medians), bounds and headroom per side, ``verdict`` one of :data:`VERDICTS`.
+        ns (means per run) with their spread, bounds and headroom per side, ``verdict`` one
+        of :data:`VERDICTS`.
         ``attrs["notes"]`` holds what a reader must know (labels compared across, different
         GPUs or metric sets), one sentence each.
 
     Raises:
         TypeError: a table is not a DataFrame.
-        ValueError: ``by``, ``threshold`` or ``depth`` is out of range.
+        ValueError: ``by``, ``threshold``, ``depth`` or ``alpha`` is out of range.
         MissingMetricError: a table lacks the columns the roll-up needs.
     """
     for name, table in (("baseline", baseline), ("current", current)):
@@ -214,6 +221,8 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
                               or depth < 0):
         raise ValueError(f"depth must be None or an integer >= 0, got {depth!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a probability between 0 and 1, got {alpha!r}")
     notes = _provenance_notes(baseline, current)
     base_labels, cur_labels = _labels(baseline), _labels(current)
     if len(base_labels) == 1 and len(cur_labels) == 1 and base_labels != cur_labels:
@@ -225,14 +234,12 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
                      "label, so they are compared as one")
     keys = list(KEYS[by])
     before = _side(baseline, by, depth).rename(
-        columns={"median_ns": "baseline_ns", "min_ns": "baseline_min_ns",
-                 "max_ns": "baseline_max_ns", "runs": "baseline_runs",
-                 "bound": "baseline_bound", "headroom_ns": "baseline_headroom_ns"})
+        columns={c: f"baseline_{c}" for c in _SIDE_COLUMNS}).rename(
+        columns={"baseline_time_ns": "baseline_ns"})
     after = _side(current, by, depth).rename(
-        columns={"median_ns": "current_ns", "min_ns": "current_min_ns",
-                 "max_ns": "current_max_ns", "runs": "current_runs",
-                 "bound": "current_bound", "headroom_ns": "current_headroom_ns",
-                 "module": "module_after", "depth": "depth_after", "order": "order_after"})
+        columns={c: f"current_{c}" for c in _SIDE_COLUMNS}).rename(
+        columns={"current_time_ns": "current_ns", "module": "module_after",
+                 "depth": "depth_after", "order": "order_after"})
     out = before.merge(after, on=keys, how="outer")
     only_current = out["order"].isna()
     out["module"] = out["module"].where(~only_current, out["module_after"])
@@ -243,7 +250,10 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     with np.errstate(divide="ignore", invalid="ignore"):
         change = 100.0 * out["change_ns"] / out["baseline_ns"]
     out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).where(out["change_ns"].notna())
-    out["verdict"] = [_verdict(row, float(threshold)) for _, row in out.iterrows()] \
+    out["p_value"] = [welch_p(b, c) if isinstance(b, np.ndarray) and isinstance(c, np.ndarray)
+                      else math.nan for b, c in zip(out[f"baseline_{RUNS_COLUMN}"],
+                                                    out[f"current_{RUNS_COLUMN}"], strict=True)]
+    out["verdict"] = [_verdict(row, float(threshold), alpha) for _, row in out.iterrows()] \
         if len(out) else pd.Series(dtype=object)
     fused = _fused_modules(current)
     if fused:
@@ -255,6 +265,7 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
         out[column] = blank_to_none(out[column])
     result = out.reindex(columns=list(REGRESS_COLUMNS))
     result.attrs["notes"] = notes
+    result.attrs["noise_known"] = bool(result["p_value"].notna().any())
     logger.info("compared %d %s rows: %s", len(result), by,
                 ", ".join(f"{v} {n}" for v, n in result["verdict"].value_counts().items()))
     return result

@@ -11,13 +11,14 @@ import pandas as pd
 
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 
 LABELS = ("variant", "shape")
 BOUNDS = ("memory", "compute", "latency")
 MODULE_COLUMNS = (
     "variant", "shape", "direction", "module", "path", "depth", "inclusive_ns",
     "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels", "headroom_ns",
-    "exclusive_headroom_ns", "flops", "dram_bytes", "bound", "bound_share",
+    "exclusive_headroom_ns", "flops", "dram_bytes", "bound", "bound_share", *SPREAD_COLUMNS,
 )
 
 
@@ -59,17 +60,22 @@ def runs_per_label(df: pd.DataFrame) -> pd.DataFrame:
     return pairs.groupby(list(LABELS)).size().rename("runs").reset_index()
 
 
+def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
+    """Each kernel's module path, cut to ``depth`` (``(unattributed)`` where it has none)."""
+    paths = df.reindex(columns=["module_path"])["module_path"].fillna(UNATTRIBUTED).astype(str)
+    if depth is not None:
+        paths = paths.map(lambda p: PATH_SEP.join(p.split(PATH_SEP)[: depth + 1])
+                          if p != UNATTRIBUTED else p)
+    return paths
+
+
 def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
     """Kernel facts per (variant, shape, direction, truncated path)."""
     base = df.reindex(columns=[*LABELS, "direction", "module_path", "duration_ns",
                                "headroom_ns", "flops", "dram_bytes", "bound"]).copy()
     for column in (*LABELS, "direction"):
         base[column] = base[column].astype(object).where(base[column].notna(), "")
-    paths = base["module_path"].fillna(UNATTRIBUTED).astype(str)
-    if depth is not None:
-        paths = paths.map(lambda p: PATH_SEP.join(p.split(PATH_SEP)[: depth + 1])
-                          if p != UNATTRIBUTED else p)
-    base["module_path"] = paths
+    base["module_path"] = module_paths(df, depth)
     base["order"] = np.arange(len(base))
     for bound in BOUNDS:
         base[f"t_{bound}"] = base["duration_ns"].where(base["bound"] == bound, 0.0)
@@ -84,21 +90,24 @@ def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
 
 
 @needs("module", "module_path", "duration_ns")
-def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
+def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = False
+                ) -> pd.DataFrame:
     """Roll kernels up the module tree, per variant, shape and direction.
 
     Args:
         df: an attributed, classified kernel table.
         depth: deepest level kept (root = 0); deeper modules fold into their ancestor at
             that level. None keeps every level.
+        keep_runs: keep the per-run inclusive times (``run_ns``, see
+            :mod:`torch_nsight.analyze.spread`).
 
     Returns:
         One row per module node in call-tree order (parents before children, siblings in
         order of first launch), with :data:`MODULE_COLUMNS`: inclusive and exclusive time
         per run, share of the (variant, shape)'s total GPU time, kernel counts per run,
         headroom, FLOPs and DRAM bytes (inclusive), the bound holding most of the inclusive
-        time and that bound's share. Kernels outside any module form the
-        ``(unattributed)`` row.
+        time and that bound's share, and the spread of the inclusive time over the runs.
+        Kernels outside any module form the ``(unattributed)`` row.
 
     Raises:
         ValueError: ``depth`` is negative.
@@ -108,6 +117,7 @@ def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=list(MODULE_COLUMNS))
     base = _base(df, depth)
+    inclusive_runs = _inclusive_runs(df, depth)
     sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",
             *(f"t_{b}" for b in BOUNDS)]
     pieces = []
@@ -144,9 +154,28 @@ def module_tree(df: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
     tree["module"] = tree["path"].str.split(PATH_SEP).str[-1]
     tree["depth"] = tree["path"].str.count(PATH_SEP)
     tree = _call_tree_order(tree)
+    tree[RUNS_COLUMN] = [inclusive_runs.get(key) for key in zip(
+        *(tree[c] for c in (*LABELS, "direction", "path")), strict=True)]
+    tree = with_spread(tree, keep_runs=keep_runs)
     for column in (*LABELS, "direction"):
         tree[column] = blank_to_none(tree[column])
-    return tree.loc[:, list(MODULE_COLUMNS)].reset_index(drop=True)
+    columns = [*MODULE_COLUMNS, RUNS_COLUMN] if keep_runs else list(MODULE_COLUMNS)
+    return tree.loc[:, columns].reset_index(drop=True)
+
+
+def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...], object]:
+    """Per (variant, shape, direction, path) of every module node, its inclusive time in
+    each run: the per-run times of the leaf paths added up to each of their ancestors."""
+    keys = [*LABELS, "direction", "module_path"]
+    group_keys = df.reindex(columns=keys).assign(module_path=module_paths(df, depth).to_numpy())
+    leaves = run_times(df, keys, group_keys=group_keys)
+    nodes: dict[tuple[str, ...], object] = {}
+    for (variant, shape, direction, path), times in leaves.items():
+        parts = path.split(PATH_SEP)
+        for level in range(len(parts)):
+            key = (variant, shape, direction, PATH_SEP.join(parts[: level + 1]))
+            nodes[key] = times + nodes[key] if key in nodes else times.copy()
+    return nodes
 
 
 def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:

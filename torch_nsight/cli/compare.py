@@ -115,8 +115,13 @@ def summary_line(rows: pd.DataFrame, threshold: float, by: str) -> str:
                                           "unchanged", "fused", "only in baseline",
                                           "only in current")
              if counts.get(v)]
-    return (f"{by}s compared at threshold {threshold:g}%: "
+    line = (f"{by}s compared at threshold {threshold:g}%: "
             + (", ".join(parts) if parts else "nothing to compare"))
+    if not rows.attrs.get("noise_known", True) and (counts.get("regressed")
+                                                     or counts.get("improved")):
+        line += (" (one run a side: the noise is unknown, so changes were not tested "
+                 "against it; record several runs: sweep(runs=3), profile --steps A:A+3)")
+    return line
 
 
 def _change(row: pd.Series) -> str:
@@ -125,11 +130,11 @@ def _change(row: pd.Series) -> str:
 
 
 def _time(row: pd.Series, side: str) -> str:
+    """The mean time, with its 95% interval and runs where the side has several."""
     text = format_us(row[f"{side}_ns"])
     runs = row[f"{side}_runs"]
-    if not is_missing(runs) and runs > 1:
-        text += (f" ({format_us(row[f'{side}_min_ns'])}–{format_us(row[f'{side}_max_ns'])},"
-                 f" {int(runs)} runs)")
+    if not is_missing(runs) and runs > 1 and not is_missing(row[f"{side}_ci95_ns"]):
+        text += f" ±{format_us(row[f'{side}_ci95_ns'])} ({int(runs)} runs)"
     return text
 
 

@@ -327,12 +327,20 @@ def run(args: argparse.Namespace) -> int:
 def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     """Name, on standard error, the metrics a source lacks and how to collect them (and that
     several ranks are averaged)."""
+    from torch_nsight.analyze.rollup import runs_per_label
+    from torch_nsight.analyze.spread import STABLE_CI_PCT
+
     stream = stream if stream is not None else sys.stderr
     width = terminal_width()
 
     def note(text: str) -> None:
         print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
                             break_on_hyphens=False, break_long_words=False), file=stream)
+    runs = runs_per_label(profile.kernels)["runs"] if len(profile.kernels) else []
+    if len(runs) and runs.max() > 1:
+        counts = ", ".join(str(n) for n in sorted(set(runs.tolist())))
+        note(f"times are means over {counts} runs, ± the half-width of their 95% confidence "
+             f"interval (column ci95_ns; stable when within {STABLE_CI_PCT:g}% of the mean)")
     if "rank" in profile.kernels and profile.kernels["rank"].nunique() > 1:
         note(f"the rows average {profile.kernels['rank'].nunique()} ranks as runs of one "
               "step; --by rank compares them")

@@ -69,6 +69,18 @@ _VERDICT: list[Column] = [
 """The roofline verdict that ends a kernel or hotspot row."""
 
 
+def timed(column: str) -> Callable[[pd.Series], str]:
+    """A time cell in µs, with `` ±`` its 95% interval where the row's label has several
+    runs (:mod:`torch_nsight.analyze.spread`)."""
+    def cell(row: pd.Series) -> str:
+        text = format_us(row[column])
+        runs, half = row.get("runs"), row.get("ci95_ns")
+        if not is_missing(runs) and int(runs) > 1 and not is_missing(half):
+            text += f" ±{format_us(half)}"
+        return text
+    return cell
+
+
 def module_cell(row: pd.Series) -> str:
     """The module of a row, with ``×N`` when it stands for N folded blocks."""
     blocks = row.get("blocks")
@@ -125,7 +137,7 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     if (frame["launches"] > 1).any():
         columns.append(("launches", lambda r: format_count(r["launches"]), "right"))
     columns += [
-        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("time µs", timed("duration_ns"), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         *_VERDICT,
         ("next step", lambda r: _text(r["next_step"]), "left"),  # wraps to fit, whole
@@ -166,7 +178,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         *_labels(kernels),
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("module", lambda r: "· " * int(r["depth"]) + str(r["module"]), "left"),
-        ("total µs", lambda r: format_us(r["inclusive_ns"]), "right"),
+        ("total µs", timed("inclusive_ns"), "right"),
         ("self µs", lambda r: format_us(r["exclusive_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         ("kernels", lambda r: format_count(r["kernels"]), "right"),
@@ -218,7 +230,7 @@ def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Col
         *_labels(kernels),
         ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
         ("launches", lambda r: format_count(r["launches"]), "right"),
-        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("time µs", timed("duration_ns"), "right"),
         ("mean µs", lambda r: format_us(r["mean_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         ("modules", lambda r: format_count(r["modules"]), "right"),
@@ -249,7 +261,7 @@ def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         *columns,
         ("shape", lambda r: _text(r["shape"]), "left"),
         ("kernels", lambda r: format_count(r["launches"]), "right"),
-        ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
+        ("time µs", timed("duration_ns"), "right"),
         ("in modules %", _share("coverage_pct"), "right"),
         ("top module", lambda r: shorten(r["top_module"], 28), "left"),
         ("its %", _share("top_module_pct"), "right"),

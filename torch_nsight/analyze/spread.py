@@ -1,0 +1,173 @@
+"""Run-to-run spread: each per-run time with its noise.
+
+A (variant, shape) measured in several runs (``sweep(runs=N)``, the steps of
+``torch-nsight profile --steps A:B``, reports loaded under one label) gives every row of a
+table one time per run: the sum of its kernels in that run, 0 in a run that did not launch
+it. The table's time is their mean (as before, the sum over runs divided by the runs); the
+spread columns say how far it can be trusted:
+
+* ``runs``: how many runs the row's label holds;
+* ``std_ns``: the sample standard deviation of the per-run times (``ddof=1``);
+* ``ci95_ns``: the half-width of the 95% confidence interval of the mean, Student's t with
+  ``runs - 1`` degrees of freedom: ``t(0.975, n-1) * std / sqrt(n)``; the mean lies in
+  ``time ± ci95_ns``;
+* ``stable``: the half-width is at most :data:`STABLE_CI_PCT` percent of the mean.
+
+With one run the spread is unknown: ``std_ns`` and ``ci95_ns`` are NaN and ``stable`` None.
+Rows copied from a measured block (``replicated_from``) copy its runs, so they carry its
+spread. The per-run times travel in a ``run_ns`` column (one array per row) while a table is
+built and folded, and are dropped from the tables users read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
+           "with_spread", "add_runs", "sum_runs", "t_quantile"]
+
+#: A row is ``stable`` when its 95% interval's half-width is at most this percent of its
+#: mean. Chosen from the noise measured on the H200 (docs/noise.md): module times of one
+#: profile repeat within 1-2% for kernels over ~20 µs, small kernels move by more.
+STABLE_CI_PCT = 5.0
+SPREAD_COLUMNS = ("runs", "std_ns", "ci95_ns", "stable")
+#: The column of per-run times (one float array per row, one value per run of its label).
+RUNS_COLUMN = "run_ns"
+_LABELS = ["variant", "shape"]
+_RUN = ["source", "run"]
+
+
+def _placeheld(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``columns`` of ``df`` (absent ones empty) as text, missing values ``""``."""
+    out = df.reindex(columns=list(columns))
+    return out.astype(object).where(out.notna(), "").astype(str)
+
+
+def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
+              group_keys: pd.DataFrame | None = None) -> pd.Series:
+    """Per group of ``keys``, the sum of ``value`` in each run of the group's label.
+
+    Args:
+        df: a kernel table with ``variant``, ``shape``, ``source``, ``run`` (absent or
+            missing ones count as one value) and ``value``.
+        keys: the grouping columns; they must include ``variant`` and ``shape`` when the
+            table holds several labels. Missing keys group as ``""``.
+        value: the column summed.
+        group_keys: the key values to group by, if not ``df[keys]`` (a module path cut to a
+            depth, a folded name): one row per row of ``df``.
+
+    Returns:
+        A Series indexed by the keys (``""`` for missing ones), each value a float array
+        with one sum per run of the row's label, in the order the runs first appear: 0
+        where the run did not launch the group.
+    """
+    keys = list(keys)
+    labels = _placeheld(df, _LABELS)
+    runs = _placeheld(df, _RUN)
+    label_id = labels.groupby(_LABELS, sort=False).ngroup().to_numpy()
+    run_id = pd.concat([labels, runs], axis=1).groupby([*_LABELS, *_RUN], sort=False).ngroup()
+    # each run's position inside its label: 0, 1, ... in order of first appearance
+    first = pd.DataFrame({"label": label_id, "run": run_id.to_numpy()}).drop_duplicates("run")
+    first["pos"] = first.groupby("label").cumcount()
+    position = first.set_index("run")["pos"].reindex(run_id.to_numpy()).to_numpy()
+    count = first.groupby("label").size().to_numpy()
+    key_frame = (group_keys.reset_index(drop=True) if group_keys is not None
+                 else df[keys].reset_index(drop=True))
+    key_frame = key_frame.astype(object).where(key_frame.notna(), "")
+    work = key_frame.assign(_pos=position, _label=label_id,
+                            _value=pd.to_numeric(df[value], errors="coerce")
+                            .fillna(0.0).to_numpy())
+    sums = work.groupby([*keys, "_label", "_pos"], sort=False, dropna=False)["_value"].sum()
+    wide = sums.unstack("_pos", fill_value=0.0)
+    matrix = wide.to_numpy(dtype="float64")
+    labels_of = wide.index.get_level_values("_label").to_numpy()
+    arrays = [matrix[i, :count[label]].copy() for i, label in enumerate(labels_of)]
+    index = wide.index.droplevel("_label")
+    return pd.Series(arrays, index=index, dtype=object, name=RUNS_COLUMN)
+
+
+def t_quantile(dof: np.ndarray) -> np.ndarray:
+    """The 97.5th percentile of Student's t for each number of degrees of freedom (>= 1)."""
+    from scipy import stats
+
+    return stats.t.ppf(0.975, dof)
+
+
+def spread(run_ns: pd.Series, stable_pct: float = STABLE_CI_PCT) -> pd.DataFrame:
+    """The spread columns (:data:`SPREAD_COLUMNS`) of per-run times.
+
+    Args:
+        run_ns: one float array of per-run times per row (:func:`run_times`).
+        stable_pct: the largest half-width of the 95% interval, in percent of the mean, of a
+            ``stable`` row.
+
+    Returns:
+        ``runs``, ``std_ns``, ``ci95_ns`` and ``stable`` (None where one run, or no time),
+        on ``run_ns``'s index.
+    """
+    n = np.array([len(v) if isinstance(v, np.ndarray) else 0 for v in run_ns], dtype="int64")
+    std = np.full(len(n), np.nan)
+    mean = np.full(len(n), np.nan)
+    for i, values in enumerate(run_ns):
+        if n[i]:
+            mean[i] = float(np.mean(values))
+        if n[i] > 1:
+            std[i] = float(np.std(values, ddof=1))
+    half = np.full(len(n), np.nan)
+    several = n > 1
+    if several.any():
+        half[several] = t_quantile(n[several] - 1) * std[several] / np.sqrt(n[several])
+    stable = [None if not several[i] or not mean[i] > 0 else
+              bool(100.0 * half[i] / mean[i] <= stable_pct) for i in range(len(n))]
+    return pd.DataFrame({"runs": pd.array(np.where(n > 0, n, 0), dtype="Int64"),
+                         "std_ns": std, "ci95_ns": half,
+                         "stable": pd.Series(stable, dtype=object)}, index=run_ns.index)
+
+
+def with_spread(table: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
+    """``table`` with :data:`SPREAD_COLUMNS` computed from its ``run_ns`` column (dropped
+    unless ``keep_runs``)."""
+    if RUNS_COLUMN not in table:
+        return table
+    out = table.copy()
+    columns = spread(out[RUNS_COLUMN].reset_index(drop=True))
+    for column in SPREAD_COLUMNS:
+        out[column] = columns[column].to_numpy()
+    return out if keep_runs else out.drop(columns=RUNS_COLUMN)
+
+
+def add_runs(table: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
+             value: str = "duration_ns", group_keys: pd.DataFrame | None = None,
+             on: Sequence[str] | None = None) -> pd.DataFrame:
+    """``table`` (one row per group of ``keys``) with the ``run_ns`` of each row.
+
+    Args:
+        table: rows keyed by ``keys`` (or by ``on``); missing keys are matched as ``""``.
+        df: the kernel table the rows were built from.
+        keys: the key columns of ``df``.
+        value: the column summed per run.
+        group_keys: see :func:`run_times`.
+        on: the table's key columns, one per key, where they are named otherwise.
+
+    Returns:
+        A copy of ``table`` with ``run_ns`` (None where no kernel matched).
+    """
+    times = run_times(df, keys, value, group_keys)
+    lookup = table.reindex(columns=list(on or keys)).astype(object)
+    lookup = lookup.where(lookup.notna(), "")
+    index = (pd.MultiIndex.from_frame(lookup) if len(keys) > 1
+             else pd.Index(lookup.iloc[:, 0]))
+    out = table.copy()
+    out[RUNS_COLUMN] = list(times.reindex(index).to_numpy())
+    return out
+
+
+def sum_runs(values: pd.Series) -> np.ndarray | None:
+    """The element-wise sum of per-run arrays of one label (a folded row's runs)."""
+    arrays = [v for v in values if isinstance(v, np.ndarray)]
+    if not arrays or len({len(a) for a in arrays}) != 1:
+        return None
+    return np.sum(arrays, axis=0)
