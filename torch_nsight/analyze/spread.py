@@ -122,9 +122,10 @@ def spread(run_ns: pd.Series, stable_pct: float = STABLE_CI_PCT) -> pd.DataFrame
         half[several] = t_quantile(n[several] - 1) * std[several] / np.sqrt(n[several])
     stable = [None if not several[i] or not mean[i] > 0 else
               bool(100.0 * half[i] / mean[i] <= stable_pct) for i in range(len(n))]
-    return pd.DataFrame({"runs": pd.array(np.where(n > 0, n, 0), dtype="Int64"),
-                         "std_ns": std, "ci95_ns": half,
-                         "stable": pd.Series(stable, dtype=object)}, index=run_ns.index)
+    out = pd.DataFrame({"runs": pd.array(n, dtype="Int64"), "std_ns": std, "ci95_ns": half},
+                       index=run_ns.index)
+    out["stable"] = pd.Series(stable, index=run_ns.index, dtype=object)
+    return out
 
 
 def with_spread(table: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:

@@ -21,6 +21,7 @@ import pandas as pd
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.rollup import LABELS, blank_to_none
+from torch_nsight.analyze.spread import spread
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ SUMMARY_COLUMNS = (
     "copies_per_step", "copy_bytes_per_step", "copy_gb_per_s", "pageable_copies_per_step",
     "copy_pct", "copy_busy_pct", "data_wait_pct", "sync_pct", "largest_gaps",
     "distortion_pct", "profiler_pct", "bare_busy_pct", "verdict", "evidence", "advice",
-    "distorted",
+    "distorted", "wall_std_ns", "wall_ci95_ns", "stable",
 )
 FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence", "fix",
                    "est_gain_ns", "gain_basis")
@@ -304,6 +305,10 @@ def _shapes(kernels: pd.DataFrame, timeline: pd.DataFrame | None, step: str,
     out["gain_idle_ns"] = bare_idle.where(bare.notna(), out["other_idle_ns"]).clip(
         upper=out["other_idle_ns"])
     out["largest_gaps"] = _largest_gaps(steps, gaps)
+    # the step time's noise over the steps (torch_nsight.analyze.spread)
+    noise = spread(labels["wall_ns"].agg(lambda s: s.to_numpy(dtype="float64")))
+    out["wall_std_ns"], out["wall_ci95_ns"] = noise["std_ns"], noise["ci95_ns"]
+    out["stable"] = noise["stable"]
     out = out.reset_index()
     decided = [_decide(row) for _, row in out.iterrows()]
     out["verdict"] = [d[0] for d in decided]

@@ -19,6 +19,9 @@ from torch_nsight.render.figure import (
     save_figure,
 )
 
+from torch_nsight.analyze.rollup import module_paths
+from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
+
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
 
@@ -45,8 +48,9 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
         depth: module level plotted (root = 0).
 
     Returns:
-        Columns ``variant``, ``shape`` (``(unlabelled)`` where None), ``module``, ``time_ns``,
-        in order of shape and first launch.
+        Columns ``variant``, ``shape`` (``(unlabelled)`` where None), ``module``, ``time_ns``
+        and ``ci95_ns`` (the half-width of the 95% interval of the time over the runs, NaN
+        with one run), in order of shape and first launch.
 
     Raises:
         ValueError: ``depth`` is not an integer >= 0.
@@ -55,14 +59,26 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
         raise ValueError(f"depth must be an integer >= 0, got {depth!r}")
     tree = profile.modules(depth)
     if tree.empty:
-        return pd.DataFrame(columns=["variant", "shape", "module", "time_ns"])
+        return pd.DataFrame(columns=["variant", "shape", "module", "time_ns", "ci95_ns"])
     tree = tree[tree["exclusive_ns"] > 0].copy()
     tree["module"] = label_modules(tree)
+    names = dict(zip(tree["path"], tree["module"], strict=True))
     tree["variant"] = tree["variant"].map(_label)
     tree["shape"] = tree["shape"].map(_label)
     out = (tree.groupby(["variant", "shape", "module"], sort=False)["exclusive_ns"].sum()
            .rename("time_ns").reset_index())
-    return out
+    # each plotted module's own time in each run, both directions: its interval
+    kernels = profile.kernels
+    keys = ["variant", "shape", "module_path"]
+    runs = run_times(kernels, keys, group_keys=kernels.reindex(columns=keys).assign(
+        module_path=module_paths(kernels, depth).to_numpy())).reset_index()
+    runs["module"] = runs["module_path"].map(names)
+    runs["variant"] = runs["variant"].map(lambda v: _label(v or None))
+    runs["shape"] = runs["shape"].map(lambda v: _label(v or None))
+    summed = runs.dropna(subset=["module"]).groupby(
+        ["variant", "shape", "module"], sort=False)[RUNS_COLUMN].agg(sum_runs)
+    noise = spread(summed)["ci95_ns"].rename("ci95_ns").reset_index()
+    return out.merge(noise, on=["variant", "shape", "module"], how="left")
 
 
 def _gpu(profile: Profile) -> str:
@@ -82,6 +98,11 @@ def _draw_lines(ax: Axes, frame: pd.DataFrame, shapes: list[str], variants: list
                           marker=MARKERS[index % 4], markersize=6, linewidth=1.8,
                           label=f"{module} [{variant}]" if several else module)
         line.set_gid("module-time")
+        errors = part.set_index("shape")["ci95_ns"].reindex(shapes).to_numpy(float) / 1e3
+        if (errors > 0).any():  # several runs: the 95% interval of each point
+            bars = ax.errorbar(range(len(shapes)), times.to_numpy(float) / 1e3, yerr=errors,
+                               fmt="none", ecolor=colors[module], capsize=3, linewidth=1)
+            bars.set_gid("module-time-ci95")
     ax.set_xticks(range(len(shapes)), shapes, rotation=30 if len(shapes) > 6 else 0)
     ax.set_xlim(-0.3, len(shapes) - 0.7)
     ax.set_ylim(bottom=0)
@@ -97,18 +118,21 @@ def _draw_bars(ax: Axes, frame: pd.DataFrame, variants: list[str],
     height = 0.8 / len(variants)
     hatches = ("", "//", "..", "xx")
     for index, variant in enumerate(variants):
-        times = frame[frame["variant"] == variant].set_index("module")["time_ns"]
+        mine = frame[frame["variant"] == variant].set_index("module")
+        times, errors = mine["time_ns"], mine["ci95_ns"]
         for row, module in enumerate(modules):
             if module not in times:
                 continue
             value = float(times[module]) / 1e3
             y = row + (index - (len(variants) - 1) / 2) * height
             label = f"{module} [{variant}]" if len(variants) > 1 else module
+            error = float(errors.get(module, float("nan"))) / 1e3
             (bar,) = ax.barh(y, value, height=height * 0.9, color=colors[module],
                              hatch=hatches[index % 4], edgecolor="black", linewidth=0.5,
-                             label=label)
+                             label=label, xerr=error if error > 0 else None, capsize=3)
             bar.set_gid("module-time")
-            ax.annotate(f"{value:.1f} µs" + (f" [{variant}]" if len(variants) > 1 else ""),
+            ax.annotate(f"{value:.1f}" + (f" ±{error:.1f}" if error > 0 else "") + " µs"
+                        + (f" [{variant}]" if len(variants) > 1 else ""),
                         (value, y), xytext=(4, 0), textcoords="offset points",
                         va="center", fontsize=8)
     ax.set_yticks(range(len(modules)), modules)

@@ -17,6 +17,18 @@ if TYPE_CHECKING:
 FINDINGS_SHOWN = 3
 
 
+def _step_noise(row: object) -> str:
+    """How much the profiled steps' times vary (torch_nsight.analyze.spread)."""
+    from torch_nsight.analyze.spread import STABLE_CI_PCT
+
+    text = (f"  Step time: {row['wall_ns'] / 1e6:.3f} ms (median of {int(row['steps'])} "
+            f"steps), the mean known to ±{row['wall_ci95_ns'] / 1e6:.3f} ms (95%)")
+    if row["stable"] is False:
+        text += (f": not stable (over {STABLE_CI_PCT:g}% of the mean; a step that compiles, "
+                 "allocates or syncs runs slower): record more steps before comparing")
+    return text
+
+
 def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
     """Return the verdict section of a profile that has a timeline ('' when it has none).
 
@@ -49,6 +61,8 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
                          and v) or "all steps"
         head = f"**{label}: {row['verdict']}**" if markdown else f"{label}: {row['verdict']}"
         lines += ["", head, f"  {row['evidence']}", f"  Try: {row['advice']}"]
+        if row["steps"] > 1 and row["wall_ci95_ns"] == row["wall_ci95_ns"]:
+            lines.append(_step_noise(row))
         if row["largest_gaps"]:
             lines.append(f"  Largest idle gaps: {row['largest_gaps']}")
         mine = findings[(findings["variant"].fillna("") == (row["variant"] or ""))
