@@ -71,6 +71,9 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     assert "# metrics (fast): gpu__time_duration.sum" in with_steps.stdout
     assert "sm__pipe_tensor_cycles_active" in with_steps.stdout
     assert "--section SpeedOfLight" not in line
+    runs = cli("--dry-run", "--steps", "10", "--runs", "3", "--", "python", "train.py",
+               cwd=tmp_path)
+    assert runs.stdout.startswith("TORCH_NSIGHT_STEPS=10:13 "), runs.stderr
     every = cli("--dry-run", "--launch-skip", "100", "--launch-count", "50", "--", "python",
                 "train.py", cwd=tmp_path)
     first = every.stdout.splitlines()[0]
@@ -83,6 +86,8 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     (["--steps", "5:2", "--", "python", "x.py"], "--steps"),
     (["--ranks", "0", "--", "python", "x.py"], "run torch-nsight inside torchrun"),
     (["--ranks", "a", "--", "python", "x.py"], "--ranks"),
+    (["--runs", "3", "--", "python", "x.py"], "pass --steps A too"),
+    (["--steps", "5:7", "--runs", "3", "--", "python", "x.py"], "--steps 5 --runs 3"),
 ])
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     proc = cli(*args, cwd=tmp_path, env={"RANK": ""})

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
-from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS, SINGLE_PASS_SETS
 
@@ -70,6 +70,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="profile only the steps torch_nsight.step() numbers A to B-1 "
                              "(or N: one step)")
+    parser.add_argument("--runs", type=_count(1), default=None, metavar="N",
+                        help="profile N steps from --steps A, each kept as a run: tables give "
+                             "the spread of their times and compare tells a change from "
+                             "noise (same as --steps A:A+N; each run is one more replay of "
+                             "every kernel)")
     parser.add_argument("--timeline", action="store_true",
                         help="no ncu: record the chosen steps with PyTorch's profiler (the "
                              "cheap first look: GPU idle, launch-bound steps, copies), into "
@@ -193,9 +198,18 @@ def _check(args: argparse.Namespace) -> None:
         from torch_nsight.capture.step import parse_steps
 
         try:
-            parse_steps(args.steps)
+            chosen = parse_steps(args.steps)
         except ValueError as err:
             raise UsageError(f"--steps: {err}") from None
+        if args.runs is not None:
+            if len(chosen) != 1:
+                raise UsageError(f"--runs {args.runs} counts the steps from --steps A: give "
+                                 f"one step (--steps {chosen.start} --runs {args.runs}), or "
+                                 f"--steps A:B without --runs")
+            args.steps = f"{chosen.start}:{chosen.start + args.runs}"
+    elif args.runs is not None:
+        raise UsageError(f"--runs {args.runs} profiles that many steps from the one --steps "
+                         f"names: pass --steps A too (e.g. --steps 10 --runs {args.runs})")
     for name in ("launch_skip", "launch_count"):
         value = getattr(args, name)
         if value is not None and value < 0:

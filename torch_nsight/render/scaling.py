@@ -10,6 +10,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from torch_nsight.analyze.rollup import module_paths
+from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
 from torch_nsight.render.figure import (
     PathArg,
     check_figure_path,
@@ -18,9 +20,6 @@ from torch_nsight.render.figure import (
     new_figure,
     save_figure,
 )
-
-from torch_nsight.analyze.rollup import module_paths
-from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
