@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, nargs="+", default=[256, 1024])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--backward", action="store_true")
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--metric-set", default="roofline", choices=["roofline", "lean", "full"])
     parser.add_argument("--out", type=Path, default=None, help="keep reports and tables here")
     parser.add_argument("--devices", type=int, nargs="*", default=None)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile = torch_nsight.sweep(
             {"eager": eager_block, "sdpa": LlamaBlock}, shapes,
-            dtype=torch.bfloat16, backward=args.backward, repeats=args.repeats,
+            dtype=torch.bfloat16, backward=args.backward, runs=args.runs,
             metric_set=args.metric_set, output_dir=args.out, devices=args.devices,
             derive={"tokens_per_s": tokens_per_s},
             profiler=None if args.dry_run else "ncu")
