@@ -3,6 +3,7 @@ line and exit 1; argparse's usage errors exit 2; a bug keeps its traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,23 @@ def test_check_outputs(tmp_path: Path) -> None:
     check_outputs([tmp_path / "old.csv"], force=True)
     with pytest.raises(UsageError, match="does not exist"):
         check_outputs([tmp_path / "no" / "new.csv"], force=True)
+
+
+def test_no_output_is_written_when_one_folder_is_closed(
+        report: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    real_access = os.access
+    # root may write anywhere, so the refusal a user gets is simulated at the OS call
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != closed
+                        and real_access(path, mode))
+    code = main(["report", str(report), "--csv", str(tmp_path / "a.csv"), "--plot",
+                 str(tmp_path / "b.png"), "--plot-scaling", str(closed / "c.png")])
+    assert code == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "is not writable" in line and str(closed) in line
+    assert not (tmp_path / "a.csv").exists() and not (tmp_path / "b.png").exists()
 
 
 def test_writing_turns_os_errors_into_one_library_error(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ only), and usage errors."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,9 +55,21 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
     assert took == [f"sweep took {describe(timing)}"]
     importers = {int(line) for line in marker.read_text().split()}
     assert importers and proc.pid not in importers  # the parent never imported it
+    # a dry run's folder holds no profile: the next run replaces it
     again = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "out", cwd=tmp_path)
     _, err = again.communicate(timeout=300)
-    assert again.returncode == 1 and "--force" in err
+    assert again.returncode == 0, err
+    # without -o a dry run keeps nothing
+    bare = cli("model.py:make", "--shapes", "4x16", "--dry-run", cwd=tmp_path)
+    _, err = bare.communicate(timeout=300)
+    assert bare.returncode == 0, err
+    assert not (tmp_path / "torch_nsight_sweep").exists()
+    # a folder holding a profiled sweep (the recorded one) is kept without --force
+    shutil.copytree(ROOT / "tests" / "data" / "sweep_stack", tmp_path / "kept")
+    refused = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "kept",
+                  cwd=tmp_path)
+    _, err = refused.communicate(timeout=300)
+    assert refused.returncode == 1 and "--force" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [

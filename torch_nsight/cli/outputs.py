@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -57,7 +58,8 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
         force: overwrite anyway.
 
     Raises:
-        UsageError: an output is a folder, or an output's folder does not exist.
+        UsageError: an output is a folder, or an output's folder does not exist or is not
+            writable.
         OutputExistsError: some outputs exist and ``force`` is False.
     """
     chosen = [p for p in paths if p is not None]
@@ -73,6 +75,12 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
     if missing:
         raise UsageError(f"output folder {', '.join(missing)} does not exist; create it "
                          "first")
+    # every output checked before the first is written: none written when one cannot be
+    closed = sorted({str(p.parent) for p in chosen
+                     if not os.access(p.parent, os.W_OK | os.X_OK)})
+    if closed:
+        raise UsageError(f"output folder {', '.join(closed)} is not writable; choose "
+                         "another or fix its permissions")
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ sweep's output directory (``--out``) reads back with ``torch-nsight report DIR``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,9 @@ from typing import Any
 from torch_nsight.cli.outputs import UsageError, add_force, description
 from torch_nsight.cli.profile import add_ncu_options
 from torch_nsight.cli.report import add_table_options, settle_table_options
+
+#: Where a sweep writes without --out.
+DEFAULT_OUT = "torch_nsight_sweep"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,9 +47,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="profile every identical sibling instead of one of each group")
     parser.add_argument("--no-calls", action="store_true",
                         help="skip the calls table (shapes, FLOPs and bytes per op)")
-    parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_sweep"),
-                        metavar="DIR",
-                        help="output directory (default: ./torch_nsight_sweep)")
+    parser.add_argument("--out", "-o", type=Path, default=None, metavar="DIR",
+                        help=f"output directory (default: ./{DEFAULT_OUT}; a --dry-run keeps "
+                             "nothing unless given one)")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
                         help="seconds per shape (default 600)")
     parser.add_argument("--devices", default=None, metavar="I,J",
@@ -116,6 +120,23 @@ def _target(text: str, option: str) -> Any:
         raise UsageError(f"{option}: {err}") from None
 
 
+def _holds_a_sweep(out: Path) -> bool:
+    """Whether ``out`` holds a sweep with a shape that ran: a folder whose every shape failed
+    (or a dry run's) holds nothing worth keeping and is replaced without ``--force``."""
+    from torch_nsight.formats import SWEEP_MANIFEST
+
+    try:
+        manifest = json.loads((out / SWEEP_MANIFEST).read_text())
+        items = manifest["record"]["items"]
+        options = manifest["record"]["options"]
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # unreadable: not ours to judge, keep it
+    ran = options.get("profiler") is not None
+    return ran and any(isinstance(i, dict) and i.get("status") == "ok" for i in items)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight sweep``.
 
@@ -130,8 +151,6 @@ def run(args: argparse.Namespace) -> int:
         TorchNsightError: from the sweep (ncu missing, counters not permitted, every shape
             failed...).
     """
-    from torch_nsight.formats import SWEEP_MANIFEST
-
     settle_table_options(args)
     target = _target(args.target, "TARGET")
     inputs = _target(args.inputs, "--inputs") if args.inputs else None
@@ -142,8 +161,11 @@ def run(args: argparse.Namespace) -> int:
             devices = [int(d) for d in args.devices.split(",")]
         except ValueError:
             raise UsageError(f"--devices {args.devices!r}: expected indices like 0,1") from None
-    if (args.out / SWEEP_MANIFEST).exists() and not args.force:
-        raise UsageError(f"{args.out} already holds a sweep; pass --force to replace it")
+    out = args.out
+    if out is None:  # a dry run keeps nothing unless asked; a sweep writes here
+        out = None if args.dry_run else Path(DEFAULT_OUT)
+    if out is not None and _holds_a_sweep(out) and not args.force:
+        raise UsageError(f"{out} already holds a sweep; pass --force to replace it")
     import torch_nsight
     from torch_nsight.cli.report import emit
 
@@ -152,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
             warmup=args.warmup, runs=args.runs, metric_set=args.metric_set,
             ops=args.ops, replicate=not args.no_replicate, record_calls=not args.no_calls,
-            output_dir=args.out, ncu=args.ncu, ncu_args=args.ncu_arg, timeout=args.timeout,
+            output_dir=out, ncu=args.ncu, ncu_args=args.ncu_arg, timeout=args.timeout,
             devices=devices, profiler=None if args.dry_run else "ncu", focus=args.focus)
     except (TypeError, ValueError) as err:  # sweep()'s own argument checks: the user's flags
         raise UsageError(str(err)) from err
