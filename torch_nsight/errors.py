@@ -23,7 +23,16 @@ class TorchNsightError(Exception):
 
 
 class NcuNotFoundError(TorchNsightError):
-    """Nsight Compute (`ncu`) could not be found or started."""
+    """Nsight Compute (`ncu`) could not be found or started.
+
+    Attributes:
+        missing: no ``ncu`` was found at all (the command line then advises ``--ncu PATH``
+            instead of the Python arguments).
+    """
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class NcuVersionError(TorchNsightError):

@@ -153,3 +153,25 @@ def test_a_bug_prints_its_traceback_in_a_subprocess(report: Path, tmp_path: Path
     assert "Traceback (most recent call last)" in result.stderr
     assert result.stderr.rstrip().endswith("ValueError: a bug in the renderer")
     assert "torch-nsight: error:" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "examples/models.py:LlamaBlock", "--shapes", "1x64x1024"],
+    ["profile", "--", sys.executable, "-c", "pass"],
+])
+def test_a_missing_ncu_is_advised_in_command_line_terms(command: list[str],
+                                                        tmp_path: Path) -> None:
+    import shutil
+
+    from torch_nsight.collect.shared.ncu import DEFAULT_NCU
+
+    if shutil.which("ncu") or Path(DEFAULT_NCU).exists():
+        pytest.skip("ncu is installed here")
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_NSIGHT_NCU"}
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", *command], cwd=root,
+                          env={**env, "PYTHONPATH": str(root)}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--ncu PATH" in line and "sweep(" not in line and "profiler=None" not in line

@@ -192,6 +192,17 @@ def leaves_out_nccl(metric_set: str, environ: Mapping[str, str]) -> bool:
     return world_size(environ) > 1 and metric_set not in SINGLE_PASS_SETS
 
 
+def ncu_advice(err: NcuNotFoundError, fallback: str) -> NcuNotFoundError:
+    """The error of a missing ``ncu`` in command-line terms (``--ncu PATH``), with what to
+    do without it; other ``ncu`` errors unchanged."""
+    from torch_nsight.collect.shared.ncu import ENV_NCU, NCU_MISSING
+
+    if not err.missing:
+        return err
+    return NcuNotFoundError(f"{NCU_MISSING}: pass --ncu PATH or set ${ENV_NCU}; {fallback}",
+                            missing=True)
+
+
 def _check(args: argparse.Namespace) -> None:
     settle_table_options(args)
     if args.steps is not None:
@@ -318,9 +329,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
-        raise NcuNotFoundError(f"{err}; or pass --ncu PATH. Without Nsight Compute, "
-                               "`torch-nsight profile --timeline --steps A:B -- COMMAND` takes "
-                               "the first look with PyTorch's profiler") from None
+        raise ncu_advice(err, "without Nsight Compute, `torch-nsight profile --timeline "
+                              "--steps A:B -- COMMAND` takes the first look with PyTorch's "
+                              "profiler") from None
     ncu_cli.ncu_version(ncu)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)

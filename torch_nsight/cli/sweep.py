@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, description
-from torch_nsight.cli.profile import add_ncu_options
+from torch_nsight.cli.profile import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.errors import NcuNotFoundError
 
 #: Where a sweep writes without --out.
 DEFAULT_OUT = "torch_nsight_sweep"
@@ -178,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
             devices=devices, profiler=None if args.dry_run else "ncu", focus=args.focus)
     except (TypeError, ValueError) as err:  # sweep()'s own argument checks: the user's flags
         raise UsageError(str(err)) from err
+    except NcuNotFoundError as err:
+        raise ncu_advice(err, "--dry-run checks the job without profiling") from None
     if not args.dry_run:  # a dry run lists every shape with its status on standard output
         for failure in profile.failures:
             print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",

@@ -60,6 +60,11 @@ _PROFILING_RE = re.compile(r"^==PROF== Profiling ")
 _METRIC_BASE_RE = re.compile(r"^([a-z0-9_]+__\w+)")
 
 
+#: What is wrong when no ``ncu`` is found, before the advice in the caller's terms.
+NCU_MISSING = ("Nsight Compute (`ncu`) was not found on PATH nor at /usr/local/cuda/bin/ncu "
+               "(it ships with the CUDA toolkit)")
+
+
 def find_ncu(ncu: str | os.PathLike[str] | None = None) -> str:
     """Return the path of the ``ncu`` to use.
 
@@ -83,9 +88,8 @@ def find_ncu(ncu: str | os.PathLike[str] | None = None) -> str:
     if os.access(DEFAULT_NCU, os.X_OK):
         return DEFAULT_NCU
     raise NcuNotFoundError(
-        "Nsight Compute (`ncu`) was not found on PATH nor at /usr/local/cuda/bin/ncu. Install "
-        f"it (it ships with the CUDA toolkit), or pass sweep(..., ncu='/path/to/ncu'), or set "
-        f"${ENV_NCU}. To check a job without profiling, use sweep(..., profiler=None).")
+        f"{NCU_MISSING}: pass sweep(..., ncu='/path/to/ncu') or set ${ENV_NCU}; to check a job "
+        "without profiling, sweep(..., profiler=None)", missing=True)
 
 
 def parse_version(text: str) -> tuple[int, int, int] | None:
