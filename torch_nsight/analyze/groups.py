@@ -11,7 +11,7 @@ import pandas as pd
 
 from torch_nsight.analyze.attribute import UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none
+from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 
 KERNEL_GROUP_COLUMNS = (
@@ -68,7 +68,7 @@ def _per_run(out: pd.DataFrame, df: pd.DataFrame, keys: list[str],
 def _finish(out: pd.DataFrame, keys: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
     for column in keys:
         out[column] = blank_to_none(out[column])
-    return out.loc[:, list(columns)].reset_index(drop=True)
+    return whole_counts(out.loc[:, list(columns)].reset_index(drop=True), ("launches",))
 
 
 @needs("kernel", "module", "duration_ns")

@@ -17,6 +17,7 @@ from torch_nsight.analyze.rollup import (
     module_paths,
     module_tree,
     runs_per_label,
+    whole_counts,
 )
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
 
@@ -166,7 +167,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
         out["kernel"], out["basis"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
-    out = with_spread(out, keep_runs=keep_runs)
+    out = whole_counts(with_spread(out, keep_runs=keep_runs), ("launches",))
     return out.loc[:, [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)]
 
 

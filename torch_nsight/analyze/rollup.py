@@ -28,6 +28,18 @@ def blank_to_none(values: pd.Series) -> pd.Series:
                      index=values.index, dtype=object)
 
 
+def whole_counts(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Counts per run (``launches``, ``kernels``) as integers (``Int64``) where every run
+    launched the same number; a column with a fractional mean stays float."""
+    for column in columns:
+        if column in table:
+            values = pd.to_numeric(table[column], errors="coerce").astype("float64")
+            known = values.dropna()
+            if len(known) == 0 or np.allclose(known, known.round()):
+                table[column] = values.round().astype("Int64")
+    return table
+
+
 @needs("module", "duration_ns")
 def coverage(df: pd.DataFrame) -> float:
     """Return the share of GPU time (0..1) spent in kernels inside a module range.
@@ -160,7 +172,8 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     for column in (*LABELS, "direction"):
         tree[column] = blank_to_none(tree[column])
     columns = [*MODULE_COLUMNS, RUNS_COLUMN] if keep_runs else list(MODULE_COLUMNS)
-    return tree.loc[:, columns].reset_index(drop=True)
+    return whole_counts(tree.loc[:, columns].reset_index(drop=True),
+                        ("kernels", "exclusive_kernels"))
 
 
 def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...], object]:
