@@ -3,10 +3,13 @@ only), and usage errors."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,59 @@ def test_a_dry_run_says_why_a_shape_failed_and_exits_1(tmp_path: Path) -> None:
     result = torch_nsight.load(tmp_path / "out").results[1]
     assert result["traceback"].rstrip().endswith(failed.split(": ", 2)[2])
     assert "F.linear" in result["traceback"] or "linear" in result["traceback"]
+
+
+SLOW_FILE = """
+import time
+import torch
+
+def make():
+    return torch.nn.Linear(16, 8)
+
+def inputs(shape):
+    if shape[0] == 3:  # the second shape hangs until it is stopped
+        time.sleep(300)
+    return torch.randn(shape)
+"""
+
+
+def _wait_for_first_shape(status: Path, proc: subprocess.Popen[str]) -> int:
+    """Wait until the child finished the first shape; return the child's pid."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        events = ([json.loads(line) for line in status.read_text().splitlines() if line]
+                  if status.is_file() else [])
+        if any(e["event"] == "item_end" and e["index"] == 0 for e in events) and any(
+                e["event"] == "item_start" and e["index"] == 1 for e in events):
+            return next(e["pid"] for e in events if e["event"] == "start")
+        time.sleep(0.2)
+    raise AssertionError("the first shape never finished")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_sweep_keeps_its_finished_shapes(tmp_path: Path, signum: int) -> None:
+    (tmp_path / "model.py").write_text(SLOW_FILE)
+    proc = cli("model.py:make", "--inputs", "model.py:inputs", "--shapes", "4x16,3x16",
+               "--dry-run", "-o", "out", cwd=tmp_path)
+    _wait_for_first_shape(tmp_path / "out" / "sweep.status.jsonl", proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 130, err
+    assert "1 finished shape(s) kept" in err
+    results = torch_nsight.load(tmp_path / "out").results
+    assert [r["status"] for r in results] == ["ok", "stopped"]
+
+
+def test_a_killed_child_loses_only_its_unfinished_shape(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(SLOW_FILE)
+    proc = cli("model.py:make", "--inputs", "model.py:inputs", "--shapes", "4x16,3x16",
+               "--dry-run", "-o", "out", cwd=tmp_path)
+    child = _wait_for_first_shape(tmp_path / "out" / "sweep.status.jsonl", proc)
+    os.kill(child, signal.SIGKILL)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1, err  # a dry run with a failed shape
+    assert out.splitlines()[0] == "4x16: ok (outputs (4, 8) float32)"
+    assert out.splitlines()[1].startswith("3x16: failed: the child process ended")
+    results = torch_nsight.load(tmp_path / "out").results
+    assert [r["status"] for r in results] == ["ok", "failed"]

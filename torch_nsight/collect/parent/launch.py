@@ -7,10 +7,15 @@ lines included) and tails its status file for progress. Timeouts, gentlest first
 * a shape running longer than ``item_timeout``: SIGINT to the Python child only; it records
   the shape as ``timeout`` and goes on with the next one (same ``ncu`` process);
 * a shape that ignores that for :data:`ITEM_GRACE_S`, the whole child running past its
-  overall deadline, or the parent interrupted: SIGTERM to the Python child, which records
-  what it did and exits, after which ``ncu`` writes the report of every kernel profiled
-  so far; after :data:`STOP_GRACE_S`, SIGTERM to the process group (``ncu`` too: its report
-  may then be lost), and SIGKILL after :data:`KILL_GRACE_S` more.
+  overall deadline, or the parent interrupted (Ctrl-C, or SIGTERM while the children run):
+  SIGTERM to the Python child, which records what it did and exits, after which ``ncu``
+  writes the report of every kernel profiled so far; after :data:`STOP_GRACE_S`, SIGTERM to
+  the process group (``ncu`` too: its report may then be lost), and SIGKILL after
+  :data:`KILL_GRACE_S` more.
+
+An interrupted parent raises :class:`Interrupted` with the children's outcomes once they
+have stopped, so that the sweep writes down (and keeps loadable) every finished shape; a
+second Ctrl-C kills the children at once.
 """
 
 from __future__ import annotations
@@ -78,6 +83,18 @@ class ChildOutcome:
     seconds: float = 0.0
     launched_at: float | None = None
     ended_at: float | None = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """The parent was interrupted; the children stopped and left these outcomes."""
+
+    def __init__(self, outcomes: list[ChildOutcome]) -> None:
+        super().__init__("interrupted")
+        self.outcomes = outcomes
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt  # SIGTERM to the parent: stop the children as Ctrl-C does
 
 
 @dataclass
@@ -238,10 +255,14 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         One outcome per spec, in order.
 
     Raises:
-        KeyboardInterrupt: the parent was interrupted (after the children were stopped).
+        Interrupted: the parent was interrupted (Ctrl-C or SIGTERM), after the children
+            stopped; it holds their outcomes.
+        KeyboardInterrupt: interrupted twice: the children were killed.
     """
     children: list[_Child] = []
     interrupted = False
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         for spec in specs:
             children.append(_start(spec, cwd, item_timeout * spec.items + startup_s))
@@ -276,11 +297,15 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         if progress is not None:
             _show(progress, children)
             progress.close()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    outcomes = [ChildOutcome(c.spec, c.proc.returncode, c.output,
+                             _load_results(c.spec.result_path), c.stopped,
+                             round(time.monotonic() - c.started, 3), c.launched_at,
+                             c.ended_at or time.time()) for c in children]
     if interrupted:
-        raise KeyboardInterrupt
-    return [ChildOutcome(c.spec, c.proc.returncode, c.output, _load_results(c.spec.result_path),
-                         c.stopped, round(time.monotonic() - c.started, 3), c.launched_at,
-                         c.ended_at or time.time()) for c in children]
+        raise Interrupted(outcomes)
+    return outcomes
 
 
 def _show(progress: SweepProgress, children: list[_Child]) -> None:

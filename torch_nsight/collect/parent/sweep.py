@@ -10,6 +10,7 @@ happened per shape.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -22,12 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import ChildSpec, run_children
+from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
 from torch_nsight.collect.parent.plan import SweepPlan, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
+from torch_nsight.errors import TorchNsightError
 from torch_nsight.record import SweepRecord, now
 
 if TYPE_CHECKING:
@@ -194,7 +196,11 @@ def sweep(
         private.mkdir(mode=0o700)
     try:
         specs = _child_specs(jobs.serialize_job(plan.job, private), plan, private)
-        outcomes, stamps = _launch(plan, specs)
+        try:
+            outcomes, stamps = _launch(plan, specs)
+        except Interrupted as stop:
+            _keep_what_finished(plan, specs, stop.outcomes)
+            raise KeyboardInterrupt from None
         manifest, per_child = _settle(plan, specs, outcomes, stamps)
         return _load(plan, manifest, per_child, stamps)
     finally:
@@ -224,6 +230,21 @@ def _launch(plan: SweepPlan, specs: list[ChildSpec]) -> tuple[list[Any], dict[st
                                      startup_s=STARTUP_S, cwd=os.getcwd(),
                                      chose_devices=plan.devices is not None, progress=progress)
     return outcomes, {"entered": plan.entered, "launched": launched, "settled": time.time()}
+
+
+def _keep_what_finished(plan: SweepPlan, specs: list[ChildSpec], outcomes: list[Any]
+                        ) -> None:
+    """An interrupted sweep: write the manifest of what the stopped children left, so that
+    ``load(output_dir)`` reads every finished shape."""
+    if not plan.keep:
+        return
+    stamps = {"entered": plan.entered, "launched": plan.entered, "settled": time.time()}
+    with contextlib.suppress(TorchNsightError):  # nothing finished: the manifest says so
+        _settle(plan, specs, outcomes, stamps)
+    finished = sum(1 for o in outcomes for i in (o.results or {}).get("items", [])
+                   if i.get("status") == "ok")
+    logger.warning("interrupted: %d finished shape(s) kept in %s (torch_nsight.load reads "
+                   "it)", finished, plan.work)
 
 
 def _settle(plan: SweepPlan, specs: list[ChildSpec], outcomes: list[Any],
