@@ -168,3 +168,18 @@ def test_a_killed_child_loses_only_its_unfinished_shape(tmp_path: Path) -> None:
     assert out.splitlines()[1].startswith("3x16: failed: the child process ended")
     results = torch_nsight.load(tmp_path / "out").results
     assert [r["status"] for r in results] == ["ok", "failed"]
+
+
+def test_a_silent_child_is_stopped_with_what_it_was_doing(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text(SLOW_FILE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_NSIGHT_SILENCE_S": "15"}
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "sweep", "model.py:make",
+                           "--inputs", "model.py:inputs", "--shapes", "4x16,3x16",
+                           "--dry-run", "-o", "out"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 1, proc.stderr  # a dry run with a failed shape
+    assert "no sign of life" in proc.stderr and "in shape 3x16, warmup" in proc.stderr
+    ok, stopped = torch_nsight.load(tmp_path / "out").results
+    assert ok["status"] == "ok" and stopped["status"] == "stopped"
+    assert "no sign of life (no output, no progress) for 15 s in shape 3x16, warmup" in \
+        stopped["error"]

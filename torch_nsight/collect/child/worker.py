@@ -180,8 +180,12 @@ class JobRunner:
         args: Any = None
         kwargs: Any = None
         phases = item["phases_s"] = {}
+
+        def phase(name: str) -> Any:  # timed, and told to the parent (what a hang was doing)
+            self.status.emit("phase", index=index, phase=name)
+            return timed(phases, name)
         try:
-            with timed(phases, "warmup"):
+            with phase("warmup"):
                 torch.manual_seed(0)
                 args, kwargs = build_inputs(job, shape, self.device,
                                             self.dtype or model_dtype(model))
@@ -190,17 +194,17 @@ class JobRunner:
                 self._sync()
             compiled = is_compiled(model)
             if job.record_calls and not compiled:  # a dispatch mode would undo the compile
-                with timed(phases, "calls"):
+                with phase("calls"):
                     item["calls"] = self._record_calls(model, args, kwargs)
             replicas: list[str] = []
             if job.replicate and compiled:
                 item["replication"] = {"status": "skipped", "groups": [], "mismatches": [],
                                        "error": "a compiled model: every module is profiled"}
             elif job.replicate:
-                with timed(phases, "check"):
+                with phase("check"):
                     item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
-            with timed(phases, "measure"):
+            with phase("measure"):
                 for run in range(job.repeats):
                     out = self._measure(model, args, kwargs, item["variant"], label, run,
                                         replicas)

@@ -13,6 +13,11 @@ lines included) and tails its status file for progress. Timeouts, gentlest first
   the process group (``ncu`` too: its report may then be lost), and SIGKILL after
   :data:`KILL_GRACE_S` more.
 
+A child that shows no sign of life (no output line, no progress event) for
+:func:`silence_s` seconds (``$TORCH_NSIGHT_SILENCE_S``, default 600) is stopped the same
+way, with what it was doing (the shape and its phase) and its last output lines in the
+warning and in the shape's error; the other shapes' results are kept.
+
 An interrupted parent raises :class:`Interrupted` with the children's outcomes once they
 have stopped, so that the sweep writes down (and keeps loadable) every finished shape; a
 second Ctrl-C kills the children at once.
@@ -38,6 +43,8 @@ from torch_nsight.collect.shared.status import StatusReader
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.1
+SILENCE_ENV = "TORCH_NSIGHT_SILENCE_S"
+SILENCE_S = 600.0
 CHILD_LOG_PREFIX = "torch_nsight child:"  # the worker's log format: shown as warnings
 ITEM_GRACE_S = 30.0
 STOP_GRACE_S = 60.0
@@ -117,6 +124,7 @@ class _Child:
     stopped: str | None = None
     stop_phase: int = 0
     stop_at: float = 0.0
+    active_at: float = field(default_factory=time.monotonic)  # last output line or event
 
     def running(self) -> bool:
         if self.proc.poll() is None:
@@ -129,6 +137,7 @@ class _Child:
 def _pump(child: _Child) -> None:
     assert child.proc.stdout is not None
     for line in child.proc.stdout:
+        child.active_at = time.monotonic()
         child.output.feed(line)
         if line.startswith(CHILD_LOG_PREFIX):
             logger.warning("[%s] %s", child.spec.name, line.rstrip())
@@ -176,9 +185,12 @@ def _start(spec: ChildSpec, cwd: str, deadline_s: float) -> _Child:
 def _read_status(child: _Child) -> bool:
     changed = False
     for event in child.reader.poll():
+        child.active_at = time.monotonic()
         kind = event.get("event")
         if kind == "start":
             child.pid = event.get("pid")
+        elif kind == "phase" and child.current is not None:
+            child.current["phase"] = event.get("phase")
         elif kind == "item_start":
             child.current = {**event, "started": time.monotonic()}
             changed = True
@@ -221,19 +233,50 @@ def _escalate(child: _Child, now: float) -> None:
             child.stop_phase, child.stop_at = 3, now + 3600
 
 
-def _watch(child: _Child, item_timeout: float, now: float) -> None:
+def silence_s() -> float:
+    """Seconds a child may show no sign of life: ``$TORCH_NSIGHT_SILENCE_S``, else
+    :data:`SILENCE_S` (a bad value is logged and ignored)."""
+    text = os.environ.get(SILENCE_ENV)
+    if text:
+        try:
+            value = float(text)
+            if value > 0:
+                return value
+        except ValueError:
+            pass
+        logger.warning("%s=%r is not a positive number of seconds; using %.0f s",
+                       SILENCE_ENV, text, SILENCE_S)
+    return SILENCE_S
+
+
+def _doing(child: _Child) -> str:
+    """What the child was doing, for a stop's reason."""
+    current = child.current
+    if current is None:
+        return "before its first shape (starting up)" if not child.done else "between shapes"
+    phase = current.get("phase")
+    return f"in shape {current.get('shape')}" + (f", {phase}" if phase else "")
+
+
+def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> None:
     if child.stopped is not None or not child.running():
         return
     if now > child.deadline:
         _stop(child, f"it ran past its overall timeout ({child.deadline - child.started:.0f} s)")
+        return
+    if now - child.active_at > silence:
+        _stop(child, f"it showed no sign of life (no output, no progress) for {silence:.0f} s "
+                     f"{_doing(child)}; its last output lines:\n"
+                     f"{child.output.last_lines(12) or '(none)'}")
         return
     current = child.current
     if current is None:
         return
     ran = now - current["started"]
     if ran > item_timeout and child.interrupted_item != current.get("index"):
-        logger.warning("%s: shape %s passed its %.0f s timeout; interrupting it",
-                       child.spec.name, current.get("shape"), item_timeout)
+        logger.warning("%s: shape %s passed its %.0f s timeout%s; interrupting it",
+                       child.spec.name, current.get("shape"), item_timeout,
+                       f" ({current['phase']})" if current.get("phase") else "")
         child.interrupted_item = current.get("index")
         _signal(child.pid, signal.SIGINT)
     elif ran > item_timeout + ITEM_GRACE_S:
@@ -261,6 +304,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     """
     children: list[_Child] = []
     interrupted = False
+    silence = silence_s()
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
@@ -272,7 +316,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
                 now = time.monotonic()
                 for child in children:
                     _read_status(child)
-                    _watch(child, item_timeout, now)
+                    _watch(child, item_timeout, now, silence)
                     _escalate(child, now)
                 if progress is not None:
                     _show(progress, children)

@@ -37,6 +37,8 @@ def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
     for item in items:
         if item.get("status") in ("pending", "running"):
             item.update(status="failed", error=died)
+        elif item.get("status") == "stopped" and outcome.stopped:  # why the parent stopped it
+            item.update(error=f"stopped because {outcome.stopped}")
     if not items and not results.get("finished"):
         items = [{"variant": variant or None, "shape": shape, "status": "failed", "error": died,
                   "child": outcome.spec.name}
