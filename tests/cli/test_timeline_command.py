@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from torch_nsight.render import plot_timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,6 +49,21 @@ def test_timeline_of_a_factory_reads_back_per_shape(tmp_path: Path) -> None:
     assert (steps["bare_ns"] > 0).all() and (steps["ranged_ns"] > 0).all()
     again = cli("timeline", "mk.py:make", "--shapes", "8x32", "--out", "tl", cwd=tmp_path)
     assert again.returncode == 1 and "--force" in again.stderr
+
+
+def test_a_timeline_without_gpu_activity_draws_no_idle_step(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU records kernels")
+    (tmp_path / "mk.py").write_text(MODEL)
+    proc = cli("timeline", "mk.py:make", "--shapes", "8x32", "--steps", "2", "--warmup", "1",
+               "--out", "tl", "--plot-timeline", "step.png", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "--plot-timeline not drawn: the profile holds no GPU activity" in proc.stderr
+    assert not (tmp_path / "step.png").exists()
+    with pytest.raises(ValueError, match="no GPU activity"):
+        plot_timeline(torch_nsight.load(tmp_path / "tl"), tmp_path / "x.png")
 
 
 def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(

@@ -107,7 +107,11 @@ def run(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as err:  # timeline()'s own argument checks
         raise UsageError(str(err)) from err
     emit(profile, args)
-    if args.plot_timeline is not None:
+    if args.plot_timeline is not None and profile.kernels.empty:
+        from torch_nsight.render.timeline import NO_GPU_ACTIVITY
+
+        print(f"note: --plot-timeline not drawn: {NO_GPU_ACTIVITY}", file=sys.stderr)
+    elif args.plot_timeline is not None:
         from torch_nsight.cli.outputs import writing
         from torch_nsight.render import plot_timeline
 

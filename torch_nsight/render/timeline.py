@@ -365,6 +365,11 @@ def _pixel_ms(figure: Figure, ax: Axes) -> float:
     return (high - low) / width if width > 0 else 0.0
 
 
+#: Why a trace recorded without a CUDA device has no timeline plot.
+NO_GPU_ACTIVITY = ("the profile holds no GPU activity (recorded without a CUDA device): there "
+                   "is no GPU time line to draw; its CPU ops are in the trace, for Perfetto")
+
+
 def timeline_figure(profile: Profile, *, shape: str | None = None, run: int | None = None,
                     timeline: pd.DataFrame | None = None,
                     variant: str | None = None) -> Figure:
@@ -376,8 +381,11 @@ def timeline_figure(profile: Profile, *, shape: str | None = None, run: int | No
         ``idle-gaps``, and texts with gid ``gap-label``; y tick labels name the lanes.
 
     Raises:
-        ValueError: as :func:`timeline_frame`.
+        ValueError: as :func:`timeline_frame`, or the profile holds no GPU activity (a
+            trace recorded without a CUDA device: there is no GPU time line to draw).
     """
+    if profile.kernels.empty:
+        raise ValueError(NO_GPU_ACTIVITY)
     step = _select(profile, shape, run, timeline, variant)
     frame = step.frame
     lanes = [*step.cpu_lanes, *step.gpu_lanes]
@@ -456,8 +464,8 @@ def plot_timeline(profile: Profile, path: PathArg, *, shape: str | None = None,
 
     Raises:
         ValueError: ``path`` has another suffix, the profile has no timeline (it comes from
-            Nsight Compute reports), or the shape, variant or run is not in it (or is
-            needed to choose).
+            Nsight Compute reports) or no GPU activity, or the shape, variant or run is not
+            in it (or is needed to choose).
         OSError: the file cannot be written.
     """
     target = check_figure_path(path)
