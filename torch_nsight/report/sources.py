@@ -564,6 +564,29 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
     return out
 
 
+#: The first bytes of each kind of file a reader takes, and the name it should end in.
+_MAGIC = ((b"NVR\0", "an Nsight Compute report", (".ncu-rep",)),
+          (b"\xfd7zXZ\0", "xz-compressed", (".ncu-rep.xz", ".json.xz")),
+          (b"PAR1", "a Parquet file", (".parquet",)),
+          (b"\x1f\x8b", "gzip-compressed", (".json.gz",)))
+
+
+def _misnamed(path: Path) -> str | None:
+    """What a file that its name's reader refused really looks like, if its first bytes
+    say so and its name does not end that way."""
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as file:
+            head = file.read(8)
+    except OSError:
+        return None
+    for magic, what, suffixes in _MAGIC:
+        if head.startswith(magic) and not path.name.endswith(suffixes):
+            return f"its content is {what}: rename it to end in {' or '.join(suffixes)}"
+    return None
+
+
 def read_source(path: Path, options: ReadOptions) -> SourceData:
     """Read one file or folder with the first reader that accepts it.
 
@@ -577,7 +600,13 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
     for reader in READERS:
         if reader.accepts(path):
             logger.debug("reading %s as %s", path, reader.name)
-            return reader.read(path, options)
+            try:
+                return reader.read(path, options)
+            except ReportError as err:
+                hint = _misnamed(path)
+                if hint is None:
+                    raise
+                raise ReportError(f"{err}; {hint}") from err
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
                       "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
                       "sweep's or timeline's output directory, or a PyTorch profiler trace "
