@@ -155,7 +155,7 @@ def test_recorded_steps_get_their_verdict(name: str, verdict: str) -> None:
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
     assert row["verdict"] == verdict, row["evidence"]
     steps = profile.timeline[profile.timeline["kind"] == "step"]
-    # judged on the GPU work over the step timed without profiler or ranges
+    # judged on the GPU work over the step timed without the profiler
     assert row["bare_busy_pct"] == pytest.approx(
         100 * steps["busy_ns"].median() / steps["bare_ns"].median())
 

@@ -25,7 +25,7 @@ from torch_nsight.analyze.spread import spread
 
 logger = logging.getLogger(__name__)
 
-Verdict = Literal["GPU-bound", "launch-bound", "copy-bound", "data-bound"]
+Verdict = Literal["GPU-bound", "CPU-bound", "launch-bound", "copy-bound", "data-bound"]
 
 #: A kernel shorter than this (ns) is small: eager PyTorch takes longer to launch it.
 SMALL_KERNEL_NS = 10_000.0
@@ -58,7 +58,7 @@ SUMMARY_COLUMNS = (
     "distorted", "wall_std_ns", "wall_ci95_ns", "stable",
 )
 FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence", "fix",
-                   "est_gain_ns", "gain_basis")
+                   "est_gain_ns", "gain_basis", "pct_of_step")
 MODULE_LAUNCH_COLUMNS = ("variant", "shape", "module_path", "module", "steps", "launches",
                          "kernels", "gpu_ns", "pct_of_gpu", "median_kernel_ns",
                          "small_kernel_pct")
@@ -226,7 +226,7 @@ def _judged(row: pd.Series) -> tuple[float, str]:
     profiler and the ranges lengthen the CPU side only), else the profiled step's share."""
     if row["judged_busy_pct"] == row["judged_busy_pct"] and row["bare_wall_ns"] > 0:
         return row["judged_busy_pct"], (f"{_duration_text(row['bare_wall_ns'])} step timed "
-                                        "without profiler or ranges")
+                                        "without the profiler")
     return row["busy_pct"], f"{_duration_text(row['wall_ns'])} step"
 
 
@@ -260,8 +260,9 @@ def _decide(row: pd.Series) -> tuple[str, str, str]:
         return ("launch-bound", f"The GPU was busy {busy:.1f}% (under {LAUNCH_BUSY_PCT:g}%) of "
                 f"the {step}, with {counts}.", ADVICE["launch-bound"])
     if busy < LAUNCH_BUSY_PCT:
-        return ("GPU-bound", f"The GPU was busy only {busy:.1f}% of the {step} "
-                f"but most of its kernels are long ({counts}).", ADVICE["cpu"])
+        return ("CPU-bound", f"The GPU was busy only {busy:.1f}% (under {LAUNCH_BUSY_PCT:g}%) "
+                f"of the {step} although most of its kernels are long ({counts}): the CPU "
+                "side sets the pace.", ADVICE["cpu"])
     return ("GPU-bound", f"The GPU was busy {busy:.1f}% of the {step}; data "
             f"waits ({row['data_wait_pct']:.1f}%) and copies ({row['copy_pct']:.1f}%) are "
             "under their thresholds.", ADVICE["GPU-bound"])
@@ -419,23 +420,29 @@ def _label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame
                     modules: pd.DataFrame) -> list[dict[str, object]]:
     """The findings of one (variant, shape) from its medians, activities and gaps."""
     rows: list[dict[str, object]] = []
+    # the step the gains are shares of: timed without the profiler where it was
+    step_ns = shape["bare_wall_ns"] if shape["bare_wall_ns"] > 0 else shape["wall_ns"]
 
     def add(finding: str, module: str | None, level: str | None, evidence: str, fix: str,
             gain: float) -> None:
+        gain = min(float(gain), float(step_ns))  # no fix saves more than the whole step
         rows.append({"variant": shape["variant"], "shape": shape["shape"], "module": module,
                      "module_level": level if module is not None else None,
                      "finding": finding, "evidence": evidence, "fix": fix,
-                     "est_gain_ns": float(gain), "gain_basis": "timeline"})
+                     "est_gain_ns": gain, "gain_basis": "timeline",
+                     "pct_of_step": 100.0 * gain / step_ns if step_ns > 0 else float("nan")})
 
-    steps, wall = shape["steps"], _duration_text(shape["wall_ns"])
+    steps, wall = shape["steps"], _judged(shape)[1]
     if shape["data_wait_pct"] >= FINDING_PCT:
         cpu = _most(gaps[gaps["data"]], "cpu", "gap_ns")
         add("data_wait", None, None, f"The GPU idled {shape['data_wait_pct']:.1f}% of the "
-            f"{wall} step ({_duration_text(shape['data_ns'])}) while the CPU loaded data "
+            f"{_duration_text(shape['wall_ns'])} step ({_duration_text(shape['data_ns'])}) "
+            "while the CPU loaded data "
             f"(mostly in {cpu}).", ADVICE["data-bound"], shape["data_ns"])
     if _copy_rule(shape):
         add("copy_bound", _most(activity[activity["copies"] > 0], "module", "duration_ns"),
-            "innermost", f"Copies took {shape['copy_pct']:.1f}% of the {wall} step and "
+            "innermost", f"Copies took {shape['copy_pct']:.1f}% of the "
+            f"{_duration_text(shape['wall_ns'])} step and "
             f"{shape['copy_busy_pct']:.1f}% of GPU busy time "
             f"({_duration_text(shape['copy_ns'])} per step).", ADVICE["copy-bound"],
             shape["copy_ns"])
@@ -447,12 +454,12 @@ def _label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame
             f"({_bytes_text(pageable['copy_bytes'].sum() / steps)}, {_duration_text(time)}) "
             "use pageable host memory, which the launching thread waits for.",
             ADVICE["pageable"], time)
-    idle_pct = 100.0 * shape["other_idle_ns"] / shape["wall_ns"]
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
+    idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
     if _launch_rule(shape):
         root = activity.assign(_root=_truncate(activity["module_path"], 0))
         add("launch_bound", _most(root[root["_root"] != UNATTRIBUTED], "_root", "duration_ns"),
-            "root", f"The GPU was idle {idle_pct:.1f}% of the {wall} step outside data loading "
+            "root", f"The GPU was idle {idle_pct:.1f}% of the {wall} outside data loading "
             f"with {shape['kernels']:g} kernels, {shape['small_kernel_pct']:.0f}% of them "
             f"under {SMALL_KERNEL_NS / 1e3:g} µs, and {shape['launches_per_ms']:.1f} launches "
             "per ms.", ADVICE["launch-bound"], gain)
@@ -463,7 +470,7 @@ def _label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame
         where = (f", {_duration_text(before)} per step of it just before {module}" if module
                  else "")
         add("gpu_idle", module, "innermost", f"The GPU was idle {idle_pct:.1f}% of the {wall} "
-            f"step outside data loading{where}.", ADVICE["cpu"], gain)
+            f"outside data loading{where}.", ADVICE["cpu"], gain)
     busy_modules = modules[(modules["launches"] >= MODULE_LAUNCHES)
                            & (modules["median_kernel_ns"] < SMALL_KERNEL_NS)
                            & (modules["module_path"] != UNATTRIBUTED)]

@@ -136,6 +136,12 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             chosen = _chosen(self._environ)
             self._session = session(folder, chosen[-1] if chosen else self.index)
             self._session.enter(self.index)  # type: ignore[attr-defined]
+        elif folder:
+            chosen = _chosen(self._environ)
+            if chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
+                from torch_nsight.capture.timeline import pace
+
+                pace(folder, self.index)
         elif self._window:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),

@@ -8,6 +8,13 @@ starts when the first chosen step starts; each chosen step runs inside its label
 and ends with a synchronisation (its window then ends with its last GPU activity); after the
 last chosen step (or at exit) the trace is written, gzip'd, with the folder's manifest, as
 :func:`torch_nsight.timeline` writes them.
+
+The profiler and the synchronisation lengthen the recorded steps, so the steps before the
+window are timed as they run: a CUDA event is recorded (never waited on) when each of them
+starts, and when the first chosen step starts. Their median period, the time from one step's
+start to the next on the GPU's stream, is the step timed without the profiler (``bare_ns``
+in the manifest, from step 1 on: step 0 pays one-time costs); the GPU busy share of the
+verdict is the recorded steps' GPU work over it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,39 @@ __all__ = ["TimelineSession", "session"]
 
 _LOCK = threading.Lock()
 _SESSIONS: dict[str, TimelineSession] = {}
+#: Per output folder, (step index, CUDA event at its start) of the steps before the window.
+_PACE: dict[str, list[tuple[int, Any]]] = {}
+
+
+def pace(folder: str, index: int) -> None:
+    """Record a CUDA event at the start of step ``index`` (no wait; nothing where CUDA is
+    not in use)."""
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    with _LOCK:
+        _PACE.setdefault(folder, []).append((index, event))
+
+
+def unprofiled_period(folder: str) -> dict[str, Any]:
+    """The median start-to-start period of the steps before the window (from step 1), in
+    ns, and how many steps it is over; empty where fewer than one such step was timed."""
+    import statistics
+
+    with _LOCK:
+        marks = list(_PACE.get(folder, []))
+    if len(marks) < 2:
+        return {}
+    marks[-1][1].synchronize()  # long done: the chosen steps ran after it
+    periods = [1e6 * first.elapsed_time(second)
+               for (i, first), (j, second) in zip(marks, marks[1:], strict=False)
+               if j == i + 1 and i >= 1]
+    if not periods:
+        return {}
+    return {"bare_ns": statistics.median(periods), "bare_steps": len(periods)}
 
 
 def _trace_name(environ: os._Environ[str] | dict[str, str]) -> str:
@@ -64,6 +104,7 @@ class TimelineSession:
         if self._done:
             return
         if self._profiler is None:
+            pace(str(self.folder), index)  # the end of the last step timed unprofiled
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(ProfilerActivity.CUDA)
@@ -97,24 +138,37 @@ class TimelineSession:
         with open(self.trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
             shutil.copyfileobj(src, dst)
         self.trace.unlink()
-        write_manifest(self.folder)
+        write_manifest(self.folder, {packed.name: unprofiled_period(str(self.folder))})
         logger.info("torch_nsight: wrote the timeline %s", packed)
 
 
-def write_manifest(folder: Path) -> None:
-    """Write the folder's manifest, naming every trace in it (each rank rewrites it)."""
+def write_manifest(folder: Path, timed: dict[str, dict[str, Any]] | None = None) -> None:
+    """Write the folder's manifest, naming every trace in it (each rank rewrites it, keeping
+    what the others timed).
+
+    Args:
+        folder: the output folder.
+        timed: per trace file name, this process's unprofiled step time (``bare_ns``...).
+    """
+    import json
+
     import torch
 
     from torch_nsight.capture.settings import describe_settings, read_settings
 
     settings = read_settings()
+    try:
+        before = {item.get("trace"): item for item in json.loads(
+            (folder / formats.TIMELINE_MANIFEST).read_text(encoding="utf-8")).get("items", [])}
+    except (OSError, ValueError, AttributeError):
+        before = {}
     traces = sorted(p.name for p in folder.glob("trace*.json.gz"))
+    items = [{**before.get(name, {}), "variant": "", "shape": "", "trace": name, "status": "ok",
+              **(timed or {}).get(name, {})} for name in traces]
     formats.write_json(folder / formats.TIMELINE_MANIFEST, {
         "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-        "items": [{"variant": "", "shape": "", "trace": name, "status": "ok"}
-                  for name in traces],
-        "settings": {**settings, "summary": describe_settings(settings)}})
+        "items": items, "settings": {**settings, "summary": describe_settings(settings)}})
 
 
 def session(folder: str, last: int) -> TimelineSession:

@@ -56,6 +56,18 @@ def format_us(duration_ns: Any) -> str:
     return MISSING if is_missing(duration_ns) else format_number(float(duration_ns) / 1e3, 2)
 
 
+def format_duration(duration_ns: Any) -> str:
+    """Return a duration given in ns with its unit, as a person says it: ``1.16 s``,
+    ``21.3 ms``, ``845 µs``, ``4.2 µs``; ``-`` when missing."""
+    if is_missing(duration_ns):
+        return MISSING
+    ns = float(duration_ns)
+    for scale, unit in ((1e9, "s"), (1e6, "ms")):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.{2 if abs(ns) < 10 * scale else 1}f} {unit}"
+    return f"{ns / 1e3:,.0f} µs" if abs(ns) >= 1e4 else f"{ns / 1e3:.1f} µs"
+
+
 def format_pct(percent: Any) -> str:
     """Return a percentage (0..100 scale) with one decimal, without the ``%`` sign."""
     return format_number(percent, 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.fit import terminal_width
-from torch_nsight.render.units import format_us
+from torch_nsight.render.units import format_duration
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -68,8 +68,12 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
         mine = findings[(findings["variant"].fillna("") == (row["variant"] or ""))
                         & (findings["shape"].fillna("") == (row["shape"] or ""))]
         for _, finding in mine.head(FINDINGS_SHOWN).iterrows():
-            lines.append(f"  - {finding['finding']} in {finding['module']} (up to "
-                         f"{format_us(finding['est_gain_ns'])} µs per step): {finding['fix']}")
+            where = f" in {finding['module']}" if isinstance(finding["module"], str) else ""
+            share = finding.get("pct_of_step")
+            share_text = f", {share:.0f}% of it" if share == share and share else ""
+            lines.append(f"  - {finding['finding']}{where} (up to "
+                         f"{format_duration(finding['est_gain_ns'])} per step{share_text}): "
+                         f"{finding['fix']}")
     if markdown:
         return "\n".join(lines)
     width = terminal_width()  # a terminal or a log: wrapped, nothing cut
