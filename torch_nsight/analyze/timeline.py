@@ -307,7 +307,10 @@ def _shapes(kernels: pd.DataFrame, timeline: pd.DataFrame | None, step: str,
         upper=out["other_idle_ns"])
     out["largest_gaps"] = _largest_gaps(steps, gaps)
     # the step time's noise over the steps (torch_nsight.analyze.spread)
-    noise = spread(labels["wall_ns"].agg(lambda s: s.to_numpy(dtype="float64")))
+    # (arrays built by hand: newer pandas refuses an aggregation that returns an array)
+    walls = pd.Series([group.to_numpy(dtype="float64") for _, group in labels["wall_ns"]],
+                      index=out.index, dtype=object)
+    noise = spread(walls)
     out["wall_std_ns"], out["wall_ci95_ns"] = noise["std_ns"], noise["ci95_ns"]
     out["stable"] = noise["stable"]
     out = out.reset_index()

@@ -74,8 +74,11 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
     runs["module"] = runs["module_path"].map(names)
     runs["variant"] = runs["variant"].map(lambda v: _label(v or None))
     runs["shape"] = runs["shape"].map(lambda v: _label(v or None))
-    summed = runs.dropna(subset=["module"]).groupby(
-        ["variant", "shape", "module"], sort=False)[RUNS_COLUMN].agg(sum_runs)
+    groups = runs.dropna(subset=["module"]).groupby(["variant", "shape", "module"], sort=False)
+    # (arrays summed by hand: newer pandas refuses an aggregation that returns an array)
+    pairs = [(key, sum_runs(group[RUNS_COLUMN])) for key, group in groups]
+    summed = pd.Series([a for _, a in pairs], dtype=object, index=pd.MultiIndex.from_tuples(
+        [k for k, _ in pairs], names=["variant", "shape", "module"]))
     noise = spread(summed)["ci95_ns"].rename("ci95_ns").reset_index()
     return out.merge(noise, on=["variant", "shape", "module"], how="left")
 
