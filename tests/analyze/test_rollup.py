@@ -81,3 +81,21 @@ def test_empty_table() -> None:
 def test_a_table_without_modules_gets_a_clear_error() -> None:
     with pytest.raises(MissingMetricError, match="module_tree needs the column.s. module"):
         module_tree(pd.DataFrame(columns=["module_path", "duration_ns"]))
+
+
+def test_module_tables_list_modules_in_model_order() -> None:
+    """Replicated blocks take the place of the block they copy, and the backward pass lists
+    the modules in the forward's order (it ran them in reverse, measured block first)."""
+    from pathlib import Path
+
+    import torch_nsight
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    gpt2 = torch_nsight.load(data / "hf_gpt2_fast").modules(depth=2)
+    children = [p.rsplit("/", 1)[-1] for p in gpt2["path"] if p.count("/") == 2]
+    blocks = [f"transformer.h.{i}" for i in range(12)]
+    assert children == ["transformer.wte", "transformer.wpe", *blocks, "transformer.ln_f"]
+    stack = torch_nsight.load(data / "sweep_stack").modules(depth=1)
+    for direction in ("fwd", "bwd"):
+        rows = stack[(stack["shape"] == "2x128x256") & (stack["direction"] == direction)]
+        assert rows["path"].tolist() == ["Sequential", *(f"Sequential/{i}" for i in range(4))]

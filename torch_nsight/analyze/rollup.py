@@ -6,6 +6,8 @@ several reports), sums are divided by the number of distinct (report, run) pairs
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -165,7 +167,7 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     tree["bound_share"] = np.where(known, times.max(axis=1) / tree["inclusive_ns"], np.nan)
     tree["module"] = tree["path"].str.split(PATH_SEP).str[-1]
     tree["depth"] = tree["path"].str.count(PATH_SEP)
-    tree = _call_tree_order(tree)
+    tree = _call_tree_order(tree, _model_order(df, depth))
     tree[RUNS_COLUMN] = [inclusive_runs.get(key) for key in zip(
         *(tree[c] for c in (*LABELS, "direction", "path")), strict=True)]
     tree = with_spread(tree, keep_runs=keep_runs)
@@ -191,10 +193,63 @@ def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...]
     return nodes
 
 
-def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:
+def _source_path(path: str, module: str, source: str) -> str:
+    """The path of the block a replicated row copies: each component of ``path`` that is a
+    prefix of the row's ``module`` name is cut from ``source`` at the same depth
+    (``.../transformer.h.1/transformer.h.1.attn`` from ``transformer.h.0.attn`` gives
+    ``.../transformer.h.0/transformer.h.0.attn``)."""
+    parts = []
+    for part in path.split(PATH_SEP):
+        if part == module or module.startswith(part + "."):
+            parts.append(".".join(source.split(".")[: part.count(".") + 1]))
+        else:
+            parts.append(part)
+    return PATH_SEP.join(parts)
+
+
+def _model_order(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, str, str], int]:
+    """Per (variant, shape, path prefix), where the module first ran in the forward pass (in
+    any pass where it has no forward), measured rows only; a replicated block takes the place
+    of the block it copies, so ``h.0 ... h.11`` list in model order, not measured-first."""
+    work = df.reindex(columns=[*LABELS, "direction", "module", "replicated_from"])
+    work = work.astype(object).where(work.notna(), "")
+    paths = module_paths(df, depth).tolist()
+    anchors: dict[tuple[str, str, str], int] = {}
+    copies: list[tuple[str, str, str, str]] = []
+    for order, (variant, shape, direction, module, source, path) in enumerate(zip(
+            work["variant"], work["shape"], work["direction"], work["module"],
+            work["replicated_from"], paths, strict=True)):
+        if source:
+            copies.append((variant, shape, path, _source_path(path, str(module), str(source))))
+            continue
+        rank = order if direction == "fwd" else len(work) + order  # forward first
+        parts = path.split(PATH_SEP)
+        for level in range(len(parts)):
+            key = (variant, shape, PATH_SEP.join(parts[: level + 1]))
+            anchors[key] = min(anchors.get(key, rank), rank)
+    for variant, shape, path, source in copies:
+        parts, of = path.split(PATH_SEP), source.split(PATH_SEP)
+        for level in range(len(parts)):
+            key = (variant, shape, PATH_SEP.join(parts[: level + 1]))
+            found = anchors.get((variant, shape, PATH_SEP.join(of[: level + 1])))
+            if key not in anchors and found is not None:
+                anchors[key] = found
+    return anchors
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    """``h.10`` after ``h.9``: numbers compared as numbers."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _call_tree_order(tree: pd.DataFrame,
+                     model: dict[tuple[str, str, str], int] | None = None) -> pd.DataFrame:
     """Sort labels by first launch (a sweep's shapes in the order they ran, not as strings:
-    ``4x256`` before ``4x1024``), then parents before children and siblings by first launch
-    (a depth-first walk)."""
+    ``4x256`` before ``4x1024``), then parents before children and siblings in model order
+    (where they first ran in the forward pass, a replicated block in the place of the block
+    it copies, ties by name with numbers as numbers; else by first launch): a depth-first
+    walk, the same for the forward and the backward pass."""
+    model = model or {}
     first = {(tuple(r[k] for k in (*LABELS, "direction")), r["path"]): r["order"]
              for _, r in tree.iterrows()}
     label_first = tree.groupby(list(LABELS), sort=False)["order"].min().to_dict()
@@ -202,12 +257,16 @@ def _call_tree_order(tree: pd.DataFrame) -> pd.DataFrame:
     def key(row: pd.Series) -> tuple[object, ...]:
         group = tuple(row[k] for k in (*LABELS, "direction"))
         parts = row["path"].split(PATH_SEP)
-        walk = tuple(first.get((group, PATH_SEP.join(parts[: i + 1])), 0)
-                     for i in range(len(parts)))
+        walk = []
+        for i in range(len(parts)):
+            prefix = PATH_SEP.join(parts[: i + 1])
+            anchor = model.get((row["variant"], row["shape"], prefix))
+            walk.append((anchor if anchor is not None else first.get((group, prefix), 0),
+                         _natural(parts[i])))
         direction_rank = {"fwd": 0, "bwd": 1}.get(row["direction"], 2)
         label = (row["variant"], row["shape"])
         return (label_first.get(label, 0), label, direction_rank, row["path"] == UNATTRIBUTED,
-                walk)
+                tuple(walk))
 
     order = sorted(range(len(tree)), key=lambda i: key(tree.iloc[i]))
     return tree.iloc[order]
