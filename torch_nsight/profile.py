@@ -168,16 +168,21 @@ class Profile:
         return [f"{Path(s.path).name}: {s.note}" for s in self.meta.sources if s.note]
 
     # --- analysis ---------------------------------------------------------------------------
-    def modules(self, depth: int | None = None) -> pd.DataFrame:
+    def modules(self, depth: int | None = None, fold: bool = False) -> pd.DataFrame:
         """Return the module tree rolled up (see :func:`torch_nsight.analyze.module_tree`).
 
         Args:
             depth: deepest level kept (root = 0); None keeps all.
+            fold: modules that differ only by the index of a repeated block
+                (``layers.0`` ... ``layers.7`` and each of their children) are one row each,
+                times summed, ``blocks`` saying how many (:func:`torch_nsight.analyze.fold_tree`).
 
         Returns:
             One row per module node: inclusive/exclusive time per run, share of total,
-            kernel count, dominant bound.
+            kernel count, dominant bound, and the spread of the time over the runs.
         """
+        if fold:
+            return steps.fold_tree(steps.module_tree(self.kernels, depth, keep_runs=True))
         return steps.module_tree(self.kernels, depth)
 
     def hotspots(self, n: int = 10, by: Literal["headroom", "time"] = "headroom",

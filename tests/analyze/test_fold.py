@@ -67,3 +67,27 @@ def test_a_finding_repeated_per_layer_is_one_row_with_the_gain_of_all(
     top = folded.head(5)
     assert len(set(zip(_unindexed(top["module"]), top["finding"], strict=True))) == len(top)
     assert folded["est_gain_ns"].is_monotonic_decreasing
+
+
+def test_the_module_tree_folds_each_repeated_block_and_its_children() -> None:
+    import numpy as np
+
+    profile = torch_nsight.load(DATA / "runs" / "gpt2_runs10")
+    plain, folded = profile.modules(), profile.modules(fold=True)
+    templates = [(d, r["depth"], index_template(r["module"])[0])
+                 for d, (_, r) in zip(folded["direction"], folded.iterrows(), strict=True)]
+    assert len(templates) == len(set(templates))  # no two rows differ only by an index
+    blocks = folded[folded["module"] == "transformer.h.{0-11}"].iloc[0]
+    members = plain[plain["module"].str.fullmatch(r"transformer\.h\.\d+")]
+    assert blocks["blocks"] == 12 and len(members) == 12
+    assert blocks["inclusive_ns"] == pytest.approx(members["inclusive_ns"].sum())
+    assert blocks["kernels"] == members["kernels"].sum()
+    # the spread of the twelve blocks' time, run by run
+    kernels = profile.kernels
+    inside = kernels[kernels["module_path"].str.contains(r"/transformer\.h\.\d+(?:/|$)")]
+    per_run = inside.groupby("run")["duration_ns"].sum().to_numpy()
+    assert blocks["std_ns"] == pytest.approx(np.std(per_run, ddof=1))
+    # in model order: the folded blocks where block 0 was, before ln_f
+    order = folded["module"].tolist()
+    assert order.index("transformer.h.{0-11}") < order.index("transformer.ln_f")
+    assert order.index("transformer.h.{0-11}.attn") < order.index("transformer.ln_f")

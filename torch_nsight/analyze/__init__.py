@@ -21,6 +21,7 @@ from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.findings import findings, fold_findings
+from torch_nsight.analyze.fold import fold_tree
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
 from torch_nsight.analyze.ops import name_aten_ops
@@ -36,7 +37,7 @@ __all__ = [
     "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
     "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
-    "fold_findings",
+    "fold_findings", "fold_tree",
     "UNATTRIBUTED",
 ]
 

@@ -23,7 +23,8 @@ import pandas as pd
 
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs
 
-__all__ = ["fold_rows", "index_template", "format_indices", "folded_name", "FOLD_COLUMN"]
+__all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
+           "FOLD_COLUMN"]
 
 FOLD_COLUMN = "blocks"
 _SLOT = "{}"
@@ -142,3 +143,20 @@ def _fold_path(paths: list[object]) -> object:
         else:
             parts.append(column[0])
     return "/".join(parts)
+
+
+#: The module tree's columns that add up over folded blocks.
+TREE_SUMS = ("inclusive_ns", "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels",
+             "headroom_ns", "exclusive_headroom_ns", "flops", "dram_bytes", RUNS_COLUMN)
+
+
+def fold_tree(tree: pd.DataFrame) -> pd.DataFrame:
+    """The module tree (:func:`torch_nsight.analyze.module_tree` with ``keep_runs=True``)
+    with each repeated block folded: ``h.{0-11}`` in the place of ``h.0``, its children
+    ``h.{0-11}.attn`` ... under it, the other blocks' rows gone; times, counts and
+    per-run times summed, the spread taken over the summed runs, ``blocks`` counting."""
+    from torch_nsight.analyze.spread import with_spread
+
+    folded = fold_rows(tree, keys=["variant", "shape", "direction", "depth"], sums=TREE_SUMS,
+                       rank="inclusive_ns", path="path")
+    return with_spread(folded)

@@ -177,7 +177,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     return [
         *_labels(kernels),
         ("dir", lambda r: _text(r["direction"]), "left"),
-        ("module", lambda r: "· " * int(r["depth"]) + str(r["module"]), "left"),
+        ("module", lambda r: "· " * int(r["depth"]) + module_cell(r), "left"),
         ("total µs", timed("inclusive_ns"), "right"),
         ("self µs", lambda r: format_us(r["exclusive_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),

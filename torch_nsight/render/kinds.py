@@ -80,7 +80,7 @@ def _hotspot_rows(profile: Profile, rows: int | None, by: HotspotOrder,
 
 def _module_rows(profile: Profile, rows: int | None, by: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
-    return _head(profile.modules(depth), rows)
+    return _head(profile.modules(depth, fold=fold), rows)
 
 
 def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
