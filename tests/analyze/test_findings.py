@@ -280,3 +280,23 @@ def test_timeline_findings_come_along() -> None:
 def test_a_table_without_kernel_names_is_refused() -> None:
     with pytest.raises(MissingMetricError, match="findings"):
         findings(pd.DataFrame({"duration_ns": [1.0]}))
+
+
+def test_each_chain_gets_the_fix_for_what_it_computes() -> None:
+    """A Hugging Face Llama (hidden 1024, batch 2, seq 1024, bf16) and GPT-2, as recorded:
+    RMSNorm, rotary embedding and tanh-GELU chains, each named by its kernels' functors."""
+    llama = torch_nsight.load(DATA / "bound_calibration" / "llama_sol.ncu-rep.xz").findings()
+    chains = llama[llama["finding"] == "elementwise_chain"].set_index("module")
+    for norm in ("model.layers.{0-1}.input_layernorm", "model.norm"):
+        assert "torch.nn.functional.rms_norm" in chains.loc[norm, "fix"]
+        assert "(an RMSNorm written out)" in chains.loc[norm, "evidence"]
+        # one fused pass reads the bf16 activation once and writes it once: 2 x 4.2 MB,
+        # not the few kB of the rsqrt on the reduced variance
+        assert "one fused pass moves about 8.4 MB" in chains.loc[norm, "evidence"]
+    for rope in ("model.rotary_emb", "model.layers.{0-1}.self_attn"):
+        assert "rotary embedding" in chains.loc[rope, "fix"]
+    gpt2 = torch_nsight.load(DATA / "hf_gpt2_fast").findings()
+    act = gpt2[gpt2["module"] == "transformer.h.{0-11}.mlp.act"].squeeze()
+    assert "F.gelu(approximate='tanh')" in act["fix"]
+    assert not gpt2["evidence"].str.contains("nan").any()
+    assert not llama["evidence"].str.contains("nan").any()

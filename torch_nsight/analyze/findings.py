@@ -54,15 +54,28 @@ _SMALL_ALIGN = re.compile(r"align[12](?!\d)")
 _NUMERIC = ("duration_ns", "roof_time_ns", "headroom_ns", "dram_bytes", "flops", "flops_fp32",
             "flops_fp16", "waves", "sm_clock_hz", "peak_tensor_tf32_per_cycle", "peak_bytes_per_s",
             *TENSOR_COLUMNS)
-_TEXT = ("kernel", "precision", "bound", "reason", "roofline_side", "gpu")
+_TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "reason", "roofline_side",
+         "gpu")
 FIX = {
     "fp32_matmul": "Turn on TF32 tensor cores with torch.backends.cuda.matmul.allow_tf32 = True "
                    "/ torch.set_float32_matmul_precision('high'), or run the model in bf16 "
                    "(torch.autocast('cuda', dtype=torch.bfloat16)).",
     "fp32_conv": "Turn on TF32 tensor cores with torch.backends.cudnn.allow_tf32 = True, or run "
                  "the model in bf16 (torch.autocast('cuda', dtype=torch.bfloat16)).",
-    "elementwise_chain": "Fuse them: torch.compile the module, or use a fused op (e.g. "
-                         "F.gelu(approximate='tanh')).",
+    "elementwise_chain": "Fuse them: torch.compile the module (one kernel for the chain).",
+    "chain_rms_norm": "Use one fused RMSNorm: torch.nn.functional.rms_norm(x, (d,), weight, "
+                      "eps) or nn.RMSNorm (torch >= 2.4) instead of pow/mean/rsqrt/mul, or "
+                      "torch.compile the module.",
+    "chain_layer_norm": "Use torch.nn.functional.layer_norm / nn.LayerNorm (one fused kernel) "
+                        "instead of the mean/var arithmetic, or torch.compile the module.",
+    "chain_rotary": "Apply the rotary embedding in one kernel: torch.compile the function "
+                    "that applies it (and compute cos/sin once per sequence length, not per "
+                    "layer), or a fused RoPE kernel (e.g. flash-attn's apply_rotary_emb).",
+    "chain_gelu": "Use F.gelu(approximate='tanh') (nn.GELU(approximate='tanh')): one kernel "
+                  "instead of the tanh formula's chain; or torch.compile the module.",
+    "chain_softmax": "Use F.scaled_dot_product_attention (masking, scaling and softmax fused "
+                     "into attention), or at least F.softmax over the masked scores; or "
+                     "torch.compile the module.",
     "layout_conversion": "Go channels-last: model.to(memory_format=torch.channels_last) and "
                          "channels-last inputs (x.to(memory_format=torch.channels_last)).",
     "small_grid": "Give it more parallel work: a larger batch, fuse it with its neighbours "
@@ -140,6 +153,12 @@ def _roof_pct(rows: pd.DataFrame) -> float:
     return 100.0 * rows["roof_time_ns"].sum(min_count=1) / rows["duration_ns"].sum()
 
 
+def _at_roof(rows: pd.DataFrame) -> str:
+    """`` at 12% of its roofline`` (nothing where the roofline is not known: no ``nan``)."""
+    pct = _roof_pct(rows)
+    return "" if pct != pct else f" at {pct:.0f}% of its roofline"
+
+
 # --- the calls table ------------------------------------------------------------------------
 def gemm_dims(op: str, shapes: Any) -> tuple[int, int, int] | None:
     """(M, N, K) of a GEMM call from its input shapes; None when they do not say."""
@@ -215,8 +234,8 @@ def _gemm_from_calls(group: pd.DataFrame, gemms: pd.DataFrame) -> Found:
         f"{c['dtype']} {c['aten_op']} {c['dims']['M']}x{c['dims']['K']} @ {c['dims']['K']}x"
         f"{c['dims']['N']}: {d} = {v} is not a multiple of {ALIGNMENT[c['dtype']]}"
         for c, d, v in bad))
-    evidence = (f"{shapes}; the GEMM ran {rows.iloc[0]['kernel']} at {_roof_pct(rows):.0f}% "
-                f"of its roofline ({_time(_per_run(rows))} per run).")
+    evidence = (f"{shapes}; the GEMM ran {rows.iloc[0]['kernel']}{_at_roof(rows)} "
+                f"({_time(_per_run(rows))} per run).")
     fix = "; ".join(dict.fromkeys(_dimension_fix(c["aten_op"], d, v, c["dims"])
                                   for c, d, v in bad))
     single = len(gemms) == 1 and rows["kernel"].nunique() == 1
@@ -240,13 +259,12 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
         small = group["kernel"].map(lambda k: bool(_SMALL_ALIGN.search(k)))
         rows = group[group["is_gemm"] & (old | small)]
         gain = _roofline_gain(rows) if len(rows) else 0.0
-        if rows.empty or gain <= 0:
+        if rows.empty or gain <= 0:  # an unknown gain (no roofline) is still said
             continue
         why = (f"a pre-Hopper (sm75) kernel on {rows.iloc[0]['gpu']}" if old[rows.index].any()
                else "a kernel for operands aligned to 1 or 2 elements")
         evidence = (f"cuBLAS chose {rows.iloc[0]['kernel']}, {why}: a GEMM dimension is not a "
-                    f"multiple of 8; it ran at {_roof_pct(rows):.0f}% of its roofline "
-                    f"({_time(_per_run(rows))} per run).")
+                    f"multiple of 8; it ran{_at_roof(rows)} ({_time(_per_run(rows))} per run).")
         found.append((_row(rows, "gemm_misaligned", evidence, FIX["gemm_by_name"], gain,
                            "roofline", "medium"), rows.index))
     return found
@@ -325,10 +343,39 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     return chains
 
 
+#: What a chain computes, from the functors in its kernels' full names (``rsqrt_kernel_cuda``,
+#: ``MeanOps``, ``sin_kernel_cuda``...) and its aten ops: the first kind whose every group
+#: of words has one present names the fix.
+CHAIN_KINDS: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+    ("softmax", (("softmax", "masked_fill", "where_kernel", "exp_kernel"),)),
+    ("layer_norm", (("rsqrt", "sqrt"), ("meanops", "mean", "var"), ("sub",))),
+    ("rms_norm", (("rsqrt",), ("meanops", "mean"))),
+    ("gelu", (("tanh",),)),
+    ("rotary", (("sin_kernel", "cos_kernel", "sin,", "cos,", "neg"),)),
+)
+
+
+def chain_kind(rows: pd.DataFrame) -> str | None:
+    """What an elementwise chain computes (:data:`CHAIN_KINDS`), None when not known.
+
+    Args:
+        rows: the kernels of the chain's module, direction and op (its reductions too: an
+            RMSNorm's mean is a reduce kernel between its elementwise ones)."""
+    words = " ".join([*rows.get("kernel_full", pd.Series(dtype=object)).dropna().astype(str),
+                      *rows.get("aten_ops", pd.Series(dtype=object)).dropna().astype(str)])
+    words = words.lower()
+    for kind, groups in CHAIN_KINDS:
+        if all(any(w in words for w in group) for group in groups):
+            return kind
+    return None
+
+
 def _elementwise_chain(work: pd.DataFrame) -> Found:
     """Gain per chain: its time minus one pass over its data at the chain's own achieved
-    bandwidth; one pass = the DRAM bytes of the chain's smallest kernel (a unary op: read the
-    input once, write the output once, as a fused kernel does)."""
+    bandwidth; one pass = the DRAM bytes of the chain's largest kernel (a fused kernel reads
+    the activation once and writes it once; a chain with a reduction also has kernels on
+    the small reduced tensor, whose bytes say nothing of the pass). The fix is the fused op
+    for what the chain computes (:func:`chain_kind`)."""
     chains = [c for c in _chains(work) if c["dram_bytes"].notna().all()
               and c["dram_bytes"].sum() > 0]
     grouped: dict[tuple[Any, ...], list[pd.DataFrame]] = {}
@@ -337,17 +384,23 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
     found: Found = []
     for parts in grouped.values():
         rows = pd.concat(parts)
-        saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].min()
+        saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].max()
                                                      / c["dram_bytes"].sum())
                            / c["runs"].iloc[0] for c in parts])
         gain = float(saved.sum())
         time, traffic = _per_run(rows), _per_run(rows, rows["dram_bytes"])
-        one_pass = min(c["dram_bytes"].min() for c in parts)
+        one_pass = max(c["dram_bytes"].max() for c in parts)
+        first = rows.iloc[0]
+        kind = chain_kind(work[(work[list(KEYS)] == first[list(KEYS)]).all(axis=1)])
+        what = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm "
+                "written out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU "
+                "written out)", "softmax": " (masking and softmax)"}.get(kind or "", "")
         evidence = (f"{len(rows) / rows['runs'].iloc[0]:g} memory-bound elementwise kernels "
-                    f"in a row per run ({_time(time)}, {_bytes(traffic)} of DRAM traffic at "
-                    f"{traffic / time / 1e3:.2f} TB/s); one fused pass moves about "
-                    f"{_bytes(one_pass)}.")
-        found.append((_row(rows, "elementwise_chain", evidence, FIX["elementwise_chain"], gain,
+                    f"in a row per run{what} ({_time(time)}, {_bytes(traffic)} of DRAM traffic "
+                    f"at {traffic / time / 1e3:.2f} TB/s); one fused pass moves about "
+                    f"{_bytes(one_pass)}, the traffic of its largest kernel.")
+        found.append((_row(rows, "elementwise_chain", evidence,
+                           FIX[f"chain_{kind}" if kind else "elementwise_chain"], gain,
                            "roofline", "medium"), rows.index))
     return found
 
@@ -391,8 +444,8 @@ def _small_grid(work: pd.DataFrame, claimed: pd.Index) -> Found:
         waves = rows["waves"].min()
         grid = (f"a grid of {waves:.2f} waves (under one: SMs left idle)" if waves < 1
                 else "a small grid")
-        evidence = (f"{rows.iloc[0]['kernel']} is latency-bound with {grid}, at "
-                    f"{_roof_pct(rows):.0f}% of its roofline: {_time(time)} per run, "
+        evidence = (f"{rows.iloc[0]['kernel']} is latency-bound with {grid},{_at_roof(rows)}: "
+                    f"{_time(time)} per run, "
                     f"{share:.1f}% of the run's GPU time.")
         found.append((_row(rows, "small_grid", evidence, FIX["small_grid"], gain, "roofline",
                            "low"), rows.index))
