@@ -297,17 +297,39 @@ class Profile:
                        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
                        for k, v in rows)
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        try:
-            top = self.hotspots(n=5, by="time") if len(self.kernels) else None
-        except MissingMetricError:
-            top = None
-        table = "" if top is None or top.empty else top.loc[
-            :, [c for c in ("shape", "module", "direction", "kernel", "duration_ns", "bound")
-                if c in top]].to_html(index=False, float_format=lambda v: f"{v:,.0f}")
         return (f"<div><b>torch_nsight Profile</b><table>{body}</table>"
-                + (f"<ul>{notes}</ul>" if notes else "") + table + "</div>")
+                + (f"<ul>{notes}</ul>" if notes else "") + self._html_answers() + "</div>")
 
-    # --- persistence ------------------------------------------------------------------------
+    def _html_answers(self) -> str:
+        """The top folded hotspots and findings as HTML tables, in readable units."""
+        if not len(self.kernels):
+            return ""
+        parts = []
+        try:
+            top = self.hotspots(n=5, by="time")
+            parts.append(("Top kernel sites (repeated blocks folded)", _html_rows(top, {
+                "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
+                                                        if r.get("blocks", 1) > 1 else ""),
+                "dir": lambda r: r["direction"] or "", "kernel": lambda r: r["kernel"],
+                "time µs": lambda r: f"{r['duration_ns'] / 1e3:,.2f}" + (
+                    f" ±{r['ci95_ns'] / 1e3:,.2f}" if r.get("runs", 1) > 1
+                    and r["ci95_ns"] == r["ci95_ns"] else ""),
+                "share %": lambda r: f"{r['pct_of_total']:.1f}",
+                "bound": lambda r: r["bound"] or "", "next step": lambda r: r["next_step"]})))
+            found = self.findings().head(5)
+            if len(found):
+                parts.append(("Findings: what to change", _html_rows(found, {
+                    "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
+                                                            if r.get("blocks", 1) > 1 else ""),
+                    "finding": lambda r: r["finding"],
+                    "gain µs": lambda r: (f"{r['est_gain_ns'] / 1e3:,.2f}"
+                                          if r["est_gain_ns"] == r["est_gain_ns"] else "-"),
+                    "fix": lambda r: r["fix"]})))
+        except MissingMetricError:
+            return ""
+        return "".join(f"<p><b>{html.escape(title)}</b></p>{table}" for title, table in parts)
+
+        # --- persistence ------------------------------------------------------------------------
     def save(self, path: PathArg) -> Path:
         """Write the profile to one Parquet file (metadata and calls as JSON inside it).
 
@@ -372,6 +394,16 @@ class Profile:
                            "averaged as runs of one thing; load them with labels= (or "
                            "label_rows each) to keep them apart", sorted(shared)[:3])
         return joined
+
+
+def _html_rows(frame: pd.DataFrame, cells: dict[str, Any]) -> str:
+    """An HTML table of ``frame``'s rows, one column per ``cells`` entry (header -> a function
+    of the row giving its text), escaped."""
+    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in cells)
+    body = "".join("<tr>" + "".join(
+        f"<td style='text-align:left'>{html.escape(str(cell(row)))}</td>"
+        for cell in cells.values()) + "</tr>" for _, row in frame.iterrows())
+    return f"<table><tr>{head}</tr>{body}</table>"
 
 
 def _warn_if_mixed(profile: Profile) -> None:
