@@ -378,10 +378,9 @@ def test_loading_many_sources_shows_a_bar_on_a_terminal(tmp_path: Path, monkeypa
 
 
 def test_a_notebook_shows_folded_hotspots_and_findings() -> None:
-    data = Path(__file__).resolve().parent / "data"
-    page = load(data / "hf_gpt2_fast")._repr_html_()
+    page = load(DATA / "hf_gpt2_fast")._repr_html_()
     assert "Top kernel sites (repeated blocks folded)" in page
     assert "transformer.h.{0-11}.mlp.act ×12" in page
     assert "Findings: what to change" in page and "Pad N from 50257 to 50304" in page
     assert "nan" not in page
-    assert " ±" in load(data / "runs" / "gpt2_runs10")._repr_html_()  # runs: the interval
+    assert " ±" in load(DATA / "runs" / "gpt2_runs10")._repr_html_()  # runs: the interval
