@@ -235,14 +235,19 @@ def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
     from pathlib import Path
 
     sweep = Path(__file__).resolve().parents[1] / "data" / "sweep_stack"
-    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(sweep),
-                           "--table", "modules", "--depth", "1"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "294 kernels" in proc.stdout and "rows replicated" in proc.stdout
-    lines = proc.stdout.splitlines()
+    def modules(*extra: str) -> list[str]:
+        proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(sweep),
+                               "--table", "modules", "--depth", "1", *extra],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert "294 kernels" in proc.stdout and "rows replicated" in proc.stdout
+        return proc.stdout.splitlines()
+
+    lines = modules("--no-fold")
     for block in ("0", "1", "2", "3"):  # replicated blocks 2 and 3 are rows like the others
         assert sum(f"· {block} " in line for line in lines) == 4  # 2 shapes x fwd/bwd
+    # folded (the default): the four blocks are one row per shape and direction
+    assert sum("· {0-3} ×4 " in line for line in modules()) == 4
 
 
 def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:

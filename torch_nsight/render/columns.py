@@ -9,7 +9,9 @@ Importing this module does not import pandas.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.units import (
@@ -37,6 +39,26 @@ Column = tuple[str, Callable[["pd.Series"], str], str]
 ColumnsBuilder = Callable[["pd.DataFrame", "pd.DataFrame"], list[Column]]
 
 
+#: Set while a table is rendered for a file or a pull request (markdown, HTML): cells are
+#: never cut there; a terminal's table is fitted to its width instead (render/fit.py).
+_WHOLE: contextvars.ContextVar[bool] = contextvars.ContextVar("torch_nsight_whole", default=False)
+
+
+@contextlib.contextmanager
+def whole_cells() -> Iterator[None]:
+    """Render cells whole (no ``…``) inside the block."""
+    token = _WHOLE.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE.reset(token)
+
+
+def cut(text: Any, width: int) -> str:
+    """``text`` cut to ``width`` (:func:`shorten`), or whole inside :func:`whole_cells`."""
+    return _text(text) if _WHOLE.get() else shorten(text, width)
+
+
 def _text(value: Any) -> str:
     return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
 
@@ -44,10 +66,10 @@ def _text(value: Any) -> str:
 def _reason(row: pd.Series) -> str:
     """The reason cut to :data:`REASON_WIDTH`, after its last ``; `` clause that fits."""
     text = row["reason"]
-    if not isinstance(text, str) or len(text) <= REASON_WIDTH:
+    if not isinstance(text, str) or len(text) <= REASON_WIDTH or _WHOLE.get():
         return _text(text)
-    cut = text.rfind("; ", 0, REASON_WIDTH + 1)
-    return text[:cut] + "…" if cut > 0 else shorten(text, REASON_WIDTH)
+    end = text.rfind("; ", 0, REASON_WIDTH + 1)
+    return text[:end] + "…" if end > 0 else shorten(text, REASON_WIDTH)
 
 
 def _labels(kernels: pd.DataFrame) -> list[Column]:
@@ -96,7 +118,7 @@ def _row_head(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
                              ("dir", lambda r: _text(r["direction"]), "left")]
     named = frame["op"].notna() | (frame["aten_ops"].notna() if "aten_ops" in frame else False)
     if named.any():  # the functional op range (ops=True), else the calls table's aten ops
-        columns.append(("op", lambda r: shorten(_op_text(r), 28), "left"))
+        columns.append(("op", lambda r: cut(_op_text(r), 28), "left"))
     return columns
 
 
@@ -130,9 +152,9 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         The columns, in order.
     """
     columns = _row_head(frame, kernels)
-    columns.append(("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"))
+    columns.append(("kernel", lambda r: cut(r["kernel"], KERNEL_WIDTH), "left"))
     if "fused_modules" in frame and frame["fused_modules"].notna().any():
-        columns.append(("fused", lambda r: shorten(fused_text(r["module"], r["fused_modules"]),
+        columns.append(("fused", lambda r: cut(fused_text(r["module"], r["fused_modules"]),
                                                    FUSED_WIDTH), "left"))
     if (frame["launches"] > 1).any():
         columns.append(("launches", lambda r: format_count(r["launches"]), "right"))
@@ -202,7 +224,7 @@ def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """
     columns = _row_head(frame, kernels)
     columns += [
-        ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
+        ("kernel", lambda r: cut(r["kernel"], KERNEL_WIDTH), "left"),
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         ("GFLOP", lambda r: format_giga(r["flops"], 3), "right"),
@@ -228,13 +250,13 @@ def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Col
     """
     return [
         *_labels(kernels),
-        ("kernel", lambda r: shorten(r["kernel"], KERNEL_WIDTH), "left"),
+        ("kernel", lambda r: cut(r["kernel"], KERNEL_WIDTH), "left"),
         ("launches", lambda r: format_count(r["launches"]), "right"),
         ("time µs", timed("duration_ns"), "right"),
         ("mean µs", lambda r: format_us(r["mean_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         ("modules", lambda r: format_count(r["modules"]), "right"),
-        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("top module", lambda r: cut(r["top_module"], 28), "left"),
         ("bound", lambda r: _text(r["bound"]), "left"),
         ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
     ]
@@ -263,7 +285,7 @@ def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("kernels", lambda r: format_count(r["launches"]), "right"),
         ("time µs", timed("duration_ns"), "right"),
         ("in modules %", _share("coverage_pct"), "right"),
-        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("top module", lambda r: cut(r["top_module"], 28), "left"),
         ("its %", _share("top_module_pct"), "right"),
         ("memory %", _share("memory_pct"), "right"),
         ("compute %", _share("compute_pct"), "right"),
@@ -289,6 +311,6 @@ def rank_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("NCCL µs", lambda r: format_us(r["nccl_ns"]), "right"),
         ("NCCL %", _share("nccl_pct"), "right"),
-        ("top module", lambda r: shorten(r["top_module"], 28), "left"),
+        ("top module", lambda r: cut(r["top_module"], 28), "left"),
         ("its %", _share("top_module_pct"), "right"),
     ]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch_nsight.render.columns import module_cell
+from torch_nsight.render.columns import cut, module_cell
 from torch_nsight.render.fit import fit_columns, terminal_width
-from torch_nsight.render.units import MISSING, format_us, is_missing, shorten
+from torch_nsight.render.units import MISSING, format_us, is_missing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +42,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     columns += [(label, lambda r, c=label: _text(r[c]), "left") for label in _labels(kernels)]
     return [
         *columns,
-        ("module", lambda r: shorten(module_cell(r), 36), "left"),
+        ("module", lambda r: cut(module_cell(r), 36), "left"),
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
         ("gain µs", lambda r: format_us(r["est_gain_ns"]), "right"),

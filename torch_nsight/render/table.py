@@ -10,6 +10,7 @@ Every kind of table is declared once, in :data:`~torch_nsight.render.kinds.TABLE
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from tabulate import tabulate, tabulate_formats
 
-from torch_nsight.render.columns import KERNEL_WIDTH
+from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
 from torch_nsight.render.fit import fit_columns, terminal_width
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
@@ -135,10 +136,12 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     if frame.empty:
         return f"(no {what} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
-    rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
+    text = _ALIASES.get(fmt, fmt) in TEXT_FORMATS
+    with contextlib.nullcontext() if text else whole_cells():  # markdown, HTML: nothing cut
+        rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
-    if _ALIASES.get(fmt, fmt) in TEXT_FORMATS:  # a terminal or a log: fit its width
+    if text:  # a terminal or a log: fit its width
         headers, rows, aligns = fit_columns(headers, rows, aligns, terminal_width(),
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
