@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                          "with a verdict per shape",
         description="The cheap first look before Nsight Compute: a model factory's steps "
                     "under PyTorch's profiler (no ncu), kernels attributed to modules, and a "
-                    "verdict per shape (GPU-, launch-, copy- or data-bound).")
+                    "verdict per shape (GPU-, CPU-, launch-, copy- or data-bound).")
     add_target_options(parser, example="1x1,8x512")
     parser.add_argument("--warmup", type=int, default=3, metavar="N",
                         help="iterations before each timed or profiled series (default 3)")
