@@ -29,29 +29,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-SCRIPT = r'''
-import json, sys, time, torch, timm, torch_nsight
-steps, timed = int(sys.argv[1]), len(sys.argv) > 2
-model = timm.create_model("vit_small_patch16_224", num_classes=1000).cuda()
-torch_nsight.instrument(model)
-opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-x = torch.randn(64, 3, 224, 224, device="cuda")
-y = torch.randint(0, 1000, (64,), device="cuda")
-for i in range(steps):
-    if timed and i == 10:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-    with torch_nsight.step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-torch.cuda.synchronize()
-if timed:
-    print(json.dumps({"bare_step_ns": 1e9 * (time.perf_counter() - start) / (steps - 10)}))
-'''
+from profile_engine import VIT_TEMPLATE  # noqa: E402 - bench/ is on a bench script's path
+
+#: The ViT loop of bench/profile_engine.py; with a second argument it also times steps 10 on
+#: from outside the loop body (one synchronisation at each end) and prints the mean.
+SCRIPT = "import json, time\n" + (VIT_TEMPLATE % {"depth": 12}).replace(
+    "for _ in range(steps):\n",
+    "timed = len(sys.argv) > 2\nfor _ in range(steps):\n    if timed and _ == 10:\n"
+    "        torch.cuda.synchronize()\n        start = time.perf_counter()\n") + (
+    "if timed:\n    print(json.dumps({'bare_step_ns': 1e9 * (time.perf_counter() - start)"
+    " / (steps - 10)}))\n")
 
 
 def run(cmd: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
