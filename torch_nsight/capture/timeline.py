@@ -163,8 +163,10 @@ def write_manifest(folder: Path, timed: dict[str, dict[str, Any]] | None = None)
     except (OSError, ValueError, AttributeError):
         before = {}
     traces = sorted(p.name for p in folder.glob("trace*.json.gz"))
-    items = [{**before.get(name, {}), "variant": "", "shape": "", "trace": name, "status": "ok",
-              **(timed or {}).get(name, {})} for name in traces]
+    timed = timed or {}
+    # this process's trace gets what it timed now; another rank's keeps what it wrote
+    items = [{"variant": "", "shape": "", "trace": name, "status": "ok",
+              **(timed[name] if name in timed else before.get(name, {}))} for name in traces]
     formats.write_json(folder / formats.TIMELINE_MANIFEST, {
         "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",

@@ -341,8 +341,8 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         if progress is not None:
             _show(progress, children)
             progress.close()
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        if main:  # (None: the handler was not set from Python; the default then)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     outcomes = [ChildOutcome(c.spec, c.proc.returncode, c.output,
                              _load_results(c.spec.result_path), c.stopped,
                              round(time.monotonic() - c.started, 3), c.launched_at,
