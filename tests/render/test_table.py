@@ -61,6 +61,21 @@ def test_golden_findings_verdicts() -> None:
     check_golden("findings_verdicts.plain.txt", "\n".join(parts).rstrip("\n"))
 
 
+def test_golden_folded_tables_and_op_specific_findings() -> None:
+    """A real decoder's repeated blocks folded (GPT-2: module tree and hotspots, with the
+    spread of 10 runs) and the fixes named for what each chain computes (Llama's RMSNorm and
+    rotary embedding), as a person reads them at 120 columns."""
+    from torch_nsight.render.findings import render_findings
+
+    gpt2 = torch_nsight.load(FINDINGS / "runs" / "gpt2_runs10")
+    llama = torch_nsight.load(FINDINGS / "bound_calibration" / "llama_sol.ncu-rep.xz")
+    parts = ["gpt2_runs10 --by module:", render_table(gpt2, "modules"), "",
+             "gpt2_runs10 hotspots:", render_table(gpt2, n=6), "",
+             "llama_sol findings:", render_findings(llama.findings().head(6), "plain",
+                                                    llama.kernels)]
+    check_golden("folded_and_op_specific.plain.txt", "\n".join(parts))
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_renders(profile: Profile, fmt: str) -> None:
     text = render_table(profile, "hotspots", fmt, n=3)
