@@ -329,7 +329,7 @@ class Profile:
             return ""
         return "".join(f"<p><b>{html.escape(title)}</b></p>{table}" for title, table in parts)
 
-        # --- persistence ------------------------------------------------------------------------
+    # --- persistence ------------------------------------------------------------------------
     def save(self, path: PathArg) -> Path:
         """Write the profile to one Parquet file (metadata and calls as JSON inside it).
 

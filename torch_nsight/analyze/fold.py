@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs
+from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "FOLD_COLUMN"]
@@ -155,8 +155,9 @@ def fold_tree(tree: pd.DataFrame) -> pd.DataFrame:
     with each repeated block folded: ``h.{0-11}`` in the place of ``h.0``, its children
     ``h.{0-11}.attn`` ... under it, the other blocks' rows gone; times, counts and
     per-run times summed, the spread taken over the summed runs, ``blocks`` counting."""
-    from torch_nsight.analyze.spread import with_spread
-
+    if RUNS_COLUMN not in tree:
+        raise ValueError("fold_tree needs the per-run times: build the tree with "
+                         "module_tree(df, depth, keep_runs=True)")
     folded = fold_rows(tree, keys=["variant", "shape", "direction", "depth"], sums=TREE_SUMS,
                        rank="inclusive_ns", path="path")
     return with_spread(folded)

@@ -20,7 +20,7 @@ import pandas as pd
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.hotspots import kernel_hotspots
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_paths, module_tree
-from torch_nsight.analyze.spread import RUNS_COLUMN, with_spread
+from torch_nsight.analyze.spread import RUNS_COLUMN, t_two_sided, with_spread
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,8 @@ REGRESS_COLUMNS: tuple[str, ...] = (
 #: A change past the threshold is a regression only when Welch's test puts it outside the
 #: noise at this level (p < ALPHA).
 ALPHA = 0.05
-_SIDE_COLUMNS = ("time_ns", "runs", "std_ns", "ci95_ns", "bound", "headroom_ns", RUNS_COLUMN)
+_SIDE_COLUMNS = ("time_ns", "runs", "std_ns", "ci95_ns", "stable", "bound", "headroom_ns",
+                 RUNS_COLUMN)
 
 
 def _blank(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -95,8 +96,6 @@ def welch_p(before: np.ndarray, after: np.ndarray) -> float:
     (``t = (x - mean) / (s * sqrt(1 + 1/n))``, ``n - 1`` degrees of freedom). NaN where
     neither side has two runs: the noise is unknown.
     """
-    from scipy import stats
-
     if len(before) < 2 and len(after) < 2:
         return math.nan
     if len(before) < 2 or len(after) < 2:
@@ -105,10 +104,14 @@ def welch_p(before: np.ndarray, after: np.ndarray) -> float:
         difference = abs(float(single[0]) - float(np.mean(runs)))
         if spread == 0:
             return 0.0 if difference else 1.0
-        return float(2.0 * stats.t.sf(difference / spread, len(runs) - 1))
-    if np.std(before, ddof=1) == 0 and np.std(after, ddof=1) == 0:
+        return t_two_sided(difference / spread, len(runs) - 1)
+    var_b, var_a = np.var(before, ddof=1) / len(before), np.var(after, ddof=1) / len(after)
+    if var_b + var_a == 0:
         return 0.0 if np.mean(before) != np.mean(after) else 1.0
-    return float(stats.ttest_ind(before, after, equal_var=False).pvalue)
+    t = (np.mean(after) - np.mean(before)) / math.sqrt(var_b + var_a)
+    # Welch-Satterthwaite degrees of freedom
+    dof = (var_b + var_a) ** 2 / (var_b ** 2 / (len(before) - 1) + var_a ** 2 / (len(after) - 1))
+    return t_two_sided(float(t), float(dof))
 
 
 def _labels(df: pd.DataFrame) -> list[tuple[str, str]]:

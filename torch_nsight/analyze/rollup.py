@@ -37,7 +37,7 @@ def whole_counts(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
         if column in table:
             values = pd.to_numeric(table[column], errors="coerce").astype("float64")
             known = values.dropna()
-            if len(known) == 0 or np.allclose(known, known.round()):
+            if len(known) == 0 or bool((known - known.round()).abs().max() < 1e-9):
                 table[column] = values.round().astype("Int64")
     return table
 
@@ -129,7 +129,8 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     if depth is not None and depth < 0:
         raise ValueError(f"depth must be None or >= 0, got {depth}")
     if df.empty:
-        return pd.DataFrame(columns=list(MODULE_COLUMNS))
+        return pd.DataFrame(columns=[*MODULE_COLUMNS, RUNS_COLUMN] if keep_runs
+                            else list(MODULE_COLUMNS))
     base = _base(df, depth)
     inclusive_runs = _inclusive_runs(df, depth)
     sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",

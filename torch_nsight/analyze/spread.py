@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
-           "with_spread", "add_runs", "sum_runs", "t_quantile"]
+           "with_spread", "add_runs", "sum_runs", "t_quantile", "t_two_sided"]
 
 #: A row is ``stable`` when its 95% interval's half-width is at most this percent of its
 #: mean. Chosen from the noise measured on the H200 (docs/noise.md): module times of one
@@ -91,9 +91,16 @@ def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
 
 def t_quantile(dof: np.ndarray) -> np.ndarray:
     """The 97.5th percentile of Student's t for each number of degrees of freedom (>= 1)."""
-    from scipy import stats
+    from scipy import special  # (scipy.stats would cost three times the import)
 
-    return stats.t.ppf(0.975, dof)
+    return special.stdtrit(dof, 0.975)
+
+
+def t_two_sided(t: float, dof: float) -> float:
+    """The two-sided p-value of Student's t statistic ``t`` with ``dof`` degrees of freedom."""
+    from scipy import special
+
+    return float(2.0 * special.stdtr(dof, -abs(t)))
 
 
 def spread(run_ns: pd.Series, stable_pct: float = STABLE_CI_PCT) -> pd.DataFrame:

@@ -55,7 +55,7 @@ SUMMARY_COLUMNS = (
     "copies_per_step", "copy_bytes_per_step", "copy_gb_per_s", "pageable_copies_per_step",
     "copy_pct", "copy_busy_pct", "data_wait_pct", "sync_pct", "largest_gaps",
     "distortion_pct", "profiler_pct", "bare_busy_pct", "verdict", "evidence", "advice",
-    "distorted", "wall_std_ns", "wall_ci95_ns", "stable",
+    "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable",
 )
 FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence", "fix",
                    "est_gain_ns", "gain_basis", "pct_of_step")
@@ -311,6 +311,7 @@ def _shapes(kernels: pd.DataFrame, timeline: pd.DataFrame | None, step: str,
     walls = pd.Series([group.to_numpy(dtype="float64") for _, group in labels["wall_ns"]],
                       index=out.index, dtype=object)
     noise = spread(walls)
+    out["wall_mean_ns"] = [float(np.mean(w)) for w in walls]
     out["wall_std_ns"], out["wall_ci95_ns"] = noise["std_ns"], noise["ci95_ns"]
     out["stable"] = noise["stable"]
     out = out.reset_index()

@@ -51,7 +51,7 @@ def pace(folder: str, index: int) -> None:
     event = torch.cuda.Event(enable_timing=True)
     event.record()
     with _LOCK:
-        _PACE.setdefault(folder, []).append((index, event))
+        _PACE.setdefault(str(Path(folder)), []).append((index, event))
 
 
 def unprofiled_period(folder: str) -> dict[str, Any]:
@@ -59,8 +59,8 @@ def unprofiled_period(folder: str) -> dict[str, Any]:
     ns, and how many steps it is over; empty where fewer than one such step was timed."""
     import statistics
 
-    with _LOCK:
-        marks = list(_PACE.get(folder, []))
+    with _LOCK:  # taken: a second recording in this process times its own steps
+        marks = _PACE.pop(str(Path(folder)), [])
     if len(marks) < 2:
         return {}
     marks[-1][1].synchronize()  # long done: the chosen steps ran after it

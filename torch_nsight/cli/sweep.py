@@ -132,8 +132,10 @@ def _holds_a_sweep(out: Path) -> bool:
         options = manifest["record"]["options"]
     except FileNotFoundError:
         return False
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return True  # unreadable: not ours to judge, keep it
+    if not isinstance(options, dict) or not isinstance(items, list):
+        return True
     ran = options.get("profiler") is not None
     return ran and any(isinstance(i, dict) and i.get("status") == "ok" for i in items)
 

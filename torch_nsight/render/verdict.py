@@ -21,8 +21,9 @@ def _step_noise(row: object) -> str:
     """How much the profiled steps' times vary (torch_nsight.analyze.spread)."""
     from torch_nsight.analyze.spread import STABLE_CI_PCT
 
-    text = (f"  Step time: {row['wall_ns'] / 1e6:.3f} ms (median of {int(row['steps'])} "
-            f"steps), the mean known to ±{row['wall_ci95_ns'] / 1e6:.3f} ms (95%)")
+    text = (f"  Profiled steps (timed under the profiler): "
+            f"{row['wall_mean_ns'] / 1e6:.3f} ms ±{row['wall_ci95_ns'] / 1e6:.3f} ms (mean of "
+            f"{int(row['steps'])} steps, 95% interval)")
     if row["stable"] is False:
         text += (f": not stable (over {STABLE_CI_PCT:g}% of the mean; a step that compiles, "
                  "allocates or syncs runs slower): record more steps before comparing")

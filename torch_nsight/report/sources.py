@@ -606,7 +606,7 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
                 hint = _misnamed(path)
                 if hint is None:
                     raise
-                raise ReportError(f"{err}; {hint}") from err
+                raise type(err)(f"{err}; {hint}") from err  # the same kind of error
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
                       "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
                       "sweep's or timeline's output directory, or a PyTorch profiler trace "

@@ -14,7 +14,8 @@ lines included) and tails its status file for progress. Timeouts, gentlest first
   :data:`KILL_GRACE_S` more.
 
 A child that shows no sign of life (no output line, no progress event) for
-:func:`silence_s` seconds (``$TORCH_NSIGHT_SILENCE_S``, default 600) is stopped the same
+:func:`silence_s` seconds (``$TORCH_NSIGHT_SILENCE_S``; default 600, or the per-shape
+timeout and its grace when longer) is stopped the same
 way, with what it was doing (the shape and its phase) and its last output lines in the
 warning and in the shape's error; the other shapes' results are kept.
 
@@ -100,8 +101,13 @@ class Interrupted(KeyboardInterrupt):
         self.outcomes = outcomes
 
 
+#: Set by SIGTERM while children run; the poll loop then stops them as Ctrl-C does (a flag,
+#: not an exception, so that it never lands half-way through starting or cleaning up).
+_TERMINATED = threading.Event()
+
+
 def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt  # SIGTERM to the parent: stop the children as Ctrl-C does
+    _TERMINATED.set()
 
 
 @dataclass
@@ -233,9 +239,12 @@ def _escalate(child: _Child, now: float) -> None:
             child.stop_phase, child.stop_at = 3, now + 3600
 
 
-def silence_s() -> float:
+def silence_s(item_timeout: float) -> float:
     """Seconds a child may show no sign of life: ``$TORCH_NSIGHT_SILENCE_S``, else
-    :data:`SILENCE_S` (a bad value is logged and ignored)."""
+    :data:`SILENCE_S` or, when longer, the per-shape timeout and its grace (a long
+    ``--timeout`` is for a shape that may be silent that long: a compile, a large model
+    load). A bad value is logged and ignored."""
+    default = max(SILENCE_S, item_timeout + ITEM_GRACE_S)
     text = os.environ.get(SILENCE_ENV)
     if text:
         try:
@@ -245,8 +254,8 @@ def silence_s() -> float:
         except ValueError:
             pass
         logger.warning("%s=%r is not a positive number of seconds; using %.0f s",
-                       SILENCE_ENV, text, SILENCE_S)
-    return SILENCE_S
+                       SILENCE_ENV, text, default)
+    return default
 
 
 def _doing(child: _Child) -> str:
@@ -304,8 +313,9 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     """
     children: list[_Child] = []
     interrupted = False
-    silence = silence_s()
+    silence = silence_s(item_timeout)
     main = threading.current_thread() is threading.main_thread()
+    _TERMINATED.clear()
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         for spec in specs:
@@ -313,6 +323,9 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         while any(c.running() for c in children):
             try:
                 time.sleep(POLL_S)
+                if _TERMINATED.is_set() and not interrupted:
+                    _TERMINATED.clear()
+                    raise KeyboardInterrupt
                 now = time.monotonic()
                 for child in children:
                     _read_status(child)
@@ -329,6 +342,8 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
                 for child in children:
                     _stop(child, "the parent was interrupted")
     finally:
+        if main:  # (None: the handler was not set from Python; the default then)
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         for child in children:
             if child.running():
                 _signal(child.proc.pid, signal.SIGKILL, group=True)
@@ -341,8 +356,6 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         if progress is not None:
             _show(progress, children)
             progress.close()
-        if main:  # (None: the handler was not set from Python; the default then)
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
     outcomes = [ChildOutcome(c.spec, c.proc.returncode, c.output,
                              _load_results(c.spec.result_path), c.stopped,
                              round(time.monotonic() - c.started, 3), c.launched_at,
