@@ -190,3 +190,15 @@ def test_the_scaling_plot_carries_each_module_interval(runs10) -> None:
     inside = kernels[kernels["module_path"].str.startswith("GPT2LMHeadModel/transformer")]
     assert frame.loc["transformer", "ci95_ns"] == pytest.approx(
         expected(per_run_sums(inside, runs))[2])
+
+
+def test_a_kernel_swapped_for_a_slower_one_is_a_regression_by_kernel(three) -> None:
+    rows = compare_profiles(three["a"].kernels, three["unpadded"].kernels, threshold=2.0,
+                            by="kernel")
+    flagged = rows[rows["verdict"] == "regressed"]
+    assert flagged["path"].tolist() == ["GPT2LMHeadModel/lm_head"]
+    assert "align1" in flagged["kernel"].iloc[0]  # the kernel cuBLAS fell back to
+    assert flagged["change_pct"].iloc[0] > 100 and flagged["p_value"].iloc[0] < 0.05
+    assert any("ran other kernels" in note for note in rows.attrs["notes"])
+    same = compare_profiles(three["a"].kernels, three["b"].kernels, threshold=2.0, by="kernel")
+    assert not same["verdict"].isin(["regressed", "improved"]).any()

@@ -20,7 +20,7 @@ import pandas as pd
 from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.hotspots import kernel_hotspots
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_paths, module_tree
-from torch_nsight.analyze.spread import RUNS_COLUMN, t_two_sided, with_spread
+from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, t_two_sided, with_spread
 
 logger = logging.getLogger(__name__)
 
@@ -161,6 +161,37 @@ def _verdict(row: pd.Series, threshold: float, alpha: float) -> str:
     return "regressed" if change > 0 else "improved"
 
 
+def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
+                          notes: list[str]) -> None:
+    """A module whose kernels differ on the two sides (cuBLAS picked another kernel for a
+    new shape) is compared as a whole: its current-only rows take the change of the
+    module's current-only time over its baseline-only time, called as any row is."""
+    keys = [*LABELS, "direction", "path", "op"]
+    alone = out["verdict"].isin(["only in baseline", "only in current"])
+    for _, group in out[alone].groupby(keys, sort=False, dropna=False):
+        before = group[group["verdict"] == "only in baseline"]
+        after = group[group["verdict"] == "only in current"]
+        if before.empty or after.empty:
+            continue
+        base_ns, cur_ns = before["baseline_ns"].sum(), after["current_ns"].sum()
+        change = 100.0 * (cur_ns - base_ns) / base_ns if base_ns else math.nan
+        runs = [sum_runs(before[f"baseline_{RUNS_COLUMN}"]),
+                sum_runs(after[f"current_{RUNS_COLUMN}"])]
+        p = welch_p(*runs) if all(r is not None for r in runs) else math.nan
+        row = pd.Series({"baseline_ns": base_ns, "current_ns": cur_ns, "change_pct": change,
+                         "p_value": p})
+        verdict = _verdict(row, threshold, alpha)
+        if verdict in ("regressed", "improved"):
+            out.loc[after.index, ["baseline_ns", "change_ns", "change_pct", "p_value"]] = [
+                base_ns, cur_ns - base_ns, change, p]
+            out.loc[after.index, "verdict"] = verdict
+            first = group.iloc[0]
+            notes.append(f"{first['path']} ({first['direction']}) ran other kernels "
+                         f"({', '.join(dict.fromkeys(after['kernel']))} instead of "
+                         f"{', '.join(dict.fromkeys(before['kernel']))}): compared as a "
+                         f"whole, {change:+.1f}%")
+
+
 def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
                      by: CompareLevel = "module", threshold: float = 5.0,
                      depth: int | None = None, alpha: float = ALPHA) -> pd.DataFrame:
@@ -258,6 +289,8 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
                                                     out[f"current_{RUNS_COLUMN}"], strict=True)]
     out["verdict"] = [_verdict(row, float(threshold), alpha) for _, row in out.iterrows()] \
         if len(out) else pd.Series(dtype=object)
+    if by == "kernel" and len(out):
+        _call_swapped_kernels(out, float(threshold), alpha, notes)
     fused = _fused_modules(current)
     if fused:
         gone = (out["verdict"] == "only in baseline") & np.array([
