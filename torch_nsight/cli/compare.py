@@ -176,7 +176,8 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str) -> str:
     else:
         headers += ["module", "kernel"]
         columns += [lambda r: _text(r["path"]),
-                    lambda r: shorten(_text(r["kernel"]), KERNEL_WIDTH)]
+                    lambda r: _text(r["kernel"]) if fmt == "markdown"
+                    else shorten(_text(r["kernel"]), KERNEL_WIDTH)]
     headers += ["dir", "baseline µs", "current µs", "change %", "verdict", "bound",
                 "headroom µs"]
     columns += [lambda r: _text(r["direction"]), lambda r: _time(r, "baseline"),
@@ -186,9 +187,15 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str) -> str:
                 lambda r: _pair(r, "bound", _text), lambda r: _pair(r, "headroom_ns", format_us)]
     body = [[cell(row) for cell in columns] for _, row in rows.iterrows()]
     right = {"baseline µs", "current µs", "change %", "headroom µs"}
+    aligns = ["right" if h in right else "left" for h in headers]
+    if fmt != "markdown":  # a terminal or a log: fit its width (a pull request keeps all)
+        from torch_nsight.render.fit import fit_columns, terminal_width
+
+        headers, body, aligns = fit_columns(
+            headers, body, aligns, terminal_width(), drop=("headroom µs", "bound"),
+            cut=("module", "kernel"), keep_end=("module",), tablefmt="plain")
     return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True,
-                    colalign=["right" if h in right else "left" for h in headers])
+                    disable_numparse=True, colalign=aligns)
 
 
 def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str],
