@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as steps
+from torch_nsight.analyze.rollup import runs_per_label
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
@@ -267,7 +268,11 @@ class Profile:
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
         settings = describe_settings(self.meta.settings)
-        return (f"{', '.join(self.gpus) or 'unknown GPU'}: {len(self.kernels)} kernels, shapes "
+        runs = runs_per_label(self.kernels)["runs"] if len(self.kernels) else []
+        several = len(runs) and runs.max() > 1
+        count = (f"{len(self.kernels)} kernel launches over {int(runs.max())} runs" if several
+                 else f"{len(self.kernels)} kernels")
+        return (f"{', '.join(self.gpus) or 'unknown GPU'}: {count}, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
                    if coverage == coverage else "")

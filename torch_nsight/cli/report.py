@@ -352,12 +352,13 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
             flops = ("FLOPs counted from the calls table (flops_basis 'calls'), "
                      if source.metric_set == "fast" else "")
             bounds = ("bounds from four one-pass busy counters that stand in for Nsight "
-                      "Compute's speed-of-light data (basis 'sol_estimate'"
+                      "Compute's speed-of-light data (basis 'sol_estimate'; --metric-set "
+                      "roofline measures them)"
                       if "sol_estimate" in profile.basis_counts else
                       "bounds read from the roofline alone, without Nsight Compute's "
-                      "speed-of-light data (")
+                      "speed-of-light data (--metric-set roofline measures it)")
             note(f"{Path(source.path).name} was recorded with the {source.metric_set} "
-                  f"metric set: {flops}{bounds}; --metric-set roofline measures them)")
+                  f"metric set: {flops}{bounds}")
         elif source.missing_metrics:
             shown = ", ".join(source.missing_metrics[:4])
             more = len(source.missing_metrics) - 4
