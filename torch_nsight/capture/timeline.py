@@ -37,6 +37,9 @@ __all__ = ["TimelineSession", "session"]
 
 _LOCK = threading.Lock()
 _SESSIONS: dict[str, TimelineSession] = {}
+#: How many of the steps just before the window are timed: the earliest ones run while the
+#: GPU's clocks, the allocator and the libraries' caches are still warming up.
+PACED_STEPS = 10
 #: Per output folder, (step index, CUDA event at its start) of the steps before the window.
 _PACE: dict[str, list[tuple[int, Any]]] = {}
 
@@ -55,8 +58,9 @@ def pace(folder: str, index: int) -> None:
 
 
 def unprofiled_period(folder: str) -> dict[str, Any]:
-    """The median start-to-start period of the steps before the window (from step 1), in
-    ns, and how many steps it is over; empty where fewer than one such step was timed."""
+    """The median start-to-start period of the (up to :data:`PACED_STEPS`) steps just before
+    the window (from step 1 on), in ns, and how many steps it is over; empty where none
+    was timed."""
     import statistics
 
     with _LOCK:  # taken: a second recording in this process times its own steps
@@ -66,7 +70,7 @@ def unprofiled_period(folder: str) -> dict[str, Any]:
     marks[-1][1].synchronize()  # long done: the chosen steps ran after it
     periods = [1e6 * first.elapsed_time(second)
                for (i, first), (j, second) in zip(marks, marks[1:], strict=False)
-               if j == i + 1 and i >= 1]
+               if j == i + 1 and i >= 1][-PACED_STEPS:]  # the warmest: nearest the window
     if not periods:
         return {}
     return {"bare_ns": statistics.median(periods), "bare_steps": len(periods)}
