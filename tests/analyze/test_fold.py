@@ -91,3 +91,15 @@ def test_the_module_tree_folds_each_repeated_block_and_its_children() -> None:
     order = folded["module"].tolist()
     assert order.index("transformer.h.{0-11}") < order.index("transformer.ln_f")
     assert order.index("transformer.h.{0-11}.attn") < order.index("transformer.ln_f")
+
+
+def test_the_top_module_of_a_shape_or_kernel_counts_repeated_blocks_together() -> None:
+    profile = torch_nsight.load(DATA / "runs" / "gpt2_runs10")
+    kernels = profile.kernels
+    shape = profile.by_shape().iloc[0]
+    assert shape["top_module"] == "transformer.h.{0-11}.mlp.act ×12"
+    acts = kernels["module"].str.fullmatch(r"transformer\.h\.\d+\.mlp\.act")
+    share = 100 * kernels.loc[acts, "duration_ns"].sum() / kernels["duration_ns"].sum()
+    assert shape["top_module_pct"] == pytest.approx(share)
+    by_kernel = profile.by_kernel().set_index("kernel")
+    assert by_kernel.loc["CatArrayBatchedCopy", "top_module"] == "transformer.h.{0-11}.attn ×12"

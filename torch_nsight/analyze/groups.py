@@ -11,6 +11,7 @@ import pandas as pd
 
 from torch_nsight.analyze.attribute import UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 
@@ -46,14 +47,27 @@ def _runs(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
-    """Per group, the value of ``column`` holding the most time, and its share (%)."""
+    """Per group, the value of ``column`` holding the most time, and its share (%). Module
+    names that differ only by a block index count as one (``h.{0-11}.mlp.act ×12``): the
+    twelve blocks' time together, not one twelfth of it."""
     values = work[column].astype(object).where(work[column].notna(), UNATTRIBUTED)
+    if column == "module":
+        values = values.map(lambda v: index_template(v)[0])
     sums = (work.assign(_v=values).groupby([*keys, "_v"], sort=False)["duration_ns"].sum()
             .reset_index())
     totals = sums.groupby(keys, sort=False)["duration_ns"].transform("sum")
     sums["share"] = 100.0 * sums["duration_ns"] / totals
     best = sums.sort_values("duration_ns", ascending=False, kind="stable")
     best = best.drop_duplicates(subset=keys)
+    if column == "module":  # the template named by the blocks it stands for
+        names = work[column].astype(object).where(work[column].notna(), UNATTRIBUTED)
+        found = {}
+        for template, group in names.groupby(values, sort=False):
+            members = sorted(set(group), key=str)
+            indices = [index_template(m)[1] for m in members]
+            found[template] = (members[0] if len(members) == 1 else
+                               f"{folded_name(template, indices)} ×{len(members)}")
+        best["_v"] = best["_v"].map(found)
     return best.rename(columns={"_v": f"top_{column}", "share": f"top_{column}_pct"})[
         [*keys, f"top_{column}", f"top_{column}_pct"]]
 
