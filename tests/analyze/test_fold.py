@@ -103,3 +103,12 @@ def test_the_top_module_of_a_shape_or_kernel_counts_repeated_blocks_together() -
     assert shape["top_module_pct"] == pytest.approx(share)
     by_kernel = profile.by_kernel().set_index("kernel")
     assert by_kernel.loc["CatArrayBatchedCopy", "top_module"] == "transformer.h.{0-11}.attn ×12"
+
+
+def test_a_folded_finding_says_its_evidence_is_one_blocks(gpt2: torch_nsight.Profile) -> None:
+    folded = gpt2.findings().set_index("module")
+    act = folded.loc["transformer.h.{0-11}.mlp.act"]
+    assert act["evidence"].startswith("In each of the 12 blocks (the gain is theirs together): ")
+    one = gpt2.findings(fold=False)
+    assert one.loc[one["module"] == "transformer.h.0.mlp.act", "evidence"].iloc[0] \
+        == act["evidence"].split(": ", 1)[1]

@@ -21,7 +21,7 @@ import pandas as pd
 
 from torch_nsight.analyze.calls import JOIN_KEYS
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.fold import fold_rows
+from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
 from torch_nsight.analyze.rollup import LABELS, blank_to_none, runs_per_label
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
@@ -519,8 +519,9 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
 
 def fold_findings(found: pd.DataFrame) -> pd.DataFrame:
     """One row for a finding repeated in each block of a repeated structure: its gain the
-    sum of the blocks', its evidence and fix those of the block with the largest gain, and
-    ``blocks`` how many it stands for (see :mod:`torch_nsight.analyze.fold`).
+    sum of the blocks', its evidence (prefixed "In each of the N blocks") and fix those of
+    the block with the largest gain, and ``blocks`` how many it stands for (see
+    :mod:`torch_nsight.analyze.fold`).
 
     Args:
         found: :func:`findings` rows.
@@ -530,5 +531,11 @@ def fold_findings(found: pd.DataFrame) -> pd.DataFrame:
     """
     folded = fold_rows(found, keys=("variant", "shape", "direction", "op", "finding"),
                        sums=("est_gain_ns",), rank="est_gain_ns")
+    # the evidence is one block's; the gain is all of theirs: say so
+    several = folded[FOLD_COLUMN] > 1
+    folded.loc[several, "evidence"] = [
+        f"In each of the {n} blocks (the gain is theirs together): {text}"
+        for n, text in zip(folded.loc[several, FOLD_COLUMN], folded.loc[several, "evidence"],
+                           strict=True)]
     return folded.sort_values("est_gain_ns", ascending=False, na_position="last",
                               kind="stable").reset_index(drop=True)
