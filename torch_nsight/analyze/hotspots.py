@@ -14,8 +14,8 @@ from torch_nsight.analyze.fold import fold_rows
 from torch_nsight.analyze.rollup import (
     LABELS,
     blank_to_none,
-    module_paths,
     module_tree,
+    path_keys,
     runs_per_label,
     whole_counts,
 )
@@ -213,8 +213,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
         # the spread of the time ranked here, each module's own (exclusive) time
         keys = [*LABELS, "direction", "module_path"]
         table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "path"],
-                                     group_keys=df.reindex(columns=keys).assign(
-                                         module_path=module_paths(df))))
+                                     group_keys=path_keys(df, keys)))
         table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
         key = "exclusive_headroom_ns" if by == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"

@@ -83,6 +83,12 @@ def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
     return paths
 
 
+def path_keys(df: pd.DataFrame, keys: list[str], depth: int | None = None) -> pd.DataFrame:
+    """``df``'s ``keys`` columns with ``module_path`` cut to ``depth`` (the grouping keys of
+    per-run module times: :func:`torch_nsight.analyze.spread.run_times`)."""
+    return df.reindex(columns=keys).assign(module_path=module_paths(df, depth).to_numpy())
+
+
 def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
     """Kernel facts per (variant, shape, direction, truncated path)."""
     base = df.reindex(columns=[*LABELS, "direction", "module_path", "duration_ns",
@@ -183,8 +189,7 @@ def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...]
     """Per (variant, shape, direction, path) of every module node, its inclusive time in
     each run: the per-run times of the leaf paths added up to each of their ancestors."""
     keys = [*LABELS, "direction", "module_path"]
-    group_keys = df.reindex(columns=keys).assign(module_path=module_paths(df, depth).to_numpy())
-    leaves = run_times(df, keys, group_keys=group_keys)
+    leaves = run_times(df, keys, group_keys=path_keys(df, keys, depth))
     nodes: dict[tuple[str, ...], object] = {}
     for (variant, shape, direction, path), times in leaves.items():
         parts = path.split(PATH_SEP)

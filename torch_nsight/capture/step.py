@@ -118,30 +118,28 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     @property
     def measured(self) -> bool:
         """Whether this step runs inside the profiled ranges."""
-        chosen = _chosen(self._environ)
-        if chosen is None:
-            return False
-        return self.index in chosen and (self._emitter is not None
-                                         or bool(self._environ.get(TIMELINE_ENV))
-                                         or detect_profiler(self._environ) is not None)
+        return self._in_window(_chosen(self._environ))
+
+    def _in_window(self, chosen: range | None) -> bool:
+        return chosen is not None and self.index in chosen and (
+            self._emitter is not None or bool(self._environ.get(TIMELINE_ENV))
+            or detect_profiler(self._environ) is not None)
 
     def __enter__(self) -> step:
         folder = self._environ.get(TIMELINE_ENV)
-        self._window = self.measured
+        chosen = _chosen(self._environ)  # read once per step
+        self._window = self._in_window(chosen)
         if self._window:
             open_window()
         if folder and self._window:
             from torch_nsight.capture.timeline import session
 
-            chosen = _chosen(self._environ)
             self._session = session(folder, chosen[-1] if chosen else self.index)
             self._session.enter(self.index)  # type: ignore[attr-defined]
-        elif folder:
-            chosen = _chosen(self._environ)
-            if chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
-                from torch_nsight.capture.timeline import pace
+        elif folder and chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
+            from torch_nsight.capture.timeline import pace
 
-                pace(folder, self.index)
+            pace(folder, self.index)
         elif self._window:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),

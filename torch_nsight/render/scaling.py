@@ -10,7 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from torch_nsight.analyze.rollup import module_paths
+from torch_nsight.analyze.rollup import path_keys
 from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
 from torch_nsight.render.figure import (
     PathArg,
@@ -69,8 +69,7 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
     # each plotted module's own time in each run, both directions: its interval
     kernels = profile.kernels
     keys = ["variant", "shape", "module_path"]
-    runs = run_times(kernels, keys, group_keys=kernels.reindex(columns=keys).assign(
-        module_path=module_paths(kernels, depth).to_numpy())).reset_index()
+    runs = run_times(kernels, keys, group_keys=path_keys(kernels, keys, depth)).reset_index()
     runs["module"] = runs["module_path"].map(names)
     runs["variant"] = runs["variant"].map(lambda v: _label(v or None))
     runs["shape"] = runs["shape"].map(lambda v: _label(v or None))
