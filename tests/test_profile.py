@@ -274,10 +274,10 @@ def test_module_tree_adds_up(llama: Profile) -> None:
     for node in tree.itertuples(index=False):
         children = tree[(tree["direction"] == node.direction)
                         & (tree["depth"] == node.depth + 1)
-                        & tree["path"].str.startswith(node.path + "/")]
+                        & tree["module_path"].str.startswith(node.module_path + "/")]
         assert node.inclusive_ns == pytest.approx(node.exclusive_ns
                                                   + children["inclusive_ns"].sum())
-    attn = tree[(tree["path"] == "LlamaBlock/self_attn") & (tree["direction"] == "fwd")]
+    attn = tree[(tree["module_path"] == "LlamaBlock/self_attn") & (tree["direction"] == "fwd")]
     assert attn["kernels"].tolist() == [len(k[(k["direction"] == "fwd")
                                               & k["module_path"].str.startswith(
                                                   "LlamaBlock/self_attn")])]
@@ -304,7 +304,7 @@ def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
     double = load([LLAMA, copy], labels=["run", "run"], cache=False)
     assert len(double.kernels) == 2 * len(load(LLAMA, cache=False).kernels)
     lined = double.modules()
-    assert lined["path"].tolist() == single["path"].tolist()
+    assert lined["module_path"].tolist() == single["module_path"].tolist()
     assert lined["inclusive_ns"].tolist() == pytest.approx(single["inclusive_ns"].tolist())
 
 

@@ -28,7 +28,9 @@ from torch_nsight.errors import (
 )
 
 if TYPE_CHECKING:
-    from torch_nsight.capture import Instrumentation, instrument
+    # from the defining module: in the import cycle mypy would take capture's `instrument`
+    # for the submodule of that name
+    from torch_nsight.capture.instrument import Instrumentation, instrument
     from torch_nsight.capture.step import step
     from torch_nsight.collect import sweep
     from torch_nsight.collect.timeline import timeline

@@ -31,6 +31,9 @@ WARMUP_MESSAGE = "warmup"
 # The start/end range around a sweep's replicated siblings; its ncu command excludes it.
 REPLICA_MESSAGE = "replica"
 COMPILED_PREFIX = "compiled:"
+#: Prefix of the PyTorch profiler ranges that stand in for the NVTX domain in a timeline
+#: trace (``torch_nsight/h.0.attn``); the trace reader keeps only ranges named so.
+RECORD_PREFIX = f"{DOMAIN}/"
 _FIELD_SEP = ";"
 
 

@@ -268,9 +268,9 @@ class Profile:
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
         settings = describe_settings(self.meta.settings)
-        runs = runs_per_label(self.kernels)["runs"] if len(self.kernels) else []
-        several = len(runs) and runs.max() > 1
-        count = (f"{len(self.kernels)} kernel launches over {int(runs.max())} runs" if several
+        runs = runs_per_label(self.kernels)["runs"] if len(self.kernels) else None
+        most = runs.max() if runs is not None and len(runs) else 0
+        count = (f"{len(self.kernels)} kernel launches over {int(most)} runs" if most > 1
                  else f"{len(self.kernels)} kernels")
         return (f"{', '.join(self.gpus) or 'unknown GPU'}: {count}, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")

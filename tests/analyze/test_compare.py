@@ -19,7 +19,7 @@ def test_speedup_per_module_and_kernel(make_kernel: Callable[..., dict]) -> None
     ])
     out = normalize(df, "eager")
     modules = out[(out["level"] == "module") & (out["variant"] == "compiled")]
-    assert dict(zip(modules["path"], modules["speedup"], strict=True)) == {
+    assert dict(zip(modules["module_path"], modules["speedup"], strict=True)) == {
         "Net": pytest.approx(40 / 15), "Net/fc": pytest.approx(3.0)}
     kernels = out[(out["level"] == "kernel") & (out["variant"] == "compiled")]
     speedups = dict(zip(kernels["kernel"], kernels["speedup"], strict=True))

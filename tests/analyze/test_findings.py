@@ -18,10 +18,11 @@ import pytest
 import torch_nsight
 from torch_nsight.analyze import add_flops, add_peaks, add_roofline, classify
 from torch_nsight.analyze import findings as findings_step
-from torch_nsight.analyze.findings import FINDING_COLUMNS, findings, gemm_dims
+from torch_nsight.analyze.findings import findings, gemm_dims
 from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
 from torch_nsight.analyze.timeline import timeline_findings
 from torch_nsight.errors import MissingMetricError
+from torch_nsight.vocabulary import FINDING_COLUMNS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kernels",

@@ -34,7 +34,7 @@ def test_identical_launches_aggregate_per_run(make_kernel: Callable[..., dict]) 
 
 def test_module_level_uses_exclusive_time(block: pd.DataFrame) -> None:
     top = hotspots(block, n=2, by="time", level="module")
-    assert top["path"].tolist() == ["Block/attn/attn.proj", "Block/attn"]
+    assert top["module_path"].tolist() == ["Block/attn/attn.proj", "Block/attn"]
     assert top["exclusive_ns"].tolist() == [40.0, 20.0]
     assert top["next_step"].str.len().gt(0).all()
 

@@ -14,7 +14,7 @@ from torch_nsight.analyze import compare_profiles, kernel_hotspots, module_tree
 from torch_nsight.analyze.regress import REGRESS_COLUMNS, VERDICTS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-KEYS = ["variant", "shape", "direction", "path"]
+KEYS = ["variant", "shape", "direction", "module_path"]
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +56,12 @@ def test_two_shapes_of_one_block_regress(s128: pd.DataFrame, s512: pd.DataFrame)
                 else "unchanged")
         assert row["verdict"] == want, key
     # Every module of the model (forward and backward) got slower at seq 512.
-    modules = rows[rows["path"] != "(unattributed)"]
+    modules = rows[rows["module_path"] != "(unattributed)"]
     assert (modules["verdict"] == "regressed").all()
     assert rows.attrs["notes"] == []
     assert rows.attrs["noise_known"] is False
     # Bound and headroom of both sides come from each side's own roll-up.
-    root = rows[(rows["path"] == "LlamaBlock") & (rows["direction"] == "fwd")].iloc[0]
+    root = rows[(rows["module_path"] == "LlamaBlock") & (rows["direction"] == "fwd")].iloc[0]
     assert root["current_headroom_ns"] == pytest.approx(
         keyed(module_tree(s512), "headroom_ns")[(None, None, "fwd", "LlamaBlock")])
     assert root["baseline_bound"] in ("latency", "memory", "compute")
@@ -112,7 +112,7 @@ def test_modules_on_one_side_are_listed(cache: Path, s128: pd.DataFrame) -> None
     # The baseline's rows first, in call-tree order; then the current's.
     assert list(rows["verdict"]) == (["only in baseline"] * len(only_base)
                                      + ["only in current"] * len(only_cur))
-    assert set(only_cur["path"]) == set(module_tree(s128)["path"])
+    assert set(only_cur["module_path"]) == set(module_tree(s128)["module_path"])
 
 
 def test_one_label_per_side_is_compared_across_and_said(cache: Path) -> None:
@@ -178,7 +178,7 @@ def test_overlapping_runs_are_within_noise(sweep_runs: pd.DataFrame) -> None:
     t_small, t_mid, t_large = (per_shape(sweep_runs, s) for s in (small, mid, large))
     assert (rows["baseline_runs"] == 2).all() and (rows["current_runs"] == 2).all()
     for _, row in rows.iterrows():
-        key = (row["direction"], row["path"])
+        key = (row["direction"], row["module_path"])
         before, after = [t_small[key], t_mid[key]], [t_mid[key], t_large[key]]
         assert row["baseline_ns"] == pytest.approx(np.mean(before))
         assert row["current_ns"] == pytest.approx(np.mean(after))
@@ -220,7 +220,7 @@ def test_one_run_against_several_uses_the_prediction_interval(
     t_small, t_mid, t_large = (per_shape(sweep_runs, s) for s in (small, mid, large))
     assert (rows["current_runs"] == 1).all() and rows["current_std_ns"].isna().all()
     for _, row in rows.iterrows():
-        key = (row["direction"], row["path"])
+        key = (row["direction"], row["module_path"])
         runs = np.array([t_small[key], t_mid[key]])
         t = abs(t_large[key] - runs.mean()) / (runs.std(ddof=1) * np.sqrt(1 + 1 / 2))
         assert row["p_value"] == pytest.approx(2 * stats.t.sf(t, 1))
@@ -237,7 +237,7 @@ def test_a_run_without_a_module_counts_as_zero(s128: pd.DataFrame) -> None:
     first = s128.assign(run=0)
     second = s128[s128["module_path"] != "LlamaBlock/mlp/mlp.down_proj"].assign(run=1)
     rows = compare_profiles(pd.concat([first, second], ignore_index=True), s128)
-    row = rows[(rows["path"] == "LlamaBlock/mlp/mlp.down_proj")
+    row = rows[(rows["module_path"] == "LlamaBlock/mlp/mlp.down_proj")
                & (rows["direction"] == "fwd")].iloc[0]
     full = keyed(module_tree(s128))[(None, None, "fwd", "LlamaBlock/mlp/mlp.down_proj")]
     assert row["baseline_ns"] == pytest.approx(full / 2)

@@ -12,7 +12,7 @@ from torch_nsight.errors import MissingMetricError
 
 
 def by_path(tree: pd.DataFrame) -> dict[str, pd.Series]:
-    return {row["path"]: row for _, row in tree.iterrows()}
+    return {row["module_path"]: row for _, row in tree.iterrows()}
 
 
 def test_inclusive_and_exclusive_times(block: pd.DataFrame) -> None:
@@ -35,7 +35,7 @@ def test_dominant_bound_is_the_one_holding_most_time(block: pd.DataFrame) -> Non
 
 
 def test_call_tree_order_parents_first_siblings_by_first_launch(block: pd.DataFrame) -> None:
-    paths = module_tree(block)["path"].tolist()
+    paths = module_tree(block)["module_path"].tolist()
     assert paths == ["Block", "Block/attn", "Block/attn/attn.proj", "Block/mlp", UNATTRIBUTED]
 
 
@@ -43,7 +43,7 @@ def test_depth_folds_deeper_modules_into_their_ancestor(block: pd.DataFrame) -> 
     nodes = by_path(module_tree(block, depth=1))
     assert "Block/attn/attn.proj" not in nodes
     assert nodes["Block/attn"]["exclusive_ns"] == 60.0
-    assert module_tree(block, depth=0)["path"].tolist() == ["Block", UNATTRIBUTED]
+    assert module_tree(block, depth=0)["module_path"].tolist() == ["Block", UNATTRIBUTED]
     with pytest.raises(ValueError, match="depth"):
         module_tree(block, depth=-1)
 
@@ -92,10 +92,10 @@ def test_module_tables_list_modules_in_model_order() -> None:
 
     data = Path(__file__).resolve().parents[1] / "data"
     gpt2 = torch_nsight.load(data / "hf_gpt2_fast").modules(depth=2)
-    children = [p.rsplit("/", 1)[-1] for p in gpt2["path"] if p.count("/") == 2]
+    children = [p.rsplit("/", 1)[-1] for p in gpt2["module_path"] if p.count("/") == 2]
     blocks = [f"transformer.h.{i}" for i in range(12)]
     assert children == ["transformer.wte", "transformer.wpe", *blocks, "transformer.ln_f"]
     stack = torch_nsight.load(data / "sweep_stack").modules(depth=1)
     for direction in ("fwd", "bwd"):
         rows = stack[(stack["shape"] == "2x128x256") & (stack["direction"] == direction)]
-        assert rows["path"].tolist() == ["Sequential", *(f"Sequential/{i}" for i in range(4))]
+        assert rows["module_path"].tolist() == ["Sequential", *(f"Sequential/{i}" for i in range(4))]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.analyze.rules import RULE_COLUMNS, RULES_PER_MODULE, rule_findings
+from torch_nsight.analyze.rules import RULES_PER_MODULE, rule_findings
+from torch_nsight.vocabulary import FINDING_COLUMNS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -21,7 +22,7 @@ def kernels():
 
 def test_rules_become_findings_per_module_with_ncus_estimate(kernels) -> None:
     found = rule_findings(kernels)
-    assert list(found.columns) == list(RULE_COLUMNS)
+    assert list(found.columns) == list(FINDING_COLUMNS)
     assert set(found["gain_basis"]) == {"ncu_rule"}
     assert set(found["confidence"]) == {"medium"}  # global estimates only
     assert found["finding"].str.startswith("ncu_").all()

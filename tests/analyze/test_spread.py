@@ -78,7 +78,7 @@ def test_the_module_tree_and_shape_carry_the_spread_of_the_whole_run(runs10) -> 
     shape = runs10.by_shape().iloc[0]
     assert (shape["runs"], shape["std_ns"]) == (10, pytest.approx(std))
     attn = runs10.modules()
-    attn = attn[attn["path"] == "GPT2LMHeadModel/transformer/transformer.h.5/"
+    attn = attn[attn["module_path"] == "GPT2LMHeadModel/transformer/transformer.h.5/"
                 "transformer.h.5.attn"].iloc[0]
     inside = kernels[kernels["module_path"].str.startswith(
         "GPT2LMHeadModel/transformer/transformer.h.5/transformer.h.5.attn")]
@@ -134,9 +134,9 @@ def test_two_profiles_of_one_model_flag_no_module_at_2_percent(three) -> None:
 def test_the_unpadded_vocabulary_flags_lm_head_and_only_its_ancestors(three) -> None:
     rows = compare_profiles(three["a"].kernels, three["unpadded"].kernels, threshold=2.0)
     flagged = rows[rows["verdict"].isin(["regressed", "improved"])]
-    assert set(flagged["path"]) == {"GPT2LMHeadModel", "GPT2LMHeadModel/lm_head"}
+    assert set(flagged["module_path"]) == {"GPT2LMHeadModel", "GPT2LMHeadModel/lm_head"}
     assert (flagged["verdict"] == "regressed").all()
-    lm_head = flagged[flagged["path"] == "GPT2LMHeadModel/lm_head"].iloc[0]
+    lm_head = flagged[flagged["module_path"] == "GPT2LMHeadModel/lm_head"].iloc[0]
     assert lm_head["change_pct"] > 100 and lm_head["p_value"] < 0.05
 
 
@@ -173,7 +173,7 @@ def test_text_tables_show_the_interval_only_where_there_are_runs(runs10, three) 
     assert "±" not in render_table(one, "hotspots")
     rows = compare_profiles(three["a"].kernels, three["unpadded"].kernels, threshold=2.0)
     markdown = render_rows(rows, "module", "markdown")
-    lm_head = rows[rows["path"] == "GPT2LMHeadModel/lm_head"].iloc[0]
+    lm_head = rows[rows["module_path"] == "GPT2LMHeadModel/lm_head"].iloc[0]
     assert f"±{lm_head['current_ci95_ns'] / 1e3:,.2f} (3 runs)" in markdown
     assert "noise is unknown" not in summary_line(rows, 2.0, "module")
     single = compare_profiles(one.kernels, three["unpadded"].kernels[
@@ -196,7 +196,7 @@ def test_a_kernel_swapped_for_a_slower_one_is_a_regression_by_kernel(three) -> N
     rows = compare_profiles(three["a"].kernels, three["unpadded"].kernels, threshold=2.0,
                             by="kernel")
     flagged = rows[rows["verdict"] == "regressed"]
-    assert flagged["path"].tolist() == ["GPT2LMHeadModel/lm_head"]
+    assert flagged["module_path"].tolist() == ["GPT2LMHeadModel/lm_head"]
     assert "align1" in flagged["kernel"].iloc[0]  # the kernel cuBLAS fell back to
     assert flagged["change_pct"].iloc[0] > 100 and flagged["p_value"].iloc[0] < 0.05
     assert any("ran other kernels" in note for note in rows.attrs["notes"])

@@ -81,7 +81,7 @@ def test_markdown_is_ready_for_a_pull_request(data: Path,
     base = torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels
     cur = torch_nsight.load(data / "hand_s512.ncu-rep.xz").kernels
     rows = compare_profiles(base, cur, depth=1)
-    attn = rows[(rows["path"] == "LlamaBlock/self_attn") & (rows["direction"] == "bwd")].iloc[0]
+    attn = rows[(rows["module_path"] == "LlamaBlock/self_attn") & (rows["direction"] == "bwd")].iloc[0]
     line = next(x for x in lines if x.startswith("| · self_attn ") and "| bwd " in x)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2] == f"{attn['baseline_ns'] / 1e3:,.2f}"

@@ -11,11 +11,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_nsight.analyze.attribute import (
-    ATTRIBUTION_COLUMNS,
-    UNATTRIBUTED,
-    attribute_ranges,
-)
+from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.capture import RecordingEmitter
 from torch_nsight.capture import emitter as emitters
 from torch_nsight.capture import replica as replicate
@@ -23,6 +19,7 @@ from torch_nsight.collect.child.steps import LOSS_MESSAGE
 from torch_nsight.collect.child.worker import JobRunner
 from torch_nsight.collect.shared.job import Assignment, Job
 from torch_nsight.naming import MEASURE_MESSAGE
+from torch_nsight.vocabulary import UNATTRIBUTED
 
 ROOT = Path(__file__).resolve().parents[2]
 Event = tuple[int, str, str]  # (thread, push/pop/start/end/op, message or op name)

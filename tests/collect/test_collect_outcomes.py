@@ -133,7 +133,7 @@ def test_a_sweep_directory_loads_every_row(tmp_path: Path) -> None:
         for s in SWEEP_SHAPES)
     # roll-ups see the copies: the replica is in the module tree
     tree = whole.modules()
-    assert "LlamaBlock/mlp/mlp.up_proj" in set(tree["path"])
+    assert "LlamaBlock/mlp/mlp.up_proj" in set(tree["module_path"])
     assert [(f["shape"], f["status"]) for f in whole.failures] == [("8x4096x1024", "failed")]
     assert whole.shapes == [*SWEEP_SHAPES, "8x4096x1024"]
     assert "TF32 matmul on" in whole.describe()

@@ -198,3 +198,17 @@ def test_module_colors_follow_the_call_tree(profile: Profile) -> None:
                              "post_attention_layernorm", "mlp", "(unattributed)"]
     assert list(colours.values())[:5] == list(PALETTE[:5])
     assert extend_colors(colours, ["new"])["new"] == PALETTE[5]
+
+
+def test_scaling_error_bars_with_several_runs(profile: Profile) -> None:
+    parts = []
+    for shape, size in (("1x256", 1.0), ("1x512", 2.0)):
+        for run, jitter in ((0, 1.0), (1, 1.1)):
+            kernels = profile.kernels.copy()
+            kernels["shape"], kernels["run"] = shape, run
+            kernels["duration_ns"] = kernels["duration_ns"] * size * jitter
+            parts.append(profile.with_kernels(kernels))
+    figure = plot_scaling(Profile.concat(parts))
+    ax = figure.axes[0]
+    bars = [c for c in ax.collections if c.get_gid() == "module-time-ci95"]
+    assert len(bars) == len([line for line in ax.get_lines() if line.get_gid() == "module-time"])

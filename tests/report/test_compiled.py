@@ -10,9 +10,9 @@ import pytest
 
 import torch_nsight
 from torch_nsight import formats
-from torch_nsight.analyze.attribute import UNATTRIBUTED
 from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.table import read_report
+from torch_nsight.vocabulary import UNATTRIBUTED
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NCU = DATA / "compile" / "vit_train.ncu-rep.xz"

@@ -60,7 +60,7 @@ def test_the_directory_gives_every_block_its_rows(sweep, raw) -> None:
         counts = blocks.value_counts()
         assert sorted(counts.index) == ["0", "1", "2", "3"] and counts.nunique() <= 2
     tree = sweep.modules(depth=1)
-    assert {"Sequential/2", "Sequential/3"} <= set(tree["path"])
+    assert {"Sequential/2", "Sequential/3"} <= set(tree["module_path"])
 
 
 def test_the_raw_report_of_the_sweep_points_to_its_directory(raw, caplog) -> None:

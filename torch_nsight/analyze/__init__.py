@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.analyze.analytic import fill_flops_from_calls
-from torch_nsight.analyze.attribute import UNATTRIBUTED, attribute, label_rows, label_shapes
+from torch_nsight.analyze.attribute import attribute, label_rows, label_shapes
 from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
@@ -30,6 +30,7 @@ from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
 from torch_nsight.analyze.timeline import module_launches, timeline_findings, timeline_summary
+from torch_nsight.vocabulary import UNATTRIBUTED
 
 __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.calls import JOIN_KEYS
+from torch_nsight.vocabulary import JOIN_KEYS, tf32_enabled
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
 TENSOR_PRECISION = {"bfloat16": "tensor_bf16", "float16": "tensor_fp16"}
@@ -37,9 +37,7 @@ def _joined(frame: pd.DataFrame) -> pd.Series:
 def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
     if dtype in TENSOR_PRECISION:
         return TENSOR_PRECISION[dtype]
-    tf32 = settings.get("cuda.matmul.allow_tf32") is True or settings.get(
-        "float32_matmul_precision") in ("high", "medium")
-    return "tensor_tf32" if tf32 else "fp32"
+    return "tensor_tf32" if tf32_enabled(settings, "matmul") else "fp32"
 
 
 def _spread_over_iterations(out: pd.DataFrame, mine: pd.Series, site: pd.Series,
@@ -77,7 +75,9 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         ``flops_complete`` filled where the counters were missing, and ``flops_basis``.
     """
     out = df.copy()
-    out["flops_basis"] = np.where(out["flops"].notna(), "counters", None)
+    # numpy's stubs take no None for an array (it is one: an object array)
+    basis = np.where(out["flops"].notna(), "counters", None)  # type: ignore[call-overload]
+    out["flops_basis"] = basis
     missing = out["flops"].isna()
     if calls is None or calls.empty or not missing.any() or "flops" not in calls:
         return out

@@ -19,10 +19,8 @@ import pandas as pd
 
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
+from torch_nsight.vocabulary import CONTEXT_SEP, UNATTRIBUTED, join_path
 
-UNATTRIBUTED = "(unattributed)"
-PATH_SEP = "/"
-CONTEXT_SEP = " / "
 ATTRIBUTION_COLUMNS = ("variant", "shape", "run", "module", "module_path", "depth",
                        "direction", "op", "context")
 
@@ -82,7 +80,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
     if modules:
         module, direction = modules[-1].name, modules[-1].direction
-        path = PATH_SEP.join(m.name for m in modules)
+        path = join_path(m.name for m in modules)
         depth = len(modules) - 1
     else:
         module, direction, path, depth = UNATTRIBUTED, None, UNATTRIBUTED, 0

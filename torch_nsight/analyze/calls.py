@@ -13,8 +13,6 @@ import pandas as pd
 from torch_nsight.analyze.attribute import attribute
 from torch_nsight.analyze.columns import needs
 
-JOIN_KEYS = ("variant", "shape", "module_path", "direction", "op")
-
 
 @needs("range_stack", "aten_op")
 def attribute_calls(calls: pd.DataFrame) -> pd.DataFrame:

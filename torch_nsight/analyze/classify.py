@@ -259,7 +259,7 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
 
     stand_ins = [c for c in (*COMPUTE_STAND_INS, *MEMORY_STAND_INS) if c in out]
     busy = (out[stand_ins].to_dict("records") if stand_ins
-            else [None] * len(out))  # type: ignore[list-item]
+            else [None] * len(out))
     verdicts = [classify_one(*row) for row in zip(
         column("sol_bottleneck", None), column("sm_pct"), column("mem_pct"), column("waves"),
         column("roofline_side", None), column("pct_of_roof"), column("precision", None),

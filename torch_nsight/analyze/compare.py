@@ -7,7 +7,7 @@ import pandas as pd
 from torch_nsight.analyze.hotspots import kernel_hotspots
 from torch_nsight.analyze.rollup import blank_to_none, module_tree
 
-NORMALIZED_COLUMNS = ("shape", "level", "direction", "module", "path", "op", "kernel",
+NORMALIZED_COLUMNS = ("shape", "level", "direction", "module", "module_path", "op", "kernel",
                       "variant", "duration_ns", "baseline_ns", "speedup")
 
 
@@ -38,12 +38,12 @@ def normalize(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
     modules["level"] = "module"
     modules["kernel"] = None
     modules["op"] = None
-    kernels = kernel_hotspots(df).rename(columns={"module_path": "path"})
+    kernels = kernel_hotspots(df)
     kernels["level"] = "kernel"
     rows = pd.concat([modules, kernels], ignore_index=True)
     rows = rows.reindex(columns=[c for c in NORMALIZED_COLUMNS if c not in
                                  ("baseline_ns", "speedup")])
-    keys = ["shape", "level", "direction", "path", "op", "kernel"]
+    keys = ["shape", "level", "direction", "module_path", "op", "kernel"]
     for column in keys:
         rows[column] = rows[column].astype(object).where(rows[column].notna(), "")
     base = (rows[rows["variant"] == baseline].loc[:, [*keys, "duration_ns"]]

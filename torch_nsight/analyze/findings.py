@@ -19,17 +19,14 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.calls import JOIN_KEYS
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
-from torch_nsight.analyze.rollup import LABELS, blank_to_none, runs_per_label
+from torch_nsight.analyze.rollup import blank_to_none, runs_per_label
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
 from torch_nsight.analyze.timeline import timeline_findings
+from torch_nsight.vocabulary import FINDING_COLUMNS, JOIN_KEYS, LABELS, SITE_KEYS, tf32_enabled
 
-KEYS = ("variant", "shape", "module", "module_path", "direction", "op")
-FINDING_COLUMNS = (*KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
-                   "gain_basis", "confidence")
 #: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
 #: reached 82% (bf16, findings_gemm n50304) and 90% (TF32, findings_fp32_on).
 ATTAINABLE_FRACTION = 0.8
@@ -112,10 +109,10 @@ def _prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     """Kernel rows (no copies or memsets) with blank keys ``""``, numbers as floats and each
     row's ``runs``: the number of (source, run) pairs of its (variant, shape)."""
     kernels = kernels.reset_index(drop=True)
-    work = kernels.reindex(columns=[*KEYS, "source", "run", *_NUMERIC, *_TEXT])
+    work = kernels.reindex(columns=[*SITE_KEYS, "source", "run", *_NUMERIC, *_TEXT])
     if "kind" in kernels:
         work = work[kernels["kind"].isna() | (kernels["kind"] == "kernel")]
-    for column in (*KEYS, "source", "run", *_TEXT):
+    for column in (*SITE_KEYS, "source", "run", *_TEXT):
         work[column] = work[column].astype(object).where(work[column].notna(), "")
     for column in _NUMERIC:
         work[column] = pd.to_numeric(work[column], errors="coerce").astype("float64")
@@ -137,7 +134,7 @@ def _per_run(rows: pd.DataFrame, values: pd.Series | None = None) -> float:
 def _row(rows: pd.DataFrame, finding: str, evidence: str, fix: str, gain: float, basis: str,
          confidence: str) -> dict[str, Any]:
     first = rows.iloc[0]
-    return {**{k: first[k] for k in KEYS}, "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": finding,
+    return {**{k: first[k] for k in SITE_KEYS}, "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": finding,
             "evidence": evidence, "fix": fix, "est_gain_ns": gain, "gain_basis": basis,
             "confidence": confidence}
 
@@ -271,14 +268,6 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
 
 
 # --- fp32_no_tensor_cores --------------------------------------------------------------------
-def _tf32_state(settings: Mapping[str, Any], conv: bool) -> bool | None:
-    """Whether TF32 is on for matmuls (``conv`` False) or cuDNN convolutions; None: unknown."""
-    if not conv and settings.get("float32_matmul_precision") in ("high", "medium"):
-        return True
-    value = settings.get("cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32")
-    return value if isinstance(value, bool) else None
-
-
 def _fp32_data(rows: pd.DataFrame, heavy: pd.DataFrame) -> bool:
     """Whether the kernels work on fp32 data: their calls' dtype where the calls table has
     them, else hardly any half-precision instructions (16-bit operands need conversions)."""
@@ -296,9 +285,9 @@ def _fp32_no_tensor_cores(work: pd.DataFrame, heavy: pd.DataFrame,
     candidates = work[(work["is_gemm"] | work["is_conv"]) & (work["precision"] == "fp32")
                       & (tensor == 0)]
     found: Found = []
-    for _, rows in candidates.groupby([*KEYS, "is_conv"], sort=False):
+    for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
         conv = bool(rows.iloc[0]["is_conv"])
-        tf32 = _tf32_state(settings, conv)
+        tf32 = tf32_enabled(settings, "conv" if conv else "matmul")
         if tf32 or not _fp32_data(rows, heavy):
             continue
         peak = rows["peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
@@ -380,7 +369,7 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
               and c["dram_bytes"].sum() > 0]
     grouped: dict[tuple[Any, ...], list[pd.DataFrame]] = {}
     for chain in chains:
-        grouped.setdefault(tuple(chain.iloc[0][list(KEYS)]), []).append(chain)
+        grouped.setdefault(tuple(chain.iloc[0][list(SITE_KEYS)]), []).append(chain)
     found: Found = []
     for parts in grouped.values():
         rows = pd.concat(parts)
@@ -391,7 +380,7 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
         time, traffic = _per_run(rows), _per_run(rows, rows["dram_bytes"])
         one_pass = max(c["dram_bytes"].max() for c in parts)
         first = rows.iloc[0]
-        kind = chain_kind(work[(work[list(KEYS)] == first[list(KEYS)]).all(axis=1)])
+        kind = chain_kind(work[(work[list(SITE_KEYS)] == first[list(SITE_KEYS)]).all(axis=1)])
         what = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm "
                 "written out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU "
                 "written out)", "softmax": " (masking and softmax)"}.get(kind or "", "")
@@ -409,7 +398,7 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
 def _layout_conversion(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
     """cuDNN's NCHW <-> NHWC transposes in a convolution's module; gain: their measured time."""
     found: Found = []
-    for _, group in work.groupby(list(KEYS), sort=False):
+    for _, group in work.groupby(list(SITE_KEYS), sort=False):
         rows = group[_contains(group["kernel"], LAYOUT_NAMES)]
         conv = group["is_conv"].any() or _calls_of(heavy, group)["aten_op"].str.contains(
             "conv").any()
@@ -436,7 +425,7 @@ def _small_grid(work: pd.DataFrame, claimed: pd.Index) -> Found:
     candidates = work[(work["bound"] == "latency") & small & ~work.index.isin(claimed)
                       & work["headroom_ns"].notna()]
     found: Found = []
-    for _, rows in candidates.groupby([*KEYS, "kernel"], sort=False):
+    for _, rows in candidates.groupby([*SITE_KEYS, "kernel"], sort=False):
         time, gain = _per_run(rows), _per_run(rows, rows["headroom_ns"])
         share = 100.0 * time / label_time[rows.index].iloc[0]
         if share < SMALL_GRID_PCT or not gain > 0:
@@ -512,7 +501,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
         out = pd.concat([out, rules], ignore_index=True) if len(out) else rules.copy()
     out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
     out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
-    for column in (*KEYS, "kernels"):
+    for column in (*SITE_KEYS, "kernels"):
         out[column] = blank_to_none(out[column].astype(object).where(out[column].notna(), ""))
     return out.reset_index(drop=True)
 

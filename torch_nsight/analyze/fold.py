@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
+from torch_nsight.vocabulary import join_path, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "FOLD_COLUMN"]
@@ -129,10 +130,10 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
 
 
 def _fold_path(paths: list[object]) -> object:
-    """A ``/``-joined module path folded component by component."""
+    """A module path folded component by component."""
     if not all(isinstance(p, str) for p in paths):
         return paths[0]
-    split = [str(p).split("/") for p in paths]
+    split = [split_path(str(p)) for p in paths]
     if len({len(s) for s in split}) != 1:
         return paths[0]
     parts = []
@@ -142,7 +143,7 @@ def _fold_path(paths: list[object]) -> object:
             parts.append(folded_name(templates[0][0], [ix for _, ix in templates]))
         else:
             parts.append(column[0])
-    return "/".join(parts)
+    return join_path(parts)
 
 
 #: The module tree's columns that add up over folded blocks.
@@ -159,5 +160,5 @@ def fold_tree(tree: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("fold_tree needs the per-run times: build the tree with "
                          "module_tree(df, depth, keep_runs=True)")
     folded = fold_rows(tree, keys=["variant", "shape", "direction", "depth"], sums=TREE_SUMS,
-                       rank="inclusive_ns", path="path")
+                       rank="inclusive_ns", path="module_path")
     return with_spread(folded)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torch_nsight.analyze.attribute import UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import folded_name, index_template
-from torch_nsight.analyze.rollup import BOUNDS, LABELS, blank_to_none, whole_counts
+from torch_nsight.analyze.rollup import BOUNDS, blank_to_none, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
+from torch_nsight.vocabulary import LABELS, UNATTRIBUTED
 
 KERNEL_GROUP_COLUMNS = (
     "variant", "shape", "kernel", "launches", "duration_ns", "mean_ns", "pct_of_total",

@@ -12,7 +12,6 @@ from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import fold_rows
 from torch_nsight.analyze.rollup import (
-    LABELS,
     blank_to_none,
     module_tree,
     path_keys,
@@ -20,10 +19,10 @@ from torch_nsight.analyze.rollup import (
     whole_counts,
 )
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
+from torch_nsight.vocabulary import KERNEL_KEYS, LABELS
 
 HotspotOrder = Literal["headroom", "time"]
 HotspotLevel = Literal["kernel", "module"]
-KERNEL_KEYS = (*LABELS, "module", "module_path", "direction", "op", "kernel")
 HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
     "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
@@ -212,7 +211,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
         table = table[table["exclusive_kernels"] > 0].copy()
         # the spread of the time ranked here, each module's own (exclusive) time
         keys = [*LABELS, "direction", "module_path"]
-        table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "path"],
+        table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "module_path"],
                                      group_keys=path_keys(df, keys)))
         table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
         key = "exclusive_headroom_ns" if by == "headroom" else "exclusive_ns"

@@ -22,7 +22,7 @@ import re
 
 import pandas as pd
 
-from torch_nsight.analyze.calls import JOIN_KEYS
+from torch_nsight.vocabulary import JOIN_KEYS
 
 __all__ = ["name_aten_ops", "kernel_family", "ATEN_OPS_COLUMN"]
 

@@ -17,10 +17,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.hotspots import kernel_hotspots
-from torch_nsight.analyze.rollup import LABELS, blank_to_none, module_paths, module_tree
+from torch_nsight.analyze.rollup import blank_to_none, module_paths, module_tree
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, t_two_sided, with_spread
+from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_depth, path_leaf
 
 logger = logging.getLogger(__name__)
 
@@ -30,11 +30,11 @@ Verdict = Literal["regressed", "improved", "unchanged", "within noise", "fused",
 VERDICTS: tuple[str, ...] = ("regressed", "improved", "unchanged", "within noise", "fused",
                              "only in baseline", "only in current")
 KEYS: dict[str, tuple[str, ...]] = {
-    "module": (*LABELS, "direction", "path"),
-    "kernel": (*LABELS, "direction", "path", "op", "kernel"),
+    "module": (*LABELS, "direction", "module_path"),
+    "kernel": (*LABELS, "direction", "module_path", "op", "kernel"),
 }
 REGRESS_COLUMNS: tuple[str, ...] = (
-    "variant", "shape", "direction", "path", "module", "depth", "op", "kernel",
+    "variant", "shape", "direction", "module_path", "module", "depth", "op", "kernel",
     "baseline_ns", "current_ns", "change_ns", "change_pct", "verdict",
     "baseline_bound", "current_bound", "baseline_headroom_ns", "current_headroom_ns",
     "baseline_runs", "current_runs", "baseline_std_ns", "baseline_ci95_ns",
@@ -68,11 +68,10 @@ def _rows(df: pd.DataFrame, by: CompareLevel, depth: int | None) -> pd.DataFrame
     else:
         if depth is not None:
             df = df.assign(module_path=module_paths(df, depth).to_numpy())
-            df["module"] = df["module_path"].str.split(PATH_SEP).str[-1]
-        rows = kernel_hotspots(df, keep_runs=True).rename(
-            columns={"module_path": "path", "duration_ns": "time_ns"})
-        rows["depth"] = [None if p is None or p == UNATTRIBUTED else str(p).count(PATH_SEP)
-                         for p in rows["path"]]
+            df["module"] = df["module_path"].map(path_leaf)
+        rows = kernel_hotspots(df, keep_runs=True).rename(columns={"duration_ns": "time_ns"})
+        rows["depth"] = [None if p is None or p == UNATTRIBUTED else path_depth(str(p))
+                         for p in rows["module_path"]]
     return _blank(rows, KEYS[by])
 
 
@@ -141,7 +140,7 @@ def _fused_modules(df: pd.DataFrame) -> set[tuple[str, str]]:
     """(direction, module) of every module some kernel fused across modules ran for."""
     if "fused_modules" not in df:
         return set()
-    found = set()
+    found: set[tuple[str, str]] = set()
     for direction, modules in zip(df["direction"].fillna(""), df["fused_modules"], strict=True):
         if modules is not None and not (isinstance(modules, float) and math.isnan(modules)):
             found.update((direction, m) for m in modules)
@@ -166,7 +165,7 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
     """A module whose kernels differ on the two sides (cuBLAS picked another kernel for a
     new shape) is compared as a whole: its current-only rows take the change of the
     module's current-only time over its baseline-only time, called as any row is."""
-    keys = [*LABELS, "direction", "path", "op"]
+    keys = [*LABELS, "direction", "module_path", "op"]
     alone = out["verdict"].isin(["only in baseline", "only in current"])
     for _, group in out[alone].groupby(keys, sort=False, dropna=False):
         before = group[group["verdict"] == "only in baseline"]
@@ -175,9 +174,10 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
             continue
         base_ns, cur_ns = before["baseline_ns"].sum(), after["current_ns"].sum()
         change = 100.0 * (cur_ns - base_ns) / base_ns if base_ns else math.nan
-        runs = [sum_runs(before[f"baseline_{RUNS_COLUMN}"]),
-                sum_runs(after[f"current_{RUNS_COLUMN}"])]
-        p = welch_p(*runs) if all(r is not None for r in runs) else math.nan
+        base_runs = sum_runs(before[f"baseline_{RUNS_COLUMN}"])
+        cur_runs = sum_runs(after[f"current_{RUNS_COLUMN}"])
+        p = (welch_p(base_runs, cur_runs) if base_runs is not None and cur_runs is not None
+             else math.nan)
         row = pd.Series({"baseline_ns": base_ns, "current_ns": cur_ns, "change_pct": change,
                          "p_value": p})
         verdict = _verdict(row, threshold, alpha)
@@ -186,7 +186,7 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
                 base_ns, cur_ns - base_ns, change, p]
             out.loc[after.index, "verdict"] = verdict
             first = group.iloc[0]
-            notes.append(f"{first['path']} ({first['direction']}) ran other kernels "
+            notes.append(f"{first['module_path']} ({first['direction']}) ran other kernels "
                          f"({', '.join(dict.fromkeys(after['kernel']))} instead of "
                          f"{', '.join(dict.fromkeys(before['kernel']))}): compared as a "
                          f"whole, {change:+.1f}%")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
 from torch_nsight.naming import is_inside
+from torch_nsight.vocabulary import join_path, split_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,7 +36,7 @@ def _rename(name: Any, old: str, new: str) -> Any:
 def _rename_path(path: Any, old: str, new: str) -> Any:
     if not isinstance(path, str):
         return path
-    return "/".join(_rename(part, old, new) for part in path.split("/"))
+    return join_path(_rename(part, old, new) for part in split_path(path))
 
 
 def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:

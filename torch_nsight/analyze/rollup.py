@@ -11,14 +11,22 @@ import re
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
+from torch_nsight.vocabulary import (
+    LABELS,
+    UNATTRIBUTED,
+    ancestors,
+    join_path,
+    path_depth,
+    path_leaf,
+    path_prefix,
+    split_path,
+)
 
-LABELS = ("variant", "shape")
 BOUNDS = ("memory", "compute", "latency")
 MODULE_COLUMNS = (
-    "variant", "shape", "direction", "module", "path", "depth", "inclusive_ns",
+    "variant", "shape", "direction", "module", "module_path", "depth", "inclusive_ns",
     "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels", "headroom_ns",
     "exclusive_headroom_ns", "flops", "dram_bytes", "bound", "bound_share", *SPREAD_COLUMNS,
 )
@@ -78,8 +86,7 @@ def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
     """Each kernel's module path, cut to ``depth`` (``(unattributed)`` where it has none)."""
     paths = df.reindex(columns=["module_path"])["module_path"].fillna(UNATTRIBUTED).astype(str)
     if depth is not None:
-        paths = paths.map(lambda p: PATH_SEP.join(p.split(PATH_SEP)[: depth + 1])
-                          if p != UNATTRIBUTED else p)
+        paths = paths.map(lambda p: path_prefix(p, depth))
     return paths
 
 
@@ -143,14 +150,13 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
             *(f"t_{b}" for b in BOUNDS)]
     pieces = []
     for _, leaf in base.iterrows():
-        parts = leaf["module_path"].split(PATH_SEP)
-        for level in range(len(parts)):
+        for path in ancestors(leaf["module_path"]):
             node = leaf.copy()
-            node["path"] = PATH_SEP.join(parts[: level + 1])
-            node["leaf"] = level == len(parts) - 1
+            node["leaf"] = path == leaf["module_path"]
+            node["module_path"] = path
             pieces.append(node)
     nodes = pd.DataFrame(pieces)
-    keys = [*LABELS, "direction", "path"]
+    keys = [*LABELS, "direction", "module_path"]
     for column in sums:
         nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
     tree = nodes.groupby(keys, sort=False).agg(
@@ -163,7 +169,9 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
     tree[per_run] = tree[per_run].astype("float64").div(tree["runs"], axis=0)
-    roots = tree["path"].str.count(PATH_SEP) == 0
+    tree["module"] = tree["module_path"].map(path_leaf)
+    tree["depth"] = tree["module_path"].map(path_depth)
+    roots = tree["depth"] == 0
     total = tree[roots].groupby(list(LABELS))["inclusive_ns"].sum().rename("total")
     tree = tree.join(total, on=list(LABELS))
     tree["pct_of_total"] = 100.0 * tree["inclusive_ns"] / tree["total"]
@@ -172,11 +180,9 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     known = times.sum(axis=1) > 0
     tree["bound"] = np.where(known, np.array(BOUNDS, dtype=object)[best], None)
     tree["bound_share"] = np.where(known, times.max(axis=1) / tree["inclusive_ns"], np.nan)
-    tree["module"] = tree["path"].str.split(PATH_SEP).str[-1]
-    tree["depth"] = tree["path"].str.count(PATH_SEP)
     tree = _call_tree_order(tree, _model_order(df, depth))
     tree[RUNS_COLUMN] = [inclusive_runs.get(key) for key in zip(
-        *(tree[c] for c in (*LABELS, "direction", "path")), strict=True)]
+        *(tree[c] for c in (*LABELS, "direction", "module_path")), strict=True)]
     tree = with_spread(tree, keep_runs=keep_runs)
     for column in (*LABELS, "direction"):
         tree[column] = blank_to_none(tree[column])
@@ -192,9 +198,8 @@ def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...]
     leaves = run_times(df, keys, group_keys=path_keys(df, keys, depth))
     nodes: dict[tuple[str, ...], object] = {}
     for (variant, shape, direction, path), times in leaves.items():
-        parts = path.split(PATH_SEP)
-        for level in range(len(parts)):
-            key = (variant, shape, direction, PATH_SEP.join(parts[: level + 1]))
+        for node in ancestors(path):
+            key = (variant, shape, direction, node)
             nodes[key] = times + nodes[key] if key in nodes else times.copy()
     return nodes
 
@@ -205,12 +210,12 @@ def _source_path(path: str, module: str, source: str) -> str:
     (``.../transformer.h.1/transformer.h.1.attn`` from ``transformer.h.0.attn`` gives
     ``.../transformer.h.0/transformer.h.0.attn``)."""
     parts = []
-    for part in path.split(PATH_SEP):
+    for part in split_path(path):
         if part == module or module.startswith(part + "."):
             parts.append(".".join(source.split(".")[: part.count(".") + 1]))
         else:
             parts.append(part)
-    return PATH_SEP.join(parts)
+    return join_path(parts)
 
 
 def _model_order(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, str, str], int]:
@@ -229,15 +234,13 @@ def _model_order(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, str, st
             copies.append((variant, shape, path, _source_path(path, str(module), str(source))))
             continue
         rank = order if direction == "fwd" else len(work) + order  # forward first
-        parts = path.split(PATH_SEP)
-        for level in range(len(parts)):
-            key = (variant, shape, PATH_SEP.join(parts[: level + 1]))
+        for node in ancestors(path):
+            key = (variant, shape, node)
             anchors[key] = min(anchors.get(key, rank), rank)
     for variant, shape, path, source in copies:
-        parts, of = path.split(PATH_SEP), source.split(PATH_SEP)
-        for level in range(len(parts)):
-            key = (variant, shape, PATH_SEP.join(parts[: level + 1]))
-            found = anchors.get((variant, shape, PATH_SEP.join(of[: level + 1])))
+        for node, of in zip(ancestors(path), ancestors(source), strict=False):
+            key = (variant, shape, node)
+            found = anchors.get((variant, shape, of))
             if key not in anchors and found is not None:
                 anchors[key] = found
     return anchors
@@ -256,22 +259,20 @@ def _call_tree_order(tree: pd.DataFrame,
     it copies, ties by name with numbers as numbers; else by first launch): a depth-first
     walk, the same for the forward and the backward pass."""
     model = model or {}
-    first = {(tuple(r[k] for k in (*LABELS, "direction")), r["path"]): r["order"]
+    first = {(tuple(r[k] for k in (*LABELS, "direction")), r["module_path"]): r["order"]
              for _, r in tree.iterrows()}
     label_first = tree.groupby(list(LABELS), sort=False)["order"].min().to_dict()
 
     def key(row: pd.Series) -> tuple[object, ...]:
         group = tuple(row[k] for k in (*LABELS, "direction"))
-        parts = row["path"].split(PATH_SEP)
         walk = []
-        for i in range(len(parts)):
-            prefix = PATH_SEP.join(parts[: i + 1])
+        for prefix in ancestors(row["module_path"]):
             anchor = model.get((row["variant"], row["shape"], prefix))
             walk.append((anchor if anchor is not None else first.get((group, prefix), 0),
-                         _natural(parts[i])))
+                         _natural(path_leaf(prefix))))
         direction_rank = {"fwd": 0, "bwd": 1}.get(row["direction"], 2)
         label = (row["variant"], row["shape"])
-        return (label_first.get(label, 0), label, direction_rank, row["path"] == UNATTRIBUTED,
+        return (label_first.get(label, 0), label, direction_rank, row["module_path"] == UNATTRIBUTED,
                 tuple(walk))
 
     order = sorted(range(len(tree)), key=lambda i: key(tree.iloc[i]))

@@ -18,14 +18,13 @@ import json
 
 import pandas as pd
 
-from torch_nsight.analyze.rollup import LABELS, blank_to_none, runs_per_label
+from torch_nsight.analyze.rollup import blank_to_none, runs_per_label
+from torch_nsight.vocabulary import FINDING_COLUMNS, LABELS
 
 #: The rules kept per module (the largest estimates).
 RULES_PER_MODULE = 2
 #: Rules that our own checks report with better evidence (small grid, tail effect).
 SKIPPED_RULES = frozenset({"LaunchConfiguration"})
-RULE_COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kernels",
-                "finding", "evidence", "fix", "est_gain_ns", "gain_basis", "confidence")
 
 
 def _first_sentence(text: str, limit: int = 220) -> str:
@@ -40,11 +39,11 @@ def rule_findings(kernels: pd.DataFrame) -> pd.DataFrame:
         kernels: an attributed kernel table; rows without ``ncu_rules`` are skipped.
 
     Returns:
-        :data:`RULE_COLUMNS` (``finding`` is ``ncu_<rule>``, ``gain_basis`` ``ncu_rule``),
+        :data:`FINDING_COLUMNS` (``finding`` is ``ncu_<rule>``, ``gain_basis`` ``ncu_rule``),
         largest gain first; empty when no kernel carries rules.
     """
     if "ncu_rules" not in kernels or kernels["ncu_rules"].isna().all():
-        return pd.DataFrame(columns=list(RULE_COLUMNS))
+        return pd.DataFrame(columns=list(FINDING_COLUMNS))
     rows = []
     for _, kernel in kernels[kernels["ncu_rules"].notna()].iterrows():
         for rule in json.loads(kernel["ncu_rules"]):
@@ -58,7 +57,7 @@ def rule_findings(kernels: pd.DataFrame) -> pd.DataFrame:
                          "gain": float(kernel["duration_ns"]) * rule["speedup_pct"] / 100.0,
                          "pct": rule["speedup_pct"]})
     if not rows:
-        return pd.DataFrame(columns=list(RULE_COLUMNS))
+        return pd.DataFrame(columns=list(FINDING_COLUMNS))
     work = pd.DataFrame(rows)
     keys = [*LABELS, "module", "module_path", "direction", "rule"]
     for column in keys:
@@ -86,4 +85,4 @@ def rule_findings(kernels: pd.DataFrame) -> pd.DataFrame:
         "gain_basis": "ncu_rule",
         "confidence": grouped["type"].map({"global": "medium"}).fillna("low"),
     })
-    return out.reset_index(drop=True).loc[:, list(RULE_COLUMNS)]
+    return out.reset_index(drop=True).loc[:, list(FINDING_COLUMNS)]

@@ -13,15 +13,15 @@ their reasons are in ``docs/timeline.md``.
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.analyze.columns import check_columns, needs
-from torch_nsight.analyze.rollup import LABELS, blank_to_none
+from torch_nsight.analyze.rollup import blank_to_none
 from torch_nsight.analyze.spread import spread
+from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_leaf, path_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -349,8 +349,7 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
 
 def _truncate(paths: pd.Series, depth: int) -> pd.Series:
     paths = paths.astype(object).where(paths.notna(), UNATTRIBUTED).astype(str)
-    return paths.map(lambda p: p if p == UNATTRIBUTED
-                     else PATH_SEP.join(p.split(PATH_SEP)[: depth + 1]))
+    return paths.map(lambda p: path_prefix(p, depth))
 
 
 def _module_table(activity: pd.DataFrame, depth: int, steps: pd.DataFrame) -> pd.DataFrame:
@@ -373,7 +372,7 @@ def _module_table(activity: pd.DataFrame, depth: int, steps: pd.DataFrame) -> pd
     out[per_step] = out[per_step].astype("float64").div(out["steps"], axis=0)
     totals = out.groupby(list(LABELS), sort=False)["gpu_ns"].transform("sum")
     out["pct_of_gpu"] = 100.0 * out["gpu_ns"] / _positive(totals)
-    out["module"] = out["module_path"].str.split(PATH_SEP).str[-1]
+    out["module"] = out["module_path"].map(path_leaf)
     order = {label: i for i, label in enumerate(dict.fromkeys(zip(out["variant"],
                                                                   out["shape"], strict=True)))}
     out["_order"] = [order[label] for label in zip(out["variant"], out["shape"], strict=True)]
@@ -530,7 +529,7 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
             return frame[(frame["variant"] == shape["variant"])
                          & (frame["shape"] == shape["shape"])]
         found = _label_findings(shape, mine(activity), mine(gaps), mine(modules))
-        rows.extend(sorted(found, key=lambda r: -r["est_gain_ns"]
+        rows.extend(sorted(found, key=lambda r: -cast(float, r["est_gain_ns"])
                            if pd.notna(r["est_gain_ns"]) else float("inf")))
     out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
     for column in (*LABELS, "module", "module_level"):

@@ -48,6 +48,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from torch_nsight import formats
@@ -325,7 +326,7 @@ def _keyed_pass(inner: Any) -> Any:
     format to Inductor's cache key, so graphs cached without the kernel map are not reused."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class KernelMapKey(CustomGraphPass):  # type: ignore[misc]
+    class KernelMapKey(CustomGraphPass):
         def __call__(self, graph: Any) -> None:
             if inner is not None:
                 inner(graph)
@@ -406,7 +407,7 @@ def _wait_in_torch_compile() -> None:
         return compile_(*args, **kwargs)
 
     compile_tracked._torch_nsight_waits = True  # type: ignore[attr-defined]
-    torch.compile = compile_tracked  # type: ignore[assignment]
+    torch.compile = compile_tracked
 
 
 def untrack_compiles() -> None:
@@ -498,7 +499,7 @@ def _caller_module() -> tuple[Any, str] | None:
     stack (the ``self`` of a frame), else None."""
     from torch_nsight.capture.instrument import instrumented_name
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(128):
         if frame is None:
             return None

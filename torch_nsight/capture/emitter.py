@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any, Protocol, runtime_checkable
 
-from torch_nsight.naming import DOMAIN
+from torch_nsight.naming import DOMAIN, RECORD_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +131,6 @@ class RecordingEmitter:
         self.events.clear()
 
 
-#: Prefix of the ranges :class:`RecordFunctionEmitter` opens (the NVTX domain's stand-in):
-#: ``torch_nsight/h.0.attn``. The trace reader keeps only ranges named so.
-RECORD_PREFIX = f"{DOMAIN}/"
 
 
 class RecordFunctionEmitter:

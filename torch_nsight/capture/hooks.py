@@ -34,7 +34,7 @@ import logging
 import types
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -42,6 +42,9 @@ from torch.utils._pytree import tree_flatten
 
 from torch_nsight.capture.ops import OpNamer
 from torch_nsight.capture.stack import STACK, BackwardFrame, Range, RangedForward
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +113,18 @@ class InstrumentedForward(RangedForward):
     def call_with_backward(self, module: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
         """Call with gradients enabled: the forward range, and hooks for the backward one."""
+        backward = cast(Range, self.backward_range)  # not None: __call__ checked it
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:
             sources = _sources(args, kwargs)
-            frame, output = _call_with_backward(self.forward_range, self.backward_range,
+            frame, output = _call_with_backward(self.forward_range, backward,
                                                 self.body, module, args, kwargs)
             _watch(frame, output, sources)
             return output
         arg = args[0]  # the common single-input call
         source = arg.grad_fn if isinstance(arg, _Tensor) else None
-        frame, output = _call_with_backward(self.forward_range, self.backward_range, self.body,
+        frame, output = _call_with_backward(self.forward_range, backward, self.body,
                                             module, args, kwargs)
         if not isinstance(output, _Tensor):
             _watch(frame, output, [(source, arg)] if source is not None else [])
@@ -188,7 +192,7 @@ def _with_op_names(function: Callable[..., Any], namer: OpNamer) -> Callable[...
 # -- autograd node hooks --------------------------------------------------------------------
 
 
-class NodeHook(dict):  # type: ignore[type-arg]
+class NodeHook(dict):
     """The one pre-hook torch_nsight sets on an autograd node, shared by every call that
     uses the node; running it is :meth:`RangeStack.run_node` of its two lists.
 
@@ -203,7 +207,11 @@ class NodeHook(dict):  # type: ignore[type-arg]
     """
 
     __slots__ = ("closes", "opens", "handle", "__weakref__")
-    __hash__ = object.__hash__  # kept in a set of weak references, by identity
+    closes: list[BackwardFrame]
+    opens: list[BackwardFrame]
+    handle: RemovableHandle | None
+    # kept in a set of weak references, by identity (typeshed types dict's __hash__ as None)
+    __hash__ = object.__hash__  # type: ignore[assignment]
 
     def detach(self) -> None:
         """Remove the hook from its node (PyTorch then calls an empty hooks dict)."""

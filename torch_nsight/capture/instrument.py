@@ -46,13 +46,15 @@ _ACTIVE: weakref.WeakSet[Instrumentation] = weakref.WeakSet()
 
 def instrumented_name(module: object) -> tuple[Instrumentation, str] | None:
     """(its active instrumentation, its qualified name) when ``module`` is instrumented."""
+    if not isinstance(module, nn.Module):  # only modules are keys
+        return None
     try:
-        handle = _INSTRUMENTED.get(module)  # type: ignore[arg-type]
-    except TypeError:  # not hashable, not a module
+        handle = _INSTRUMENTED.get(module)
+    except TypeError:  # a module class with __eq__ and no __hash__
         return None
     if handle is None or not handle.active:
         return None
-    name = handle._name_of.get(module)  # type: ignore[arg-type]
+    name = handle._name_of.get(module)
     return (handle, name) if name is not None else None
 
 def active_instrumentations() -> list[Instrumentation]:

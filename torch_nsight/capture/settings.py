@@ -31,7 +31,10 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
+
+from torch_nsight.vocabulary import tf32_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -134,15 +137,17 @@ def _deterministic(warn_only: bool) -> tuple[Callable[[], Any], Callable[[Any], 
 
 
 def _fill_uninitialized() -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    # the flag is a property of the module's class (torch/utils/deterministic.py): no stub has it
     def read() -> Any:
         import torch.utils.deterministic
 
-        return torch.utils.deterministic.fill_uninitialized_memory
+        return torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
 
     def write(value: Any) -> None:
         import torch.utils.deterministic
 
-        torch.utils.deterministic.fill_uninitialized_memory = bool(value)
+        torch.utils.deterministic.fill_uninitialized_memory = (  # type: ignore[attr-defined]
+            bool(value))
 
     return read, write
 
@@ -196,8 +201,7 @@ def _settings() -> tuple[_Setting, ...]:
                  lambda: _function("get_float32_matmul_precision",
                                    "set_float32_matmul_precision", ""), "highest"),
         _Setting("cudnn.allow_tf32", lambda: _attribute("cudnn.allow_tf32"), True),
-        *(_Setting(key, lambda key=key: _attribute(key), default)  # type: ignore[misc]
-          for key, default in precision),
+        *(_Setting(key, partial(_attribute, key), default) for key, default in precision),
         _Setting("cuda.matmul.allow_fp16_reduced_precision_reduction",
                  lambda: _reduction("fp16", False), True, "fp16 reduced-precision reduction"),
         _Setting("cuda.matmul.allow_fp16_reduced_precision_reduction_split_k",
@@ -224,8 +228,8 @@ def _settings() -> tuple[_Setting, ...]:
                  "deterministic algorithms warn-only"),
         _Setting("deterministic.fill_uninitialized_memory", _fill_uninitialized, True,
                  "deterministic fill of uninitialized memory"),
-        *(_Setting(f"cuda.{name}_sdp",  # type: ignore[misc]
-                   lambda name=name: _function(f"{name}_sdp_enabled", f"enable_{name}_sdp"),
+        *(_Setting(f"cuda.{name}_sdp",
+                   partial(_function, f"{name}_sdp_enabled", f"enable_{name}_sdp"),
                    True, label) for name, label in sdpa),
         _Setting("cuda.math_sdp_fp16_bf16_reduction",
                  lambda: _function("fp16_bf16_reduction_math_sdp_allowed",
@@ -342,26 +346,16 @@ def apply_settings(settings: Mapping[str, Any]) -> list[str]:
     return [key for key in settings if key in skipped]
 
 
-def _effective_tf32(settings: Mapping[str, Any], precision_key: str, legacy_key: str
-                    ) -> bool | None:
-    value = settings.get(precision_key)
-    if value is not None:
-        return bool(value == "tf32")
-    legacy = settings.get(legacy_key)
-    return None if legacy is None else bool(legacy)
-
-
 def _describe_precision(settings: Mapping[str, Any]) -> list[str]:
     """The float32 precision switches, summarised by their effect."""
     parts = []
-    matmul = _effective_tf32(settings, "cuda.matmul.fp32_precision", "cuda.matmul.allow_tf32")
+    matmul = tf32_enabled(settings, "matmul")
     if matmul:
         parts.append("TF32 matmul on")
     precision = settings.get("float32_matmul_precision")
     if precision not in (None, "highest") and not (precision == "high" and matmul):
         parts.append(f"float32 matmul precision {precision}")
-    conv = _effective_tf32(settings, "cudnn.conv.fp32_precision", "cudnn.allow_tf32")
-    rnn = _effective_tf32(settings, "cudnn.rnn.fp32_precision", "cudnn.allow_tf32")
+    conv, rnn = tf32_enabled(settings, "conv"), tf32_enabled(settings, "rnn")
     if conv is False and rnn is False:
         parts.append("TF32 cuDNN off")
     elif conv is False:

@@ -194,7 +194,7 @@ class _Local(threading.local):
 
 
 def _range_of(entry: Range | BackwardFrame) -> Range:
-    return entry.range if type(entry) is BackwardFrame else entry  # type: ignore[union-attr, return-value]
+    return entry.range if type(entry) is BackwardFrame else entry  # type: ignore[return-value]
 
 
 class RangeStack:
@@ -300,7 +300,7 @@ class RangeStack:
             if frame.graph_task == task_id:  # a second output's node, same pass
                 continue
             frame.graph_task = task_id
-            parent: Any = frame.parent
+            parent = frame.parent
             if (task is None or task.done or frame.is_open or state.frames
                     and (stack[-1] is not parent or parent.task is not task)):
                 self.push_backward(frame, task_id)
@@ -323,7 +323,7 @@ class RangeStack:
             task = self._begin_task(state, task_id)
         stack = state.stack
         if state.frames:
-            parent: Any = frame.parent
+            parent = frame.parent
             if stack[-1] is not parent or parent.task is not task:
                 self._close_outside(state, frame)
         if frame.is_open:  # still open on another thread, or from a pass that did not end
@@ -489,6 +489,12 @@ class RangedForward:
     """
 
     __slots__ = ("module", "function", "body", "forward_range", "backward_range", "tracked")
+    module: Callable[[], Any]
+    function: Callable[..., Any]
+    body: Callable[..., Any]
+    forward_range: Range
+    backward_range: Range | None
+    tracked: bool
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module = self.module()
@@ -534,7 +540,7 @@ def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> No
         else:
             task.done = True  # the owning thread closes its ranges before its next one
 
-    engine: Any = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+    engine: Any = torch.autograd.Variable._execution_engine
     try:
         engine.queue_callback(on_end)
     except RuntimeError as err:  # not inside a backward pass after all

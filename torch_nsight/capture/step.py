@@ -21,10 +21,15 @@ import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
+
+if TYPE_CHECKING:
+    from torch_nsight.capture.embed import CallsCarrier
+    from torch_nsight.capture.timeline import TimelineSession
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +82,7 @@ def _chosen(environ: Mapping[str, str]) -> range | None:
         return None
 
 
-def _carriers() -> list[object]:
+def _carriers() -> list[CallsCarrier]:
     """The calls carriers of the active instrumentations (see torch_nsight.capture.embed)."""
     from torch_nsight.capture.instrument import active_instrumentations
 
@@ -112,7 +117,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._handles: list[object] = []
         self._environ = os.environ if environ is None else environ
         self._emitter = emitter
-        self._session: object | None = None
+        self._session: TimelineSession | None = None
         self._window = False
 
     @property
@@ -135,7 +140,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             from torch_nsight.capture.timeline import session
 
             self._session = session(folder, chosen[-1] if chosen else self.index)
-            self._session.enter(self.index)  # type: ignore[attr-defined]
+            self._session.enter(self.index)
         elif folder and chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
             from torch_nsight.capture.timeline import pace
 
@@ -151,7 +156,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  trace: TracebackType | None) -> None:
         if self._session is not None:
-            self._session.exit(self.index)  # type: ignore[attr-defined]
+            self._session.exit(self.index)
             self._session = None
         if self._handles:
             for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order

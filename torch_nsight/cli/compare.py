@@ -175,7 +175,7 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str) -> str:
                        + _text(r["module"]))
     else:
         headers += ["module", "kernel"]
-        columns += [lambda r: _text(r["path"]),
+        columns += [lambda r: _text(r["module_path"]),
                     lambda r: _text(r["kernel"]) if fmt == "markdown"
                     else shorten(_text(r["kernel"]), KERNEL_WIDTH)]
     headers += ["dir", "baseline µs", "current µs", "change %", "verdict", "bound",

@@ -336,8 +336,8 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     def note(text: str) -> None:
         print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
                             break_on_hyphens=False, break_long_words=False), file=stream)
-    runs = runs_per_label(profile.kernels)["runs"] if len(profile.kernels) else []
-    if len(runs) and runs.max() > 1:
+    runs = runs_per_label(profile.kernels)["runs"] if len(profile.kernels) else None
+    if runs is not None and len(runs) and runs.max() > 1:
         counts = ", ".join(str(n) for n in sorted(set(runs.tolist())))
         note(f"times are means over {counts} runs, ± the half-width of their 95% confidence "
              f"interval (column ci95_ns; stable when within {STABLE_CI_PCT:g}% of the mean)")

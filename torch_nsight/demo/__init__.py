@@ -11,11 +11,15 @@ Importing this package imports neither torch nor pandas.
 
 from __future__ import annotations
 
+import sys
 from importlib.resources import files
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from importlib.resources.abc import Traversable
+    if sys.version_info >= (3, 11):
+        from importlib.resources.abc import Traversable
+    else:  # Python 3.10 has it in importlib.abc only
+        from importlib.abc import Traversable
 
 __all__ = ["RECORDED_REPORT", "RECORDED_WHAT", "recorded_report"]
 

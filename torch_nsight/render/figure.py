@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
+from torch_nsight.vocabulary import UNATTRIBUTED, path_parent
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -105,14 +105,14 @@ def label_modules(tree: pd.DataFrame) -> list[str]:
     adds, say) is labelled :func:`own_kernels`; any other module by its name.
 
     Args:
-        tree: rows of :func:`torch_nsight.analyze.module_tree` (``module``, ``path``).
+        tree: rows of :func:`torch_nsight.analyze.module_tree` (``module``, ``module_path``).
 
     Returns:
         One label per row, in order.
     """
-    parents = {path.rsplit(PATH_SEP, 1)[0] for path in tree["path"] if PATH_SEP in path}
+    parents = {path_parent(path) for path in tree["module_path"]}
     return [own_kernels(module) if path in parents else module
-            for module, path in zip(tree["module"], tree["path"], strict=True)]
+            for module, path in zip(tree["module"], tree["module_path"], strict=True)]
 
 
 def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:

@@ -14,12 +14,19 @@ from torch_nsight.render.fit import fit_columns, terminal_width
 from torch_nsight.render.units import MISSING, format_us, is_missing
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pandas as pd
 
     from torch_nsight.render.columns import Column
 
 def _text(value: object) -> str:
     return MISSING if is_missing(value) and not isinstance(value, str) else str(value)
+
+
+def _label_cell(label: str) -> Callable[[pd.Series], str]:
+    """The cell of the ``label`` column (variant, shape)."""
+    return lambda r: _text(r[label])
 
 
 def _labels(kernels: pd.DataFrame) -> list[str]:
@@ -39,7 +46,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         The columns, in order.
     """
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
-    columns += [(label, lambda r, c=label: _text(r[c]), "left") for label in _labels(kernels)]
+    columns += [(label, _label_cell(label), "left") for label in _labels(kernels)]
     return [
         *columns,
         ("module", lambda r: cut(module_cell(r), 36), "left"),
@@ -80,11 +87,11 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     kernels = frame if kernels is None else kernels
     labels = _labels(kernels)
     if markdown:
-        rows = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
-                 format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
-                 _text(r["evidence"]), _text(r["fix"])]
-                for i, (_, r) in enumerate(frame.iterrows())]
-        table = tabulate(rows, headers=["#", "module", "dir", "finding", "gain µs", "basis",
+        cells = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
+                  format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
+                  _text(r["evidence"]), _text(r["fix"])]
+                 for i, (_, r) in enumerate(frame.iterrows())]
+        table = tabulate(cells, headers=["#", "module", "dir", "finding", "gain µs", "basis",
                                         "evidence", "fix"], tablefmt="pipe",
                          disable_numparse=True)
         return f"{title}\n\n{table}"

@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 
 __all__ = ["terminal_width", "fit_columns", "DEFAULT_WIDTH"]
 
@@ -93,8 +94,7 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
         for name in wrap:
             narrow(name, floor, lambda text, limit: _wrapped(text.replace("\n", " "), limit))
         for name in cut:
-            narrow(name, MIN_WRAP, lambda text, limit, end=name in keep_end: _cut(
-                text, limit, keep_end=end))
+            narrow(name, MIN_WRAP, partial(_cut, keep_end=name in keep_end))
     return headers, rows, aligns
 
 

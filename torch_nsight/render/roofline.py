@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator
 
-from torch_nsight.analyze.attribute import PATH_SEP, UNATTRIBUTED
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.render.figure import (
     PathArg,
@@ -32,6 +31,7 @@ from torch_nsight.render.figure import (
     save_figure,
 )
 from torch_nsight.render.units import format_rate
+from torch_nsight.vocabulary import UNATTRIBUTED, split_path
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -57,7 +57,7 @@ def top_level_module(module_path: Any) -> str:
     """
     if not isinstance(module_path, str) or module_path == UNATTRIBUTED:
         return UNATTRIBUTED
-    parts = module_path.split(PATH_SEP)
+    parts = split_path(module_path)
     return parts[1] if len(parts) > 1 else own_kernels(parts[0])
 
 
@@ -137,7 +137,8 @@ def compute_roofs(kernels: pd.DataFrame) -> dict[tuple[str, ...], float]:
         if shared is None:
             roofs[(precision,)] = peak
         else:
-            roofs[(*shared, precision)] = roofs.pop(shared)
+            # not roofs[(*shared, precision)]: mypy (target 3.10) takes it for 3.11's x[*a]
+            roofs[shared + (precision,)] = roofs.pop(shared)
     return dict(sorted(roofs.items(), key=lambda item: -item[1]))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 from matplotlib.axes import Axes
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-VARIANT_STYLES: tuple[str, ...] = ("-", "--", ":", "-.")
+VARIANT_STYLES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
 MARKERS: tuple[str, ...] = ("o", "s", "^", "D")
 NO_LABEL = "(unlabelled)"
 
@@ -61,7 +61,7 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
         return pd.DataFrame(columns=["variant", "shape", "module", "time_ns", "ci95_ns"])
     tree = tree[tree["exclusive_ns"] > 0].copy()
     tree["module"] = label_modules(tree)
-    names = dict(zip(tree["path"], tree["module"], strict=True))
+    names = dict(zip(tree["module_path"], tree["module"], strict=True))
     tree["variant"] = tree["variant"].map(_label)
     tree["shape"] = tree["shape"].map(_label)
     out = (tree.groupby(["variant", "shape", "module"], sort=False)["exclusive_ns"].sum()
@@ -103,7 +103,8 @@ def _draw_lines(ax: Axes, frame: pd.DataFrame, shapes: list[str], variants: list
         if (errors > 0).any():  # several runs: the 95% interval of each point
             bars = ax.errorbar(range(len(shapes)), times.to_numpy(float) / 1e3, yerr=errors,
                                fmt="none", ecolor=colors[module], capsize=3, linewidth=1)
-            bars.set_gid("module-time-ci95")
+            for artist in bars.get_children():  # a container holds no gid: its artists do
+                artist.set_gid("module-time-ci95")
     ax.set_xticks(range(len(shapes)), shapes, rotation=30 if len(shapes) > 6 else 0)
     ax.set_xlim(-0.3, len(shapes) - 0.7)
     ax.set_ylim(bottom=0)

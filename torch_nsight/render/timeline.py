@@ -391,7 +391,7 @@ def timeline_figure(profile: Profile, *, shape: str | None = None, run: int | No
     lanes = [*step.cpu_lanes, *step.gpu_lanes]
     # Room above the GPU lanes (under the CPU lanes) for the gap labels.
     band = 0.9 if step.cpu_lanes or len(step.gaps) else 0.0
-    y_of = {lane: i for i, lane in enumerate(step.cpu_lanes)}
+    y_of: dict[str, float] = {lane: i for i, lane in enumerate(step.cpu_lanes)}
     y_of.update({lane: len(step.cpu_lanes) + band + i for i, lane in enumerate(step.gpu_lanes)})
     wall_ms = float(step.row["end_ns"] - step.row["start_ns"]) / 1e6
     edges = [0.0, wall_ms, *frame["start_ms"], *frame["end_ms"], *frame["launch_ms"].dropna()]

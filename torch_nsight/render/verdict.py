@@ -11,13 +11,15 @@ from torch_nsight.render.fit import terminal_width
 from torch_nsight.render.units import format_duration
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from torch_nsight.profile import Profile
 
 #: Findings shown per shape under its verdict.
 FINDINGS_SHOWN = 3
 
 
-def _step_noise(row: object) -> str:
+def _step_noise(row: pd.Series) -> str:
     """How much the profiled steps' times vary (torch_nsight.analyze.spread)."""
     from torch_nsight.analyze.spread import STABLE_CI_PCT
 

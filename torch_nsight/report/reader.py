@@ -22,7 +22,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch_nsight import naming
 from torch_nsight.errors import ReportError
@@ -309,7 +309,7 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _fork_context() -> multiprocessing.context.BaseContext | None:
+def _fork_context() -> multiprocessing.context.ForkContext | None:
     if sys.platform != "linux":
         return None
     return multiprocessing.get_context("fork")
@@ -390,7 +390,9 @@ def read_in_workers(context: Any, positions: list[tuple[int, int]],
                 process.start()
                 sender.close()
                 running[receiver] = (chunk, process)
-            for receiver in multiprocessing.connection.wait(list(running)):
+            # wait() returns those of the receiving ends given it that are ready
+            ready = multiprocessing.connection.wait(list(running))
+            for receiver in cast("list[multiprocessing.connection.Connection]", ready):
                 chunk, process = running.pop(receiver)
                 try:
                     parts[chunk] = receiver.recv()

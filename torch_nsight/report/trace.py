@@ -41,8 +41,6 @@ from torch_nsight.report.table import RAW_COLUMNS
 
 logger = logging.getLogger(__name__)
 
-#: Prefix of torch_nsight's annotations (see capture.emitter.RECORD_PREFIX; no torch here).
-RECORD_PREFIX = f"{naming.DOMAIN}/"
 #: Idle intervals shorter than this are not gaps (a launch's own latency is ~2-5 µs).
 MIN_GAP_NS = 1000.0
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
@@ -198,22 +196,22 @@ def parse_trace(document: Mapping[str, Any], source: str,
     annotations = [e for e in events if e.get("cat") == "user_annotation"]
     # the fast path of record_function files its ranges as cpu_op events
     ours = [e for e in events if e.get("cat") in ("user_annotation", "cpu_op")
-            and str(e.get("name", "")).startswith(RECORD_PREFIX)]
-    maps = read_maps([e["name"][len(RECORD_PREFIX):] for e in ours if e["name"].startswith(
-        RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)], source)
+            and str(e.get("name", "")).startswith(naming.RECORD_PREFIX)]
+    maps = read_maps([e["name"][len(naming.RECORD_PREFIX):] for e in ours if e["name"].startswith(
+        naming.RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)], source)
     ours = [e for e in ours
-            if not e["name"].startswith(RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)]
+            if not e["name"].startswith(naming.RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)]
     labels = []
     for event in ours:
-        message = event["name"][len(RECORD_PREFIX):]
+        message = event["name"][len(naming.RECORD_PREFIX):]
         if naming.parse_measure_range(message):
             labels.append((_ns(event), _ns(event) + _ns(event, "dur"), message, event))
     labels.sort()
     label_starts = [label[0] for label in labels]
     stacks = _by_thread(e for e in ours
-                        if not naming.parse_measure_range(e["name"][len(RECORD_PREFIX):]))
+                        if not naming.parse_measure_range(e["name"][len(naming.RECORD_PREFIX):]))
     others = _by_thread(e for e in annotations
-                        if not str(e.get("name", "")).startswith(RECORD_PREFIX))
+                        if not str(e.get("name", "")).startswith(naming.RECORD_PREFIX))
 
     def label_at(t: float) -> tuple[float, float, str, Any] | None:
         index = bisect.bisect_right(label_starts, t) - 1
@@ -225,14 +223,14 @@ def parse_trace(document: Mapping[str, Any], source: str,
             enumerate(document.get("deviceProperties") or []) if isinstance(p, dict)}
     rows = []
     for event in events:
-        kind = GPU_CATEGORIES.get(event.get("cat"))
+        kind = GPU_CATEGORIES.get(event.get("cat", ""))
         if kind is None:
             continue
         args = event.get("args") or {}
         call = calls.get(args.get("correlation"))
         launch = _ns(call) if call is not None else float("nan")
         thread = call.get("tid") if call is not None else None
-        stack = (tuple(m[len(RECORD_PREFIX):] for m in stacks[thread].open_at(launch))
+        stack = (tuple(m[len(naming.RECORD_PREFIX):] for m in stacks[thread].open_at(launch))
                  if call is not None and thread in stacks else ())
         other = (tuple(others[thread].open_at(launch))
                  if call is not None and thread in others else ())
@@ -371,5 +369,5 @@ def _gap(source: str, variant: str | None, shape: str | None, run: int, start: f
     doing = cpu.open_at((start + end) / 2) if cpu is not None else []
     return {"source": source, "variant": variant, "shape": shape, "run": run, "kind": "gap",
             "start_ns": start, "end_ns": end,
-            "cpu": doing[-1].removeprefix(RECORD_PREFIX) if doing else "",
+            "cpu": doing[-1].removeprefix(naming.RECORD_PREFIX) if doing else "",
             "prev_module": previous, "next_module": following}

@@ -140,6 +140,7 @@ class _Recorder:
         return self.local.stack
 
     def _open(self, name: str, direction: str) -> None:
+        start: torch.cuda.Event | float
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -265,7 +266,8 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
         times = recorder.times_ms()
     finally:
         recorder.remove()
-    verified, mismatches = [], []
+    verified: list[list[str]] = []
+    mismatches: list[str] = []
     for names in candidates:
         by_signature: dict[tuple[Any, ...], list[str]] = {}
         for name in names:

@@ -415,7 +415,7 @@ def _run_in(folder: Path, timeout: float) -> list[CheckResult]:
     nvtx = _guarded("nvtx", check_nvtx)
     results.append(nvtx)
     what = "NVTX ranges reach the report"
-    if opened.status != "ok":
+    if opened.status != "ok" or report is None:  # (no report: `opened` was skipped)
         ranges = _skip("nvtx_ranges", what, "needs a GPU" if gpu.status != "ok"
                        else "needs a readable report")
     elif nvtx.status != "ok":

@@ -40,9 +40,10 @@ def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
         elif item.get("status") == "stopped" and outcome.stopped:  # why the parent stopped it
             item.update(error=f"stopped because {outcome.stopped}")
     if not items and not results.get("finished"):
+        planned: list[tuple[str | None, str | None]] = list(outcome.spec.planned)
         items = [{"variant": variant or None, "shape": shape, "status": "failed", "error": died,
                   "child": outcome.spec.name}
-                 for variant, shape in outcome.spec.planned or [(None, None)]]
+                 for variant, shape in planned or [(None, None)]]
     return items
 
 

@@ -116,7 +116,8 @@ def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dty
                    backward=backward, dtype=jobs.normalize_dtype(dtype), warmup=warmup,
                    repeats=repeats, ops=ops if isinstance(ops, (bool, str)) else sorted(ops),
                    replicate=replicate, settings=user_settings(), record_calls=record_calls)
-    visible = [_visible_device(d) for d in devices] if devices is not None else [None]
+    visible: list[str | None] = ([_visible_device(d) for d in devices] if devices is not None
+                                 else [None])
     ncu_path = metrics = None
     if profiler == "ncu":
         ncu_path = ncu_cli.find_ncu(ncu)

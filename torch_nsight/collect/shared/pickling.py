@@ -87,7 +87,7 @@ class ModulePickler(cloudpickle.CloudPickler):
 
             data = torch.empty(0, dtype=torch.uint8, device=untyped.device).set_(untyped)
             self._written[key] = (self._side.tell(), untyped.nbytes())
-            self._side.write(memoryview(data.cpu().numpy()))
+            self._side.write(data.cpu().numpy().data)  # a memoryview of the array
         offset, nbytes = self._written[key]
         return SIDE_FILE_STORAGE, self._side.name, offset, nbytes, obj.dtype
 
@@ -110,7 +110,7 @@ class _SideFileUnpickler(pickle.Unpickler):
             data = torch.empty(nbytes, dtype=torch.uint8)
             with open(path, "rb") as handle:
                 handle.seek(offset)
-                if handle.readinto(memoryview(data.numpy())) != nbytes:
+                if handle.readinto(data.numpy().data) != nbytes:
                     raise pickle.UnpicklingError(f"{path} ends before the tensor data it "
                                                  f"should hold at {offset} (+{nbytes} bytes)")
             self._storages[path, offset] = data.untyped_storage()

@@ -1,0 +1,107 @@
+"""The table vocabulary every stage speaks: label and join keys, module paths and the TF32
+reading of the recorded settings. Stage-neutral: no torch, no pandas, so capture, report,
+analyze and render all import it and none spells another's column in a fresh string.
+
+A module path joins the qualified names of the module ranges around a kernel, outermost
+first, with :data:`PATH_SEP`::
+
+    GPT2LMHeadModel/transformer/transformer.h.0/transformer.h.0.attn
+
+(the root range is the model's class name; every other part is the module's name in
+``model.named_modules()``). A kernel outside every module range has the path
+:data:`UNATTRIBUTED`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+#: The module path (and module) of kernels that ran outside every module range.
+UNATTRIBUTED = "(unattributed)"
+#: Joins the module names of a module path.
+PATH_SEP = "/"
+#: Joins the non-module ranges around a kernel into its ``context`` text.
+CONTEXT_SEP = " / "
+
+#: What tells one profiled input apart from another: the variant and the shape label.
+LABELS = ("variant", "shape")
+#: One site of the model: where a kernel ran (labels, module, pass, named op).
+SITE_KEYS = (*LABELS, "module", "module_path", "direction", "op")
+#: How a kernel meets the calls table (the module by its path, not its short name).
+JOIN_KEYS = (*LABELS, "module_path", "direction", "op")
+#: One kernel at one site: the rows of hotspots.
+KERNEL_KEYS = (*SITE_KEYS, "kernel")
+
+#: The columns of every finding table (our checks, Nsight Compute's rules, the timeline's
+#: verdicts): where, what, the evidence, the fix, its estimated gain per run and on what
+#: that estimate rests.
+FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
+                   "gain_basis", "confidence")
+
+
+def join_path(parts: Iterable[str]) -> str:
+    """The module path of ``parts`` (outermost first)."""
+    return PATH_SEP.join(parts)
+
+
+def split_path(path: str) -> list[str]:
+    """The module names of ``path``, outermost first."""
+    return path.split(PATH_SEP)
+
+
+def path_prefix(path: str, depth: int) -> str:
+    """``path`` cut after its module at ``depth`` (0: the root); :data:`UNATTRIBUTED` stays."""
+    if path == UNATTRIBUTED:
+        return path
+    return join_path(split_path(path)[: depth + 1])
+
+
+def ancestors(path: str) -> list[str]:
+    """The paths of every module on ``path``, the root first and ``path`` itself last."""
+    parts = split_path(path)
+    return [join_path(parts[: level + 1]) for level in range(len(parts))]
+
+
+def path_depth(path: str) -> int:
+    """How deep the innermost module of ``path`` lies (0: the root)."""
+    return path.count(PATH_SEP)
+
+
+def path_leaf(path: str) -> str:
+    """The innermost module name of ``path``."""
+    return path.rsplit(PATH_SEP, 1)[-1]
+
+
+def path_parent(path: str) -> str | None:
+    """``path`` without its innermost module; None for a root."""
+    return path.rsplit(PATH_SEP, 1)[0] if PATH_SEP in path else None
+
+
+# The fp32_precision tree of PyTorch 2.9 and later: a node set to "none" inherits its
+# parent's value; only when every node says "none" (or was not recorded) do the legacy
+# switches decide.
+_PRECISION_NODES = {
+    "matmul": ("cuda.matmul.fp32_precision", "fp32_precision"),
+    "conv": ("cudnn.conv.fp32_precision", "cudnn.fp32_precision", "fp32_precision"),
+    "rnn": ("cudnn.rnn.fp32_precision", "cudnn.fp32_precision", "fp32_precision"),
+}
+
+
+def tf32_enabled(settings: Mapping[str, Any], op: Literal["matmul", "conv", "rnn"]
+                 ) -> bool | None:
+    """Whether float32 ``op`` runs on TF32 tensor cores under the recorded ``settings``
+    (:func:`torch_nsight.capture.settings.read_settings`); None when they do not say.
+
+    Honours both PyTorch APIs: the ``fp32_precision`` tree (``"tf32"`` or ``"ieee"``,
+    ``"none"`` inherits) and the legacy ``allow_tf32`` switches with
+    ``set_float32_matmul_precision("high" | "medium")`` for matmuls.
+    """
+    for key in _PRECISION_NODES[op]:
+        value = settings.get(key)
+        if value is not None and value != "none":
+            return value == "tf32"
+    if op == "matmul" and settings.get("float32_matmul_precision") in ("high", "medium"):
+        return True
+    legacy = settings.get("cuda.matmul.allow_tf32" if op == "matmul" else "cudnn.allow_tf32")
+    return legacy if isinstance(legacy, bool) else None
