@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from torch_nsight.errors import ReportError
-from torch_nsight.profile import KERNEL_COLUMNS, Profile, load
+from torch_nsight.loading import load
+from torch_nsight.profile import KERNEL_COLUMNS, Profile
 
 DATA = Path(__file__).resolve().parent / "data"
 SWEEP = DATA / "llama_block_sweep.ncu-rep.xz"

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from torch_nsight.capture.step import step
     from torch_nsight.collect import sweep
     from torch_nsight.collect.timeline import timeline
-    from torch_nsight.profile import Profile, load
+    from torch_nsight.loading import load
+    from torch_nsight.profile import Profile
 
 __version__ = "0.1.0"
 
@@ -60,7 +61,7 @@ __all__ = [
 _LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.capture",
          "step": "torch_nsight.capture.step",
          "sweep": "torch_nsight.collect", "timeline": "torch_nsight.collect.timeline",
-         "load": "torch_nsight.profile",
+         "load": "torch_nsight.loading",
          "Profile": "torch_nsight.profile"}
 
 

@@ -1,12 +1,11 @@
-"""The one record that passes between stages, and :func:`load`, its front door.
+"""The one record that passes between stages.
 
 A :class:`Profile` is a kernel table, an optional calls table (torch-level ops with their
 shapes) and a typed :class:`~torch_nsight.record.ProfileMeta`. It is not changed once
 built: steps that add rows or columns return a new Profile. Counts, coverage, shapes,
 variants and GPUs are derived from the tables when asked, so they never go stale.
-:func:`load` reads any source in the registry of :mod:`torch_nsight.report.sources`
-(Nsight Compute reports, saved profiles, sweep directories), runs the analysis passes and
-returns a Profile; renderers and the CLI receive it and nothing else.
+:func:`torch_nsight.loading.load`, its front door, builds one from any source; renderers
+and the CLI receive it and nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import dataclasses
 import html
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -23,11 +22,11 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as steps
-from torch_nsight.analyze.rollup import runs_per_label
+from torch_nsight.analyze.frames import filled, runs_per_group
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
-from torch_nsight.report.sources import ReadOptions, SourceData, expand_paths, read_source
+from torch_nsight.vocabulary import LABELS
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +44,8 @@ KERNEL_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _order(kernels: pd.DataFrame) -> pd.DataFrame:
+def order_columns(kernels: pd.DataFrame) -> pd.DataFrame:
+    """``kernels`` with :data:`KERNEL_COLUMNS` first (added, empty, where missing)."""
     for column in KERNEL_COLUMNS:
         if column not in kernels:
             kernels[column] = None if column in ("replicated_from", "rank") else float("nan")
@@ -254,7 +254,7 @@ class Profile:
 
     def with_kernels(self, kernels: pd.DataFrame) -> Profile:
         """Return a new profile with another kernel table and the same metadata and calls."""
-        return dataclasses.replace(self, kernels=_order(kernels.copy()))
+        return dataclasses.replace(self, kernels=order_columns(kernels.copy()))
 
     # --- display ----------------------------------------------------------------------------
     def describe(self) -> str:
@@ -268,7 +268,7 @@ class Profile:
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
         settings = describe_settings(self.meta.settings)
-        runs = runs_per_label(self.kernels)["runs"] if len(self.kernels) else None
+        runs = runs_per_group(self.kernels, LABELS)["runs"] if len(self.kernels) else None
         most = runs.max() if runs is not None and len(runs) else 0
         count = (f"{len(self.kernels)} kernel launches over {int(most)} runs" if most > 1
                  else f"{len(self.kernels)} kernels")
@@ -363,7 +363,7 @@ class Profile:
             ReportError: the file is missing or was not written by :meth:`save`.
         """
         kernels, calls, meta = saved.read_profile(path)
-        return cls(_order(kernels), meta, calls, saved.read_timeline(path))
+        return cls(order_columns(kernels), meta, calls, saved.read_timeline(path))
 
     @classmethod
     def concat(cls, profiles: Iterable[Profile]) -> Profile:
@@ -388,11 +388,11 @@ class Profile:
         kernels = pd.concat([p.kernels for p in profiles], ignore_index=True)
         calls = [p.calls for p in profiles if p.calls is not None]
         timelines = [p.timeline for p in profiles if p.timeline is not None]
-        joined = cls(_order(kernels), ProfileMeta.merge(p.meta for p in profiles),
+        joined = cls(order_columns(kernels), ProfileMeta.merge(p.meta for p in profiles),
                      pd.concat(calls, ignore_index=True) if calls else None,
                      pd.concat(timelines, ignore_index=True) if timelines else None)
-        _warn_if_mixed(joined)
-        keys = [_label_keys(p.kernels) for p in profiles]
+        warn_if_mixed(joined)
+        keys = [label_keys(p.kernels) for p in profiles]
         shared = set().union(*(a & b for i, a in enumerate(keys) for b in keys[i + 1:]))
         if shared:
             logger.warning("joined profiles share (variant, shape) labels %s: their rows are "
@@ -411,7 +411,8 @@ def _html_rows(frame: pd.DataFrame, cells: dict[str, Any]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _warn_if_mixed(profile: Profile) -> None:
+def warn_if_mixed(profile: Profile) -> None:
+    """Log a warning when ``profile`` joins rows of different GPUs or metric sets."""
     for what, values in (("GPUs", profile.gpus), ("metric sets", profile.metric_sets)):
         if len(values) > 1:
             logger.warning("this profile joins rows from different %s (%s): compare them "
@@ -419,179 +420,12 @@ def _warn_if_mixed(profile: Profile) -> None:
                            what, ", ".join(map(str, values)))
 
 
-def _paths(paths: PathArg | Iterable[PathArg]) -> list[Path]:
-    if isinstance(paths, (str, os.PathLike)):
-        return [Path(paths)]
-    if not isinstance(paths, Iterable):
-        raise TypeError(f"paths must be a path or an iterable of paths, got "
-                        f"{type(paths).__name__}")
-    out = []
-    for item in paths:
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(f"paths must hold str or os.PathLike items, got "
-                            f"{type(item).__name__}")
-        out.append(Path(item))
-    if not out:
-        raise ValueError("paths is empty: pass at least one report, saved profile or sweep "
-                         "directory")
-    return out
-
-
-def _label_of(path: Path) -> str:
-    name = path.name
-    for suffix in (".ncu-rep.xz", ".ncu-rep", ".parquet"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _check_labels(labels: Any, files: list[Path]) -> list[str] | None:
-    if labels is None:
-        return None
-    if isinstance(labels, str) or not all(isinstance(s, str) for s in labels):
-        raise TypeError("labels must be a sequence of str, one per path")
-    if len(labels) != len(files):
-        raise ValueError(f"labels has {len(labels)} labels for {len(files)} paths")
-    return list(labels)
-
-
-def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = None,
-         shapes: Sequence[str] | None = None, calls: PathArg | None = None,
-         cache: bool = True, cache_dir: PathArg | None = None) -> Profile:
-    """Read reports, saved profiles and sweep directories into one analysed :class:`Profile`.
-
-    Args:
-        paths: one or several of: an Nsight Compute report (``.ncu-rep``, ``.ncu-rep.xz``;
-            a ``NAME.calls.json`` beside ``NAME.ncu-rep`` is read as its calls table), a
-            profile saved by :meth:`Profile.save` (``.parquet``), a sweep's output
-            directory (every row, replicated layers included), or a folder of reports.
-        labels: a label per path: rows without a shape label get it as their ``shape``;
-            rows with one (from a sweep) get it as their ``variant``, so that two runs of
-            one shape stay apart. Without it, sources whose labels would collide are
-            labelled by file name: different runs are never averaged together silently.
-            Give two paths the same label to average them as runs of one thing.
-        shapes: the former name of ``labels``.
-        calls: a calls file (``instrument(model, record_calls=PATH)``) for reports recorded
-            by hand, when it is not beside the report.
-        cache: keep each report's tidy table in a cache so that the next load is fast
-            (see :mod:`torch_nsight.report.cache`).
-        cache_dir: where caches go; default beside each report (skipped quietly where that
-            folder is read-only), or ``$TORCH_NSIGHT_CACHE_DIR`` when set.
-
-    Returns:
-        The profile.
-
-    Raises:
-        TypeError: an argument has the wrong type.
-        ValueError: ``paths`` is empty, ``labels`` has a different length, or ``calls`` is
-            given with more than one path.
-        ReportError: a file is missing, unreadable, or not a source torch_nsight reads.
-        MissingMetricError: a source lacks a column the analysis needs.
-    """
-    if labels is not None and shapes is not None:
-        raise TypeError("pass labels or shapes (its former name), not both")
-    files = _paths(paths)
-    expanded = expand_paths(files)
-    given = labels if labels is not None else shapes
-    if given is not None and len(expanded) != len(files):
-        raise ValueError("labels name one source each, but a folder of reports was given: "
-                         "pass its files one by one with a label each")
-    given = _check_labels(given, expanded)
-    files = expanded
-    options = ReadOptions(cache=cache, cache_dir=cache_dir)
-    parts = [read_source(file, options) for file in _progress(files)]
-    if calls is not None:
-        if len(parts) != 1 or parts[0].analyzed:
-            raise ValueError("calls= gives the calls file of one report recorded by hand: pass "
-                             "that single .ncu-rep with it (a calls file beside each report, "
-                             "NAME.calls.json next to NAME.ncu-rep, is read without calls=)")
-        from torch_nsight.report.sources import read_calls
-
-        # the file given replaces a table the report carries (the same iteration, recorded
-        # once: instrument(record_calls=PATH) under ncu writes both)
-        parts[0].calls = read_calls(Path(calls))
-    tables = [_analysed(part) for part in parts]
-    call_tables = [None if p.calls is None or p.calls.empty
-                   else p.calls if p.analyzed else steps.attribute_calls(p.calls)
-                   for p in parts]
-    chosen = given if given is not None else _auto_labels(files, tables)
-    sources: list[Source] = []
-    timelines = [part.timeline for part in parts]
-    for index, (part, label) in enumerate(zip(parts, chosen, strict=True)):
-        sources.extend(dataclasses.replace(s, label=label) if label else s for s in part.sources)
-        if label:
-            tables[index] = steps.label_rows(tables[index], label)
-            if call_tables[index] is not None:
-                call_tables[index] = steps.label_rows(call_tables[index], label)
-            if timelines[index] is not None:
-                timelines[index] = steps.label_rows(timelines[index], label)
-    kernels = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
-    kept_calls = [c for c in call_tables if c is not None]
-    meta = ProfileMeta.merge(ProfileMeta(tuple(part.sources), tuple(part.sweeps),
-                                         dict(part.settings)) for part in parts)
-    meta = dataclasses.replace(meta, sources=tuple(sources))
-    kept_timelines = [t for t in timelines if t is not None]
-    profile = Profile(_order(kernels), meta,
-                      pd.concat(kept_calls, ignore_index=True) if kept_calls else None,
-                      pd.concat(kept_timelines, ignore_index=True) if kept_timelines else None)
-    for note in profile.notes:
-        logger.warning("%s", note)
-    _warn_if_mixed(profile)
-    if len(profile.kernels):
-        logger.info("loaded %d kernels from %d source(s); %.0f%% of GPU time attributed",
-                    len(profile.kernels), len(files), 100 * profile.coverage)
-    else:
-        logger.info("loaded no kernels from %d source(s)", len(files))
-    return profile
-
-
-def _progress(files: list[Path]) -> Iterable[Path]:
-    """``files``, with a progress bar on a terminal or in a notebook when there are many."""
-    if len(files) < 4:
-        return files
-    from tqdm.auto import tqdm
-
-    return tqdm(files, desc="torch_nsight load", unit="source", disable=None, leave=False)
-
-
-def _analysed(part: SourceData) -> pd.DataFrame:
-    """The analysed kernel table of one source, with its provenance columns."""
-    if part.analyzed:
-        return part.kernels.copy()
-    calls = steps.attribute_calls(part.calls) if part.calls is not None and len(part.calls) \
-        else None
-    kernels = steps.analyze(part.kernels, part.replication, calls=calls,
-                            settings=part.settings)
-    by_path = {s.path: s.metric_set for s in part.sources}
-    kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
-    return kernels
-
-
-def _label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
+def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
     """(variant, shape, rank) of the rows: the reports of a distributed run's ranks share
     shape labels and are told apart by their ``rank`` column, not by file name."""
     keys = table.reindex(columns=["variant", "shape", "rank"]).astype(object)
-    keys = keys.where(keys.notna(), "")
+    keys = filled(keys)
     return set(map(tuple, keys.drop_duplicates().to_numpy()))
 
 
-def _auto_labels(files: list[Path], tables: list[pd.DataFrame]) -> list[str | None]:
-    """Labels for sources whose (variant, shape) labels collide with another source's: the
-    file's name, so that different runs are never averaged together silently."""
-    keys = [_label_keys(t) for t in tables]
-    labels: list[str | None] = [None] * len(tables)
-    for i, mine in enumerate(keys):
-        if any(mine & other for j, other in enumerate(keys) if j != i):
-            labels[i] = _label_of(files[i])
-    named = [label for label in labels if label]
-    for i, label in enumerate(labels):
-        if label and named.count(label) > 1:
-            labels[i] = f"{label}#{i}"
-    if named:
-        logger.info("sources share shape labels; told apart by file name: %s",
-                    ", ".join(f"{files[i].name} -> {labels[i]}" for i in range(len(files))
-                              if labels[i]))
-    return labels
-
-
-__all__ = ["Profile", "load", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]
+__all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]

@@ -16,7 +16,8 @@ import pytest
 
 from torch_nsight.analyze import sol_title
 from torch_nsight.analyze.classify import TITLE_BOUND
-from torch_nsight.profile import Profile, load
+from torch_nsight.loading import load
+from torch_nsight.profile import Profile
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CONVNET = DATA / "convnet_fwd.ncu-rep.xz"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.frames import filled
 from torch_nsight.vocabulary import JOIN_KEYS, tf32_enabled
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
@@ -30,7 +31,7 @@ PRECISION_COLUMN = {"tensor_bf16": "tensor_bf16_flops", "tensor_fp16": "tensor_f
 def _joined(frame: pd.DataFrame) -> pd.Series:
     """The join keys of each row as one string (missing keys empty)."""
     keys = frame.reindex(columns=list(JOIN_KEYS)).astype(object)
-    keys = keys.where(keys.notna(), "").astype(str)
+    keys = filled(keys).astype(str)
     return keys.agg("\x1f".join, axis=1) if len(keys) else pd.Series([], dtype=object)
 
 
@@ -76,7 +77,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     """
     out = df.copy()
     # numpy's stubs take no None for an array (it is one: an object array)
-    basis = np.where(out["flops"].notna(), "counters", None)  # type: ignore[call-overload]
+    basis = np.where(out["flops"].isna(), None, "counters")  # type: ignore[call-overload]
     out["flops_basis"] = basis
     missing = out["flops"].isna()
     if calls is None or calls.empty or not missing.any() or "flops" not in calls:

@@ -30,5 +30,5 @@ def attribute_calls(calls: pd.DataFrame) -> pd.DataFrame:
     out = attribute(calls)
     for column in ("variant", "shape"):
         if column in calls:
-            out[column] = out[column].where(out[column].notna(), calls[column])
+            out[column] = out[column].mask(out[column].isna(), calls[column])
     return out.drop(columns=["run", "context"], errors="ignore")

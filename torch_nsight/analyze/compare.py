@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.hotspots import kernel_hotspots
 from torch_nsight.analyze.rollup import blank_to_none, module_tree
 
@@ -45,7 +46,7 @@ def normalize(df: pd.DataFrame, baseline: str) -> pd.DataFrame:
                                  ("baseline_ns", "speedup")])
     keys = ["shape", "level", "direction", "module_path", "op", "kernel"]
     for column in keys:
-        rows[column] = rows[column].astype(object).where(rows[column].notna(), "")
+        rows[column] = filled(rows[column])
     base = (rows[rows["variant"] == baseline].loc[:, [*keys, "duration_ns"]]
             .rename(columns={"duration_ns": "baseline_ns"}))
     out = rows.merge(base, on=keys, how="left")

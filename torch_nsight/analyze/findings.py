@@ -21,7 +21,8 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
-from torch_nsight.analyze.rollup import blank_to_none, runs_per_label
+from torch_nsight.analyze.frames import filled, keyed, runs_per_group
+from torch_nsight.analyze.rollup import blank_to_none
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
 from torch_nsight.analyze.timeline import timeline_findings
@@ -109,14 +110,12 @@ def _prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     """Kernel rows (no copies or memsets) with blank keys ``""``, numbers as floats and each
     row's ``runs``: the number of (source, run) pairs of its (variant, shape)."""
     kernels = kernels.reset_index(drop=True)
-    work = kernels.reindex(columns=[*SITE_KEYS, "source", "run", *_NUMERIC, *_TEXT])
+    work = keyed(kernels, [*SITE_KEYS, "source", "run", *_TEXT], _NUMERIC)
     if "kind" in kernels:
         work = work[kernels["kind"].isna() | (kernels["kind"] == "kernel")]
-    for column in (*SITE_KEYS, "source", "run", *_TEXT):
-        work[column] = work[column].astype(object).where(work[column].notna(), "")
     for column in _NUMERIC:
         work[column] = pd.to_numeric(work[column], errors="coerce").astype("float64")
-    work = work.join(runs_per_label(kernels).astype({c: object for c in LABELS})
+    work = work.join(runs_per_group(kernels, LABELS).astype({c: object for c in LABELS})
                      .set_index(list(LABELS)), on=list(LABELS))
     work["runs"] = work["runs"].astype("float64")
     work["is_gemm"] = _contains(work["kernel"], GEMM_NAMES) & ~_contains(work["kernel"],
@@ -191,7 +190,7 @@ def _heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
                      "bad": [(d, v) for d, v in named.items() if align and v % align]})
     out = pd.DataFrame(rows, columns=columns)
     for column in JOIN_KEYS:
-        out[column] = out[column].astype(object).where(out[column].notna(), "")
+        out[column] = filled(out[column])
     return out
 
 
@@ -502,7 +501,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
     out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
     for column in (*SITE_KEYS, "kernels"):
-        out[column] = blank_to_none(out[column].astype(object).where(out[column].notna(), ""))
+        out[column] = blank_to_none(filled(out[column]))
     return out.reset_index(drop=True)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
 from torch_nsight.vocabulary import join_path, split_path
 
@@ -93,7 +94,7 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
         return rows.assign(**{FOLD_COLUMN: pd.Series(dtype="int64")})
     work = rows.reset_index(drop=True)
     templates = [index_template(value) for value in work[name]]
-    group_keys = pd.DataFrame({k: work[k].astype(object).where(work[k].notna(), "\0")
+    group_keys = pd.DataFrame({k: filled(work[k], "\0")
                                for k in keys if k in work})
     group_keys["__template"] = [t for t, _ in templates]
     group_keys["__indexed"] = [bool(ix) for _, ix in templates]

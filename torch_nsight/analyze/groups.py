@@ -11,6 +11,7 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import folded_name, index_template
+from torch_nsight.analyze.frames import filled, keyed, per_run
 from torch_nsight.analyze.rollup import BOUNDS, blank_to_none, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED
@@ -31,26 +32,11 @@ RANK_COLUMNS = (
 NCCL_PREFIX = "nccl"
 
 
-def _keyed(df: pd.DataFrame, keys: list[str], extra: list[str]) -> pd.DataFrame:
-    """The columns ``keys + extra`` with missing keys as ``""`` (groupby drops NaN keys)."""
-    work = df.reindex(columns=[*dict.fromkeys([*keys, *extra])]).copy()
-    for column in keys:
-        work[column] = work[column].astype(object).where(work[column].notna(), "")
-    return work
-
-
-def _runs(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Distinct (report, run) pairs per group of ``keys``."""
-    work = _keyed(df, [*keys, "source", "run"], [])
-    return (work.drop_duplicates().groupby(keys, sort=False).size().rename("runs")
-            .reset_index())
-
-
 def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
     """Per group, the value of ``column`` holding the most time, and its share (%). Module
     names that differ only by a block index count as one (``h.{0-11}.mlp.act ×12``): the
     twelve blocks' time together, not one twelfth of it."""
-    values = work[column].astype(object).where(work[column].notna(), UNATTRIBUTED)
+    values = filled(work[column], UNATTRIBUTED)
     if column == "module":
         values = values.map(lambda v: index_template(v)[0])
     sums = (work.assign(_v=values).groupby([*keys, "_v"], sort=False)["duration_ns"].sum()
@@ -60,7 +46,7 @@ def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
     best = sums.sort_values("duration_ns", ascending=False, kind="stable")
     best = best.drop_duplicates(subset=keys)
     if column == "module":  # the template named by the blocks it stands for
-        names = work[column].astype(object).where(work[column].notna(), UNATTRIBUTED)
+        names = filled(work[column], UNATTRIBUTED)
         found = {}
         for template, group in names.groupby(values, sort=False):
             members = sorted(set(group), key=str)
@@ -70,13 +56,6 @@ def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
         best["_v"] = best["_v"].map(found)
     return best.rename(columns={"_v": f"top_{column}", "share": f"top_{column}_pct"})[
         [*keys, f"top_{column}", f"top_{column}_pct"]]
-
-
-def _per_run(out: pd.DataFrame, df: pd.DataFrame, keys: list[str],
-             columns: list[str]) -> pd.DataFrame:
-    out = out.merge(_runs(df, keys), on=keys, how="left")
-    out[columns] = out[columns].astype("float64").div(out["runs"], axis=0)
-    return out
 
 
 def _finish(out: pd.DataFrame, keys: list[str], columns: tuple[str, ...]) -> pd.DataFrame:
@@ -99,16 +78,16 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
         and the spread of its time over the runs (:mod:`torch_nsight.analyze.spread`).
     """
     keys = [*LABELS, "kernel"]
-    work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
     out = work.groupby(keys, sort=False).agg(
         launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
         headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
         modules=("module", "nunique")).reset_index()
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
-    out = out.merge(_top(work.assign(bound=work["bound"].where(work["bound"].notna())), keys,
+    out = out.merge(_top(work, keys,
                          "bound").rename(columns={"top_bound": "bound"}), on=keys, how="left")
     out["bound"] = out["bound"].where(out["bound"] != UNATTRIBUTED)
-    out = _per_run(out, df, list(LABELS), ["launches", "duration_ns", "headroom_ns"])
+    out = per_run(out, df, list(LABELS), ["launches", "duration_ns", "headroom_ns"])
     out = with_spread(add_runs(out.drop(columns="runs"), df, keys))
     out["mean_ns"] = out["duration_ns"] / out["launches"]
     totals = out.groupby(list(LABELS), sort=False)["duration_ns"].transform("sum")
@@ -121,7 +100,7 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
 
 def _label_order(out: pd.DataFrame, df: pd.DataFrame) -> pd.DataFrame:
     """Labels in the order they ran (first launch), rows within a label kept in order."""
-    first = _keyed(df, list(LABELS), []).drop_duplicates().reset_index(drop=True)
+    first = keyed(df, list(LABELS)).drop_duplicates().reset_index(drop=True)
     first["_order"] = range(len(first))
     out = out.merge(first, on=list(LABELS), how="left")
     return out.sort_values("_order", kind="stable").drop(columns="_order")
@@ -140,9 +119,9 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
         time per bound, headroom, and the spread of the time over the runs.
     """
     keys = list(LABELS)
-    work = _keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
-    work["_inside"] = work["duration_ns"].where(work["module"].notna()
-                                                & (work["module"] != UNATTRIBUTED), 0.0)
+    work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    work["_inside"] = work["duration_ns"].mask(work["module"].isna()
+                                               | (work["module"] == UNATTRIBUTED), 0.0)
     for bound in BOUNDS:
         work[f"_{bound}"] = work["duration_ns"].where(work["bound"] == bound, 0.0)
     out = work.groupby(keys, sort=False).agg(
@@ -153,7 +132,7 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     for bound in BOUNDS:
         out[f"{bound}_pct"] = 100.0 * out[f"{bound}_pct"] / out["duration_ns"]
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
-    out = _per_run(out, df, keys, ["launches", "duration_ns", "headroom_ns"])
+    out = per_run(out, df, keys, ["launches", "duration_ns", "headroom_ns"])
     out = with_spread(add_runs(out.drop(columns="runs"), df, keys))
     return _finish(out, keys, SHAPE_COLUMNS)
 
@@ -182,7 +161,7 @@ def by_rank(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no kernel has a rank: load the report-rank<R> files that "
                          "`torch-nsight profile --ranks` writes")
     keys = ["rank", *LABELS]
-    work = _keyed(df[df["rank"].notna()], keys, ["kernel", "module", "duration_ns"])
+    work = keyed(df[df["rank"].notna()], keys, ["kernel", "module", "duration_ns"])
     is_nccl = work["kernel"].astype(str).str.lower().str.startswith(NCCL_PREFIX)
     work["_nccl"] = work["duration_ns"].where(is_nccl, 0.0)
     out = work.groupby(keys, sort=False).agg(
@@ -190,7 +169,7 @@ def by_rank(df: pd.DataFrame) -> pd.DataFrame:
         nccl_ns=("_nccl", "sum")).reset_index()
     out["nccl_pct"] = 100.0 * out["nccl_ns"] / out["duration_ns"]
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
-    out = _per_run(out, df[df["rank"].notna()], keys, ["launches", "duration_ns", "nccl_ns"])
+    out = per_run(out, df[df["rank"].notna()], keys, ["launches", "duration_ns", "nccl_ns"])
     out["rank"] = out["rank"].astype(int)
     out = out.sort_values("rank", kind="stable")
     return _finish(out, list(LABELS), RANK_COLUMNS)

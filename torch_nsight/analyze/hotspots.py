@@ -11,11 +11,11 @@ import pandas as pd
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import fold_rows
+from torch_nsight.analyze.frames import dominant, filled, keyed, per_run
 from torch_nsight.analyze.rollup import (
     blank_to_none,
     module_tree,
     path_keys,
-    runs_per_label,
     whole_counts,
 )
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
@@ -95,16 +95,6 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
             "Compute (torch_nsight.sweep, torch-nsight profile) to classify it")
 
 
-def _dominant(work: pd.DataFrame, keys: list[str], column: str) -> pd.Series:
-    """Per group of ``keys``, the value of ``column`` that holds the most ``duration_ns``."""
-    values = work[column].astype(object).where(work[column].notna(), "")
-    weights = (work.assign(_value=values).groupby([*keys, "_value"], sort=False)["duration_ns"]
-               .sum().reset_index())
-    top = weights.sort_values("duration_ns", ascending=False, kind="stable")
-    top = top.drop_duplicates(subset=keys).set_index(keys)["_value"]
-    return blank_to_none(top)
-
-
 @needs("module", "module_path", "kernel", "duration_ns")
 def _first_fused(df: pd.DataFrame, work: pd.DataFrame, keys: list[str]) -> pd.Series:
     """Per site, the modules its first launch fused (``fused_modules``), else None."""
@@ -131,33 +121,27 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
         time-weighted; ``fused_modules`` names the modules a kernel fused across modules
         computed for (compiled code; None otherwise).
     """
-    work = df.reindex(columns=[*KERNEL_KEYS, "duration_ns", "headroom_ns", "roof_time_ns",
-                               "precision", "bound", "reason", "basis",
-                               "roofline_side"]).copy()
-    for column in KERNEL_KEYS:
-        work[column] = work[column].astype(object).where(work[column].notna(), "")
-    groups = work.groupby(list(KERNEL_KEYS), sort=False)
+    keys = list(KERNEL_KEYS)
+    work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
+                            "reason", "basis", "roofline_side"])
+    groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
                      headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
                      roof_time_ns=("roof_time_ns", lambda s: s.sum(min_count=1)))
     for column in ("precision", "bound", "roofline_side"):
-        out[column] = _dominant(work, list(KERNEL_KEYS), column)
+        out[column] = blank_to_none(dominant(work, keys, column))
     # the evidence shown is that of the launches with the site's bound: launches whose
     # reasons differ by a percent must not outvote the bound with one repeated reason
-    site_bound = out["bound"].astype(object).where(out["bound"].notna(), "")
-    launch_bound = work["bound"].astype(object).where(work["bound"].notna(), "")
-    agrees = launch_bound.to_numpy() == site_bound.reindex(
-        pd.MultiIndex.from_frame(work[list(KERNEL_KEYS)])).to_numpy()
+    agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
+        pd.MultiIndex.from_frame(work[keys])).to_numpy()
     for column in ("reason", "basis"):
-        out[column] = _dominant(work[agrees], list(KERNEL_KEYS), column)
-    out["fused_modules"] = _first_fused(df, work, list(KERNEL_KEYS))
-    out["aten_ops"] = (_dominant(work.assign(aten_ops=df["aten_ops"]), list(KERNEL_KEYS),
-                                 "aten_ops") if "aten_ops" in df else None)
+        out[column] = blank_to_none(dominant(work[agrees], keys, column))
+    out["fused_modules"] = _first_fused(df, work, keys)
+    out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
+                                              "aten_ops")) if "aten_ops" in df else None)
     out = add_runs(out.reset_index(), df, KERNEL_KEYS)
-    out = out.merge(runs_per_label(df), on=list(LABELS), how="left")
-    counts = out.pop("runs").astype("float64")
-    for column in ("launches", "duration_ns", "headroom_ns", "roof_time_ns"):
-        out[column] = out[column].astype("float64") / counts
+    out = per_run(out, df, LABELS, ["launches", "duration_ns", "headroom_ns", "roof_time_ns"])
+    out = out.drop(columns="runs")
     totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")
     out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]

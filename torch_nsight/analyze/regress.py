@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.hotspots import kernel_hotspots
 from torch_nsight.analyze.rollup import blank_to_none, module_paths, module_tree
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, t_two_sided, with_spread
@@ -53,7 +54,7 @@ def _blank(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
     for column in columns:
         if column not in df:
             df[column] = ""
-        df[column] = df[column].astype(object).where(df[column].notna(), "")
+        df[column] = filled(df[column])
     return df
 
 
@@ -283,7 +284,7 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     out["change_ns"] = out["current_ns"] - out["baseline_ns"]
     with np.errstate(divide="ignore", invalid="ignore"):
         change = 100.0 * out["change_ns"] / out["baseline_ns"]
-    out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).where(out["change_ns"].notna())
+    out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).mask(out["change_ns"].isna())
     out["p_value"] = [welch_p(b, c) if isinstance(b, np.ndarray) and isinstance(c, np.ndarray)
                       else math.nan for b, c in zip(out[f"baseline_{RUNS_COLUMN}"],
                                                     out[f"current_{RUNS_COLUMN}"], strict=True)]

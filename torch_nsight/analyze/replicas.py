@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.frames import filled
 from torch_nsight.naming import is_inside
 from torch_nsight.vocabulary import join_path, split_path
 
@@ -41,7 +42,7 @@ def _rename_path(path: Any, old: str, new: str) -> Any:
 
 def _renamed(rows: pd.DataFrame, old: str, new: str) -> pd.DataFrame:
     """``rows`` (a copy) moved from module ``old`` to module ``new``, marked as replicated."""
-    rows["replicated_from"] = rows["replicated_from"].where(rows["replicated_from"].notna(),
+    rows["replicated_from"] = rows["replicated_from"].mask(rows["replicated_from"].isna(),
                                                             rows["module"])
     rows["module"] = [_rename(m, old, new) for m in rows["module"]]
     if "module_path" in rows:
@@ -83,7 +84,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
     def label(column: str) -> pd.Series:
         if column not in out:
             return pd.Series([""] * len(out), index=out.index)
-        return out[column].astype(object).where(out[column].notna(), "").astype(str)
+        return filled(out[column]).astype(str)
 
     ordered = sorted(groups, key=lambda g: -str(g["representative"]).count("."))
     for group in ordered:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.frames import filled, runs_per_group
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 from torch_nsight.vocabulary import (
     LABELS,
@@ -67,21 +68,6 @@ def coverage(df: pd.DataFrame) -> float:
     return float(inside / total)
 
 
-def runs_per_label(df: pd.DataFrame) -> pd.DataFrame:
-    """Return, per (variant, shape), how many distinct (report, run) pairs it holds.
-
-    Args:
-        df: a kernel table (``variant``, ``shape``, ``source``, ``run`` where present).
-
-    Returns:
-        Columns ``variant``, ``shape`` (``""`` where unlabelled) and ``runs``.
-    """
-    keys = df.reindex(columns=[*LABELS, "source", "run"]).astype(object)
-    keys = keys.where(keys.notna(), "")
-    pairs = keys.drop_duplicates()
-    return pairs.groupby(list(LABELS)).size().rename("runs").reset_index()
-
-
 def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
     """Each kernel's module path, cut to ``depth`` (``(unattributed)`` where it has none)."""
     paths = df.reindex(columns=["module_path"])["module_path"].fillna(UNATTRIBUTED).astype(str)
@@ -101,7 +87,7 @@ def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
     base = df.reindex(columns=[*LABELS, "direction", "module_path", "duration_ns",
                                "headroom_ns", "flops", "dram_bytes", "bound"]).copy()
     for column in (*LABELS, "direction"):
-        base[column] = base[column].astype(object).where(base[column].notna(), "")
+        base[column] = filled(base[column])
     base["module_path"] = module_paths(df, depth)
     base["order"] = np.arange(len(base))
     for bound in BOUNDS:
@@ -165,7 +151,7 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
         exclusive_headroom_ns=("x_headroom_ns", lambda s: s.sum(min_count=1)),
         order=("order", "min"),
     ).reset_index().rename(columns={"duration_ns": "inclusive_ns"})
-    tree = tree.merge(runs_per_label(df), on=list(LABELS), how="left")
+    tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
     tree[per_run] = tree[per_run].astype("float64").div(tree["runs"], axis=0)
@@ -223,7 +209,7 @@ def _model_order(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, str, st
     any pass where it has no forward), measured rows only; a replicated block takes the place
     of the block it copies, so ``h.0 ... h.11`` list in model order, not measured-first."""
     work = df.reindex(columns=[*LABELS, "direction", "module", "replicated_from"])
-    work = work.astype(object).where(work.notna(), "")
+    work = filled(work)
     paths = module_paths(df, depth).tolist()
     anchors: dict[tuple[str, str, str], int] = {}
     copies: list[tuple[str, str, str, str]] = []

@@ -135,7 +135,7 @@ def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     out["ridge_intensity"] = out["peak_flops_per_s"] / out["peak_bytes_per_s"]
     compute_ns = (flops / out["peak_flops_per_s"] * 1e9).mask(flops == 0, 0.0)
     memory_ns = dram / out["peak_bytes_per_s"] * 1e9
-    roof = np.fmax(compute_ns, memory_ns).where(compute_ns.notna() & memory_ns.notna())
+    roof = np.fmax(compute_ns, memory_ns).mask(compute_ns.isna() | memory_ns.isna())
     out["roof_time_ns"] = roof
     duration = _column(out, "duration_ns")
     out["pct_of_roof"] = 100.0 * roof / duration.where(duration > 0)

@@ -18,7 +18,8 @@ import json
 
 import pandas as pd
 
-from torch_nsight.analyze.rollup import blank_to_none, runs_per_label
+from torch_nsight.analyze.frames import keyed, per_run
+from torch_nsight.analyze.rollup import blank_to_none
 from torch_nsight.vocabulary import FINDING_COLUMNS, LABELS
 
 #: The rules kept per module (the largest estimates).
@@ -58,16 +59,14 @@ def rule_findings(kernels: pd.DataFrame) -> pd.DataFrame:
                          "pct": rule["speedup_pct"]})
     if not rows:
         return pd.DataFrame(columns=list(FINDING_COLUMNS))
-    work = pd.DataFrame(rows)
     keys = [*LABELS, "module", "module_path", "direction", "rule"]
-    for column in keys:
-        work[column] = work[column].astype(object).where(work[column].notna(), "")
+    work = keyed(pd.DataFrame(rows), keys, ["gain", "pct", "kernel", "title", "message",
+                                            "type", "op"])
     grouped = work.groupby(keys, sort=False).agg(
         gain=("gain", "sum"), pct=("pct", "max"), kernels=("kernel", lambda s: "; ".join(
             dict.fromkeys(s))), title=("title", "first"), message=("message", "first"),
         type=("type", "first"), op=("op", "first")).reset_index()
-    grouped = grouped.merge(runs_per_label(kernels), on=list(LABELS), how="left")
-    grouped["gain"] = grouped["gain"] / grouped["runs"].fillna(1)
+    grouped = per_run(grouped, kernels, LABELS, ["gain"])
     grouped = grouped.sort_values("gain", ascending=False, kind="stable")
     grouped = grouped.groupby([*LABELS, "module", "direction"], sort=False).head(
         RULES_PER_MODULE)

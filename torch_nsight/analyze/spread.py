@@ -26,6 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.frames import filled
+
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
            "with_spread", "add_runs", "sum_runs", "t_quantile", "t_two_sided"]
 
@@ -43,7 +45,7 @@ _RUN = ["source", "run"]
 def _placeheld(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``columns`` of ``df`` (absent ones empty) as text, missing values ``""``."""
     out = df.reindex(columns=list(columns))
-    return out.astype(object).where(out.notna(), "").astype(str)
+    return filled(out).astype(str)
 
 
 def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
@@ -76,7 +78,7 @@ def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
     count = first.groupby("label").size().to_numpy()
     key_frame = (group_keys.reset_index(drop=True) if group_keys is not None
                  else df[keys].reset_index(drop=True))
-    key_frame = key_frame.astype(object).where(key_frame.notna(), "")
+    key_frame = filled(key_frame)
     work = key_frame.assign(_pos=position, _label=label_id,
                             _value=pd.to_numeric(df[value], errors="coerce")
                             .fillna(0.0).to_numpy())
@@ -165,7 +167,7 @@ def add_runs(table: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
     """
     times = run_times(df, keys, value, group_keys)
     lookup = table.reindex(columns=list(on or keys)).astype(object)
-    lookup = lookup.where(lookup.notna(), "")
+    lookup = filled(lookup)
     index = (pd.MultiIndex.from_frame(lookup) if len(keys) > 1
              else pd.Index(lookup.iloc[:, 0]))
     out = table.copy()

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import check_columns, needs
+from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.rollup import blank_to_none
 from torch_nsight.analyze.spread import spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_leaf, path_prefix
@@ -104,7 +105,7 @@ def _keyed(df: pd.DataFrame) -> pd.DataFrame:
     """A copy with the step keys as object dtype, missing ones ``""`` (groupby drops NaN)."""
     out = df.copy()
     for column in _KEYS:
-        out[column] = out[column].astype(object).where(out[column].notna(), "")
+        out[column] = filled(out[column])
     return out
 
 
@@ -303,7 +304,7 @@ def _shapes(kernels: pd.DataFrame, timeline: pd.DataFrame | None, step: str,
     out["judged_busy_pct"] = out["bare_busy_pct"].clip(upper=100.0)
     # idle time a step without profiler or ranges would have, where its time was measured
     bare_idle = (bare - out["busy_ns"] - out["data_ns"]).clip(lower=0.0)
-    out["gain_idle_ns"] = bare_idle.where(bare.notna(), out["other_idle_ns"]).clip(
+    out["gain_idle_ns"] = bare_idle.mask(bare.isna(), out["other_idle_ns"]).clip(
         upper=out["other_idle_ns"])
     out["largest_gaps"] = _largest_gaps(steps, gaps)
     # the step time's noise over the steps (torch_nsight.analyze.spread)
@@ -348,7 +349,7 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
 
 
 def _truncate(paths: pd.Series, depth: int) -> pd.Series:
-    paths = paths.astype(object).where(paths.notna(), UNATTRIBUTED).astype(str)
+    paths = filled(paths, UNATTRIBUTED).astype(str)
     return paths.map(lambda p: path_prefix(p, depth))
 
 
@@ -516,11 +517,10 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
         return pd.DataFrame(columns=list(FINDING_COLUMNS))
     modules = _module_table(activity, 1, shapes[[*LABELS, "steps"]])
     names = activity[[*LABELS, "module", "module_path"]].copy()
-    names["module"] = names["module"].astype(object).where(names["module"].notna(), "")
+    names["module"] = filled(names["module"])
     names = names.drop_duplicates(subset=[*LABELS, "module"])
     names["top"] = _truncate(names["module_path"], 1)
-    gaps = gaps.assign(next_module=gaps["next_module"].astype(object)
-                       .where(gaps["next_module"].notna(), ""))
+    gaps = gaps.assign(next_module=filled(gaps["next_module"]))
     gaps = gaps.merge(names.rename(columns={"module": "next_module"})[
         [*LABELS, "next_module", "top"]], on=[*LABELS, "next_module"], how="left")
     rows: list[dict[str, object]] = []
@@ -533,5 +533,5 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
                            if pd.notna(r["est_gain_ns"]) else float("inf")))
     out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
     for column in (*LABELS, "module", "module_level"):
-        out[column] = blank_to_none(out[column].astype(object).where(out[column].notna(), ""))
+        out[column] = blank_to_none(filled(out[column]))
     return out

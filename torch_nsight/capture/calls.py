@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -49,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import parse_message
 
@@ -413,14 +413,9 @@ class CallRecorder:
             self._calls.clear()
 
     def document(self) -> dict[str, Any]:
-        """The calls table as the JSON document a calls file holds (lists, not tuples)."""
-        rows = [{**row, "range_stack": list(row["range_stack"]),
-                 "input_shapes": [list(s) for s in row["input_shapes"]],
-                 "input_dtypes": list(row["input_dtypes"]),
-                 "output_shapes": [list(s) for s in row["output_shapes"]],
-                 "output_dtypes": list(row["output_dtypes"])} for row in self.rows()]
-        return {"format": CALLS_FORMAT, "kind": CALLS_KIND, "torch": torch.__version__,
-                "rows": rows}
+        """The calls table as the JSON document a calls file holds (lists, not tuples; see
+        :mod:`torch_nsight.calls_file`)."""
+        return calls_document(self.rows(), torch.__version__)
 
     def write(self, path: str | Path) -> Path:
         """Write the calls table to a JSON file.
@@ -431,10 +426,7 @@ class CallRecorder:
         Returns:
             The path written.
         """
-        path = Path(path)
-        path.write_text(json.dumps(self.document(), separators=(",", ":")) + "\n",
-                        encoding="utf-8")
-        return path
+        return write_calls(path, self.document())
 
 
 def _make_mode(recorder: CallRecorder) -> Any:

@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             the columns the comparison needs.
     """
     from torch_nsight.analyze.regress import compare_profiles
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     baseline = load(args.baseline)
     current = load(args.current)

@@ -84,7 +84,7 @@ def recorded_profile(reason: str) -> Profile:
     from importlib.resources import as_file
 
     from torch_nsight import demo
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     resource = demo.recorded_report()
     if not resource.is_file():

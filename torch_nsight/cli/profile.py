@@ -351,7 +351,7 @@ def run(args: argparse.Namespace) -> int:
     ncu_cli.raise_for_output(output, report_exists=report.is_file(), returncode=code,
                              why_nothing=_why_nothing(args))
     from torch_nsight.cli.report import emit
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     loading = time.perf_counter()
     profile = load(report)
@@ -400,7 +400,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         raise NothingProfiledError(
             f"the command wrote no timeline (exit status {code}): {_why_nothing(args)}")
     from torch_nsight.cli.report import emit
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     emit(load(args.out, cache=False), args)
     print(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",

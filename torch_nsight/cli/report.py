@@ -157,7 +157,7 @@ def read_profile(paths: Sequence[Path], labels: Sequence[str] | None = None) -> 
         ReportError: a path is missing, unreadable or not a source torch_nsight reads.
         UsageError: labels were given for a folder of reports.
     """
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     try:
         return load(paths, labels=labels)
@@ -327,8 +327,9 @@ def run(args: argparse.Namespace) -> int:
 def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     """Name, on standard error, the metrics a source lacks and how to collect them (and that
     several ranks are averaged)."""
-    from torch_nsight.analyze.rollup import runs_per_label
+    from torch_nsight.analyze.frames import runs_per_group
     from torch_nsight.analyze.spread import STABLE_CI_PCT
+    from torch_nsight.vocabulary import LABELS
 
     stream = stream if stream is not None else sys.stderr
     width = terminal_width()
@@ -336,7 +337,7 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     def note(text: str) -> None:
         print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
                             break_on_hyphens=False, break_long_words=False), file=stream)
-    runs = runs_per_label(profile.kernels)["runs"] if len(profile.kernels) else None
+    runs = runs_per_group(profile.kernels, LABELS)["runs"] if len(profile.kernels) else None
     if runs is not None and len(runs) and runs.max() > 1:
         counts = ", ".join(str(n) for n in sorted(set(runs.tolist())))
         note(f"times are means over {counts} runs, ± the half-width of their 95% confidence "

@@ -110,7 +110,7 @@ def timeline(
 
     from torch_nsight.capture.compiled import tracking_compiles
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     variants = check_variants(model)
     pairs = normalize_shapes(shapes)

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from torch_nsight.analyze.frames import filled
 from torch_nsight.render.figure import (
     PathArg,
     check_figure_path,
@@ -184,7 +185,7 @@ def _layout(profile: Profile, step: pd.Series, timeline: pd.DataFrame,
     rows = kernels[_of_step(kernels, step)].copy()
     rows = rows.sort_values("start_ns", kind="stable")
     origin = float(step["start_ns"])
-    rows["kind"] = rows["kind"].astype(object).where(rows["kind"].notna(), "kernel") \
+    rows["kind"] = filled(rows["kind"], "kernel") \
         if "kind" in rows else "kernel"
     if "launch_ns" not in rows:
         rows["launch_ns"] = float("nan")

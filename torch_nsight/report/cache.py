@@ -65,7 +65,7 @@ def plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
     for column in frame.columns:
         if pd.api.types.is_string_dtype(frame[column].dtype) and frame[column].dtype != object:
             values = frame[column].astype(object)
-            frame[column] = values.where(values.notna(), None)
+            frame[column] = values.mask(values.isna(), None)
     return frame
 
 

@@ -18,7 +18,10 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight import naming
+from torch_nsight import formats, naming
+from torch_nsight.report.source_base import ReadOptions
+from torch_nsight.report.timeline_source import TimelineDirectory
+from torch_nsight.report.trace import function_name
 
 TIMELINE_FOLDER = "timeline"
 
@@ -35,8 +38,6 @@ def focus_set(kernels: pd.DataFrame, share: float) -> tuple[list[str], list[str]
         (their names as the tables show them, sorted; the names ncu's ``-k`` matches,
         sorted; the share of all kernel time they carry).
     """
-    from torch_nsight.report.trace import function_name
-
     rows = kernels[kernels["kind"] == "kernel"]
     keys = rows[["variant", "shape"]].astype(object).fillna("")
     chosen: set[str] = set()
@@ -92,15 +93,10 @@ def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path, focused: Sequence[str],
         (raw rows to append, with ``deep_profiled`` False, and the timeline table), or an
         empty table and None when the folder holds no timeline.
     """
-    from torch_nsight import formats
-    from torch_nsight.report.sources import ReadOptions, TimelineDirectory
-
     if not formats.is_timeline_dir(folder):
         return ncu_rows.iloc[0:0], None
     data = TimelineDirectory().read(folder, ReadOptions(cache=False))
     rows = data.kernels[data.kernels["kind"] == "kernel"]
-    from torch_nsight.report.trace import function_name
-
     profiled = set(focused)  # shown names, or the names -k matched (older manifests)
     rows = rows[~rows["kernel"].isin(profiled) & ~rows["kernel_full"].map(
         lambda n: function_name(n, for_filter=True) in profiled)]

@@ -28,6 +28,11 @@ _PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
 _PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
 
 
+def empty_raw_table() -> pd.DataFrame:
+    """A raw kernel table with no rows."""
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in RAW_COLUMNS})
+
+
 def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame:
     """Turn reader records into the raw kernel table.
 

@@ -328,7 +328,7 @@ def _quiet_library_warnings() -> Iterator[None]:
 def check_nvtx_ranges(report: str | os.PathLike[str], message: str = DOCTOR_RANGE) -> CheckResult:
     """A kernel launched inside the push/pop range ``message`` (domain ``torch_nsight``) is
     attributed to it in ``report``, as :func:`torch_nsight.load` reads it."""
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     try:
         with _quiet_library_warnings():

@@ -52,7 +52,7 @@ def focused_sweep(sweep: Callable[..., Profile], model: Any, shapes: Any, *, foc
         ValueError: ``focus`` is out of range or ``ncu_args`` has a kernel filter.
         ShapeFailedError: the timeline pass failed (its output is in the message).
     """
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
     from torch_nsight.report.focus import TIMELINE_FOLDER, focus_set, kernel_filter
 
     _check_focus(focus, ncu_args)

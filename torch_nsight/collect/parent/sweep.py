@@ -305,7 +305,7 @@ def _with_timing(profile: Profile, timing: dict[str, Any]) -> Profile:
 
 
 def _load_sweep(work: Path, *, cache: bool) -> Profile:
-    from torch_nsight.profile import load
+    from torch_nsight.loading import load
 
     return load(work, cache=cache)
 

@@ -1,0 +1,62 @@
+"""The pandas moves every analysis pass makes, written once.
+
+- :func:`filled`: key columns with their missing values as ``""``, so that ``merge``,
+  ``drop_duplicates`` and lookups by tuple match an unlabelled row to another (``groupby``
+  alone does it with ``dropna=False``);
+- :func:`runs_per_group` and :func:`per_run`: a table sums every run it holds; a time per
+  run divides by the distinct (report, run) pairs of its group;
+- :func:`dominant`: per group, the value holding the most time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+import pandas as pd
+
+Frame = TypeVar("Frame", pd.Series, pd.DataFrame)
+
+
+def filled(values: Frame, fill: object = "") -> Frame:
+    """``values`` as objects with their missing entries replaced by ``fill``."""
+    return values.astype(object).mask(values.isna(), fill)
+
+
+def keyed(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
+    """The columns ``keys`` then ``extra`` of ``df`` (absent ones empty), a copy, with the
+    keys' missing values as ``""``::
+
+        variant  shape  module      duration_ns          variant  shape  module  duration_ns
+        None     4x128  attn        10.0        ->       ""       4x128  attn    10.0
+    """
+    work = df.reindex(columns=list(dict.fromkeys([*keys, *extra]))).copy()
+    for column in keys:
+        work[column] = filled(work[column])
+    return work
+
+
+def runs_per_group(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """Per group of ``keys`` (missing keys ``""``), how many distinct (report, run) pairs its
+    kernels come from: columns ``keys`` and ``runs``."""
+    pairs = keyed(df, [*keys, "source", "run"]).drop_duplicates()
+    return pairs.groupby(list(keys), sort=False).size().rename("runs").reset_index()
+
+
+def per_run(out: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
+            columns: Sequence[str]) -> pd.DataFrame:
+    """``out`` (one row per group of ``keys``, keys ``""`` where missing) with ``columns``,
+    sums over all runs of ``df``, divided by each group's runs; adds ``runs``."""
+    out = out.merge(runs_per_group(df, keys), on=list(keys), how="left")
+    out[list(columns)] = out[list(columns)].astype("float64").div(out["runs"], axis=0)
+    return out
+
+
+def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
+             weight: str = "duration_ns") -> pd.Series:
+    """Per group of ``keys``, the value of ``column`` holding the most ``weight`` (ties: the
+    first seen); a missing value counts as ``""``. Indexed by the keys."""
+    sums = (work.assign(_value=filled(work[column]))
+            .groupby([*keys, "_value"], sort=False, dropna=False)[weight].sum().reset_index())
+    top = sums.sort_values(weight, ascending=False, kind="stable")
+    return top.drop_duplicates(subset=list(keys)).set_index(list(keys))["_value"]

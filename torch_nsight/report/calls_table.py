@@ -1,0 +1,61 @@
+"""The raw calls table: the rows of a calls file (:mod:`torch_nsight.calls_file`), of a
+sweep's manifest or of a report that carries them, as a DataFrame.
+
+One row per distinct torch-level call::
+
+    source      variant  shape      range_stack                           aten_op  ...  count
+    /out/sweep  None     2x128x256  ("LlamaBlock", "mlp", "mlp.up_proj")  "mm"     ...  1
+
+``range_start_end`` and ``range_other`` are empty: the ops' ranges are all in
+``range_stack``. ``flops`` and ``bytes`` are per call (float, NaN where unknown).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.calls_file import read_call_rows
+
+CALLS_COLUMNS = ("source", "variant", "shape", "range_stack", "range_start_end",
+                 "range_other", "aten_op", "input_shapes", "input_dtypes", "output_shapes",
+                 "output_dtypes", "flops", "bytes", "count")
+
+
+def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
+    """The raw calls table of calls-file rows (see :mod:`torch_nsight.calls_file`)."""
+    records = []
+    for row in rows:
+        records.append({
+            "source": source, "variant": row.get("variant") or None,
+            "shape": row.get("shape") or None,
+            "range_stack": tuple(row.get("range_stack") or ()), "range_start_end": (),
+            "range_other": (), "aten_op": row.get("op"),
+            "input_shapes": _shapes(row.get("input_shapes")),
+            "input_dtypes": tuple(row.get("input_dtypes") or ()),
+            "output_shapes": _shapes(row.get("output_shapes")),
+            "output_dtypes": tuple(row.get("output_dtypes") or ()),
+            "flops": row.get("flops"), "bytes": row.get("bytes"),
+            "count": int(row.get("count") or 1)})
+    frame = pd.DataFrame.from_records(records, columns=list(CALLS_COLUMNS))
+    frame[["flops", "bytes"]] = frame[["flops", "bytes"]].astype("float64")
+    return frame
+
+
+def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(d) for d in shape) if isinstance(shape, (list, tuple)) else ()
+                 for shape in value or ())
+
+
+def read_calls(path: str | os.PathLike[str]) -> pd.DataFrame:
+    """Read a calls file written by ``instrument(model, record_calls=PATH)`` as a raw calls
+    table.
+
+    Raises:
+        ReportError: it is not a calls file.
+    """
+    return calls_frame(read_call_rows(path), str(Path(path).resolve()))

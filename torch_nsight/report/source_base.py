@@ -1,0 +1,93 @@
+"""What every source reader shares: :class:`ReadOptions` in, :class:`SourceData` out, the
+:class:`SourceReader` protocol, and the small checks several readers make.
+
+The readers (``*_source.py``) import this module and the registry
+(:mod:`torch_nsight.report.sources`) imports the readers, so nothing imports back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from torch_nsight.record import Source, SweepRecord
+
+_RANK_NAME = re.compile(r"rank(\d+)$")
+
+
+@dataclass
+class ReadOptions:
+    """How sources are read.
+
+    Attributes:
+        cache: keep each report's tidy table in a cache (see :mod:`~torch_nsight.report.cache`).
+        cache_dir: where caches go (None: beside each report, or ``$TORCH_NSIGHT_CACHE_DIR``).
+    """
+
+    cache: bool = True
+    cache_dir: str | os.PathLike[str] | None = None
+
+
+@dataclass
+class SourceData:
+    """What one reader read.
+
+    Attributes:
+        kernels: the raw table (or, with ``analyzed``, a table analysed before it was saved).
+        sources: where its rows came from.
+        analyzed: the table is already analysed (a saved profile).
+        replication: sibling groups whose representative's rows stand for the replicas
+            (``representative``, ``replicas``, ``variant``, ``shape``).
+        calls: the raw calls table
+            (:data:`~torch_nsight.report.calls_table.CALLS_COLUMNS`), or None.
+        sweeps: the sweeps that made it.
+        settings: PyTorch settings of the profiled process, where known.
+        timeline: step windows and idle gaps of a PyTorch profiler trace
+            (:data:`~torch_nsight.report.trace.TIMELINE_COLUMNS`), or None.
+    """
+
+    kernels: pd.DataFrame
+    sources: list[Source]
+    analyzed: bool = False
+    replication: list[dict[str, Any]] = field(default_factory=list)
+    calls: pd.DataFrame | None = None
+    sweeps: list[SweepRecord] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    timeline: pd.DataFrame | None = None
+
+
+class SourceReader(Protocol):
+    """Reads one kind of source."""
+
+    name: str
+
+    def accepts(self, path: Path) -> bool:
+        """Whether this reader reads ``path``."""
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Read ``path``.
+
+        Raises:
+            ReportError: it cannot be read.
+        """
+
+
+def rank_in_name(stem: str) -> int | None:
+    """The distributed rank a file name's stem ends with (``report-rank0``, as
+    ``torch-nsight profile --ranks`` names them), or None."""
+    match = _RANK_NAME.search(stem)
+    return int(match.group(1)) if match else None
+
+
+def stays_inside(folder: Path, name: str) -> bool:
+    """Whether ``name`` (from a manifest) names a file inside ``folder``: no absolute path,
+    no ``..`` out of it, no link leading elsewhere."""
+    if not name or Path(name).is_absolute():
+        return False
+    root = folder.resolve()
+    return (root / name).resolve().is_relative_to(root)

@@ -1,0 +1,55 @@
+"""The reader of Chrome traces written by PyTorch's profiler (``.json``, ``.json.gz``,
+``.json.xz``; parsed by :mod:`torch_nsight.report.trace`): kernel times and the timeline,
+no hardware counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from torch_nsight import formats, naming
+from torch_nsight.errors import ReportError
+from torch_nsight.record import Source
+from torch_nsight.report.source_base import ReadOptions, SourceData
+from torch_nsight.report.trace import GRAPH_REPLAY, parse_trace, read_trace_file
+
+
+class TraceFile:
+    """A Chrome trace written by PyTorch's profiler (``.json``, ``.json.gz``, ``.json.xz``):
+    kernel times and the timeline, no hardware counters."""
+
+    name = "trace"
+
+    def accepts(self, path: Path) -> bool:
+        """Files named like a trace."""
+        return path.is_file() and formats.is_trace(path)
+
+    def read(self, path: Path, options: ReadOptions) -> SourceData:
+        """Parse the trace."""
+        frame, timeline, gpu = parse_trace(read_trace_file(path), str(path.resolve()))
+        if frame.empty:
+            raise ReportError(f"{path} holds no GPU activity: record the trace on a CUDA GPU "
+                              "with ProfilerActivity.CUDA among the profiler's activities")
+        return SourceData(frame, [trace_source(path, self.name, frame, gpu)],
+                          timeline=timeline)
+
+
+def trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:
+    """The :class:`Source` of one trace, from its raw table; its note says why kernels are
+    not attributed, when some are not."""
+    in_module = frame["range_stack"].map(
+        lambda stack: any(naming.parse_message(m).kind == "module" for m in stack))
+    note = None if in_module.any() or frame.empty else (
+        "none of its GPU activity ran inside a torch_nsight range: record it with "
+        "torch_nsight.timeline(), or instrument the model with "
+        "instrument(model, emitter=RecordFunctionEmitter()) inside torch.profiler")
+    replayed = (~in_module & frame["range_other"].map(lambda o: GRAPH_REPLAY in (o or ())))
+    if note is None and replayed.any():
+        note = (f"{int(replayed.sum())} kernels replayed from CUDA graphs ran outside module "
+                "ranges (graph: unattributed): ranges are recorded when a graph is captured, "
+                "not when it replays; torch.compile(mode='reduce-overhead') graphs are "
+                "attributed")
+    return Source(path=str(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
+                  metric_set="timeline", has_module_ranges=bool(in_module.any()) or frame.empty,
+                  note=note)
