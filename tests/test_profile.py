@@ -293,7 +293,7 @@ def test_hotspots_rank_real_kernels(llama: Profile) -> None:
         llama.kernels.groupby(["module_path", "direction", "op", "kernel"], dropna=False)
         ["headroom_ns"].sum().max())
     assert top["next_step"].str.len().gt(0).all()
-    by_time = llama.hotspots(n=3, by="time", level="module")
+    by_time = llama.hotspots(n=3, order="time", level="module")
     assert by_time["exclusive_ns"].is_monotonic_decreasing
 
 
@@ -385,3 +385,9 @@ def test_a_notebook_shows_folded_hotspots_and_findings() -> None:
     assert "Findings: what to change" in page and "Pad N from 50257 to 50304" in page
     assert "nan" not in page
     assert " ±" in load(DATA / "runs" / "gpt2_runs10")._repr_html_()  # runs: the interval
+
+
+def test_hotspots_by_is_the_deprecated_name_of_order(llama: Profile) -> None:
+    with pytest.warns(DeprecationWarning, match="order="):
+        old = llama.hotspots(n=3, by="time", level="module")
+    pd.testing.assert_frame_equal(old, llama.hotspots(n=3, order="time", level="module"))

@@ -14,6 +14,7 @@ import dataclasses
 import html
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any, Literal, Union
 
 import pandas as pd
 
-from torch_nsight import analyze as steps
+from torch_nsight import analyze as analysis
 from torch_nsight.analyze.frames import filled, runs_per_group
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
@@ -124,7 +125,7 @@ class Profile:
     @property
     def coverage(self) -> float:
         """Share (0..1) of GPU time spent in kernels inside a module range."""
-        return steps.coverage(self.kernels)
+        return analysis.coverage(self.kernels)
 
     @property
     def basis_counts(self) -> dict[str, int]:
@@ -183,26 +184,32 @@ class Profile:
             kernel count, dominant bound, and the spread of the time over the runs.
         """
         if fold:
-            return steps.fold_tree(steps.module_tree(self.kernels, depth, keep_runs=True))
-        return steps.module_tree(self.kernels, depth)
+            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True))
+        return analysis.module_tree(self.kernels, depth)
 
-    def hotspots(self, n: int = 10, by: Literal["headroom", "time"] = "headroom",
-                 level: Literal["kernel", "module"] = "kernel", fold: bool = True
-                 ) -> pd.DataFrame:
+    def hotspots(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
+                 level: Literal["kernel", "module"] = "kernel", fold: bool = True, *,
+                 by: Literal["headroom", "time"] | None = None) -> pd.DataFrame:
         """Return the top kernels or modules (see :func:`torch_nsight.analyze.hotspots`).
 
         Args:
             n: how many.
-            by: rank by recoverable time (``headroom``) or by ``time``.
+            order: rank by recoverable time (``headroom``) or by ``time``.
             level: ``kernel`` or ``module``.
             fold: kernel sites that differ only by the index of a repeated block
                 (``layers.0`` ... ``layers.7``) are one row, ``blocks`` saying how many
                 (:mod:`torch_nsight.analyze.fold`); False for one row per site.
+            by: the former name of ``order``, deprecated (``by`` elsewhere names the kind
+                of row, as in ``torch-nsight report --by``).
 
         Returns:
             Ranked rows with their roofline class and ``next_step``.
         """
-        return steps.hotspots(self.kernels, n=n, by=by, level=level, fold=fold)
+        if by is not None:
+            warnings.warn("Profile.hotspots(by=...) is deprecated: the sort order is now "
+                          "order=...", DeprecationWarning, stacklevel=2)
+            order = by
+        return analysis.hotspots(self.kernels, n=n, order=order, level=level, fold=fold)
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see
@@ -216,18 +223,18 @@ class Profile:
             One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
             fix in PyTorch terms, the gain's basis and a confidence.
         """
-        found = steps.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
-        return steps.fold_findings(found) if fold else found
+        found = analysis.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
+        return analysis.fold_findings(found) if fold else found
 
     def by_kernel(self) -> pd.DataFrame:
         """Return one row per kernel name and shape, across the modules that launch it
         (see :func:`torch_nsight.analyze.by_kernel`)."""
-        return steps.by_kernel(self.kernels)
+        return analysis.by_kernel(self.kernels)
 
     def by_shape(self) -> pd.DataFrame:
         """Return one row per (variant, shape): time, launches, coverage, top module, bound
         mix (see :func:`torch_nsight.analyze.by_shape`)."""
-        return steps.by_shape(self.kernels)
+        return analysis.by_shape(self.kernels)
 
     def by_rank(self) -> pd.DataFrame:
         """Return one row per distributed rank: time, launches, NCCL share, top module
@@ -236,7 +243,7 @@ class Profile:
         Raises:
             ValueError: no kernel has a rank (load ``report-rank<R>`` files).
         """
-        return steps.by_rank(self.kernels)
+        return analysis.by_rank(self.kernels)
 
     def normalize(self, baseline: str) -> pd.DataFrame:
         """Return each module's and kernel's speedup over variant ``baseline``, per shape.
@@ -250,7 +257,7 @@ class Profile:
         Raises:
             ValueError: ``baseline`` is not a variant of this profile.
         """
-        return steps.normalize(self.kernels, baseline)
+        return analysis.normalize(self.kernels, baseline)
 
     def with_kernels(self, kernels: pd.DataFrame) -> Profile:
         """Return a new profile with another kernel table and the same metadata and calls."""
@@ -311,7 +318,7 @@ class Profile:
             return ""
         parts = []
         try:
-            top = self.hotspots(n=5, by="time")
+            top = self.hotspots(n=5, order="time")
             parts.append(("Top kernel sites (repeated blocks folded)", _html_rows(top, {
                 "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
                                                         if r.get("blocks", 1) > 1 else ""),

@@ -38,13 +38,13 @@ def _unindexed(names: pd.Series) -> list[str]:
 
 def test_top_hotspots_hold_no_two_rows_that_differ_only_by_a_layer(
         gpt2: torch_nsight.Profile) -> None:
-    top = gpt2.hotspots(n=10, by="time")
+    top = gpt2.hotspots(n=10, order="time")
     keys = list(zip(_unindexed(top["module"]), top["direction"], top["kernel"], strict=True))
     assert len(set(keys)) == len(keys)
-    raw = gpt2.hotspots(n=10, by="time", fold=False)
+    raw = gpt2.hotspots(n=10, order="time", fold=False)
     assert len(set(zip(_unindexed(raw["module"]), raw["kernel"], strict=True))) < 10
     # a folded row is the sum of the rows it stands for
-    every = gpt2.hotspots(n=10_000, by="time", fold=False)
+    every = gpt2.hotspots(n=10_000, order="time", fold=False)
     for _, row in top[top["blocks"] > 1].iterrows():
         template = index_template(row["module"].replace("{0-11}", "0"))[0]
         members = every[(pd.Series(_unindexed(every["module"]), index=every.index) == template)

@@ -17,7 +17,7 @@ def test_kernels_ranked_by_headroom_then_time(block: pd.DataFrame) -> None:
 
 
 def test_kernels_ranked_by_time(block: pd.DataFrame) -> None:
-    top = hotspots(block, n=2, by="time")
+    top = hotspots(block, n=2, order="time")
     assert top["module"].tolist() == ["attn.proj", "attn"]
     assert top["pct_of_total"].tolist() == pytest.approx([40.0, 20.0])
 
@@ -33,13 +33,13 @@ def test_identical_launches_aggregate_per_run(make_kernel: Callable[..., dict]) 
 
 
 def test_module_level_uses_exclusive_time(block: pd.DataFrame) -> None:
-    top = hotspots(block, n=2, by="time", level="module")
+    top = hotspots(block, n=2, order="time", level="module")
     assert top["module_path"].tolist() == ["Block/attn/attn.proj", "Block/attn"]
     assert top["exclusive_ns"].tolist() == [40.0, 20.0]
     assert top["next_step"].str.len().gt(0).all()
 
 
-@pytest.mark.parametrize("kwargs", [{"n": 0}, {"n": 2.5}, {"by": "flops"}, {"level": "op"}])
+@pytest.mark.parametrize("kwargs", [{"n": 0}, {"n": 2.5}, {"order": "flops"}, {"level": "op"}])
 def test_bad_arguments(block: pd.DataFrame, kwargs: dict) -> None:
     with pytest.raises(ValueError):
         hotspots(block, **kwargs)
@@ -108,7 +108,7 @@ def test_a_site_shows_the_evidence_of_its_own_bound() -> None:
     profile = torch_nsight.load(data, cache=False)
     k = profile.kernels
     launches = set(zip(k["module"], k["kernel"], k["bound"], k["reason"], strict=True))
-    sites = profile.hotspots(n=400, by="time", fold=False)
+    sites = profile.hotspots(n=400, order="time", fold=False)
     mixed = 0
     for row in sites.itertuples():
         assert (row.module, row.kernel, row.bound, row.reason) in launches

@@ -53,7 +53,7 @@ def test_the_recorded_profiles_hold_their_runs(runs10, three) -> None:
 def test_kernel_sites_carry_the_spread_of_their_runs(runs10) -> None:
     kernels = runs10.kernels
     runs = sorted(kernels["run"].unique())
-    sites = runs10.hotspots(n=1000, by="time", fold=False)
+    sites = runs10.hotspots(n=1000, order="time", fold=False)
     assert (sites["runs"] == 10).all()
     for _, site in sites.iterrows():
         mine = kernels[(kernels["module_path"] == site["module_path"])
@@ -96,7 +96,7 @@ def test_replicated_blocks_carry_the_spread_of_the_block_they_copy(runs10) -> No
 def test_a_folded_row_holds_the_spread_of_its_blocks_summed_run_by_run(runs10) -> None:
     kernels = runs10.kernels
     runs = sorted(kernels["run"].unique())
-    folded = runs10.hotspots(n=1000, by="time")
+    folded = runs10.hotspots(n=1000, order="time")
     act = folded[folded["module"] == "transformer.h.{0-11}.mlp.act"].iloc[0]
     assert act["blocks"] == 12
     mine = kernels[kernels["module"].str.fullmatch(r"transformer\.h\.\d+\.mlp\.act")

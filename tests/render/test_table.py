@@ -37,7 +37,7 @@ def test_golden_tables(profile: Profile, what: str, fmt: str) -> None:
 
 
 def test_golden_hotspots_by_time(profile: Profile) -> None:
-    check_golden("hotspots_by_time.plain.txt", render_table(profile, "hotspots", by="time", n=5))
+    check_golden("hotspots_by_time.plain.txt", render_table(profile, "hotspots", order="time", n=5))
 
 
 def test_golden_sweep_hotspots(sweep_profile: Profile) -> None:
@@ -129,7 +129,7 @@ def test_labels_shown_only_when_they_differ(profile: Profile, sweep_profile: Pro
 
 
 @pytest.mark.parametrize("bad", [{"what": "flame"}, {"fmt": "latex_raw2"}, {"n": 0},
-                                 {"by": "flops"}, {"depth": -1}])
+                                 {"order": "flops"}, {"depth": -1}])
 def test_bad_arguments(profile: Profile, bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         render_table(profile, **bad)

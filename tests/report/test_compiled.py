@@ -160,7 +160,7 @@ def test_findings_on_compiled_code_skip_what_inductor_fused(compiled: torch_nsig
 
 
 def test_hotspots_name_the_modules_a_kernel_fused(compiled: torch_nsight.Profile) -> None:
-    top = compiled.hotspots(n=20, by="time", fold=False)
+    top = compiled.hotspots(n=20, order="time", fold=False)
     fused = top.dropna(subset=["fused_modules"])
     assert len(fused)
     for module, modules in zip(fused["module"], fused["fused_modules"], strict=True):

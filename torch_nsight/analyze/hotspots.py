@@ -154,14 +154,14 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     return out.loc[:, [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)]
 
 
-def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
+def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
              level: HotspotLevel = "kernel", fold: bool = True) -> pd.DataFrame:
     """Rank kernels or modules by recoverable time or by time.
 
     Args:
         df: an attributed, classified kernel table.
         n: how many rows to return.
-        by: ``headroom`` (time recoverable at the roofline ceiling; kernels without a
+        order: ``headroom`` (time recoverable at the roofline ceiling; kernels without a
             ceiling rank after those with one) or ``time``.
         level: ``kernel`` (identical launches aggregated, see :func:`kernel_hotspots`) or
             ``module`` (each module's own, exclusive, time and headroom).
@@ -177,8 +177,8 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
-    if by not in ("headroom", "time"):
-        raise ValueError(f"by must be 'headroom' or 'time', got {by!r}")
+    if order not in ("headroom", "time"):
+        raise ValueError(f"order must be 'headroom' or 'time', got {order!r}")
     if level not in ("kernel", "module"):
         raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
     if level == "kernel":
@@ -189,7 +189,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
                                     RUNS_COLUMN),
                               weighted={"pct_of_roof": "duration_ns"})
         table = with_spread(table)
-        key = "headroom_ns" if by == "headroom" else "duration_ns"
+        key = "headroom_ns" if order == "headroom" else "duration_ns"
     else:
         table = module_tree(df)
         table = table[table["exclusive_kernels"] > 0].copy()
@@ -198,7 +198,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, by: HotspotOrder = "headroom",
         table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "module_path"],
                                      group_keys=path_keys(df, keys)))
         table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
-        key = "exclusive_headroom_ns" if by == "headroom" else "exclusive_ns"
+        key = "exclusive_headroom_ns" if order == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"
     table = table.sort_values([key, time], ascending=False, na_position="last", kind="stable")
     return table.head(n).reset_index(drop=True)

@@ -227,13 +227,13 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
 
-        frame = table_frame(profile, args.table, n=args.n, by=args.order, depth=args.depth,
+        frame = table_frame(profile, args.table, n=args.n, order=args.order, depth=args.depth,
                             fold=getattr(args, "fold", True))
         print(describe(profile), file=sys.stderr)
         stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
                      frame.to_json(orient="records", force_ascii=False) + "\n")
     else:
-        table = render_table(profile, args.table, args.fmt, args.n, by=args.order,
+        table = render_table(profile, args.table, args.fmt, args.n, order=args.order,
                              depth=args.depth, fold=getattr(args, "fold", True))
         print(describe(profile), file=stream)
         print(file=stream)
@@ -255,7 +255,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         target = getattr(args, kind, None)
         if target is not None:
             with writing(target):
-                written.append(write_table(profile, target, args.table, args.n, by=args.order,
+                written.append(write_table(profile, target, args.table, args.n, order=args.order,
                                            depth=args.depth, fold=getattr(args, "fold", True)))
     if getattr(args, "roofline", None) is not None:
         from torch_nsight.render import plot_roofline

@@ -73,18 +73,18 @@ def _head(frame: pd.DataFrame, rows: int | None) -> pd.DataFrame:
     return (frame if rows is None else frame.head(rows)).reset_index(drop=True)
 
 
-def _hotspot_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _hotspot_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
     return profile.hotspots(n=rows if rows is not None else max(len(profile.kernels), 1),
-                            by=by, level="kernel", fold=fold)
+                            order=order, level="kernel", fold=fold)
 
 
-def _module_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _module_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.modules(depth, fold=fold), rows)
 
 
-def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _kernel_group_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                        depth: int | None, fold: bool = True) -> pd.DataFrame:
     frame = profile.by_kernel()
     if rows is None:
@@ -94,22 +94,22 @@ def _kernel_group_rows(profile: Profile, rows: int | None, by: HotspotOrder,
         .reset_index(drop=True)
 
 
-def _shape_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _shape_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                 depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.by_shape(), rows)
 
 
-def _rank_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _rank_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.by_rank(), rows)
 
 
-def _finding_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _finding_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
     return _head(profile.findings(fold=fold), rows)
 
 
-def _launch_rows(profile: Profile, rows: int | None, by: HotspotOrder,
+def _launch_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
     frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
                                           if c in profile.kernels])

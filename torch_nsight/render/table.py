@@ -50,13 +50,13 @@ SUFFIXES: tuple[str, ...] = (".csv", ".parquet", ".json", ".txt", ".md")
 _ALIASES = {"markdown": "pipe"}
 
 
-def _check(what: Any, n: Any, by: Any, depth: Any) -> TableSpec:
+def _check(what: Any, n: Any, order: Any, depth: Any) -> TableSpec:
     if what not in TABLE_KINDS:
         raise ValueError(f"what must be one of {', '.join(TABLES)}; got {what!r}")
     if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
         raise ValueError(f"n must be None or a positive integer, got {n!r}")
-    if by not in HOTSPOT_ORDERS:
-        raise ValueError(f"by must be one of {', '.join(HOTSPOT_ORDERS)}; got {by!r}")
+    if order not in HOTSPOT_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(HOTSPOT_ORDERS)}; got {order!r}")
     if depth is not None and (not isinstance(depth, int) or isinstance(depth, bool)
                               or depth < 0):
         raise ValueError(f"depth must be None or an integer >= 0, got {depth!r}")
@@ -64,17 +64,17 @@ def _check(what: Any, n: Any, by: Any, depth: Any) -> TableSpec:
 
 
 def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None = None,
-                by: HotspotOrder = "headroom", depth: int | None = None,
+                order: HotspotOrder = "headroom", depth: int | None = None,
                 fold: bool = True) -> pd.DataFrame:
     """Return the rows of a table as raw numbers (the analysis columns, units in names).
 
     Args:
         profile: the profile.
-        what: a kind of :data:`TABLE_KINDS`: ``hotspots`` (kernel sites ranked by ``by``),
+        what: a kind of :data:`TABLE_KINDS`: ``hotspots`` (kernel sites ranked by ``order``),
             ``modules`` (the module tree, in call-tree order) or ``kernels`` (every launch,
             in launch order).
         n: how many rows; None: :data:`DEFAULT_ROWS` (top 10 hotspots, all the rest).
-        by: hotspot order, ``headroom`` (recoverable time) or ``time``.
+        order: hotspot order, ``headroom`` (recoverable time) or ``time``.
         depth: deepest module level kept in the ``modules`` table (root = 0).
         fold: rows of hotspots and findings that differ only by the index of a repeated
             block become one row (see :mod:`torch_nsight.analyze.fold`).
@@ -86,8 +86,8 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
     Raises:
         ValueError: an argument is out of range.
     """
-    spec = _check(what, n, by, depth)
-    return spec.rows(profile, n if n is not None else spec.default_rows, by, depth, fold)
+    spec = _check(what, n, order, depth)
+    return spec.rows(profile, n if n is not None else spec.default_rows, order, depth, fold)
 
 
 #: Columns a text table drops, in this order, to fit the terminal (see render/fit.py) ...
@@ -106,7 +106,7 @@ CUT_LAST = ("kernel", "module", "top module")
 
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
-                 n: int | None = None, *, by: HotspotOrder = "headroom",
+                 n: int | None = None, *, order: HotspotOrder = "headroom",
                  depth: int | None = None, fold: bool = True) -> str:
     """Return a table of the profile as text, in readable units.
 
@@ -120,7 +120,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
         what: a kind of :data:`TABLE_KINDS` (see :func:`table_frame`).
         fmt: a tabulate format (``plain``, ``github``, ``grid``...) or ``markdown``.
         n: how many rows; None: :data:`DEFAULT_ROWS`.
-        by: hotspot order, ``headroom`` or ``time``.
+        order: hotspot order, ``headroom`` or ``time``.
         depth: deepest module level in the ``modules`` table.
         fold: fold repeated blocks into one row (see :func:`table_frame`).
 
@@ -132,7 +132,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
-    frame = table_frame(profile, what, n=n, by=by, depth=depth, fold=fold)
+    frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
     if frame.empty:
         return f"(no {what} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
@@ -153,7 +153,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
 
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
-                n: int | None = None, *, by: HotspotOrder = "headroom",
+                n: int | None = None, *, order: HotspotOrder = "headroom",
                 depth: int | None = None, fold: bool = True) -> Path:
     """Write a table to a file whose suffix chooses the format.
 
@@ -166,7 +166,7 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         path: the file to write.
         what: a kind of :data:`TABLE_KINDS`.
         n: how many rows; None: :data:`DEFAULT_ROWS`.
-        by: hotspot order, ``headroom`` or ``time``.
+        order: hotspot order, ``headroom`` or ``time``.
         depth: deepest module level in the ``modules`` table.
         fold: fold repeated blocks into one row (see :func:`table_frame`).
 
@@ -184,10 +184,10 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         raise ValueError(f"path must end in one of {', '.join(SUFFIXES)}; got {target.name!r}")
     if suffix in (".txt", ".md"):
         text = render_table(profile, what, "plain" if suffix == ".txt" else "markdown", n,
-                            by=by, depth=depth, fold=fold)
+                            order=order, depth=depth, fold=fold)
         target.write_text(text + "\n", encoding="utf-8")
     else:
-        frame = table_frame(profile, what, n=n, by=by, depth=depth, fold=fold)
+        frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
         if suffix == ".csv":
             frame.to_csv(target, index=False)
         elif suffix == ".parquet":
