@@ -44,3 +44,23 @@ def test_a_wide_terminal_gets_the_whole_table(monkeypatch: pytest.MonkeyPatch,
     main(["report", str(DATA / "hf_gpt2_fast")])
     out = capsys.readouterr().out
     assert "reason" in out and "% of roof" in out  # nothing dropped when there is room
+
+
+def test_a_trace_says_its_advice_once_and_drops_empty_columns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trace has no counters: every hotspot's next step is the same advice and its bound
+    and headroom are empty; the table says the advice once and gives the names the room."""
+    from torch_nsight.render.table import render_table
+
+    monkeypatch.setenv("COLUMNS", "120")
+    profile = torch_nsight.load(DATA / "timeline_train")
+    advice = set(profile.hotspots()["next_step"])
+    assert len(advice) == 1  # the recorded trace's rows share one advice
+    text = render_table(profile, "hotspots")
+    flat = re.sub(r"\s+", " ", text)
+    assert flat.count("no counters") == 1 and re.sub(r"\s+", " ", advice.pop()) in flat
+    header = text.splitlines()[0]
+    assert "next step" not in header and "bound" not in header and "headroom" not in header
+    assert "h.{0-11}.mlp.c_proj ×12" in text  # module names whole now
+    raw = render_table(torch_nsight.load(DATA / "hf_gpt2_fast"), "hotspots")
+    assert "next step" in raw.splitlines()[0]  # a report's rows keep their own advice

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 
-__all__ = ["terminal_width", "fit_columns", "DEFAULT_WIDTH"]
+__all__ = ["terminal_width", "fit_columns", "shared_cells", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 120
 #: Narrowest a wrapped column gets before names are cut, and at all.
@@ -96,6 +96,32 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
         for name in cut:
             narrow(name, MIN_WRAP, partial(_cut, keep_end=name in keep_end))
     return headers, rows, aligns
+
+
+def shared_cells(headers: list[str], rows: list[list[str]], aligns: list[str],
+                 *, empty: Sequence[str] = ("", "-"), hoist: Sequence[str] = ()
+                 ) -> tuple[list[str], list[list[str]], list[str], list[str]]:
+    """Take out of a table of two rows or more the columns that say nothing row by row: a
+    column empty in every row goes, and a column of ``hoist`` with the same text in every
+    row becomes one line said once (a trace's "no counters ..." advice, not ten times).
+
+    Returns:
+        (headers, rows, aligns) of the columns kept, and the lines to print under the
+        table (``next step: ...``).
+    """
+    if len(rows) < 2:
+        return headers, rows, aligns, []
+    keep, lines = [], []
+    for at, header in enumerate(headers):
+        cells = {str(r[at]) for r in rows}
+        if cells <= set(empty):
+            continue
+        if header in hoist and len(cells) == 1:
+            lines.append(f"{header} (every row): {cells.pop()}")
+            continue
+        keep.append(at)
+    return ([headers[i] for i in keep], [[r[i] for i in keep] for r in rows],
+            [aligns[i] for i in keep], lines)
 
 
 def _widest(rows: Sequence[Sequence[str]], at: int, header: str) -> int:

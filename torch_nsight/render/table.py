@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 from tabulate import tabulate, tabulate_formats
 
 from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
-from torch_nsight.render.fit import fit_columns, terminal_width
+from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
@@ -141,15 +142,21 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
         rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
+    notes: list[str] = []
     if text:  # a terminal or a log: fit its width
+        headers, rows, aligns, notes = shared_cells(headers, rows, aligns,
+                                                    hoist=("next step",))
         headers, rows, aligns = fit_columns(headers, rows, aligns, terminal_width(),
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
                                             tablefmt=_ALIASES.get(fmt, fmt),
                                             prefer={"next step": 40, "fix": 60})
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
-    return tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
-                    disable_numparse=True, colalign=aligns)
+    table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
+                     disable_numparse=True, colalign=aligns)
+    width = terminal_width()
+    return "\n".join([table, *(textwrap.fill(line, width, subsequent_indent="  ",
+                                             break_on_hyphens=False) for line in notes)])
 
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
