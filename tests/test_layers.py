@@ -1,7 +1,7 @@
 """The one-way layer rule, read from the source: a stage imports only the stages below it.
 
 The order (docs/architecture.md): the stage-neutral modules (errors, naming, metrics,
-formats, vocabulary, record, the calls file), then capture, report, analyze, the Profile
+formats, vocabulary, record, the calls file, units), then capture, report, analyze, the Profile
 record, loading, render, collect (whose parent returns a loaded Profile) and the CLI on top.
 Every import counts, also one inside a function: a lazy import still ties two stages.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("__version__", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file")
+           "calls_file", "units")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process

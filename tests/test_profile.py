@@ -1,5 +1,5 @@
 """The Profile record and load(): real recorded reports through the real reader, plus the
-record's own save/read/concat behaviour."""
+record's own save/read/concat behavior."""
 
 from __future__ import annotations
 

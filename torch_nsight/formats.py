@@ -16,9 +16,10 @@ module ranges) and one Chrome trace per (variant, shape), ``trace-<n>.json.gz``,
 PyTorch's profiler writes them.
 
 A calls file (``*.calls.json``) holds the torch-level ops of one iteration: per op, the
-ranges open around it, its input and output shapes and dtypes, analytic FLOPs and bytes.
-The same document also travels inside a report, as the message of one start/end range
-(:func:`encode_calls`, :func:`decode_calls`).
+ranges open around it, its input and output shapes and dtypes, analytic FLOPs and bytes
+(:mod:`torch_nsight.calls_file` writes and reads it). The same document also travels
+inside a report, as the message of one start/end range (:func:`encode_calls`,
+:func:`decode_calls`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The front door of the report side: :func:`load` reads sources into one analysed
+"""The front door of the report side: :func:`load` reads sources into one analyzed
 :class:`~torch_nsight.profile.Profile`, and decides how their rows are labelled.
 
 It reads every path with the registry of :mod:`torch_nsight.report.sources` (Nsight
@@ -69,7 +69,7 @@ def _check_labels(labels: Any, files: list[Path]) -> list[str] | None:
 def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = None,
          shapes: Sequence[str] | None = None, calls: PathArg | None = None,
          cache: bool = True, cache_dir: PathArg | None = None) -> Profile:
-    """Read reports, saved profiles and sweep directories into one analysed :class:`Profile`.
+    """Read reports, saved profiles and sweep directories into one analyzed :class:`Profile`.
 
     Args:
         paths: one or several of: an Nsight Compute report (``.ncu-rep``, ``.ncu-rep.xz``;
@@ -103,7 +103,7 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
         raise TypeError("pass labels or shapes (its former name), not both")
     files, given = _files_and_labels(paths, labels if labels is not None else shapes)
     parts = _read(files, ReadOptions(cache=cache, cache_dir=cache_dir), calls)
-    tables = [_analysed(part) for part in parts]
+    tables = [_analyzed(part) for part in parts]
     call_tables = [None if p.calls is None or p.calls.empty
                    else p.calls if p.analyzed else steps.attribute_calls(p.calls)
                    for p in parts]
@@ -148,7 +148,7 @@ def _read(files: list[Path], options: ReadOptions, calls: PathArg | None) -> lis
 
 def _join(parts: list[SourceData], tables: list[pd.DataFrame],
           call_tables: list[pd.DataFrame | None], chosen: Sequence[str | None]) -> Profile:
-    """One profile of the sources' analysed tables, each source's rows given its label."""
+    """One profile of the sources' analyzed tables, each source's rows given its label."""
     sources: list[Source] = []
     timelines = [part.timeline for part in parts]
     for index, (part, label) in enumerate(zip(parts, chosen, strict=True)):
@@ -179,8 +179,8 @@ def _progress(files: list[Path]) -> Iterable[Path]:
     return tqdm(files, desc="torch_nsight load", unit="source", disable=None, leave=False)
 
 
-def _analysed(part: SourceData) -> pd.DataFrame:
-    """The analysed kernel table of one source, with its provenance columns."""
+def _analyzed(part: SourceData) -> pd.DataFrame:
+    """The analyzed kernel table of one source, with its provenance columns."""
     if part.analyzed:
         return part.kernels.copy()
     calls = steps.attribute_calls(part.calls) if part.calls is not None and len(part.calls) \

@@ -17,7 +17,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def both() -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The step analysed with its counters, and with every FLOP counter and SOL % dropped
+    """The step analyzed with its counters, and with every FLOP counter and SOL % dropped
     (what metric_set="fast" records), both with the calls table."""
     part = read_source(DATA / "hand_s128.ncu-rep.xz", ReadOptions(cache=False))
     calls = steps.attribute_calls(part.calls)

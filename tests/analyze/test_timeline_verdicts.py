@@ -11,11 +11,10 @@ import math
 import pandas as pd
 import pytest
 
+from torch_nsight.analyze.steps import MODULE_LAUNCH_COLUMNS, module_launches
 from torch_nsight.analyze.timeline import (
     FINDING_COLUMNS,
-    MODULE_LAUNCH_COLUMNS,
     SUMMARY_COLUMNS,
-    module_launches,
     timeline_findings,
     timeline_summary,
 )

@@ -16,10 +16,10 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 from examples.models import LlamaBlock
+from torch_nsight.calls_file import read_call_rows as read_calls
 from torch_nsight.capture import RecordingEmitter, instrument
 from torch_nsight.capture.calls import CALLS_KIND, CallRecorder
 from torch_nsight.errors import ReportError
-from torch_nsight.report.sources import read_call_rows as read_calls
 
 BATCH = 5
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from torch_nsight.calls_file import read_call_rows
 from torch_nsight.capture import RecordingEmitter, instrument
 from torch_nsight.demo.llama import LlamaBlock
-from torch_nsight.report.sources import read_call_rows
 
 HIDDEN, HEADS, INTERMEDIATE, BATCH, SEQ = 32, 4, 64, 2, 8
 

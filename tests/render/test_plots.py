@@ -69,14 +69,14 @@ def test_points_sit_under_the_roof(profile: Profile) -> None:
     assert (kernels["achieved_flops_per_s"] <= ceiling).all()
 
 
-def test_colours_by_top_level_module_and_title(profile: Profile) -> None:
+def test_colors_by_top_level_module_and_title(profile: Profile) -> None:
     figure = plot_roofline(profile)
     groups = set(profile.kernels["module_path"].map(top_level_module))
     assert groups == {"input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
                       "LlamaBlock (own kernels)", "(unattributed)"}
-    colours = {mcolors.to_hex(c.get_facecolors()[0]) for ax in figure.axes
+    colors = {mcolors.to_hex(c.get_facecolors()[0]) for ax in figure.axes
                for c in ax.collections if isinstance(c, PathCollection)}
-    assert len(colours) == len(groups)
+    assert len(colors) == len(groups)
     legend_names = {t.get_text() for t in figure.legends[0].get_texts()}
     assert legend_names == groups
     title = figure.axes[0].get_title()
@@ -160,15 +160,15 @@ def test_precision_labels() -> None:
     assert top_level_module("Root/a/a.b") == "a"
 
 
-def legend_colours(legend) -> dict[str, str]:
-    """Label -> colour of a figure legend's handles."""
+def legend_colors(legend) -> dict[str, str]:
+    """Label -> color of a figure legend's handles."""
     return {text.get_text(): mcolors.to_hex(handle.get_color())
             for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
 
 
-def test_one_colour_per_module_in_both_charts(profile: Profile) -> None:
-    roofline = legend_colours(plot_roofline(profile).legends[0])
-    scaling = legend_colours(plot_scaling(profile).legends[0])
+def test_one_color_per_module_in_both_charts(profile: Profile) -> None:
+    roofline = legend_colors(plot_roofline(profile).legends[0])
+    scaling = legend_colors(plot_scaling(profile).legends[0])
     assert set(roofline) == set(scaling) == {
         "input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
         "LlamaBlock (own kernels)", "(unattributed)"}
@@ -177,14 +177,14 @@ def test_one_colour_per_module_in_both_charts(profile: Profile) -> None:
     assert len(set(roofline.values())) == len(roofline)
 
 
-def test_colours_hold_across_shapes_and_depths(sweep_profile: Profile) -> None:
-    scaling = legend_colours(plot_scaling(sweep_profile).legends[0])
+def test_colors_hold_across_shapes_and_depths(sweep_profile: Profile) -> None:
+    scaling = legend_colors(plot_scaling(sweep_profile).legends[0])
     for shape in ("1x256", "1x1024"):
-        assert legend_colours(plot_roofline(sweep_profile, shape=shape).legends[0]) == scaling
-    # The lines themselves wear their module's colour.
+        assert legend_colors(plot_roofline(sweep_profile, shape=shape).legends[0]) == scaling
+    # The lines themselves wear their module's color.
     for line in lines(plot_scaling(sweep_profile), "module-time"):
         assert mcolors.to_hex(line.get_color()) == scaling[line.get_label().split(" [")[0]]
-    deeper = legend_colours(plot_scaling(sweep_profile, depth=2).legends[0])
+    deeper = legend_colors(plot_scaling(sweep_profile, depth=2).legends[0])
     assert {"self_attn.qkv_proj", "mlp (own kernels)"} <= set(deeper)
     for module in ("input_layernorm", "post_attention_layernorm", "LlamaBlock (own kernels)",
                    "(unattributed)"):
@@ -193,11 +193,11 @@ def test_colours_hold_across_shapes_and_depths(sweep_profile: Profile) -> None:
 
 
 def test_module_colors_follow_the_call_tree(profile: Profile) -> None:
-    colours = module_colors(profile)
-    assert list(colours) == ["LlamaBlock (own kernels)", "input_layernorm", "self_attn",
+    colors = module_colors(profile)
+    assert list(colors) == ["LlamaBlock (own kernels)", "input_layernorm", "self_attn",
                              "post_attention_layernorm", "mlp", "(unattributed)"]
-    assert list(colours.values())[:5] == list(PALETTE[:5])
-    assert extend_colors(colours, ["new"])["new"] == PALETTE[5]
+    assert list(colors.values())[:5] == list(PALETTE[:5])
+    assert extend_colors(colors, ["new"])["new"] == PALETTE[5]
 
 
 def test_scaling_error_bars_with_several_runs(profile: Profile) -> None:

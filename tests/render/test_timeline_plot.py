@@ -13,12 +13,8 @@ from matplotlib.figure import Figure
 from torch_nsight.profile import Profile
 from torch_nsight.record import ProfileMeta
 from torch_nsight.render.figure import module_colors
-from torch_nsight.render.timeline import (
-    MAX_LEGEND_MODULES,
-    plot_timeline,
-    timeline_figure,
-    timeline_frame,
-)
+from torch_nsight.render.timeline_layout import timeline_frame
+from torch_nsight.render.timeline_plot import MAX_LEGEND_MODULES, plot_timeline, timeline_figure
 
 SOURCE = "trace.json"
 BASE_NS = 5_000_000_000.0  # the trace clock does not start at 0
@@ -156,7 +152,7 @@ def test_a_given_run_is_placed_from_its_own_window(small) -> None:
     assert frame["start_ms"].iloc[0] == pytest.approx(0.010)
 
 
-def test_colours_are_the_profiles_module_colours(small) -> None:
+def test_colors_are_the_profiles_module_colors(small) -> None:
     profile, timeline = small
     frame = timeline_frame(profile, timeline=timeline)
     colors = module_colors(profile, depth=1)

@@ -29,7 +29,8 @@ from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
-from torch_nsight.analyze.timeline import module_launches, timeline_findings, timeline_summary
+from torch_nsight.analyze.steps import module_launches
+from torch_nsight.analyze.timeline import timeline_findings, timeline_summary
 from torch_nsight.vocabulary import UNATTRIBUTED
 
 __all__ = [
@@ -50,7 +51,7 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
     classify every kernel.
 
     Args:
-        df: a raw kernel table (see :mod:`torch_nsight.report.sources`).
+        df: a raw kernel table (see :func:`torch_nsight.report.table.empty_raw_table`).
         replication: sibling groups whose representative's rows stand for the replicas
             (see :func:`expand_replicas`); the copies are made before the per-kernel
             analysis, so every later step sees every row.

@@ -1,6 +1,6 @@
 """The calls table: torch-level ops with their shapes, attributed like kernels.
 
-Each row of a raw calls table (see :mod:`torch_nsight.report.sources`) carries the range
+Each row of a raw calls table (see :mod:`torch_nsight.report.calls_table`) carries the range
 stack open around one aten op; :func:`attribute_calls` gives it the same ``module``,
 ``module_path``, ``direction`` and ``op`` a kernel launched there gets, so the two tables
 join on those columns (plus ``variant`` and ``shape``).

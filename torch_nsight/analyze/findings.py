@@ -1,6 +1,6 @@
 """Findings: the few fixes worth making, each with the time per run it may recover.
 
-Five checks read the analysed kernel table (and the calls table, the PyTorch settings and a
+Five checks read the analyzed kernel table (and the calls table, the PyTorch settings and a
 timeline where the profile has them): ``gemm_misaligned``, ``fp32_no_tensor_cores``,
 ``elementwise_chain``, ``layout_conversion`` and ``small_grid``; a timeline adds the rows of
 :func:`~torch_nsight.analyze.timeline.timeline_findings`. A kernel claimed by one of the
@@ -468,7 +468,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     """The fixes worth making, ranked by the time per run each may recover.
 
     Args:
-        kernels: an analysed kernel table (``Profile.kernels``); columns a source lacks
+        kernels: an analyzed kernel table (``Profile.kernels``); columns a source lacks
             (FLOP counters, waves, peaks) only silence the checks that read them.
         calls: the calls table (``Profile.calls``), whose GEMM shapes name the misaligned
             dimension; None falls back to kernel names.

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from err
     emit(profile, args)
     if args.plot_timeline is not None and profile.kernels.empty:
-        from torch_nsight.render.timeline import NO_GPU_ACTIVITY
+        from torch_nsight.render.timeline_plot import NO_GPU_ACTIVITY
 
         print(f"note: --plot-timeline not drawn: {NO_GPU_ACTIVITY}", file=sys.stderr)
     elif args.plot_timeline is not None:

@@ -1,9 +1,9 @@
-"""Figures drawn without pyplot: no display, no global state, Agg for PNG; module colours.
+"""Figures drawn without pyplot: no display, no global state, Agg for PNG; module colors.
 
 Each plot builds a :class:`matplotlib.figure.Figure` with an Agg canvas (so it never needs
 a display and leaves pyplot's figure list alone) and saves it by the path's suffix. Every
-chart of a profile colours its modules through :func:`module_colors`, so one module has one
-colour in the roofline and in the scaling chart.
+chart of a profile colors its modules through :func:`module_colors`, so one module has one
+color in the roofline and in the scaling chart.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 PathArg = Union[str, "os.PathLike[str]"]
 FIGURE_SUFFIXES: tuple[str, ...] = (".png", ".svg")
 UNATTRIBUTED_COLOR = "#9e9e9e"
-#: Module colours in order of assignment (tab10, then tab20's lighter half).
+#: Module colors in order of assignment (tab10, then tab20's lighter half).
 PALETTE: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
     "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2",
@@ -116,11 +116,11 @@ def label_modules(tree: pd.DataFrame) -> list[str]:
 
 
 def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:
-    """Return one colour per module label, the same in every chart of ``profile``.
+    """Return one color per module label, the same in every chart of ``profile``.
 
     Labels are those of :func:`label_modules` at levels 1 to ``depth`` (level 0 for
     ``depth=0``), each level in call-tree order over the whole profile (every shape and
-    variant), so that a module keeps its colour whichever chart, shape or depth shows it.
+    variant), so that a module keeps its color whichever chart, shape or depth shows it.
     ``(unattributed)`` is always grey.
 
     Args:
@@ -128,7 +128,7 @@ def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:
         depth: the deepest module level charted (the roofline charts level 1).
 
     Returns:
-        label -> colour, in order of assignment; use :func:`extend_colors` for labels that
+        label -> color, in order of assignment; use :func:`extend_colors` for labels that
         are missing (a root without children, say).
     """
     names: list[str] = []
@@ -139,10 +139,10 @@ def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:
 
 
 def extend_colors(colors: dict[str, str], names: Iterable[str]) -> dict[str, str]:
-    """Give each name not in ``colors`` the palette's next colour; ``(unattributed)`` grey.
+    """Give each name not in ``colors`` the palette's next color; ``(unattributed)`` grey.
 
     Args:
-        colors: colours assigned so far (not modified).
+        colors: colors assigned so far (not modified).
         names: the names, in order of first appearance.
 
     Returns:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
-from torch_nsight.analyze.frames import filled
 from torch_nsight.render.columns import (
     ColumnsBuilder,
     hotspot_columns,
@@ -118,9 +117,9 @@ def _launch_rows(profile: Profile, rows: int | None, order: HotspotOrder,
 
 def _kernel_share(kernels: pd.DataFrame) -> pd.Series:
     """Each launch's share (%) of the GPU time of its (variant, shape, report, run)."""
-    keys = kernels.reindex(columns=["variant", "shape", "source", "run"]).astype(object)
-    keys = filled(keys)
-    totals = kernels["duration_ns"].groupby([keys[c] for c in keys.columns]).transform("sum")
+    keys = kernels.reindex(columns=["variant", "shape", "source", "run"])
+    totals = kernels["duration_ns"].groupby([keys[c] for c in keys.columns],
+                                            dropna=False).transform("sum")
     return 100.0 * kernels["duration_ns"] / totals
 
 

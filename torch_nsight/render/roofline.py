@@ -45,7 +45,7 @@ MIN_MARKER_AREA = 14.0
 
 
 def top_level_module(module_path: Any) -> str:
-    """Return the first module under the root in a module path, for colouring.
+    """Return the first module under the root in a module path, for coloring.
 
     Args:
         module_path: ``Root/child/child.grandchild``, the root alone, or
@@ -104,7 +104,7 @@ def _areas(durations: pd.Series, longest: float) -> np.ndarray:
 
 def _scatter(ax: Axes, rows: pd.DataFrame, x: pd.Series, y: Any, colors: dict[str, str],
              longest: float, gid: str) -> None:
-    """One collection per (module, direction): colour by module, marker by direction."""
+    """One collection per (module, direction): color by module, marker by direction."""
     groups = rows.assign(_x=x, _y=y).groupby(["_group", "_marker"], sort=False)
     for (group, marker), part in groups:
         collection = ax.scatter(part["_x"], part["_y"], s=_areas(part["duration_ns"], longest),
@@ -237,12 +237,12 @@ def raise_unplaceable(profile: Profile) -> None:
 
 def plot_roofline(profile: Profile, path: PathArg | None = None,
                   shape: str | None = None) -> Figure:
-    """Draw the roofline of a profile's kernels, coloured by top-level module.
+    """Draw the roofline of a profile's kernels, colored by top-level module.
 
     x is intensity (FLOP per DRAM byte), y achieved FLOP/s, both logarithmic. The memory
     roof is ``peak_bytes_per_s x intensity``; each precision present among the kernels gets
     a compute roof at its highest ``peak_flops_per_s`` in the report. Markers: area by
-    kernel time, colour by top-level module (:func:`top_level_module`; the same colour as
+    kernel time, color by top-level module (:func:`top_level_module`; the same color as
     in :func:`~torch_nsight.render.scaling.plot_scaling`), circle forward,
     triangle backward, square outside both. Kernels that :func:`placeable` rejects are
     drawn in a strip under the chart, by time, never dropped.

@@ -148,7 +148,7 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     """Plot each module's GPU time (forward + backward, per run) against the shape.
 
     Shapes sit on the x axis in the order they appear in the profile; each module is a
-    colour (:func:`~torch_nsight.render.figure.module_colors`: the roofline's colour at
+    color (:func:`~torch_nsight.render.figure.module_colors`: the roofline's color at
     depth 1), each variant a line style and marker (with a legend of its own when there are
     several). The module legend lists modules longest first at the last shape. A profile of
     one shape has no x axis to speak of: it gets horizontal bars instead, one per module

@@ -2,6 +2,8 @@
 
 Every helper takes a raw value in the unit the analysis columns carry (ns, FLOP, bytes,
 bytes/s, percent) and returns a short string; a missing value (None, NaN) becomes ``-``.
+Durations and byte counts with their unit (``format_duration``), which analyze writes too,
+are in the stage-neutral :mod:`torch_nsight.units`.
 """
 
 from __future__ import annotations
@@ -9,24 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-MISSING = "-"
-
-
-def is_missing(value: Any) -> bool:
-    """Return True for None, NaN and other values that cannot be read as a number.
-
-    Args:
-        value: anything.
-
-    Returns:
-        Whether the value is absent.
-    """
-    if value is None:
-        return True
-    try:
-        return math.isnan(float(value))
-    except (TypeError, ValueError):
-        return True
+from torch_nsight.units import MISSING, is_missing
 
 
 def format_number(value: Any, decimals: int = 1) -> str:
@@ -54,18 +39,6 @@ def format_us(duration_ns: Any) -> str:
         The number of microseconds, without the unit (the column header carries it).
     """
     return MISSING if is_missing(duration_ns) else format_number(float(duration_ns) / 1e3, 2)
-
-
-def format_duration(duration_ns: Any) -> str:
-    """Return a duration given in ns with its unit, as a person says it: ``1.16 s``,
-    ``21.3 ms``, ``845 µs``, ``4.2 µs``; ``-`` when missing."""
-    if is_missing(duration_ns):
-        return MISSING
-    ns = float(duration_ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms")):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.{2 if abs(ns) < 10 * scale else 1}f} {unit}"
-    return f"{ns / 1e3:,.0f} µs" if abs(ns) >= 1e4 else f"{ns / 1e3:.1f} µs"
 
 
 def format_pct(percent: Any) -> str:

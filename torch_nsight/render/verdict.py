@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.fit import terminal_width
-from torch_nsight.render.units import format_duration
+from torch_nsight.units import format_duration
 
 if TYPE_CHECKING:
     import pandas as pd

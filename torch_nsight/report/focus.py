@@ -81,7 +81,7 @@ def stand_in_rows(ncu_rows: pd.DataFrame, folder: Path, focused: Sequence[str],
     """The timeline's rows for the kernels the focused sweep did not profile.
 
     Rows inside a replicated module are left out: the representative's rows (deep or
-    stand-in) are copied to its replicas when the directory is analysed, as for any sweep.
+    stand-in) are copied to its replicas when the directory is analyzed, as for any sweep.
 
     Args:
         ncu_rows: the sweep's raw ncu table.

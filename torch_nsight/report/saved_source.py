@@ -1,5 +1,5 @@
 """The reader of profiles saved by :meth:`torch_nsight.Profile.save` (``.parquet``): their
-tables come analysed already (see :mod:`torch_nsight.report.saved`)."""
+tables come analyzed already (see :mod:`torch_nsight.report.saved`)."""
 
 from __future__ import annotations
 

@@ -38,9 +38,9 @@ class SourceData:
     """What one reader read.
 
     Attributes:
-        kernels: the raw table (or, with ``analyzed``, a table analysed before it was saved).
+        kernels: the raw table (or, with ``analyzed``, a table analyzed before it was saved).
         sources: where its rows came from.
-        analyzed: the table is already analysed (a saved profile).
+        analyzed: the table is already analyzed (a saved profile).
         replication: sibling groups whose representative's rows stand for the replicas
             (``representative``, ``replicas``, ``variant``, ``shape``).
         calls: the raw calls table

@@ -1,0 +1,201 @@
+"""Timeline wording: what to try per verdict, the evidence sentences and the fix per finding.
+
+English only, from numbers :mod:`~torch_nsight.analyze.steps` measured and rules
+:mod:`~torch_nsight.analyze.verdicts` applied; the timeline tables carry these texts in
+their ``evidence``, ``advice`` and ``fix`` columns, as :mod:`torch_nsight.analyze.findings`
+does. Durations and byte counts are written by :mod:`torch_nsight.units`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.steps import SMALL_KERNEL_NS
+from torch_nsight.analyze.verdicts import (
+    COPY_BUSY_PCT,
+    COPY_WALL_PCT,
+    DATA_WAIT_PCT,
+    LAUNCH_BUSY_PCT,
+    judged_busy_pct,
+    judges_unprofiled,
+    profiler_lengthened,
+)
+from torch_nsight.units import format_bytes, format_duration_ms
+
+ADVICE: dict[str, str] = {
+    "data-bound": "Feed the GPU faster: give the DataLoader more workers (num_workers), keep "
+                  "batches prefetched (prefetch_factor, persistent_workers=True) and move "
+                  "per-sample preprocessing out of the training loop.",
+    "copy-bound": "Overlap or avoid the copies: load batches into pinned memory "
+                  "(DataLoader(pin_memory=True)), copy with .to(device, non_blocking=True) "
+                  "and keep tensors on the GPU between steps.",
+    "launch-bound": "Cut launch overhead: capture the step in a CUDA graph "
+                    "(torch.compile(mode=\"reduce-overhead\")), fuse small ops with "
+                    "torch.compile, or give each kernel more work with a larger batch.",
+    "GPU-bound": "The GPU is the limit: find the slowest modules and kernels with Nsight "
+                 "Compute (torch_nsight.sweep) and speed them up (bf16 tensor cores, fused "
+                 "kernels such as scaled_dot_product_attention, torch.compile).",
+    "cpu": "The GPU waits on CPU work between long kernels: find it in largest_gaps and "
+           "take it off the step (avoid synchronizing calls such as .item() or .cpu(), "
+           "precompute or overlap Python work).",
+    "pageable": "Copy from pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) "
+                "with .to(device, non_blocking=True), so the copy overlaps compute.",
+    "module": "Compile or graph-capture this module (torch.compile(module, "
+              "mode=\"reduce-overhead\")) so its small kernels fuse or launch together.",
+}
+#: What to try, per verdict.
+VERDICT_ADVICE: dict[str, str] = {
+    "data-bound": ADVICE["data-bound"], "copy-bound": ADVICE["copy-bound"],
+    "launch-bound": ADVICE["launch-bound"], "CPU-bound": ADVICE["cpu"],
+    "GPU-bound": ADVICE["GPU-bound"],
+}
+#: The fix, per finding.
+FINDING_FIXES: dict[str, str] = {
+    "data_wait": ADVICE["data-bound"], "copy_bound": ADVICE["copy-bound"],
+    "pageable_copies": ADVICE["pageable"], "launch_bound": ADVICE["launch-bound"],
+    "gpu_idle": ADVICE["cpu"], "small_kernels": ADVICE["module"],
+}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _copies(n: float) -> str:
+    return f"{n:g} {'copy' if n == 1 else 'copies'}"
+
+
+def _gap(gap: pd.Series) -> str:
+    """``812 µs before h.0.attn (CPU: aten::linear)``."""
+    after, before, cpu = (_text(gap[c]) for c in ("prev_module", "next_module", "cpu"))
+    where = (f"before {before}" if before else f"after {after}" if after
+             else "with no GPU work in the step")
+    return f"{format_duration_ms(gap['gap_ns'])} {where} (CPU: {cpu or 'outside any op'})"
+
+
+def largest_gaps_text(gaps: pd.DataFrame) -> dict[tuple[Any, Any], str]:
+    """Per (variant, shape), its gaps (:func:`~torch_nsight.analyze.steps.median_step_gaps`)
+    as one line: ``812 µs before h.0.attn (CPU: aten::linear); ...``."""
+    texts: dict[tuple[Any, Any], list[str]] = {}
+    for _, gap in gaps.iterrows():
+        texts.setdefault((gap["variant"], gap["shape"]), []).append(_gap(gap))
+    return {label: "; ".join(parts) for label, parts in texts.items()}
+
+
+def _judged_step(row: pd.Series) -> str:
+    """The step the verdict's busy share is of: ``1.2 ms step`` or ``... timed without the
+    profiler``."""
+    if judges_unprofiled(row):
+        return f"{format_duration_ms(row['bare_wall_ns'])} step timed without the profiler"
+    return f"{format_duration_ms(row['wall_ns'])} step"
+
+
+def _counts(row: pd.Series) -> str:
+    return (f"{row['kernels']:g} kernels, {row['small_kernel_pct']:.0f}% of them under "
+            f"{SMALL_KERNEL_NS / 1e3:g} µs, {row['launches_per_ms']:.1f} launches per ms")
+
+
+def _data_bound(row: pd.Series) -> str:
+    return (f"The GPU waited on data loading for {row['data_wait_pct']:.1f}% of the "
+            f"{format_duration_ms(row['wall_ns'])} step (data-bound from {DATA_WAIT_PCT:g}%).")
+
+
+def _copy_bound(row: pd.Series) -> str:
+    return (f"Copies took {row['copy_pct']:.1f}% of the {format_duration_ms(row['wall_ns'])} "
+            f"step and {row['copy_busy_pct']:.1f}% of GPU busy time ({_copies(row['copies'])} "
+            f"of {format_bytes(row['copy_bytes'])} at {row['copy_gb_per_s']:.1f} GB/s; "
+            f"copy-bound from {COPY_WALL_PCT:g}% or {COPY_BUSY_PCT:g}%).")
+
+
+def _launch_bound(row: pd.Series) -> str:
+    return (f"The GPU was busy {judged_busy_pct(row):.1f}% (under {LAUNCH_BUSY_PCT:g}%) of "
+            f"the {_judged_step(row)}, with {_counts(row)}.")
+
+
+def _cpu_bound(row: pd.Series) -> str:
+    return (f"The GPU was busy only {judged_busy_pct(row):.1f}% (under {LAUNCH_BUSY_PCT:g}%) "
+            f"of the {_judged_step(row)} although most of its kernels are long "
+            f"({_counts(row)}): the CPU side sets the pace.")
+
+
+def _gpu_bound(row: pd.Series) -> str:
+    return (f"The GPU was busy {judged_busy_pct(row):.1f}% of the {_judged_step(row)}; data "
+            f"waits ({row['data_wait_pct']:.1f}%) and copies ({row['copy_pct']:.1f}%) are "
+            "under their thresholds.")
+
+
+#: The evidence sentence, per verdict.
+_VERDICT_EVIDENCE: dict[str, Callable[[pd.Series], str]] = {
+    "data-bound": _data_bound, "copy-bound": _copy_bound, "launch-bound": _launch_bound,
+    "CPU-bound": _cpu_bound, "GPU-bound": _gpu_bound,
+}
+
+
+def verdict_evidence(row: pd.Series) -> str:
+    """The evidence for a shape's ``verdict``, with what module ranges (``distorted``) and
+    the profiler added to the step."""
+    caveats = []
+    if row["distorted"]:
+        caveats.append(f"module ranges lengthened the step by {row['distortion_pct']:.1f}%, "
+                       "so the idle share (and a launch-bound verdict) may be overstated")
+    if profiler_lengthened(row):
+        caveats.append(f"the profiler made the step {row['profiler_pct']:.0f}% longer than "
+                       f"without it (the GPU is busy {row['bare_busy_pct']:.0f}% of the "
+                       "unprofiled step)")
+    return "; ".join([_VERDICT_EVIDENCE[row["verdict"]](row)[:-1], *caveats]) + "."
+
+
+def _data_wait(found: Mapping[str, Any], shape: pd.Series) -> str:
+    return (f"The GPU idled {shape['data_wait_pct']:.1f}% of the "
+            f"{format_duration_ms(shape['wall_ns'])} step "
+            f"({format_duration_ms(shape['data_ns'])}) while the CPU loaded data "
+            f"(mostly in {found['cpu']}).")
+
+
+def _copy_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
+    return (f"Copies took {shape['copy_pct']:.1f}% of the {format_duration_ms(shape['wall_ns'])} "
+            f"step and {shape['copy_busy_pct']:.1f}% of GPU busy time "
+            f"({format_duration_ms(shape['copy_ns'])} per step).")
+
+
+def _pageable_copies(found: Mapping[str, Any], shape: pd.Series) -> str:
+    return (f"{_copies(found['copies'])} per step ({format_bytes(found['bytes'])}, "
+            f"{format_duration_ms(found['time_ns'])}) use pageable host memory, which the "
+            "launching thread waits for.")
+
+
+def _launch_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
+    return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
+            f"data loading with {shape['kernels']:g} kernels, {shape['small_kernel_pct']:.0f}% "
+            f"of them under {SMALL_KERNEL_NS / 1e3:g} µs, and {shape['launches_per_ms']:.1f} "
+            "launches per ms.")
+
+
+def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
+    module = found["module"]
+    where = (f", {format_duration_ms(found['before_ns'])} per step of it just before {module}"
+             if module else "")
+    return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
+            f"data loading{where}.")
+
+
+def _small_kernels(found: Mapping[str, Any], shape: pd.Series) -> str:
+    return (f"{found['module']} issues {found['launches']:g} launches per step with a median "
+            f"kernel of {format_duration_ms(found['median_kernel_ns'])}; the GPU idles "
+            f"{format_duration_ms(found['idle_ns'])} per step just before its work.")
+
+
+#: The evidence sentence, per finding: from the finding's numbers and its shape's medians.
+_FINDING_EVIDENCE: dict[str, Callable[[Mapping[str, Any], pd.Series], str]] = {
+    "data_wait": _data_wait, "copy_bound": _copy_finding, "pageable_copies": _pageable_copies,
+    "launch_bound": _launch_finding, "gpu_idle": _gpu_idle, "small_kernels": _small_kernels,
+}
+
+
+def finding_evidence(found: Mapping[str, Any], shape: pd.Series) -> str:
+    """The evidence sentence of a finding of
+    :func:`~torch_nsight.analyze.verdicts.label_findings`, of the shape ``shape``."""
+    return _FINDING_EVIDENCE[found["finding"]](found, shape)
