@@ -13,7 +13,7 @@ import pytest
 
 from torch_nsight.analyze.steps import MODULE_LAUNCH_COLUMNS, module_launches
 from torch_nsight.analyze.timeline import (
-    FINDING_COLUMNS,
+    STEP_FINDING_COLUMNS,
     SUMMARY_COLUMNS,
     timeline_findings,
     timeline_summary,
@@ -401,7 +401,7 @@ def test_findings_of_a_launch_bound_step_name_the_model_and_its_busy_module() ->
                 gap(1, 60, cpu="aten::linear", next_module="blocks.0"),
                 gap(1, 40, cpu=LOADER, next_module="blocks.0", offset=100)]
     findings = timeline_findings(*tables(rows, timeline))
-    assert list(findings.columns) == list(FINDING_COLUMNS)
+    assert list(findings.columns) == list(STEP_FINDING_COLUMNS)
     assert findings["finding"].tolist() == ["launch_bound", "small_kernels"]
     launch, small = findings.iloc[0], findings.iloc[1]
     assert (launch["module"], launch["module_level"]) == ("Model", "root")
@@ -454,7 +454,7 @@ def test_empty_tables_give_empty_results() -> None:
     summary = timeline_summary(kernels, timeline)
     assert summary.empty and list(summary.columns) == list(SUMMARY_COLUMNS)
     findings = timeline_findings(kernels, timeline)
-    assert findings.empty and list(findings.columns) == list(FINDING_COLUMNS)
+    assert findings.empty and list(findings.columns) == list(STEP_FINDING_COLUMNS)
     launches = module_launches(kernels)
     assert launches.empty and list(launches.columns) == list(MODULE_LAUNCH_COLUMNS)
 

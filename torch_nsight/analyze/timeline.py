@@ -42,8 +42,11 @@ SUMMARY_COLUMNS = (
     "distortion_pct", "profiler_pct", "bare_busy_pct", "verdict", "evidence", "advice",
     "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable",
 )
-FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence", "fix",
-                   "est_gain_ns", "gain_basis", "pct_of_step")
+#: The timeline's own findings: where (the module and its level in the tree), what, and the
+#: share of the step. :func:`torch_nsight.analyze.findings` turns each into a row of the one
+#: finding schema, :data:`torch_nsight.vocabulary.FINDING_COLUMNS`.
+STEP_FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence",
+                        "fix", "est_gain_ns", "gain_basis", "pct_of_step")
 #: Medians per step, named per step in the summary.
 _PER_STEP_NAMES = {"kernels": "kernels_per_step", "launches": "launches_per_step",
                    "copies": "copies_per_step", "copy_bytes": "copy_bytes_per_step",
@@ -104,7 +107,7 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
         timeline: its step and gap table (``Profile.timeline``).
 
     Returns:
-        :data:`FINDING_COLUMNS`, per (variant, shape) in the order its steps first appear,
+        :data:`STEP_FINDING_COLUMNS`, per (variant, shape) in the order its steps first appear,
         the largest ``est_gain_ns`` (time per step) first. ``module_level`` says which
         module ``module`` names: ``root`` (the model), ``top-level`` (a child of the root)
         or ``innermost``; None where the finding is outside the model. Gains of different
@@ -115,7 +118,7 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
     """
     steps, activity, gaps = step_table(kernels, timeline, "timeline_findings")
     if steps.empty:
-        return pd.DataFrame(columns=list(FINDING_COLUMNS))
+        return pd.DataFrame(columns=list(STEP_FINDING_COLUMNS))
     shapes = shape_table(steps)
     modules = module_table(activity, 1, shapes[[*LABELS, "steps"]])
     gaps = gaps_with_modules(activity, gaps)
@@ -130,5 +133,5 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
                        evidence=finding_evidence(row, shape), fix=FINDING_FIXES[row["finding"]])
         rows.extend(sorted(found, key=lambda r: -cast(float, r["est_gain_ns"])
                            if pd.notna(r["est_gain_ns"]) else float("inf")))
-    out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(STEP_FINDING_COLUMNS))
     return _labelled(out, (*LABELS, "module", "module_level"))

@@ -144,12 +144,7 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``hotspots`` table: a ranked kernel site, its roofline verdict and the
     next step to try (reason and next step cut in text; files keep them whole).
 
-    Args:
-        frame: the rows shown (:meth:`Profile.hotspots` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.hotspots` output rows.
     """
     columns = _row_head(frame, kernels)
     columns.append(("kernel", lambda r: cut(r["kernel"], KERNEL_WIDTH), "left"))
@@ -189,12 +184,7 @@ def _intensity(flops: Any, dram_bytes: Any) -> str:
 def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``modules`` table: the module tree with times, verdict and work.
 
-    Args:
-        frame: the rows shown (:meth:`Profile.modules` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.modules` output rows.
     """
     return [
         *_labels(kernels),
@@ -215,12 +205,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``kernels`` table: every launch with its rates and verdict.
 
-    Args:
-        frame: the rows shown (kernel rows with ``pct_of_total``).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over kernel rows with ``pct_of_total`` rows.
     """
     columns = _row_head(frame, kernels)
     columns += [
@@ -241,12 +226,7 @@ def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``kernels`` table: one kernel name across the modules launching it.
 
-    Args:
-        frame: the rows shown (:meth:`Profile.by_kernel` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_kernel` output rows.
     """
     return [
         *_labels(kernels),
@@ -269,12 +249,7 @@ def _share(column: str) -> Callable[[pd.Series], str]:
 def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``shapes`` table: one row per (variant, shape).
 
-    Args:
-        frame: the rows shown (:meth:`Profile.by_shape` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_shape` output rows.
     """
     columns: list[Column] = []
     if frame["variant"].notna().any():
@@ -297,12 +272,7 @@ def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def rank_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``ranks`` table: one row per distributed rank.
 
-    Args:
-        frame: the rows shown (:meth:`Profile.by_rank` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_rank` output rows.
     """
     return [
         ("rank", lambda r: str(int(r["rank"])), "right"),

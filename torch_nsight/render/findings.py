@@ -38,12 +38,7 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
 def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``findings`` table.
 
-    Args:
-        frame: the rows shown (:meth:`Profile.findings` output).
-        kernels: the profile's kernel table.
-
-    Returns:
-        The columns, in order.
+    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.findings` output rows.
     """
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
     columns += [(label, _label_cell(label), "left") for label in _labels(kernels)]
