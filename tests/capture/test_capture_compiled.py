@@ -77,6 +77,7 @@ def test_module_paths_read_from_dynamo_sources(text: str, expected: str) -> None
     assert module_path(text) == expected
 
 
+@pytest.mark.slow
 def test_whole_model_compile_maps_every_launch_to_its_module(
         recorder: Recorder, fresh_compiler: None) -> None:
     model = Net()
@@ -122,6 +123,7 @@ def test_per_block_compile_gives_each_call_its_block_and_backward_its_forward(
             assert chain[-1].removeprefix("bwd:").startswith(root)
 
 
+@pytest.mark.slow
 def test_the_wrapper_code_holds_the_launches_in_order(fresh_compiler: None) -> None:
     from torch._inductor.output_code import CompiledFxGraph
 
@@ -175,6 +177,7 @@ def test_a_compiled_model_is_not_recorded_so_it_stays_compiled(
     assert pushes.count("warmup") == 4 and len(_ranges(recorder)) == 4
 
 
+@pytest.mark.slow
 def test_inductor_is_imported_only_when_the_model_compiles() -> None:
     # Importing Inductor costs seconds: an instrumented eager model must not pay it.
     import subprocess

@@ -275,6 +275,7 @@ def run_python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[
                           text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_capture_never_imports_pandas(tmp_path: Path) -> None:
     code = ("import sys, torch_nsight, torch_nsight.capture; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pandas'))")
@@ -283,6 +284,7 @@ def test_capture_never_imports_pandas(tmp_path: Path) -> None:
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_leak_check_fails_a_test_that_leaves_hooks(tmp_path: Path) -> None:
     (tmp_path / "test_leaky.py").write_text(textwrap.dedent("""
         import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from torch_nsight.calls_file import read_call_rows
@@ -48,6 +49,7 @@ def test_no_calls_file_when_not_enabled(tmp_path: Path, monkeypatch) -> None:
     assert not handle.active and not (tmp_path / "run.calls.json").exists()
 
 
+@pytest.mark.slow
 def test_a_script_that_never_removes_the_handle_still_gets_its_file(tmp_path: Path) -> None:
     import subprocess
     import sys

@@ -190,6 +190,7 @@ print(json.dumps({"fresh": fresh, "fresh_description": describe_settings(fresh),
 """
 
 
+@pytest.mark.slow
 def test_a_fresh_process_gets_the_parents_tf32_setting() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.benchmark = True

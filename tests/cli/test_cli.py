@@ -33,6 +33,7 @@ def run_cli(launcher: str, *args: str | Path, cwd: Path) -> subprocess.Completed
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.slow
 def test_report_in_a_subprocess(launcher: str, report: Path, tmp_path: Path) -> None:
     result = run_cli(launcher, "report", report, "-n", "3", "--csv", "hot.csv",
                      "--roofline", "roof.png", cwd=tmp_path)
@@ -74,6 +75,7 @@ def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path) -> Non
     assert existing.read_text().startswith("[")
 
 
+@pytest.mark.slow
 def test_demo_reads_the_recorded_report(tmp_path: Path) -> None:
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
               if p.is_file()}
@@ -160,6 +162,7 @@ def test_report_refuses_options_that_do_not_fit(report: Path, args: list[str], m
     assert captured.out == ""
 
 
+@pytest.mark.slow
 def test_report_plots_under_their_new_names(report: Path, tmp_path: Path) -> None:
     roof, scaling = tmp_path / "roof.png", tmp_path / "scaling.svg"
     assert main(["report", str(report), "--plot", str(roof), "--plot-scaling",
@@ -229,6 +232,7 @@ def test_verbose_after_the_subcommand(report: Path) -> None:
     assert args.verbose == 1
 
 
+@pytest.mark.slow
 def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
     import subprocess
     import sys
@@ -250,6 +254,7 @@ def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
     assert sum("· {0-3} ×4 " in line for line in modules()) == 4
 
 
+@pytest.mark.slow
 def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:
     import subprocess
     import sys
@@ -270,6 +275,7 @@ def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:
         plain.stderr
 
 
+@pytest.mark.slow
 def test_labels_name_reports_of_one_shape(tmp_path) -> None:
     import shutil
     import subprocess
@@ -295,6 +301,7 @@ def test_labels_name_reports_of_one_shape(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
+@pytest.mark.slow
 def test_csv_and_json_go_to_standard_output(tmp_path, fmt: str) -> None:
     import io
     import json as jsonlib

@@ -44,6 +44,7 @@ def compare(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int,
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.slow
 def test_a_real_regression_exits_1(launcher: str, data: Path) -> None:
     result = run_cli(launcher, "compare", "hand_s128.ncu-rep.xz", "hand_s512.ncu-rep.xz",
                      "--threshold", "5%", cwd=data)
@@ -58,6 +59,7 @@ def test_a_real_regression_exits_1(launcher: str, data: Path) -> None:
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.slow
 def test_a_report_against_itself_exits_0(launcher: str, data: Path) -> None:
     result = run_cli(launcher, "compare", "hand_s128.ncu-rep.xz", "hand_s128.ncu-rep.xz",
                      "--threshold", "0", cwd=data)
@@ -119,6 +121,7 @@ def test_a_copy_of_a_report_changes_nothing(data: Path,
     assert (table["change_pct"] == 0).all() and set(table["verdict"]) == {"unchanged"}
 
 
+@pytest.mark.slow
 def test_a_sweep_directory_against_itself(data: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     sweep = data / "sweep_stack"

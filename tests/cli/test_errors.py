@@ -159,6 +159,7 @@ def test_a_bug_prints_its_traceback_in_a_subprocess(report: Path, tmp_path: Path
     ["sweep", "examples/models.py:LlamaBlock", "--shapes", "1x64x1024"],
     ["profile", "--", sys.executable, "-c", "pass"],
 ])
+@pytest.mark.slow
 def test_a_missing_ncu_is_advised_in_command_line_terms(command: list[str],
                                                         tmp_path: Path) -> None:
     import shutil

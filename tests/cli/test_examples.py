@@ -18,6 +18,7 @@ SCRIPT = Path(sweep_llama.__file__).resolve()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.slow
 def test_sweep_example_without_a_gpu(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(SCRIPT)], cwd=tmp_path, capture_output=True,
                             text=True, timeout=120, check=False)

@@ -61,6 +61,7 @@ def _read(case: tuple[str, str, bytes], base: Path) -> tuple[str, Path, subproce
     return name, folder, proc
 
 
+@pytest.mark.slow
 def test_every_damaged_report_reads_or_fails_in_one_line(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=2) as pool:
         runs = list(pool.map(lambda case: _read(case, tmp_path), CASES))
@@ -88,6 +89,7 @@ def test_every_damaged_report_reads_or_fails_in_one_line(tmp_path: Path) -> None
         assert "content is xz-compressed: rename it to end in .ncu-rep.xz" in hints[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["cut-by-1", "cut-by-1000"])
 def test_a_report_cut_at_its_end_keeps_what_it_holds(tmp_path: Path, name: str) -> None:
     case = next(c for c in CASES if c[0] == name)

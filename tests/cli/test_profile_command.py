@@ -59,6 +59,7 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None
                           capture_output=True, text=True, cwd=cwd, env=full, timeout=300)
 
 
+@pytest.mark.slow
 def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     with_steps = cli("--dry-run", "--steps", "10:12", "--", "python", "train.py", "--lr",
                      "3e-4", cwd=tmp_path)
@@ -111,6 +112,7 @@ def test_rank_selection() -> None:
     assert current_rank({"LOCAL_RANK": "1"}) == 1 and current_rank({}) is None
 
 
+@pytest.mark.slow
 def test_a_profiled_run_prints_its_hotspots_and_passes_the_exit_status_on(
         tmp_path: Path) -> None:
     ncu = fake_ncu(tmp_path)

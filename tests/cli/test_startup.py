@@ -42,6 +42,7 @@ def test_report_does_not_import_torch(report: Path, tmp_path: Path) -> None:
     assert "pandas" in found["heavy"]  # the check above would pass if nothing ran
 
 
+@pytest.mark.slow
 def test_report_with_plots_does_not_import_torch(report: Path, tmp_path: Path) -> None:
     found = imported_after(["report", str(report), "--roofline", str(tmp_path / "r.png"),
                             "--scaling", str(tmp_path / "s.png")], tmp_path)

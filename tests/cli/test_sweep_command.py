@@ -43,6 +43,7 @@ def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
                             cwd=cwd, env=env)
 
 
+@pytest.mark.slow
 def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
     marker = tmp_path / "imported_by.txt"
     (tmp_path / "model.py").write_text(MODEL_FILE.format(marker=str(marker)))
@@ -98,6 +99,7 @@ def test_shapes_and_targets() -> None:
         Target("tests.collect.models:nothing_here").resolve()
 
 
+@pytest.mark.slow
 def test_a_dry_run_says_why_a_shape_failed_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text(MODEL_FILE.format(marker=str(tmp_path / "m.txt")))
     # 4x12 does not fit Linear(16, 32); 4x16 does
@@ -142,6 +144,7 @@ def _wait_for_first_shape(status: Path, proc: subprocess.Popen[str]) -> int:
     raise AssertionError("the first shape never finished")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_sweep_keeps_its_finished_shapes(tmp_path: Path, signum: int) -> None:
     (tmp_path / "model.py").write_text(SLOW_FILE)
@@ -156,6 +159,7 @@ def test_an_interrupted_sweep_keeps_its_finished_shapes(tmp_path: Path, signum: 
     assert [r["status"] for r in results] == ["ok", "stopped"]
 
 
+@pytest.mark.slow
 def test_a_killed_child_loses_only_its_unfinished_shape(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text(SLOW_FILE)
     proc = cli("model.py:make", "--inputs", "model.py:inputs", "--shapes", "4x16,3x16",
@@ -170,6 +174,7 @@ def test_a_killed_child_loses_only_its_unfinished_shape(tmp_path: Path) -> None:
     assert [r["status"] for r in results] == ["ok", "failed"]
 
 
+@pytest.mark.slow
 def test_a_silent_child_is_stopped_with_what_it_was_doing(tmp_path: Path) -> None:
     (tmp_path / "model.py").write_text(SLOW_FILE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_NSIGHT_SILENCE_S": "15"}

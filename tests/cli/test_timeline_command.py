@@ -37,6 +37,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=cwd, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_timeline_of_a_factory_reads_back_per_shape(tmp_path: Path) -> None:
     (tmp_path / "mk.py").write_text(MODEL)
     proc = cli("timeline", "mk.py:make", "--shapes", "8x32,16x32", "--steps", "2",
@@ -51,6 +52,7 @@ def test_timeline_of_a_factory_reads_back_per_shape(tmp_path: Path) -> None:
     assert again.returncode == 1 and "--force" in again.stderr
 
 
+@pytest.mark.slow
 def test_a_timeline_without_gpu_activity_draws_no_idle_step(tmp_path: Path) -> None:
     import torch
 
@@ -66,6 +68,7 @@ def test_a_timeline_without_gpu_activity_draws_no_idle_step(tmp_path: Path) -> N
         plot_timeline(torch_nsight.load(tmp_path / "tl"), tmp_path / "x.png")
 
 
+@pytest.mark.slow
 def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
         tmp_path: Path) -> None:
     (tmp_path / "loop.py").write_text(LOOP)
@@ -86,6 +89,7 @@ def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
      "--plot-timeline needs"),
     (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "steps must be"),
 ])
+@pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     (tmp_path / "mk.py").write_text(MODEL)
     proc = cli(*args, cwd=tmp_path)

@@ -21,6 +21,7 @@ def statuses(profile) -> dict[tuple[str | None, str], str]:
     return {(r["variant"] or None, r["shape"]): r["status"] for r in profile.results}
 
 
+@pytest.mark.slow
 def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
     made: list[Path] = []
     real = jobs.make_private_dir
@@ -54,6 +55,7 @@ def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
     assert made and not made[0].exists()  # the job file's private directory is gone
 
 
+@pytest.mark.slow
 def test_make_inputs_kwargs_and_named_configs() -> None:
     def make_inputs(config: dict) -> dict:
         return {"x": torch.randn(config["batch"], 16), "scale": torch.tensor(2.0)}
@@ -66,6 +68,7 @@ def test_make_inputs_kwargs_and_named_configs() -> None:
     assert "replication" not in profile.results[0]
 
 
+@pytest.mark.slow
 def test_failing_shape_keeps_the_others(caplog) -> None:
     with caplog.at_level(logging.WARNING):
         profile = torch_nsight.sweep(Stack(2), [(2, 16), (4, 16), (5, 16)],
@@ -80,6 +83,7 @@ def test_failing_shape_keeps_the_others(caplog) -> None:
     assert len(failing) == 1  # said once, not once by the launcher and again at the end
 
 
+@pytest.mark.slow
 def test_every_shape_failing_raises_and_the_directory_says_why(tmp_path: Path) -> None:
     with pytest.raises(ShapeFailedError, match="4x16.*out of memory"):
         torch_nsight.sweep(Stack(2), [(4, 16)], make_inputs=make_inputs_failing_on_4,
@@ -90,6 +94,7 @@ def test_every_shape_failing_raises_and_the_directory_says_why(tmp_path: Path) -
     assert failure["shape"] == "4x16" and "out of memory" in failure["error"]
 
 
+@pytest.mark.slow
 def test_hung_shape_times_out_and_the_rest_run() -> None:
     profile = torch_nsight.sweep(Stack(2), [(2, 16), (3, 16), (5, 16)], timeout=3,
                                  make_inputs=make_inputs_hanging_on_3, replicate=False,
@@ -99,6 +104,7 @@ def test_hung_shape_times_out_and_the_rest_run() -> None:
     assert "timeout" in profile.failures[0]["error"]
 
 
+@pytest.mark.slow
 def test_devices_spread_shapes_over_children() -> None:
     profile = torch_nsight.sweep(Stack(2), [(1, 16), (2, 16), (3, 16)], devices=[0, 1],
                                  replicate=False, quiet=True, profiler=None)
@@ -147,6 +153,7 @@ def tf32_on():
         apply_settings(before)
 
 
+@pytest.mark.slow
 def test_the_child_runs_the_users_settings_and_records_calls(tmp_path: Path, tf32_on) -> None:
     profile = torch_nsight.sweep(cudnn_factory, [(4, 16)], backward=True, warmup=0,
                                  output_dir=tmp_path / "out", quiet=True, profiler=None)
@@ -182,6 +189,7 @@ def test_record_calls_off_leaves_no_calls_table(tmp_path: Path) -> None:
     assert profile.calls is None
 
 
+@pytest.mark.slow
 def test_the_default_metric_set_is_fast_or_lean_without_calls() -> None:
     with_calls = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None)
     without = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent('''
@@ -40,6 +42,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_main_module_classes_closures_and_lambdas(tmp_path: Path) -> None:
     script = tmp_path / "user script.py"
     script.write_text(SCRIPT)

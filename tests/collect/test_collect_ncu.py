@@ -138,6 +138,7 @@ def test_counter_permission_from_a_fake_ncu(fake_ncu) -> None:
         torch_nsight.sweep(Stack(), [(2, 16)], ncu=script, quiet=True)
 
 
+@pytest.mark.slow
 def test_nothing_profiled_names_the_cpu_and_paths_survive(tmp_path: Path, fake_ncu) -> None:
     """A fake ncu runs the real child (on the CPU here) and says it profiled nothing."""
     script, argv_file = fake_ncu([NOTHING_LINE])

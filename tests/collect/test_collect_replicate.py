@@ -75,6 +75,7 @@ print(before, "torch._dynamo" in sys.modules)
 """
 
 
+@pytest.mark.slow
 def test_the_check_does_not_import_dynamo() -> None:
     # a TorchDispatchMode would import torch._dynamo on first entry (a second or more)
     import subprocess

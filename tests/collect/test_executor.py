@@ -20,6 +20,7 @@ def statuses(profile) -> dict[str, str]:
     return {r["shape"]: r["status"] for r in profile.results}
 
 
+@pytest.mark.slow
 def test_a_process_pool_runs_one_job_per_shape_like_the_local_run(tmp_path: Path) -> None:
     local = torch_nsight.sweep(Stack(2), SHAPES, profiler=None, quiet=True,
                                output_dir=tmp_path / "local")
@@ -33,6 +34,7 @@ def test_a_process_pool_runs_one_job_per_shape_like_the_local_run(tmp_path: Path
     assert not (tmp_path / "pool" / ".jobs").exists()  # job files removed
 
 
+@pytest.mark.slow
 def test_a_failing_shape_is_kept_apart(tmp_path: Path) -> None:
     with cf.ProcessPoolExecutor(2) as pool:
         profile = torch_nsight.sweep(Stack(2), SHAPES, profiler=None, quiet=True,
@@ -57,6 +59,7 @@ class LosesSecondJob:
         return self.pool.submit(fn, *args)
 
 
+@pytest.mark.slow
 def test_a_lost_worker_is_one_failed_job(tmp_path: Path) -> None:
     executor = LosesSecondJob()
     profile = torch_nsight.sweep(Stack(2), SHAPES, profiler=None, quiet=True,
@@ -70,6 +73,7 @@ def test_a_lost_worker_is_one_failed_job(tmp_path: Path) -> None:
                                             for r in profile.results)
 
 
+@pytest.mark.slow
 def test_dask_distributed(tmp_path: Path) -> None:
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,

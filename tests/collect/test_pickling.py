@@ -141,6 +141,7 @@ def run_python(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_main_script_factory_loads_in_another_process(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -25,6 +25,7 @@ def _assert_adds_up(record: dict) -> None:
     assert sum(phases.values()) + record["other_s"] == pytest.approx(record["total_s"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_a_dry_run_records_every_phase_and_they_add_up(tmp_path: Path) -> None:
     profile = torch_nsight.sweep(Stack(2), [(2, 16), (4, 16)], quiet=True, profiler=None,
                                  output_dir=tmp_path / "out")
