@@ -3,6 +3,7 @@
 The order (docs/architecture.md): the stage-neutral modules (errors, naming, metrics,
 formats, vocabulary, record, the calls file, units), then capture, report, analyze, the Profile
 record, loading, render, collect (whose parent returns a loaded Profile) and the CLI on top.
+Capture is a side branch: the stages that read and show profiles never import it (torch).
 Every import counts, also one inside a function: a lazy import still ties two stages.
 """
 
@@ -18,8 +19,12 @@ ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "rende
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process
 #: beside torch; report, analyze and render run on a laptop without torch).
-FORBIDDEN = {"capture": {"pandas"}, "report": {"torch"}, "analyze": {"torch"},
+FORBIDDEN = {"neutral": {"torch", "pandas"}, "capture": {"pandas"}, "report": {"torch"},
+             "analyze": {"torch"}, "profile": {"torch"}, "loading": {"torch"},
              "render": {"torch"}}
+#: Capture is a side branch: it runs in the user's process, and importing it imports torch,
+#: so the stages that read and show profiles never import it.
+WITHOUT_CAPTURE = ("report", "analyze", "profile", "loading", "render")
 
 
 def _stage(module: str) -> str:
@@ -69,6 +74,8 @@ def _violations(package: Path = PACKAGE) -> list[str]:
             target = _stage(name)
             if ORDER.index(target) > ORDER.index(stage):
                 out.append(f"{where}: {stage} imports {name} of the {target} stage above it")
+            elif target == "capture" and stage in WITHOUT_CAPTURE:
+                out.append(f"{where}: {stage} imports {name} of the capture stage (torch)")
     return out
 
 
@@ -82,9 +89,14 @@ def test_the_rule_catches_an_upward_and_a_forbidden_import(tmp_path: Path) -> No
     (package / "analyze" / "late.py").write_text(
         "import pandas as pd\n\n\ndef f():\n    import torch\n"
         "    from torch_nsight.render.table import render_table\n"
-        "    from torch_nsight.vocabulary import LABELS\n")
+        "    from torch_nsight.vocabulary import LABELS\n"
+        "    from torch_nsight.capture.settings import read_settings\n")
+    (package / "units.py").write_text("import pandas\n")
     assert _violations(package) == [
         "torch_nsight/analyze/late.py:5: the analyze stage imports torch",
         "torch_nsight/analyze/late.py:6: analyze imports torch_nsight.render.table of the "
         "render stage above it",
+        "torch_nsight/analyze/late.py:8: analyze imports torch_nsight.capture.settings of the "
+        "capture stage (torch)",
+        "torch_nsight/units.py:1: the neutral stage imports pandas",
     ]

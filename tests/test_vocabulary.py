@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from torch_nsight.capture.settings import read_settings
+from torch_nsight.capture.settings import apply_settings, read_settings
 from torch_nsight.vocabulary import (
     UNATTRIBUTED,
     ancestors,
@@ -37,10 +37,11 @@ def test_a_module_path_splits_and_joins_back() -> None:
 
 @pytest.fixture
 def legacy_tf32() -> Iterator[None]:
-    """The legacy matmul switch flipped in this process, restored afterwards."""
-    before = torch.backends.cuda.matmul.allow_tf32
+    """The legacy matmul switch flipped in this process; every switch it moves (the legacy
+    one writes the fp32_precision tree too) restored afterwards."""
+    before = read_settings()
     yield
-    torch.backends.cuda.matmul.allow_tf32 = before
+    apply_settings(before)
 
 
 def test_tf32_read_from_the_settings_this_torch_records(legacy_tf32: None) -> None:
@@ -60,3 +61,9 @@ def test_the_fp32_precision_tree_decides_before_the_legacy_switches() -> None:
     assert tf32_enabled({"cuda.matmul.fp32_precision": "none", "fp32_precision": "none",
                          "float32_matmul_precision": "high"}, "matmul") is True
     assert tf32_enabled({}, "rnn") is None
+    # the root of the tree decides over the legacy switches
+    assert tf32_enabled({"fp32_precision": "ieee", "cuda.matmul.allow_tf32": True},
+                        "matmul") is False
+    # conv and rnn fall back to cuDNN's legacy switch
+    assert tf32_enabled({"cudnn.rnn.fp32_precision": "none", "cudnn.allow_tf32": False},
+                        "rnn") is False

@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight import analyze as steps
+from torch_nsight import analyze as analysis
 from torch_nsight.profile import PathArg, Profile, label_keys, order_columns, warn_if_mixed
 from torch_nsight.record import ProfileMeta, Source
 from torch_nsight.report.calls_table import read_calls
@@ -105,7 +105,7 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
     parts = _read(files, ReadOptions(cache=cache, cache_dir=cache_dir), calls)
     tables = [_analyzed(part) for part in parts]
     call_tables = [None if p.calls is None or p.calls.empty
-                   else p.calls if p.analyzed else steps.attribute_calls(p.calls)
+                   else p.calls if p.analyzed else analysis.attribute_calls(p.calls)
                    for p in parts]
     chosen = given if given is not None else _auto_labels(files, tables)
     profile = _join(parts, tables, call_tables, chosen)
@@ -154,11 +154,11 @@ def _join(parts: list[SourceData], tables: list[pd.DataFrame],
     for index, (part, label) in enumerate(zip(parts, chosen, strict=True)):
         sources.extend(dataclasses.replace(s, label=label) if label else s for s in part.sources)
         if label:
-            tables[index] = steps.label_rows(tables[index], label)
+            tables[index] = analysis.label_rows(tables[index], label)
             if call_tables[index] is not None:
-                call_tables[index] = steps.label_rows(call_tables[index], label)
+                call_tables[index] = analysis.label_rows(call_tables[index], label)
             if timelines[index] is not None:
-                timelines[index] = steps.label_rows(timelines[index], label)
+                timelines[index] = analysis.label_rows(timelines[index], label)
     kernels = pd.concat(tables, ignore_index=True) if len(tables) > 1 else tables[0]
     kept_calls = [c for c in call_tables if c is not None]
     meta = ProfileMeta.merge(ProfileMeta(tuple(part.sources), tuple(part.sweeps),
@@ -183,9 +183,9 @@ def _analyzed(part: SourceData) -> pd.DataFrame:
     """The analyzed kernel table of one source, with its provenance columns."""
     if part.analyzed:
         return part.kernels.copy()
-    calls = steps.attribute_calls(part.calls) if part.calls is not None and len(part.calls) \
+    calls = analysis.attribute_calls(part.calls) if part.calls is not None and len(part.calls) \
         else None
-    kernels = steps.analyze(part.kernels, part.replication, calls=calls,
+    kernels = analysis.analyze(part.kernels, part.replication, calls=calls,
                             settings=part.settings)
     by_path = {s.path: s.metric_set for s in part.sources}
     kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]

@@ -14,7 +14,6 @@ import dataclasses
 import html
 import logging
 import os
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 
 from torch_nsight import analyze as analysis
 from torch_nsight.analyze.frames import filled, runs_per_group
+from torch_nsight.analyze.hotspots import order_from_by
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
@@ -205,11 +205,8 @@ class Profile:
         Returns:
             Ranked rows with their roofline class and ``next_step``.
         """
-        if by is not None:
-            warnings.warn("Profile.hotspots(by=...) is deprecated: the sort order is now "
-                          "order=...", DeprecationWarning, stacklevel=2)
-            order = by
-        return analysis.hotspots(self.kernels, n=n, order=order, level=level, fold=fold)
+        return analysis.hotspots(self.kernels, n=n, order=order_from_by(order, by), level=level,
+                                 fold=fold)
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see

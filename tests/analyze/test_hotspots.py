@@ -114,3 +114,9 @@ def test_a_site_shows_the_evidence_of_its_own_bound() -> None:
         assert (row.module, row.kernel, row.bound, row.reason) in launches
         mixed += k[(k["module"] == row.module) & (k["kernel"] == row.kernel)]["bound"].nunique() > 1
     assert mixed > 0  # the report has such sites
+
+
+def test_by_is_the_deprecated_name_of_order(block: pd.DataFrame) -> None:
+    with pytest.warns(DeprecationWarning, match="order="):
+        old = hotspots(block, n=2, by="time")
+    pd.testing.assert_frame_equal(old, hotspots(block, n=2, order="time"))

@@ -175,3 +175,9 @@ def test_units() -> None:
     assert format_rate(9.9e14, "FLOP/s") == "990 TFLOP/s"
     assert format_rate(4.81e12, "B/s") == "4.81 TB/s"
     assert shorten("abcdef", 4) == "abc…" and shorten(None, 4) == "-"
+
+
+def test_by_still_orders_hotspots_with_a_warning(profile: Profile) -> None:
+    with pytest.warns(DeprecationWarning, match="order="):
+        old = render_table(profile, "hotspots", by="time", n=5)
+    assert old == render_table(profile, "hotspots", order="time", n=5)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import blank_to_none, filled
 from torch_nsight.analyze.hotspots import kernel_hotspots
-from torch_nsight.analyze.rollup import blank_to_none, module_tree
+from torch_nsight.analyze.rollup import module_tree
 
 NORMALIZED_COLUMNS = ("shape", "level", "direction", "module", "module_path", "op", "kernel",
                       "variant", "duration_ns", "baseline_ns", "speedup")

@@ -21,11 +21,11 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
-from torch_nsight.analyze.frames import filled, keyed, runs_per_group
-from torch_nsight.analyze.rollup import blank_to_none
+from torch_nsight.analyze.frames import blank_to_none, filled, keyed, runs_per_group
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
 from torch_nsight.analyze.timeline import timeline_findings
+from torch_nsight.units import format_bytes
 from torch_nsight.vocabulary import FINDING_COLUMNS, JOIN_KEYS, LABELS, SITE_KEYS, tf32_enabled
 
 #: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
@@ -92,11 +92,6 @@ def _time(ns: float) -> str:
     return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"
 
 
-def _bytes(n: float) -> str:
-    for scale, unit in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def _contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:
@@ -384,9 +379,9 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
                 "written out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU "
                 "written out)", "softmax": " (masking and softmax)"}.get(kind or "", "")
         evidence = (f"{len(rows) / rows['runs'].iloc[0]:g} memory-bound elementwise kernels "
-                    f"in a row per run{what} ({_time(time)}, {_bytes(traffic)} of DRAM traffic "
+                    f"in a row per run{what} ({_time(time)}, {format_bytes(traffic)} of DRAM traffic "
                     f"at {traffic / time / 1e3:.2f} TB/s); one fused pass moves about "
-                    f"{_bytes(one_pass)}, the traffic of its largest kernel.")
+                    f"{format_bytes(one_pass)}, the traffic of its largest kernel.")
         found.append((_row(rows, "elementwise_chain", evidence,
                            FIX[f"chain_{kind}" if kind else "elementwise_chain"], gain,
                            "roofline", "medium"), rows.index))

@@ -1,8 +1,9 @@
 """The pandas moves every analysis pass makes, written once.
 
-- :func:`filled`: key columns with their missing values as ``""``, so that ``merge``,
-  ``drop_duplicates`` and lookups by tuple match an unlabelled row to another (``groupby``
-  alone does it with ``dropna=False``);
+- :func:`filled` and :func:`blank_to_none`: key columns with their missing values as ``""``
+  while a table is built, so that keys compare equal as tuples (dict lookups, a
+  ``MultiIndex`` reindex, ``==`` between two key columns), and back to None at the end
+  (a ``groupby`` alone needs neither: it takes ``dropna=False``);
 - :func:`runs_per_group` and :func:`per_run`: a table sums every run it holds; a time per
   run divides by the distinct (report, run) pairs of its group;
 - :func:`dominant`: per group, the value holding the most time.
@@ -21,6 +22,13 @@ Frame = TypeVar("Frame", pd.Series, pd.DataFrame)
 def filled(values: Frame, fill: object = "") -> Frame:
     """``values`` as objects with their missing entries replaced by ``fill``."""
     return values.astype(object).mask(values.isna(), fill)
+
+
+def blank_to_none(values: pd.Series) -> pd.Series:
+    """The inverse of :func:`filled`: ``values`` as objects with ``""`` made None, for the
+    key columns of a finished table."""
+    return pd.Series([None if v is None or v == "" else v for v in values],
+                     index=values.index, dtype=object)
 
 
 def keyed(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:

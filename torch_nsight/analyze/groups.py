@@ -11,8 +11,8 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import folded_name, index_template
-from torch_nsight.analyze.frames import filled, keyed, per_run
-from torch_nsight.analyze.rollup import BOUNDS, blank_to_none, whole_counts
+from torch_nsight.analyze.frames import blank_to_none, filled, keyed, per_run
+from torch_nsight.analyze.rollup import BOUNDS, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED
 

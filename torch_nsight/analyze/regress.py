@@ -17,9 +17,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import blank_to_none, filled
 from torch_nsight.analyze.hotspots import kernel_hotspots
-from torch_nsight.analyze.rollup import blank_to_none, module_paths, module_tree
+from torch_nsight.analyze.rollup import module_paths, module_tree
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, t_two_sided, with_spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_depth, path_leaf
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import filled, runs_per_group
+from torch_nsight.analyze.frames import blank_to_none, filled, runs_per_group
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 from torch_nsight.vocabulary import (
     LABELS,
@@ -31,12 +31,6 @@ MODULE_COLUMNS = (
     "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels", "headroom_ns",
     "exclusive_headroom_ns", "flops", "dram_bytes", "bound", "bound_share", *SPREAD_COLUMNS,
 )
-
-
-def blank_to_none(values: pd.Series) -> pd.Series:
-    """Return ``values`` as object dtype with ``""`` (a grouping placeholder) made None."""
-    return pd.Series([None if v == "" or v is None else v for v in values],
-                     index=values.index, dtype=object)
 
 
 def whole_counts(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -224,9 +218,11 @@ def _model_order(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, str, st
             key = (variant, shape, node)
             anchors[key] = min(anchors.get(key, rank), rank)
     for variant, shape, path, source in copies:
-        for node, of in zip(ancestors(path), ancestors(source), strict=False):
+        # a source shallower than the copy anchors the copy's deeper levels with its own
+        sources = ancestors(source)
+        for level, node in enumerate(ancestors(path)):
             key = (variant, shape, node)
-            found = anchors.get((variant, shape, of))
+            found = anchors.get((variant, shape, sources[min(level, len(sources) - 1)]))
             if key not in anchors and found is not None:
                 anchors[key] = found
     return anchors

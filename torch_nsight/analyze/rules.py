@@ -18,8 +18,7 @@ import json
 
 import pandas as pd
 
-from torch_nsight.analyze.frames import keyed, per_run
-from torch_nsight.analyze.rollup import blank_to_none
+from torch_nsight.analyze.frames import blank_to_none, keyed, per_run
 from torch_nsight.vocabulary import FINDING_COLUMNS, LABELS
 
 #: The rules kept per module (the largest estimates).

@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import check_columns, needs
-from torch_nsight.analyze.frames import filled, keyed, runs_per_group
-from torch_nsight.analyze.rollup import blank_to_none
+from torch_nsight.analyze.frames import blank_to_none, filled, keyed, runs_per_group
 from torch_nsight.analyze.spread import spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_leaf, path_prefix
 

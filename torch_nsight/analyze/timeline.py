@@ -14,8 +14,7 @@ from typing import Any, cast
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import filled
-from torch_nsight.analyze.rollup import blank_to_none
+from torch_nsight.analyze.frames import blank_to_none, filled
 from torch_nsight.analyze.steps import (
     KERNEL_NEEDS,
     gaps_with_modules,

@@ -131,8 +131,6 @@ class RecordingEmitter:
         self.events.clear()
 
 
-
-
 class RecordFunctionEmitter:
     """Open ranges as PyTorch profiler ranges (``record_function``), for the timeline.
 

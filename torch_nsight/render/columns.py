@@ -144,7 +144,7 @@ def hotspot_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``hotspots`` table: a ranked kernel site, its roofline verdict and the
     next step to try (reason and next step cut in text; files keep them whole).
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.hotspots` output rows.
+    A :data:`ColumnsBuilder` over :meth:`Profile.hotspots` output rows.
     """
     columns = _row_head(frame, kernels)
     columns.append(("kernel", lambda r: cut(r["kernel"], KERNEL_WIDTH), "left"))
@@ -184,7 +184,7 @@ def _intensity(flops: Any, dram_bytes: Any) -> str:
 def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``modules`` table: the module tree with times, verdict and work.
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.modules` output rows.
+    A :data:`ColumnsBuilder` over :meth:`Profile.modules` output rows.
     """
     return [
         *_labels(kernels),
@@ -205,7 +205,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``kernels`` table: every launch with its rates and verdict.
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over kernel rows with ``pct_of_total`` rows.
+    A :data:`ColumnsBuilder` over launch rows (``Profile.kernels`` with ``pct_of_total``).
     """
     columns = _row_head(frame, kernels)
     columns += [
@@ -226,7 +226,7 @@ def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``kernels`` table: one kernel name across the modules launching it.
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_kernel` output rows.
+    A :data:`ColumnsBuilder` over :meth:`Profile.by_kernel` output rows.
     """
     return [
         *_labels(kernels),
@@ -249,7 +249,7 @@ def _share(column: str) -> Callable[[pd.Series], str]:
 def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``shapes`` table: one row per (variant, shape).
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_shape` output rows.
+    A :data:`ColumnsBuilder` over :meth:`Profile.by_shape` output rows.
     """
     columns: list[Column] = []
     if frame["variant"].notna().any():
@@ -272,7 +272,7 @@ def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 def rank_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``ranks`` table: one row per distributed rank.
 
-    A :data:`~torch_nsight.render.columns.ColumnsBuilder` over :meth:`Profile.by_rank` output rows.
+    A :data:`ColumnsBuilder` over :meth:`Profile.by_rank` output rows.
     """
     return [
         ("rank", lambda r: str(int(r["rank"])), "right"),

@@ -66,19 +66,21 @@ def _check(what: Any, n: Any, order: Any, depth: Any) -> TableSpec:
 
 def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None = None,
                 order: HotspotOrder = "headroom", depth: int | None = None,
-                fold: bool = True) -> pd.DataFrame:
+                fold: bool = True, by: HotspotOrder | None = None) -> pd.DataFrame:
     """Return the rows of a table as raw numbers (the analysis columns, units in names).
 
     Args:
         profile: the profile.
         what: a kind of :data:`TABLE_KINDS`: ``hotspots`` (kernel sites ranked by ``order``),
-            ``modules`` (the module tree, in call-tree order) or ``kernels`` (every launch,
-            in launch order).
+            ``modules`` (the module tree, in call-tree order), ``kernels`` (one row per kernel
+            name), ``launches`` (every launch, in launch order), ``shapes``, ``ranks`` or
+            ``findings``.
         n: how many rows; None: :data:`DEFAULT_ROWS` (top 10 hotspots, all the rest).
         order: hotspot order, ``headroom`` (recoverable time) or ``time``.
         depth: deepest module level kept in the ``modules`` table (root = 0).
         fold: rows of hotspots and findings that differ only by the index of a repeated
             block become one row (see :mod:`torch_nsight.analyze.fold`).
+        by: the deprecated name of ``order``.
 
     Returns:
         A DataFrame: :meth:`Profile.hotspots`, :meth:`Profile.modules`, or the kernel table
@@ -87,6 +89,10 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
     Raises:
         ValueError: an argument is out of range.
     """
+    if by is not None:
+        from torch_nsight.analyze.hotspots import order_from_by
+
+        order = order_from_by(order, by)
     spec = _check(what, n, order, depth)
     return spec.rows(profile, n if n is not None else spec.default_rows, order, depth, fold)
 
@@ -108,7 +114,8 @@ CUT_LAST = ("kernel", "module", "top module")
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
                  n: int | None = None, *, order: HotspotOrder = "headroom",
-                 depth: int | None = None, fold: bool = True) -> str:
+                 depth: int | None = None, fold: bool = True,
+                 by: HotspotOrder | None = None) -> str:
     """Return a table of the profile as text, in readable units.
 
     Times are in µs per run, ``share %`` is the share of the (variant, shape)'s GPU time,
@@ -133,7 +140,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
-    frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
+    frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
     if frame.empty:
         return f"(no {what} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
@@ -161,7 +168,8 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
                 n: int | None = None, *, order: HotspotOrder = "headroom",
-                depth: int | None = None, fold: bool = True) -> Path:
+                depth: int | None = None, fold: bool = True,
+                by: HotspotOrder | None = None) -> Path:
     """Write a table to a file whose suffix chooses the format.
 
     ``.csv``, ``.parquet`` and ``.json`` (a list of records) hold the raw numbers of
@@ -191,10 +199,10 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         raise ValueError(f"path must end in one of {', '.join(SUFFIXES)}; got {target.name!r}")
     if suffix in (".txt", ".md"):
         text = render_table(profile, what, "plain" if suffix == ".txt" else "markdown", n,
-                            order=order, depth=depth, fold=fold)
+                            order=order, depth=depth, fold=fold, by=by)
         target.write_text(text + "\n", encoding="utf-8")
     else:
-        frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
+        frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
         if suffix == ".csv":
             frame.to_csv(target, index=False)
         elif suffix == ".parquet":
