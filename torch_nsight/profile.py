@@ -22,12 +22,12 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.analyze.frames import filled, runs_per_group
+from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.hotspots import order_from_by
+from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
-from torch_nsight.vocabulary import LABELS
 
 logger = logging.getLogger(__name__)
 
@@ -272,10 +272,10 @@ class Profile:
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
         settings = describe_settings(self.meta.settings)
-        runs = runs_per_group(self.kernels, LABELS)["runs"] if len(self.kernels) else None
-        most = runs.max() if runs is not None and len(runs) else 0
-        count = (f"{len(self.kernels)} kernel launches over {int(most)} runs" if most > 1
-                 else f"{len(self.kernels)} kernels")
+        most, ranks = runs_and_ranks(self.kernels)
+        count = (f"{len(self.kernels)} kernel launches over {most} runs" if most > 1
+                 else f"{len(self.kernels)} kernels") + (f" of {ranks} ranks" if ranks > 1
+                                                         else "")
         return (f"{', '.join(self.gpus) or 'unknown GPU'}: {count}, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"

@@ -16,7 +16,7 @@ from scipy import stats
 import torch_nsight
 from torch_nsight.analyze import timeline_summary
 from torch_nsight.analyze.regress import compare_profiles
-from torch_nsight.analyze.spread import STABLE_CI_PCT, run_times, spread
+from torch_nsight.analyze.spread import STABLE_CI_PCT, run_times, runs_and_ranks, spread
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 
@@ -202,3 +202,20 @@ def test_a_kernel_swapped_for_a_slower_one_is_a_regression_by_kernel(three) -> N
     assert any("ran other kernels" in note for note in rows.attrs["notes"])
     same = compare_profiles(three["a"].kernels, three["b"].kernels, threshold=2.0, by="kernel")
     assert not same["verdict"].isin(["regressed", "improved"]).any()
+
+
+def test_ranks_are_averaged_without_a_spread_over_them() -> None:
+    """Two DDP ranks: rank 0's all-reduce waits ~90 ms for rank 1, whose own lasts 0.2 ms.
+    That is their role, not noise: the row is their mean, with no interval over them."""
+    ddp = torch_nsight.load(Path(__file__).resolve().parents[1] / "data" / "ddp_nccl")
+    kernels = ddp.kernels
+    assert runs_and_ranks(kernels) == (1, 2)
+    top = ddp.hotspots(n=2, order="time", fold=False)
+    for _, row in top.iterrows():
+        mine = kernels[(kernels["module"] == row["module"]) & (kernels["kernel"] == row["kernel"])
+                       & (kernels["direction"] == row["direction"])]
+        per_rank = mine.groupby("rank")["duration_ns"].sum()
+        assert len(per_rank) == 2 and per_rank.max() > 100 * per_rank.min()
+        assert row["duration_ns"] == pytest.approx(per_rank.mean())
+        assert row["runs"] == 1 and np.isnan(row["ci95_ns"]) and row["stable"] is None
+    assert "±" not in ddp.describe()

@@ -64,11 +64,17 @@ def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
     Returns:
         A Series indexed by the keys (``""`` for missing ones), each value a float array
         with one sum per run of the row's label, in the order the runs first appear: 0
-        where the run did not launch the group.
+        where the run did not launch the group. Where a label's rows come from several
+        distributed ranks, a run is one step of every rank and its time the mean over the
+        ranks: ranks differ by their role (one waits for the other in an all-reduce), not
+        by noise, so they are not runs to take a spread over.
     """
     keys = list(keys)
     labels = _placeheld(df, _LABELS)
     runs = _placeheld(df, _RUN)
+    ranks_per_label = _ranks_per_label(df, labels)
+    if (ranks_per_label > 1).any():  # a run of a ranked label: the same step of each rank
+        runs = runs.assign(source=runs["source"].mask(ranks_per_label > 1, ""))
     label_id = labels.groupby(_LABELS, sort=False).ngroup().to_numpy()
     run_id = pd.concat([labels, runs], axis=1).groupby([*_LABELS, *_RUN], sort=False).ngroup()
     # each run's position inside its label: 0, 1, ... in order of first appearance
@@ -81,7 +87,7 @@ def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
     key_frame = filled(key_frame)
     work = key_frame.assign(_pos=position, _label=label_id,
                             _value=pd.to_numeric(df[value], errors="coerce")
-                            .fillna(0.0).to_numpy())
+                            .fillna(0.0).to_numpy() / ranks_per_label.clip(lower=1).to_numpy())
     sums = work.groupby([*keys, "_label", "_pos"], sort=False, dropna=False)["_value"].sum()
     wide = sums.unstack("_pos", fill_value=0.0)
     matrix = wide.to_numpy(dtype="float64")
@@ -89,6 +95,27 @@ def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
     arrays = [matrix[i, :count[label]].copy() for i, label in enumerate(labels_of)]
     index = wide.index.droplevel("_label")
     return pd.Series(arrays, index=index, dtype=object, name=RUNS_COLUMN)
+
+
+def runs_and_ranks(kernels: pd.DataFrame) -> tuple[int, int]:
+    """The most runs any label holds and how many ranks the table holds; a run of a ranked
+    table is one step of every rank (see :func:`run_times`)."""
+    if kernels.empty:
+        return 0, 0
+    ranks = int(kernels["rank"].nunique()) if "rank" in kernels else 0
+    keys = kernels.reindex(columns=[*_LABELS, *_RUN])
+    if ranks > 1:
+        keys = keys.assign(source="")
+    runs = filled(keys).drop_duplicates().groupby(_LABELS, sort=False).size()
+    return int(runs.max()), ranks
+
+
+def _ranks_per_label(df: pd.DataFrame, labels: pd.DataFrame) -> pd.Series:
+    """For each row, how many distinct ranks the rows of its label come from (0: none)."""
+    if "rank" not in df:
+        return pd.Series(0, index=labels.index)
+    ranks = pd.Series(df["rank"].to_numpy(), index=labels.index)
+    return ranks.groupby([labels[c] for c in _LABELS], sort=False).transform("nunique")
 
 
 def t_quantile(dof: np.ndarray) -> np.ndarray:

@@ -327,9 +327,7 @@ def run(args: argparse.Namespace) -> int:
 def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     """Name, on standard error, the metrics a source lacks and how to collect them (and that
     several ranks are averaged)."""
-    from torch_nsight.analyze.frames import runs_per_group
-    from torch_nsight.analyze.spread import STABLE_CI_PCT
-    from torch_nsight.vocabulary import LABELS
+    from torch_nsight.analyze.spread import STABLE_CI_PCT, runs_and_ranks
 
     stream = stream if stream is not None else sys.stderr
     width = terminal_width()
@@ -337,14 +335,13 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     def note(text: str) -> None:
         print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
                             break_on_hyphens=False, break_long_words=False), file=stream)
-    runs = runs_per_group(profile.kernels, LABELS)["runs"] if len(profile.kernels) else None
-    if runs is not None and len(runs) and runs.max() > 1:
-        counts = ", ".join(str(n) for n in sorted(set(runs.tolist())))
-        note(f"times are means over {counts} runs, ± the half-width of their 95% confidence "
+    most, ranks = runs_and_ranks(profile.kernels)
+    if most > 1:
+        note(f"times are means over {most} runs, ± the half-width of their 95% confidence "
              f"interval (column ci95_ns; stable when within {STABLE_CI_PCT:g}% of the mean)")
-    if "rank" in profile.kernels and profile.kernels["rank"].nunique() > 1:
-        note(f"the rows average {profile.kernels['rank'].nunique()} ranks as runs of one "
-              "step; --by rank compares them")
+    if ranks > 1:
+        note(f"the rows average {ranks} ranks, with no ± over them (ranks differ by their "
+             "role, one waiting for another, not by noise); --by rank compares them")
     for source in profile.meta.sources:
         if source.metric_set == "duration":
             note(f"{Path(source.path).name} holds kernel times only (--metric-set "
