@@ -8,6 +8,7 @@ form's), and stay silent on the fix.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -276,6 +277,20 @@ def test_timeline_findings_come_along() -> None:
     expected = timeline_findings(profile.kernels, profile.timeline)
     assert row["est_gain_ns"] == pytest.approx(expected["est_gain_ns"].iloc[0])
     assert row["fix"] == expected["fix"].iloc[0]
+
+
+def test_idle_spread_over_the_step_is_the_models_not_one_modules() -> None:
+    """The recorded training step idles 27% of its time in many gaps; the largest share sits
+    before one module, but far from most of it: the finding names the model and says where
+    the largest share is, not the module with the whole gain."""
+    profile = load("timeline_train")
+    row = of(profile.findings(), "gpu_idle").squeeze()
+    assert row["module"] == "GPT2Small"  # the root, as launch_bound names it
+    largest = re.search(r"its largest share \(([\d.]+) µs per step\) is just before (\S+)\.",
+                        row["evidence"])
+    assert largest is not None, row["evidence"]
+    assert largest.group(2) == "h.0.attn"
+    assert float(largest.group(1)) * 1e3 < 0.5 * row["est_gain_ns"]  # far from most of it
 
 
 def test_a_table_without_kernel_names_is_refused() -> None:

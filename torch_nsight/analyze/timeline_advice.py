@@ -175,9 +175,13 @@ def _launch_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 
 def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
-    module = found["module"]
-    where = (f", {format_duration_ms(found['before_ns'])} per step of it just before {module}"
-             if module else "")
+    module, before = found["next_module"], format_duration_ms(found["before_ns"])
+    if not module:
+        where = ""
+    elif module == found["module"]:
+        where = f", {before} per step of it just before {module}"
+    else:
+        where = f"; spread over the step, its largest share ({before} per step) is just before {module}"
     return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
             f"data loading{where}.")
 

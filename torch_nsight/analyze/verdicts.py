@@ -28,6 +28,9 @@ COPY_BUSY_PCT = 50.0
 LAUNCH_BUSY_PCT = 50.0
 #: ... and at least this share (%) of its kernels, by count, are small.
 SMALL_KERNEL_PCT = 50.0
+#: gpu_idle: the share of the idle gaps that must sit before one module for the finding
+#: to name that module rather than the model.
+IDLE_HERE_SHARE = 0.5
 #: gpu_idle and data_wait findings: the share (%) of the step worth a look.
 FINDING_PCT = 10.0
 #: small_kernels finding: a module with this many launches per step (median kernel small).
@@ -132,15 +135,19 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
             time_ns=time)
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
+    root = activity.assign(_root=truncate_paths(activity["module_path"], 0))
+    model = _most(root[root["_root"] != UNATTRIBUTED], "_root", "duration_ns")
     if is_launch_bound(shape):
-        root = activity.assign(_root=truncate_paths(activity["module_path"], 0))
-        add("launch_bound", _most(root[root["_root"] != UNATTRIBUTED], "_root", "duration_ns"),
-            "root", gain, idle_pct=idle_pct)
+        add("launch_bound", model, "root", gain, idle_pct=idle_pct)
     elif idle_pct >= FINDING_PCT:
         other = gaps[~gaps["data"]]
         module = _most(other, "next_module", "gap_ns")
         before = other.loc[other["next_module"] == module, "gap_ns"].sum() / steps
-        add("gpu_idle", module, "innermost", gain, idle_pct=idle_pct, before_ns=before)
+        # the idle belongs to the module it waits before only where most of it is there;
+        # spread over the step, it is the model's
+        local = before >= IDLE_HERE_SHARE * other["gap_ns"].sum() / steps
+        add("gpu_idle", module if local else model, "innermost" if local else "root", gain,
+            idle_pct=idle_pct, before_ns=before, next_module=module)
     busy_modules = modules[(modules["launches"] >= MODULE_LAUNCHES)
                            & (modules["median_kernel_ns"] < SMALL_KERNEL_NS)
                            & (modules["module_path"] != UNATTRIBUTED)]
