@@ -371,7 +371,8 @@ def test_loading_many_sources_shows_a_bar_on_a_terminal(tmp_path: Path, monkeypa
     real = tqdm.auto.tqdm
     monkeypatch.setattr(tqdm.auto, "tqdm",
                         lambda items, **kw: real(items, **{**kw, "file": stream,
-                                                           "disable": False}))
+                                                           "disable": False,
+                                                           "mininterval": 0}))  # every step
     copies = [shutil.copy(SWEEP, tmp_path / f"run{i}.ncu-rep.xz") for i in range(4)]
     profile = load(copies, cache=False)
     assert "torch_nsight load" in stream.getvalue() and "4/4" in stream.getvalue()
