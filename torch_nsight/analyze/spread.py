@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.frames import filled
+from torch_nsight.vocabulary import LABELS
 
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
            "with_spread", "add_runs", "sum_runs", "t_quantile", "t_two_sided"]
@@ -38,7 +39,7 @@ STABLE_CI_PCT = 5.0
 SPREAD_COLUMNS = ("runs", "std_ns", "ci95_ns", "stable")
 #: The column of per-run times (one float array per row, one value per run of its label).
 RUNS_COLUMN = "run_ns"
-_LABELS = ["variant", "shape"]
+_LABELS = list(LABELS)
 _RUN = ["source", "run"]
 
 

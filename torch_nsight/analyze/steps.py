@@ -20,8 +20,9 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.frames import blank_to_none, filled, keyed, runs_per_group
+from torch_nsight.analyze.rollup import module_paths
 from torch_nsight.analyze.spread import spread
-from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, path_leaf, path_prefix
+from torch_nsight.vocabulary import LABELS, path_leaf
 
 logger = logging.getLogger(__name__)
 
@@ -70,12 +71,6 @@ def _is_false(value: object) -> bool:
 
 def _is_data_loading(cpu: object) -> bool:
     return isinstance(cpu, str) and any(p in cpu.lower() for p in DATA_LOADING_PATTERNS)
-
-
-def truncate_paths(paths: pd.Series, depth: int) -> pd.Series:
-    """Module paths cut to ``depth`` levels below the root (missing ones unattributed)."""
-    paths = filled(paths, UNATTRIBUTED).astype(str)
-    return paths.map(lambda p: path_prefix(p, depth))
 
 
 def _activity(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
@@ -228,7 +223,7 @@ def gaps_with_modules(activity: pd.DataFrame, gaps: pd.DataFrame) -> pd.DataFram
     """
     names = keyed(activity, [*LABELS, "module"], ["module_path"])
     names = names.drop_duplicates(subset=[*LABELS, "module"])
-    names["top"] = truncate_paths(names["module_path"], 1)
+    names["top"] = module_paths(names, 1)
     gaps = gaps.assign(next_module=filled(gaps["next_module"]))
     return gaps.merge(names.rename(columns={"module": "next_module"})[
         [*LABELS, "next_module", "top"]], on=[*LABELS, "next_module"], how="left")
@@ -246,7 +241,7 @@ def module_table(activity: pd.DataFrame, depth: int, steps: pd.DataFrame) -> pd.
         :data:`MODULE_LAUNCH_COLUMNS`, labels in the order they first appear, most GPU time
         first within each.
     """
-    work = activity.assign(module_path=truncate_paths(activity["module_path"], depth),
+    work = activity.assign(module_path=module_paths(activity, depth),
                            _kernel=(activity["kind"] == "kernel").astype("float64"),
                            _small=((activity["kind"] == "kernel")
                                    & (activity["duration_ns"] < SMALL_KERNEL_NS))

@@ -13,7 +13,8 @@ from typing import Any, Literal
 import pandas as pd
 
 from torch_nsight.analyze.frames import dominant
-from torch_nsight.analyze.steps import SMALL_KERNEL_NS, truncate_paths
+from torch_nsight.analyze.rollup import module_paths
+from torch_nsight.analyze.steps import SMALL_KERNEL_NS
 from torch_nsight.vocabulary import UNATTRIBUTED
 
 Verdict = Literal["GPU-bound", "CPU-bound", "launch-bound", "copy-bound", "data-bound"]
@@ -135,7 +136,7 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
             time_ns=time)
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
-    root = activity.assign(_root=truncate_paths(activity["module_path"], 0))
+    root = activity.assign(_root=module_paths(activity, 0))
     model = _most(root[root["_root"] != UNATTRIBUTED], "_root", "duration_ns")
     if is_launch_bound(shape):
         add("launch_bound", model, "root", gain, idle_pct=idle_pct)

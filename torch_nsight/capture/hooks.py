@@ -34,7 +34,7 @@ import logging
 import types
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -113,7 +113,7 @@ class InstrumentedForward(RangedForward):
     def call_with_backward(self, module: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
         """Call with gradients enabled: the forward range, and hooks for the backward one."""
-        backward = cast(Range, self.backward_range)  # not None: __call__ checked it
+        backward: Range = self.backward_range  # type: ignore[assignment]  # __call__ checked
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:

@@ -150,10 +150,11 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
     notes: list[str] = []
+    width = terminal_width()
     if text:  # a terminal or a log: fit its width
         headers, rows, aligns, notes = shared_cells(headers, rows, aligns,
                                                     hoist=("next step",))
-        headers, rows, aligns = fit_columns(headers, rows, aligns, terminal_width(),
+        headers, rows, aligns = fit_columns(headers, rows, aligns, width,
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
                                             tablefmt=_ALIASES.get(fmt, fmt),
@@ -161,7 +162,6 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
                      disable_numparse=True, colalign=aligns)
-    width = terminal_width()
     return "\n".join([table, *(textwrap.fill(line, width, subsequent_indent="  ",
                                              break_on_hyphens=False) for line in notes)])
 

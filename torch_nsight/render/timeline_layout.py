@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.steps import STEP_KEYS
 from torch_nsight.render.figure import extend_colors, module_colors
 from torch_nsight.render.roofline import top_level_module
 
@@ -127,7 +128,7 @@ def _choose(timeline: pd.DataFrame, shape: str | None, variant: str | None,
 
 def _of_step(table: pd.DataFrame, step: pd.Series) -> pd.Series:
     mask = pd.Series(True, index=table.index)
-    for column in ("source", "variant", "shape", "run"):
+    for column in STEP_KEYS:
         if column in step.index and column in table:
             mask &= _where(table, column, step[column])
     return mask
