@@ -16,7 +16,7 @@ ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
 TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
 """Set by ``torch-nsight profile --timeline`` to the folder the steps' trace goes to: the
 process records its chosen steps with PyTorch's profiler, and its ranges go to that
-profiler (see :mod:`torch_nsight.capture.timeline`)."""
+profiler (see :mod:`torch_nsight.capture.profiler_steps`)."""
 
 #: Set in processes Nsight Compute (``ncu``) starts, and only there.
 NCU_VARIABLE = "NV_COMPUTE_PROFILER_PERFWORKS_DIR"

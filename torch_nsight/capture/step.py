@@ -10,7 +10,7 @@ the start/end range ``measure`` that ``ncu --nvtx-include torch_nsight@measure``
 own thread), with a label range that gives their rows ``run`` = the step's index. The steps
 to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Under ``profile
 --timeline`` (:data:`~torch_nsight.capture.detect.TIMELINE_ENV` set) the chosen steps are
-recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.timeline`). Without a
+recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.profiler_steps`). Without a
 profiler attached, a step costs one attribute lookup and a counter increment.
 """
 
@@ -29,7 +29,7 @@ from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 
 if TYPE_CHECKING:
     from torch_nsight.capture.embed import CallsCarrier
-    from torch_nsight.capture.timeline import TimelineSession
+    from torch_nsight.capture.profiler_steps import TimelineSession
 
 logger = logging.getLogger(__name__)
 
@@ -137,12 +137,12 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._window:
             open_window()
         if folder and self._window:
-            from torch_nsight.capture.timeline import session
+            from torch_nsight.capture.profiler_steps import session
 
             self._session = session(folder, chosen[-1] if chosen else self.index)
             self._session.enter(self.index)
         elif folder and chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
-            from torch_nsight.capture.timeline import pace
+            from torch_nsight.capture.profiler_steps import pace
 
             pace(folder, self.index)
         elif self._window:

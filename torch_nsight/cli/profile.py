@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     """``profile --timeline``: the command runs plainly, its chosen steps recorded by
-    PyTorch's profiler (see :mod:`torch_nsight.capture.timeline`); then the verdict."""
+    PyTorch's profiler (see :mod:`torch_nsight.capture.profiler_steps`); then the verdict."""
     from torch_nsight.capture.detect import TIMELINE_ENV
     from torch_nsight.formats import TIMELINE_MANIFEST
 
