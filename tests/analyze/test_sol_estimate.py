@@ -1,6 +1,7 @@
 """The fast tier's bound, from four one-pass busy counters, against Nsight Compute's SOL
-verdict on the same kernels: two real models recorded on an H200 with the SpeedOfLight section
-and the busy counters in one report (tests/data/bound_calibration)."""
+verdict on the same kernels: real models recorded on an H200 with the SpeedOfLight section and
+the busy counters in one report (tests/data/bound_calibration): the two the counters were
+chosen on (2 layers, depth 2) and two whole ones (GPT-2 small, ViT-S/16)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def _kernels(name: str) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(("name", "kernels", "time_share"),
-                         [("llama_sol", 102, 0.999), ("vit_sol", 165, 0.985)])
+                         [("llama_sol", 102, 0.999), ("vit_sol", 165, 0.985),
+                          ("gpt2_full_sol", 235, 0.999), ("vit_full_sol", 770, 0.995)])
 def test_the_estimate_agrees_with_the_sol_verdict(name: str, kernels: int,
                                                   time_share: float) -> None:
     k = _kernels(name)
