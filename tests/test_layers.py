@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("__version__", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file", "units")
+           "calls_file", "units", "status")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process

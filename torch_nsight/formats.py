@@ -55,6 +55,10 @@ CALLS_MESSAGE_PREFIX = "calls:"
 #: (:mod:`torch_nsight.capture.compiled`), packed like the calls table.
 COMPILED_MAP_PREFIX = "compiled-map:"
 COMPILED_MAP_KIND = "torch_nsight.compiled_map"
+#: A profiled script's replicated siblings, carried in the report as a range message (the
+#: groups :class:`~torch_nsight.capture.replica.ScriptReplication` checked and left out).
+REPLICATION_PREFIX = "replication:"
+REPLICATION_KIND = "torch_nsight.replication"
 
 REPORT_SUFFIX = ".ncu-rep"
 RESULT_SUFFIX = ".result.json"

@@ -17,9 +17,9 @@ from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared.ncu import NcuOutput
-from torch_nsight.collect.shared.status import StatusReader, StatusWriter
 from torch_nsight.errors import NothingProfiledError, ReportError, ShapeFailedError
 from torch_nsight.record import SweepRecord
+from torch_nsight.status import StatusReader, StatusWriter
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SWEEP_REPORT = DATA / "llama_block_sweep.ncu-rep.xz"

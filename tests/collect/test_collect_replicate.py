@@ -10,7 +10,7 @@ from torch_nsight.analyze import expand_replicas
 from torch_nsight.capture import RecordingEmitter, instrument
 from torch_nsight.capture import replica as replicate
 from torch_nsight.capture.replica import ReplicaMarkers
-from torch_nsight.collect.child.siblings import candidate_groups, check_siblings
+from torch_nsight.capture.siblings import candidate_groups, check_siblings
 
 from .models import Stack
 
@@ -60,7 +60,7 @@ CHECK_IN_A_FRESH_PROCESS = """
 import sys
 import torch
 from tests.collect.models import Stack
-from torch_nsight.collect.child.siblings import check_siblings
+from torch_nsight.capture.siblings import check_siblings
 
 model = Stack(3)
 x = torch.randn(2, 16)

@@ -8,7 +8,7 @@ import logging
 import os
 import warnings
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,8 +25,8 @@ from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.stack import STACK, Range, RangeStack
-from torch_nsight.capture.step import STEPS_ENV
 from torch_nsight.naming import backward_message, op_message
+from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,9 @@ class Instrumentation:
         self._tracks_compiles = False
         # (CallRecorder, file or None, CallsCarrier or None) while a calls table is recorded
         self._calls: tuple[Any, Path | None, Any] | None = None
+        #: Under ``torch-nsight profile``: the ScriptReplication that torch_nsight.step()
+        #: drives (identical siblings profiled once), else None.
+        self.replication: Any = None
 
     def remove(self) -> None:
         """Restore every module's ``forward`` as it was before :func:`instrument`.
@@ -215,6 +218,14 @@ def _select(
             continue
         chosen.append((name, module))
     return chosen
+
+
+def replication_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``torch-nsight profile`` asked for identical siblings to be profiled once
+    (:data:`~torch_nsight.status.REPLICATE_ENV`, with chosen steps, under Nsight Compute)."""
+    env = os.environ if environ is None else environ
+    return (env.get(REPLICATE_ENV) == "1" and bool(env.get(STEPS_ENV))
+            and under_nsight_compute(env))
 
 
 def default_emitter() -> RangeEmitter:
@@ -356,6 +367,12 @@ def instrument(
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else default_emitter()
+    if emitter is None and replication_requested():
+        from torch_nsight.capture.replica import ReplicaMarkers, ScriptReplication
+
+        markers = ReplicaMarkers(sink)
+        handle.replication = ScriptReplication(model, markers)
+        sink = markers
     base = sink  # compiled graphs' ranges skip the calls recorder
     path = None if record_calls is None or record_calls is False else Path(record_calls)
     carry = record_calls is not False and emitter is None and under_nsight_compute()

@@ -1,7 +1,7 @@
 """The range emitter of a sweep's child: module ranges, and replica ranges around replicas.
 
 A sweep profiles one of each group of identical siblings (see
-:mod:`torch_nsight.collect.child.siblings`); the others run inside a start/end range
+:mod:`torch_nsight.capture.siblings`); the others run inside a start/end range
 :data:`REPLICA_MESSAGE` that ``ncu --nvtx-exclude`` leaves out of replay.
 """
 
@@ -124,3 +124,84 @@ class ReplicaMarkers:
             for handle in leftover:
                 nvtx.end_range(handle)
 
+
+
+class ScriptReplication:
+    """Identical siblings profiled once in a user's script (``torch-nsight profile``).
+
+    :func:`torch_nsight.instrument` instruments the model with :class:`ReplicaMarkers` when
+    the profile command asks for it (:data:`~torch_nsight.status.REPLICATE_ENV`), and
+    :func:`torch_nsight.step` drives this: the step just before the first chosen one runs
+    inside a :class:`~torch_nsight.capture.siblings.SiblingCheck` (un-profiled), each chosen
+    step marks the verified replicas (``ncu --nvtx-exclude`` leaves them out), and the first
+    chosen step carries the groups into the report, where :func:`torch_nsight.load` copies the
+    representative's rows to every replica. Without a step before the first chosen one,
+    nothing is replicated.
+
+    Args:
+        model: the instrumented model.
+        markers: the emitter it is instrumented with.
+    """
+
+    def __init__(self, model: Any, markers: ReplicaMarkers) -> None:
+        import weakref
+
+        self._model = weakref.ref(model)
+        self.markers = markers
+        self.groups: list[dict[str, Any]] = []
+        self._check: Any = None
+        self._marking: Any = None
+        self._carried = False
+
+    def check_started(self) -> None:
+        """The step before the first chosen one starts: watch it."""
+        import torch
+
+        from torch_nsight.capture.siblings import SiblingCheck
+
+        model = self._model()
+        if model is None or self._check is not None:
+            return
+        self._check = SiblingCheck(model, backward=torch.is_grad_enabled(),
+                                   cuda=torch.cuda.is_available())
+        self._check.__enter__()
+
+    def check_ended(self, *, failed: bool) -> None:
+        """That step ended: decide the groups (none if it raised)."""
+        check, self._check = self._check, None
+        if check is None:
+            return
+        check.__exit__(None, None, None)
+        if failed:
+            return
+        verdict = check.verdict()
+        self.groups = [{"representative": g["representative"], "replicas": g["replicas"]}
+                       for g in verdict["groups"]]
+        for line in verdict["mismatches"]:
+            logger.info("torch_nsight: %s", line)
+        if self.groups:
+            logger.info("torch_nsight: %d replica(s) of %d group(s) are left out of profiling "
+                        "and take their representative's rows",
+                        sum(len(g["replicas"]) for g in self.groups), len(self.groups))
+
+    def step_started(self) -> None:
+        """A chosen step starts: its replicas' ranges are marked."""
+        if self.groups:
+            self._marking = self.markers.marking(
+                [r for g in self.groups for r in g["replicas"]])
+            self._marking.__enter__()
+
+    def step_ended(self) -> None:
+        """A chosen step ends (inside its measured range): marks cleared, the groups carried
+        once."""
+        if self._marking is not None:
+            marking, self._marking = self._marking, None
+            marking.__exit__(None, None, None)
+        if self.groups and not self._carried:
+            from torch_nsight.capture.embed import carry_message
+            from torch_nsight.formats import REPLICATION_KIND, REPLICATION_PREFIX, pack_message
+
+            self._carried = carry_message(
+                pack_message(REPLICATION_PREFIX, {"kind": REPLICATION_KIND,
+                                                  "groups": self.groups}),
+                f"the replicated siblings ({len(self.groups)} group(s))")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -26,16 +27,17 @@ from typing import TYPE_CHECKING
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
+from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter
 
 if TYPE_CHECKING:
     from torch_nsight.capture.embed import CallsCarrier
     from torch_nsight.capture.profiler_steps import TimelineSession
+    from torch_nsight.capture.replica import ScriptReplication
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["step", "STEPS_ENV", "parse_steps", "reset_steps"]
 
-STEPS_ENV = "TORCH_NSIGHT_STEPS"
 
 
 def parse_steps(text: str) -> range:
@@ -82,11 +84,34 @@ def _chosen(environ: Mapping[str, str]) -> range | None:
         return None
 
 
+_STATUS: dict[str, StatusWriter | None] = {}
+
+
+def _status(environ: Mapping[str, str]) -> StatusWriter | None:
+    """Where this process's steps report to ``torch-nsight profile`` (None: nowhere); the
+    first call announces the process (its pid, for a gentle stop)."""
+    path = environ.get(STATUS_ENV)
+    if not path:
+        return None
+    if path not in _STATUS:
+        writer = _STATUS[path] = StatusWriter(path)
+        writer.emit("start", pid=os.getpid())
+    return _STATUS[path]
+
+
 def _carriers() -> list[CallsCarrier]:
     """The calls carriers of the active instrumentations (see torch_nsight.capture.embed)."""
     from torch_nsight.capture.instrument import active_instrumentations
 
     return [h.carrier for h in active_instrumentations() if h.carrier is not None]
+
+
+def _replications() -> list[ScriptReplication]:
+    """The sibling replications of the active instrumentations (torch_nsight.capture.replica:
+    under ``torch-nsight profile`` only)."""
+    from torch_nsight.capture.instrument import active_instrumentations
+
+    return [h.replication for h in active_instrumentations() if h.replication is not None]
 
 
 class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
@@ -102,7 +127,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             handle and ``end_range(handle)`` (default: the ``nvtx`` package; for tests).
     """
 
-    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session", "_window")
+    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session", "_window", "_began",
+                 "_checking")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -119,6 +145,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._emitter = emitter
         self._session: TimelineSession | None = None
         self._window = False
+        self._began = 0.0
+        self._checking: list[ScriptReplication] = []
 
     @property
     def measured(self) -> bool:
@@ -133,6 +161,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     def __enter__(self) -> step:
         folder = self._environ.get(TIMELINE_ENV)
         chosen = _chosen(self._environ)  # read once per step
+        status = _status(self._environ)
         self._window = self._in_window(chosen)
         if self._window:
             open_window()
@@ -146,11 +175,20 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
             pace(folder, self.index)
         elif self._window:
+            if status is not None:
+                self._began = time.time()
+                status.emit("item_start", index=self.index, shape=f"step {self.index}")
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
                              start(format_measure_range(run=self.index))]
             for carrier in _carriers():
                 carrier.step_started()
+            for replication in _replications():
+                replication.step_started()
+        elif chosen is not None and self.index == chosen[0] - 1:  # before the first chosen
+            self._checking = _replications()
+            for replication in self._checking:
+                replication.check_started()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -158,13 +196,24 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._session is not None:
             self._session.exit(self.index)
             self._session = None
+        for replication in self._checking:
+            replication.check_ended(failed=kind is not None)
+        self._checking = []
         if self._handles:
             for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order
                 # inside the measured range, so ncu keeps the carrier; a step that raised
                 # is not carried (the next chosen step is recorded instead)
                 carrier.step_ended(failed=kind is not None)
+            for replication in _replications():
+                replication.step_ended()
         for handle in reversed(self._handles):
             self._end_range(handle)
+        if self._handles and self._began:
+            status = _status(self._environ)
+            if status is not None:
+                status.emit("item_end", index=self.index, shape=f"step {self.index}",
+                            status="ok" if kind is None else "error",
+                            elapsed_s=round(time.time() - self._began, 3))
         self._handles = []
         if self._window:
             self._window = False

@@ -24,23 +24,21 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import shlex
 import subprocess
 import sys
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError
-from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS, SINGLE_PASS_SETS
+from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
+from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
 
 logger = logging.getLogger(__name__)
 
-STEPS_ENV = "TORCH_NSIGHT_STEPS"  # read by torch_nsight.step() (capture.step.STEPS_ENV)
 METRIC_SET_CHOICES = tuple(METRIC_SETS)
 #: ncu's kernel filter that leaves NCCL's communication kernels out (see leaves_out_nccl).
 NOT_NCCL = "regex:^(?!nccl)"
@@ -85,6 +83,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_ncu_options(parser, DEFAULT_PROFILE_METRIC_SET)
     parser.add_argument("-k", "--kernel-name", default=None, metavar="REGEX",
                         help="profile only kernels whose name matches (ncu -k)")
+    parser.add_argument("--no-replicate", action="store_true",
+                        help="profile every one of identical repeated layers (default: "
+                             "instrument() checks them on the step before --steps A and the "
+                             "replicas take their representative's measurements)")
     parser.add_argument("--launch-skip", type=int, default=None, metavar="N",
                         help="skip the first N kernel launches (scripts without the marker)")
     parser.add_argument("--launch-count", type=int, default=None, metavar="N",
@@ -154,44 +156,6 @@ def _command(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def ncu_command(args: argparse.Namespace, command: Sequence[str], report: Path, ncu: str,
-                known: frozenset[str] | None = None) -> tuple[list[str], list[str]]:
-    """The ``ncu`` argument list for ``command`` and the metrics it collects (only those this
-    ncu knows, when ``known`` gives the metric base names it lists)."""
-    from torch_nsight.collect.shared import ncu as ncu_cli
-
-    chosen = ncu_cli.resolve_metric_set(args.metric_set)
-    extra: list[str] = []
-    if args.kernel_name:
-        extra += ["-k", f"regex:{args.kernel_name}", "--kernel-name-base", "demangled"]
-    elif leaves_out_nccl(args.metric_set, os.environ):
-        extra += ["-k", NOT_NCCL]
-    if args.launch_skip is not None:
-        extra += ["--launch-skip", str(args.launch_skip)]
-    if args.launch_count is not None:
-        extra += ["--launch-count", str(args.launch_count)]
-    extra += ncu_cli.check_extra_args(args.ncu_arg)
-    metrics = list(chosen.metrics) if known is None else ncu_cli.filter_metrics(chosen.metrics,
-                                                                                known)
-    built = ncu_cli.build_command(ncu, report=report.with_suffix(""), metric_set=chosen,
-                                  app=command, metrics=metrics, exclude_replicas=False,
-                                  extra_args=extra, measured_only=args.steps is not None)
-    return built, metrics
-
-
-def world_size(environ: Mapping[str, str]) -> int:
-    """The number of processes of the distributed run (torchrun's ``WORLD_SIZE``), or 1."""
-    value = environ.get("WORLD_SIZE", "1").strip()
-    return int(value) if value.isdigit() else 1
-
-
-def leaves_out_nccl(metric_set: str, environ: Mapping[str, str]) -> bool:
-    """Whether NCCL kernels must be left out of profiling: in a run of several processes,
-    replaying a communication kernel waits for peers that do not replay it (ncu hangs);
-    a single-pass set (``duration``) replays nothing and keeps them."""
-    return world_size(environ) > 1 and metric_set not in SINGLE_PASS_SETS
-
-
 def ncu_advice(err: NcuNotFoundError, fallback: str) -> NcuNotFoundError:
     """The error of a missing ``ncu`` in command-line terms (``--ncu PATH``), with what to
     do without it; other ``ncu`` errors unchanged."""
@@ -237,54 +201,6 @@ def run_plainly(command: Sequence[str]) -> int:
         raise UsageError(f"command not found: {command[0]}") from None
 
 
-_KERNEL_LINE = re.compile(r'^==PROF== Profiling "([^"]*)"')
-
-
-def _run_under_ncu(cmd: list[str], env: dict[str, str], timeout: float | None,
-                   log: Path) -> tuple[int, Any, dict[str, float]]:
-    """Run ncu; its line per kernel feeds a progress bar, every line goes to ``log``.
-
-    Returns:
-        (exit status, the :class:`NcuOutput`, phase seconds: ``start`` until the first
-        kernel was profiled, ``profiling`` from there to the end).
-    """
-    from torch_nsight.collect.parent.progress import KernelProgress
-    from torch_nsight.collect.shared.ncu import NcuOutput
-
-    output = NcuOutput()
-    started = time.perf_counter()
-    first: float | None = None
-    try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, bufsize=1, errors="replace")
-    except FileNotFoundError:
-        raise UsageError(f"could not start {cmd[0]}") from None
-    assert proc.stdout is not None
-    progress = KernelProgress()
-    try:
-        with open(log, "w", encoding="utf-8") as log_file:
-            for line in proc.stdout:
-                log_file.write(line)
-                line = line.rstrip("\n")
-                output.feed(line)
-                kernel = _KERNEL_LINE.match(line)
-                if kernel:
-                    first = time.perf_counter() if first is None else first
-                    progress.kernel(kernel.group(1))
-                elif not line.startswith("==PROF== Disconnected"):
-                    progress.write(line)
-            code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        code = proc.wait()
-        logger.warning("stopped the command after its %s s timeout", timeout)
-    finally:
-        progress.close()
-    ended = time.perf_counter()
-    phases = {"start": (first or ended) - started, "profiling": ended - (first or ended)}
-    return code, output, phases
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight profile``.
 
@@ -312,17 +228,24 @@ def run(args: argparse.Namespace) -> int:
         return run_timeline(args, command)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
     report = args.out / f"{name}.ncu-rep"
+    from torch_nsight.collect.parent import script
     from torch_nsight.collect.shared import ncu as ncu_cli
 
+    options = dict(metric_set=args.metric_set, steps=args.steps, kernel_name=args.kernel_name,
+                   launch_skip=args.launch_skip, launch_count=args.launch_count,
+                   ncu_args=args.ncu_arg, replicate=not args.no_replicate,
+                   timeout=args.timeout)
     if args.dry_run:
         try:
             ncu = ncu_cli.find_ncu(args.ncu)
         except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
             ncu = args.ncu or "ncu"
-        cmd, metrics = ncu_command(args, command, report, ncu)
-        env_part = f"{STEPS_ENV}={shlex.quote(args.steps)} " if args.steps else ""
-        print(env_part + shlex.join(cmd))
-        print(f"# metrics ({args.metric_set}): " + ", ".join(metrics))
+        plan = script.plan_script(command, report, ncu=ncu, **options)
+        shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
+                 if k in plan.env}
+        print("".join(f"{k}={shlex.quote(v)} " for k, v in shown.items())
+              + shlex.join(plan.ncu_command))
+        print(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
         if args.steps is None:
             print(f"# every kernel is profiled; {MARKER_HINT}")
         return 0
@@ -335,37 +258,31 @@ def run(args: argparse.Namespace) -> int:
     ncu_cli.ncu_version(ncu)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
-    cmd, _ = ncu_command(args, command, report, ncu, ncu_cli.known_metric_bases(ncu))
-    if leaves_out_nccl(args.metric_set, os.environ):
+    plan = script.plan_script(command, report, ncu=ncu, known=ncu_cli.known_metric_bases(ncu),
+                              **options)
+    if script.leaves_out_nccl(args.metric_set, os.environ):
         logger.warning("%s", NCCL_NOTE if not args.kernel_name else
                        "NCCL kernels hang under replay when other ranks do not replay them: "
                        "make sure -k leaves them out, or use --metric-set duration")
-    env = dict(os.environ)
-    if args.steps is not None:
-        env[STEPS_ENV] = args.steps
-    else:
+    if args.steps is None:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
-    log = report.with_suffix(".log")
-    code, output, phases = _run_under_ncu(cmd, env, args.timeout, log)
-    ncu_cli.raise_for_output(output, report_exists=report.is_file(), returncode=code,
-                             why_nothing=_why_nothing(args))
-    from torch_nsight.cli.report import emit
-    from torch_nsight.loading import load
-
-    loading = time.perf_counter()
-    profile = load(report)
-    phases["load"] = time.perf_counter() - loading
+    ran = script.run_script(plan)
+    profile = ran.profile
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
                        "roofline place: call torch_nsight.instrument(model) in the script (it "
                        "records the shapes under profile by itself), or use --metric-set lean")
+    from torch_nsight.cli.report import emit
+
     emit(profile, args)
-    print(f"report: {report} (ncu's output: {log})", file=sys.stderr)
+    phases = ran.record["phases_s"]
+    print(f"report: {report} (ncu's output: {plan.log})", file=sys.stderr)
     print(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
-          f"until its first profiled kernel) + profiling {output.kernels_profiled} kernels "
-          f"{phases['profiling']:.1f} s + loading {phases['load']:.1f} s", file=sys.stderr)
-    return code
+          f"until its first profiled kernel) + profiling {ran.record['kernels_profiled']} "
+          f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s",
+          file=sys.stderr)
+    return ran.exit_status
 
 
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
@@ -395,10 +312,11 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         logger.warning("stopped the command after its %s s timeout", args.timeout)
         code = 124
     if not manifest.is_file():
+        from torch_nsight.collect.parent.script import why_nothing
         from torch_nsight.errors import NothingProfiledError
 
         raise NothingProfiledError(
-            f"the command wrote no timeline (exit status {code}): {_why_nothing(args)}")
+            f"the command wrote no timeline (exit status {code}): {why_nothing(args.steps)}")
     from torch_nsight.cli.report import emit
     from torch_nsight.loading import load
 
@@ -406,12 +324,3 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     print(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
           file=sys.stderr)
     return code
-
-
-def _why_nothing(args: argparse.Namespace) -> str:
-    if args.steps is not None:
-        return (f"No kernel ran inside a step chosen by --steps {args.steps}: does the loop "
-                "mark its steps with `with torch_nsight.step():`, and does it run that many "
-                "steps?")
-    return ("No kernel was profiled: does the command launch CUDA kernels on a GPU, and do "
-            "-k / --launch-skip / --launch-count leave any?")

@@ -12,7 +12,7 @@ into a :class:`~torch_nsight.Profile`. The code is split by the process it runs 
   :mod:`~.child.siblings`, identical siblings profiled once.
 * :mod:`~torch_nsight.collect.shared`: what both sides agree on. :mod:`~.shared.job`, the
   job and its file; :mod:`~.shared.ncu`, the ``ncu`` command line and output;
-  :mod:`~.shared.status`, the child's progress lines. The output directory's layout is in
+  :mod:`torch_nsight.status`, the child's progress lines. The output directory's layout is in
   :mod:`torch_nsight.formats`, since the reporter reads it too.
 
 :mod:`~torch_nsight.collect.timeline` is the cheap first look: PyTorch's profiler in the

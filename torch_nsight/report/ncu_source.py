@@ -53,6 +53,7 @@ class NcuReport:
         frame["rank"] = pd.Series([rank_of(path)] * len(frame), index=frame.index,
                                   dtype="Int64")
         frame, carried = split_carried_calls(frame, path)
+        frame, replication = split_carried_replication(frame, path)
         frame = attribute_compiled(frame, path)
         source = report_source(path, self.name, frame, meta)
         if source.note is None:
@@ -62,7 +63,7 @@ class NcuReport:
             calls = read_calls(calls_file)
         else:
             calls = calls_frame(carried, str(path.resolve())) if carried is not None else None
-        return SourceData(frame, [source], calls=calls)
+        return SourceData(frame, [source], replication=replication, calls=calls)
 
 
 def range_note(frame: pd.DataFrame) -> str | None:
@@ -137,6 +138,32 @@ def split_carried_calls(frame: pd.DataFrame, path: Path
         logger.warning("%s carries %d calls tables (several instrumented models?): the "
                        "first is used", path.name, len(tables))
     return frame, tables[0] if tables else None
+
+
+def split_carried_replication(frame: pd.DataFrame, path: Path
+                              ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
+    """Take the replicated sibling groups a profiled script carries
+    (:class:`~torch_nsight.capture.replica.ScriptReplication`) out of the report.
+
+    Returns:
+        (the kernel table without the carrier kernel, the groups: ``representative``,
+        ``replicas``). A damaged message is logged and skipped.
+    """
+    frame, messages = take_carried(frame, formats.REPLICATION_PREFIX)
+    groups: list[dict[str, Any]] = []
+    for message in messages:
+        try:
+            document = formats.unpack_message(message, formats.REPLICATION_PREFIX,
+                                              formats.REPLICATION_KIND)
+        except formats.FormatError as err:
+            logger.warning("%s: skipping its replicated siblings: %s", path.name, err)
+            continue
+        groups.extend({"representative": str(g["representative"]),
+                       "replicas": [str(r) for r in g["replicas"]]}
+                      for g in document.get("groups") or ()
+                      if isinstance(g, dict) and g.get("representative")
+                      and isinstance(g.get("replicas"), list))
+    return frame, groups
 
 
 def attribute_compiled(frame: pd.DataFrame, path: Path) -> pd.DataFrame:

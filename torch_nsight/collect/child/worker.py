@@ -7,7 +7,7 @@ a :class:`~torch_nsight.capture.calls.CallRecorder` around a
 :class:`~torch_nsight.capture.replica.ReplicaMarkers`); for each of its shapes it builds the
 inputs, runs the warm-up iterations (outside any profiled range), records the calls table in
 one more un-profiled iteration, checks identical siblings (see
-:mod:`torch_nsight.collect.child.siblings`), then runs each measured
+:mod:`torch_nsight.capture.siblings`), then runs each measured
 iteration inside the start/end ranges ``measure`` and ``sweep;variant=...;shape=...;run=i``
 (domain ``torch_nsight``) that the ``ncu`` command's ``--nvtx-include`` selects.
 
@@ -38,13 +38,13 @@ from torch_nsight.capture.calls import CallRecorder
 from torch_nsight.capture.compiled import is_compiled, measured_window
 from torch_nsight.capture.replica import ReplicaMarkers
 from torch_nsight.capture.settings import apply_settings, describe_settings, read_settings
-from torch_nsight.collect.child.siblings import check_siblings
+from torch_nsight.capture.siblings import check_siblings
 from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
 from torch_nsight.collect.shared.job import Assignment, Job, read_job
-from torch_nsight.collect.shared.status import StatusWriter
 from torch_nsight.collect.shared.timing import process_start_time, timed
 from torch_nsight.formats import write_json
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
+from torch_nsight.status import StatusWriter
 
 logger = logging.getLogger(__name__)
 

@@ -33,13 +33,14 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.parent.progress import ScriptProgress, SweepProgress
 from torch_nsight.collect.shared.ncu import NcuOutput
-from torch_nsight.collect.shared.status import StatusReader
+from torch_nsight.status import StatusReader
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ POLL_S = 0.1
 SILENCE_ENV = "TORCH_NSIGHT_SILENCE_S"
 SILENCE_S = 600.0
 CHILD_LOG_PREFIX = "torch_nsight child:"  # the worker's log format: shown as warnings
+#: ncu's lines of progress, which a progress bar replaces (they stay in the log file).
+NCU_PROGRESS_LINES = ("==PROF== Profiling", "==PROF== Disconnected")
 ITEM_GRACE_S = 30.0
 STOP_GRACE_S = 60.0
 KILL_GRACE_S = 15.0
@@ -66,6 +69,11 @@ class ChildSpec:
         log_path: where to keep its whole output (None: not kept).
         items: how many (variant, shape) items it runs.
         planned: those (variant, shape) labels, to record as failed if it never reports.
+        deadline_s: seconds it may run as a whole (None: ``item_timeout`` x ``items`` +
+            ``startup_s``; ``math.inf``: no limit).
+        echo: a user's command (``torch-nsight profile``) rather than a sweep's worker: it
+            reads our standard input, and its output lines, ncu's line per kernel apart, go
+            to ``echo`` (above the progress bar).
     """
 
     name: str
@@ -77,6 +85,8 @@ class ChildSpec:
     log_path: Path | None
     items: int
     planned: list[tuple[str | None, str]] = field(default_factory=list)
+    deadline_s: float | None = None
+    echo: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -145,7 +155,10 @@ def _pump(child: _Child) -> None:
     for line in child.proc.stdout:
         child.active_at = time.monotonic()
         child.output.feed(line)
-        if line.startswith(CHILD_LOG_PREFIX):
+        if child.spec.echo is not None:
+            if not line.startswith(NCU_PROGRESS_LINES):
+                child.spec.echo(line.rstrip("\n"))
+        elif line.startswith(CHILD_LOG_PREFIX):
             logger.warning("[%s] %s", child.spec.name, line.rstrip())
         else:
             logger.debug("[%s] %s", child.spec.name, line.rstrip())
@@ -174,7 +187,8 @@ def _start(spec: ChildSpec, cwd: str, deadline_s: float) -> _Child:
     logger.info("starting %s: %s", spec.name, subprocess.list2cmdline(spec.command))
     try:
         proc = subprocess.Popen(spec.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, errors="replace",
+                                stdin=None if spec.echo else subprocess.DEVNULL, text=True,
+                                errors="replace",
                                 env=spec.env, cwd=cwd, start_new_session=True, bufsize=1)
     except BaseException:
         if log is not None:
@@ -293,7 +307,7 @@ def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> No
 
 
 def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
-                 cwd: str, progress: SweepProgress | None = None) -> list[ChildOutcome]:
+                 cwd: str, progress: SweepProgress | ScriptProgress | None = None) -> list[ChildOutcome]:
     """Run the children concurrently until they end; return how each ended.
 
     Args:
@@ -319,7 +333,9 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     previous = signal.signal(signal.SIGTERM, _terminate) if main else None
     try:
         for spec in specs:
-            children.append(_start(spec, cwd, item_timeout * spec.items + startup_s))
+            deadline = (item_timeout * spec.items + startup_s if spec.deadline_s is None
+                        else spec.deadline_s)
+            children.append(_start(spec, cwd, deadline))
         while any(c.running() for c in children):
             try:
                 time.sleep(POLL_S)
@@ -365,7 +381,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     return outcomes
 
 
-def _show(progress: SweepProgress, children: list[_Child]) -> None:
+def _show(progress: SweepProgress | ScriptProgress, children: list[_Child]) -> None:
     progress.update(done=sum(c.done for c in children), failed=sum(c.failed for c in children),
                     kernels=sum(c.output.kernels_profiled for c in children),
                     current=[f"{c.current.get('variant')}:{c.current.get('shape')}"

@@ -1,5 +1,6 @@
-"""A sweep's progress bar in the parent: one step per (variant, shape), from the child's
-status lines (see :mod:`torch_nsight.collect.shared.status`).
+"""Progress bars in the parent, from the child's status lines (see :mod:`torch_nsight.status`)
+and ncu's line per kernel: a sweep's, one step per (variant, shape); ``profile``'s, one step
+per kernel profiled.
 
 tqdm's ``auto`` bar draws in terminals and notebooks; it stays silent when standard error
 is not a terminal (a log then gets one line per finished shape from the launcher's logging,
@@ -55,30 +56,56 @@ class SweepProgress:
             self._bar = None
 
 
-class KernelProgress:
-    """Shows how many kernels ncu profiled so far in a user's command (``profile``), with
-    their rate, in place of ncu's own line per kernel (those go to the log file).
+class ScriptProgress:
+    """``torch-nsight profile``'s line: kernels profiled in the command's chosen steps, their
+    rate and the step running, in place of ncu's line per kernel (those go to the log file).
+
+    The total (and so the ETA) is known once it can be: from ``expected`` (ncu's
+    ``--launch-count``, or the kernels per step the last profile of the same command in the
+    same folder recorded, times the steps), else from the steps already profiled.
 
     Args:
+        steps: how many steps are profiled (None: not known, e.g. no ``--steps``).
+        expected: kernels expected in all, or None.
         quiet: show nothing.
     """
 
-    def __init__(self, *, quiet: bool = False) -> None:
+    def __init__(self, steps: int | None, *, expected: int | None = None,
+                 quiet: bool = False) -> None:
+        self.steps = steps
         self.count = 0
+        self._text = ""
         self._bar: Any = None
         if not quiet:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(unit="kernel", desc="torch_nsight profile", file=sys.stderr,
-                             disable=None, dynamic_ncols=True, leave=True)
+            self._bar = tqdm(total=expected, unit="kernel", desc="torch_nsight profile",
+                             file=sys.stderr, disable=None, dynamic_ncols=True, leave=True)
 
-    def kernel(self, name: str) -> None:
-        """One more kernel profiled (``name`` as ncu printed it)."""
-        self.count += 1
-        if self._bar is not None:
-            self._bar.update(1)
-            if self.count % 25 == 1:
-                self._bar.set_postfix_str(name[:40], refresh=False)
+    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
+        """Show the state: steps ended (``failed`` of them raised), kernels profiled, the
+        step running now."""
+        self.count = kernels
+        if self._bar is None:
+            return
+        total = self._bar.total
+        if done and self.steps and done < self.steps:
+            total = round(kernels / done * self.steps)  # what the profiled steps took
+        if total is not None and total < kernels:
+            total = kernels
+        if total != self._bar.total:
+            self._bar.total = total
+        if kernels > self._bar.n:
+            self._bar.update(kernels - self._bar.n)
+        parts = list(current)
+        if self.steps and self.steps > 1:
+            parts.append(f"{done} of {self.steps} steps done")
+        if failed:
+            parts.append(f"{failed} raised")
+        text = " | ".join(parts)
+        if text != self._text:
+            self._text = text
+            self._bar.set_postfix_str(text, refresh=True)
 
     def write(self, line: str) -> None:
         """Print one line of the command's own output above the bar."""

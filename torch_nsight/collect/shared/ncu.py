@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -323,6 +324,7 @@ class NcuOutput:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     kernels_profiled: int = 0
+    first_profiled_at: float | None = None  # time.time() of the first kernel profiled
     nothing_profiled: bool = False
     permission_denied: bool = False
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=60))
@@ -333,6 +335,8 @@ class NcuOutput:
         self.tail.append(line)
         if _PROFILING_RE.match(line):
             self.kernels_profiled += 1
+            if self.first_profiled_at is None:
+                self.first_profiled_at = time.time()
         elif line.startswith("==ERROR=="):
             self.errors.append(line)
             if "ERR_NVGPUCTRPERM" in line:

@@ -237,6 +237,82 @@ def _function_mode(recorder: _Recorder) -> Any:
     return _CallRecorder()
 
 
+class SiblingCheck:
+    """Watches one un-profiled iteration, then decides which identical siblings to replicate.
+
+    ``with check: run_one_iteration()``, then :meth:`verdict`. Under ``torch-nsight
+    profile``, :func:`torch_nsight.step` watches the step before the first chosen one.
+
+    Args:
+        model: the instrumented model.
+        backward: also watch backward (adds backward hooks for the iteration).
+        cuda: time with CUDA events (else wall-clock).
+    """
+
+    def __init__(self, model: nn.Module, *, backward: bool, cuda: bool) -> None:
+        self.cuda = cuda
+        self.candidates = candidate_groups(model)
+        self.recorder = _Recorder(model, [n for g in self.candidates for n in g],
+                                  backward=backward, cuda=cuda)
+        self._mode: Any = None
+        self._times: dict[str, float] | None = None
+
+    def __enter__(self) -> SiblingCheck:
+        if self.candidates:
+            self.recorder.install()
+            self._mode = _function_mode(self.recorder)
+            self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._mode is None:
+            return
+        try:
+            self._mode.__exit__(*exc_info)
+            if self.cuda:
+                torch.cuda.synchronize()
+            self._times = self.recorder.times_ms()
+        finally:
+            self._mode = None
+            self.recorder.remove()
+
+    def verdict(self) -> dict[str, Any]:
+        """What the iteration showed (JSON-ready): ``status`` (``replicated``, ``mismatch``
+        when candidates differ when run, ``none`` without candidates), ``groups``
+        (representative, replicas, ops per member, time_ms per member), ``mismatches`` (one
+        line each)."""
+        if not self.candidates or self._times is None:
+            return {"status": "none", "groups": [], "mismatches": []}
+        recorder, times = self.recorder, self._times
+        verified: list[list[str]] = []
+        mismatches: list[str] = []
+        for names in self.candidates:
+            by_signature: dict[tuple[Any, ...], list[str]] = {}
+            for name in names:
+                member = recorder.members[name]
+                if member.calls and member.op_count():
+                    by_signature.setdefault(member.signature(), []).append(name)
+            parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
+            verified.extend(p for p in parts if len(p) > 1)
+            if len(parts) > 1:
+                described = " | ".join(
+                    f"{', '.join(p)} ({recorder.members[p[0]].calls} call(s), "
+                    f"{recorder.members[p[0]].op_count()} ops)" for p in parts)
+                mismatches.append(f"twins run differently: {described}; only members that "
+                                  "agree are replicated")
+        groups: list[dict[str, Any]] = []
+        replicas: list[str] = []
+        for part in sorted(verified, key=lambda p: p[0].count(".")):
+            if any(is_inside(part[0], r) for r in replicas):
+                continue  # inside a replica: its representative's subtree covers it
+            replicas.extend(part[1:])
+            groups.append({"representative": part[0], "replicas": part[1:],
+                           "ops": recorder.members[part[0]].op_count(),
+                           "time_ms": {n: round(times[n], 4) for n in part}})
+        status = "replicated" if groups else ("mismatch" if mismatches else "none")
+        return {"status": status, "groups": groups, "mismatches": mismatches}
+
+
 def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: bool,
                    cuda: bool) -> dict[str, Any]:
     """Run ``run_once`` once (un-profiled) and decide which identical siblings to replicate.
@@ -248,48 +324,10 @@ def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: 
         cuda: time with CUDA events (else wall-clock).
 
     Returns:
-        The verdict (JSON-ready): ``status`` (``replicated``, ``mismatch`` when candidates
-        differ when run, ``none`` without candidates), ``groups`` (representative,
-        replicas, ops per member, time_ms per member), ``mismatches`` (one line each).
+        :meth:`SiblingCheck.verdict`.
     """
-    candidates = candidate_groups(model)
-    if not candidates:
-        return {"status": "none", "groups": [], "mismatches": []}
-    recorder = _Recorder(model, [n for g in candidates for n in g], backward=backward,
-                         cuda=cuda)
-    recorder.install()
-    try:
-        with _function_mode(recorder):
+    check = SiblingCheck(model, backward=backward, cuda=cuda)
+    if check.candidates:
+        with check:
             run_once()
-        if cuda:
-            torch.cuda.synchronize()
-        times = recorder.times_ms()
-    finally:
-        recorder.remove()
-    verified: list[list[str]] = []
-    mismatches: list[str] = []
-    for names in candidates:
-        by_signature: dict[tuple[Any, ...], list[str]] = {}
-        for name in names:
-            member = recorder.members[name]
-            if member.calls and member.op_count():
-                by_signature.setdefault(member.signature(), []).append(name)
-        parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
-        verified.extend(p for p in parts if len(p) > 1)
-        if len(parts) > 1:
-            described = " | ".join(
-                f"{', '.join(p)} ({recorder.members[p[0]].calls} call(s), "
-                f"{recorder.members[p[0]].op_count()} ops)" for p in parts)
-            mismatches.append(f"twins run differently: {described}; only members that agree "
-                              "are replicated")
-    groups: list[dict[str, Any]] = []
-    replicas: list[str] = []
-    for part in sorted(verified, key=lambda p: p[0].count(".")):
-        if any(is_inside(part[0], r) for r in replicas):
-            continue  # inside a replica: its representative's subtree covers it
-        replicas.extend(part[1:])
-        groups.append({"representative": part[0], "replicas": part[1:],
-                       "ops": recorder.members[part[0]].op_count(),
-                       "time_ms": {n: round(times[n], 4) for n in part}})
-    status = "replicated" if groups else ("mismatch" if mismatches else "none")
-    return {"status": status, "groups": groups, "mismatches": mismatches}
+    return check.verdict()

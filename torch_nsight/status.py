@@ -1,7 +1,10 @@
-"""The child's progress lines: it appends JSON events to a status file, the parent tails it.
+"""Progress lines between processes: a child appends JSON events to a status file, the
+parent tails it.
 
-Events: ``start`` (pid, items, device), ``item_start`` / ``item_end`` (index, variant,
-shape, status, elapsed_s), ``done``.
+The writer is a sweep's child (:mod:`torch_nsight.collect.child.worker`) or, under
+``torch-nsight profile``, the user's own script (:func:`torch_nsight.step` writes where
+:data:`STATUS_ENV` says). Events: ``start`` (pid, items, device), ``item_start`` /
+``item_end`` (index, variant, shape, status, elapsed_s), ``done``.
 """
 
 from __future__ import annotations
@@ -14,6 +17,15 @@ from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+# What ``torch-nsight profile`` tells the script it runs, read by torch_nsight.step() and
+# torch_nsight.instrument():
+#: the steps to profile (``10:12``);
+STEPS_ENV = "TORCH_NSIGHT_STEPS"
+#: the status file the chosen steps write to;
+STATUS_ENV = "TORCH_NSIGHT_STATUS"
+#: ``1``: identical siblings are checked on the step before the chosen ones and profiled once.
+REPLICATE_ENV = "TORCH_NSIGHT_REPLICATE"
 
 
 class StatusWriter:

@@ -1,0 +1,269 @@
+"""A user's own command under ncu (``torch-nsight profile``), on the sweep's engine.
+
+Plan -> launch -> settle -> load, as :func:`torch_nsight.sweep` runs: :func:`plan_script`
+checks what to run and builds the ``ncu`` command (metric set filtered to what this ncu knows,
+only the chosen steps' ``measure`` range, NCCL kernels left out of replay in a run of several
+processes, replicas left out); :func:`run_script` starts it as one more kind of child with
+:func:`~torch_nsight.collect.parent.launch.run_children` (its own process group, the timeout,
+Ctrl-C, the progress line fed by the steps' status lines and ncu's line per kernel), then
+writes the run's manifest next to the report (``report.json``: the command, the steps with
+their kernels and time, the phases) and loads the report.
+
+The script is the child: :func:`torch_nsight.step` writes its status lines (the steps chosen
+with ``--steps``), and :func:`torch_nsight.instrument` records the calls table and checks the
+identical siblings on its own under the profiler.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torch_nsight import formats
+from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.progress import ScriptProgress
+from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.metrics import SINGLE_PASS_SETS
+from torch_nsight.record import now
+from torch_nsight.status import REPLICATE_ENV, STATUS_ENV, STEPS_ENV, StatusReader
+
+if TYPE_CHECKING:
+    from torch_nsight.profile import Profile
+
+logger = logging.getLogger(__name__)
+
+#: ncu's kernel filter that leaves NCCL's communication kernels out (see leaves_out_nccl).
+NOT_NCCL = "regex:^(?!nccl)"
+
+
+@dataclass(frozen=True)
+class ScriptPlan:
+    """A user's command to run under ncu, checked.
+
+    Attributes:
+        command: the user's command (``python train.py ...``).
+        ncu_command: the whole argument list, ncu first.
+        metric_set: the metric set's name; ``metrics`` the names passed to ncu.
+        report: the ``.ncu-rep`` to write (its ``.log``, ``.json`` and status file beside it).
+        steps: the chosen steps (``10:12``), or None for every kernel.
+        n_steps: how many steps that is (None: open-ended or no ``--steps``).
+        env: the command's environment.
+        timeout: seconds the command may run (None: no limit).
+        expected_kernels: kernels the run should profile, when known before it starts.
+        quiet: no progress line.
+    """
+
+    command: list[str]
+    ncu_command: list[str]
+    metric_set: str
+    metrics: list[str]
+    report: Path
+    steps: str | None
+    n_steps: int | None
+    env: dict[str, str]
+    timeout: float | None
+    expected_kernels: int | None
+    quiet: bool = False
+    entered: float = field(default_factory=time.time)
+
+    @property
+    def manifest(self) -> Path:
+        """The run's manifest, next to the report."""
+        return self.report.with_suffix(".json")
+
+    @property
+    def log(self) -> Path:
+        """ncu's whole output, the line per kernel included."""
+        return self.report.with_suffix(".log")
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """How the command ran: its exit status, the loaded profile, the manifest's record."""
+
+    exit_status: int
+    profile: Profile
+    record: dict[str, Any]
+
+
+def world_size(environ: Mapping[str, str]) -> int:
+    """The number of processes of the distributed run (torchrun's ``WORLD_SIZE``), or 1."""
+    value = environ.get("WORLD_SIZE", "1").strip()
+    return int(value) if value.isdigit() else 1
+
+
+def leaves_out_nccl(metric_set: str, environ: Mapping[str, str]) -> bool:
+    """Whether NCCL kernels must be left out of profiling: in a run of several processes,
+    replaying a communication kernel waits for peers that do not replay it (ncu hangs);
+    a single-pass set (``duration``) replays nothing and keeps them."""
+    return world_size(environ) > 1 and metric_set not in SINGLE_PASS_SETS
+
+
+def count_steps(steps: str | None) -> int | None:
+    """How many steps ``--steps`` chooses (None: none given, or open-ended)."""
+    if steps is None:
+        return None
+    from torch_nsight.capture.step import parse_steps
+
+    chosen = parse_steps(steps)
+    return len(chosen) if chosen.stop < 2**62 else None
+
+
+def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: str,
+                steps: str | None = None, kernel_name: str | None = None,
+                launch_skip: int | None = None, launch_count: int | None = None,
+                ncu_args: Sequence[str] = (), replicate: bool = True,
+                known: frozenset[str] | None = None, timeout: float | None = None,
+                quiet: bool = False, environ: Mapping[str, str] | None = None) -> ScriptPlan:
+    """Check a command to profile and build its ``ncu`` command line.
+
+    Args:
+        command: the user's command.
+        report: the report to write.
+        ncu: the ``ncu`` executable.
+        metric_set: the metric set's name.
+        steps: the steps to profile (``A:B``), or None for every kernel.
+        kernel_name: only kernels whose name matches this regex (ncu ``-k``).
+        launch_skip, launch_count: ncu's ``--launch-skip`` / ``--launch-count``.
+        ncu_args: more ncu arguments.
+        replicate: identical siblings profiled once (needs ``--steps`` and a step before
+            the first chosen one, where ``instrument()`` checks them).
+        known: the metric base names this ncu knows (None: pass every metric).
+        timeout: seconds the command may run.
+        quiet: no progress line.
+        environ: the environment to start from (default ``os.environ``).
+
+    Raises:
+        ValueError: a bad ``--steps``.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    chosen = ncu_cli.resolve_metric_set(metric_set)
+    extra: list[str] = []
+    if kernel_name:
+        extra += ["-k", f"regex:{kernel_name}", "--kernel-name-base", "demangled"]
+    elif leaves_out_nccl(metric_set, environ):
+        extra += ["-k", NOT_NCCL]
+    if launch_skip is not None:
+        extra += ["--launch-skip", str(launch_skip)]
+    if launch_count is not None:
+        extra += ["--launch-count", str(launch_count)]
+    extra += ncu_cli.check_extra_args(ncu_args)
+    metrics = (list(chosen.metrics) if known is None
+               else ncu_cli.filter_metrics(chosen.metrics, known))
+    replicate = replicate and steps is not None
+    built = ncu_cli.build_command(ncu, report=report.with_suffix(""), metric_set=chosen,
+                                  app=list(command), metrics=metrics,
+                                  exclude_replicas=replicate, extra_args=extra,
+                                  measured_only=steps is not None)
+    n_steps = count_steps(steps)
+    env = {**environ, STATUS_ENV: str(_status_path(report))}
+    if steps is not None:
+        env[STEPS_ENV] = steps
+    if replicate:
+        env[REPLICATE_ENV] = "1"
+    expected = launch_count if launch_count is not None else _expected(report, command,
+                                                                       steps, metric_set,
+                                                                       n_steps)
+    return ScriptPlan(command=list(command), ncu_command=built, metric_set=chosen.name,
+                      metrics=metrics, report=report, steps=steps, n_steps=n_steps, env=env,
+                      timeout=timeout, expected_kernels=expected, quiet=quiet)
+
+
+def _status_path(report: Path) -> Path:
+    return report.with_suffix(".status.jsonl")
+
+
+def _expected(report: Path, command: Sequence[str], steps: str | None, metric_set: str,
+              n_steps: int | None) -> int | None:
+    """Kernels to expect from the last run of the same command into the same folder."""
+    try:
+        last = json.loads(report.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(last, dict):
+        return None
+    per_step = last.get("kernels_per_step")
+    if (not per_step or not n_steps or last.get("command") != list(command)
+            or last.get("metric_set") != metric_set):
+        return None
+    return round(per_step * n_steps)
+
+
+def run_script(plan: ScriptPlan) -> ScriptRun:
+    """Launch the command under ncu, settle what it left, load the report.
+
+    Returns:
+        The command's exit status (ncu passes the script's on), the profile, the record
+        written to the manifest.
+
+    Raises:
+        KeyboardInterrupt: interrupted (the partial report is kept: ``report`` reads it).
+        NcuNotFoundError, CounterPermissionError, NothingProfiledError, TorchNsightError:
+            as ncu's output calls for.
+    """
+    progress = ScriptProgress(plan.n_steps, expected=plan.expected_kernels, quiet=plan.quiet)
+    spec = ChildSpec(plan.report.stem, plan.ncu_command, plan.env, _status_path(plan.report),
+                     plan.report.with_suffix(".result.json"), plan.report, plan.log,
+                     items=plan.n_steps or 1,
+                     deadline_s=math.inf if plan.timeout is None else plan.timeout,
+                     echo=progress.write)
+    launched = time.time()
+    try:
+        (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
+                                  cwd=os.getcwd(), progress=progress)
+    except Interrupted:
+        logger.warning("interrupted: what ncu profiled until then is in %s", plan.report)
+        raise KeyboardInterrupt from None
+    if outcome.stopped:
+        logger.warning("stopped the command: %s", outcome.stopped)
+    ncu_cli.raise_for_output(outcome.output, report_exists=plan.report.is_file(),
+                             returncode=outcome.returncode,
+                             why_nothing=why_nothing(plan.steps))
+    ended = outcome.ended_at or time.time()
+    first = outcome.output.first_profiled_at or ended
+    from torch_nsight.loading import load
+
+    loading = time.time()
+    profile = load(plan.report)
+    phases = {"start": round(first - launched, 3), "profiling": round(ended - first, 3),
+              "load": round(time.time() - loading, 3)}
+    record = _settle(plan, outcome.returncode, outcome.output.kernels_profiled, phases)
+    return ScriptRun(0 if outcome.returncode is None else outcome.returncode, profile, record)
+
+
+def _settle(plan: ScriptPlan, exit_status: int | None, kernels: int,
+            phases: dict[str, float]) -> dict[str, Any]:
+    """The run's record, written next to the report (what the next run's ETA reads)."""
+    steps = [{k: e.get(k) for k in ("index", "status", "elapsed_s")}
+             for e in StatusReader(_status_path(plan.report)).poll()
+             if e.get("event") == "item_end"]
+    _status_path(plan.report).unlink(missing_ok=True)
+    ran = [s for s in steps if s["status"] == "ok"]
+    per_step = round(kernels / len(ran), 1) if ran and kernels else None  # profiled ones
+    record = {"command": plan.command, "steps": plan.steps, "metric_set": plan.metric_set,
+              "metrics": plan.metrics, "ncu_command": plan.ncu_command,
+              "exit_status": exit_status, "kernels_profiled": kernels,
+              "kernels_per_step": per_step, "steps_profiled": steps,
+              "phases_s": phases, "created": now()}
+    try:
+        formats.write_json(plan.manifest, record)
+    except OSError as err:  # the profile is still shown
+        logger.warning("could not write %s: %s", plan.manifest, err)
+    return record
+
+
+def why_nothing(steps: str | None) -> str:
+    """The likely reason a run chose no kernel (``steps``: its ``--steps``)."""
+    if steps is not None:
+        return (f"No kernel ran inside a step chosen by --steps {steps}: does the loop "
+                "mark its steps with `with torch_nsight.step():`, and does it run that many "
+                "steps?")
+    return ("No kernel was profiled: does the command launch CUDA kernels on a GPU, and do "
+            "-k / --launch-skip / --launch-count leave any?")
