@@ -87,7 +87,12 @@ def describe(path: Path) -> dict:
            if "flops_basis" in k else None,
            "bound_missing": int(k["bound"].isna().sum()),
            "roof_missing": int(k["pct_of_roof"].isna().sum()),
-           "calls_rows": 0 if profile.calls is None else len(profile.calls)}
+           "calls_rows": 0 if profile.calls is None else len(profile.calls),
+           "replicated_rows": int(k["replicated_from"].notna().sum())
+           if "replicated_from" in k else 0}
+    manifest = Path(path).with_suffix(".json")
+    if manifest.is_file():
+        out["manifest"] = json.loads(manifest.read_text())
     found = profile.findings()
     if len(found):
         out["findings"] = found.head(8)[["module", "finding", "est_gain_ns"]].to_dict("records")
@@ -98,6 +103,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--no-bare", action="store_true")
+    parser.add_argument("--no-hand", action="store_true", help="skip (b)")
     args = parser.parse_args()
     out = args.out
     work = Path("/tmp/profile_engine")
@@ -109,16 +115,20 @@ def main() -> int:
     from torch_nsight.metrics import METRIC_SETS
 
     fast = ",".join(METRIC_SETS["fast"].metrics)
-    text = subprocess.run([NCU, "--clock-control", "none", "--metrics", fast, py,
-                           str(work / "gpt2_fwd.py")], capture_output=True, text=True).stdout
-    summary["fast_passes"] = sorted({line.rsplit("- ", 1)[-1] for line in text.splitlines()
-                                     if line.startswith("==PROF== Profiling")})
-    print("fast passes", summary["fast_passes"], flush=True)
+    if not args.no_hand:
+        text = subprocess.run([NCU, "--clock-control", "none", "--metrics", fast, py,
+                               str(work / "gpt2_fwd.py")], capture_output=True,
+                              text=True).stdout
+        summary["fast_passes"] = sorted({line.rsplit("- ", 1)[-1]
+                                         for line in text.splitlines()
+                                         if line.startswith("==PROF== Profiling")})
+        print("fast passes", summary["fast_passes"], flush=True)
 
     if "--no-bare" not in sys.argv:
         summary["vit_bare_s"] = [timed([py, str(work / "vit_train.py")], out / "bare.log")
                                  for _ in range(2)]
-    for name, extra in (("vit_profile", []), ("vit_duration", ["--metric-set", "duration"])):
+    for name, extra in (("vit_profile", []), ("vit_profile_every", ["--no-replicate"]),
+                        ("vit_duration", ["--metric-set", "duration"])):
         summary[f"{name}_s"] = timed([py, "-m", "torch_nsight", "profile", "--steps", "5:6",
                                       "--out", str(work / name), "--force", *extra, "--",
                                       py, str(work / "vit_train.py")], out / f"{name}.log",
@@ -135,6 +145,10 @@ def main() -> int:
         print(name, json.dumps(summary[name], default=str)[:1500], flush=True)
 
     report = work / "gpt2_hand"
+    if args.no_hand:
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        _keep(work / "vit_profile" / "report.ncu-rep", out / "vit_profile.ncu-rep.xz", work)
+        return 0
     summary["gpt2_hand_s"] = timed([NCU, "--clock-control", "none", "--nvtx", "--metrics", fast,
                                     "-f", "-o", str(report), py, str(work / "gpt2_fwd.py")],
                                    out / "gpt2_hand.log")
@@ -143,15 +157,21 @@ def main() -> int:
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for name, path in (("vit_profile", work / "vit_profile" / "report.ncu-rep"),
                        ("gpt2_hand", report.with_suffix(".ncu-rep"))):
-        if summary.get(f"{name}_s") is None:
-            continue
-        stripped = work / f"{name}.ncu-rep"
-        subprocess.run([py, "tests/data/strip_code_modules.py", str(path), str(stripped)],
-                       check=False)
-        with open(out / f"{name}.ncu-rep.xz", "wb") as packed:
-            subprocess.run(["xz", "-T8", "-9", "-c", str(stripped if stripped.exists() else path)],
-                           stdout=packed, check=False)
+        if summary.get(f"{name}_s") is not None:
+            _keep(path, out / f"{name}.ncu-rep.xz", work)
     return 0
+
+
+def _keep(path: Path, packed_path: Path, work: Path) -> None:
+    """The report stripped of code modules and xz-compressed, for the CPU tests."""
+    if not path.is_file():
+        return
+    stripped = work / f"{packed_path.name}.stripped.ncu-rep"
+    subprocess.run([sys.executable, "tests/data/strip_code_modules.py", str(path),
+                    str(stripped)], check=False)
+    with open(packed_path, "wb") as packed:
+        subprocess.run(["xz", "-T8", "-9", "-c", str(stripped if stripped.exists() else path)],
+                       stdout=packed, check=False)
 
 
 if __name__ == "__main__":
