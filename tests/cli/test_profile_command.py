@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDED = DATA / "hand_s128.ncu-rep.xz"
 
 FAKE_NCU = """#!{python}
-import lzma, shutil, subprocess, sys
+import lzma, os, shutil, subprocess, sys
 args = sys.argv[1:]
 if args[:1] == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler")
@@ -36,8 +36,12 @@ if "{mode}" == "denied":
     raise SystemExit(1)
 out = args[args.index("-o") + 1]
 app = args[args.index("-o") + 2:]
-print("==PROF== Connected to process 1234 (/usr/bin/python3)")
-code = subprocess.run(app).returncode
+print("==PROF== Connected to process 1234 (/usr/bin/python3)", flush=True)
+# what ncu sets for its application (torch_nsight.step() and instrument() look for it)
+code = subprocess.run(app, env={{**os.environ,
+                                "NV_COMPUTE_PROFILER_PERFWORKS_DIR": "/fake"}}).returncode
+for _ in range(3):
+    print('==PROF== Profiling "kernel" - 0: 0%....50%....100% - 1 pass')
 with lzma.open("{report}") as src, open(out + ".ncu-rep", "wb") as dst:
     shutil.copyfileobj(src, dst)
 print("==PROF== Report: " + out + ".ncu-rep")
@@ -72,6 +76,11 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     assert "# metrics (fast): gpu__time_duration.sum" in with_steps.stdout
     assert "sm__pipe_tensor_cycles_active" in with_steps.stdout
     assert "--section SpeedOfLight" not in line
+    # identical blocks checked on step 9 and profiled once
+    assert "TORCH_NSIGHT_REPLICATE=1 " in line and "--nvtx-exclude torch_nsight@replica" in line
+    every_block = cli("--dry-run", "--steps", "10:12", "--no-replicate", "--", "python",
+                      "train.py", cwd=tmp_path).stdout
+    assert "REPLICATE" not in every_block and "torch_nsight@replica" not in every_block
     runs = cli("--dry-run", "--steps", "10", "--runs", "3", "--", "python", "train.py",
                cwd=tmp_path)
     assert runs.stdout.startswith("TORCH_NSIGHT_STEPS=10:13 "), runs.stderr
@@ -124,6 +133,40 @@ def test_a_profiled_run_prints_its_hotspots_and_passes_the_exit_status_on(
     assert (tmp_path / "torch_nsight_profile" / "report.ncu-rep").is_file()
     again = cli("--ncu", str(ncu), "--", sys.executable, "-c", "pass", cwd=tmp_path)
     assert again.returncode == 1 and "--force" in again.stderr
+
+
+TRAIN = """
+import sys, torch, torch_nsight
+from torch import nn
+model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)])
+handle = torch_nsight.instrument(model, record_calls=False)
+for _ in range(4):
+    with torch_nsight.step():
+        model(torch.randn(2, 8, requires_grad=True)).sum().backward()
+print("replicas", [g["replicas"] for g in handle.replication.groups])
+"""
+
+
+@pytest.mark.slow
+def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(tmp_path: Path) -> None:
+    import json
+
+    ncu = fake_ncu(tmp_path)
+    (tmp_path / "train.py").write_text(TRAIN)
+    proc = cli("--ncu", str(ncu), "--steps", "2:4", "--", sys.executable, "train.py",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # the check ran on step 1, in the script, with the profile's request
+    assert "replicas [['1', '2']]" in proc.stderr
+    out = tmp_path / "torch_nsight_profile"
+    record = json.loads((out / "report.json").read_text())
+    assert [(s["index"], s["status"]) for s in record["steps_profiled"]] == [(2, "ok"),
+                                                                            (3, "ok")]
+    assert record["kernels_profiled"] == 3 and record["kernels_per_step"] == 1.5
+    assert record["command"] == [sys.executable, "train.py"]
+    assert set(record["phases_s"]) == {"start", "profiling", "load"}
+    assert not (out / "report.status.jsonl").exists()
+    assert "profiling 3 kernels" in proc.stderr
 
 
 def test_counters_not_permitted(tmp_path: Path) -> None:
