@@ -158,6 +158,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
     metrics = (list(chosen.metrics) if known is None
                else ncu_cli.filter_metrics(chosen.metrics, known))
     replicate = replicate and steps is not None
+    if replicate and steps is not None and steps.strip().split(":")[0] in ("", "0"):
+        logger.info("--steps %s starts at step 0: identical blocks are checked on the step "
+                    "before the first chosen one, so every kernel is profiled", steps)
     built = ncu_cli.build_command(ncu, report=report.with_suffix(""), metric_set=chosen,
                                   app=list(command), metrics=metrics,
                                   exclude_replicas=replicate, extra_args=extra,
