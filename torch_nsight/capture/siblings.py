@@ -1,6 +1,7 @@
 """Profile one of each group of identical sibling modules and copy its rows to the others.
 
-Deep models repeat identical blocks. In the child, per shape:
+Deep models repeat identical blocks. In a sweep's child, per shape (and under ``torch-nsight
+profile``, on the step before the chosen ones: :class:`~torch_nsight.capture.replica.ScriptReplication`):
 
 1. :func:`candidate_groups`: children of one parent with the same type, parameter and
    buffer shapes and submodule structure (static, no run needed);
