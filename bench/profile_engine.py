@@ -90,7 +90,7 @@ def describe(path: Path) -> dict:
            "calls_rows": 0 if profile.calls is None else len(profile.calls),
            "replicated_rows": int(k["replicated_from"].notna().sum())
            if "replicated_from" in k else 0}
-    manifest = Path(path).with_suffix(".json")
+    manifest = Path(path).with_suffix(".run.json")
     if manifest.is_file():
         out["manifest"] = json.loads(manifest.read_text())
     found = profile.findings()

@@ -61,6 +61,8 @@ REPLICATION_PREFIX = "replication:"
 REPLICATION_KIND = "torch_nsight.replication"
 
 REPORT_SUFFIX = ".ncu-rep"
+#: The record ``torch-nsight profile`` writes beside its report (``report.run.json``).
+RUN_SUFFIX = ".run.json"
 RESULT_SUFFIX = ".result.json"
 STATUS_SUFFIX = ".status.jsonl"
 LOG_SUFFIX = ".log"
@@ -176,4 +178,4 @@ def is_trace(path: str | os.PathLike[str]) -> bool:
     name = Path(path).name
     return (name.endswith(TRACE_SUFFIXES) and not name.endswith(CALLS_SUFFIX)
             and name not in (SWEEP_MANIFEST, TIMELINE_MANIFEST)
-            and not name.endswith((".result.json", ".status.json")))
+            and not name.endswith((".result.json", ".status.json", RUN_SUFFIX)))

@@ -4,6 +4,7 @@ status on."""
 
 from __future__ import annotations
 
+import logging
 import lzma
 import os
 import stat
@@ -148,7 +149,8 @@ print("replicas", [g["replicas"] for g in handle.replication.groups])
 
 
 @pytest.mark.slow
-def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(tmp_path: Path) -> None:
+def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     import json
 
     ncu = fake_ncu(tmp_path)
@@ -159,7 +161,7 @@ def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(tmp_path: 
     # the check ran on step 1, in the script, with the profile's request
     assert "replicas [['1', '2']]" in proc.stderr
     out = tmp_path / "torch_nsight_profile"
-    record = json.loads((out / "report.json").read_text())
+    record = json.loads((out / "report.run.json").read_text())
     assert [(s["index"], s["status"]) for s in record["steps_profiled"]] == [(2, "ok"),
                                                                             (3, "ok")]
     assert record["kernels_profiled"] == 3 and record["kernels_per_step"] == 1.5
@@ -167,6 +169,11 @@ def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(tmp_path: 
     assert set(record["phases_s"]) == {"start", "profiling", "load"}
     assert not (out / "report.status.jsonl").exists()
     assert "profiling 3 kernels" in proc.stderr
+    import torch_nsight  # the folder reads back without a word about the record beside it
+
+    with caplog.at_level(logging.WARNING):
+        assert len(torch_nsight.load(out, cache=False).kernels) == 40
+    assert not caplog.records
 
 
 def test_counters_not_permitted(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ only the chosen steps' ``measure`` range, NCCL kernels left out of replay in a r
 processes, replicas left out); :func:`run_script` starts it as one more kind of child with
 :func:`~torch_nsight.collect.parent.launch.run_children` (its own process group, the timeout,
 Ctrl-C, the progress line fed by the steps' status lines and ncu's line per kernel), then
-writes the run's manifest next to the report (``report.json``: the command, the steps with
+writes the run's manifest next to the report (``report.run.json``: the command, the steps with
 their kernels and time, the phases) and loads the report.
 
 The script is the child: :func:`torch_nsight.step` writes its status lines (the steps chosen
@@ -51,12 +51,13 @@ class ScriptPlan:
         command: the user's command (``python train.py ...``).
         ncu_command: the whole argument list, ncu first.
         metric_set: the metric set's name; ``metrics`` the names passed to ncu.
-        report: the ``.ncu-rep`` to write (its ``.log``, ``.json`` and status file beside it).
+        report: the ``.ncu-rep`` to write (its ``.log``, ``.run.json`` and status file beside it).
         steps: the chosen steps (``10:12``), or None for every kernel.
         n_steps: how many steps that is (None: open-ended or no ``--steps``).
         env: the command's environment.
         timeout: seconds the command may run (None: no limit).
         expected_kernels: kernels the run should profile, when known before it starts.
+        replicate: identical siblings are profiled once.
         quiet: no progress line.
     """
 
@@ -70,13 +71,14 @@ class ScriptPlan:
     env: dict[str, str]
     timeout: float | None
     expected_kernels: int | None
+    replicate: bool = False
     quiet: bool = False
     entered: float = field(default_factory=time.time)
 
     @property
     def manifest(self) -> Path:
-        """The run's manifest, next to the report."""
-        return self.report.with_suffix(".json")
+        """The run's manifest, next to the report (``report.run.json``)."""
+        return self.report.with_suffix(formats.RUN_SUFFIX)
 
     @property
     def log(self) -> Path:
@@ -171,30 +173,30 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         env[STEPS_ENV] = steps
     if replicate:
         env[REPLICATE_ENV] = "1"
-    expected = launch_count if launch_count is not None else _expected(report, command,
-                                                                       steps, metric_set,
-                                                                       n_steps)
+    expected = (launch_count if launch_count is not None
+                else _expected(report, command, metric_set, n_steps, replicate))
     return ScriptPlan(command=list(command), ncu_command=built, metric_set=chosen.name,
                       metrics=metrics, report=report, steps=steps, n_steps=n_steps, env=env,
-                      timeout=timeout, expected_kernels=expected, quiet=quiet)
+                      timeout=timeout, expected_kernels=expected, replicate=replicate,
+                      quiet=quiet)
 
 
 def _status_path(report: Path) -> Path:
     return report.with_suffix(".status.jsonl")
 
 
-def _expected(report: Path, command: Sequence[str], steps: str | None, metric_set: str,
-              n_steps: int | None) -> int | None:
+def _expected(report: Path, command: Sequence[str], metric_set: str, n_steps: int | None,
+              replicate: bool) -> int | None:
     """Kernels to expect from the last run of the same command into the same folder."""
     try:
-        last = json.loads(report.with_suffix(".json").read_text(encoding="utf-8"))
+        last = json.loads(report.with_suffix(formats.RUN_SUFFIX).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(last, dict):
         return None
     per_step = last.get("kernels_per_step")
     if (not per_step or not n_steps or last.get("command") != list(command)
-            or last.get("metric_set") != metric_set):
+            or last.get("metric_set") != metric_set or last.get("replicate") != replicate):
         return None
     return round(per_step * n_steps)
 
@@ -251,6 +253,7 @@ def _settle(plan: ScriptPlan, exit_status: int | None, kernels: int,
     ran = [s for s in steps if s["status"] == "ok"]
     per_step = round(kernels / len(ran), 1) if ran and kernels else None  # profiled ones
     record = {"command": plan.command, "steps": plan.steps, "metric_set": plan.metric_set,
+              "replicate": plan.replicate,
               "metrics": plan.metrics, "ncu_command": plan.ncu_command,
               "exit_status": exit_status, "kernels_profiled": kernels,
               "kernels_per_step": per_step, "steps_profiled": steps,
