@@ -60,7 +60,7 @@ def run_timeline(out: Path) -> None:
     import torch_nsight
 
     torch_nsight.timeline(gpt2(50304), [SHAPE], make_inputs=make_inputs, dtype="bf16",
-                          warmup=3, steps=20, output_dir=out, quiet=True)
+                          warmup=3, runs=20, output_dir=out, quiet=True)
 
 
 def run_profile(out: Path) -> None:

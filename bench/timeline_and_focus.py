@@ -82,7 +82,7 @@ def main() -> int:
                            backward="out.float().mean().backward()" if backward else "")
         results[f"bare_{name}"] = timed([sys.executable, "-c", bare])
         results[f"timeline_{name}"] = timed(
-            [*cli, "timeline", target, "--inputs", inputs, "--shapes", shape, "--steps", "5",
+            [*cli, "timeline", target, "--inputs", inputs, "--shapes", shape, "--runs", "5",
              *(["--backward"] if backward else []), "--out", str(out / f"tl_{name}"),
              "--force"])
     for name, extra in (("sweep", []), ("focused", ["--focus", "0.9"])):

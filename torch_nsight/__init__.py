@@ -16,16 +16,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.errors import (
-    CounterPermissionError,
-    MissingMetricError,
-    NcuNotFoundError,
-    NcuVersionError,
-    NothingProfiledError,
-    ReportError,
-    ShapeFailedError,
-    TorchNsightError,
-)
+# The error types, and errors.__all__ to list them in this module's __all__ below (mypy
+# learns exported names from this import; it cannot read `*errors.__all__`).
+from torch_nsight.errors import *  # noqa: F403
+from torch_nsight.errors import __all__
 
 if TYPE_CHECKING:
     # from the defining module: in the import cycle mypy would take capture's `instrument`
@@ -47,14 +41,7 @@ __all__ = [
     "timeline",
     "load",
     "Profile",
-    "TorchNsightError",
-    "NcuNotFoundError",
-    "NcuVersionError",
-    "CounterPermissionError",
-    "NothingProfiledError",
-    "ReportError",
-    "MissingMetricError",
-    "ShapeFailedError",
+    *__all__,
     "__version__",
 ]
 

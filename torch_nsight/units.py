@@ -48,14 +48,25 @@ def format_duration(duration_ns: Any) -> str:
     return _microseconds(ns)
 
 
-def format_duration_ms(duration_ns: Any) -> str:
-    """Return a duration given in ns in ms with one decimal, or in µs below 1 ms:
-    ``1160.0 ms``, ``21.3 ms``, ``845 µs``, ``4.2 µs``; ``n/a`` when missing (the
-    timeline's evidence sentences)."""
+def format_duration_ms(duration_ns: Any, precision: int = 1) -> str:
+    """Return a duration given in ns in ms, or in µs below 1 ms; ``n/a`` when missing (the
+    evidence sentences of the timeline and of findings).
+
+    Args:
+        duration_ns: the duration in ns.
+        precision: decimals in ms (1 or more). At 1, the timeline's: ``1160.0 ms``,
+            ``21.3 ms``, ``845 µs``, ``4.2 µs``; above, µs have one decimal fewer than ms,
+            as findings' 2: ``21.34 ms``, ``845.3 µs``, ``4.2 µs``.
+
+    Returns:
+        The duration with its unit.
+    """
     if is_missing(duration_ns):
         return "n/a"
     ns = float(duration_ns)
-    return f"{ns / 1e6:.1f} ms" if abs(ns) >= 1e6 else _microseconds(ns)
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.{precision}f} ms"
+    return _microseconds(ns) if precision == 1 else f"{ns / 1e3:.{precision - 1}f} µs"
 
 
 def format_bytes(count: float) -> str:

@@ -21,7 +21,7 @@ from torch_nsight.analyze import add_flops, add_peaks, add_roofline, classify
 from torch_nsight.analyze import findings as findings_step
 from torch_nsight.analyze.findings import findings, gemm_dims
 from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
-from torch_nsight.analyze.timeline import timeline_findings
+from torch_nsight.analyze.timeline_analysis import timeline_findings
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.vocabulary import FINDING_COLUMNS
 

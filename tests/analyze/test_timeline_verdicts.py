@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from torch_nsight.analyze.steps import MODULE_LAUNCH_COLUMNS, module_launches
-from torch_nsight.analyze.timeline import (
+from torch_nsight.analyze.timeline_analysis import (
     STEP_FINDING_COLUMNS,
     SUMMARY_COLUMNS,
     timeline_findings,

@@ -149,6 +149,16 @@ def record_one_iteration_no_grad(model: nn.Module, inputs: torch.Tensor
     return recorder.rows()
 
 
+def test_forward_without_gradients_files_ops_under_their_modules() -> None:
+    # the decode path does not put module ranges on the RangeStack: the recorder's own
+    # stack of open messages is what names them
+    model = make_mlp()
+    rows = record_one_iteration_no_grad(model, torch.randn(BATCH, model[0].in_features))
+    assert [(row["range_stack"], row["op"]) for row in rows] == [
+        (("Sequential", "0"), "addmm"), (("Sequential", "1"), "relu"),
+        (("Sequential", "2"), "mm")]
+
+
 def test_first_iteration_records_exactly_one_iteration() -> None:
     model = make_mlp()
     inputs = torch.randn(BATCH, model[0].in_features)

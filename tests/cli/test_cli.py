@@ -122,14 +122,14 @@ def test_demo_refuses_existing_outputs(tmp_path: Path,
     assert (tmp_path / "roofline.png").read_bytes() == b"old"
 
 
-@pytest.mark.parametrize("by", ["hotspot", "module", "kernel", "launch", "shape"])
+@pytest.mark.parametrize("by", ["hotspot", "module", "kernel_name", "launch", "shape"])
 def test_report_tables_in_process(report: Path, by: str,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(report), "--by", by, "--format", "github"]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[2].startswith("|")
     names = torch_nsight.load(report).kernels["kernel"].nunique()
-    rows = {"hotspot": 10, "module": 21, "kernel": names, "launch": 40, "shape": 1}[by]
+    rows = {"hotspot": 10, "module": 21, "kernel_name": names, "launch": 40, "shape": 1}[by]
     assert len(out.splitlines()) == 2 + 2 + rows
 
 
@@ -137,7 +137,9 @@ def test_report_tables_in_process(report: Path, by: str,
     (["--by", "module", "--top", "4"], ["--table", "modules", "-n", "4"]),
     (["--sort", "time", "--top", "3"], ["--by", "time", "-n", "3"]),
     (["--by", "launch", "--format", "table"], ["--table", "launches", "--format", "plain"]),
-    (["--by", "kernel"], ["--table", "kernels"]),
+    (["--by", "kernel_name"], ["--table", "kernels"]),
+    (["--by", "kernel_name"], ["--by", "kernel"]),
+    (["--by", "kernel_name"], ["--by", "kernels"]),
 ])
 def test_report_spellings_of_earlier_releases_still_work(
         report: Path, new: list[str], old: list[str],

@@ -40,7 +40,7 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_timeline_of_a_factory_reads_back_per_shape(tmp_path: Path) -> None:
     (tmp_path / "mk.py").write_text(MODEL)
-    proc = cli("timeline", "mk.py:make", "--shapes", "8x32,16x32", "--steps", "2",
+    proc = cli("timeline", "mk.py:make", "--shapes", "8x32,16x32", "--runs", "2",
                "--warmup", "1", "--out", "tl", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     profile = torch_nsight.load(tmp_path / "tl")
@@ -59,7 +59,7 @@ def test_a_timeline_without_gpu_activity_draws_no_idle_step(tmp_path: Path) -> N
     if torch.cuda.is_available():
         pytest.skip("a GPU records kernels")
     (tmp_path / "mk.py").write_text(MODEL)
-    proc = cli("timeline", "mk.py:make", "--shapes", "8x32", "--steps", "2", "--warmup", "1",
+    proc = cli("timeline", "mk.py:make", "--shapes", "8x32", "--runs", "2", "--warmup", "1",
                "--out", "tl", "--plot-timeline", "step.png", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "--plot-timeline not drawn: the profile holds no GPU activity" in proc.stderr
@@ -87,7 +87,8 @@ def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
     (["timeline", "nope.py:make", "--shapes", "8"], "does not exist"),
     (["timeline", "mk.py:make", "--shapes", "8", "--plot-timeline", "t.jpg"],
      "--plot-timeline needs"),
-    (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "steps must be"),
+    (["timeline", "mk.py:make", "--shapes", "8", "--runs", "0"], "runs must be"),
+    (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "runs must be"),
 ])
 @pytest.mark.slow
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:

@@ -59,7 +59,7 @@ def main() -> int:
     timing = {}
     for name, case in cases.items():
         start = time.perf_counter()
-        profile = torch_nsight.timeline(case.pop("model"), case.pop("shapes"), steps=3,
+        profile = torch_nsight.timeline(case.pop("model"), case.pop("shapes"), runs=3,
                                         warmup=2, output_dir=out / name, **case)
         timing[name] = {"timeline_s": time.perf_counter() - start,
                         "kernels": len(profile.kernels)}

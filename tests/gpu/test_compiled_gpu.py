@@ -36,7 +36,7 @@ def _check(profile: torch_nsight.Profile, *, backward: bool) -> None:
 @pytest.mark.gpu
 def test_a_compiled_training_step_under_the_timeline(tmp_path: Path) -> None:
     profile = torch_nsight.timeline(_compiled_gpt2, {"4x128": (4, 128)}, make_inputs=_ids,
-                                    backward=True, dtype="bf16", steps=2, warmup=3,
+                                    backward=True, dtype="bf16", runs=2, warmup=3,
                                     output_dir=tmp_path / "tl", quiet=True)
     _check(profile, backward=True)
 

@@ -18,7 +18,7 @@ def test_a_gpt2_decode_step_is_launch_bound_and_every_kernel_attributed(
 
     profile = torch_nsight.timeline(lambda: GPT2Small().eval(), {"1x1": (1, 1)},
                                     make_inputs=lambda s: torch.randint(0, 50257, s),
-                                    dtype="bf16", steps=3, warmup=2,
+                                    dtype="bf16", runs=3, warmup=2,
                                     output_dir=tmp_path / "tl", quiet=True)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
     assert row["verdict"] == "launch-bound", row["evidence"]
@@ -37,7 +37,7 @@ def test_pageable_host_copies_each_step_are_copy_bound(tmp_path: Path) -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.proj(self.host.to(x.device)[: x.shape[0]] + x)
 
-    profile = torch_nsight.timeline(HostFed, [(4096, 1024)], steps=3, warmup=2,
+    profile = torch_nsight.timeline(HostFed, [(4096, 1024)], runs=3, warmup=2,
                                     output_dir=tmp_path / "tl", quiet=True)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
     assert row["verdict"] == "copy-bound", row["evidence"]

@@ -16,7 +16,7 @@ SOURCES = ["hf_gpt2_fast", "sweep_stack", "findings_conv", "compile/vit_train.nc
 
 
 @pytest.mark.parametrize("source", SOURCES)
-@pytest.mark.parametrize("by", ["hotspot", "kernel", "shape", "finding"])
+@pytest.mark.parametrize("by", ["hotspot", "kernel_name", "shape", "finding"])
 def test_report_lines_fit_120_columns(source: str, by: str, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("COLUMNS", "120")

@@ -11,8 +11,14 @@ import pytest
 from torch_nsight.analyze.hotspots import HotspotOrder
 from torch_nsight.cli.main import build_parser
 from torch_nsight.profile import Profile
-from torch_nsight.render import TABLE_KINDS, TABLES, render_table, table_frame
-from torch_nsight.render.kinds import DEFAULT_ROWS, GROUPINGS, HOTSPOT_ORDERS, TableKind
+from torch_nsight.render import TABLE_KINDS, TABLES, render_table, table_frame, write_table
+from torch_nsight.render.kinds import (
+    DEFAULT_ROWS,
+    GROUPINGS,
+    HOTSPOT_ORDERS,
+    KIND_ALIASES,
+    TableKind,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -36,7 +42,7 @@ def test_docs_synopsis_lists_the_kinds() -> None:
 def test_typing_matches_the_registry() -> None:
     assert get_args(TableKind) == TABLES == tuple(TABLE_KINDS)
     assert get_args(HotspotOrder) == HOTSPOT_ORDERS
-    assert dict(DEFAULT_ROWS) == {"hotspots": 10, "modules": None, "kernels": None,
+    assert dict(DEFAULT_ROWS) == {"hotspots": 10, "modules": None, "kernel_names": None,
                                   "launches": None, "shapes": None, "ranks": None,
                                   "findings": 10}
     assert sorted(GROUPINGS.values()) == sorted(TABLES)
@@ -47,7 +53,8 @@ def test_cli_choices_come_from_the_registry(command: str) -> None:
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     options = {a.dest: a for a in subparsers.choices[command]._actions}
-    assert tuple(options["by"].choices) == (*GROUPINGS, *HOTSPOT_ORDERS)
+    assert tuple(options["by"].choices) == (*GROUPINGS, *HOTSPOT_ORDERS, *KIND_ALIASES)
+    assert options["by"].metavar == "{" + ",".join(GROUPINGS) + "}"  # former names unlisted
     assert tuple(options["sort"].choices) == HOTSPOT_ORDERS
     for name, table in GROUPINGS.items():
         assert f"{name}: {TABLE_KINDS[table].summary}" in options["by"].help
@@ -62,7 +69,8 @@ def test_every_kind_renders_its_default_rows(profile: Profile, what: str, monkey
     if what == "findings":  # the demo block has two findings, fewer than the default 10
         expected = len(profile.findings())
     assert len(frame) == (expected if expected is not None else
-                          {"modules": 21, "kernels": names, "launches": 40, "shapes": 1}[what])
+                          {"modules": 21, "kernel_names": names, "launches": 40,
+                           "shapes": 1}[what])
     text = render_table(profile, what)
     assert len(text.splitlines()) == 1 + len(frame)  # plain: a header line, then the rows
 
@@ -73,5 +81,21 @@ def test_ranks_need_ranked_reports(profile: Profile) -> None:
 
 
 def test_unknown_kind(profile: Profile) -> None:
-    with pytest.raises(ValueError, match="hotspots, modules, kernels"):
+    with pytest.raises(ValueError, match="hotspots, modules, kernel_names, launches"):
         table_frame(profile, "roofs")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("old", ["kernels", "kernel"])
+def test_former_names_of_kernel_names_warn_and_render_the_same(
+        profile: Profile, old: str, tmp_path: Path) -> None:
+    with pytest.warns(DeprecationWarning, match="kernel_names"):
+        text = render_table(profile, old, "github")  # type: ignore[arg-type]
+    assert text == render_table(profile, "kernel_names", "github")
+    with pytest.warns(DeprecationWarning, match="kernel_names"):
+        frame = table_frame(profile, old)  # type: ignore[arg-type]
+    assert frame.equals(table_frame(profile, "kernel_names"))
+    with pytest.warns(DeprecationWarning, match="kernel_names") as caught:
+        write_table(profile, tmp_path / "k.txt", old)  # type: ignore[arg-type]
+    assert len(caught) == 1  # once, where it was given
+    assert (tmp_path / "k.txt").read_text(encoding="utf-8") == \
+        render_table(profile, "kernel_names") + "\n"

@@ -30,7 +30,7 @@ from torch_nsight.analyze.replicas import expand_replicas
 from torch_nsight.analyze.rollup import coverage, module_tree
 from torch_nsight.analyze.roofline import add_flops, add_peaks, add_roofline
 from torch_nsight.analyze.steps import module_launches
-from torch_nsight.analyze.timeline import timeline_findings, timeline_summary
+from torch_nsight.analyze.timeline_analysis import timeline_findings, timeline_summary
 from torch_nsight.vocabulary import UNATTRIBUTED
 
 __all__ = [

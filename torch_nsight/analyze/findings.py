@@ -3,7 +3,7 @@
 Five checks read the analyzed kernel table (and the calls table, the PyTorch settings and a
 timeline where the profile has them): ``gemm_misaligned``, ``fp32_no_tensor_cores``,
 ``elementwise_chain``, ``layout_conversion`` and ``small_grid``; a timeline adds the rows of
-:func:`~torch_nsight.analyze.timeline.timeline_findings`. A kernel claimed by one of the
+:func:`~torch_nsight.analyze.timeline_analysis.timeline_findings`. A kernel claimed by one of the
 first four is not reported again as ``small_grid``; Nsight Compute's own rules, where the
 report has their sections, add ``ncu_<rule>`` rows (:mod:`torch_nsight.analyze.rules`).
 Rules, thresholds and gain formulas, with
@@ -12,6 +12,7 @@ the gains checked against recorded fixes, are in ``docs/findings.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -24,8 +25,8 @@ from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
 from torch_nsight.analyze.frames import blank_to_none, filled, keyed, runs_per_group
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.rules import rule_findings
-from torch_nsight.analyze.timeline import timeline_findings
-from torch_nsight.units import format_bytes
+from torch_nsight.analyze.timeline_analysis import timeline_findings
+from torch_nsight.units import format_bytes, format_duration_ms
 from torch_nsight.vocabulary import FINDING_COLUMNS, JOIN_KEYS, LABELS, SITE_KEYS, tf32_enabled
 
 #: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
@@ -86,12 +87,8 @@ Found = list[tuple[dict[str, Any], pd.Index]]
 
 
 # --- text ----------------------------------------------------------------------------------
-def _time(ns: float) -> str:
-    if pd.isna(ns):
-        return "n/a"
-    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} µs"
-
-
+#: A duration in ns as the evidence sentences write it: ``1.23 ms``, ``845.3 µs``, ``n/a``.
+_time = functools.partial(format_duration_ms, precision=2)
 
 
 def _contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:

@@ -93,9 +93,31 @@ def _judged_step(row: pd.Series) -> str:
     return f"{format_duration_ms(row['wall_ns'])} step"
 
 
-def _counts(row: pd.Series) -> str:
+def _counts(row: pd.Series, *, final_and: bool = False) -> str:
+    """``1234 kernels, 88% of them under 10 µs, [and ]12.3 launches per ms``."""
     return (f"{row['kernels']:g} kernels, {row['small_kernel_pct']:.0f}% of them under "
-            f"{SMALL_KERNEL_NS / 1e3:g} µs, {row['launches_per_ms']:.1f} launches per ms")
+            f"{SMALL_KERNEL_NS / 1e3:g} µs, {'and ' if final_and else ''}"
+            f"{row['launches_per_ms']:.1f} launches per ms")
+
+
+def _busy(row: pd.Series, *, only: bool = False, under: bool = True) -> str:
+    """``The GPU was busy [only ]23.4%[ (under 50%)] of the 1.2 ms step``, ``under`` naming
+    the launch-bound threshold."""
+    threshold = f" (under {LAUNCH_BUSY_PCT:g}%)" if under else ""
+    return (f"The GPU was busy {'only ' if only else ''}{judged_busy_pct(row):.1f}%{threshold} "
+            f"of the {_judged_step(row)}")
+
+
+def _copy_share(row: pd.Series) -> str:
+    """``Copies took 4.6% of the 1.2 ms step and 7.9% of GPU busy time``."""
+    return (f"Copies took {row['copy_pct']:.1f}% of the {format_duration_ms(row['wall_ns'])} "
+            f"step and {row['copy_busy_pct']:.1f}% of GPU busy time")
+
+
+def _idle(found: Mapping[str, Any], shape: pd.Series) -> str:
+    """``The GPU was idle 45.6% of the 1.2 ms step outside data loading``."""
+    return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
+            "data loading")
 
 
 def _data_bound(row: pd.Series) -> str:
@@ -104,27 +126,23 @@ def _data_bound(row: pd.Series) -> str:
 
 
 def _copy_bound(row: pd.Series) -> str:
-    return (f"Copies took {row['copy_pct']:.1f}% of the {format_duration_ms(row['wall_ns'])} "
-            f"step and {row['copy_busy_pct']:.1f}% of GPU busy time ({_copies(row['copies'])} "
-            f"of {format_bytes(row['copy_bytes'])} at {row['copy_gb_per_s']:.1f} GB/s; "
-            f"copy-bound from {COPY_WALL_PCT:g}% or {COPY_BUSY_PCT:g}%).")
+    return (f"{_copy_share(row)} ({_copies(row['copies'])} of {format_bytes(row['copy_bytes'])} "
+            f"at {row['copy_gb_per_s']:.1f} GB/s; copy-bound from {COPY_WALL_PCT:g}% or "
+            f"{COPY_BUSY_PCT:g}%).")
 
 
 def _launch_bound(row: pd.Series) -> str:
-    return (f"The GPU was busy {judged_busy_pct(row):.1f}% (under {LAUNCH_BUSY_PCT:g}%) of "
-            f"the {_judged_step(row)}, with {_counts(row)}.")
+    return f"{_busy(row)}, with {_counts(row)}."
 
 
 def _cpu_bound(row: pd.Series) -> str:
-    return (f"The GPU was busy only {judged_busy_pct(row):.1f}% (under {LAUNCH_BUSY_PCT:g}%) "
-            f"of the {_judged_step(row)} although most of its kernels are long "
+    return (f"{_busy(row, only=True)} although most of its kernels are long "
             f"({_counts(row)}): the CPU side sets the pace.")
 
 
 def _gpu_bound(row: pd.Series) -> str:
-    return (f"The GPU was busy {judged_busy_pct(row):.1f}% of the {_judged_step(row)}; data "
-            f"waits ({row['data_wait_pct']:.1f}%) and copies ({row['copy_pct']:.1f}%) are "
-            "under their thresholds.")
+    return (f"{_busy(row, under=False)}; data waits ({row['data_wait_pct']:.1f}%) and copies "
+            f"({row['copy_pct']:.1f}%) are under their thresholds.")
 
 
 #: The evidence sentence, per verdict.
@@ -156,9 +174,7 @@ def _data_wait(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 
 def _copy_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
-    return (f"Copies took {shape['copy_pct']:.1f}% of the {format_duration_ms(shape['wall_ns'])} "
-            f"step and {shape['copy_busy_pct']:.1f}% of GPU busy time "
-            f"({format_duration_ms(shape['copy_ns'])} per step).")
+    return f"{_copy_share(shape)} ({format_duration_ms(shape['copy_ns'])} per step)."
 
 
 def _pageable_copies(found: Mapping[str, Any], shape: pd.Series) -> str:
@@ -168,10 +184,7 @@ def _pageable_copies(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 
 def _launch_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
-    return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
-            f"data loading with {shape['kernels']:g} kernels, {shape['small_kernel_pct']:.0f}% "
-            f"of them under {SMALL_KERNEL_NS / 1e3:g} µs, and {shape['launches_per_ms']:.1f} "
-            "launches per ms.")
+    return f"{_idle(found, shape)} with {_counts(shape, final_and=True)}."
 
 
 def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
@@ -182,8 +195,7 @@ def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
         where = f", {before} per step of it just before {module}"
     else:
         where = f"; spread over the step, its largest share ({before} per step) is just before {module}"
-    return (f"The GPU was idle {found['idle_pct']:.1f}% of the {_judged_step(shape)} outside "
-            f"data loading{where}.")
+    return f"{_idle(found, shape)}{where}."
 
 
 def _small_kernels(found: Mapping[str, Any], shape: pd.Series) -> str:

@@ -9,6 +9,11 @@ stack per thread. While it records, a ``TorchDispatchMode`` sees every aten op a
 under the calling thread's stack of open messages (``("LlamaBlock", "self_attn",
 "self_attn.qkv_proj")``, ``("bwd:LlamaBlock", "bwd:mlp", ...)``, ``(..., "op:silu")``).
 
+The recorder keeps that stack itself rather than reading the capture stage's
+:class:`~torch_nsight.capture.stack.RangeStack`, which does not hold every range: a
+forward without gradients or op ranges opens its module ranges without putting them there
+(the decode path), and ``push`` and ``pop`` may come from outside the instrumentation.
+
 What is recorded:
 
 * every aten op that reaches the dispatcher's Python key: the ops a kernel can come from
@@ -43,17 +48,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_flatten
 
 from torch_nsight.calls_file import calls_document, write_calls
+from torch_nsight.capture.emitter import NvtxEmitter, OpenRanges, RangeEmitter
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import parse_message
-
-if TYPE_CHECKING:
-    from torch_nsight.capture.emitter import RangeEmitter
 
 logger = logging.getLogger(__name__)
 
@@ -73,11 +76,6 @@ _NO_KERNEL_OPS = frozenset({
 
 _Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
              tuple[tuple[int, ...], ...], tuple[str, ...]]
-
-
-class _Stacks(threading.local):
-    def __init__(self) -> None:
-        self.stack: list[str] = []
 
 
 def _is_module_forward(message: str) -> bool:
@@ -166,8 +164,6 @@ class CallRecorder:
                  on_done: Callable[[CallRecorder], None] | None = None,
                  refuse: Callable[[], str | None] | None = None) -> None:
         if inner is None:
-            from torch_nsight.capture.emitter import NvtxEmitter
-
             inner = NvtxEmitter()
         if not (callable(getattr(inner, "push", None)) and callable(getattr(inner, "pop", None))):
             raise TypeError("inner must have push(message) and pop() methods, got "
@@ -176,7 +172,7 @@ class CallRecorder:
             raise TypeError(f"first_iteration must be a bool, got {type(first_iteration).__name__}")
         self.inner = inner
         self.first_iteration = first_iteration
-        self._local = _Stacks()
+        self._local = OpenRanges()  # the messages open on each thread
         self._lock = threading.Lock()
         self._calls: dict[_Key, list[Any]] = {}  # key -> [count, flops, bytes]
         self._recording = False

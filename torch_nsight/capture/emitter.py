@@ -18,7 +18,7 @@ from torch_nsight.naming import DOMAIN, RECORD_PREFIX
 logger = logging.getLogger(__name__)
 
 __all__ = ["RangeEmitter", "NvtxEmitter", "RecordingEmitter", "RangeEvent",
-           "RecordFunctionEmitter", "RECORD_PREFIX"]
+           "RecordFunctionEmitter", "OpenRanges", "RECORD_PREFIX"]
 
 
 @runtime_checkable
@@ -84,6 +84,14 @@ class NvtxEmitter:
         self._pop_range()
 
 
+class OpenRanges(threading.local):
+    """What an emitter has open on each thread: ``stack``, one list per thread, innermost
+    last."""
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
 RangeEvent = tuple[int, str, str]
 """``(thread id, "push" or "pop", message)`` as recorded by :class:`RecordingEmitter`."""
 
@@ -103,28 +111,22 @@ class RecordingEmitter:
 
     def __init__(self) -> None:
         self.events: list[RangeEvent] = []
-        self._open = threading.local()
-
-    def _stack(self) -> list[str]:
-        stack = getattr(self._open, "stack", None)
-        if stack is None:
-            stack = self._open.stack = []
-        return stack
+        self._open = OpenRanges()
 
     def push(self, message: str) -> None:
         """Record the opening of ``message`` on the calling thread."""
-        self._stack().append(message)
+        self._open.stack.append(message)
         self.events.append((threading.get_ident(), "push", message))
 
     def pop(self) -> None:
         """Record the closing of the calling thread's innermost recorded range."""
-        stack = self._stack()
+        stack = self._open.stack
         message = stack.pop() if stack else self.UNBALANCED
         self.events.append((threading.get_ident(), "pop", message))
 
     def open_ranges(self) -> list[str]:
         """Messages still open on the calling thread, outermost first."""
-        return list(self._stack())
+        return list(self._open.stack)
 
     def clear(self) -> None:
         """Forget the recorded events (ranges still open stay tracked)."""
@@ -149,13 +151,7 @@ class RecordFunctionEmitter:
         self._fast = getattr(torch._C._profiler, "_RecordFunctionFast", None)
         self._enter = torch.ops.profiler._record_function_enter_new
         self._exit = torch.ops.profiler._record_function_exit._RecordFunction
-        self._open = threading.local()
-
-    def _stack(self) -> list[Any]:
-        stack = getattr(self._open, "stack", None)
-        if stack is None:
-            stack = self._open.stack = []
-        return stack
+        self._open = OpenRanges()
 
     def push(self, message: str) -> None:
         """Open the range ``torch_nsight/<message>`` on the calling thread."""
@@ -164,11 +160,11 @@ class RecordFunctionEmitter:
             handle.__enter__()
         else:
             handle = self._enter(RECORD_PREFIX + message, None)
-        self._stack().append(handle)
+        self._open.stack.append(handle)
 
     def pop(self) -> None:
         """Close the calling thread's innermost range opened by :meth:`push`."""
-        stack = self._stack()
+        stack = self._open.stack
         if not stack:
             return
         handle = stack.pop()

@@ -245,21 +245,32 @@ class RangeStack:
         parent = state.call
         frame = BackwardFrame(backward, parent)
         state.call = frame
+        try:
+            output = self._call_in_range(state, rng, function, module, args, kwargs)
+        finally:
+            state.call = parent
+        return frame, output
+
+    def _call_in_range(
+        self, state: _ThreadState, rng: Range, function: Callable[..., Any], module: Any,
+        args: tuple[Any, ...], kwargs: dict[str, Any],
+    ) -> Any:
+        """Call ``function(module, *args, **kwargs)`` inside ``rng``: :meth:`push` and
+        :meth:`pop` in one frame, since every module call on the stack comes here.
+        ``state`` is the calling thread's, which the caller has fetched already."""
         if state.frames:
             self._settle_forward(state, rng)
         rng.open()
         stack = state.stack
         stack.append(rng)
         try:
-            output = function(module, *args, **kwargs)
+            return function(module, *args, **kwargs)
         finally:
-            state.call = parent
             if stack and stack[-1] is rng:
                 stack.pop()
                 rng.close()
             else:
                 self._pop_buried(rng)
-        return frame, output
 
     def innermost(self) -> Range | None:
         """The innermost open range on the calling thread, or None."""
@@ -472,11 +483,11 @@ class RangedForward:
     :func:`torch_nsight.instrument` puts in place of each module's ``forward``.
 
     Without gradients (or without a backward range) a call is the forward inside its
-    range, in this one Python frame; with them it is :meth:`call_with_backward`, which
-    subclasses define (the autograd side). While Dynamo or export traces, the original
-    forward runs alone. The range goes on :data:`STACK` only when something needs to see it
-    there: a backward range open on the thread (it may have to close first) or op naming
-    (``tracked``); otherwise ``finally`` alone balances it, which is the decode path.
+    range; with them it is :meth:`call_with_backward`, which subclasses define (the
+    autograd side). While Dynamo or export traces, the original forward runs alone. The
+    range goes on :data:`STACK` only when something needs to see it there: a backward range
+    open on the thread (it may have to close first) or op naming (``tracked``); otherwise
+    ``finally`` alone balances it, in this one Python frame, which is the decode path.
 
     Attributes:
         module: Weak reference to the module (no cycle through its ``__dict__``).
@@ -503,7 +514,7 @@ class RangedForward:
         if self.backward_range is not None and _grad_enabled():
             return self.call_with_backward(module, args, kwargs)
         rng = self.forward_range
-        state = _LOCAL.state  # RangeStack.push and pop, in this frame: every call comes here
+        state = _LOCAL.state
         if not state.frames and not self.tracked:
             # No backward range open on this thread, and no op range to nest: try/finally
             # alone keeps the range balanced (the decode path).
@@ -512,19 +523,7 @@ class RangedForward:
                 return self.body(module, *args, **kwargs)
             finally:
                 rng.close()
-        if state.frames:
-            STACK._settle_forward(state, rng)
-        rng.open()
-        stack = state.stack
-        stack.append(rng)
-        try:
-            return self.body(module, *args, **kwargs)
-        finally:
-            if stack and stack[-1] is rng:
-                stack.pop()
-                rng.close()
-            else:
-                STACK._pop_buried(rng)
+        return _call_in_range(state, rng, self.body, module, args, kwargs)
 
     def call_with_backward(self, module: Any, args: tuple[Any, ...],
                            kwargs: dict[str, Any]) -> Any:
@@ -550,3 +549,4 @@ def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> No
 STACK = RangeStack()
 """The process-wide stack used by :func:`torch_nsight.instrument`."""
 _LOCAL = STACK._local
+_call_in_range = STACK._call_in_range

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
 from torch_nsight.render.fit import terminal_width
-from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, TABLE_KINDS, TABLES
+from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, KIND_ALIASES, TABLE_KINDS, TABLES
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -56,13 +56,14 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     """
     kinds = "; ".join(f"{name}: {TABLE_KINDS[table].summary}"
                       for name, table in GROUPINGS.items())
-    parser.add_argument("--by", choices=(*GROUPINGS, *HOTSPOT_ORDERS), default=None,
-                        metavar="{" + ",".join(GROUPINGS) + "}",
+    parser.add_argument("--by", choices=(*GROUPINGS, *HOTSPOT_ORDERS, *KIND_ALIASES),
+                        default=None, metavar="{" + ",".join(GROUPINGS) + "}",
                         help=f"what a row is (default: hotspot). {kinds}")
     parser.add_argument("--sort", choices=HOTSPOT_ORDERS, default=None,
                         help="rank hotspots by recoverable time (headroom, the default) or "
                              "by time")
-    parser.add_argument("--table", choices=TABLES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--table", choices=(*TABLES, *KIND_ALIASES), default=None,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="table",
                         help="table format (default: table, plain text); csv and json "
                              "write the raw numbers alone to standard output")
@@ -84,8 +85,9 @@ def settle_table_options(args: argparse.Namespace) -> None:
     """Resolve ``--by``, ``--sort`` and the older spellings into ``args.table`` (a kind of
     table), ``args.order`` (the hotspot order) and ``args.fmt`` (a tabulate format).
 
-    ``--by headroom|time`` and ``--table KIND`` are the spellings of earlier releases and
-    still work.
+    ``--by headroom|time``, ``--table KIND`` and the former names of kinds
+    (:data:`~torch_nsight.render.kinds.KIND_ALIASES`: ``--by kernel``) are the spellings of
+    earlier releases and still work.
 
     Raises:
         UsageError: ``--by`` and ``--table`` disagree, or ``--sort`` comes with a table that
@@ -95,11 +97,12 @@ def settle_table_options(args: argparse.Namespace) -> None:
     order = getattr(args, "sort", None)
     if by in HOTSPOT_ORDERS:  # the older spelling: --by time ranked hotspots by time
         order, by = order or by, None
-    table = GROUPINGS[by] if by is not None else None
+    table = GROUPINGS.get(by, KIND_ALIASES.get(by)) if by is not None else None
     legacy = getattr(args, "table", None)
-    if legacy is not None and table is not None and legacy != table:
+    legacy_table = KIND_ALIASES.get(legacy, legacy) if legacy is not None else None
+    if legacy_table is not None and table is not None and legacy_table != table:
         raise UsageError(f"--by {by} and --table {legacy} disagree: give --by alone")
-    args.table = table or legacy or "hotspots"
+    args.table = table or legacy_table or "hotspots"
     if order is not None and args.table != "hotspots":
         raise UsageError(f"--sort ranks hotspots; the {args.table} table has its own order")
     args.order = order or "headroom"

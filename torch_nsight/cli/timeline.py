@@ -40,8 +40,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_target_options(parser, example="1x1,8x512")
     parser.add_argument("--warmup", type=int, default=3, metavar="N",
                         help="iterations before each timed or profiled series (default 3)")
-    parser.add_argument("--steps", type=int, default=5, metavar="N",
-                        help="timed and profiled steps per shape (default 5)")
+    parser.add_argument("--runs", type=int, default=5, metavar="N",
+                        help="measured iterations per shape, timed and then profiled, each "
+                             "a step of the timeline (default 5)")
+    parser.add_argument("--steps", dest="runs", type=int, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)  # the former spelling of --runs
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
     parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_timeline"),
                         metavar="DIR", help="output directory (default: ./torch_nsight_timeline)")
@@ -103,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = torch_nsight.timeline(
             target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
-            warmup=args.warmup, steps=args.steps, ops=args.ops, output_dir=args.out)
+            warmup=args.warmup, runs=args.runs, ops=args.ops, output_dir=args.out)
     except (TypeError, ValueError) as err:  # timeline()'s own argument checks
         raise UsageError(str(err)) from err
     emit(profile, args)

@@ -6,10 +6,10 @@ puts the module ranges of :func:`~torch_nsight.instrument` into the same trace, 
 are attributed to modules as in an Nsight Compute report (see
 :mod:`torch_nsight.report.trace`). Per (variant, shape), in order:
 
-1. ``warmup`` iterations, then ``steps`` timed iterations without any range (``bare_ns``,
+1. ``warmup`` iterations, then ``runs`` timed iterations without any range (``bare_ns``,
    the median wall time of one iteration, synchronised);
 2. the same with the module ranges on (``ranged_ns``): their cost shows as the distortion;
-3. ``steps`` iterations under the profiler, each inside a labelled range and followed by a
+3. ``runs`` iterations under the profiler, each inside a labelled range and followed by a
    synchronisation, so each step's window ends with its last GPU activity.
 
 The output directory holds one Chrome trace per (variant, shape) (open it in Perfetto or
@@ -26,6 +26,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def _check_counts(warmup: Any, steps: Any) -> None:
-    for name, value, low in (("warmup", warmup, 0), ("steps", steps, 1)):
+def _check_counts(warmup: Any, runs: Any) -> None:
+    for name, value, low in (("warmup", warmup, 0), ("runs", runs, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
@@ -67,10 +68,11 @@ def timeline(
     backward: bool = False,
     dtype: Any = None,
     warmup: int = 3,
-    steps: int = 5,
+    runs: int = 5,
     ops: bool | str | Sequence[str] = False,
     output_dir: str | os.PathLike[str] | None = None,
     quiet: bool = False,
+    steps: int | None = None,
 ) -> Profile:
     """Record a cheap timeline of a model across shapes with PyTorch's profiler.
 
@@ -91,11 +93,13 @@ def timeline(
             ``torch.no_grad()``.
         dtype: cast the model (and default inputs) to this dtype; None keeps the model's.
         warmup: iterations before each timed or profiled series.
-        steps: timed iterations, and profiled iterations (``run`` 0..steps-1), per shape.
+        runs: measured iterations per shape (as in :func:`torch_nsight.sweep`): timed, then
+            profiled, each profiled one a ``run`` (0..runs-1), a step of ``Profile.timeline``.
         ops: name functional ops too (see :func:`torch_nsight.instrument`).
         output_dir: keep the traces and manifest here (existing files replaced); None: a
             temporary directory removed once the profile is loaded.
         quiet: no progress bar.
+        steps: the former name of ``runs`` (deprecated).
 
     Returns:
         The profile (``Profile.timeline`` set). A shape that failed (out of memory, a
@@ -106,6 +110,10 @@ def timeline(
         ValueError, TypeError: a bad argument (shapes, counts, model).
         ReportError: every shape failed.
     """
+    if steps is not None:
+        warnings.warn("timeline(steps=) is now timeline(runs=)", DeprecationWarning,
+                      stacklevel=2)
+        runs = steps
     import torch
 
     from torch_nsight.capture.compiled import tracking_compiles
@@ -114,10 +122,10 @@ def timeline(
 
     variants = check_variants(model)
     pairs = normalize_shapes(shapes)
-    _check_counts(warmup, steps)
+    _check_counts(warmup, runs)
     dtype_name = normalize_dtype(dtype)
     job = Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
-              dtype=dtype_name, warmup=warmup, repeats=steps, ops=ops)
+              dtype=dtype_name, warmup=warmup, repeats=runs, ops=ops)
     work = Path(output_dir) if output_dir is not None else Path(
         tempfile.mkdtemp(prefix="torch_nsight-timeline-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -131,7 +139,7 @@ def timeline(
         for index, (variant, label, shape) in enumerate(
                 tqdm(todo, desc="torch_nsight timeline", unit="shape",
                      disable=True if quiet else None, leave=False)):
-            item: dict[str, Any] = {"variant": variant, "shape": label, "steps": steps,
+            item: dict[str, Any] = {"variant": variant, "shape": label, "steps": runs,
                                     "warmup": warmup}
             try:
                 module = variants[variant]

@@ -203,7 +203,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 
 
 def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
-    """Columns of the ``kernels`` table: every launch with its rates and verdict.
+    """Columns of the ``launches`` table: every launch with its rates and verdict.
 
     A :data:`ColumnsBuilder` over launch rows (``Profile.kernels`` with ``pct_of_total``).
     """
@@ -224,7 +224,7 @@ def kernel_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
 
 
 def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
-    """Columns of the ``kernels`` table: one kernel name across the modules launching it.
+    """Columns of the ``kernel_names`` table: one kernel name across the modules launching it.
 
     A :data:`ColumnsBuilder` over :meth:`Profile.by_kernel` output rows.
     """

@@ -1,7 +1,7 @@
 """The kinds of table, declared once: the renderers, the command line and the docs read them.
 
-:data:`TABLE_KINDS` maps each kind (``hotspots``, ``modules``, ``kernels``, ``launches``,
-``shapes``, ``ranks``) to a
+:data:`TABLE_KINDS` maps each kind (``hotspots``, ``modules``, ``kernel_names``, ``launches``,
+``shapes``, ``ranks``, ``findings``) to a
 :class:`TableSpec`: a one-line summary (the CLI's ``--table`` help), the rows shown by
 default, how to select its rows from a profile and which columns show them. docs/cli.md
 describes every kind (a test checks it). Importing this module does not import pandas, so
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from torch_nsight.profile import Profile
 
 __all__ = ["TableKind", "TableSpec", "TABLE_KINDS", "TABLES", "DEFAULT_ROWS",
-           "HOTSPOT_ORDERS", "GROUPINGS"]
+           "HOTSPOT_ORDERS", "GROUPINGS", "KIND_ALIASES"]
 
-TableKind = Literal["hotspots", "modules", "kernels", "launches", "shapes", "ranks",
+TableKind = Literal["hotspots", "modules", "kernel_names", "launches", "shapes", "ranks",
                     "findings"]
 #: The values of :data:`torch_nsight.analyze.hotspots.HotspotOrder` (a test keeps them
 #: equal), here so that the command line need not import pandas to offer them.
@@ -44,7 +44,7 @@ HOTSPOT_ORDERS: tuple[str, ...] = ("headroom", "time")
 #: whether repeated blocks fold into one row).
 RowsSelector = Callable[["Profile", "int | None", "HotspotOrder", "int | None", bool],
                         "pd.DataFrame"]
-#: The kernel table's columns of range tuples, left out of the ``kernels`` table.
+#: The kernel table's columns of range tuples, left out of the ``launches`` table.
 RANGE_TUPLE_COLUMNS = ("range_stack", "range_start_end", "range_other")
 
 
@@ -129,7 +129,7 @@ TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spe
               _hotspot_rows, hotspot_columns),
     TableSpec("modules", "the module tree per direction, parents first (--depth folds it)",
               None, _module_rows, module_columns),
-    TableSpec("kernels", "one row per kernel name across the modules that launch it, most "
+    TableSpec("kernel_names", "one row per kernel name across the modules that launch it, most "
               "time first (--top N per shape)", None, _kernel_group_rows, kernel_group_columns),
     TableSpec("launches", "every kernel launch, in launch order", None,
               _launch_rows, kernel_columns),
@@ -143,10 +143,15 @@ TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spe
 )})
 #: ``--by`` on the command line: the singular name of each kind of table.
 GROUPINGS: Mapping[str, str] = MappingProxyType({
-    "hotspot": "hotspots", "module": "modules", "kernel": "kernels", "launch": "launches",
-    "shape": "shapes", "rank": "ranks", "finding": "findings"})
+    "hotspot": "hotspots", "module": "modules", "kernel_name": "kernel_names",
+    "launch": "launches", "shape": "shapes", "rank": "ranks", "finding": "findings"})
+#: Former names of kinds, still accepted by ``what=`` (with a DeprecationWarning), ``--by``
+#: and ``--table`` (unlisted): ``kernels`` read as every launch, ``Profile.kernels``.
+KIND_ALIASES: Mapping[str, str] = MappingProxyType({
+    "kernels": "kernel_names", "kernel": "kernel_names"})
 #: The names of :data:`TABLE_KINDS`, in order.
 TABLES: tuple[str, ...] = tuple(TABLE_KINDS)
-#: Rows shown when ``n`` is None, per kind: the top 10 hotspots; every module and kernel.
+#: Rows shown when ``n`` is None, per kind: the top 10 hotspots and findings; all the
+#: rows of the others.
 DEFAULT_ROWS: Mapping[str, int | None] = MappingProxyType(
     {name: spec.default_rows for name, spec in TABLE_KINDS.items()})

@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import textwrap
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -24,6 +25,7 @@ from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
+    KIND_ALIASES,
     TABLE_KINDS,
     TABLES,
     TableKind,
@@ -51,6 +53,15 @@ SUFFIXES: tuple[str, ...] = (".csv", ".parquet", ".json", ".txt", ".md")
 _ALIASES = {"markdown": "pipe"}
 
 
+def _kind(what: Any) -> Any:
+    """``what``, or the kind a former name of one now names, with a DeprecationWarning."""
+    if isinstance(what, str) and what in KIND_ALIASES:
+        warnings.warn(f"what={what!r} is now what={KIND_ALIASES[what]!r} (one row per kernel "
+                      "name; 'launches' is every launch)", DeprecationWarning, stacklevel=3)
+        return KIND_ALIASES[what]
+    return what
+
+
 def _check(what: Any, n: Any, order: Any, depth: Any) -> TableSpec:
     if what not in TABLE_KINDS:
         raise ValueError(f"what must be one of {', '.join(TABLES)}; got {what!r}")
@@ -72,8 +83,9 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
     Args:
         profile: the profile.
         what: a kind of :data:`TABLE_KINDS`: ``hotspots`` (kernel sites ranked by ``order``),
-            ``modules`` (the module tree, in call-tree order), ``kernels`` (one row per kernel
-            name), ``launches`` (every launch, in launch order), ``shapes``, ``ranks`` or
+            ``modules`` (the module tree, in call-tree order), ``kernel_names`` (one row per
+            kernel name; ``kernels``, its former name, still works with a warning),
+            ``launches`` (every launch, in launch order), ``shapes``, ``ranks`` or
             ``findings``.
         n: how many rows; None: :data:`DEFAULT_ROWS` (top 10 hotspots, all the rest).
         order: hotspot order, ``headroom`` (recoverable time) or ``time``.
@@ -89,6 +101,7 @@ def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None
     Raises:
         ValueError: an argument is out of range.
     """
+    what = _kind(what)
     if by is not None:
         from torch_nsight.analyze.hotspots import order_from_by
 
@@ -138,11 +151,12 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     Raises:
         ValueError: an argument is out of range or ``fmt`` is unknown.
     """
+    what = _kind(what)
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
     frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
     if frame.empty:
-        return f"(no {what} to show: the profile has no kernels)"
+        return f"(no {what.replace('_', ' ')} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
     text = _ALIASES.get(fmt, fmt) in TEXT_FORMATS
     with contextlib.nullcontext() if text else whole_cells():  # markdown, HTML: nothing cut
@@ -193,6 +207,7 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
             range.
         OSError: the file cannot be written.
     """
+    what = _kind(what)
     target = Path(path)
     suffix = target.suffix.lower()
     if suffix not in SUFFIXES:

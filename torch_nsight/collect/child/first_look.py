@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_settings(job.settings)
     model = job.variants if list(job.variants) != [""] else job.variants[""]
     timeline(model, dict(job.shapes), make_inputs=job.make_inputs,
-             backward=job.backward, dtype=job.dtype, warmup=job.warmup, steps=3, ops=job.ops,
+             backward=job.backward, dtype=job.dtype, warmup=job.warmup, runs=3, ops=job.ops,
              output_dir=args[1], quiet=True)
     return 0
 

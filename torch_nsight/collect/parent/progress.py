@@ -13,38 +13,24 @@ import sys
 from typing import Any
 
 
-class SweepProgress:
-    """Shows how far a sweep is: shapes done of the total, what runs now, kernels profiled.
+class _Bar:
+    """One tqdm line on stderr (None when quiet), its postfix text, its end."""
 
-    Args:
-        total: (variant, shape) items in the sweep.
-        quiet: show nothing.
-        profiling: a profiler runs (else a dry run).
-    """
-
-    def __init__(self, total: int, *, quiet: bool = False, profiling: bool = True) -> None:
-        self.total = total
-        self.profiling = profiling
+    def __init__(self, total: int | None, *, unit: str, desc: str, quiet: bool) -> None:
         self._text = ""
         self._bar: Any = None
         if not quiet:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, unit="shape", desc="torch_nsight sweep",
-                             file=sys.stderr, disable=None, dynamic_ncols=True, leave=True)
+            self._bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, disable=None,
+                             dynamic_ncols=True, leave=True)
 
-    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
-        """Show the state: items ended (``failed`` of them not ok), kernels profiled, and the
-        items running now."""
-        if self._bar is None:
-            return
-        parts = [", ".join(current)] if current else []
-        parts.append(f"{kernels} kernels profiled" if self.profiling else "dry run")
-        if failed:
-            parts.append(f"{failed} failed")
+    def _advance(self, n: int) -> None:
+        if n > self._bar.n:
+            self._bar.update(n - self._bar.n)
+
+    def _postfix(self, parts: list[str]) -> None:
         text = " | ".join(parts)
-        if done > self._bar.n:
-            self._bar.update(done - self._bar.n)
         if text != self._text:
             self._text = text
             self._bar.set_postfix_str(text, refresh=True)
@@ -56,7 +42,34 @@ class SweepProgress:
             self._bar = None
 
 
-class ScriptProgress:
+class SweepProgress(_Bar):
+    """Shows how far a sweep is: shapes done of the total, what runs now, kernels profiled.
+
+    Args:
+        total: (variant, shape) items in the sweep.
+        quiet: show nothing.
+        profiling: a profiler runs (else a dry run).
+    """
+
+    def __init__(self, total: int, *, quiet: bool = False, profiling: bool = True) -> None:
+        super().__init__(total, unit="shape", desc="torch_nsight sweep", quiet=quiet)
+        self.total = total
+        self.profiling = profiling
+
+    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
+        """Show the state: items ended (``failed`` of them not ok), kernels profiled, and the
+        items running now."""
+        if self._bar is None:
+            return
+        parts = [", ".join(current)] if current else []
+        parts.append(f"{kernels} kernels profiled" if self.profiling else "dry run")
+        if failed:
+            parts.append(f"{failed} failed")
+        self._advance(done)
+        self._postfix(parts)
+
+
+class ScriptProgress(_Bar):
     """``torch-nsight profile``'s line: kernels profiled in the command's chosen steps, their
     rate and the step running, in place of ncu's line per kernel (those go to the log file).
 
@@ -72,15 +85,9 @@ class ScriptProgress:
 
     def __init__(self, steps: int | None, *, expected: int | None = None,
                  quiet: bool = False) -> None:
+        super().__init__(expected, unit="kernel", desc="torch_nsight profile", quiet=quiet)
         self.steps = steps
         self.count = 0
-        self._text = ""
-        self._bar: Any = None
-        if not quiet:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=expected, unit="kernel", desc="torch_nsight profile",
-                             file=sys.stderr, disable=None, dynamic_ncols=True, leave=True)
 
     def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
         """Show the state: steps ended (``failed`` of them raised), kernels profiled, the
@@ -95,17 +102,13 @@ class ScriptProgress:
             total = kernels
         if total != self._bar.total:
             self._bar.total = total
-        if kernels > self._bar.n:
-            self._bar.update(kernels - self._bar.n)
+        self._advance(kernels)
         parts = list(current)
         if self.steps and self.steps > 1:
             parts.append(f"{done} of {self.steps} steps done")
         if failed:
             parts.append(f"{failed} raised")
-        text = " | ".join(parts)
-        if text != self._text:
-            self._text = text
-            self._bar.set_postfix_str(text, refresh=True)
+        self._postfix(parts)
 
     def write(self, line: str) -> None:
         """Print one line of the command's own output above the bar."""
@@ -113,9 +116,3 @@ class ScriptProgress:
             self._bar.write(line, file=sys.stderr)
         else:
             sys.stderr.write(line + "\n")
-
-    def close(self) -> None:
-        """End the bar."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
