@@ -37,8 +37,8 @@ def s512(cache: Path) -> pd.DataFrame:
 
 
 def keyed(tree: pd.DataFrame, value: str = "inclusive_ns") -> dict[tuple, float]:
-    keys = tree.loc[:, KEYS].astype(object).where(tree.loc[:, KEYS].notna(), None)
-    return dict(zip(map(tuple, keys.to_numpy()), tree[value], strict=True))
+    keys = zip(*([None if pd.isna(v) else v for v in tree[k]] for k in KEYS), strict=True)
+    return dict(zip(keys, tree[value], strict=True))
 
 
 def test_two_shapes_of_one_block_regress(s128: pd.DataFrame, s512: pd.DataFrame) -> None:
