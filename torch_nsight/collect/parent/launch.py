@@ -306,6 +306,21 @@ def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> No
         _stop(child, f"shape {current.get('shape')} did not stop at its timeout")
 
 
+def warm_the_reader() -> None:
+    """Import the report reader and the analysis in a thread while the children run (the
+    parent only waits then), so that loading their reports starts at once."""
+
+    def imports() -> None:
+        try:
+            import ncu_report  # noqa: F401
+
+            import torch_nsight.loading  # noqa: F401
+        except Exception as err:  # noqa: BLE001 - loading imports them again and says why
+            logger.debug("could not import the reader ahead: %s", err)
+
+    threading.Thread(target=imports, name="torch_nsight-reader", daemon=True).start()
+
+
 def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
                  cwd: str, progress: SweepProgress | ScriptProgress | None = None) -> list[ChildOutcome]:
     """Run the children concurrently until they end; return how each ended.

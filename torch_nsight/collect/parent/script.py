@@ -27,7 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.launch import (
+    ChildSpec,
+    Interrupted,
+    run_children,
+    warm_the_reader,
+)
 from torch_nsight.collect.parent.progress import ScriptProgress
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.metrics import SINGLE_PASS_SETS
@@ -219,6 +224,7 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
                      items=plan.n_steps or 1,
                      deadline_s=math.inf if plan.timeout is None else plan.timeout,
                      echo=progress.write)
+    warm_the_reader()
     launched = time.time()
     try:
         (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,

@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.launch import (
+    ChildSpec,
+    Interrupted,
+    run_children,
+    warm_the_reader,
+)
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
 from torch_nsight.collect.parent.plan import SweepPlan, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STARTUP_S = 300.0
-WORKER_MODULE = "torch_nsight.collect.child.worker"
+WORKER_MODULE = "torch_nsight.collect.child"  # its __main__ runs worker.main
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
 
@@ -219,6 +224,8 @@ def _launch(plan: SweepPlan, specs: list[ChildSpec]) -> tuple[list[Any], dict[st
         formats.write_json(plan.work / "job.json", description)
     progress = SweepProgress(sum(s.items for s in specs), quiet=plan.quiet,
                              profiling=plan.ncu is not None)
+    if plan.ncu is not None:
+        warm_the_reader()
     launched = time.time()
     if plan.executor is None:
         outcomes = run_children(specs, item_timeout=plan.timeout, startup_s=STARTUP_S,
