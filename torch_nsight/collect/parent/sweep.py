@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STARTUP_S = 300.0
-WORKER_MODULE = "torch_nsight.collect.child"  # its __main__ runs worker.main
+WORKER_MODULE = "torch_nsight.collect.child.worker"
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
 
