@@ -4,6 +4,7 @@ usage errors are one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,11 @@ def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     assert steps["run"].tolist() == [2, 3]
     assert steps["bare_ns"].isna().all()  # a user's script is not timed without ranges
+    # the same engine as under ncu: the steps' status lines, the run's record
+    record = json.loads((tmp_path / "tl" / "timeline.run.json").read_text())
+    assert [(s["index"], s["status"]) for s in record["steps_profiled"]] == [(2, "ok"),
+                                                                            (3, "ok")]
+    assert record["exit_status"] == 3 and record["metric_set"] == "timeline"
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -165,6 +165,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._window = self._in_window(chosen)
         if self._window:
             open_window()
+        if self._window and status is not None:
+            self._began = time.time()
+            status.emit("item_start", index=self.index, shape=f"step {self.index}")
         if folder and self._window:
             from torch_nsight.capture.profiler_steps import session
 
@@ -175,9 +178,6 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
             pace(folder, self.index)
         elif self._window:
-            if status is not None:
-                self._began = time.time()
-                status.emit("item_start", index=self.index, shape=f"step {self.index}")
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
                              start(format_measure_range(run=self.index))]
@@ -208,12 +208,12 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                 replication.step_ended()
         for handle in reversed(self._handles):
             self._end_range(handle)
-        if self._handles and self._began:
-            status = _status(self._environ)
-            if status is not None:
-                status.emit("item_end", index=self.index, shape=f"step {self.index}",
-                            status="ok" if kind is None else "error",
-                            elapsed_s=round(time.time() - self._began, 3))
+        status = _status(self._environ) if self._began else None
+        if status is not None:
+            status.emit("item_end", index=self.index, shape=f"step {self.index}",
+                        status="ok" if kind is None else "error",
+                        elapsed_s=round(time.time() - self._began, 3))
+            self._began = 0.0
         self._handles = []
         if self._window:
             self._window = False

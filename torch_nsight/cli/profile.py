@@ -301,26 +301,18 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     manifest = args.out / TIMELINE_MANIFEST
     if manifest.exists() and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
-    for old in args.out.glob("trace*.json.gz") if args.force else ():
-        old.unlink()
-    env = {**os.environ, TIMELINE_ENV: str(args.out.resolve()), STEPS_ENV: args.steps}
+    for old in [*args.out.glob("trace*.json.gz"), manifest] if args.force else ():
+        old.unlink(missing_ok=True)
+    from torch_nsight.cli.report import emit
+    from torch_nsight.collect.parent import script
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = script.plan_timeline(command, args.out, steps=args.steps, timeout=args.timeout)
     try:
-        code = subprocess.run(command, env=env, timeout=args.timeout).returncode
+        ran = script.run_script(plan)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
-    except subprocess.TimeoutExpired:
-        logger.warning("stopped the command after its %s s timeout", args.timeout)
-        code = 124
-    if not manifest.is_file():
-        from torch_nsight.collect.parent.script import why_nothing
-        from torch_nsight.errors import NothingProfiledError
-
-        raise NothingProfiledError(
-            f"the command wrote no timeline (exit status {code}): {why_nothing(args.steps)}")
-    from torch_nsight.cli.report import emit
-    from torch_nsight.loading import load
-
-    emit(load(args.out, cache=False), args)
+    emit(ran.profile, args)
     print(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
           file=sys.stderr)
-    return code
+    return ran.exit_status

@@ -81,12 +81,15 @@ class ScriptProgress(_Bar):
         steps: how many steps are profiled (None: not known, e.g. no ``--steps``).
         expected: kernels expected in all, or None.
         quiet: show nothing.
+        unit: ``kernel``, or ``step`` for ``profile --timeline`` (no ncu: steps counted).
     """
 
     def __init__(self, steps: int | None, *, expected: int | None = None,
-                 quiet: bool = False) -> None:
-        super().__init__(expected, unit="kernel", desc="torch_nsight profile", quiet=quiet)
+                 quiet: bool = False, unit: str = "kernel") -> None:
+        super().__init__(steps if unit == "step" else expected, unit=unit,
+                         desc="torch_nsight profile", quiet=quiet)
         self.steps = steps
+        self.unit = unit
         self.count = 0
 
     def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
@@ -94,6 +97,10 @@ class ScriptProgress(_Bar):
         step running now."""
         self.count = kernels
         if self._bar is None:
+            return
+        if self.unit == "step":  # a timeline: the steps recorded
+            self._advance(done)
+            self._postfix(list(current) + ([f"{failed} raised"] if failed else []))
             return
         total = self._bar.total
         if done and self.steps and done < self.steps:

@@ -1,4 +1,5 @@
-"""A user's own command under ncu (``torch-nsight profile``), on the sweep's engine.
+"""A user's own command under ncu (``torch-nsight profile``), on the sweep's engine; also
+without ncu, its chosen steps recorded by PyTorch's profiler (``profile --timeline``).
 
 Plan -> launch -> settle -> load, as :func:`torch_nsight.sweep` runs: :func:`plan_script`
 checks what to run and builds the ``ncu`` command (metric set filtered to what this ncu knows,
@@ -35,6 +36,7 @@ from torch_nsight.collect.parent.launch import (
 )
 from torch_nsight.collect.parent.progress import ScriptProgress
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.errors import NothingProfiledError
 from torch_nsight.metrics import SINGLE_PASS_SETS
 from torch_nsight.record import now
 from torch_nsight.status import REPLICATE_ENV, STATUS_ENV, STEPS_ENV, StatusReader
@@ -54,15 +56,18 @@ class ScriptPlan:
 
     Attributes:
         command: the user's command (``python train.py ...``).
-        ncu_command: the whole argument list, ncu first.
+        ncu_command: the whole argument list, ncu first (the command alone for a timeline).
         metric_set: the metric set's name; ``metrics`` the names passed to ncu.
-        report: the ``.ncu-rep`` to write (its ``.log``, ``.run.json`` and status file beside it).
+        report: the ``.ncu-rep`` to write, or a timeline's manifest (its ``.log``,
+            ``.run.json`` and status file beside it).
         steps: the chosen steps (``10:12``), or None for every kernel.
         n_steps: how many steps that is (None: open-ended or no ``--steps``).
         env: the command's environment.
         timeout: seconds the command may run (None: no limit).
         expected_kernels: kernels the run should profile, when known before it starts.
         replicate: identical siblings are profiled once.
+        timeline: no ncu: the chosen steps are recorded by PyTorch's profiler into the
+            report's folder (``profile --timeline``).
         quiet: no progress line.
     """
 
@@ -78,6 +83,7 @@ class ScriptPlan:
     expected_kernels: int | None
     replicate: bool = False
     quiet: bool = False
+    timeline: bool = False
     entered: float = field(default_factory=time.time)
 
     @property
@@ -186,6 +192,22 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                       quiet=quiet)
 
 
+def plan_timeline(command: Sequence[str], folder: Path, *, steps: str,
+                  timeout: float | None = None, quiet: bool = False,
+                  environ: Mapping[str, str] | None = None) -> ScriptPlan:
+    """The command run without ncu, its chosen steps recorded by PyTorch's profiler into
+    ``folder`` (``profile --timeline``, :mod:`torch_nsight.capture.profiler_steps`)."""
+    from torch_nsight.capture.detect import TIMELINE_ENV
+
+    report = folder / formats.TIMELINE_MANIFEST
+    env = {**(os.environ if environ is None else environ), TIMELINE_ENV: str(folder.resolve()),
+           STEPS_ENV: steps, STATUS_ENV: str(_status_path(report))}
+    return ScriptPlan(command=list(command), ncu_command=list(command), metric_set="timeline",
+                      metrics=[], report=report, steps=steps, n_steps=count_steps(steps),
+                      env=env, timeout=timeout, expected_kernels=None, quiet=quiet,
+                      timeline=True)
+
+
 def _status_path(report: Path) -> Path:
     return report.with_suffix(".status.jsonl")
 
@@ -218,13 +240,15 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
         NcuNotFoundError, CounterPermissionError, NothingProfiledError, TorchNsightError:
             as ncu's output calls for.
     """
-    progress = ScriptProgress(plan.n_steps, expected=plan.expected_kernels, quiet=plan.quiet)
+    progress = ScriptProgress(plan.n_steps, expected=plan.expected_kernels, quiet=plan.quiet,
+                              unit="step" if plan.timeline else "kernel")
     spec = ChildSpec(plan.report.stem, plan.ncu_command, plan.env, _status_path(plan.report),
                      plan.report.with_suffix(".result.json"), plan.report, plan.log,
                      items=plan.n_steps or 1,
                      deadline_s=math.inf if plan.timeout is None else plan.timeout,
                      echo=progress.write)
-    warm_the_reader()
+    if not plan.timeline:
+        warm_the_reader()
     launched = time.time()
     try:
         (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
@@ -234,15 +258,20 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
         raise KeyboardInterrupt from None
     if outcome.stopped:
         logger.warning("stopped the command: %s", outcome.stopped)
-    ncu_cli.raise_for_output(outcome.output, report_exists=plan.report.is_file(),
-                             returncode=outcome.returncode,
-                             why_nothing=why_nothing(plan.steps))
+    if plan.timeline:
+        if not plan.report.is_file():
+            raise NothingProfiledError(f"the command wrote no timeline (exit status "
+                                       f"{outcome.returncode}): {why_nothing(plan.steps)}")
+    else:
+        ncu_cli.raise_for_output(outcome.output, report_exists=plan.report.is_file(),
+                                 returncode=outcome.returncode,
+                                 why_nothing=why_nothing(plan.steps))
     ended = outcome.ended_at or time.time()
     first = outcome.output.first_profiled_at or ended
     from torch_nsight.loading import load
 
     loading = time.time()
-    profile = load(plan.report)
+    profile = load(plan.report.parent, cache=False) if plan.timeline else load(plan.report)
     phases = {"start": round(first - launched, 3), "profiling": round(ended - first, 3),
               "load": round(time.time() - loading, 3)}
     record = _settle(plan, outcome.returncode, outcome.output.kernels_profiled, phases)
