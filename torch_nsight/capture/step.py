@@ -10,8 +10,13 @@ the start/end range ``measure`` that ``ncu --nvtx-include torch_nsight@measure``
 own thread), with a label range that gives their rows ``run`` = the step's index. The steps
 to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Under ``profile
 --timeline`` (:data:`~torch_nsight.capture.detect.TIMELINE_ENV` set) the chosen steps are
-recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.profiler_steps`). Without a
-profiler attached, a step costs one attribute lookup and a counter increment.
+recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.profiler_steps`).
+
+Under ``profile`` the chosen steps also write status lines (started, ended, how) to the file
+:data:`~torch_nsight.status.STATUS_ENV` names, which the command's progress line reads, and
+the step before the first chosen one checks the identical siblings that the chosen ones then
+leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`). Without a
+profiler attached, a step costs a few environment lookups and a counter increment.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["step", "STEPS_ENV", "parse_steps", "reset_steps"]
-
 
 
 def parse_steps(text: str) -> range:
