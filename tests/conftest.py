@@ -24,12 +24,23 @@ def _gpu_missing() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``gpu`` where there is no CUDA GPU or no ``ncu``."""
+    """Skip tests marked ``gpu`` where there is no CUDA GPU or no ``ncu``; run the modules
+    holding ``slow`` tests first."""
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     reason = _gpu_missing() if gpu_items else None
     if reason is not None:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+    _slow_modules_first(items)
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Put the modules that start subprocesses (seconds a test) before the others, each
+    module's tests in their own order: with the tests spread over workers (``-n auto``),
+    the last ones to be handed out are then short, and no worker is left alone with a long
+    test at the end while the others have finished."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable: False (slow) first
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -19,6 +19,13 @@ def gpt2() -> torch_nsight.Profile:
     return torch_nsight.load(DATA / "hf_gpt2_fast", cache=False)
 
 
+@pytest.fixture(scope="module")
+def gpt2_findings(gpt2: torch_nsight.Profile) -> dict[bool, pd.DataFrame]:
+    """``gpt2.findings(fold=...)`` for both values, computed once for the tests that only
+    read them (seconds each)."""
+    return {fold: gpt2.findings(fold=fold) for fold in (True, False)}
+
+
 @pytest.mark.parametrize("values, text", [([0, 1, 2, 3, 4, 5, 6, 7], "0-7"), ([3], "3"),
                                            ([5, 0, 1, 2, 3], "0-3,5"), ([1, 3, 4], "1,3-4")])
 def test_indices_read_as_ranges(values: list[int], text: str) -> None:
@@ -56,9 +63,9 @@ def test_top_hotspots_hold_no_two_rows_that_differ_only_by_a_layer(
 
 
 def test_a_finding_repeated_per_layer_is_one_row_with_the_gain_of_all(
-        gpt2: torch_nsight.Profile) -> None:
-    folded = gpt2.findings()
-    raw = gpt2.findings(fold=False)
+        gpt2_findings: dict[bool, pd.DataFrame]) -> None:
+    folded = gpt2_findings[True]
+    raw = gpt2_findings[False]
     chains = raw[raw["finding"] == "elementwise_chain"]
     assert len(chains) == 12
     row = folded[folded["finding"] == "elementwise_chain"].iloc[0]
@@ -105,10 +112,11 @@ def test_the_top_module_of_a_shape_or_kernel_counts_repeated_blocks_together() -
     assert by_kernel.loc["CatArrayBatchedCopy", "top_module"] == "transformer.h.{0-11}.attn ×12"
 
 
-def test_a_folded_finding_says_its_evidence_is_one_blocks(gpt2: torch_nsight.Profile) -> None:
-    folded = gpt2.findings().set_index("module")
+def test_a_folded_finding_says_its_evidence_is_one_blocks(
+        gpt2_findings: dict[bool, pd.DataFrame]) -> None:
+    folded = gpt2_findings[True].set_index("module")
     act = folded.loc["transformer.h.{0-11}.mlp.act"]
     assert act["evidence"].startswith("In each of the 12 blocks (the gain is theirs together): ")
-    one = gpt2.findings(fold=False)
+    one = gpt2_findings[False]
     assert one.loc[one["module"] == "transformer.h.0.mlp.act", "evidence"].iloc[0] \
         == act["evidence"].split(": ", 1)[1]

@@ -183,17 +183,22 @@ def test_the_child_runs_the_users_settings_and_records_calls(tmp_path: Path, tf3
     assert saved.meta.settings == settings and len(saved.calls) == len(calls)
 
 
-def test_record_calls_off_leaves_no_calls_table(tmp_path: Path) -> None:
-    profile = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
-                                 record_calls=False)
-    assert profile.calls is None
+@pytest.fixture(scope="module")
+def without_calls() -> torch_nsight.Profile:
+    """A dry run with ``record_calls=False`` (a child process: seconds), read by two tests."""
+    return torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
+                              record_calls=False)
+
+
+def test_record_calls_off_leaves_no_calls_table(without_calls: torch_nsight.Profile) -> None:
+    assert without_calls.calls is None
 
 
 @pytest.mark.slow
-def test_the_default_metric_set_is_fast_or_lean_without_calls() -> None:
+def test_the_default_metric_set_is_fast_or_lean_without_calls(
+        without_calls: torch_nsight.Profile) -> None:
     with_calls = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None)
-    without = torch_nsight.sweep(Stack(2), [(2, 16)], warmup=0, quiet=True, profiler=None,
-                                 record_calls=False)
+    without = without_calls
     assert with_calls.meta.sweeps[0].options["metric_set"] == "fast"
     # no calls table to count FLOPs from: the FLOP counters are collected instead
     assert without.meta.sweeps[0].options["metric_set"] == "lean"
