@@ -46,9 +46,13 @@ def run(argv: list[str | Path], cwd: Path, timeout: float = 120) -> subprocess.C
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from this tree (dependencies not built)."""
+    """The wheel built from a copy of this tree (dependencies not built): a build writes into
+    the tree it builds, and ``.ci/run`` installs the repository beside this test."""
     dist = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, ROOT], cwd=dist,
+    tree = tmp_path_factory.mktemp("tree") / "torch_nsight"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".*_cache", ".venv*"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", dist, tree], cwd=dist,
         timeout=INSTALL_TIMEOUT_S)
     (built,) = dist.glob("torch_nsight-*.whl")
     return built

@@ -110,6 +110,17 @@ def test_a_profile_is_not_changed_once_built(sweep_report: Profile) -> None:
     assert other.meta is sweep_report.meta
 
 
+def test_findings_are_computed_once_and_handed_out_as_copies(llama: Profile) -> None:
+    first = llama.findings()
+    assert len(first) > 0
+    first.loc[:, "est_gain_ns"] = 0.0  # a caller's change stays in the caller's copy
+    again = llama.findings()
+    assert (again["est_gain_ns"] > 0).any()
+    assert again is not first and len(again) == len(first)
+    assert llama.findings(fold=False) is not again
+    assert llama.with_kernels(llama.kernels).findings().equals(again)
+
+
 def test_repr_never_raises_on_a_table_built_by_hand() -> None:
     bare = Profile(pd.DataFrame())
     assert "0 kernels" in repr(bare) and "torch_nsight Profile" in bare._repr_html_()

@@ -85,6 +85,8 @@ class Profile:
     meta: ProfileMeta = field(default_factory=ProfileMeta)
     calls: pd.DataFrame | None = None
     timeline: pd.DataFrame | None = None
+    # findings(fold) computed once: the tables are not changed once built (a copy goes out)
+    _findings: dict[bool, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.meta, Mapping):
@@ -220,8 +222,11 @@ class Profile:
             One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
             fix in PyTorch terms, the gain's basis and a confidence.
         """
-        found = analysis.findings(self.kernels, self.calls, self.meta.settings, self.timeline)
-        return analysis.fold_findings(found) if fold else found
+        if fold not in self._findings:
+            found = analysis.findings(self.kernels, self.calls, self.meta.settings,
+                                      self.timeline)
+            self._findings[fold] = analysis.fold_findings(found) if fold else found
+        return self._findings[fold].copy()
 
     def by_kernel(self) -> pd.DataFrame:
         """Return one row per kernel name and shape, across the modules that launch it
