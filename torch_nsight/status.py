@@ -26,6 +26,10 @@ STEPS_ENV = "TORCH_NSIGHT_STEPS"
 STATUS_ENV = "TORCH_NSIGHT_STATUS"
 #: ``1``: identical siblings are checked on the step before the chosen ones and profiled once.
 REPLICATE_ENV = "TORCH_NSIGHT_REPLICATE"
+#: ``1``: a rehearsal (``profile --dry-run``): the script runs as under ncu but without it (the
+#: steps, the calls table and the sibling check run, nothing is carried), and its steps say
+#: what they did in their status lines.
+REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
 
 
 class StatusWriter:

@@ -73,8 +73,12 @@ def test_the_step_before_the_chosen_ones_checks_the_siblings_and_the_chosen_mark
     assert replication.markers.marked == frozenset()  # cleared when each step ended
     events = [json.loads(line) for line in under_profile.read_text().splitlines()]
     assert [(e["event"], e.get("index"), e.get("status")) for e in events] == [
-        ("start", None, None), ("item_start", 2, None), ("item_end", 2, "ok"),
-        ("item_start", 3, None), ("item_end", 3, "ok")]
+        ("start", None, None), ("siblings_checked", 1, None), ("item_start", 2, None),
+        ("item_end", 2, "ok"), ("item_start", 3, None), ("item_end", 3, "ok")]
+    # what the chosen steps did, for the run's record and the dry run
+    checked, ended = events[1], events[3]
+    assert (checked["groups"], checked["replicas"], checked["failed"]) == (1, 2, False)
+    assert ended["replicas"] == 2 and ended["modules"] == len(handle.names)
 
 
 def test_siblings_that_run_differently_are_not_replicated(under_profile: Path) -> None:

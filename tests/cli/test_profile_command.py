@@ -64,8 +64,17 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None
                           capture_output=True, text=True, cwd=cwd, env=full, timeout=300)
 
 
+STEPS_ONLY = """
+import sys, torch_nsight
+for _ in range(int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 20):
+    with torch_nsight.step():
+        pass
+"""
+
+
 @pytest.mark.slow
 def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(STEPS_ONLY)
     with_steps = cli("--dry-run", "--steps", "10:12", "--", "python", "train.py", "--lr",
                      "3e-4", cwd=tmp_path)
     assert with_steps.returncode == 0, with_steps.stderr
@@ -90,6 +99,60 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
     first = every.stdout.splitlines()[0]
     assert "--nvtx-include" not in first and "--launch-skip 100 --launch-count 50" in first
     assert "torch_nsight.step()" in every.stdout  # how to add the marker
+
+
+REHEARSED = """
+import pathlib, torch, torch_nsight
+from torch import nn
+model = nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)])
+torch_nsight.instrument(model)
+for _ in range(10_000):
+    with torch_nsight.step():
+        model(torch.randn(2, 8, requires_grad=True)).sum().backward()
+pathlib.Path("ran to its end").touch()
+"""
+
+
+@pytest.mark.slow
+def test_a_dry_run_rehearses_the_chosen_steps_without_ncu_and_stops_after_them(
+        tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(REHEARSED)
+    proc = cli("--dry-run", "--steps", "2:4", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "until its chosen steps ended" in out
+    assert not (tmp_path / "ran to its end").exists()  # stopped after step 3, not at 10,000
+    # the sibling check ran on step 1, as under ncu: blocks 1 and 2 are copies of 0
+    assert "# step 1: 2 identical sibling(s) in 1 group(s) are left out" in out
+    # every chosen step ran, instrumented, and the first one's calls table was recorded
+    lines = {n: next(x for x in out.splitlines() if x.startswith(f"# step {n}: ok"))
+             for n in (2, 3)}
+    assert all("4 modules instrumented" in line for line in lines.values())
+    calls = int(lines[2].split("modules instrumented, ")[1].split()[0])
+    assert calls >= 6  # 3 linears forward, their backward, the sum
+    assert out.rstrip().endswith("# ready: without --dry-run, ncu profiles step(s) 2, 3")
+    assert not (tmp_path / "torch_nsight_profile").exists()  # nothing written
+
+
+@pytest.mark.slow
+def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(STEPS_ONLY)
+    # three steps, none instrumented: the run ends on its own
+    short = cli("--dry-run", "--steps", "1:9", "--", sys.executable, "train.py", "3",
+                cwd=tmp_path)
+    assert short.returncode == 0, short.stderr
+    assert "to its end (exit status 0)" in short.stdout
+    assert "# step 1: ok" in short.stdout and "# step 2: ok" in short.stdout
+    assert "no module instrumented: call torch_nsight.instrument(model)" in short.stdout
+    # the chosen steps never come: one line that says how far it got, and a failure
+    never = cli("--dry-run", "--steps", "5:6", "--", sys.executable, "train.py", "3",
+                cwd=tmp_path)
+    assert never.returncode == 1
+    (error,) = [x for x in never.stderr.splitlines() if x.startswith("torch-nsight: error")]
+    assert "its last step was 2" in error and "--steps 5:6" in error
+    unmarked = cli("--dry-run", "--steps", "0", "--", sys.executable, "-c", "pass",
+                   cwd=tmp_path)
+    assert unmarked.returncode == 1 and "marked no step" in unmarked.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -164,6 +227,8 @@ def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(
     record = json.loads((out / "report.run.json").read_text())
     assert [(s["index"], s["status"]) for s in record["steps_profiled"]] == [(2, "ok"),
                                                                             (3, "ok")]
+    assert [(s["modules"], s["replicas"], s["calls"]) for s in record["steps_profiled"]] \
+        == [(4, 2, 0)] * 2  # record_calls=False: no calls table
     assert record["kernels_profiled"] == 3 and record["kernels_per_step"] == 1.5
     assert record["command"] == [sys.executable, "train.py"]
     assert set(record["phases_s"]) == {"start", "profiling", "load"}

@@ -6,10 +6,12 @@ import logging
 import os
 from collections.abc import Mapping
 
+from torch_nsight.status import REHEARSAL_ENV
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_SWITCH", "NCU_VARIABLE", "TIMELINE_ENV", "detect_profiler", "resolve_enabled",
-           "under_nsight_compute"]
+__all__ = ["ENV_SWITCH", "NCU_VARIABLE", "TIMELINE_ENV", "detect_profiler", "rehearsing",
+           "resolve_enabled", "under_nsight_compute"]
 
 ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
 """Environment variable forcing instrumentation on (``1``) or off (``0``)."""
@@ -45,7 +47,9 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
       ``NV_COMPUTE_PROFILER_PERFWORKS_DIR``: set by Nsight Compute (``ncu``), which sets
       none of the injection paths above;
     * any variable starting with ``NVIDIA_PROCESS_INJECTION_`` or ``NV_NSIGHT_INJECTION_``
-      (Nsight launchers) or ``NSYS_`` (Nsight Systems).
+      (Nsight launchers) or ``NSYS_`` (Nsight Systems);
+    * :data:`~torch_nsight.status.REHEARSAL_ENV` (``torch-nsight profile --dry-run``: the
+      script runs as under ncu, without it).
 
     Args:
         environ: The environment to inspect (default ``os.environ``).
@@ -60,13 +64,21 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
     for name in sorted(env):
         if name.startswith(_PROFILER_PREFIXES):
             return name
-    return None
+    return REHEARSAL_ENV if rehearsing(env) else None
+
+
+def rehearsing(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a rehearsal (``torch-nsight profile --dry-run``): it runs as
+    under Nsight Compute, without it."""
+    env = os.environ if environ is None else environ
+    return env.get(REHEARSAL_ENV) == "1"
 
 
 def under_nsight_compute(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether Nsight Compute started this process (its reports keep NVTX range messages)."""
+    """Whether Nsight Compute started this process (its reports keep NVTX range messages),
+    or a rehearsal runs it as ncu would."""
     env = os.environ if environ is None else environ
-    return bool(env.get(NCU_VARIABLE))
+    return bool(env.get(NCU_VARIABLE)) or rehearsing(env)
 
 
 def resolve_enabled(

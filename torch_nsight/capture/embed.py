@@ -43,8 +43,14 @@ def carry_message(message: str, what: str) -> bool:
 
     Returns:
         Whether it was launched (not without an initialized CUDA device, nor while a CUDA
-        graph is captured).
+        graph is captured; always, launching nothing, in a rehearsal).
     """
+    from torch_nsight.capture.detect import rehearsing
+
+    if rehearsing():  # profile --dry-run: no report to carry it into
+        logger.debug("torch_nsight: a rehearsal: %s would be carried (%d bytes)", what,
+                     len(message))
+        return True
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
@@ -92,6 +98,7 @@ class CallsCarrier:
         self.per_step = per_step
         self._window: contextlib.AbstractContextManager[Any] | None = None
         self._carried = False
+        self.rows = 0  # calls carried (0 until then)
 
     def step_started(self) -> None:
         """A measured step starts: record it, if it is the first (never raises)."""
@@ -125,8 +132,8 @@ class CallsCarrier:
         self._carried = True
         try:
             document = self.recorder.document()
-            if document["rows"]:
-                carry_calls(document)
+            if document["rows"] and carry_calls(document):
+                self.rows = len(document["rows"])
         except Exception as err:  # noqa: BLE001 - never into the user's program
             logger.warning("torch_nsight: could not carry the calls table into the report: "
                            "%s: %s", type(err).__name__, err)

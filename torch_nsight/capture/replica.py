@@ -149,6 +149,7 @@ class ScriptReplication:
         self._model = weakref.ref(model)
         self.markers = markers
         self.groups: list[dict[str, Any]] = []
+        self.mismatches: list[str] = []  # why siblings were not replicated
         self._check: Any = None
         self._marking: Any = None
         self._carried = False
@@ -177,7 +178,8 @@ class ScriptReplication:
         verdict = check.verdict()
         self.groups = [{"representative": g["representative"], "replicas": g["replicas"]}
                        for g in verdict["groups"]]
-        for line in verdict["mismatches"]:
+        self.mismatches = list(verdict["mismatches"])
+        for line in self.mismatches:
             logger.info("torch_nsight: %s", line)
         if self.groups:
             logger.info("torch_nsight: %d replica(s) of %d group(s) are left out of profiling "

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -256,10 +257,17 @@ class SiblingCheck:
         self.recorder = _Recorder(model, [n for g in self.candidates for n in g],
                                   backward=backward, cuda=cuda)
         self._mode: Any = None
+        self._quiet: Any = None
         self._times: dict[str, float] | None = None
 
     def __enter__(self) -> SiblingCheck:
         if self.candidates:
+            # our backward hooks, not the user's: PyTorch's warning that a full backward
+            # hook fires without inputs that require grad (the first block) is not theirs
+            self._quiet = warnings.catch_warnings()
+            self._quiet.__enter__()
+            warnings.filterwarnings("ignore", message="Full backward hook is firing",
+                                    category=UserWarning)
             self.recorder.install()
             self._mode = _function_mode(self.recorder)
             self._mode.__enter__()
@@ -276,6 +284,9 @@ class SiblingCheck:
         finally:
             self._mode = None
             self.recorder.remove()
+            if self._quiet is not None:
+                self._quiet.__exit__(None, None, None)
+                self._quiet = None
 
     def verdict(self) -> dict[str, Any]:
         """What the iteration showed (JSON-ready): ``status`` (``replicated``, ``mismatch``

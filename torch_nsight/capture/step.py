@@ -30,7 +30,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
-from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler
+from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter
 
@@ -108,6 +108,18 @@ def _carriers() -> list[CallsCarrier]:
     from torch_nsight.capture.instrument import active_instrumentations
 
     return [h.carrier for h in active_instrumentations() if h.carrier is not None]
+
+
+def _what_was_recorded() -> dict[str, int]:
+    """For a chosen step's status line: the modules instrumented, the calls carried, the
+    replicas left out of profiling."""
+    from torch_nsight.capture.instrument import active_instrumentations
+
+    handles = list(active_instrumentations())
+    return {"modules": sum(len(h.names) for h in handles),
+            "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
+            "replicas": sum(len(g["replicas"]) for h in handles if h.replication is not None
+                            for g in h.replication.groups)}
 
 
 def _replications() -> list[ScriptReplication]:
@@ -193,6 +205,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             self._checking = _replications()
             for replication in self._checking:
                 replication.check_started()
+        if status is not None and not self._window and rehearsing(self._environ):
+            status.emit("step", index=self.index)  # how far the script got, for the dry run
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
@@ -202,6 +216,12 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             self._session = None
         for replication in self._checking:
             replication.check_ended(failed=kind is not None)
+        if self._checking and (checked := _status(self._environ)) is not None:
+            checked.emit("siblings_checked", index=self.index, failed=kind is not None,
+                         groups=sum(len(r.groups) for r in self._checking),
+                         replicas=sum(len(g["replicas"]) for r in self._checking
+                                      for g in r.groups),
+                         mismatches=[line for r in self._checking for line in r.mismatches])
         self._checking = []
         if self._handles:
             for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order
@@ -216,7 +236,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if status is not None:
             status.emit("item_end", index=self.index, shape=f"step {self.index}",
                         status="ok" if kind is None else "error",
-                        elapsed_s=round(time.time() - self._began, 3))
+                        elapsed_s=round(time.time() - self._began, 3), **_what_was_recorded())
             self._began = 0.0
         self._handles = []
         if self._window:

@@ -14,7 +14,10 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   the single-pass ``duration``, which times them and attributes them to modules.
 * ``--timeline``: no ncu; the chosen steps are recorded by PyTorch's profiler (cheap: GPU
   idle, launch-bound steps, copies), and the verdict per step is printed.
-* ``--dry-run`` prints the command it would run and the metrics it collects.
+* ``--dry-run`` prints the command it would run and the metrics it collects; with
+  ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
+  steps end, and says whether they ran, what ``instrument()`` recorded and which identical
+  blocks would be profiled once: seconds, before a run under ncu that takes minutes.
 
 The script's exit status is passed on; a partial report is kept and read.
 """
@@ -29,13 +32,16 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
-from torch_nsight.errors import NcuNotFoundError
+from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
+
+if TYPE_CHECKING:
+    from torch_nsight.collect.parent.script import ScriptPlan
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +100,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop the command after S seconds (its partial report is kept)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the ncu command line and the metrics, run nothing")
+                        help="print the ncu command line and the metrics; with --steps, run "
+                             "the command once without ncu until its chosen steps end and "
+                             "say what ncu would get")
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -248,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
         if args.steps is None:
             print(f"# every kernel is profiled; {MARKER_HINT}")
-        return 0
+            return 0
+        return rehearse(plan)
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
@@ -283,6 +292,68 @@ def run(args: argparse.Namespace) -> int:
           f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s",
           file=sys.stderr)
     return ran.exit_status
+
+
+def rehearse(plan: ScriptPlan) -> int:
+    """``profile --dry-run --steps A:B``: run the command without ncu until its chosen steps
+    end, and say what ncu would get (see :func:`~torch_nsight.collect.parent.script.rehearse`).
+
+    Raises:
+        NothingProfiledError: no chosen step ran.
+        UsageError: the command cannot be started.
+    """
+    from torch_nsight.collect.parent import script
+
+    try:
+        done = script.rehearse(plan)
+    except FileNotFoundError:
+        raise UsageError(f"could not start {plan.command[0]}") from None
+    ended = ("until its chosen steps ended" if done.exit_status is None
+             else f"to its end (exit status {done.exit_status})")
+    print(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
+    if done.checked is not None:
+        print(f"# step {done.checked['index']}: {_checked(done.checked)}")
+    for step in done.steps:
+        print(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
+    ran = [s for s in done.steps if s.get("status") == "ok"]
+    if not ran:
+        reached = ("it marked no step with torch_nsight.step()" if done.last_step is None
+                   else f"its last step was {done.last_step}")
+        if done.exit_status:
+            raise NothingProfiledError(f"the dry run reached no chosen step that ended: the "
+                                       f"command failed (exit status {done.exit_status}; "
+                                       f"{reached}): its output is above")
+        raise NothingProfiledError(f"the dry run reached no chosen step that ended: {reached}. "
+                                   f"{script.why_nothing(plan.steps)}")
+    print(f"# ready: without --dry-run, ncu profiles step(s) "
+          f"{', '.join(str(s['index']) for s in ran)}")
+    return 0
+
+
+def _checked(event: dict[str, Any]) -> str:
+    """The sibling check of a dry run, in words."""
+    if event.get("failed"):
+        return "the step raised, so no identical sibling is replicated"
+    if event.get("replicas"):
+        return (f"{event['replicas']} identical sibling(s) in {event['groups']} group(s) are "
+                "left out of profiling and take their representative's rows")
+    why = event.get("mismatches") or []
+    return ("no identical siblings to replicate" + (f" ({why[0]})" if why else ""))
+
+
+def _step_line(step: dict[str, Any], metric_set: str) -> str:
+    """One chosen step of a dry run, in words, with what ncu would miss."""
+    line = f"{step.get('status')} in {step.get('elapsed_s', 0.0):.2f} s"
+    if not step.get("modules"):
+        return (line + "; no module instrumented: call torch_nsight.instrument(model) before "
+                "the loop, or no kernel is attributed to a module")
+    line += f"; {step['modules']} modules instrumented"
+    if step.get("calls"):
+        line += f", {step['calls']} torch calls recorded (their shapes give the FLOPs)"
+    elif metric_set == "fast":
+        line += ("; no calls table (instrument(record_calls=False)?): the fast metric set "
+                 "then has no FLOPs, use --metric-set lean")
+    return line
 
 
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:

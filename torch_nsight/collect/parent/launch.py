@@ -74,6 +74,8 @@ class ChildSpec:
         echo: a user's command (``torch-nsight profile``) rather than a sweep's worker: it
             reads our standard input, and its output lines, ncu's line per kernel apart, go
             to ``echo`` (above the progress bar).
+        stop_when_done: stop it (SIGTERM) once its ``items`` have ended (a dry run of a
+            user's command needs nothing after its chosen steps).
     """
 
     name: str
@@ -87,6 +89,7 @@ class ChildSpec:
     planned: list[tuple[str | None, str]] = field(default_factory=list)
     deadline_s: float | None = None
     echo: Callable[[str], None] | None = None
+    stop_when_done: bool = False
 
 
 @dataclass
@@ -229,10 +232,11 @@ def _read_status(child: _Child) -> bool:
     return changed
 
 
-def _stop(child: _Child, reason: str) -> None:
+def _stop(child: _Child, reason: str, *, expected: bool = False) -> None:
     if child.stopped is None:
         child.stopped = reason
-        logger.warning("stopping %s: %s", child.spec.name, reason)
+        (logger.info if expected else logger.warning)("stopping %s: %s", child.spec.name,
+                                                      reason)
         child.stop_phase = 1
         child.stop_at = time.monotonic() + STOP_GRACE_S
         if child.pid is not None:
@@ -283,6 +287,9 @@ def _doing(child: _Child) -> str:
 
 def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> None:
     if child.stopped is not None or not child.running():
+        return
+    if child.spec.stop_when_done and child.done >= child.spec.items:
+        _stop(child, f"its {child.done} item(s) ended", expected=True)
         return
     if now > child.deadline:
         _stop(child, f"it ran past its overall timeout ({child.deadline - child.started:.0f} s)")

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +40,13 @@ from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.errors import NothingProfiledError
 from torch_nsight.metrics import SINGLE_PASS_SETS
 from torch_nsight.record import now
-from torch_nsight.status import REPLICATE_ENV, STATUS_ENV, STEPS_ENV, StatusReader
+from torch_nsight.status import (
+    REHEARSAL_ENV,
+    REPLICATE_ENV,
+    STATUS_ENV,
+    STEPS_ENV,
+    StatusReader,
+)
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -281,7 +288,8 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
 def _settle(plan: ScriptPlan, exit_status: int | None, kernels: int,
             phases: dict[str, float]) -> dict[str, Any]:
     """The run's record, written next to the report (what the next run's ETA reads)."""
-    steps = [{k: e.get(k) for k in ("index", "status", "elapsed_s")}
+    steps = [{k: e.get(k) for k in ("index", "status", "elapsed_s", "modules", "calls",
+                                    "replicas") if k in e}
              for e in StatusReader(_status_path(plan.report)).poll()
              if e.get("event") == "item_end"]
     _status_path(plan.report).unlink(missing_ok=True)
@@ -298,6 +306,61 @@ def _settle(plan: ScriptPlan, exit_status: int | None, kernels: int,
     except OSError as err:  # the profile is still shown
         logger.warning("could not write %s: %s", plan.manifest, err)
     return record
+
+
+@dataclass(frozen=True)
+class Rehearsal:
+    """How a command ran without ncu, as it would under it (``profile --dry-run``).
+
+    Attributes:
+        exit_status: the command's own exit status, or None when it was stopped after its
+            chosen steps (a dry run needs nothing after them).
+        seconds: how long it ran.
+        steps: the chosen steps' status lines (``index``, ``status``, ``elapsed_s``,
+            ``modules`` instrumented, ``calls`` recorded, ``replicas`` left out).
+        last_step: the highest step index the command reached (None: no step marked).
+        checked: the sibling check on the step before the chosen ones (``groups``,
+            ``replicas``, ``mismatches``), or None when none ran.
+    """
+
+    exit_status: int | None
+    seconds: float
+    steps: list[dict[str, Any]]
+    last_step: int | None
+    checked: dict[str, Any] | None
+
+
+def rehearse(plan: ScriptPlan) -> Rehearsal:
+    """Run the command once without ncu, as it would run under it, and stop it when its
+    chosen steps have ended: the steps, ``instrument()``'s calls table and the sibling check
+    run (on the CPU too), nothing is profiled or written beside the report.
+
+    Raises:
+        KeyboardInterrupt: interrupted.
+        FileNotFoundError: the command does not exist.
+    """
+    with tempfile.TemporaryDirectory(prefix="torch_nsight-dry-run-") as folder:
+        status = Path(folder) / "status.jsonl"
+        env = {**plan.env, STATUS_ENV: str(status), REHEARSAL_ENV: "1"}
+        progress = ScriptProgress(plan.n_steps, quiet=plan.quiet, unit="step")
+        spec = ChildSpec("dry run", plan.command, env, status, Path(folder) / "result.json",
+                         None, None, items=plan.n_steps or 1,
+                         deadline_s=math.inf if plan.timeout is None else plan.timeout,
+                         echo=progress.write, stop_when_done=plan.n_steps is not None)
+        try:
+            (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
+                                      cwd=os.getcwd(), progress=progress)
+        except Interrupted:
+            raise KeyboardInterrupt from None
+        events = StatusReader(status).poll()
+    reached = [e["index"] for e in events if e.get("event") in ("step", "item_start")]
+    checked = [e for e in events if e.get("event") == "siblings_checked"]
+    ours = outcome.stopped is not None and outcome.stopped.endswith("ended")
+    return Rehearsal(exit_status=None if ours else outcome.returncode,
+                     seconds=outcome.seconds,
+                     steps=[e for e in events if e.get("event") == "item_end"],
+                     last_step=max(reached) if reached else None,
+                     checked=checked[0] if checked else None)
 
 
 def why_nothing(steps: str | None) -> str:
