@@ -52,14 +52,7 @@ def parse_threshold(text: str) -> float:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``compare`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``compare`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "compare", help="compare two profiles module by module; exit 1 on a regression",
         description="Line up the modules (or kernels) of two profiles of the same model: time, "

@@ -29,14 +29,7 @@ SEQUENCES = (256, 512)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``demo`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``demo`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "demo", help="profile a Llama block (GPU + ncu) or read the bundled recorded report",
         description=description(__doc__))

@@ -35,14 +35,7 @@ def _positive_seconds(text: str) -> float:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``doctor`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``doctor`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "doctor", help="check what profiling needs (GPU, driver, ncu, counter permission, "
         "report reader, NVTX, pyarrow), each with its fix",

@@ -18,14 +18,7 @@ from torch_nsight.cli.outputs import UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``findings`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``findings`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "findings", help="the fixes worth making, each with the time it recovers",
         description="The fixes worth making, each with the time it recovers, for anything "

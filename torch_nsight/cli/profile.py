@@ -56,14 +56,7 @@ MARKER_HINT = ("to profile chosen steps, mark the loop: `for batch in loader: wi
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``profile`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``profile`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "profile", help="run your own script under ncu and print its hotspots",
         description=description(__doc__),

@@ -110,14 +110,7 @@ def settle_table_options(args: argparse.Namespace) -> None:
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``report`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``report`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "report", help="print tables and draw plots from .ncu-rep reports",
         description="Read Nsight Compute reports (.ncu-rep, .ncu-rep.xz) or profiles saved "

@@ -25,14 +25,7 @@ DEFAULT_OUT = "torch_nsight_sweep"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``sweep`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``sweep`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "sweep", help="profile a model factory across input shapes under ncu",
         description=description(__doc__))

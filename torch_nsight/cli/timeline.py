@@ -23,14 +23,7 @@ from torch_nsight.cli.sweep import add_target_options
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``timeline`` subcommand.
-
-    Args:
-        subparsers: the top-level parser's subparsers.
-
-    Returns:
-        The subcommand's parser.
-    """
+    """Add the ``timeline`` subcommand to the top-level ``subparsers``; return its parser."""
     parser = subparsers.add_parser(
         "timeline", help="the cheap first look: a model's steps under PyTorch's profiler, "
                          "with a verdict per shape",
