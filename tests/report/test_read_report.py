@@ -181,3 +181,23 @@ def _gpt2_report() -> bytes:
     import lzma
 
     return lzma.decompress((DATA / "profile_fast" / "gpt2_hand.ncu-rep.xz").read_bytes())
+
+
+def test_the_ncu_report_package_goes_before_nsight_computes_own_copy(tmp_path: Path) -> None:
+    # ncu 2025.3.1's copy of the reader (extras/python, put on PYTHONPATH by hand) crashed the
+    # process once numpy was imported (seen on the GPU machine): the package is read instead
+    import subprocess
+    import sys
+
+    bundled = tmp_path / "nsight-compute" / "2025.3.1" / "extras" / "python"
+    bundled.mkdir(parents=True)
+    (bundled / "ncu_report.py").write_text("raise SystemExit('the bundled copy was imported')")
+    code = ("from torch_nsight.report.reader import import_reader; "
+            "print(import_reader().__file__)")
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bundled), str(root)])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert Path(proc.stdout.strip()) == Path(ncu_report.__file__)
+    assert not reader._bundled_with_ncu(ncu_report.__file__)

@@ -60,7 +60,60 @@ _VERSION_RE = re.compile(rb"(\d{4}\.\d+\.\d+)(?:\.\d+)? \(build \d+\)")
 _VERSION_SCAN_BYTES = 4 << 20
 
 
-def _import_reader() -> Any:
+def _bundled_with_ncu(origin: str | None) -> bool:
+    """Whether a module file is the copy of the reader in an Nsight Compute install
+    (``.../nsight-compute/<version>/extras/python``)."""
+    if not origin:
+        return False
+    folder = Path(origin).parent
+    return folder.name == "python" and folder.parent.name == "extras"
+
+
+def _packaged_reader() -> Path | None:
+    """The folder holding the ``ncu-report`` package from PyPI, when it is installed."""
+    from importlib import metadata
+
+    try:
+        folder = Path(str(metadata.distribution("ncu-report").locate_file("")))
+    except metadata.PackageNotFoundError:
+        return None
+    return folder if (folder / "ncu_report" / "__init__.py").is_file() else None
+
+
+def _prefer_the_package() -> None:
+    """Put the ``ncu-report`` package ahead of Nsight Compute's own copy of the reader.
+
+    That copy (``extras/python``, on ``PYTHONPATH`` by hand) crashes the process (a
+    segmentation fault in ``IMetric.unit()``) when numpy was imported before it, seen with
+    ncu 2025.3.1 on the GPU machine, and torch_nsight always imports numpy first; the PyPI
+    package, a dependency, does not.
+    """
+    import importlib.util
+
+    if "ncu_report" in sys.modules:
+        return
+    spec = importlib.util.find_spec("ncu_report")
+    if spec is None or not _bundled_with_ncu(spec.origin):
+        return
+    packaged = _packaged_reader()
+    if packaged is None:
+        logger.warning("the report reader comes from Nsight Compute's own copy (%s), which "
+                       "crashes once numpy is loaded (ncu 2025.3.1): pip install ncu-report",
+                       spec.origin)
+        return
+    logger.info("reading reports with the ncu-report package in %s, not Nsight Compute's "
+                "copy %s", packaged, spec.origin)
+    sys.path.insert(0, str(packaged))
+
+
+def import_reader() -> Any:
+    """Import ``ncu_report`` (the ``ncu-report`` package first, see
+    :func:`_prefer_the_package`) and learn its workload types.
+
+    Raises:
+        ReportError: the reader is not installed.
+    """
+    _prefer_the_package()
     try:
         import ncu_report
     except ImportError as err:  # pragma: no cover - a dependency of the package
@@ -133,7 +186,7 @@ def open_context(local: Path, shown: str | os.PathLike[str]) -> Any:
     Raises:
         ReportError: the reader cannot open it, or it holds no profiled kernel.
     """
-    ncu_report = _import_reader()
+    ncu_report = import_reader()
     try:
         context = ncu_report.load_report(str(local))
     except Exception as err:  # the reader raises assorted types for unreadable files
@@ -233,7 +286,7 @@ def read_action(action: Any, range_index: int, kernel_index: int) -> dict[str, A
         speedup (``ncu_rules``, JSON) and the NVTX ranges; None for a record cut short.
     """
     metric_by_name = action.metric_by_name
-    full = action.name(_import_reader().IAction.NameBase_DEMANGLED)
+    full = action.name(import_reader().IAction.NameBase_DEMANGLED)
     if full is None:  # a record cut short (the report was truncated): nothing to trust
         return None
     record: dict[str, Any] = {

@@ -319,9 +319,10 @@ def warm_the_reader() -> None:
 
     def imports() -> None:
         try:
-            import ncu_report  # noqa: F401
-
             import torch_nsight.loading  # noqa: F401
+            from torch_nsight.report.reader import import_reader
+
+            import_reader()
         except Exception as err:  # noqa: BLE001 - loading imports them again and says why
             logger.debug("could not import the reader ahead: %s", err)
 
