@@ -4,7 +4,8 @@ parent tails it.
 The writer is a sweep's child (:mod:`torch_nsight.collect.child.worker`) or, under
 ``torch-nsight profile``, the user's own script (:func:`torch_nsight.step` writes where
 :data:`STATUS_ENV` says). Events: ``start`` (pid, items, device), ``item_start`` /
-``item_end`` (index, variant, shape, status, elapsed_s), ``done``.
+``item_end`` (index, variant, shape, status, elapsed_s), ``done``. Also the step selection
+that both sides read (:func:`parse_steps`): the ``profile`` command never imports torch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,29 @@ REPLICATE_ENV = "TORCH_NSIGHT_REPLICATE"
 #: steps, the calls table and the sibling check run, nothing is carried), and its steps say
 #: what they did in their status lines.
 REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
+
+
+def parse_steps(text: str) -> range:
+    """Read a step selection: ``12`` (one step), ``10:12`` (10 and 11), ``10:`` (10 on).
+
+    Raises:
+        ValueError: the text is not of that form (the message quotes it).
+    """
+    start, sep, stop = text.strip().partition(":")
+    if not start and not sep:
+        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
+                         "B excluded)")
+    try:
+        first = int(start) if start else 0
+        if not sep:
+            return range(first, first + 1)
+        last = int(stop) if stop else 2**62
+    except ValueError:
+        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
+                         "B excluded)") from None
+    if first < 0 or last <= first:
+        raise ValueError(f"steps {text!r}: need 0 <= A < B")
+    return range(first, last)
 
 
 class StatusWriter:

@@ -18,6 +18,8 @@ import pytest
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.profile import current_rank, parse_ranks
 
+from .test_startup import imported_after
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = DATA / "hand_s128.ncu-rep.xz"
@@ -239,6 +241,17 @@ def test_the_script_runs_on_the_engine_and_its_steps_are_written_down(
     with caplog.at_level(logging.WARNING):
         assert len(torch_nsight.load(out, cache=False).kernels) == 40
     assert not caplog.records
+
+
+@pytest.mark.slow
+def test_the_command_itself_never_imports_torch(tmp_path: Path) -> None:
+    # torch is the script's to import: the command's own start-up stays short (it imported
+    # torch to read --steps, 3 s on the GPU machine before the script started)
+    (tmp_path / "train.py").write_text(STEPS_ONLY)
+    found = imported_after(["profile", "--ncu", str(fake_ncu(tmp_path)), "--steps", "2:4",
+                            "--", sys.executable, "train.py"], tmp_path)
+    assert found["status"] == 0 and "torch" not in found["heavy"]
+    assert "pandas" in found["heavy"]  # the report was read: the check above means something
 
 
 def test_counters_not_permitted(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
-from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter
+from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
 
 if TYPE_CHECKING:
     from torch_nsight.capture.embed import CallsCarrier
@@ -42,29 +42,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["step", "STEPS_ENV", "parse_steps", "reset_steps"]
-
-
-def parse_steps(text: str) -> range:
-    """Read a step selection: ``12`` (one step), ``10:12`` (10 and 11), ``10:`` (10 on).
-
-    Raises:
-        ValueError: the text is not of that form (the message quotes it).
-    """
-    start, sep, stop = text.strip().partition(":")
-    if not start and not sep:
-        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
-                         "B excluded)")
-    try:
-        first = int(start) if start else 0
-        if not sep:
-            return range(first, first + 1)
-        last = int(stop) if stop else 2**62
-    except ValueError:
-        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
-                         "B excluded)") from None
-    if first < 0 or last <= first:
-        raise ValueError(f"steps {text!r}: need 0 <= A < B")
-    return range(first, last)
 
 
 _COUNTER = {"next": 0}

@@ -38,7 +38,7 @@ from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, descr
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
-from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
+from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan
@@ -171,8 +171,6 @@ def ncu_advice(err: NcuNotFoundError, fallback: str) -> NcuNotFoundError:
 def _check(args: argparse.Namespace) -> None:
     settle_table_options(args)
     if args.steps is not None:
-        from torch_nsight.capture.step import parse_steps
-
         try:
             chosen = parse_steps(args.steps)
         except ValueError as err:

@@ -46,6 +46,7 @@ from torch_nsight.status import (
     STATUS_ENV,
     STEPS_ENV,
     StatusReader,
+    parse_steps,
 )
 
 if TYPE_CHECKING:
@@ -130,8 +131,6 @@ def count_steps(steps: str | None) -> int | None:
     """How many steps ``--steps`` chooses (None: none given, or open-ended)."""
     if steps is None:
         return None
-    from torch_nsight.capture.step import parse_steps
-
     chosen = parse_steps(steps)
     return len(chosen) if chosen.stop < 2**62 else None
 
