@@ -1,9 +1,10 @@
 """Damaged input never escapes as a traceback: a real report cut short at many offsets, with
 bytes overwritten, or under the wrong name, read by ``torch-nsight report``.
 
-Each case runs in its own process (a reader that crashed would take the test run with it):
-it either reads (exit 0, possibly with a warning) or fails with one line naming the file
-(exit 1), and a failed read writes nothing: no output, no cache.
+The cases are read by the CLI in a process apart from the test run (a reader that crashed
+would take it along), one after the other: each either reads (exit 0, possibly with a
+warning) or fails with one line naming the file (exit 1), and a failed read writes nothing:
+no output, no cache.
 """
 
 from __future__ import annotations
@@ -48,16 +49,64 @@ def _cases() -> list[tuple[str, str, bytes]]:
 CASES = _cases()
 
 
-def _read(case: tuple[str, str, bytes], base: Path) -> tuple[str, Path, subprocess.CompletedProcess]:
-    name, file_name, data = case
-    folder = base / name
-    folder.mkdir()
-    (folder / file_name).write_bytes(data)
+#: Reads the case folders named on its command line, one after the other, each with the CLI
+#: in this fresh process; each folder gets ``stderr.txt`` (fd 2 itself, whatever holds the
+#: stream) and, once its read returned, ``status.txt``. A crash leaves the folder without it.
+BATCH = """
+import os, sys
+from torch_nsight.cli.main import main
+for folder in sys.argv[1:]:
+    os.chdir(folder)
+    name = next(p for p in os.listdir('.') if p != 'stderr.txt')
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open('stderr.txt', 'w') as err:
+        os.dup2(err.fileno(), 2)
+        try:
+            status = main(['report', name, '--csv', 'out.csv'])
+        except SystemExit as done:
+            status = done.code
+        except BaseException as raised:
+            status = 'raised ' + type(raised).__name__
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+    os.close(saved)
+    with open(os.path.join(folder, 'status.txt'), 'w') as out:
+        out.write(str(status))
+"""
+
+
+def _read_all(base: Path) -> dict[str, tuple[Path, object, str]]:
+    """Every case read by the CLI: {case: (folder, exit status, stderr)}. The cases share
+    fresh processes (one start-up, not one per case); a process that crashes loses only
+    the case it was reading, recorded as ``crashed``, and the next one goes on."""
+    folders = {}
+    for name, file_name, data in CASES:
+        folder = base / name
+        folder.mkdir()
+        (folder / file_name).write_bytes(data)
+        folders[name] = folder
     env = {k: v for k, v in os.environ.items() if k != "TORCH_NSIGHT_CACHE_DIR"}
-    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", file_name,
-                           "--csv", "out.csv"], cwd=folder, capture_output=True, text=True,
-                          env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
-    return name, folder, proc
+    env["PYTHONPATH"] = str(ROOT)
+    results: dict[str, tuple[Path, object, str]] = {}
+    while len(results) < len(folders):
+        todo = [n for n in folders if n not in results]
+        subprocess.run([sys.executable, "-c", BATCH, *(str(folders[n]) for n in todo)],
+                       capture_output=True, text=True, env=env, timeout=600, check=False)
+        for name in todo:
+            folder = folders[name]
+            status_file, err_file = folder / "status.txt", folder / "stderr.txt"
+            err = err_file.read_text() if err_file.exists() else ""
+            if status_file.exists():
+                status: object = status_file.read_text()
+                status_file.unlink()
+            elif err_file.exists():  # the case the process died in
+                status = "crashed"
+            else:
+                break  # not reached: the next process starts here
+            err_file.unlink(missing_ok=True)
+            results[name] = (folder, int(status) if status.isdigit() else status, err)
+    return results
 
 
 # the forms that cannot be read are refused, not read as something else
@@ -79,28 +128,33 @@ def test_the_cases_hold_every_form_checked_by_name() -> None:
     assert names >= REFUSED | set(HINTS) | KEPT
 
 
-# One test per case, so that the test run spreads them over its workers.
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES, ids=[name for name, _, _ in CASES])
-def test_every_damaged_report_reads_or_fails_in_one_line(
-        tmp_path: Path, case: tuple[str, str, bytes]) -> None:
-    name, file_name, _ = case
-    _, folder, proc = _read(case, tmp_path)
-    where = f"{name}: exit {proc.returncode}\n{proc.stderr}"
-    assert proc.returncode in (0, 1), where  # not a crash, not a usage error
-    assert "Traceback" not in proc.stderr, where
+def test_every_damaged_report_reads_or_fails_in_one_line(tmp_path: Path) -> None:
+    problems = []
+    for name, (folder, status, err) in _read_all(tmp_path).items():
+        file_name = next(f for n, f, _ in CASES if n == name)
+        try:
+            _check(name, file_name, folder, status, err)
+        except AssertionError as failed:
+            problems.append(f"{name}: exit {status}: {failed}\n{err}")
+    assert not problems, "\n".join(problems)
+
+
+def _check(name: str, file_name: str, folder: Path, status: object, err: str) -> None:
+    assert status in (0, 1), "not a crash, not a usage error"
+    assert "Traceback" not in err
     if name in REFUSED:
-        assert proc.returncode == 1, where
+        assert status == 1, "refused"
     if name in HINTS:
-        assert HINTS[name] in proc.stderr, where
+        assert HINTS[name] in err, "told what its content is"
     if name in KEPT:
-        assert proc.returncode == 0, where
+        assert status == 0, "read"
         rows = (folder / "out.csv").read_text().strip().splitlines()
-        assert len(rows) > 1, where  # a header and the kernels it kept
-    if proc.returncode == 0:
-        assert (folder / "out.csv").is_file(), where
+        assert len(rows) > 1, "a header and the kernels it kept"
+    if status == 0:
+        assert (folder / "out.csv").is_file(), "its output written"
         return
-    (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("torch-nsight: error: ") and file_name in line, where
+    (line,) = err.strip().splitlines()
+    assert line.startswith("torch-nsight: error: ") and file_name in line, "one line"
     written = sorted(p.name for p in folder.iterdir())
-    assert len(written) == 1, where  # the input alone: no output, no cache
+    assert len(written) == 1, f"the input alone, no output, no cache: {written}"

@@ -18,6 +18,7 @@ import pytest
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.profile import current_rank, parse_ranks
 
+from .conftest import run_main
 from .test_startup import imported_after
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -165,10 +166,13 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
     (["--runs", "3", "--", "python", "x.py"], "pass --steps A too"),
     (["--steps", "5:7", "--runs", "3", "--", "python", "x.py"], "--steps 5 --runs 3"),
 ])
-def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = cli(*args, cwd=tmp_path, env={"RANK": ""})
-    assert proc.returncode == 1
-    (line,) = proc.stderr.strip().splitlines()
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RANK", "")
+    status, _, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
+    assert status == 1
+    (line,) = err.strip().splitlines()
     assert line.startswith("torch-nsight: error:") and message in line
 
 

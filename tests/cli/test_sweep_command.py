@@ -20,6 +20,8 @@ from torch_nsight.cli.sweep import parse_shapes
 from torch_nsight.collect.shared.job import Target
 from torch_nsight.collect.shared.timing import describe
 
+from .conftest import run_main
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MODEL_FILE = """
@@ -81,10 +83,11 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
     (["model.py", "--shapes", "4x16"], "package.module:factory"),
     (["pkg.mod:make", "--shapes", "4xq"], "not a shape"),
 ])
-def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    proc = cli(*args, "--dry-run", cwd=tmp_path)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_main(["sweep", *args, "--dry-run"], tmp_path, monkeypatch, capsys)
+    assert status == 1
     (line,) = err.strip().splitlines()
     assert line.startswith("torch-nsight: error:") and message in line
 

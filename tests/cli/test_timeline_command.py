@@ -15,6 +15,8 @@ import pytest
 import torch_nsight
 from torch_nsight.render import plot_timeline
 
+from .conftest import run_main
+
 ROOT = Path(__file__).resolve().parents[2]
 
 MODEL = """import torch
@@ -96,10 +98,11 @@ def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
     (["timeline", "mk.py:make", "--shapes", "8", "--runs", "0"], "runs must be"),
     (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "runs must be"),
 ])
-@pytest.mark.slow
-def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
+                                   monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "mk.py").write_text(MODEL)
-    proc = cli(*args, cwd=tmp_path)
-    assert proc.returncode == 1
-    (line,) = proc.stderr.strip().splitlines()[-1:]
+    status, _, err = run_main(args, tmp_path, monkeypatch, capsys)
+    assert status == 1
+    (line,) = err.strip().splitlines()[-1:]
     assert line.startswith("torch-nsight: error:") and message in line
