@@ -91,8 +91,12 @@ def _read_all(base: Path) -> dict[str, tuple[Path, object, str]]:
     results: dict[str, tuple[Path, object, str]] = {}
     while len(results) < len(folders):
         todo = [n for n in folders if n not in results]
-        subprocess.run([sys.executable, "-c", BATCH, *(str(folders[n]) for n in todo)],
-                       capture_output=True, text=True, env=env, timeout=600, check=False)
+        batch = subprocess.run([sys.executable, "-c", BATCH, *(str(folders[n]) for n in todo)],
+                               capture_output=True, text=True, env=env, timeout=600,
+                               check=False)
+        if not (folders[todo[0]] / "stderr.txt").exists():  # it never reached a case
+            raise AssertionError(f"the reading process failed to start (exit "
+                                 f"{batch.returncode}):\n{batch.stderr[-3000:]}")
         for name in todo:
             folder = folders[name]
             status_file, err_file = folder / "status.txt", folder / "stderr.txt"
