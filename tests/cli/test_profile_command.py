@@ -153,6 +153,11 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
     assert never.returncode == 1
     (error,) = [x for x in never.stderr.splitlines() if x.startswith("torch-nsight: error")]
     assert "its last step was 2" in error and "--steps 5:6" in error
+    # an open-ended choice is rehearsed on its first step
+    later = cli("--dry-run", "--steps", "1:", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert later.returncode == 0, later.stderr
+    assert "until its chosen steps ended" in later.stdout
+    assert later.stdout.rstrip().endswith("ncu profiles step(s) 1 and every later one")
     unmarked = cli("--dry-run", "--steps", "0", "--", sys.executable, "-c", "pass",
                    cwd=tmp_path)
     assert unmarked.returncode == 1 and "marked no step" in unmarked.stderr

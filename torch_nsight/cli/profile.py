@@ -299,8 +299,12 @@ def rehearse(plan: ScriptPlan) -> int:
         done = script.rehearse(plan)
     except FileNotFoundError:
         raise UsageError(f"could not start {plan.command[0]}") from None
-    ended = ("until its chosen steps ended" if done.exit_status is None
-             else f"to its end (exit status {done.exit_status})")
+    if done.exit_status is None:
+        ended = "until its chosen steps ended"
+    elif done.stopped is not None:
+        ended = f"until it was stopped: {done.stopped}"
+    else:
+        ended = f"to its end (exit status {done.exit_status})"
     print(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
     if done.checked is not None:
         print(f"# step {done.checked['index']}: {_checked(done.checked)}")
@@ -310,14 +314,18 @@ def rehearse(plan: ScriptPlan) -> int:
     if not ran:
         reached = ("it marked no step with torch_nsight.step()" if done.last_step is None
                    else f"its last step was {done.last_step}")
+        if done.stopped is not None:
+            raise NothingProfiledError(f"the dry run reached no chosen step that ended before "
+                                       f"it was stopped ({done.stopped}; {reached})")
         if done.exit_status:
             raise NothingProfiledError(f"the dry run reached no chosen step that ended: the "
                                        f"command failed (exit status {done.exit_status}; "
                                        f"{reached}): its output is above")
         raise NothingProfiledError(f"the dry run reached no chosen step that ended: {reached}. "
                                    f"{script.why_nothing(plan.steps)}")
-    print(f"# ready: without --dry-run, ncu profiles step(s) "
-          f"{', '.join(str(s['index']) for s in ran)}")
+    chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None
+              else f"{ran[0]['index']} and every later one")
+    print(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
     return 0
 
 

@@ -320,6 +320,8 @@ class Rehearsal:
         last_step: the highest step index the command reached (None: no step marked).
         checked: the sibling check on the step before the chosen ones (``groups``,
             ``replicas``, ``mismatches``), or None when none ran.
+        stopped: why it was stopped before its chosen steps ended (``--timeout``, Ctrl-C),
+            or None.
     """
 
     exit_status: int | None
@@ -327,12 +329,14 @@ class Rehearsal:
     steps: list[dict[str, Any]]
     last_step: int | None
     checked: dict[str, Any] | None
+    stopped: str | None = None
 
 
 def rehearse(plan: ScriptPlan) -> Rehearsal:
     """Run the command once without ncu, as it would run under it, and stop it when its
-    chosen steps have ended: the steps, ``instrument()``'s calls table and the sibling check
-    run (on the CPU too), nothing is profiled or written beside the report.
+    chosen steps have ended (the first one, for an open-ended ``A:``): the steps,
+    ``instrument()``'s calls table and the sibling check run (on the CPU too), nothing is
+    profiled or written beside the report.
 
     Raises:
         KeyboardInterrupt: interrupted.
@@ -345,7 +349,7 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
         spec = ChildSpec("dry run", plan.command, env, status, Path(folder) / "result.json",
                          None, None, items=plan.n_steps or 1,
                          deadline_s=math.inf if plan.timeout is None else plan.timeout,
-                         echo=progress.write, stop_when_done=plan.n_steps is not None)
+                         echo=progress.write, stop_when_done=True)
         try:
             (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
                                       cwd=os.getcwd(), progress=progress)
@@ -359,7 +363,8 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
                      seconds=outcome.seconds,
                      steps=[e for e in events if e.get("event") == "item_end"],
                      last_step=max(reached) if reached else None,
-                     checked=checked[0] if checked else None)
+                     checked=checked[0] if checked else None,
+                     stopped=None if ours else outcome.stopped)
 
 
 def why_nothing(steps: str | None) -> str:
