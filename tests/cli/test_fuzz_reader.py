@@ -53,8 +53,9 @@ CASES = _cases()
 #: in this fresh process; each folder gets ``stderr.txt`` (fd 2 itself, whatever holds the
 #: stream) and, once its read returned, ``status.txt``. A crash leaves the folder without it.
 BATCH = """
-import os, sys
+import gc, os, sys, warnings
 from torch_nsight.cli.main import main
+warnings.simplefilter("always")  # each case shows its own warnings, not only the first
 for folder in sys.argv[1:]:
     os.chdir(folder)
     name = next(p for p in os.listdir('.') if p != 'stderr.txt')
@@ -64,6 +65,7 @@ for folder in sys.argv[1:]:
         os.dup2(err.fileno(), 2)
         try:
             status = main(['report', name, '--csv', 'out.csv'])
+            gc.collect()  # a reader object that crashes when freed does it in its own case
         except SystemExit as done:
             status = done.code
         except BaseException as raised:
@@ -91,12 +93,21 @@ def _read_all(base: Path) -> dict[str, tuple[Path, object, str]]:
     results: dict[str, tuple[Path, object, str]] = {}
     while len(results) < len(folders):
         todo = [n for n in folders if n not in results]
-        batch = subprocess.run([sys.executable, "-c", BATCH, *(str(folders[n]) for n in todo)],
-                               capture_output=True, text=True, env=env, timeout=600,
-                               check=False)
+        try:
+            batch = subprocess.run([sys.executable, "-c", BATCH,
+                                    *(str(folders[n]) for n in todo)],
+                                   capture_output=True, text=True, env=env, timeout=600,
+                                   check=False)
+        except subprocess.TimeoutExpired:
+            hung = [n for n in todo if (folders[n] / "stderr.txt").exists()
+                    and not (folders[n] / "status.txt").exists()]
+            raise AssertionError(f"reading hung in case {hung}") from None
         if not (folders[todo[0]] / "stderr.txt").exists():  # it never reached a case
             raise AssertionError(f"the reading process failed to start (exit "
                                  f"{batch.returncode}):\n{batch.stderr[-3000:]}")
+        if (folders[todo[-1]] / "status.txt").exists():  # it read them all: then it exits
+            assert batch.returncode == 0, (f"the process crashed after its last case "
+                                           f"{todo[-1]} (exit {batch.returncode})")
         for name in todo:
             folder = folders[name]
             status_file, err_file = folder / "status.txt", folder / "stderr.txt"

@@ -137,6 +137,37 @@ def test_a_dry_run_rehearses_the_chosen_steps_without_ncu_and_stops_after_them(
     assert not (tmp_path / "torch_nsight_profile").exists()  # nothing written
 
 
+STUBBORN = """
+import pathlib, signal, subprocess, sys, torch_nsight
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it will not stop when asked
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+pathlib.Path("helper.pid").write_text(str(helper.pid))
+for _ in range(10**9):
+    with torch_nsight.step():
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_a_dry_run_stops_the_script_and_what_it_started(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(STUBBORN)
+    proc = cli("--dry-run", "--steps", "2", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "until its chosen steps ended" in proc.stdout
+    helper = int((tmp_path / "helper.pid").read_text())
+    assert not running(helper)  # its process group was killed, the helper included
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` is alive (a zombie, killed but not yet reaped, is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
 @pytest.mark.slow
 def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(STEPS_ONLY)
@@ -147,6 +178,11 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
     assert "to its end (exit status 0)" in short.stdout
     assert "# step 1: ok" in short.stdout and "# step 2: ok" in short.stdout
     assert "no module instrumented: call torch_nsight.instrument(model)" in short.stdout
+    # fewer steps than chosen: said, and what ran is ready
+    fewer = cli("--dry-run", "--steps", "2:6", "--", sys.executable, "train.py", "4",
+                cwd=tmp_path)
+    assert fewer.returncode == 0, fewer.stderr
+    assert "# only 2 of the 4 chosen steps ran: the command ended after step 3" in fewer.stdout
     # the chosen steps never come: one line that says how far it got, and a failure
     never = cli("--dry-run", "--steps", "5:6", "--", sys.executable, "train.py", "3",
                 cwd=tmp_path)

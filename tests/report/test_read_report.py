@@ -192,12 +192,15 @@ def test_the_ncu_report_package_goes_before_nsight_computes_own_copy(tmp_path: P
     bundled = tmp_path / "nsight-compute" / "2025.3.1" / "extras" / "python"
     bundled.mkdir(parents=True)
     (bundled / "ncu_report.py").write_text("raise SystemExit('the bundled copy was imported')")
-    code = ("from torch_nsight.report.reader import import_reader; "
-            "print(import_reader().__file__)")
+    code = ("import sys; from torch_nsight.report.reader import import_reader; "
+            "before = list(sys.path); print(import_reader().__file__); "
+            "print('path kept' if sys.path == before else sys.path)")
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bundled), str(root)])}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert Path(proc.stdout.strip()) == Path(ncu_report.__file__)
+    imported, kept = proc.stdout.strip().splitlines()
+    assert Path(imported) == Path(ncu_report.__file__)
+    assert kept == "path kept"  # the package was found, and the process's path left alone
     assert not reader._bundled_with_ncu(ncu_report.__file__)

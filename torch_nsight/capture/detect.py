@@ -115,6 +115,8 @@ def resolve_enabled(
     if env.get(TIMELINE_ENV):
         return True, f"{TIMELINE_ENV} is set: the timeline of PyTorch's profiler is recorded"
     found = detect_profiler(env)
+    if found == REHEARSAL_ENV:
+        return True, f"a dry run of torch-nsight profile ({found} is set)"
     if found is not None:
         return True, f"an NVIDIA profiler is attached ({found} is set)"
     return False, (

@@ -30,13 +30,14 @@ model still has a row.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -239,6 +240,25 @@ def _function_mode(recorder: _Recorder) -> Any:
     return _CallRecorder()
 
 
+def _quiet_backward_hook_warning() -> Any:
+    """Ignore PyTorch's warning that a full backward hook fires without inputs that require
+    grad (the first block's): the hooks are the check's, not the user's. Returns the filter
+    added, for :func:`_remove_filter` (which leaves every other filter as it is then)."""
+    warnings.filterwarnings("ignore", message="Full backward hook is firing",
+                            category=UserWarning)
+    return warnings.filters[0]
+
+
+def _remove_filter(entry: Any) -> None:
+    if entry is None:
+        return
+    with contextlib.suppress(ValueError):
+        cast("list[Any]", warnings.filters).remove(entry)
+        mutated = getattr(warnings, "_filters_mutated", None)  # drop cached decisions
+        if mutated is not None:
+            mutated()
+
+
 class SiblingCheck:
     """Watches one un-profiled iteration, then decides which identical siblings to replicate.
 
@@ -262,15 +282,16 @@ class SiblingCheck:
 
     def __enter__(self) -> SiblingCheck:
         if self.candidates:
-            # our backward hooks, not the user's: PyTorch's warning that a full backward
-            # hook fires without inputs that require grad (the first block) is not theirs
-            self._quiet = warnings.catch_warnings()
-            self._quiet.__enter__()
-            warnings.filterwarnings("ignore", message="Full backward hook is firing",
-                                    category=UserWarning)
-            self.recorder.install()
-            self._mode = _function_mode(self.recorder)
-            self._mode.__enter__()
+            self._quiet = _quiet_backward_hook_warning()
+            try:
+                self.recorder.install()
+                self._mode = _function_mode(self.recorder)
+                self._mode.__enter__()
+            except BaseException:
+                self._mode = None
+                self.recorder.remove()
+                _remove_filter(self._quiet)
+                raise
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -284,9 +305,8 @@ class SiblingCheck:
         finally:
             self._mode = None
             self.recorder.remove()
-            if self._quiet is not None:
-                self._quiet.__exit__(None, None, None)
-                self._quiet = None
+            _remove_filter(self._quiet)
+            self._quiet = None
 
     def verdict(self) -> dict[str, Any]:
         """What the iteration showed (JSON-ready): ``status`` (``replicated``, ``mismatch``

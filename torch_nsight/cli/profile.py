@@ -311,18 +311,27 @@ def rehearse(plan: ScriptPlan) -> int:
     for step in done.steps:
         print(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
     ran = [s for s in done.steps if s.get("status") == "ok"]
-    if not ran:
+    raised = [str(s["index"]) for s in done.steps if s.get("status") != "ok"]
+    if raised:
+        raise NothingProfiledError(f"the dry run's chosen step(s) {', '.join(raised)} raised "
+                                   "an exception (see the command's output above): under ncu "
+                                   "they would too")
+    if len(ran) < (plan.n_steps or 1):
         reached = ("it marked no step with torch_nsight.step()" if done.last_step is None
                    else f"its last step was {done.last_step}")
         if done.stopped is not None:
-            raise NothingProfiledError(f"the dry run reached no chosen step that ended before "
-                                       f"it was stopped ({done.stopped}; {reached})")
+            raise NothingProfiledError(f"the dry run did not reach the end of the chosen steps "
+                                       f"before it was stopped ({done.stopped}; {reached})")
         if done.exit_status:
-            raise NothingProfiledError(f"the dry run reached no chosen step that ended: the "
-                                       f"command failed (exit status {done.exit_status}; "
+            raise NothingProfiledError(f"the dry run did not reach the end of the chosen steps: "
+                                       f"the command failed (exit status {done.exit_status}; "
                                        f"{reached}): its output is above")
-        raise NothingProfiledError(f"the dry run reached no chosen step that ended: {reached}. "
-                                   f"{script.why_nothing(plan.steps)}")
+        if not ran:
+            raise NothingProfiledError(f"the dry run reached no chosen step that ended: "
+                                       f"{reached}. {script.why_nothing(plan.steps)}")
+    if len(ran) < (plan.n_steps or 1):
+        print(f"# only {len(ran)} of the {plan.n_steps} chosen steps ran: the command ended "
+              f"after step {done.last_step}")
     chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None
               else f"{ran[0]['index']} and every later one")
     print(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
@@ -343,6 +352,8 @@ def _checked(event: dict[str, Any]) -> str:
 def _step_line(step: dict[str, Any], metric_set: str) -> str:
     """One chosen step of a dry run, in words, with what ncu would miss."""
     line = f"{step.get('status')} in {step.get('elapsed_s', 0.0):.2f} s"
+    if step.get("status") != "ok":
+        return line + ": it raised"
     if not step.get("modules"):
         return (line + "; no module instrumented: call torch_nsight.instrument(model) before "
                 "the loop, or no kernel is attributed to a module")

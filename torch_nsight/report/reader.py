@@ -80,30 +80,34 @@ def _packaged_reader() -> Path | None:
     return folder if (folder / "ncu_report" / "__init__.py").is_file() else None
 
 
-def _prefer_the_package() -> None:
+def _prefer_the_package() -> str | None:
     """Put the ``ncu-report`` package ahead of Nsight Compute's own copy of the reader.
 
     That copy (``extras/python``, on ``PYTHONPATH`` by hand) crashes the process (a
     segmentation fault in ``IMetric.unit()``) when numpy was imported before it, seen with
     ncu 2025.3.1 on the GPU machine, and torch_nsight always imports numpy first; the PyPI
     package, a dependency, does not.
+
+    Returns:
+        The folder put first on ``sys.path`` for the import (to take off again), or None.
     """
     import importlib.util
 
     if "ncu_report" in sys.modules:
-        return
+        return None
     spec = importlib.util.find_spec("ncu_report")
     if spec is None or not _bundled_with_ncu(spec.origin):
-        return
+        return None
     packaged = _packaged_reader()
     if packaged is None:
         logger.warning("the report reader comes from Nsight Compute's own copy (%s), which "
                        "crashes once numpy is loaded (ncu 2025.3.1): pip install ncu-report",
                        spec.origin)
-        return
+        return None
     logger.info("reading reports with the ncu-report package in %s, not Nsight Compute's "
                 "copy %s", packaged, spec.origin)
     sys.path.insert(0, str(packaged))
+    return str(packaged)
 
 
 def import_reader() -> Any:
@@ -113,13 +117,16 @@ def import_reader() -> Any:
     Raises:
         ReportError: the reader is not installed.
     """
-    _prefer_the_package()
+    first = _prefer_the_package()
     try:
         import ncu_report
     except ImportError as err:  # pragma: no cover - a dependency of the package
         raise ReportError(
             "the Nsight Compute report reader is not installed: pip install ncu-report"
         ) from err
+    finally:
+        if first is not None and first in sys.path:  # the rest of the process as it was
+            sys.path.remove(first)
     if not _WORKLOADS:
         action = ncu_report.IAction
         for label in ("KERNEL", "GRAPH", "RANGE", "CMDLIST", "SUBGRID_SCHEDULE"):

@@ -53,6 +53,7 @@ NCU_PROGRESS_LINES = ("==PROF== Profiling", "==PROF== Disconnected")
 ITEM_GRACE_S = 30.0
 STOP_GRACE_S = 60.0
 KILL_GRACE_S = 15.0
+DONE_GRACE_S = 3.0  # a child stopped when its items ended (stop_when_done) has nothing to save
 
 
 @dataclass
@@ -74,8 +75,9 @@ class ChildSpec:
         echo: a user's command (``torch-nsight profile``) rather than a sweep's worker: it
             reads our standard input, and its output lines, ncu's line per kernel apart, go
             to ``echo`` (above the progress bar).
-        stop_when_done: stop it (SIGTERM) once its ``items`` have ended (a dry run of a
-            user's command needs nothing after its chosen steps).
+        stop_when_done: stop it, its whole process group, once its ``items`` have ended
+            (SIGTERM, SIGKILL after :data:`DONE_GRACE_S`): a dry run of a user's command
+            needs nothing after its chosen steps.
     """
 
     name: str
@@ -104,6 +106,7 @@ class ChildOutcome:
     seconds: float = 0.0
     launched_at: float | None = None
     ended_at: float | None = None
+    completed: bool = False  # stopped because its items had ended (``stop_when_done``)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -141,6 +144,7 @@ class _Child:
     current: dict[str, Any] | None = None
     interrupted_item: int | None = None
     stopped: str | None = None
+    completed: bool = False
     stop_phase: int = 0
     stop_at: float = 0.0
     active_at: float = field(default_factory=time.monotonic)  # last output line or event
@@ -232,11 +236,10 @@ def _read_status(child: _Child) -> bool:
     return changed
 
 
-def _stop(child: _Child, reason: str, *, expected: bool = False) -> None:
+def _stop(child: _Child, reason: str) -> None:
     if child.stopped is None:
         child.stopped = reason
-        (logger.info if expected else logger.warning)("stopping %s: %s", child.spec.name,
-                                                      reason)
+        logger.warning("stopping %s: %s", child.spec.name, reason)
         child.stop_phase = 1
         child.stop_at = time.monotonic() + STOP_GRACE_S
         if child.pid is not None:
@@ -289,7 +292,12 @@ def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> No
     if child.stopped is not None or not child.running():
         return
     if child.spec.stop_when_done and child.done >= child.spec.items:
-        _stop(child, f"its {child.done} item(s) ended", expected=True)
+        # nothing to save: the whole group (a wrapper's next command, what the script
+        # started) gets SIGTERM, and SIGKILL after a short grace
+        child.stopped, child.completed = f"its {child.done} item(s) ended", True
+        logger.info("stopping %s: %s", child.spec.name, child.stopped)
+        _signal(child.proc.pid, signal.SIGTERM, group=True)
+        child.stop_phase, child.stop_at = 2, now + DONE_GRACE_S
         return
     if now > child.deadline:
         _stop(child, f"it ran past its overall timeout ({child.deadline - child.started:.0f} s)")
@@ -384,7 +392,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
         if main:  # (None: the handler was not set from Python; the default then)
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         for child in children:
-            if child.running():
+            if child.running() or child.spec.stop_when_done:  # (and what it left running)
                 _signal(child.proc.pid, signal.SIGKILL, group=True)
             child.proc.wait()
             if child.thread is not None:
@@ -398,7 +406,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     outcomes = [ChildOutcome(c.spec, c.proc.returncode, c.output,
                              _load_results(c.spec.result_path), c.stopped,
                              round(time.monotonic() - c.started, 3), c.launched_at,
-                             c.ended_at or time.time()) for c in children]
+                             c.ended_at or time.time(), c.completed) for c in children]
     if interrupted:
         raise Interrupted(outcomes)
     return outcomes

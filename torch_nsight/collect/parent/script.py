@@ -320,8 +320,8 @@ class Rehearsal:
         last_step: the highest step index the command reached (None: no step marked).
         checked: the sibling check on the step before the chosen ones (``groups``,
             ``replicas``, ``mismatches``), or None when none ran.
-        stopped: why it was stopped before its chosen steps ended (``--timeout``, Ctrl-C),
-            or None.
+        stopped: why it was stopped before its chosen steps ended (``--timeout``, no sign
+            of life), or None.
     """
 
     exit_status: int | None
@@ -358,7 +358,7 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
         events = StatusReader(status).poll()
     reached = [e["index"] for e in events if e.get("event") in ("step", "item_start")]
     checked = [e for e in events if e.get("event") == "siblings_checked"]
-    ours = outcome.stopped is not None and outcome.stopped.endswith("ended")
+    ours = outcome.completed
     return Rehearsal(exit_status=None if ours else outcome.returncode,
                      seconds=outcome.seconds,
                      steps=[e for e in events if e.get("event") == "item_end"],
