@@ -183,8 +183,12 @@ class ScriptReplication:
             logger.info("torch_nsight: %s", line)
         if self.groups:
             logger.info("torch_nsight: %d replica(s) of %d group(s) are left out of profiling "
-                        "and take their representative's rows",
-                        sum(len(g["replicas"]) for g in self.groups), len(self.groups))
+                        "and take their representative's rows", self.replicas, len(self.groups))
+
+    @property
+    def replicas(self) -> int:
+        """How many siblings are left out of profiling (their groups' replicas)."""
+        return sum(len(g["replicas"]) for g in self.groups)
 
     def step_started(self) -> None:
         """A chosen step starts: its replicas' ranges are marked."""

@@ -95,8 +95,8 @@ def _what_was_recorded() -> dict[str, int]:
     handles = list(active_instrumentations())
     return {"modules": sum(len(h.names) for h in handles),
             "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
-            "replicas": sum(len(g["replicas"]) for h in handles if h.replication is not None
-                            for g in h.replication.groups)}
+            "replicas": sum(h.replication.replicas for h in handles
+                            if h.replication is not None)}
 
 
 def _replications() -> list[ScriptReplication]:
@@ -196,8 +196,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._checking and (checked := _status(self._environ)) is not None:
             checked.emit("siblings_checked", index=self.index, failed=kind is not None,
                          groups=sum(len(r.groups) for r in self._checking),
-                         replicas=sum(len(g["replicas"]) for r in self._checking
-                                      for g in r.groups),
+                         replicas=sum(r.replicas for r in self._checking),
                          mismatches=[line for r in self._checking for line in r.mismatches])
         self._checking = []
         if self._handles:

@@ -329,7 +329,6 @@ def rehearse(plan: ScriptPlan) -> int:
         if not ran:
             raise NothingProfiledError(f"the dry run reached no chosen step that ended: "
                                        f"{reached}. {script.why_nothing(plan.steps)}")
-    if len(ran) < (plan.n_steps or 1):
         print(f"# only {len(ran)} of the {plan.n_steps} chosen steps ran: the command ended "
               f"after step {done.last_step}")
     chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None

@@ -9,6 +9,7 @@ processes at once, each opening the report itself. No pandas here: records are p
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import lzma
@@ -110,6 +111,7 @@ def _prefer_the_package() -> str | None:
     return str(packaged)
 
 
+@functools.cache  # once: read_action asks for it per kernel
 def import_reader() -> Any:
     """Import ``ncu_report`` (the ``ncu-report`` package first, see
     :func:`_prefer_the_package`) and learn its workload types.
