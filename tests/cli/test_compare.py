@@ -19,8 +19,8 @@ import torch_nsight
 from torch_nsight.analyze import compare_profiles, module_tree
 from torch_nsight.cli.main import main
 
+from .conftest import imported_after
 from .test_cli import LAUNCHERS, run_cli
-from .test_startup import imported_after
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -18,8 +18,7 @@ import pytest
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.profile import current_rank, parse_ranks
 
-from .conftest import run_main
-from .test_startup import imported_after
+from .conftest import imported_after, run_main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[2]

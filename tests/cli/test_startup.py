@@ -4,32 +4,11 @@ interpreter, since this test process has imported torch already."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-HEAVY = ("torch", "torch_nsight.capture", "torch_nsight.collect", "matplotlib", "pandas")
-
-
-def imported_after(argv: list[str], cwd: Path) -> dict[str, object]:
-    """Run ``main(argv)`` in a fresh interpreter; return its exit status and which of
-    :data:`HEAVY` it imported."""
-    code = ("import json, sys\n"
-            "from torch_nsight.cli.main import main\n"
-            "try:\n"
-            f"    status = main({argv!r})\n"
-            "except SystemExit as done:\n"
-            "    status = done.code\n"
-            "sys.stdout.flush()\n"
-            f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-            "print('@@' + json.dumps({'status': status, 'heavy': heavy}))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True,
-                            text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.rsplit("@@", 1)[1])
+from .conftest import imported_after
 
 
 def test_report_does_not_import_torch(report: Path, tmp_path: Path) -> None:

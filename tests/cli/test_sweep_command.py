@@ -20,7 +20,7 @@ from torch_nsight.cli.sweep import parse_shapes
 from torch_nsight.collect.shared.job import Target
 from torch_nsight.collect.shared.timing import describe
 
-from .conftest import run_main
+from .conftest import imported_after, run_main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,36 +46,40 @@ def cli(*args: str, cwd: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path) -> None:
+def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
     marker = tmp_path / "imported_by.txt"
     (tmp_path / "model.py").write_text(MODEL_FILE.format(marker=str(marker)))
-    proc = cli("model.py:make", "--shapes", "4x16,2x3x16", "--dry-run", "--backward",
-               "-o", "out", cwd=tmp_path)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    assert out.splitlines() == ["4x16: ok (outputs (4, 8) float32)",
-                                "2x3x16: ok (outputs (2, 3, 8) float32)"]
-    # where the time went, on standard error, as the saved profile records it
-    took = [line for line in err.splitlines() if line.startswith("sweep took ")]
-    timing = torch_nsight.load(tmp_path / "out").meta.sweeps[0].timing
-    assert took == [f"sweep took {describe(timing)}"]
+    # the command's own process imports neither the file nor torch: the child does both
+    found = imported_after(["sweep", "model.py:make", "--shapes", "4x16,2x3x16", "--dry-run",
+                            "--backward", "-o", "out"], tmp_path)
+    assert found["status"] == 0, found["err"]
+    assert found["out"].splitlines() == ["4x16: ok (outputs (4, 8) float32)",
+                                         "2x3x16: ok (outputs (2, 3, 8) float32)"]
+    assert "torch" not in found["heavy"] and "torch_nsight.collect" in found["heavy"]
     importers = {int(line) for line in marker.read_text().split()}
-    assert importers and proc.pid not in importers  # the parent never imported it
+    assert importers and found["pid"] not in importers
+    # where the time went, on standard error, as the saved profile records it, with the
+    # settings the child ran with (the command had none of its own to give it)
+    took = [line for line in found["err"].splitlines() if line.startswith("sweep took ")]
+    saved = torch_nsight.load(tmp_path / "out").meta
+    assert took == [f"sweep took {describe(saved.sweeps[0].timing)}"]
+    assert saved.settings["default_dtype"] == "float32"
     # a dry run's folder holds no profile: the next run replaces it
-    again = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "out", cwd=tmp_path)
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err
+    status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
+                               "-o", "out"], tmp_path, monkeypatch, capsys)
+    assert status == 0, err
     # without -o a dry run keeps nothing
-    bare = cli("model.py:make", "--shapes", "4x16", "--dry-run", cwd=tmp_path)
-    _, err = bare.communicate(timeout=300)
-    assert bare.returncode == 0, err
+    status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run"],
+                              tmp_path, monkeypatch, capsys)
+    assert status == 0, err
     assert not (tmp_path / "torch_nsight_sweep").exists()
     # a folder holding a profiled sweep (the recorded one) is kept without --force
     shutil.copytree(ROOT / "tests" / "data" / "sweep_stack", tmp_path / "kept")
-    refused = cli("model.py:make", "--shapes", "4x16", "--dry-run", "-o", "kept",
-                  cwd=tmp_path)
-    _, err = refused.communicate(timeout=300)
-    assert refused.returncode == 1 and "--force" in err
+    status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
+                               "-o", "kept"], tmp_path, monkeypatch, capsys)
+    assert status == 1 and "--force" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [

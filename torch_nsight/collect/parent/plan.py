@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -145,10 +146,9 @@ def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dty
 
 def check_variants(model: Any) -> dict[str, Any]:
     """``model`` as label -> module or factory (``""`` for a single one), checked."""
-    from torch import nn
 
     def check(label: str, value: Any) -> Any:
-        if not isinstance(value, nn.Module) and not callable(value):
+        if not _is_module(value) and not callable(value):
             raise TypeError(f"model{label and f'[{label!r}]'} must be an nn.Module or a "
                             f"zero-argument factory, got {type(value).__name__}")
         return value
@@ -204,11 +204,16 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
                         f"{type(ops).__name__}")
 
 
-def _warn_about_model(variants: dict[str, Any]) -> None:
-    from torch import nn
+def _is_module(value: Any) -> bool:
+    """Whether ``value`` is an ``nn.Module``, without importing torch: a process that never
+    imported it holds none (the command line's file targets are imported by the child)."""
+    nn = getattr(sys.modules.get("torch"), "nn", None)
+    return nn is not None and isinstance(value, nn.Module)
 
+
+def _warn_about_model(variants: dict[str, Any]) -> None:
     for label, value in variants.items():
-        if not isinstance(value, nn.Module):
+        if not _is_module(value):
             continue
         params = list(value.parameters())
         size = sum(p.numel() * p.element_size() for p in params)
@@ -233,7 +238,11 @@ def _visible_device(device: int | str) -> str:
 
 
 def user_settings() -> dict[str, Any]:
-    """The global PyTorch settings of this process, for the child to run with."""
+    """The global PyTorch settings of this process, for the child to run with: none when
+    this process never imported torch (it cannot have changed them; the child starts with
+    torch's defaults and records what it ran with)."""
+    if sys.modules.get("torch") is None:
+        return {}
     from torch_nsight.capture.settings import describe_settings, read_settings
 
     settings = read_settings()
