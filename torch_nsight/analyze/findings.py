@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -116,6 +116,12 @@ def _prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     return work
 
 
+def _in_groups_with(work: pd.DataFrame, keys: Sequence[str], mask: pd.Series) -> pd.Series:
+    """Whether each row's group of ``keys`` holds a row where ``mask`` is true: the groups a
+    check can skip, left out before it loops over the rest."""
+    return mask.groupby([work[k] for k in keys], sort=False).transform("any").astype(bool)
+
+
 def _per_run(rows: pd.DataFrame, values: pd.Series | None = None) -> float:
     """Sum of ``values`` (default ``duration_ns``) over ``rows``, per run; NaN if any is."""
     values = rows["duration_ns"] if values is None else values
@@ -168,10 +174,12 @@ def _heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
     if calls is None or "aten_op" not in calls or "input_dtypes" not in calls:
         return pd.DataFrame(columns=columns)
     rows = []
-    for _, call in calls.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes",
-                                          "input_dtypes"]).iterrows():
+    ops = calls["aten_op"].astype(str)
+    chosen = calls[ops.isin(GEMM_OPS) | ops.str.contains("conv", regex=False)]
+    for _, call in chosen.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes",
+                                           "input_dtypes"]).iterrows():
         op, dtypes = str(call["aten_op"]), call["input_dtypes"]
-        if not (op in GEMM_OPS or "conv" in op) or not isinstance(dtypes, (tuple, list)):
+        if not isinstance(dtypes, (tuple, list)):
             continue
         dims = gemm_dims(op, call["input_shapes"]) if op in GEMM_OPS else None
         named = dict(zip("MNK", dims, strict=True)) if dims else {}
@@ -186,10 +194,16 @@ def _heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
     return out
 
 
-def _calls_of(heavy: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
-    """The heavy calls made where ``group``'s kernels ran (same join keys)."""
-    key = group.iloc[0][list(JOIN_KEYS)].tolist()
-    return heavy[(heavy[list(JOIN_KEYS)] == key).all(axis=1)]
+CallsOf = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def _calls_where(heavy: pd.DataFrame) -> CallsOf:
+    """A lookup over ``heavy`` grouped once: the calls made where a group of kernels ran
+    (the join keys of its first row); none for a site the calls table lacks."""
+    keys = list(JOIN_KEYS)
+    groups = {key: rows for key, rows in heavy.groupby(keys, sort=False)}
+    none = heavy.iloc[:0]
+    return lambda group: groups.get(tuple(group.iloc[0][keys]), none)
 
 
 # --- gemm_misaligned -----------------------------------------------------------------------
@@ -236,15 +250,18 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
     has the module's GEMMs, else from kernel names (``align1``/``align2``, or a pre-Hopper
     kernel on a Hopper GPU)."""
     found: Found = []
-    gemm_calls = heavy[heavy["dims"].notna()]
+    gemms_of = _calls_where(heavy[heavy["dims"].notna()])
+    work = work[_in_groups_with(work, JOIN_KEYS, work["is_gemm"] | work["precision"]
+                                .astype(str).str.startswith("tensor_"))]
+    hopper = work["gpu"].map(lambda g: any(h in str(g) for h in HOPPER_GPUS)).astype(bool)
+    old_arch = _contains(work["kernel"], OLD_ARCH_NAMES) & hopper
+    small_align = work["kernel"].map(lambda k: bool(_SMALL_ALIGN.search(str(k)))).astype(bool)
     for _, group in work.groupby(list(JOIN_KEYS), sort=False):
-        mine = _calls_of(gemm_calls, group)
+        mine = gemms_of(group)
         if len(mine):
             found += _gemm_from_calls(group, mine)
             continue
-        hopper = group["gpu"].map(lambda g: any(h in g for h in HOPPER_GPUS))
-        old = _contains(group["kernel"], OLD_ARCH_NAMES) & hopper
-        small = group["kernel"].map(lambda k: bool(_SMALL_ALIGN.search(k)))
+        old, small = old_arch[group.index], small_align[group.index]
         rows = group[group["is_gemm"] & (old | small)]
         gain = _roofline_gain(rows) if len(rows) else 0.0
         if rows.empty or gain <= 0:  # an unknown gain (no roofline) is still said
@@ -259,16 +276,16 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
 
 
 # --- fp32_no_tensor_cores --------------------------------------------------------------------
-def _fp32_data(rows: pd.DataFrame, heavy: pd.DataFrame) -> bool:
+def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     """Whether the kernels work on fp32 data: their calls' dtype where the calls table has
     them, else hardly any half-precision instructions (16-bit operands need conversions)."""
-    mine = _calls_of(heavy, rows)
+    mine = calls_of(rows)
     if len(mine):
         return bool((mine["dtype"] == "float32").any())
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
-def _fp32_no_tensor_cores(work: pd.DataFrame, heavy: pd.DataFrame,
+def _fp32_no_tensor_cores(work: pd.DataFrame, calls_of: CallsOf,
                           settings: Mapping[str, Any]) -> Found:
     """fp32 GEMMs and convolutions on CUDA cores with TF32 off (or unknown); gain: their
     time above the TF32 tensor roof reached at :data:`ATTAINABLE_FRACTION`."""
@@ -279,7 +296,7 @@ def _fp32_no_tensor_cores(work: pd.DataFrame, heavy: pd.DataFrame,
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
         conv = bool(rows.iloc[0]["is_conv"])
         tf32 = tf32_enabled(settings, "conv" if conv else "matmul")
-        if tf32 or not _fp32_data(rows, heavy):
+        if tf32 or not _fp32_data(rows, calls_of):
             continue
         peak = rows["peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
         tf32_ns = 1e9 * pd.concat([rows["flops"] / peak,
@@ -362,7 +379,8 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
     for chain in chains:
         grouped.setdefault(tuple(chain.iloc[0][list(SITE_KEYS)]), []).append(chain)
     found: Found = []
-    for parts in grouped.values():
+    sites = work.groupby(list(SITE_KEYS), sort=False).indices if grouped else {}
+    for key, parts in grouped.items():
         rows = pd.concat(parts)
         saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].max()
                                                      / c["dram_bytes"].sum())
@@ -370,8 +388,7 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
         gain = float(saved.sum())
         time, traffic = _per_run(rows), _per_run(rows, rows["dram_bytes"])
         one_pass = max(c["dram_bytes"].max() for c in parts)
-        first = rows.iloc[0]
-        kind = chain_kind(work[(work[list(SITE_KEYS)] == first[list(SITE_KEYS)]).all(axis=1)])
+        kind = chain_kind(work.iloc[sites[key]])
         what = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm "
                 "written out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU "
                 "written out)", "softmax": " (masking and softmax)"}.get(kind or "", "")
@@ -386,13 +403,14 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
 
 
 # --- layout_conversion -----------------------------------------------------------------------
-def _layout_conversion(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
+def _layout_conversion(work: pd.DataFrame, calls_of: CallsOf) -> Found:
     """cuDNN's NCHW <-> NHWC transposes in a convolution's module; gain: their measured time."""
     found: Found = []
-    for _, group in work.groupby(list(SITE_KEYS), sort=False):
-        rows = group[_contains(group["kernel"], LAYOUT_NAMES)]
-        conv = group["is_conv"].any() or _calls_of(heavy, group)["aten_op"].str.contains(
-            "conv").any()
+    layout = _contains(work["kernel"], LAYOUT_NAMES)
+    for _, group in work[_in_groups_with(work, SITE_KEYS, layout)].groupby(list(SITE_KEYS),
+                                                                          sort=False):
+        rows = group[layout[group.index]]
+        conv = group["is_conv"].any() or calls_of(group)["aten_op"].str.contains("conv").any()
         if rows.empty or not conv:
             continue
         gain, total = _per_run(rows), _per_run(group)
@@ -478,9 +496,10 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
         MissingMetricError: ``kernels`` lacks a column every check needs.
     """
     work, heavy = _prepare(kernels), _heavy_calls(calls)
+    calls_of = _calls_where(heavy)
     found: Found = [*_gemm_misaligned(work, heavy),
-                    *_fp32_no_tensor_cores(work, heavy, settings or {}),
-                    *_elementwise_chain(work), *_layout_conversion(work, heavy)]
+                    *_fp32_no_tensor_cores(work, calls_of, settings or {}),
+                    *_elementwise_chain(work), *_layout_conversion(work, calls_of)]
     claimed = pd.Index([i for _, index in found for i in index])
     found += _small_grid(work, claimed)
     rows = [row for row, _ in found]
