@@ -102,11 +102,10 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     group_keys.loc[~group_keys["__indexed"], "__template"] = [
         f"\0row{i}" for i in np.flatnonzero(~group_keys["__indexed"].to_numpy())]
     group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
-    out = []
-    for _, members in work.groupby(group_id, sort=False):
-        if len(members) == 1:
-            out.append(members.assign(**{FOLD_COLUMN: 1}))
-            continue
+    size = group_id.map(group_id.value_counts()).to_numpy()
+    alone = work[size == 1].assign(**{FOLD_COLUMN: 1})
+    out = [alone] if len(alone) else []
+    for _, members in work[size > 1].groupby(group_id[size > 1], sort=False):
         ranked = members[rank].astype("float64").fillna(-np.inf)
         row = members.loc[[ranked.idxmax()]].copy()
         for column in sums:
@@ -126,8 +125,9 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
         if path is not None and path in members:
             row[path] = _fold_path(members[path].tolist())
         row[FOLD_COLUMN] = len(members)
+        row.index = members.index[:1]  # where its first row stood
         out.append(row)
-    return pd.concat(out, ignore_index=True)
+    return pd.concat(out).sort_index(kind="stable").reset_index(drop=True)
 
 
 def _fold_path(paths: list[object]) -> object:

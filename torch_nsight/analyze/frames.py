@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 import pandas as pd
+from pandas.core.groupby import DataFrameGroupBy
 
 Frame = TypeVar("Frame", pd.Series, pd.DataFrame)
 
@@ -58,6 +59,12 @@ def per_run(out: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
     out = out.merge(runs_per_group(df, keys), on=list(keys), how="left")
     out[list(columns)] = out[list(columns)].astype("float64").div(out["runs"], axis=0)
     return out
+
+
+def known_sums(groups: DataFrameGroupBy, columns: Sequence[str]) -> pd.DataFrame:
+    """Per group, the sums of ``columns``: NaN (not 0) where a group has no known value, as
+    for a headroom no kernel of the group has (pandas' vectorized ``min_count=1``)."""
+    return groups[list(columns)].sum(min_count=1)
 
 
 def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,

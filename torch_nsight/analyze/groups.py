@@ -11,7 +11,7 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import folded_name, index_template
-from torch_nsight.analyze.frames import blank_to_none, filled, keyed, per_run
+from torch_nsight.analyze.frames import blank_to_none, filled, keyed, known_sums, per_run
 from torch_nsight.analyze.rollup import BOUNDS, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
 from torch_nsight.vocabulary import LABELS, UNATTRIBUTED
@@ -79,10 +79,10 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
     """
     keys = [*LABELS, "kernel"]
     work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
-    out = work.groupby(keys, sort=False).agg(
-        launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
-        headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
-        modules=("module", "nunique")).reset_index()
+    groups = work.groupby(keys, sort=False)
+    out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
+    out["headroom_ns"] = known_sums(groups, ["headroom_ns"])["headroom_ns"]
+    out = out.assign(modules=groups["module"].nunique()).reset_index()
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
     out = out.merge(_top(work, keys,
                          "bound").rename(columns={"top_bound": "bound"}), on=keys, how="left")
@@ -124,10 +124,11 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
                                                | (work["module"] == UNATTRIBUTED), 0.0)
     for bound in BOUNDS:
         work[f"_{bound}"] = work["duration_ns"].where(work["bound"] == bound, 0.0)
-    out = work.groupby(keys, sort=False).agg(
-        launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
-        inside=("_inside", "sum"), headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
-        **{f"{b}_pct": (f"_{b}", "sum") for b in BOUNDS}).reset_index()
+    groups = work.groupby(keys, sort=False)
+    out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
+                     inside=("_inside", "sum"))
+    out["headroom_ns"] = known_sums(groups, ["headroom_ns"])["headroom_ns"]
+    out = out.assign(**{f"{b}_pct": groups[f"_{b}"].sum() for b in BOUNDS}).reset_index()
     out["coverage_pct"] = 100.0 * out["inside"] / out["duration_ns"]
     for bound in BOUNDS:
         out[f"{bound}_pct"] = 100.0 * out[f"{bound}_pct"] / out["duration_ns"]

@@ -12,7 +12,7 @@ import pandas as pd
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import fold_rows
-from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, per_run
+from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
 from torch_nsight.analyze.rollup import (
     module_tree,
     path_keys,
@@ -125,9 +125,8 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
                             "reason", "basis", "roofline_side"])
     groups = work.groupby(keys, sort=False)
-    out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
-                     headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
-                     roof_time_ns=("roof_time_ns", lambda s: s.sum(min_count=1)))
+    out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
+    out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
     for column in ("precision", "bound", "roofline_side"):
         out[column] = blank_to_none(dominant(work, keys, column))
     # the evidence shown is that of the launches with the site's bound: launches whose

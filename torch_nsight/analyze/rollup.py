@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import blank_to_none, filled, runs_per_group
+from torch_nsight.analyze.frames import blank_to_none, filled, known_sums, runs_per_group
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 from torch_nsight.vocabulary import (
     LABELS,
@@ -87,13 +87,13 @@ def _base(df: pd.DataFrame, depth: int | None) -> pd.DataFrame:
     for bound in BOUNDS:
         base[f"t_{bound}"] = base["duration_ns"].where(base["bound"] == bound, 0.0)
     keys = [*LABELS, "direction", "module_path"]
-    return base.groupby(keys, sort=False).agg(
-        duration_ns=("duration_ns", "sum"), kernels=("duration_ns", "size"),
-        headroom_ns=("headroom_ns", lambda s: s.sum(min_count=1)),
-        flops=("flops", lambda s: s.sum(min_count=1)),
-        dram_bytes=("dram_bytes", lambda s: s.sum(min_count=1)),
-        order=("order", "min"), **{f"t_{b}": (f"t_{b}", "sum") for b in BOUNDS},
-    ).reset_index()
+    groups = base.groupby(keys, sort=False)
+    out = groups.agg(duration_ns=("duration_ns", "sum"), kernels=("duration_ns", "size"))
+    out[["headroom_ns", "flops", "dram_bytes"]] = known_sums(
+        groups, ["headroom_ns", "flops", "dram_bytes"])
+    out["order"] = groups["order"].min()
+    out[[f"t_{b}" for b in BOUNDS]] = groups[[f"t_{b}" for b in BOUNDS]].sum()
+    return out.reset_index()
 
 
 @needs("module", "module_path", "duration_ns")
@@ -128,23 +128,25 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     inclusive_runs = _inclusive_runs(df, depth)
     sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",
             *(f"t_{b}" for b in BOUNDS)]
-    pieces = []
-    for _, leaf in base.iterrows():
-        for path in ancestors(leaf["module_path"]):
-            node = leaf.copy()
-            node["leaf"] = path == leaf["module_path"]
-            node["module_path"] = path
-            pieces.append(node)
-    nodes = pd.DataFrame(pieces)
+    # each leaf row once per ancestor (itself last), in the leaves' order
+    rows, paths = [], []
+    for row, leaf in enumerate(base["module_path"]):
+        for path in ancestors(leaf):
+            rows.append(row)
+            paths.append(path)
+    nodes = base.iloc[rows].reset_index(drop=True)
+    nodes["leaf"] = nodes["module_path"].to_numpy() == np.array(paths, dtype=object)
+    nodes["module_path"] = paths
     keys = [*LABELS, "direction", "module_path"]
     for column in sums:
         nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
-    tree = nodes.groupby(keys, sort=False).agg(
-        **{c: (c, lambda s: s.sum(min_count=1)) for c in sums},
-        exclusive_ns=("x_duration_ns", "sum"), exclusive_kernels=("x_kernels", "sum"),
-        exclusive_headroom_ns=("x_headroom_ns", lambda s: s.sum(min_count=1)),
-        order=("order", "min"),
-    ).reset_index().rename(columns={"duration_ns": "inclusive_ns"})
+    grouped = nodes.groupby(keys, sort=False)
+    tree = known_sums(grouped, sums)
+    tree["exclusive_ns"] = grouped["x_duration_ns"].sum()
+    tree["exclusive_kernels"] = grouped["x_kernels"].sum()
+    tree["exclusive_headroom_ns"] = known_sums(grouped, ["x_headroom_ns"])["x_headroom_ns"]
+    tree["order"] = grouped["order"].min()
+    tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
     tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
