@@ -57,18 +57,17 @@ def kernel_family(kernel: object) -> str | None:
     return next((family for family, pattern, _ in FAMILIES if pattern.search(kernel)), None)
 
 
-def _ops_of(ops: pd.DataFrame, family: str | None) -> str | None:
-    """The ops of one module that kernels of ``family`` run, most frequent first."""
-    if ops.empty:
+def _ops_of(counts: list[tuple[str, float]], family: str | None) -> str | None:
+    """The ops of one module (``(aten_op, calls)``, most calls first) that kernels of
+    ``family`` run."""
+    if not counts:
         return None
-    counts = ops.groupby("aten_op", sort=False)["count"].sum().sort_values(
-        ascending=False, kind="stable")
     if len(counts) == 1:
-        return str(counts.index[0])
+        return counts[0][0]
     pattern = next((op for name, _, op in FAMILIES if name == family), None)
     if pattern is None:
         return None
-    names = [str(name) for name in counts.index if pattern.search(str(name))]
+    names = [name for name, _ in counts if pattern.search(name)]
     if family == "elementwise":  # what the other families do not claim
         names = [name for name in names if not _CLAIMED.search(name)]
     return ", ".join(names) or None
@@ -91,8 +90,13 @@ def name_aten_ops(df: pd.DataFrame, calls: pd.DataFrame | None) -> pd.DataFrame:
         return out
     keys = [k for k in JOIN_KEYS if k in calls and k in out]
     work = calls.assign(count=calls.get("count", 1))
-    by_module = {key if isinstance(key, tuple) else (key,): group for key, group in
-                 work.groupby([work[k].astype(object).fillna("") for k in keys], sort=False)}
+    totals = work.groupby([*(work[k].astype(object).fillna("") for k in keys), "aten_op"],
+                          sort=False)["count"].sum()
+    by_module: dict[tuple[object, ...], list[tuple[str, float]]] = {}
+    for (*key, op), count in totals.items():
+        by_module.setdefault(tuple(key), []).append((str(op), count))
+    for counts in by_module.values():  # most calls first, ties in the order first called
+        counts.sort(key=lambda pair: -pair[1])
     kernel_keys = out[keys].astype(object).fillna("")
     families = out["kernel"].map(kernel_family)
     memo: dict[tuple[object, ...], str | None] = {}
@@ -100,8 +104,7 @@ def name_aten_ops(df: pd.DataFrame, calls: pd.DataFrame | None) -> pd.DataFrame:
     for key, family in zip(map(tuple, kernel_keys.to_numpy()), families, strict=True):
         cache_key = (*key, family)
         if cache_key not in memo:
-            group = by_module.get(key)
-            memo[cache_key] = None if group is None else _ops_of(group, family)
+            memo[cache_key] = _ops_of(by_module.get(key, []), family)
         names.append(memo[cache_key])
     out[ATEN_OPS_COLUMN] = pd.Series(names, index=out.index, dtype=object)
     return out
