@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
+import json
 import logging
 import shutil
 import subprocess
@@ -14,11 +16,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import torch_nsight
 import torch_nsight.demo
 from torch_nsight.cli.main import build_parser, main
 
+from .conftest import run_main
+
 PACKAGED = Path(torch_nsight.demo.__file__).parent
 FIXTURE = PACKAGED / torch_nsight.demo.RECORDED_REPORT
+DATA = Path(__file__).resolve().parents[1] / "data"
 LAUNCHERS = {
     "console-script": [shutil.which("torch-nsight") or "torch-nsight"],
     "python-m": [sys.executable, "-m", "torch_nsight"],
@@ -61,13 +67,15 @@ def test_not_a_report_is_one_line(tmp_path: Path) -> None:
     assert "not an Nsight Compute report" in line
 
 
-def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path) -> None:
+def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     existing = tmp_path / "modules.json"
     existing.write_text("keep me")
-    result = run_cli("python-m", "report", report, "--table", "modules", "--json", existing,
-                     cwd=tmp_path)
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
+    status, _, err = run_main(["report", str(report), "--table", "modules", "--json",
+                               str(existing)], tmp_path, monkeypatch, capsys)
+    assert status == 1
+    assert err.splitlines() == [
         f"torch-nsight: error: {existing} already exists; pass --force to overwrite"]
     assert existing.read_text() == "keep me"
     assert main(["report", str(report), "--table", "modules", "--json", str(existing),
@@ -75,15 +83,15 @@ def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path) -> Non
     assert existing.read_text().startswith("[")
 
 
-@pytest.mark.slow
-def test_demo_reads_the_recorded_report(tmp_path: Path) -> None:
+def test_demo_reads_the_recorded_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
               if p.is_file()}
-    result = run_cli("python-m", "demo", "--recorded", "--out", tmp_path / "demo",
-                     "--table", "modules", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "reading the recorded report" in result.stderr
-    assert "· self_attn" in result.stdout
+    status, out, err = run_main(["demo", "--recorded", "--out", str(tmp_path / "demo"),
+                                 "--table", "modules"], tmp_path, monkeypatch, capsys)
+    assert status == 0, err
+    assert "reading the recorded report" in err
+    assert "· self_attn" in out
     assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == [
         "modules.csv", "roofline.png", "scaling.png"]
     after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
@@ -234,20 +242,14 @@ def test_verbose_after_the_subcommand(report: Path) -> None:
     assert args.verbose == 1
 
 
-@pytest.mark.slow
-def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    sweep = Path(__file__).resolve().parents[1] / "data" / "sweep_stack"
+def test_report_reads_a_sweep_directory_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     def modules(*extra: str) -> list[str]:
-        proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(sweep),
-                               "--table", "modules", "--depth", "1", *extra],
-                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert proc.returncode == 0, proc.stderr
-        assert "294 kernels" in proc.stdout and "rows replicated" in proc.stdout
-        return proc.stdout.splitlines()
+        status, out, err = run_main(["report", str(DATA / "sweep_stack"), "--table", "modules",
+                                     "--depth", "1", *extra], tmp_path, monkeypatch, capsys)
+        assert status == 0, err
+        assert "294 kernels" in out and "rows replicated" in out
+        return out.splitlines()
 
     lines = modules("--no-fold")
     for block in ("0", "1", "2", "3"):  # replicated blocks 2 and 3 are rows like the others
@@ -256,76 +258,54 @@ def test_report_reads_a_sweep_directory_whole(tmp_path) -> None:
     assert sum("· {0-3} ×4 " in line for line in modules()) == 4
 
 
-@pytest.mark.slow
-def test_a_report_without_flop_counters_says_what_to_record(tmp_path) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    report = Path(__file__).resolve().parents[1] / "data" / "emit_nvtx.ncu-rep.xz"
+def test_a_report_without_flop_counters_says_what_to_record(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    report = DATA / "emit_nvtx.ncu-rep.xz"
     chart = tmp_path / "roofline.png"
-    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report),
-                           "--roofline", str(chart)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert proc.returncode == 1 and not chart.exists()
-    assert proc.stdout == ""  # refused before any table was printed
-    assert "no kernel can be placed on the roofline" in proc.stderr
-    assert "torch-nsight profile" in proc.stderr and "dram__bytes.sum" in proc.stderr
-    plain = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report)],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert plain.returncode == 0 and "note: emit_nvtx.ncu-rep.xz lacks 27 of the metrics" in \
-        plain.stderr
+    status, out, err = run_main(["report", str(report), "--roofline", str(chart)], tmp_path,
+                                monkeypatch, capsys)
+    assert status == 1 and not chart.exists()
+    assert out == ""  # refused before any table was printed
+    assert "no kernel can be placed on the roofline" in err
+    assert "torch-nsight profile" in err and "dram__bytes.sum" in err
+    status, _, err = run_main(["report", str(report)], tmp_path, monkeypatch, capsys)
+    assert status == 0 and "note: emit_nvtx.ncu-rep.xz lacks 27 of the metrics" in err
 
 
-@pytest.mark.slow
-def test_labels_name_reports_of_one_shape(tmp_path) -> None:
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    recorded = Path(__file__).resolve().parents[1] / "data" / "hand_s128.ncu-rep.xz"
+def test_labels_name_reports_of_one_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    recorded = DATA / "hand_s128.ncu-rep.xz"
     first = shutil.copy(recorded, tmp_path / "a.ncu-rep.xz")
     second = shutil.copy(recorded, tmp_path / "b.ncu-rep.xz")
 
-    def report(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(first),
-                               str(second), "--table", "modules", "--depth", "0", *extra],
-                              capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    def report(*extra: str) -> tuple[int, str, str]:
+        return run_main(["report", str(first), str(second), "--table", "modules", "--depth",
+                         "0", *extra], tmp_path, monkeypatch, capsys)
 
-    named = report("--label", "before", "--label", "after")
-    assert named.returncode == 0, named.stderr
-    assert "shapes before, after" in named.stdout
-    runs = report("--label", "x", "--label", "x")
-    assert "shapes x;" in runs.stdout or "shapes x " in runs.stdout or "shapes x\n" in runs.stdout
-    wrong = report("--label", "only-one")
-    assert wrong.returncode == 1 and "one label per report" in wrong.stderr
+    status, out, err = report("--label", "before", "--label", "after")
+    assert status == 0, err
+    assert "shapes before, after" in out
+    _, out, _ = report("--label", "x", "--label", "x")
+    assert "shapes x;" in out or "shapes x " in out or "shapes x\n" in out
+    status, _, err = report("--label", "only-one")
+    assert status == 1 and "one label per report" in err
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])
-@pytest.mark.slow
-def test_csv_and_json_go_to_standard_output(tmp_path, fmt: str) -> None:
-    import io
-    import json as jsonlib
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    import pandas as pd
-
-    import torch_nsight
-
-    report = Path(__file__).resolve().parents[1] / "data" / "hand_s128.ncu-rep.xz"
-    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "report", str(report),
-                           "--format", fmt, "-n", "5"], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    frame = (pd.read_csv(io.StringIO(proc.stdout)) if fmt == "csv"
-             else pd.DataFrame(jsonlib.loads(proc.stdout)))
+def test_csv_and_json_go_to_standard_output(tmp_path: Path, fmt: str,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    report = DATA / "hand_s128.ncu-rep.xz"
+    status, out, err = run_main(["report", str(report), "--format", fmt, "-n", "5"], tmp_path,
+                                monkeypatch, capsys)
+    assert status == 0, err
+    frame = (pd.read_csv(io.StringIO(out)) if fmt == "csv"
+             else pd.DataFrame(json.loads(out)))
     expected = torch_nsight.load(report, cache=False).hotspots(n=5)
     assert frame["kernel"].tolist() == expected["kernel"].tolist()
     assert frame["duration_ns"].tolist() == pytest.approx(expected["duration_ns"].tolist())
-    assert "40 kernels" in proc.stderr  # the summary line goes to standard error
+    assert "40 kernels" in err  # the summary line goes to standard error
 
 
 @pytest.mark.parametrize("code", ["EROFS", "EACCES", "ENOSPC"])

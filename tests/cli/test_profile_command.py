@@ -75,32 +75,38 @@ for _ in range(int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 
 
 
 @pytest.mark.slow
-def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path) -> None:
+def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "train.py").write_text(STEPS_ONLY)
-    with_steps = cli("--dry-run", "--steps", "10:12", "--", "python", "train.py", "--lr",
-                     "3e-4", cwd=tmp_path)
-    assert with_steps.returncode == 0, with_steps.stderr
-    line = with_steps.stdout.splitlines()[0]
+
+    def dry_run(*args: str) -> tuple[int, str, str]:
+        return run_main(["profile", "--dry-run", *args], tmp_path, monkeypatch, capsys)
+
+    status, out, err = dry_run("--steps", "10:12", "--", "python", "train.py", "--lr", "3e-4")
+    assert status == 0, err
+    line = out.splitlines()[0]
     assert line.startswith("TORCH_NSIGHT_STEPS=10:12 ")
     assert "--nvtx-include torch_nsight@measure" in line and "--clock-control none" in line
     assert line.endswith("python train.py --lr 3e-4")
     # fast by default: one replay pass, the busy counters standing in for the SOL section
-    assert "# metrics (fast): gpu__time_duration.sum" in with_steps.stdout
-    assert "sm__pipe_tensor_cycles_active" in with_steps.stdout
+    assert "# metrics (fast): gpu__time_duration.sum" in out
+    assert "sm__pipe_tensor_cycles_active" in out
     assert "--section SpeedOfLight" not in line
     # identical blocks checked on step 9 and profiled once
     assert "TORCH_NSIGHT_REPLICATE=1 " in line and "--nvtx-exclude torch_nsight@replica" in line
-    every_block = cli("--dry-run", "--steps", "10:12", "--no-replicate", "--", "python",
-                      "train.py", cwd=tmp_path).stdout
+    # the next scripts run no step ("0"): their rehearsals end at once, the command shown first
+    _, every_block, _ = dry_run("--steps", "10:12", "--no-replicate", "--", "python",
+                                "train.py", "0")
+    assert every_block.startswith("TORCH_NSIGHT_STEPS=10:12 ")
     assert "REPLICATE" not in every_block and "torch_nsight@replica" not in every_block
-    runs = cli("--dry-run", "--steps", "10", "--runs", "3", "--", "python", "train.py",
-               cwd=tmp_path)
-    assert runs.stdout.startswith("TORCH_NSIGHT_STEPS=10:13 "), runs.stderr
-    every = cli("--dry-run", "--launch-skip", "100", "--launch-count", "50", "--", "python",
-                "train.py", cwd=tmp_path)
-    first = every.stdout.splitlines()[0]
+    _, runs, err = dry_run("--steps", "10", "--runs", "3", "--", "python", "train.py", "0")
+    assert runs.startswith("TORCH_NSIGHT_STEPS=10:13 "), err
+    _, every, _ = dry_run("--launch-skip", "100", "--launch-count", "50", "--", "python",
+                          "train.py")
+    first = every.splitlines()[0]
     assert "--nvtx-include" not in first and "--launch-skip 100 --launch-count 50" in first
-    assert "torch_nsight.step()" in every.stdout  # how to add the marker
+    assert "torch_nsight.step()" in every  # how to add the marker
 
 
 REHEARSED = """
@@ -168,34 +174,36 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path) -> None:
+def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "train.py").write_text(STEPS_ONLY)
+
+    def dry_run(steps: str, *command: str) -> tuple[int, str, str]:
+        return run_main(["profile", "--dry-run", "--steps", steps, "--", sys.executable,
+                         *command], tmp_path, monkeypatch, capsys)
+
     # three steps, none instrumented: the run ends on its own
-    short = cli("--dry-run", "--steps", "1:9", "--", sys.executable, "train.py", "3",
-                cwd=tmp_path)
-    assert short.returncode == 0, short.stderr
-    assert "to its end (exit status 0)" in short.stdout
-    assert "# step 1: ok" in short.stdout and "# step 2: ok" in short.stdout
-    assert "no module instrumented: call torch_nsight.instrument(model)" in short.stdout
+    status, out, err = dry_run("1:9", "train.py", "3")
+    assert status == 0, err
+    assert "to its end (exit status 0)" in out
+    assert "# step 1: ok" in out and "# step 2: ok" in out
+    assert "no module instrumented: call torch_nsight.instrument(model)" in out
     # fewer steps than chosen: said, and what ran is ready
-    fewer = cli("--dry-run", "--steps", "2:6", "--", sys.executable, "train.py", "4",
-                cwd=tmp_path)
-    assert fewer.returncode == 0, fewer.stderr
-    assert "# only 2 of the 4 chosen steps ran: the command ended after step 3" in fewer.stdout
+    status, out, err = dry_run("2:6", "train.py", "4")
+    assert status == 0, err
+    assert "# only 2 of the 4 chosen steps ran: the command ended after step 3" in out
     # the chosen steps never come: one line that says how far it got, and a failure
-    never = cli("--dry-run", "--steps", "5:6", "--", sys.executable, "train.py", "3",
-                cwd=tmp_path)
-    assert never.returncode == 1
-    (error,) = [x for x in never.stderr.splitlines() if x.startswith("torch-nsight: error")]
+    status, _, err = dry_run("5:6", "train.py", "3")
+    assert status == 1
+    (error,) = [x for x in err.splitlines() if x.startswith("torch-nsight: error")]
     assert "its last step was 2" in error and "--steps 5:6" in error
     # an open-ended choice is rehearsed on its first step
-    later = cli("--dry-run", "--steps", "1:", "--", sys.executable, "train.py", cwd=tmp_path)
-    assert later.returncode == 0, later.stderr
-    assert "until its chosen steps ended" in later.stdout
-    assert later.stdout.rstrip().endswith("ncu profiles step(s) 1 and every later one")
-    unmarked = cli("--dry-run", "--steps", "0", "--", sys.executable, "-c", "pass",
-                   cwd=tmp_path)
-    assert unmarked.returncode == 1 and "marked no step" in unmarked.stderr
+    status, out, err = dry_run("1:", "train.py")
+    assert status == 0, err
+    assert "until its chosen steps ended" in out
+    assert out.rstrip().endswith("ncu profiles step(s) 1 and every later one")
+    status, _, err = dry_run("0", "-c", "pass")
+    assert status == 1 and "marked no step" in err
 
 
 @pytest.mark.parametrize(("args", "message"), [
