@@ -71,7 +71,9 @@ def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
              weight: str = "duration_ns") -> pd.Series:
     """Per group of ``keys``, the value of ``column`` holding the most ``weight`` (ties: the
     first seen); a missing value counts as ``""``. Indexed by the keys."""
-    sums = (work.assign(_value=filled(work[column]))
-            .groupby([*keys, "_value"], sort=False, dropna=False)[weight].sum().reset_index())
-    top = sums.sort_values(weight, ascending=False, kind="stable")
+    narrow = pd.DataFrame({**{key: work[key] for key in keys},  # not a copy of every column
+                           "_value": filled(work[column]), "_weight": work[weight]})
+    sums = (narrow.groupby([*keys, "_value"], sort=False, dropna=False)["_weight"].sum()
+            .reset_index())
+    top = sums.sort_values("_weight", ascending=False, kind="stable")
     return top.drop_duplicates(subset=list(keys)).set_index(list(keys))["_value"]
