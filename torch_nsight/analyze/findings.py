@@ -203,7 +203,7 @@ def _calls_where(heavy: pd.DataFrame) -> CallsOf:
     keys = list(JOIN_KEYS)
     groups = {key: rows for key, rows in heavy.groupby(keys, sort=False)}
     none = heavy.iloc[:0]
-    return lambda group: groups.get(tuple(group.iloc[0][keys]), none)
+    return lambda group: groups.get(tuple(group[k].iat[0] for k in keys), none)
 
 
 # --- gemm_misaligned -----------------------------------------------------------------------

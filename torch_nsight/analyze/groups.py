@@ -81,7 +81,7 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
     work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
     groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
-    out["headroom_ns"] = known_sums(groups, ["headroom_ns"])["headroom_ns"]
+    out[["headroom_ns"]] = known_sums(groups, ["headroom_ns"])
     out = out.assign(modules=groups["module"].nunique()).reset_index()
     out = out.merge(_top(work, keys, "module"), on=keys, how="left")
     out = out.merge(_top(work, keys,
@@ -127,7 +127,7 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
                      inside=("_inside", "sum"))
-    out["headroom_ns"] = known_sums(groups, ["headroom_ns"])["headroom_ns"]
+    out[["headroom_ns"]] = known_sums(groups, ["headroom_ns"])
     out = out.assign(**{f"{b}_pct": groups[f"_{b}"].sum() for b in BOUNDS}).reset_index()
     out["coverage_pct"] = 100.0 * out["inside"] / out["duration_ns"]
     for bound in BOUNDS:

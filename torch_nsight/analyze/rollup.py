@@ -141,10 +141,10 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     for column in sums:
         nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
     grouped = nodes.groupby(keys, sort=False)
-    tree = known_sums(grouped, sums)
+    tree = known_sums(grouped, [*sums, "x_headroom_ns"]).rename(
+        columns={"x_headroom_ns": "exclusive_headroom_ns"})
     tree["exclusive_ns"] = grouped["x_duration_ns"].sum()
     tree["exclusive_kernels"] = grouped["x_kernels"].sum()
-    tree["exclusive_headroom_ns"] = known_sums(grouped, ["x_headroom_ns"])["x_headroom_ns"]
     tree["order"] = grouped["order"].min()
     tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
     tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
