@@ -35,6 +35,10 @@ Path({marker!r}).open("a").write(f"{{os.getpid()}}\\n")  # who imported this fil
 
 def make():
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+
+
+def inputs(shape):
+    return torch.ones(shape)
 """
 
 
@@ -75,6 +79,12 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path,
                               tmp_path, monkeypatch, capsys)
     assert status == 0, err
     assert not (tmp_path / "torch_nsight_sweep").exists()
+    # sweep() takes the same names: the file (model and inputs) is run by the child alone
+    before = marker.read_text()
+    profile = torch_nsight.sweep("model.py:make", [(2, 16)], make_inputs="model.py:inputs",
+                                 profiler=None, quiet=True)
+    assert [r["status"] for r in profile.results] == ["ok"]
+    assert marker.read_text() != before and str(os.getpid()) not in marker.read_text().split()
     # a folder holding a profiled sweep (the recorded one) is kept without --force
     shutil.copytree(ROOT / "tests" / "data" / "sweep_stack", tmp_path / "kept")
     status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
@@ -104,6 +114,22 @@ def test_shapes_and_targets() -> None:
     assert factory.resolve().__name__ == "Stack"
     with pytest.raises(ImportError, match="no callable"):
         Target("tests.collect.models:nothing_here").resolve()
+    with pytest.raises(ValueError, match="does not exist"):
+        Target("missing.py:make")
+
+
+@pytest.mark.parametrize(("model", "make_inputs", "error", "message"), [
+    ("model.py", None, ValueError, r"model: target 'model.py': expected package.module"),
+    ({"a": "missing.py:make"}, None, ValueError, r"model\['a'\]: .* does not exist"),
+    (3, None, TypeError, "nn.Module, a zero-argument factory or its name"),
+    ("pkg.mod:make", "inputs", ValueError, "make_inputs: target 'inputs'"),
+])
+def test_sweep_says_which_name_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        model: object, make_inputs: object,
+                                        error: type[Exception], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(error, match=message):
+        torch_nsight.sweep(model, [(2, 16)], make_inputs=make_inputs, profiler=None)
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""torch_nsight.timeline() on the CPU: its arguments, ``runs`` and the deprecated ``steps``."""
+"""torch_nsight.timeline() on the CPU: its arguments (models named by file), ``runs`` and the
+deprecated ``steps``."""
 
 from __future__ import annotations
 
@@ -15,9 +16,17 @@ def _model() -> object:
     return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
 
 
+def _inputs(shape: tuple[int, ...]) -> object:
+    import torch
+
+    return torch.ones(shape)
+
+
 def test_runs_is_the_number_of_profiled_steps(tmp_path: Path) -> None:
-    profile = torch_nsight.timeline(_model, {"2x8": (2, 8)}, warmup=0, runs=2,
-                                    output_dir=tmp_path, quiet=True)
+    # the model and its inputs named as the command line names them, from this file
+    profile = torch_nsight.timeline(f"{__file__}:_model", {"2x8": (2, 8)}, warmup=0, runs=2,
+                                    make_inputs=f"{__file__}:_inputs", output_dir=tmp_path,
+                                    quiet=True)
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     assert steps["run"].tolist() == [0, 1]
 

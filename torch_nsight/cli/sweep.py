@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,12 +101,6 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
 def _target(text: str, option: str) -> Any:
     from torch_nsight.collect.shared.job import Target
 
-    module, sep, name = text.rpartition(":")
-    if sep and (module.endswith(".py") or os.sep in module):
-        path = Path(module).resolve()  # the child may start elsewhere
-        if not path.is_file():
-            raise UsageError(f"{option} {text!r}: {path} does not exist")
-        text = f"{path}:{name}"
     try:
         return Target(text)
     except ValueError as err:

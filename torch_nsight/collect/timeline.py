@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.plan import check_variants, user_settings
+from torch_nsight.collect.parent.plan import check_variants, named, user_settings
 from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
 from torch_nsight.naming import format_measure_range
 
@@ -64,7 +64,7 @@ def timeline(
     model: Any,
     shapes: Sequence[Any] | Mapping[str, Any],
     *,
-    make_inputs: Callable[[Any], Any] | None = None,
+    make_inputs: Callable[[Any], Any] | str | None = None,
     backward: bool = False,
     dtype: Any = None,
     warmup: int = 3,
@@ -83,12 +83,13 @@ def timeline(
     :func:`torch_nsight.analyze.timeline_summary` turns into a verdict per shape.
 
     Args:
-        model: an ``nn.Module``, a zero-argument factory returning one, or a dict label ->
-            either (``variant`` column).
+        model: an ``nn.Module``, a zero-argument factory returning one, the factory's name
+            (``"package.module:make"``, ``"path/to/model.py:make"``), or a dict label -> any
+            of these (``variant`` column).
         shapes: input shapes or configs, or a dict label -> shape (as for
             :func:`torch_nsight.sweep`).
-        make_inputs: ``fn(shape)`` -> a tensor, tuple/list or dict of inputs; default
-            ``torch.randn(shape)`` in the model's dtype.
+        make_inputs: ``fn(shape)`` -> a tensor, tuple/list or dict of inputs, or its name;
+            default ``torch.randn(shape)`` in the model's dtype.
         backward: forward and backward of ``sum(mean(output.float()))``; else forward under
             ``torch.no_grad()``.
         dtype: cast the model (and default inputs) to this dtype; None keeps the model's.
@@ -122,6 +123,8 @@ def timeline(
 
     variants = check_variants(model)
     pairs = normalize_shapes(shapes)
+    if isinstance(make_inputs, str):
+        make_inputs = named(make_inputs, "make_inputs")
     _check_counts(warmup, runs)
     dtype_name = normalize_dtype(dtype)
     job = Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,

@@ -101,6 +101,8 @@ def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dty
     entered = time.time()
     variants = check_variants(model)
     pairs = jobs.normalize_shapes(shapes)
+    if isinstance(make_inputs, str):
+        make_inputs = named(make_inputs, "make_inputs")
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
                    timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
                    flags={"backward": backward, "replicate": replicate, "quiet": quiet,
@@ -148,9 +150,12 @@ def check_variants(model: Any) -> dict[str, Any]:
     """``model`` as label -> module or factory (``""`` for a single one), checked."""
 
     def check(label: str, value: Any) -> Any:
+        where = f"model{label and f'[{label!r}]'}"
+        if isinstance(value, str):
+            return named(value, where)
         if not _is_module(value) and not callable(value):
-            raise TypeError(f"model{label and f'[{label!r}]'} must be an nn.Module or a "
-                            f"zero-argument factory, got {type(value).__name__}")
+            raise TypeError(f"{where} must be an nn.Module, a zero-argument factory or its "
+                            f"name ('package.module:make'), got {type(value).__name__}")
         return value
 
     if isinstance(model, Mapping):
@@ -169,6 +174,15 @@ def check_variants(model: Any) -> dict[str, Any]:
     return {"": check("", model)}
 
 
+def named(value: str, where: str) -> jobs.Target:
+    """A factory named by ``package.module:name`` or ``path/to/file.py:name``, which only
+    the child imports."""
+    try:
+        return jobs.Target(value)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+
+
 def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
                    repeats: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
                    ops: Any, flags: dict[str, Any]) -> None:
@@ -176,7 +190,8 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
     if make_inputs is not None and not callable(make_inputs):
-        raise TypeError("make_inputs must be a function shape -> inputs, or None")
+        raise TypeError("make_inputs must be a function shape -> inputs, its name "
+                        "('package.module:make_inputs'), or None")
     if make_inputs is None:
         for label, shape in pairs:
             ok = isinstance(shape, int) or (isinstance(shape, Sequence) and not isinstance(

@@ -67,7 +67,7 @@ def sweep(
     model: Any,
     shapes: Sequence[Any] | Mapping[str, Any],
     *,
-    make_inputs: Callable[[Any], Any] | None = None,
+    make_inputs: Callable[[Any], Any] | str | None = None,
     backward: bool = False,
     dtype: Any = None,
     warmup: int = 2,
@@ -98,11 +98,15 @@ def sweep(
 
     Args:
         model: an ``nn.Module``, a zero-argument factory returning one (for models too big to
-            pickle), or a dict label -> either, profiled side by side (``variant`` column).
+            pickle), the factory's name (``"package.module:make"``,
+            ``"path/to/model.py:make"``: only the child imports it, so this process need not
+            import the model's library, which is the quickest start), or a dict label -> any
+            of these, profiled side by side (``variant`` column).
         shapes: input shapes (``[(1, 512, 1024), (4, 512, 1024)]``) or configs, or a dict
             label -> shape or config. Labels: ``1x512x1024``, ``batch:4,seq:128``...
         make_inputs: ``fn(shape)`` -> a tensor, a tuple/list (positional inputs) or a dict
-            (keyword inputs); tensors are moved to the GPU. Default:
+            (keyword inputs), or its name as for ``model``; tensors are moved to the GPU.
+            Default:
             ``torch.randn(shape)`` in the model's dtype.
         backward: profile forward and backward (of ``sum(mean(output.float()))``, seeded
             with its gradient, whose kernels have module ``(unattributed)`` and op ``loss``);

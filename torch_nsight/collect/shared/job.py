@@ -18,6 +18,7 @@ import os
 import pickle
 import sys
 import tempfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,7 +77,11 @@ class Target:
     when called: the sweep's parent never imports the user's model, the child does.
 
     Attributes:
-        spec: the name as the user wrote it.
+        spec: the name as the user wrote it, a file's path made absolute (the child may
+            start elsewhere).
+
+    Raises:
+        ValueError: ``spec`` is not of either form, or names a file that does not exist.
     """
 
     spec: str
@@ -86,9 +91,15 @@ class Target:
         if not sep or not module or not name.isidentifier():
             raise ValueError(f"target {self.spec!r}: expected package.module:factory or "
                              "path/to/file.py:factory")
+        if _names_a_file(module):
+            path = Path(module).resolve()
+            if not path.is_file():
+                raise ValueError(f"target {self.spec!r}: {path} does not exist")
+            object.__setattr__(self, "spec", f"{path}:{name}")
 
     def resolve(self) -> Callable[..., Any]:
-        """Import the module (or run the file) and return the named callable.
+        """Import the module (or run the file, once per process) and return the named
+        callable.
 
         Raises:
             ImportError: the module or file cannot be imported, or has no such name.
@@ -97,16 +108,23 @@ class Target:
         import importlib.util
 
         module_name, _, name = self.spec.rpartition(":")
-        if module_name.endswith(".py") or os.sep in module_name:
-            path = Path(module_name).resolve()
-            if not path.is_file():
-                raise ImportError(f"target {self.spec!r}: {path} does not exist")
-            loader = importlib.util.spec_from_file_location(f"_tn_target_{path.stem}", path)
-            if loader is None or loader.loader is None:
-                raise ImportError(f"target {self.spec!r}: {path} cannot be imported")
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[loader.name] = module
-            loader.loader.exec_module(module)
+        if _names_a_file(module_name):
+            path = Path(module_name)
+            key = f"_tn_target_{path.stem}_{zlib.crc32(module_name.encode()):08x}"
+            module = sys.modules.get(key)
+            if module is None:
+                if not path.is_file():
+                    raise ImportError(f"target {self.spec!r}: {path} does not exist")
+                loader = importlib.util.spec_from_file_location(key, path)
+                if loader is None or loader.loader is None:
+                    raise ImportError(f"target {self.spec!r}: {path} cannot be imported")
+                module = importlib.util.module_from_spec(loader)
+                sys.modules[key] = module
+                try:
+                    loader.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[key]
+                    raise
         else:
             module = importlib.import_module(module_name)
         value = getattr(module, name, None)
@@ -117,6 +135,10 @@ class Target:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Resolve the target and call it."""
         return self.resolve()(*args, **kwargs)
+
+
+def _names_a_file(module: str) -> bool:
+    return module.endswith(".py") or os.sep in module
 
 
 @dataclass
