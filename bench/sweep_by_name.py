@@ -21,7 +21,7 @@ llama: nsight-python's own case, the Llama-style block at seq 256/1024/4096, bf1
 
 Each sweep writes what it profiled and whether its own process imported torch
 (``summary-*.json``); the results go to ``DIR/sweep_by_name.json``, with a Markdown table
-on standard output.
+on standard output, and each process's output to ``DIR/logs``.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--only", choices=["gpt2", "llama"], default=None)
     args = parser.parse_args()
     out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     chosen = {name: runs for name, runs in cases(out).items() if args.only in (None, name)}
     seconds: dict[str, dict[str, list[float]]] = {c: {r: [] for r in runs}
                                                   for c, runs in chosen.items()}
@@ -113,7 +113,7 @@ def main() -> int:
     for round_ in range(args.repeats + 1):
         for case, runs in chosen.items():
             for name, command in runs.items():
-                log = out / f"{case}-{name.replace('(', '_').replace(')', '')}-{round_}.log"
+                log = out / "logs" / f"{case}-{name.replace('(', '_').replace(')', '')}-{round_}.log"
                 took = timed(command, log)
                 if round_ == 0:
                     warm_up[case][name] = took
