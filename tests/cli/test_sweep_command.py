@@ -116,13 +116,19 @@ def test_shapes_and_targets() -> None:
         Target("tests.collect.models:nothing_here").resolve()
     with pytest.raises(ValueError, match="does not exist"):
         Target("missing.py:make")
+    # what the child says when a name does not resolve names the argument
+    with pytest.raises(ImportError, match="make_inputs 'tests.collect.models:nope': .* no call"):
+        Target("tests.collect.models:nope", role="make_inputs").resolve()
+    with pytest.raises(ImportError, match="model 'no_such_pkg.mod:make': No module named"):
+        Target("no_such_pkg.mod:make", role="model").resolve()
 
 
 @pytest.mark.parametrize(("model", "make_inputs", "error", "message"), [
-    ("model.py", None, ValueError, r"model: target 'model.py': expected package.module"),
-    ({"a": "missing.py:make"}, None, ValueError, r"model\['a'\]: .* does not exist"),
+    ("model.py", None, ValueError, r"model 'model.py': expected package.module"),
+    ({"a": "missing.py:make"}, None, ValueError, r"model\['a'\] 'missing.py:make': .* does not"),
     (3, None, TypeError, "nn.Module, a zero-argument factory or its name"),
-    ("pkg.mod:make", "inputs", ValueError, "make_inputs: target 'inputs'"),
+    ("pkg.mod:make", "inputs", ValueError, "make_inputs 'inputs': expected"),
+    ("pkg.mod:make", 42, TypeError, "make_inputs must be .*, got int"),
 ])
 def test_sweep_says_which_name_is_wrong(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         model: object, make_inputs: object,

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from torch_nsight.analyze import timeline_findings, timeline_summary
 
 
 def _model() -> object:
@@ -29,6 +30,10 @@ def test_runs_is_the_number_of_profiled_steps(tmp_path: Path) -> None:
                                     quiet=True)
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     assert steps["run"].tolist() == [0, 1]
+    # a trace without GPU activity (this CPU) gets no verdict and no finding
+    assert profile.kernels.empty
+    assert timeline_summary(profile.kernels, profile.timeline).empty
+    assert timeline_findings(profile.kernels, profile.timeline).empty
 
 
 def test_steps_is_the_deprecated_name_of_runs(tmp_path: Path) -> None:
@@ -43,3 +48,22 @@ def test_steps_is_the_deprecated_name_of_runs(tmp_path: Path) -> None:
 def test_a_bad_count_names_runs(count: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="runs must be an integer >= 1"):
         torch_nsight.timeline(_model, [(2, 8)], **count)  # type: ignore[arg-type]
+
+
+def _broken() -> object:
+    raise RuntimeError("no such weights")
+
+
+def test_a_failed_variant_is_in_the_profile_and_every_failure_raises(tmp_path: Path) -> None:
+    profile = torch_nsight.timeline({"ok": _model, "bad": f"{__file__}:_broken"}, [(2, 8)],
+                                    warmup=0, runs=1, output_dir=tmp_path / "some",
+                                    quiet=True)
+    assert [(r["variant"], r["status"]) for r in profile.results] == [("ok", "ok"),
+                                                                      ("bad", "failed")]
+    (failure,) = profile.failures
+    assert failure["variant"] == "bad" and failure["shape"] == "2x8"
+    assert failure["error"] == "RuntimeError: no such weights"
+    # none ran: the error says why, not that a (temporary) folder holds no trace
+    with pytest.raises(torch_nsight.ShapeFailedError,
+                       match=r"^every shape failed: 2x8: RuntimeError: no such weights$"):
+        torch_nsight.timeline(_broken, [(2, 8)], warmup=0, runs=1, quiet=True)

@@ -102,9 +102,9 @@ def _target(text: str, option: str) -> Any:
     from torch_nsight.collect.shared.job import Target
 
     try:
-        return Target(text)
+        return Target(text, role=option)
     except ValueError as err:
-        raise UsageError(f"{option}: {err}") from None
+        raise UsageError(str(err)) from None
 
 
 def _holds_a_sweep(out: Path) -> bool:

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.plan import check_variants, named, user_settings
+from torch_nsight.collect.parent.outcomes import every_shape_failed
+from torch_nsight.collect.parent.plan import check_make_inputs, check_variants, user_settings
 from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
 from torch_nsight.naming import format_measure_range
 
@@ -109,24 +110,23 @@ def timeline(
 
     Raises:
         ValueError, TypeError: a bad argument (shapes, counts, model).
-        ReportError: every shape failed.
+        ShapeFailedError: every shape failed (the first errors are in the message).
     """
     if steps is not None:
         warnings.warn("timeline(steps=) is now timeline(runs=)", DeprecationWarning,
                       stacklevel=2)
         runs = steps
+    variants = check_variants(model)
+    pairs = normalize_shapes(shapes)
+    make_inputs = check_make_inputs(make_inputs)
+    _check_counts(warmup, runs)
+    dtype_name = normalize_dtype(dtype)
     import torch
 
     from torch_nsight.capture.compiled import tracking_compiles
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
     from torch_nsight.loading import load
 
-    variants = check_variants(model)
-    pairs = normalize_shapes(shapes)
-    if isinstance(make_inputs, str):
-        make_inputs = named(make_inputs, "make_inputs")
-    _check_counts(warmup, runs)
-    dtype_name = normalize_dtype(dtype)
     job = Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
               dtype=dtype_name, warmup=warmup, repeats=runs, ops=ops)
     work = Path(output_dir) if output_dir is not None else Path(
@@ -155,7 +155,8 @@ def timeline(
                     item.update(_record(module, args, kwargs, job, variant, label, device,
                                         work / f"trace-{index}.json", run_step))
             except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
-                logger.warning("timeline of %s failed: %s: %s", label, type(err).__name__, err)
+                logger.warning("timeline of %s%s failed: %s: %s", label,
+                               f" ({variant})" if variant else "", type(err).__name__, err)
                 item.update(status="failed", error=f"{type(err).__name__}: {err}")
             items.append(item)
             if device.type == "cuda":
@@ -165,6 +166,8 @@ def timeline(
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
             "backward": backward, "dtype": dtype_name, "items": items,
             "settings": user_settings()})
+        if not any(item.get("status") == "ok" for item in items):
+            raise every_shape_failed(items)
         return load(work, cache=False)
     finally:
         if output_dir is None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from torch_nsight import formats
 from torch_nsight.errors import ReportError
+from torch_nsight.record import SweepRecord
 from torch_nsight.report.source_base import ReadOptions, SourceData, rank_in_name, stays_inside
 from torch_nsight.report.trace import parse_trace, read_trace_file
 from torch_nsight.report.trace_source import trace_source
@@ -61,5 +63,18 @@ class TimelineDirectory:
             raise ReportError(f"the timeline directory {path} holds no trace: every shape "
                               f"failed ({'; '.join(failed) or 'see the manifest'})")
         return SourceData(pd.concat(frames, ignore_index=True), sources,
+                          sweeps=[_record(manifest, path)],
                           settings=dict(manifest.get("settings") or {}),
                           timeline=pd.concat(timelines, ignore_index=True))
+
+
+def _record(manifest: dict[str, Any], path: Path) -> SweepRecord:
+    """The run as :attr:`Profile.results` and :attr:`Profile.failures` read it: one item
+    per (variant, shape), failed ones with their error."""
+    items = tuple(dict(i) for i in manifest.get("items", []) if isinstance(i, dict))
+    return SweepRecord(
+        shapes=tuple(dict.fromkeys(str(i.get("shape")) for i in items)),
+        variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),
+        options={"profiler": "torch.profiler", "backward": manifest.get("backward"),
+                 "dtype": manifest.get("dtype")},
+        items=items, output_dir=str(path))

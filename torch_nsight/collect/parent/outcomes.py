@@ -124,10 +124,7 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
         fatal = errors[0][1] if errors else TorchNsightError(
             "the sweep's child wrote no results: " + str(items[0]["error"] if items else ""))
     elif len(failed) == len(items):
-        fatal = ShapeFailedError("every shape failed: " + "; ".join(
-            f"{f['shape']}{' (' + f['variant'] + ')' if f.get('variant') else ''}: {f['error']}"
-            for f in failed[:5]) + ("" if len(failed) <= 5 else f"; and {len(failed) - 5} "
-                                    "more (see the log)"))
+        fatal = every_shape_failed(failed)
     elif not dry_run and not any(c["report"] for c in children):
         fatal = errors[0][1] if errors else TorchNsightError("no child produced a report")
     if fatal is not None:
@@ -141,3 +138,12 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
                        f" ({item['variant']})" if item.get("variant") else "",
                        item.get("status"), item.get("error"))
     return items, children, problems, None
+
+
+def every_shape_failed(failed: Sequence[Mapping[str, Any]]) -> ShapeFailedError:
+    """The error of a run none of whose (variant, shape) items ended ``ok``: the first five
+    with their errors."""
+    return ShapeFailedError("every shape failed: " + "; ".join(
+        f"{f['shape']}{' (' + f['variant'] + ')' if f.get('variant') else ''}: {f['error']}"
+        for f in failed[:5]) + ("" if len(failed) <= 5 else f"; and {len(failed) - 5} "
+                                "more (see the log)"))

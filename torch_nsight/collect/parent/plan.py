@@ -101,8 +101,7 @@ def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dty
     entered = time.time()
     variants = check_variants(model)
     pairs = jobs.normalize_shapes(shapes)
-    if isinstance(make_inputs, str):
-        make_inputs = named(make_inputs, "make_inputs")
+    make_inputs = check_make_inputs(make_inputs)
     _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
                    timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
                    flags={"backward": backward, "replicate": replicate, "quiet": quiet,
@@ -152,7 +151,7 @@ def check_variants(model: Any) -> dict[str, Any]:
     def check(label: str, value: Any) -> Any:
         where = f"model{label and f'[{label!r}]'}"
         if isinstance(value, str):
-            return named(value, where)
+            return jobs.Target(value, role=where)
         if not _is_module(value) and not callable(value):
             raise TypeError(f"{where} must be an nn.Module, a zero-argument factory or its "
                             f"name ('package.module:make'), got {type(value).__name__}")
@@ -174,13 +173,20 @@ def check_variants(model: Any) -> dict[str, Any]:
     return {"": check("", model)}
 
 
-def named(value: str, where: str) -> jobs.Target:
-    """A factory named by ``package.module:name`` or ``path/to/file.py:name``, which only
-    the child imports."""
-    try:
-        return jobs.Target(value)
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from None
+def check_make_inputs(make_inputs: Any) -> Callable[[Any], Any] | None:
+    """``make_inputs`` checked: a function, its name (a :class:`~jobs.Target`) or None.
+
+    Raises:
+        TypeError: it is none of these.
+        ValueError: a malformed name, or a file that does not exist.
+    """
+    if isinstance(make_inputs, str):
+        return jobs.Target(make_inputs, role="make_inputs")
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError("make_inputs must be a function shape -> inputs, its name "
+                        "('package.module:make_inputs'), or None, got "
+                        f"{type(make_inputs).__name__}")
+    return make_inputs
 
 
 def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
@@ -189,9 +195,6 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError("make_inputs must be a function shape -> inputs, its name "
-                        "('package.module:make_inputs'), or None")
     if make_inputs is None:
         for label, shape in pairs:
             ok = isinstance(shape, int) or (isinstance(shape, Sequence) and not isinstance(

@@ -79,22 +79,24 @@ class Target:
     Attributes:
         spec: the name as the user wrote it, a file's path made absolute (the child may
             start elsewhere).
+        role: what it names, for messages (``model``, ``make_inputs``, ``--inputs``...).
 
     Raises:
         ValueError: ``spec`` is not of either form, or names a file that does not exist.
     """
 
     spec: str
+    role: str = "target"
 
     def __post_init__(self) -> None:
         module, sep, name = self.spec.rpartition(":")
         if not sep or not module or not name.isidentifier():
-            raise ValueError(f"target {self.spec!r}: expected package.module:factory or "
+            raise ValueError(f"{self.role} {self.spec!r}: expected package.module:factory or "
                              "path/to/file.py:factory")
         if _names_a_file(module):
             path = Path(module).resolve()
             if not path.is_file():
-                raise ValueError(f"target {self.spec!r}: {path} does not exist")
+                raise ValueError(f"{self.role} {self.spec!r}: {path} does not exist")
             object.__setattr__(self, "spec", f"{path}:{name}")
 
     def resolve(self) -> Callable[..., Any]:
@@ -114,10 +116,11 @@ class Target:
             module = sys.modules.get(key)
             if module is None:
                 if not path.is_file():
-                    raise ImportError(f"target {self.spec!r}: {path} does not exist")
+                    raise ImportError(f"{self.role} {self.spec!r}: {path} does not exist")
                 loader = importlib.util.spec_from_file_location(key, path)
                 if loader is None or loader.loader is None:
-                    raise ImportError(f"target {self.spec!r}: {path} cannot be imported")
+                    raise ImportError(f"{self.role} {self.spec!r}: {path} cannot be "
+                                      "imported")
                 module = importlib.util.module_from_spec(loader)
                 sys.modules[key] = module
                 try:
@@ -126,10 +129,14 @@ class Target:
                     del sys.modules[key]
                     raise
         else:
-            module = importlib.import_module(module_name)
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as err:
+                raise ImportError(f"{self.role} {self.spec!r}: {err}") from err
         value = getattr(module, name, None)
         if value is None or not callable(value):
-            raise ImportError(f"target {self.spec!r}: {module_name} has no callable {name!r}")
+            raise ImportError(f"{self.role} {self.spec!r}: {module_name} has no callable "
+                              f"{name!r}")
         return value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
