@@ -99,6 +99,19 @@ def test_demo_reads_the_recorded_report(tmp_path: Path, monkeypatch: pytest.Monk
     assert after == before, "the demo must not write beside its recorded report"
 
 
+def test_the_readme_shows_what_the_demo_prints(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### What the demo prints", 1)[1]
+    shown = section.split("```\n", 2)[1]
+    monkeypatch.setenv("COLUMNS", "100")  # the command the README names
+    status, out, err = run_main(["demo", "--recorded", "--top", "5"], tmp_path, monkeypatch,
+                                capsys)
+    assert status == 0, err
+    assert shown == err + out
+
+
 def test_demo_finds_its_report_through_the_package() -> None:
     resource = torch_nsight.demo.recorded_report()
     assert resource.is_file()

@@ -54,6 +54,8 @@ def test_a_twin_that_runs_differently_is_profiled_on_its_own() -> None:
     assert (outer["representative"], outer["replicas"]) == ("h.1", ["h.3"])
     (line,) = [m for m in verdict["mismatches"] if "h.0 (" in m]
     assert "h.1, h.3 (1 call(s), " in line and "h.2 (1 call(s), " in line
+    # h.0's input needs no gradient (so it records fewer ops); h.2 runs one more op
+    assert line.startswith("twins run differently (inputs, torch calls, gradients): ")
 
 
 CHECK_IN_A_FRESH_PROCESS = """

@@ -125,6 +125,18 @@ class _Member:
         return sum(self.ops.values())
 
 
+#: What each place of :meth:`_Member.signature` holds, as a mismatch names it.
+_SIGNATURE_PARTS = ("calls", "inputs", "torch calls", "gradients", "backward", "backward")
+
+
+def _differences(members: list[_Member]) -> str:
+    """Which parts of the members' signatures differ, e.g. ``inputs, torch calls``: inputs
+    by shape, dtype, layout or ``requires_grad``."""
+    signatures = [m.signature() for m in members]
+    return ", ".join(dict.fromkeys(
+        part for i, part in enumerate(_SIGNATURE_PARTS) if len({s[i] for s in signatures}) > 1))
+
+
 class _Recorder:
     """Hooks and a torch function mode that record what each candidate member does."""
 
@@ -327,11 +339,12 @@ class SiblingCheck:
             parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
             verified.extend(p for p in parts if len(p) > 1)
             if len(parts) > 1:
+                firsts = [recorder.members[p[0]] for p in parts]
                 described = " | ".join(
-                    f"{', '.join(p)} ({recorder.members[p[0]].calls} call(s), "
-                    f"{recorder.members[p[0]].op_count()} ops)" for p in parts)
-                mismatches.append(f"twins run differently: {described}; only members that "
-                                  "agree are replicated")
+                    f"{', '.join(p)} ({m.calls} call(s), {m.op_count()} ops)"
+                    for p, m in zip(parts, firsts, strict=True))
+                mismatches.append(f"twins run differently ({_differences(firsts)}): "
+                                  f"{described}; only members that agree are replicated")
         groups: list[dict[str, Any]] = []
         replicas: list[str] = []
         for part in sorted(verified, key=lambda p: p[0].count(".")):
