@@ -106,7 +106,7 @@ def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str
     assert line.startswith("torch-nsight: error:") and message in line
 
 
-def test_shapes_and_targets() -> None:
+def test_shapes_and_targets(tmp_path: Path) -> None:
     assert parse_shapes("1x512,4x512x1024") == [(1, 512), (4, 512, 1024)]
     with pytest.raises(UsageError):
         parse_shapes("1x0")
@@ -116,6 +116,13 @@ def test_shapes_and_targets() -> None:
         Target("tests.collect.models:nothing_here").resolve()
     with pytest.raises(ValueError, match="does not exist"):
         Target("missing.py:make")
+    # a name the file plainly does not define fails here, without running the file
+    model = tmp_path / "model.py"
+    model.write_text(MODEL_FILE.format(marker=str(tmp_path / "ran.txt")))
+    assert Target(f"{model}:inputs").spec == f"{model}:inputs"
+    with pytest.raises(ValueError, match=r"^--inputs '.*model.py:input': model.py defines no "):
+        Target(f"{model}:input", role="--inputs")
+    assert not (tmp_path / "ran.txt").exists()
     # what the child says when a name does not resolve names the argument
     with pytest.raises(ImportError, match="make_inputs 'tests.collect.models:nope': .* no call"):
         Target("tests.collect.models:nope", role="make_inputs").resolve()

@@ -82,7 +82,8 @@ class Target:
         role: what it names, for messages (``model``, ``make_inputs``, ``--inputs``...).
 
     Raises:
-        ValueError: ``spec`` is not of either form, or names a file that does not exist.
+        ValueError: ``spec`` is not of either form, or names a file that does not exist or
+            that plainly defines no such name.
     """
 
     spec: str
@@ -97,6 +98,8 @@ class Target:
             path = Path(module).resolve()
             if not path.is_file():
                 raise ValueError(f"{self.role} {self.spec!r}: {path} does not exist")
+            if not _may_define(path, name):
+                raise ValueError(f"{self.role} {self.spec!r}: {path.name} defines no {name!r}")
             object.__setattr__(self, "spec", f"{path}:{name}")
 
     def resolve(self) -> Callable[..., Any]:
@@ -146,6 +149,38 @@ class Target:
 
 def _names_a_file(module: str) -> bool:
     return module.endswith(".py") or os.sep in module
+
+
+def _may_define(path: Path, name: str) -> bool:
+    """Whether the file may bind ``name`` at module level, read without running it (so
+    that a misspelt name fails here, not seconds later in the child). True whenever it
+    cannot tell: unreadable or invalid source, ``import *``, or names set through
+    ``globals()``."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(tree)):
+        return True
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == name:
+                return True
+            continue  # names bound inside belong to that scope
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" or (a.asname or a.name.split(".")[0]) == name
+                   for a in node.names):
+                return True
+        elif isinstance(node, ast.Name) and node.id in (name, "globals"):
+            return True  # bound here (only stores and globals() calls can matter)
+        elif isinstance(node, ast.Lambda):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 @dataclass
