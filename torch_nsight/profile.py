@@ -152,12 +152,13 @@ class Profile:
 
     @property
     def results(self) -> list[dict[str, Any]]:
-        """What each (variant, shape) of the sweeps did (status, error, elapsed, ...)."""
+        """What each (variant, shape) of the sweeps and timelines did (status, error, ...)."""
         return [dict(item) for sweep in self.meta.sweeps for item in sweep.items]
 
     @property
     def failures(self) -> list[dict[str, Any]]:
-        """The sweeps' failed items and children without a usable report."""
+        """The failed items of the sweeps and timelines, and children without a usable
+        report."""
         return [f for sweep in self.meta.sweeps for f in sweep.failures]
 
     @property

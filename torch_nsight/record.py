@@ -85,7 +85,8 @@ class Source(_Record):
 
 @dataclass(frozen=True)
 class SweepRecord(_Record):
-    """What one :func:`torch_nsight.sweep` was asked to do and how each item ended.
+    """What one :func:`torch_nsight.sweep` (or :func:`torch_nsight.timeline`, whose
+    ``options["profiler"]`` is ``"torch.profiler"``) was asked to do and how each item ended.
 
     Attributes:
         shapes: shape labels, in sweep order.
@@ -134,7 +135,7 @@ class ProfileMeta:
 
     Attributes:
         sources: every file or folder its rows came from.
-        sweeps: the sweeps that made it (none for reports recorded by hand).
+        sweeps: the sweeps and timelines that made it (none for reports recorded by hand).
         settings: the global PyTorch settings the profiled process ran with (TF32,
             cuDNN, SDPA backends), where known.
         created: when this record was built.

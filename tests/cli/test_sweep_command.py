@@ -106,7 +106,7 @@ def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str
     assert line.startswith("torch-nsight: error:") and message in line
 
 
-def test_shapes_and_targets(tmp_path: Path) -> None:
+def test_shapes_and_targets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert parse_shapes("1x512,4x512x1024") == [(1, 512), (4, 512, 1024)]
     with pytest.raises(UsageError):
         parse_shapes("1x0")
@@ -119,10 +119,23 @@ def test_shapes_and_targets(tmp_path: Path) -> None:
     # a name the file plainly does not define fails here, without running the file
     model = tmp_path / "model.py"
     model.write_text(MODEL_FILE.format(marker=str(tmp_path / "ran.txt")))
-    assert Target(f"{model}:inputs").spec == f"{model}:inputs"
-    with pytest.raises(ValueError, match=r"^--inputs '.*model.py:input': model.py defines no "):
-        Target(f"{model}:input", role="--inputs")
+    monkeypatch.chdir(tmp_path)  # a relative file is named by its absolute path: the
+    assert Target("model.py:inputs").spec == f"{model}:inputs"  # child may start elsewhere
+    with pytest.raises(ValueError, match=r"^--inputs 'model.py:input': model.py defines no "):
+        Target("model.py:input", role="--inputs")
     assert not (tmp_path / "ran.txt").exists()
+    # names a file binds at run time are given the benefit of the doubt
+    for source in ("def __getattr__(name):\n    return lambda: name\n",
+                   "import sys\nsetattr(sys.modules[__name__], 'make', print)\n",
+                   "def register():\n    globals()['make'] = print\nregister()\n"):
+        (tmp_path / "dynamic.py").write_text(source)
+        Target("dynamic.py:make")
+    # a file runs once per process, and again once it has changed (a notebook's edits)
+    (tmp_path / "edited.py").write_text("def make():\n    return 1\n")
+    named = Target("edited.py:make")
+    assert named() == 1 and named.resolve() is named.resolve()
+    (tmp_path / "edited.py").write_text("def make():\n    return 22\n")
+    assert named() == 22
     # what the child says when a name does not resolve names the argument
     with pytest.raises(ImportError, match="make_inputs 'tests.collect.models:nope': .* no call"):
         Target("tests.collect.models:nope", role="make_inputs").resolve()
@@ -236,3 +249,8 @@ def test_a_silent_child_is_stopped_with_what_it_was_doing(tmp_path: Path) -> Non
     assert ok["status"] == "ok" and stopped["status"] == "stopped"
     assert "no sign of life (no output, no progress) for 8 s in shape 3x16, warmup" in \
         stopped["error"]
+
+
+def test_a_focused_sweep_checks_make_inputs_before_its_first_pass() -> None:
+    with pytest.raises(TypeError, match="make_inputs must be .*, got int"):
+        torch_nsight.sweep("pkg.mod:make", [(2, 16)], make_inputs=42, focus=0.9)

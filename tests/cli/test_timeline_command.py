@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,28 @@ def test_a_timeline_without_gpu_activity_draws_no_idle_step(tmp_path: Path) -> N
     assert not (tmp_path / "step.png").exists()
     with pytest.raises(ValueError, match="no GPU activity"):
         plot_timeline(torch_nsight.load(tmp_path / "tl"), tmp_path / "x.png")
+
+
+def test_a_shape_that_failed_is_listed_and_not_drawn(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # the H200 recording of 8x512, with a second shape that ran out of memory beside it
+    recorded = tmp_path / "recorded"
+    shutil.copytree(ROOT / "tests" / "data" / "timeline_train", recorded)
+    manifest = json.loads((recorded / "timeline.json").read_text())
+    manifest["items"].append({"variant": "", "shape": "16x512", "status": "failed",
+                              "error": "OutOfMemoryError: CUDA out of memory"})
+    (recorded / "timeline.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(torch_nsight, "timeline", lambda *_, **__: torch_nsight.load(recorded))
+    (tmp_path / "mk.py").write_text(MODEL)
+    status, out, err = run_main(["timeline", "mk.py:make", "--shapes", "8x512,16x512", "--out",
+                                 "tl", "--plot-timeline", "step.png"], tmp_path, monkeypatch,
+                                capsys)
+    assert status == 0, err
+    assert "wrote step-8x512.png" in out and (tmp_path / "step-8x512.png").is_file()
+    assert "note: step-16x512.png not drawn: shape 16x512 did not run" in err
+    (failure,) = torch_nsight.load(recorded).failures
+    assert (failure["shape"], failure["status"]) == ("16x512", "failed")
 
 
 @pytest.mark.slow

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import torch_nsight
 from torch_nsight.analyze import timeline_findings, timeline_summary
+
+#: A training step's timeline recorded on an H200 (tests/data/README.md).
+GPU_TIMELINE = Path(__file__).resolve().parents[1] / "data" / "timeline_train"
 
 
 def _model() -> object:
@@ -30,10 +34,17 @@ def test_runs_is_the_number_of_profiled_steps(tmp_path: Path) -> None:
                                     quiet=True)
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     assert steps["run"].tolist() == [0, 1]
-    # a trace without GPU activity (this CPU) gets no verdict and no finding
+    # a trace without GPU activity (this CPU) gets no verdict and no finding, alone or
+    # beside one recorded on a GPU, whose verdict it leaves as it was
     assert profile.kernels.empty
     assert timeline_summary(profile.kernels, profile.timeline).empty
     assert timeline_findings(profile.kernels, profile.timeline).empty
+    gpu = torch_nsight.load(GPU_TIMELINE)
+    both = torch_nsight.load([tmp_path, GPU_TIMELINE])
+    alone = timeline_summary(gpu.kernels, gpu.timeline)
+    assert alone["shape"].tolist() == ["8x512"]
+    pd.testing.assert_frame_equal(timeline_summary(both.kernels, both.timeline), alone)
+    assert timeline_findings(both.kernels, both.timeline)["shape"].unique().tolist() == ["8x512"]
 
 
 def test_steps_is_the_deprecated_name_of_runs(tmp_path: Path) -> None:

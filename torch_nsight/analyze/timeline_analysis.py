@@ -70,14 +70,14 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
     Returns:
         :data:`SUMMARY_COLUMNS`, one row per (variant, shape) in the order its steps first
         appear; numbers are medians over the shape's steps (see ``docs/timeline.md``). No
-        rows when the trace holds no GPU activity (recorded without a CUDA device).
+        rows for a trace in which nothing ran on a GPU (recorded without a CUDA device).
 
     Raises:
         MissingMetricError: either table lacks a column (an Nsight Compute report has no
             timeline).
     """
-    steps, _, gaps = step_table(kernels, timeline, "timeline_summary")
-    if steps.empty or _no_gpu_activity(steps):
+    steps, _, gaps = _on_a_gpu(*step_table(kernels, timeline, "timeline_summary"))
+    if steps.empty:
         return _labelled(pd.DataFrame(columns=list(SUMMARY_COLUMNS)), LABELS)
     out = shape_table(steps)
     out["distorted"] = is_distorted(out)
@@ -92,11 +92,16 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
     return out.loc[:, list(SUMMARY_COLUMNS)].reset_index(drop=True)
 
 
-def _no_gpu_activity(steps: pd.DataFrame) -> bool:
-    """No step launched or ran anything on a GPU: a trace recorded on the CPU, which has no
-    GPU side to judge."""
-    return bool((steps["launches"].fillna(0) == 0).all()
-                and (steps["busy_ns"].fillna(0) == 0).all())
+def _on_a_gpu(steps: pd.DataFrame, activity: pd.DataFrame, gaps: pd.DataFrame
+              ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The tables without the traces in which no step launched or ran anything on a GPU
+    (recorded on the CPU): they have no GPU side to judge."""
+    used = (steps["launches"].fillna(0) > 0) | (steps["busy_ns"].fillna(0) > 0)
+    on_gpu = set(steps.loc[used, "source"])
+    if len(on_gpu) == steps["source"].nunique():
+        return steps, activity, gaps
+    return (steps[steps["source"].isin(on_gpu)], activity,
+            gaps[gaps["source"].isin(on_gpu)])
 
 
 @needs(*KERNEL_NEEDS)
@@ -118,13 +123,14 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
         the largest ``est_gain_ns`` (time per step) first. ``module_level`` says which
         module ``module`` names: ``root`` (the model), ``top-level`` (a child of the root)
         or ``innermost``; None where the finding is outside the model. Gains of different
-        findings may overlap; do not add them up. No rows without GPU activity.
+        findings may overlap; do not add them up. None for a trace in which nothing ran
+        on a GPU.
 
     Raises:
         MissingMetricError: either table lacks a column.
     """
-    steps, activity, gaps = step_table(kernels, timeline, "timeline_findings")
-    if steps.empty or _no_gpu_activity(steps):
+    steps, activity, gaps = _on_a_gpu(*step_table(kernels, timeline, "timeline_findings"))
+    if steps.empty:
         return pd.DataFrame(columns=list(STEP_FINDING_COLUMNS))
     shapes = shape_table(steps)
     modules = module_table(activity, 1, shapes[[*LABELS, "steps"]])

@@ -131,7 +131,8 @@ _SIGNATURE_PARTS = ("calls", "inputs", "torch calls", "gradients", "backward", "
 
 def _differences(members: list[_Member]) -> str:
     """Which parts of the members' signatures differ, e.g. ``inputs, torch calls``: inputs
-    by shape, dtype, layout or ``requires_grad``."""
+    are the call's arguments (a tensor's shape, dtype, layout and ``requires_grad``, other
+    values as they are)."""
     signatures = [m.signature() for m in members]
     return ", ".join(dict.fromkeys(
         part for i, part in enumerate(_SIGNATURE_PARTS) if len({s[i] for s in signatures}) > 1))

@@ -111,7 +111,12 @@ def run(args: argparse.Namespace) -> int:
         from torch_nsight.cli.outputs import writing
         from torch_nsight.render import plot_timeline
 
+        steps = profile.timeline
+        ran = set() if steps is None else set(steps.loc[steps["kind"] == "step", "shape"])
         for shape, path in plot_paths(args.plot_timeline, profile.shapes).items():
+            if shape not in ran:  # failed: listed on standard error already
+                print(f"note: {path} not drawn: shape {shape} did not run", file=sys.stderr)
+                continue
             with writing(path):
                 plot_timeline(profile, path, shape=shape)
             print(f"wrote {path}")

@@ -19,6 +19,7 @@ The output directory holds one Chrome trace per (variant, shape) (open it in Per
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import os
@@ -168,7 +169,12 @@ def timeline(
             "settings": user_settings()})
         if not any(item.get("status") == "ok" for item in items):
             raise every_shape_failed(items)
-        return load(work, cache=False)
+        profile = load(work, cache=False)
+        if output_dir is None:  # the folder goes: the record says so, as a sweep's does
+            records = tuple(dataclasses.replace(r, output_dir=None) for r in profile.meta.sweeps)
+            profile = dataclasses.replace(
+                profile, meta=dataclasses.replace(profile.meta, sweeps=records))
+        return profile
     finally:
         if output_dir is None:
             shutil.rmtree(work, ignore_errors=True)

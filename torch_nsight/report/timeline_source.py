@@ -73,8 +73,8 @@ def _record(manifest: dict[str, Any], path: Path) -> SweepRecord:
     per (variant, shape), failed ones with their error."""
     items = tuple(dict(i) for i in manifest.get("items", []) if isinstance(i, dict))
     return SweepRecord(
-        shapes=tuple(dict.fromkeys(str(i.get("shape")) for i in items)),
+        shapes=tuple(dict.fromkeys(str(i["shape"]) for i in items if i.get("shape"))),
         variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),
         options={"profiler": "torch.profiler", "backward": manifest.get("backward"),
                  "dtype": manifest.get("dtype")},
-        items=items, output_dir=str(path))
+        items=items, output_dir=str(path.resolve()))

@@ -178,7 +178,8 @@ def check_make_inputs(make_inputs: Any) -> Callable[[Any], Any] | None:
 
     Raises:
         TypeError: it is none of these.
-        ValueError: a malformed name, or a file that does not exist.
+        ValueError: a malformed name, a file that does not exist or that plainly defines no
+            such name.
     """
     if isinstance(make_inputs, str):
         return jobs.Target(make_inputs, role="make_inputs")

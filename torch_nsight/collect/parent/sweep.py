@@ -30,7 +30,7 @@ from torch_nsight.collect.parent.launch import (
     warm_the_reader,
 )
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
-from torch_nsight.collect.parent.plan import SweepPlan, plan_sweep
+from torch_nsight.collect.parent.plan import SweepPlan, check_make_inputs, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
@@ -182,6 +182,7 @@ def sweep(
     if repeats is not None:
         warnings.warn("sweep(repeats=) is now sweep(runs=)", DeprecationWarning, stacklevel=2)
         runs = repeats
+    make_inputs = check_make_inputs(make_inputs)  # here too: the focus pass starts a child
     if focus is not None and profiler == "ncu":
         from torch_nsight.collect.parent.focus import focused_sweep
 

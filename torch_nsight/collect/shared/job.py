@@ -110,17 +110,22 @@ class Target:
             ImportError: the module or file cannot be imported, or has no such name.
         """
         import importlib
+        import importlib.machinery
         import importlib.util
 
         module_name, _, name = self.spec.rpartition(":")
         if _names_a_file(module_name):
             path = Path(module_name)
-            key = f"_tn_target_{path.stem}_{zlib.crc32(module_name.encode()):08x}"
+            try:  # run once per process, and again when the file changes (a notebook)
+                stat = path.stat()
+            except OSError:
+                raise ImportError(f"{self.role} {self.spec!r}: {path} does not exist") from None
+            key = "_tn_target_{}_{:08x}".format(path.stem.replace(".", "_"), zlib.crc32(
+                os.fsencode(f"{module_name}|{stat.st_mtime_ns}|{stat.st_size}")))
             module = sys.modules.get(key)
             if module is None:
-                if not path.is_file():
-                    raise ImportError(f"{self.role} {self.spec!r}: {path} does not exist")
-                loader = importlib.util.spec_from_file_location(key, path)
+                loader = importlib.util.spec_from_file_location(
+                    key, path, loader=importlib.machinery.SourceFileLoader(key, str(path)))
                 if loader is None or loader.loader is None:
                     raise ImportError(f"{self.role} {self.spec!r}: {path} cannot be "
                                       "imported")
@@ -148,39 +153,47 @@ class Target:
 
 
 def _names_a_file(module: str) -> bool:
-    return module.endswith(".py") or os.sep in module
+    return module.endswith(".py") or os.sep in module or bool(os.altsep and os.altsep in module)
 
 
 def _may_define(path: Path, name: str) -> bool:
     """Whether the file may bind ``name`` at module level, read without running it (so
     that a misspelt name fails here, not seconds later in the child). True whenever it
-    cannot tell: unreadable or invalid source, ``import *``, or names set through
-    ``globals()``."""
+    cannot tell: unreadable or invalid source, ``import *``, a module ``__getattr__``, or
+    anything that can set names at run time (``globals()``, ``setattr``, ``sys.modules``,
+    ``exec``...), wherever it appears."""
     import ast
 
     try:
         tree = ast.parse(path.read_bytes())
     except (OSError, SyntaxError, ValueError):
         return True
-    if any(isinstance(n, ast.Global) and name in n.names for n in ast.walk(tree)):
-        return True
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Name) and node.id in _DYNAMIC
+                or isinstance(node, ast.Attribute) and node.attr == "modules"
+                or isinstance(node, ast.Global) and name in node.names):
+            return True
     todo: list[ast.AST] = list(tree.body)
     while todo:
         node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name == name:
+            if node.name in (name, "__getattr__"):
                 return True
             continue  # names bound inside belong to that scope
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             if any(a.name == "*" or (a.asname or a.name.split(".")[0]) == name
                    for a in node.names):
                 return True
-        elif isinstance(node, ast.Name) and node.id in (name, "globals"):
-            return True  # bound here (only stores and globals() calls can matter)
+        elif isinstance(node, ast.Name) and node.id == name:
+            return True
         elif isinstance(node, ast.Lambda):
             continue
         todo.extend(ast.iter_child_nodes(node))
     return False
+
+
+#: Names through which a module can bind names that no statement of it shows.
+_DYNAMIC = frozenset({"globals", "locals", "vars", "exec", "eval", "setattr", "__import__"})
 
 
 @dataclass
@@ -381,6 +394,8 @@ def describe_job(job: Job) -> dict[str, Any]:
     """A JSON-ready description of ``job`` (what ``output_dir/job.json`` holds)."""
 
     def describe(value: Any) -> str:
+        if isinstance(value, Target):
+            return f"named {value.spec}"
         if isinstance(value, type):
             return f"class {value.__module__}.{value.__qualname__}"
         if hasattr(value, "named_parameters"):
