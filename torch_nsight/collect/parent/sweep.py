@@ -99,9 +99,9 @@ def sweep(
     Args:
         model: an ``nn.Module``, a zero-argument factory returning one (for models too big to
             pickle), the factory's name (``"package.module:make"``,
-            ``"path/to/model.py:make"``: only the child imports it, so this process need not
-            import the model's library, which is the quickest start), or a dict label -> any
-            of these, profiled side by side (``variant`` column).
+            ``"path/to/model.py:make"``: only the child imports it, so the model's library
+            need not be loaded in this process, which is the quickest start), or a dict
+            label -> any of these, profiled side by side (``variant`` column).
         shapes: input shapes (``[(1, 512, 1024), (4, 512, 1024)]``) or configs, or a dict
             label -> shape or config. Labels: ``1x512x1024``, ``batch:4,seq:128``...
         make_inputs: ``fn(shape)`` -> a tensor, a tuple/list (positional inputs) or a dict
