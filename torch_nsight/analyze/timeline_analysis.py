@@ -98,10 +98,7 @@ def _on_a_gpu(steps: pd.DataFrame, activity: pd.DataFrame, gaps: pd.DataFrame
     (recorded on the CPU): they have no GPU side to judge."""
     used = (steps["launches"].fillna(0) > 0) | (steps["busy_ns"].fillna(0) > 0)
     on_gpu = set(steps.loc[used, "source"])
-    if len(on_gpu) == steps["source"].nunique():
-        return steps, activity, gaps
-    return (steps[steps["source"].isin(on_gpu)], activity,
-            gaps[gaps["source"].isin(on_gpu)])
+    return steps[steps["source"].isin(on_gpu)], activity, gaps[gaps["source"].isin(on_gpu)]
 
 
 @needs(*KERNEL_NEEDS)

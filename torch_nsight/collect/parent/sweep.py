@@ -182,9 +182,10 @@ def sweep(
     if repeats is not None:
         warnings.warn("sweep(repeats=) is now sweep(runs=)", DeprecationWarning, stacklevel=2)
         runs = repeats
-    make_inputs = check_make_inputs(make_inputs)  # here too: the focus pass starts a child
     if focus is not None and profiler == "ncu":
         from torch_nsight.collect.parent.focus import focused_sweep
+
+        make_inputs = check_make_inputs(make_inputs)  # before its timeline pass's child
 
         return focused_sweep(
             sweep, model, shapes, focus=focus, output_dir=output_dir, ncu_args=ncu_args,
