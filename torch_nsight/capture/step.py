@@ -89,11 +89,13 @@ def _carriers() -> list[CallsCarrier]:
 
 def _what_was_recorded() -> dict[str, int]:
     """For a chosen step's status line: the modules instrumented, the calls carried, the
-    replicas left out of profiling."""
+    replicas left out of profiling, whether compiled graphs ran."""
+    from torch_nsight.capture.compiled import compiled_graphs_seen
     from torch_nsight.capture.instrument import active_instrumentations
 
     handles = list(active_instrumentations())
     return {"modules": sum(len(h.names) for h in handles),
+            "compiled": int(compiled_graphs_seen()),
             "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
             "replicas": sum(h.replication.replicas for h in handles
                             if h.replication is not None)}
