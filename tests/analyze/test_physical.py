@@ -3,7 +3,6 @@ roofline ceiling (which no kernel can be), however its FLOPs were counted."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
