@@ -172,6 +172,10 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             from torch_nsight.capture.profiler_steps import pace
 
             pace(folder, self.index)
+        elif folder and chosen and self.index > chosen[-1]:  # and after the window
+            from torch_nsight.capture.profiler_steps import after_window
+
+            after_window(folder, self.index)
         elif self._window:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),
