@@ -1,6 +1,6 @@
 """A small compiled training loop for the compiled dry runs of
 ``tests/cli/test_profile_compiled.py``: ``python compiled_steps.py MODE`` with MODE one of
-``whole``, ``block``, ``dynamic``, ``fullgraph``. After each step it prints the graph breaks
+``eager``, ``whole``, ``block``, ``dynamic``, ``fullgraph``; on a GPU where one is visible. After each step it prints the graph breaks
 Dynamo has counted so far (``graph breaks: N``)."""
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ def main(mode: str) -> int:
     from torch._dynamo.utils import counters
 
     torch.manual_seed(0)
-    model: nn.Module = Net()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model: nn.Module = Net().to(device)
     torch_nsight.instrument(model)
-    if mode == "whole":
+    if mode == "eager":
+        pass
+    elif mode == "whole":
         model = torch.compile(model)
     elif mode == "dynamic":
         model = torch.compile(model, dynamic=True)
@@ -57,7 +60,7 @@ def main(mode: str) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for i in range(6):
         with torch_nsight.step():
-            x = torch.randn(2, 4 + i % 2, 16)  # two sequence lengths: dynamic shapes
+            x = torch.randn(2, 4 + i % 2, 16, device=device)  # two lengths: dynamic shapes
             loss = model(x).pow(2).mean()
             loss.backward()
             optimizer.step()
