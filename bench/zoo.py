@@ -194,9 +194,11 @@ def timeline(model: str, out: Path, bare_step_ms: float | None) -> dict[str, Any
     return record
 
 
-def run_model(model: str, out: Path, compiled_profile: bool) -> dict[str, Any]:
-    result: dict[str, Any] = {"model": model, "set": "calibrate" if model in CALIBRATED
-                              else "verify"}
+def run_model(model: str, out: Path, compiled_profile: bool, phases: set[str] | None = None,
+              before: dict[str, Any] | None = None) -> dict[str, Any]:
+    result: dict[str, Any] = {**(before or {}), "model": model,
+                              "set": "calibrate" if model in CALIBRATED else "verify"}
+    result.setdefault("bare", {})
     for name, work in (
             ("bare", lambda: bare(model, out, compiled=False)),
             ("bare_compiled", lambda: bare(model, out, compiled=True)),
@@ -206,12 +208,15 @@ def run_model(model: str, out: Path, compiled_profile: bool) -> dict[str, Any]:
             ("timeline", lambda: timeline(model, out, result["bare"].get("step_ms"))),
             *((("profile_compiled", lambda: profile(model, out, compiled=True)),)
               if compiled_profile else ())):
+        if phases is not None and name not in phases:
+            continue
         started = time.time()
         result[name] = work()
         print(f"[zoo] {model} {name}: {time.time() - started:.0f}s "
               f"{json.dumps({k: v for k, v in result[name].items() if k != 'text'})[:400]}",
               flush=True)
-    eager, comp = result["bare"].get("step_ms"), result["bare_compiled"].get("step_ms")
+    eager = result["bare"].get("step_ms")
+    comp = result.get("bare_compiled", {}).get("step_ms")
     if eager and comp:
         result["compile_saves_ms"] = eager - comp
     return result
@@ -222,12 +227,17 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("zoo_out"))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--compiled-profile", default="")
+    parser.add_argument("--phases", default="", help="only these phases (comma-separated), "
+                        "kept beside the model's earlier record in OUT/zoo.json")
     args = parser.parse_args()
+    phases = set(args.phases.split(",")) if args.phases else None
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "zoo.json"
     results = json.loads(results_path.read_text()) if results_path.exists() else []
     for model in [m for m in args.models.split(",") if m]:
-        result = run_model(model, args.out, model in args.compiled_profile.split(","))
+        before = next((r for r in results if r["model"] == model), None)
+        result = run_model(model, args.out, model in args.compiled_profile.split(","), phases,
+                           before)
         results = [r for r in results if r["model"] != model] + [result]
         results_path.write_text(json.dumps(results, indent=1, default=str))
     return 0

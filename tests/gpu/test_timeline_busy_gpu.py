@@ -57,9 +57,9 @@ def test_the_stated_busy_share_is_the_unprofiled_steps(tmp_path: Path) -> None:
     step_ns = json.loads((tmp_path / "step.json").read_text())["step_ns"]
     profile = torch_nsight.load(tmp_path / "tl")
     (item,) = json.loads((tmp_path / "tl" / "timeline.json").read_text())["items"]
-    # steps 44-52 start to start (43, the first after the window, is left out), against the
-    # script's own steps 30-39: warm steps either side of the window, two clocks
-    assert item["bare_basis"] == "after" and item["bare_steps"] == 9
+    # the warm steps either side of the window (the later half before it, 35-39, or 44-52
+    # after it, whichever ran faster) against the script's own steps 30-39, two clocks
+    assert (item["bare_basis"], item["bare_steps"]) in (("before", 5), ("after", 9))
     assert item["bare_ns"] == pytest.approx(step_ns, rel=0.15)
     assert item["bare_min_ns"] <= item["bare_ns"] <= item["bare_max_ns"]
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
