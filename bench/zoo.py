@@ -46,6 +46,8 @@ CALIBRATED = {"vit_s", "gpt2"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
           "llama_decode"]
 WARM = 10
+#: Options of this run that every phase reads (``--keep-reports``).
+KEEP: dict[str, bool] = {}
 
 
 def _run(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 400
@@ -121,6 +123,11 @@ def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool =
     for line in ran["text"].splitlines():
         if line.startswith("time:"):
             record["phases"] = line
+    if KEEP.get("reports") and metric_set == "fast" and not compiled:
+        for report in folder.glob("*.ncu-rep"):  # kept for the CPU tests (xz-compressed)
+            kept = out / f"{model}_profile.ncu-rep"
+            shutil.move(report, kept)
+            subprocess.run(["xz", "-T4", "-f", str(kept)], check=False)
     shutil.rmtree(folder, ignore_errors=True)
     return record
 
@@ -229,7 +236,10 @@ def main() -> int:
     parser.add_argument("--compiled-profile", default="")
     parser.add_argument("--phases", default="", help="only these phases (comma-separated), "
                         "kept beside the model's earlier record in OUT/zoo.json")
+    parser.add_argument("--keep-reports", action="store_true",
+                        help="keep each fast profile's report, xz-compressed, in OUT")
     args = parser.parse_args()
+    KEEP["reports"] = args.keep_reports
     phases = set(args.phases.split(",")) if args.phases else None
     args.out.mkdir(parents=True, exist_ok=True)
     results_path = args.out / "zoo.json"

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
+from torch_nsight.capture.stack import pause_ranges
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
 
@@ -158,6 +159,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         chosen = _chosen(self._environ)  # read once per step
         status = _status(self._environ)
         self._window = self._in_window(chosen)
+        if folder:  # the steps timed for the verdict run as they would without torch_nsight
+            pause_ranges(not self._window)
         if self._window:
             open_window()
         if self._window and status is not None:
