@@ -234,3 +234,28 @@ def test_a_compiled_model_is_not_watched() -> None:
                              backward=False, cuda=False)
     assert verdict == {"status": "none", "groups": [], "mismatches": [
         "the model runs torch.compile graphs: every module is profiled"]}
+
+
+class _Residual(torch.nn.Module):
+    """A residual block as torchvision's ResNet writes it: an in-place add and ReLU on the
+    output of its last submodule."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.relu = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.norm(self.fc(x))
+        out += x
+        return self.relu(out)
+
+
+def test_in_place_ops_after_a_watched_module_still_run_and_twins_replicate() -> None:
+    model = torch.nn.Sequential(*[_Residual() for _ in range(3)])
+    x = torch.randn(4, 16, requires_grad=True)
+    verdict = check_siblings(model, run(model, True, x), backward=True, cuda=False)
+    assert verdict["status"] == "replicated", verdict
+    assert verdict["groups"][0]["representative"] == "0"
+    assert verdict["groups"][0]["replicas"] == ["1", "2"]

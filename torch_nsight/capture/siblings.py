@@ -109,7 +109,7 @@ def _function_name(func: Any) -> str:
 
 
 class _Member:
-    __slots__ = ("calls", "inputs", "ops", "grad_pattern", "bwd_pre", "bwd_post", "seconds",
+    __slots__ = ("calls", "inputs", "ops", "grad_pattern", "bwd_pre", "seconds",
                  "events")
 
     def __init__(self) -> None:
@@ -119,14 +119,13 @@ class _Member:
         # per call, with grad enabled: requires_grad of its inputs and parameters (what
         # decides the backward graph autograd builds for the member)
         self.grad_pattern: list[Any] = []
-        self.bwd_pre = 0
-        self.bwd_post = 0
+        self.bwd_pre = 0  # backward passes through it (autograd node pre-hooks)
         self.seconds = 0.0
         self.events: list[Any] = []
 
     def signature(self) -> tuple[Any, ...]:
         return (self.calls, tuple(self.inputs), tuple(sorted(self.ops.items(), key=repr)),
-                tuple(self.grad_pattern), self.bwd_pre, self.bwd_pre == self.bwd_post)
+                tuple(self.grad_pattern), self.bwd_pre, True)
 
     def op_count(self) -> int:
         return sum(self.ops.values())
@@ -222,33 +221,31 @@ class _Recorder:
                     return
                 try:
                     self._close(name, "fwd")
+                    if self.backward and torch.is_grad_enabled():
+                        self._watch_backward(name, out)
                 except Exception as err:  # noqa: BLE001 - never into the user's step
                     self.fail(err)
 
             self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(post, with_kwargs=True,
                                                              always_call=True))
-            if self.backward:
-                def bwd_pre(mod: Any, grad_out: Any, name: str = name) -> None:
-                    if self._quiet():
-                        return
-                    try:
-                        self.members[name].bwd_pre += 1
-                        self._open(name, "bwd")
-                    except Exception as err:  # noqa: BLE001 - never into the user's step
-                        self.fail(err)
 
-                def bwd_post(mod: Any, grad_in: Any, grad_out: Any, name: str = name) -> None:
-                    if self._quiet():
-                        return
-                    try:
-                        self.members[name].bwd_post += 1
-                        self._close(name, "bwd")
-                    except Exception as err:  # noqa: BLE001 - never into the user's step
-                        self.fail(err)
+    def _watch_backward(self, name: str, out: Any) -> None:
+        """Count the member's backward: a pre-hook on the autograd node of its first output
+        that needs a gradient. (A module's full backward hooks would wrap its outputs in a
+        view, which an in-place op after it, torchvision ResNet's ``relu(inplace=True)``
+        after ``out += identity``, may not modify: the user's step would raise.)"""
+        leaves, _ = torch.utils._pytree.tree_flatten(out)
+        node = next((t.grad_fn for t in leaves if isinstance(t, torch.Tensor)
+                     and t.grad_fn is not None), None)
+        if node is None:
+            return
 
-                self.handles.append(module.register_full_backward_pre_hook(bwd_pre))
-                self.handles.append(module.register_full_backward_hook(bwd_post))
+        def counted(grad_outputs: Any) -> None:
+            if not self._quiet():
+                self.members[name].bwd_pre += 1
+
+        self.handles.append(node.register_prehook(counted))
 
     def remove(self) -> None:
         for handle in self.handles:
