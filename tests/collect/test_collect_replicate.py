@@ -237,17 +237,19 @@ def test_a_compiled_model_is_not_watched() -> None:
 
 
 class _Residual(torch.nn.Module):
-    """A residual block as torchvision's ResNet writes it: an in-place add and ReLU on the
-    output of its last submodule."""
+    """A residual block as torchvision's ResNet writes it: in-place ReLUs on the outputs of
+    twin norms (the check watches twins), an in-place add."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = torch.nn.Linear(16, 16)
-        self.norm = torch.nn.LayerNorm(16)
+        self.norm1 = torch.nn.LayerNorm(16)
+        self.norm2 = torch.nn.LayerNorm(16)
         self.relu = torch.nn.ReLU(inplace=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.norm(self.fc(x))
+        out = self.relu(self.norm1(self.fc(x)))
+        out = self.norm2(out)
         out += x
         return self.relu(out)
 
