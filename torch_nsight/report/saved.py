@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from torch_nsight.checks import DAMAGED, field, loads_json, whole
 from torch_nsight.errors import ReportError
 from torch_nsight.record import FORMAT_VERSION, ProfileMeta
 from torch_nsight.report.cache import plain_strings
+from torch_nsight.report.source_base import check_times
 
 META_KEY = b"torch_nsight.profile"
 CALLS_KEY = b"torch_nsight.calls"
@@ -36,9 +38,12 @@ OPTIONAL_TUPLES = ("fused_modules",)
 OPTIONAL_TEXT = ("aten_ops",)
 
 
-def _tuples(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def _tuples(frame: pd.DataFrame, columns: tuple[str, ...], where: str = "") -> None:
     for column in columns:
         if column in frame:
+            if not all(_is_sequence(v, nested=False) for v in frame[column]):
+                raise ReportError(f"{where}: column {column!r} holds values that are not "
+                                  f"lists; {DAMAGED}")
             frame[column] = [tuple(v) if v is not None else () for v in frame[column]]
 
 
@@ -104,22 +109,52 @@ def read_profile(path: str | os.PathLike[str]
     if stored is None:
         raise ReportError(f"{source} is Parquet but not a torch_nsight profile; to read a "
                           "report use torch_nsight.load()")
-    header: dict[str, Any] = json.loads(stored)
-    version = int(header.get("format", 0))
+    where = f"{source} (its torch_nsight.profile metadata)"
+    header = loads_json(stored, where, "saved profile header")
+    version = whole(field(header, "format", (int, float), where, default=0))
+    if version is None:
+        raise ReportError(f"{where}: field 'format' is not a format number; {DAMAGED}")
     if version > FORMAT_VERSION:
         raise ReportError(f"{source} was saved by a newer torch_nsight (format {version}; this "
                           f"one reads up to {FORMAT_VERSION}): upgrade torch_nsight")
-    kernels = plain_strings(table.to_pandas()).rename(columns=_RENAMED)
-    _tuples(kernels, TUPLE_COLUMNS)
+    kernels = check_times(plain_strings(table.to_pandas()).rename(columns=_RENAMED),
+                          str(source))
+    _tuples(kernels, TUPLE_COLUMNS, str(source))
     _optional(kernels)
     calls = None
     if CALLS_KEY in metadata:
-        calls = pd.DataFrame.from_records(json.loads(metadata[CALLS_KEY]))
-        _tuples(calls, _CALL_TUPLES)
-        for column in _CALL_SHAPES:
-            if column in calls:
-                calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
-    return kernels, calls, ProfileMeta.from_dict(header.get("meta") or {}, version=version)
+        calls = _calls(metadata[CALLS_KEY], f"{source} (its torch_nsight.calls metadata)")
+    meta = field(header, "meta", dict, where, default={})
+    try:
+        return kernels, calls, ProfileMeta.from_dict(meta, version=version)
+    except (TypeError, ValueError, AttributeError) as err:  # fields of the wrong type
+        raise ReportError(f"{where}: its 'meta' field does not hold a profile's metadata "
+                          f"({err}); {DAMAGED}") from err
+
+
+def _calls(stored: bytes, where: str) -> pd.DataFrame:
+    """The calls table stored as JSON records in a saved profile's metadata."""
+    records = loads_json(stored, where, "calls table")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ReportError(f"{where}: expected a list of call rows; {DAMAGED}")
+    calls = pd.DataFrame.from_records(records)
+    for column in _CALL_SHAPES:
+        if column in calls and not all(_is_sequence(v, nested=True) for v in calls[column]):
+            raise ReportError(f"{where}: column {column!r} holds values that are not lists "
+                              f"of shapes; {DAMAGED}")
+    _tuples(calls, _CALL_TUPLES, where)
+    for column in _CALL_SHAPES:
+        if column in calls:
+            calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
+    return calls
+
+
+def _is_sequence(value: Any, *, nested: bool) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        return False
+    return not nested or all(isinstance(v, (list, tuple, np.ndarray)) for v in value)
 
 
 def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
@@ -131,8 +166,11 @@ def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
     stored = (pq.read_schema(path).metadata or {}).get(TIMELINE_KEY)
     if stored is None:
         return None
-    table = pd.read_json(io.StringIO(stored.decode() if isinstance(stored, bytes) else stored),
-                         orient="records")
+    where = f"{path} (its torch_nsight.timeline metadata)"
+    records = loads_json(stored, where, "timeline table")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ReportError(f"{where}: expected a list of timeline rows; {DAMAGED}")
+    table = pd.read_json(io.StringIO(json.dumps(records)), orient="records")
     if "run" in table:
         table["run"] = table["run"].astype("Int64")
     from torch_nsight.report.trace import tidy_text

@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
+from torch_nsight.checks import DAMAGED, LeftOut
+from torch_nsight.errors import ReportError
+from torch_nsight.metrics import METRICS
 from torch_nsight.record import Source, SweepRecord
 
 _RANK_NAME = re.compile(r"rank(\d+)$")
@@ -91,3 +95,47 @@ def stays_inside(folder: Path, name: str) -> bool:
         return False
     root = folder.resolve()
     return (root / name).resolve().is_relative_to(root)
+
+
+#: The kernel table's columns that hold numbers (its metrics); ``duration_ns`` is required.
+NUMBER_COLUMNS = tuple(m.column for m in METRICS if m.column != "gpu")
+
+
+def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
+                ) -> pd.DataFrame:
+    """A kernel table with its number columns checked and its invalid times left out.
+
+    Rows whose ``duration_ns`` is negative or infinite (or missing, unless ``missing_ok``:
+    a report may lack the metric) are left out with one counted warning.
+
+    Args:
+        frame: the table a reader read from ``where``.
+        where: the file, for messages.
+        missing_ok: keep rows without a duration (NaN).
+
+    Raises:
+        ReportError: the table lacks ``duration_ns``, or a number column holds text.
+    """
+    if "duration_ns" not in frame:
+        raise ReportError(f"{where} lacks the column 'duration_ns' (every kernel's time): it "
+                          f"was not written by torch_nsight, or {DAMAGED.split(': ', 1)[0]}")
+    for column in NUMBER_COLUMNS:
+        if column in frame and not pd.api.types.is_numeric_dtype(frame[column]):
+            values = frame[column]
+            numbers = pd.to_numeric(values.map(lambda v: v if not isinstance(v, bool) and
+                                               isinstance(v, (int, float)) else np.nan),
+                                    errors="coerce")
+            if (numbers.isna() & values.notna()).any():
+                raise ReportError(f"{where}: column {column!r} holds values that are not "
+                                  f"numbers; {DAMAGED}")
+            frame[column] = numbers.astype("float64")
+    duration = frame["duration_ns"].astype("float64")
+    bad = np.isinf(duration) | (duration < 0)
+    if not missing_ok:
+        bad |= duration.isna()
+    if bad.any():
+        left = LeftOut(where, "kernels")
+        left.add("", "invalid durations (negative, infinite or missing)", int(bad.sum()))
+        left.warn()
+        frame = frame.loc[~bad].reset_index(drop=True)
+    return frame

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from torch_nsight import formats
+from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source, SweepRecord
 from torch_nsight.report.calls_table import calls_frame
@@ -40,11 +41,12 @@ class SweepDirectory:
                                            formats.SWEEP_FORMAT)
         except formats.FormatError as err:
             raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
+        check_schema(manifest, formats.SWEEP_SCHEMA, str(path / formats.SWEEP_MANIFEST))
         record = SweepRecord.from_dict(manifest.get("record") or {})
         frames, sources = [], []
         missing: list[str] = []
         outside: list[str] = []
-        for child in manifest.get("children", []):
+        for child in manifest.get("children") or []:
             report = child.get("report")
             if report and not stays_inside(path, str(report)):
                 outside.append(str(report))  # a manifest names files in its folder only

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import formats
+from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
 from torch_nsight.report.source_base import ReadOptions, SourceData, rank_in_name, stays_inside
@@ -35,6 +36,7 @@ class TimelineDirectory:
                                            formats.TIMELINE_KIND, formats.TIMELINE_FORMAT)
         except formats.FormatError as err:
             raise ReportError(f"{err}: the timeline directory {path} cannot be read") from err
+        check_schema(manifest, formats.TIMELINE_SCHEMA, str(path / formats.TIMELINE_MANIFEST))
         frames, timelines, sources = [], [], []
         for item in manifest.get("items", []):
             trace = item.get("trace")
