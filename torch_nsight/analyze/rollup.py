@@ -7,6 +7,7 @@ several reports), sums are divided by the number of distinct (report, run) pairs
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -250,13 +251,14 @@ def _call_tree_order(tree: pd.DataFrame,
     model = model or {}
     columns = [*LABELS, "direction", "module_path", "order"]
     rows = list(zip(*(tree[c] for c in columns), strict=True))
-    first = {((v, s, d), path): order for v, s, d, path, order in rows}
+    first: dict[tuple[Any, ...], Any] = {((v, s, d), path): order
+                                         for v, s, d, path, order in rows}
     label_first = tree.groupby(list(LABELS), sort=False)["order"].min().to_dict()
-    steps: dict[tuple[object, ...], tuple[object, object]] = {}  # one per node, not per row
+    steps: dict[tuple[Any, ...], tuple[object, object]] = {}  # one per node, not per row
 
-    def step(group: tuple[object, ...], prefix: str) -> tuple[object, object]:
+    def step(group: tuple[Any, ...], prefix: str) -> tuple[object, object]:
         if (group, prefix) not in steps:
-            anchor = model.get((group[0], group[1], prefix))
+            anchor = model.get((str(group[0]), str(group[1]), prefix))
             steps[(group, prefix)] = (anchor if anchor is not None
                                       else first.get((group, prefix), 0),
                                       _natural(path_leaf(prefix)))
