@@ -88,13 +88,22 @@ def rank_in_name(stem: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def stays_inside(folder: Path, name: str) -> bool:
-    """Whether ``name`` (from a manifest) names a file inside ``folder``: no absolute path,
-    no ``..`` out of it, no link leading elsewhere."""
-    if not name or Path(name).is_absolute():
-        return False
+def inside(folder: Path, name: str, where: str) -> Path:
+    """``folder / name``, where ``name`` comes from ``where`` (a manifest, or a file beside
+    the one read), checked to stay inside ``folder`` once every link is resolved.
+
+    Raises:
+        ReportError: an absolute path, a ``..`` out of ``folder``, or a link leading
+            elsewhere.
+    """
+    candidate = folder / name
     root = folder.resolve()
-    return (root / name).resolve().is_relative_to(root)
+    if (not name or Path(name).is_absolute()
+            or not candidate.resolve().is_relative_to(root)):
+        raise ReportError(f"{where} leads outside {folder} ({name!r} is "
+                          f"{candidate.resolve()}): torch_nsight reads only files inside the "
+                          "folder it is given; copy that file into it")
+    return candidate
 
 
 #: The kernel table's columns that hold numbers (its metrics); ``duration_ns`` is required.

@@ -105,8 +105,9 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
         ReportError: the file is missing, not a report, or holds no kernel.
     """
     source = Path(path).resolve()
+    named = Path(path).absolute()  # its cache goes in the folder read, not where a link leads
     if cache and source.is_file():
-        cached = report_cache.read_cache(source, SCHEMA_VERSION, cache_dir)
+        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir)
         if cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
@@ -120,5 +121,5 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
         logger.info("%s lacks %d of the declared metrics (set: %s); their columns are NaN",
                     source.name, len(meta["missing_metrics"]), meta["metric_set"])
     if cache:
-        report_cache.write_cache(source, frame, meta, SCHEMA_VERSION, cache_dir)
+        report_cache.write_cache(named, frame, meta, SCHEMA_VERSION, cache_dir)
     return frame, meta

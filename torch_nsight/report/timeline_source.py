@@ -14,7 +14,7 @@ from torch_nsight import formats
 from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
-from torch_nsight.report.source_base import ReadOptions, SourceData, rank_in_name, stays_inside
+from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.trace import parse_trace, read_trace_file
 from torch_nsight.report.trace_source import trace_source
 
@@ -40,7 +40,8 @@ class TimelineDirectory:
         frames, timelines, sources = [], [], []
         for item in manifest.get("items", []):
             trace = item.get("trace")
-            if not trace or not stays_inside(path, str(trace)) or not (path / trace).is_file():
+            if not trace or not inside(path, trace, str(path / formats.TIMELINE_MANIFEST)
+                                       ).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
             frame, timeline, gpu = parse_trace(read_trace_file(path / trace),
