@@ -23,6 +23,7 @@ from typing import Any
 from torch_nsight import formats
 from torch_nsight.checks import check_schema, loads_json
 from torch_nsight.errors import ReportError
+from torch_nsight.files import atomic_output
 
 __all__ = ["calls_document", "write_calls", "read_call_rows", "check_call_rows"]
 
@@ -50,7 +51,8 @@ def write_calls(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Pa
         The path written.
     """
     path = Path(path)
-    path.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
+    with atomic_output(path) as temp:
+        temp.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.checks import NUMBER, WHOLE, whole
+from torch_nsight.files import atomic_output
 
 SWEEP_MANIFEST = "sweep.json"
 SWEEP_KIND = "torch_nsight.sweep"
@@ -138,11 +139,10 @@ def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]
 
 
 def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (a reader never sees half a file)."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, target)
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file; see
+    :func:`torch_nsight.files.atomic_output`)."""
+    with atomic_output(path) as temp:
+        temp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
 
 def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:

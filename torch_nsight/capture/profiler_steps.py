@@ -20,15 +20,14 @@ verdict is the recorded steps' GPU work over it.
 from __future__ import annotations
 
 import atexit
-import gzip
 import logging
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from torch_nsight import formats
+from torch_nsight.files import gzip_file
 from torch_nsight.naming import format_measure_range
 
 logger = logging.getLogger(__name__)
@@ -138,10 +137,7 @@ class TimelineSession:
         self._profiler.__exit__(None, None, None)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._profiler.export_chrome_trace(str(self.trace))
-        packed = self.trace.with_name(self.trace.name + ".gz")
-        with open(self.trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst)
-        self.trace.unlink()
+        packed = gzip_file(self.trace)
         write_manifest(self.folder, {packed.name: unprofiled_period(str(self.folder))})
         logger.info("torch_nsight: wrote the timeline %s", packed)
 

@@ -34,7 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
+from torch_nsight.cli.outputs import (
+    UsageError,
+    add_force,
+    check_out_folder,
+    check_outputs,
+    description,
+)
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
@@ -256,6 +262,7 @@ def run(args: argparse.Namespace) -> int:
                               "--steps A:B -- COMMAND` takes the first look with PyTorch's "
                               "profiler") from None
     ncu_cli.ncu_version(ncu)
+    check_out_folder(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     plan = script.plan_script(command, report, ncu=ncu, known=ncu_cli.known_metric_bases(ncu),
@@ -378,6 +385,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         print(f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))} {STEPS_ENV}="
               f"{shlex.quote(args.steps)} {shlex.join(command)}")
         return 0
+    check_out_folder(args.out)
     manifest = args.out / TIMELINE_MANIFEST
     if manifest.exists() and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")

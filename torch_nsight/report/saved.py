@@ -17,6 +17,7 @@ import pandas as pd
 
 from torch_nsight.checks import DAMAGED, field, loads_json, whole
 from torch_nsight.errors import ReportError
+from torch_nsight.files import atomic_output
 from torch_nsight.record import FORMAT_VERSION, ProfileMeta
 from torch_nsight.report.cache import plain_strings
 from torch_nsight.report.source_base import check_times
@@ -80,7 +81,8 @@ def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: Profi
     if timeline is not None:
         stored[TIMELINE_KEY] = timeline.to_json(orient="records", default_handler=str)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stored})
-    pq.write_table(table, target)
+    with atomic_output(target) as temp:
+        pq.write_table(table, temp)
     return target
 
 
