@@ -208,3 +208,42 @@ def test_a_damaged_sweep_manifest_is_refused_naming_the_field(
     with pytest.raises(ReportError, match="sweep.json") as raised:
         torch_nsight.load(folder)
     assert f"'{field}'" in str(raised.value) or "format" in str(raised.value)
+
+
+def test_a_damaged_reports_warning_repeats_when_read_from_its_cache(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import lzma
+
+    raw = lzma.decompress((DATA / "hand_s128.ncu-rep.xz").read_bytes())
+    path = tmp_path / "run.ncu-rep"
+    path.write_bytes(raw[:-1000])  # its last kernel record cut short
+    said = []
+    for _ in range(2):  # the report, then its cache
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="torch_nsight"):
+            kernels = len(torch_nsight.load(path, cache_dir=tmp_path / "caches").kernels)
+        said.append([r.getMessage() for r in caplog.records if "damaged" in r.getMessage()])
+    assert len(list((tmp_path / "caches").iterdir())) == 1
+    assert said[0] == said[1] == [
+        f"run.ncu-rep is damaged (cut short?): 1 of its {kernels + 1} kernel records are "
+        "incomplete and left out"]
+
+
+def test_a_full_temporary_folder_is_one_error_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import os
+
+    from torch_nsight.report import reader
+
+    def full(source: Any, target: Any, length: int = 0) -> None:
+        target.write(source.read(1000))  # what fitted before the disk filled up
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    monkeypatch.setattr(reader.shutil, "copyfileobj", full)
+    with pytest.raises(ReportError, match="cannot decompress .*hand_s128.ncu-rep.xz into .*"
+                                          "No space left .* free there.*set TMPDIR"):
+        torch_nsight.load(DATA / "hand_s128.ncu-rep.xz", cache=False)
+    assert list(tmp_path.iterdir()) == []

@@ -412,11 +412,17 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
         records = read_in_workers(context, positions, workers or _usable_cpus())
     if positions and not records:
         raise _damaged(local.name, f"none of its {len(positions)} kernel records is complete")
-    if len(records) < len(positions):
-        logger.warning("%s is damaged (cut short?): %d of its %d kernel records are incomplete "
-                       "and left out", local.name, len(positions) - len(records),
-                       len(positions))
     return records
+
+
+def left_out(context: Any, records: list[dict[str, Any]], shown: str) -> str | None:
+    """What a damaged report's reading left out, in one sentence naming ``shown`` (the file
+    the user gave); None when every kernel record was complete."""
+    total = len(_positions(context))
+    if len(records) >= total:
+        return None
+    return (f"{shown} is damaged (cut short?): {total - len(records)} of its {total} kernel "
+            "records are incomplete and left out")
 
 
 def read_in_workers(context: Any, positions: list[tuple[int, int]],
