@@ -32,6 +32,7 @@ from torch_nsight.render.kinds import (
     TableKind,
     TableSpec,
 )
+from torch_nsight.render.units import printable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,7 +162,8 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
     text = _ALIASES.get(fmt, fmt) in TEXT_FORMATS
     with contextlib.nullcontext() if text else whole_cells():  # markdown, HTML: nothing cut
-        rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
+        rows = printable_rows([[cell(row) for _, cell, _ in columns]
+                               for _, row in frame.iterrows()])
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
     notes: list[str] = []
