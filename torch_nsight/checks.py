@@ -26,30 +26,38 @@ __all__ = ["number", "whole", "loads_json", "field", "check_schema", "LeftOut", 
 DAMAGED = "the file is damaged: record it again, or restore it from a copy"
 
 
-def number(value: Any, *, minimum: float | None = 0.0) -> float | None:
-    """``value`` as a float if it is a finite real number (not a bool, not text) of at least
-    ``minimum`` (None: any), else None."""
+#: The largest magnitude a reader takes as a measurement (a time in ns, a byte or FLOP
+#: count): beyond it a value is damage, and sums of such values would overflow to inf.
+LARGEST = 1e30
+
+
+def number(value: Any, *, minimum: float | None = 0.0,
+           maximum: float = LARGEST) -> float | None:
+    """``value`` as a float if it is a finite real number (not a bool, not text) between
+    ``minimum`` (None: any) and ``maximum``, else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
         result = float(value)
     except OverflowError:  # an int too large for a float
         return None
-    if not math.isfinite(result) or (minimum is not None and result < minimum):
+    if not math.isfinite(result) or (minimum is not None and result < minimum) \
+            or abs(result) > maximum:
         return None
     return result
 
 
-def whole(value: Any, *, minimum: int | None = 0) -> int | None:
+def whole(value: Any, *, minimum: int | None = 0, maximum: int = 2**63 - 1) -> int | None:
     """``value`` as an int if it is an integral number (``3`` or ``3.0``, not a bool, not
-    text) of at least ``minimum`` (None: any), else None."""
+    text) between ``minimum`` (None: any) and ``maximum``, else None."""
     if isinstance(value, bool):
         return None
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
             return None
         value = int(value)
-    if not isinstance(value, int) or (minimum is not None and value < minimum):
+    if not isinstance(value, int) or (minimum is not None and value < minimum) \
+            or abs(value) > maximum:
         return None
     return value
 

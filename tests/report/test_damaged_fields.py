@@ -181,7 +181,7 @@ def test_invalid_saved_durations_are_left_out_and_counted(
         profile = torch_nsight.load(path)
     assert len(profile.kernels) == rows - 2
     _assert_measured(profile)
-    assert "2 kernels with invalid durations" in caplog.text
+    assert "2 kernels with" in caplog.text and "left out" in caplog.text
 
 
 @pytest.mark.parametrize(("change", "field"), [

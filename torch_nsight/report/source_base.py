@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from torch_nsight.checks import DAMAGED, LeftOut
+from torch_nsight.checks import DAMAGED, LARGEST, LeftOut
 from torch_nsight.errors import ReportError
 from torch_nsight.metrics import METRICS
 from torch_nsight.record import Source, SweepRecord
@@ -112,10 +112,11 @@ NUMBER_COLUMNS = tuple(m.column for m in METRICS if m.column != "gpu")
 
 def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
                 ) -> pd.DataFrame:
-    """A kernel table with its number columns checked and its invalid times left out.
+    """A kernel table with its number columns checked and its invalid values left out.
 
-    Rows whose ``duration_ns`` is negative or infinite (or missing, unless ``missing_ok``:
-    a report may lack the metric) are left out with one counted warning.
+    Rows whose ``duration_ns`` is negative (or missing, unless ``missing_ok``: a report may
+    lack the metric), or with a number that is infinite or beyond
+    :data:`~torch_nsight.checks.LARGEST`, are left out with one counted warning.
 
     Args:
         frame: the table a reader read from ``where``.
@@ -139,12 +140,15 @@ def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
                                   f"numbers; {DAMAGED}")
             frame[column] = numbers.astype("float64")
     duration = frame["duration_ns"].astype("float64")
-    bad = np.isinf(duration) | (duration < 0)
+    bad = duration < 0
     if not missing_ok:
         bad |= duration.isna()
-    if bad.any():
-        left = LeftOut(where, "kernels")
-        left.add("", "invalid durations (negative, infinite or missing)", int(bad.sum()))
+    numbers = frame.select_dtypes("number").astype("float64")
+    huge = (numbers.abs() > LARGEST).any(axis=1)  # inf too
+    left = LeftOut(where, "kernels")
+    left.add("", "invalid durations (negative or missing)", int(bad.sum()))
+    left.add("", "infinite or out-of-range numbers", int((huge & ~bad).sum()))
+    if left:
         left.warn()
-        frame = frame.loc[~bad].reset_index(drop=True)
+        frame = frame.loc[~(bad | huge)].reset_index(drop=True)
     return frame

@@ -66,7 +66,9 @@ def clean_events(document: Mapping[str, Any], where: str
             continue
         cat = raw.get("cat") if isinstance(raw.get("cat"), str) else None
         what = GPU_CATEGORIES.get(cat or "", "CPU")
-        start, duration = number(raw.get("ts")), number(raw.get("dur"))
+        # µs; beyond 1e17 (3,000 years) a time is damage, not a measurement
+        start = number(raw.get("ts"), maximum=1e17)
+        duration = number(raw.get("dur"), maximum=1e17)
         if start is None or duration is None:
             left.add(what, "invalid start times" if start is None else "invalid durations")
             continue
