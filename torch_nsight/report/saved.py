@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torch_nsight.checks import DAMAGED, field, loads_json, whole
+from torch_nsight.checks import DAMAGED, LeftOut, field, loads_json, number, whole
 from torch_nsight.errors import ReportError
 from torch_nsight.files import atomic_output
 from torch_nsight.record import FORMAT_VERSION, ProfileMeta
@@ -103,9 +103,10 @@ def read_profile(path: str | os.PathLike[str]
         raise ReportError(f"profile {source} does not exist")
     try:
         table = pq.read_table(source)
+        frame = table.to_pandas()
     except Exception as err:  # pyarrow raises several types for non-Parquet input
-        raise ReportError(f"{source} is not a Parquet file written by Profile.save: "
-                          f"{err}") from err
+        raise ReportError(f"{source} is not a Parquet file written by Profile.save, or its "
+                          f"columns do not hold their stored types: {err}") from err
     metadata = table.schema.metadata or {}
     stored = metadata.get(META_KEY)
     if stored is None:
@@ -119,7 +120,7 @@ def read_profile(path: str | os.PathLike[str]
     if version > FORMAT_VERSION:
         raise ReportError(f"{source} was saved by a newer torch_nsight (format {version}; this "
                           f"one reads up to {FORMAT_VERSION}): upgrade torch_nsight")
-    kernels = check_times(plain_strings(table.to_pandas()).rename(columns=_RENAMED),
+    kernels = check_times(plain_strings(frame).rename(columns=_RENAMED),
                           str(source))
     _tuples(kernels, TUPLE_COLUMNS, str(source))
     _optional(kernels)
@@ -160,9 +161,12 @@ def _is_sequence(value: Any, *, nested: bool) -> bool:
 
 
 def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
-    """The timeline table saved with a profile (see :func:`write_profile`), or None."""
-    import io
+    """The timeline table saved with a profile (see :func:`write_profile`), or None; rows
+    holding a time that is not a finite number in range are left out, counted.
 
+    Raises:
+        ReportError: the stored table is not JSON rows.
+    """
     import pyarrow.parquet as pq
 
     stored = (pq.read_schema(path).metadata or {}).get(TIMELINE_KEY)
@@ -172,9 +176,20 @@ def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
     records = loads_json(stored, where, "timeline table")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ReportError(f"{where}: expected a list of timeline rows; {DAMAGED}")
-    table = pd.read_json(io.StringIO(json.dumps(records)), orient="records")
-    if "run" in table:
-        table["run"] = table["run"].astype("Int64")
-    from torch_nsight.report.trace import tidy_text
+    from torch_nsight.report.trace import TIMELINE_TEXT, tidy_text
+
+    def valid(row: dict[str, Any]) -> bool:
+        return all(v is None or (number(v, minimum=None) is not None
+                                 if k != "run" else whole(v) is not None)
+                   for k, v in row.items() if k not in TIMELINE_TEXT)
+
+    kept = [r for r in records if valid(r)]
+    left = LeftOut(where, "timeline rows")
+    left.add("", "invalid numbers", len(records) - len(kept))
+    left.warn()
+    table = pd.DataFrame.from_records(kept)
+    for column in table.columns.difference(TIMELINE_TEXT):
+        table[column] = pd.to_numeric(table[column]).astype(
+            "Int64" if column == "run" else "float64")
 
     return tidy_text(table)  # JSON turns an all-None column into NaN

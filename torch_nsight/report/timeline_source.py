@@ -38,7 +38,7 @@ class TimelineDirectory:
             raise ReportError(f"{err}: the timeline directory {path} cannot be read") from err
         check_schema(manifest, formats.TIMELINE_SCHEMA, str(path / formats.TIMELINE_MANIFEST))
         frames, timelines, sources = [], [], []
-        for item in manifest.get("items", []):
+        for item in manifest.get("items") or []:
             trace = item.get("trace")
             if not trace or not inside(path, trace, str(path / formats.TIMELINE_MANIFEST)
                                        ).is_file():
@@ -57,7 +57,7 @@ class TimelineDirectory:
                     f"no GPU activity: recorded on {manifest.get('device')}, the trace holds "
                     "CPU ops and step times only"))
             sources.append(source)
-        failed = [f"{i.get('shape')}: {i.get('error')}" for i in manifest.get("items", [])
+        failed = [f"{i.get('shape')}: {i.get('error')}" for i in manifest.get("items") or []
                   if i.get("status") == "failed"]
         if failed and sources:
             sources[-1] = dataclasses.replace(sources[-1], note="; ".join(
@@ -74,7 +74,7 @@ class TimelineDirectory:
 def _record(manifest: dict[str, Any], path: Path) -> SweepRecord:
     """The run as :attr:`Profile.results` and :attr:`Profile.failures` read it: one item
     per (variant, shape), failed ones with their error."""
-    items = tuple(dict(i) for i in manifest.get("items", []) if isinstance(i, dict))
+    items = tuple(dict(i) for i in manifest.get("items") or [] if isinstance(i, dict))
     return SweepRecord(
         shapes=tuple(dict.fromkeys(str(i["shape"]) for i in items if i.get("shape"))),
         variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),

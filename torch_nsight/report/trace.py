@@ -25,6 +25,7 @@ import json
 import logging
 import lzma
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -107,7 +108,7 @@ def read_trace_file(path: Path) -> dict[str, Any]:
     except RecursionError:
         raise ReportError(f"{path} is not a readable Chrome trace: its JSON is nested too "
                           f"deeply; {DAMAGED}") from None
-    except (OSError, EOFError, ValueError, lzma.LZMAError) as err:
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as err:
         raise ReportError(f"{path} is not a readable Chrome trace ({err}): pass a trace "
                           "written by torch.profiler (export_chrome_trace)") from err
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):

@@ -28,7 +28,7 @@ _WHOLE_ARGS = {"correlation": None, "device": 0, "stream": None,
 def _args(raw: Any) -> dict[str, Any] | None:
     """The ``args`` of an event with invalid values removed; None when it is no object."""
     if raw is None:
-        return {}
+        raw = {}
     if not isinstance(raw, dict):
         return None
     args = {k: v for k, v in raw.items() if k not in _WHOLE_ARGS
