@@ -104,16 +104,18 @@ NUMBER = "a finite, non-negative number"
 WHOLE = "a whole, non-negative number"
 
 
-def check_schema(value: Any, schema: Any, where: str, path: str = "") -> None:
+def check_schema(value: Any, schema: Any, where: str, path: str = "", *,
+                 item: bool = False) -> None:
     """Check a JSON document against a schema; null (None) is accepted everywhere.
 
     A schema is a type (or tuple of types), :data:`NUMBER`, :data:`WHOLE`, ``[item
-    schema]`` for a list, or ``{key: schema}`` for an object whose other keys are free.
+    schema]`` for a list (whose items are never null), or ``{key: schema}`` for an object
+    whose other keys are free.
 
     Raises:
         ReportError: naming ``where``, the field's path and what it holds instead.
     """
-    if value is None:
+    if value is None and not item:
         return
     if isinstance(schema, dict):
         if isinstance(value, dict):
@@ -123,8 +125,8 @@ def check_schema(value: Any, schema: Any, where: str, path: str = "") -> None:
         expected = "an object"
     elif isinstance(schema, list):
         if isinstance(value, list):
-            for index, item in enumerate(value):
-                check_schema(item, schema[0], where, f"{path}[{index}]")
+            for index, entry in enumerate(value):
+                check_schema(entry, schema[0], where, f"{path}[{index}]", item=True)
             return
         expected = "a list"
     elif schema is NUMBER or schema is WHOLE:

@@ -179,8 +179,7 @@ def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
     from torch_nsight.report.trace import TIMELINE_TEXT, tidy_text
 
     def valid(row: dict[str, Any]) -> bool:
-        return all(v is None or (number(v, minimum=None) is not None
-                                 if k != "run" else whole(v) is not None)
+        return all(v is None or (number(v) if k != "run" else whole(v)) is not None
                    for k, v in row.items() if k not in TIMELINE_TEXT)
 
     kept = [r for r in records if valid(r)]

@@ -319,7 +319,8 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
         spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
                          strict=True))
         end = max([cpu_end, *(e for _, e in spans)])
-        busy = _union([(max(s, cpu_start), min(e, end)) for s, e in spans])
+        clipped = [(max(s, cpu_start), min(e, end)) for s, e in spans]
+        busy = _union([(s, e) for s, e in clipped if e > s])  # what ran inside the window
         inside = call_list[bisect.bisect_left(call_starts, cpu_start):
                            bisect.bisect_left(call_starts, cpu_end)]
         measured = steps.get(f"{variant or ''}|{shape or ''}", {})
