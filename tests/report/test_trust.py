@@ -91,19 +91,16 @@ def test_an_xz_fallback_linked_outside_the_folder_is_refused(
         p.name for p in (DATA / "sweep_stack").iterdir())
 
 
-def test_a_focused_sweeps_timeline_linked_outside_is_refused(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    shutil.copytree(DATA / "sweep_focused", sweep)
-    _move_out(sweep / "timeline", tmp_path / "elsewhere")
-    with pytest.raises(ReportError, match="timeline leads outside"):
-        torch_nsight.load(sweep)
-
-
-def test_a_timeline_trace_linked_outside_is_refused(tmp_path: Path) -> None:
-    folder = tmp_path / "timeline"
-    shutil.copytree(DATA / "timeline_decode", folder)
-    _move_out(folder / "trace-0.json.gz", tmp_path / "elsewhere.json.gz")
-    with pytest.raises(ReportError, match="timeline.json leads outside"):
+@pytest.mark.parametrize(("fixture", "moved", "match"), [
+    ("sweep_focused", "timeline", "timeline leads outside"),  # a focused sweep's timeline
+    ("timeline_decode", "trace-0.json.gz", "timeline.json leads outside"),  # a trace
+])
+def test_a_folder_a_manifest_leads_to_linked_outside_is_refused(
+        tmp_path: Path, fixture: str, moved: str, match: str) -> None:
+    folder = tmp_path / "read"
+    shutil.copytree(DATA / fixture, folder)
+    _move_out(folder / moved, tmp_path / f"elsewhere-{moved}")
+    with pytest.raises(ReportError, match=match):
         torch_nsight.load(folder)
 
 
