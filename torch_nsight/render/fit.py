@@ -33,10 +33,12 @@ def terminal_width() -> int:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _cell_width(text: str) -> int:
-    """The display width of a cell's widest line (as tabulate measures it)."""
-    from wcwidth import wcswidth
+    """The display width of a cell's widest line, as tabulate measures it (wide characters,
+    escape sequences)."""
+    import tabulate
 
-    return max((max(wcswidth(line), len(line)) for line in text.split("\n")), default=0)
+    width = getattr(tabulate, "_visible_width", len)
+    return max((width(line) for line in text.split("\n")), default=0)
 
 
 def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
