@@ -128,3 +128,27 @@ def test_the_library_refuses_an_output_folder_under_a_file(tmp_path: Path) -> No
     with pytest.raises(OutputWriteError, match="is a file"), \
             locked_folder(tmp_path / "afile" / "sub"):
         pass
+
+
+def test_a_childs_log_on_a_full_disk_is_one_warning_not_a_dead_thread(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import threading
+
+    from torch_nsight.collect.parent.launch import ChildSpec, run_children
+
+    died: list[BaseException] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda hook: died.append(hook.exc_value)  # type: ignore[assignment]
+    command = [sys.executable, "-c", "for i in range(20000): print('line', i)"]
+    spec = ChildSpec("sweep", command, dict(os.environ), tmp_path / "s", tmp_path / "r",
+                     None, Path("/dev/full"), 1)  # every write to /dev/full: no space left
+    try:
+        with caplog.at_level(logging.WARNING, logger="torch_nsight"):
+            (outcome,) = run_children([spec], item_timeout=60, startup_s=60,
+                                      cwd=str(tmp_path))
+    finally:
+        threading.excepthook = previous
+    assert died == [] and outcome.returncode == 0  # its output was read to the end
+    (line,) = [r.getMessage() for r in caplog.records if "/dev/full" in r.getMessage()]
+    assert "cannot write /dev/full: No space left" in line and "not kept" in line
