@@ -43,6 +43,7 @@ from torch_nsight.cli.outputs import (
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
+from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
@@ -274,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is None:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
-    ran = script.run_script(plan)
+    with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
+        ran = script.run_script(plan)
     profile = ran.profile
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
@@ -397,7 +399,8 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     plan = script.plan_timeline(command, args.out, steps=args.steps, timeout=args.timeout)
     try:
-        ran = script.run_script(plan)
+        with locked_folder(args.out):
+            ran = script.run_script(plan)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
     emit(ran.profile, args)
