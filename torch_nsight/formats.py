@@ -77,7 +77,8 @@ SWEEP_SCHEMA = {"record": _RECORD_SCHEMA,
                                  "shape": str}],
                 "calls": [CALLS_ROW_SCHEMA], "settings": dict}
 TIMELINE_SCHEMA = {"items": [{"variant": str, "shape": str, "trace": str, "status": str,
-                              "bare_ns": NUMBER, "ranged_ns": NUMBER}],
+                              "bare_ns": NUMBER, "ranged_ns": NUMBER, "bare_min_ns": NUMBER,
+                              "bare_max_ns": NUMBER}],
                    "settings": dict, "device": str}
 
 REPORT_SUFFIX = ".ncu-rep"
