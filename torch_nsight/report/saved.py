@@ -124,6 +124,12 @@ def read_profile(path: str | os.PathLike[str]
                           str(source))
     _tuples(kernels, TUPLE_COLUMNS, str(source))
     _optional(kernels)
+    listed = [c for c in kernels.columns if c not in (*TUPLE_COLUMNS, *OPTIONAL_TUPLES)
+              and kernels[c].dtype == object and any(
+                  isinstance(v, (list, tuple, dict, np.ndarray)) for v in kernels[c])]
+    if listed:
+        raise ReportError(f"{source}: column {listed[0]!r} holds lists where single values "
+                          f"belong; {DAMAGED}")
     calls = None
     if CALLS_KEY in metadata:
         calls = _calls(metadata[CALLS_KEY], f"{source} (its torch_nsight.calls metadata)")
