@@ -1,7 +1,7 @@
 """The one-way layer rule, read from the source: a stage imports only the stages below it.
 
 The order (docs/architecture.md): the stage-neutral modules (errors, naming, metrics,
-formats, vocabulary, record, the calls file, units), then capture, report, analyze, the Profile
+formats, vocabulary, record, the calls file, units, checks, files), then capture, report, analyze, the Profile
 record, loading, render, collect (whose parent returns a loaded Profile) and the CLI on top.
 Capture is a side branch: the stages that read and show profiles never import it (torch).
 Every import counts, also one inside a function: a lazy import still ties two stages.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("__version__", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file", "units", "status")
+           "calls_file", "units", "status", "checks", "files")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process

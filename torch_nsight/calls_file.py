@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight import formats
+from torch_nsight.checks import check_schema, loads_json
 from torch_nsight.errors import ReportError
+from torch_nsight.files import atomic_output
 
 __all__ = ["calls_document", "write_calls", "read_call_rows", "check_call_rows"]
 
@@ -49,7 +51,8 @@ def write_calls(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Pa
         The path written.
     """
     path = Path(path)
-    path.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
+    with atomic_output(path) as temp:
+        temp.write_text(json.dumps(document, separators=(",", ":")) + "\n", encoding="utf-8")
     return path
 
 
@@ -69,12 +72,7 @@ def read_call_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         OSError: If the file cannot be read.
     """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ReportError(f"{path} is not a torch_nsight calls file: it is not JSON "
-                          f"({err})") from err
+    document = loads_json(path.read_bytes(), str(path), "torch_nsight calls file")
     if not isinstance(document, dict) or document.get("kind") != formats.CALLS_KIND:
         kind = document.get("kind") if isinstance(document, dict) else type(document).__name__
         raise ReportError(f"{path} is not a torch_nsight calls file (kind {kind!r}, expected "
@@ -101,9 +99,10 @@ def check_call_rows(document: dict[str, Any], path: str) -> list[dict[str, Any]]
         missing = [k for k in formats.CALLS_ROW_KEYS if not isinstance(row, dict) or k not in row]
         if missing:
             raise ReportError(f"{path}: row {index} lacks {missing}: the file is damaged")
-        out.append({**row, "range_stack": tuple(row["range_stack"]),
-                    "input_shapes": tuple(tuple(s) for s in row["input_shapes"]),
-                    "input_dtypes": tuple(row["input_dtypes"]),
-                    "output_shapes": tuple(tuple(s) for s in row["output_shapes"]),
-                    "output_dtypes": tuple(row["output_dtypes"])})
+        check_schema(row, formats.CALLS_ROW_SCHEMA, path, f"rows[{index}]")
+        out.append({**row, "range_stack": tuple(row["range_stack"] or ()),
+                    "input_shapes": tuple(tuple(s or ()) for s in row["input_shapes"] or ()),
+                    "input_dtypes": tuple(row["input_dtypes"] or ()),
+                    "output_shapes": tuple(tuple(s or ()) for s in row["output_shapes"] or ()),
+                    "output_dtypes": tuple(row["output_dtypes"] or ())})
     return out

@@ -15,6 +15,8 @@ __all__ = [
     "ReportError",
     "MissingMetricError",
     "ShapeFailedError",
+    "OutputWriteError",
+    "OutputBusyError",
 ]
 
 
@@ -57,3 +59,11 @@ class MissingMetricError(ReportError):
 
 class ShapeFailedError(TorchNsightError):
     """One shape of a sweep failed in the profiled child process."""
+
+
+class OutputWriteError(TorchNsightError):
+    """An output file cannot be written (permissions, a full disk, a file-size limit...)."""
+
+
+class OutputBusyError(TorchNsightError):
+    """An output folder is being written by another process."""

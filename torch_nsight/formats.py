@@ -32,6 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from torch_nsight.checks import NUMBER, WHOLE, whole
+from torch_nsight.files import atomic_output
+
 SWEEP_MANIFEST = "sweep.json"
 SWEEP_KIND = "torch_nsight.sweep"
 SWEEP_FORMAT = 1
@@ -59,6 +62,24 @@ COMPILED_MAP_KIND = "torch_nsight.compiled_map"
 #: groups :class:`~torch_nsight.capture.replica.ScriptReplication` checked and left out).
 REPLICATION_PREFIX = "replication:"
 REPLICATION_KIND = "torch_nsight.replication"
+
+#: What a reader takes from each file, as :func:`torch_nsight.checks.check_schema` checks it.
+CALLS_ROW_SCHEMA = {"range_stack": [str], "op": str, "input_shapes": [[WHOLE]],
+                    "input_dtypes": [str], "output_shapes": [[WHOLE]], "output_dtypes": [str],
+                    "flops": NUMBER, "bytes": NUMBER, "count": WHOLE, "variant": str,
+                    "shape": str}
+_RECORD_SCHEMA = {"shapes": [str], "variants": [str], "options": dict, "items": [dict],
+                  "problems": [dict], "commands": dict, "output_dir": str, "timing": dict,
+                  "created": str}
+SWEEP_SCHEMA = {"record": _RECORD_SCHEMA,
+                "children": [{"name": str, "report": str}],
+                "replication": [{"representative": str, "replicas": [str], "variant": str,
+                                 "shape": str}],
+                "calls": [CALLS_ROW_SCHEMA], "settings": dict}
+TIMELINE_SCHEMA = {"items": [{"variant": str, "shape": str, "trace": str, "status": str,
+                              "bare_ns": NUMBER, "ranged_ns": NUMBER, "bare_min_ns": NUMBER,
+                              "bare_max_ns": NUMBER}],
+                   "settings": dict, "device": str}
 
 REPORT_SUFFIX = ".ncu-rep"
 #: The record ``torch-nsight profile`` writes beside its report (``report.run.json``).
@@ -119,11 +140,10 @@ def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]
 
 
 def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
-    """Write ``data`` to ``path`` atomically (a reader never sees half a file)."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, target)
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file; see
+    :func:`torch_nsight.files.atomic_output`)."""
+    with atomic_output(path) as temp:
+        temp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
 
 def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
@@ -152,12 +172,18 @@ def read_tagged(path: str | os.PathLike[str], kind: str, newest: int) -> dict[st
     """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except RecursionError:
+        raise FormatError(f"{path} is not a readable JSON file (nested too deeply)") from None
+    except (OSError, ValueError) as err:  # UnicodeDecodeError, JSONDecodeError
         raise FormatError(f"{path} is not a readable JSON file ({err})") from err
     if not isinstance(data, dict) or data.get("kind") != kind:
         raise FormatError(f"{path} is not a {kind} file")
-    if int(data.get("format", 0)) > newest:
-        raise FormatError(f"{path} has format {data.get('format')}, newer than this version "
+    version = data.get("format", 0)
+    if whole(version) is None:
+        raise FormatError(f"{path} has format {str(version)[:40]!r}, not a format number: the "
+                          "file is damaged")
+    if version > newest:
+        raise FormatError(f"{path} has format {str(version)[:40]}, newer than this version "
                           f"of torch_nsight reads ({newest}): upgrade torch_nsight")
     return data
 

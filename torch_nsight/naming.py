@@ -20,6 +20,7 @@ Conventions, all in the NVTX domain :data:`DOMAIN`:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 DOMAIN = "torch_nsight"
@@ -67,6 +68,7 @@ class RangeKind:
     direction: str  # "fwd" or "bwd"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a message recurs in the stack of every kernel under it
 def parse_message(message: str) -> RangeKind:
     """Classify a push/pop range message written by :func:`torch_nsight.instrument`."""
     if message.startswith(OP_PREFIX):

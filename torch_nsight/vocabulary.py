@@ -57,10 +57,33 @@ def path_prefix(path: str, depth: int) -> str:
     return join_path(split_path(path)[: depth + 1])
 
 
-def ancestors(path: str) -> list[str]:
+#: Ancestor chains already built, by path: a chain shares its parent's strings, so that a
+#: tree of depth D costs O(D) strings and tuples of O(D) items, not O(D²) new strings per
+#: node (1,000 nested ranges once took minutes and gigabytes).
+_ANCESTORS: dict[str, tuple[str, ...]] = {}
+_ANCESTORS_KEPT = 1 << 16
+
+
+def ancestors(path: str) -> tuple[str, ...]:
     """The paths of every module on ``path``, the root first and ``path`` itself last."""
-    parts = split_path(path)
-    return [join_path(parts[: level + 1]) for level in range(len(parts))]
+    found = _ANCESTORS.get(path)
+    if found is not None:
+        return found
+    if len(_ANCESTORS) > _ANCESTORS_KEPT:
+        _ANCESTORS.clear()
+    missing = [path]  # the uncached paths from ``path`` up, innermost first
+    chain: tuple[str, ...] = ()
+    while PATH_SEP in missing[-1]:
+        parent = missing[-1].rsplit(PATH_SEP, 1)[0]
+        cached = _ANCESTORS.get(parent)
+        if cached is not None:
+            chain = cached
+            break
+        missing.append(parent)
+    for node in reversed(missing):
+        chain = (*chain, node)
+        _ANCESTORS[node] = chain
+    return chain
 
 
 def path_depth(path: str) -> int:

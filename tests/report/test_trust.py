@@ -68,3 +68,60 @@ def test_an_unrelated_json_beside_the_reports_is_skipped(tmp_path: Path) -> None
     profile = torch_nsight.load(tmp_path, cache=False)
     expected = torch_nsight.load(DATA / "profile_steps.ncu-rep.xz", cache=False)
     assert len(profile.kernels) == len(expected.kernels)
+
+
+def _move_out(path: Path, elsewhere: Path) -> None:
+    """Move ``path`` to ``elsewhere`` and leave a link to it in its place."""
+    shutil.move(path, elsewhere)
+    path.symlink_to(elsewhere)
+
+
+def test_an_xz_fallback_linked_outside_the_folder_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_NSIGHT_CACHE_DIR")  # a cache would go beside the report
+    sweep = tmp_path / "sweep"
+    shutil.copytree(DATA / "sweep_stack", sweep)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    _move_out(sweep / "sweep.ncu-rep.xz", victim / "x.ncu-rep.xz")
+    with pytest.raises(ReportError, match="sweep.json leads outside .*sweep.ncu-rep.xz"):
+        torch_nsight.load(sweep)
+    assert sorted(p.name for p in victim.iterdir()) == ["x.ncu-rep.xz"]
+    assert sorted(p.name for p in sweep.iterdir()) == sorted(
+        p.name for p in (DATA / "sweep_stack").iterdir())
+
+
+@pytest.mark.parametrize(("fixture", "moved", "match"), [
+    ("sweep_focused", "timeline", "timeline leads outside"),  # a focused sweep's timeline
+    ("timeline_decode", "trace-0.json.gz", "timeline.json leads outside"),  # a trace
+])
+def test_a_folder_a_manifest_leads_to_linked_outside_is_refused(
+        tmp_path: Path, fixture: str, moved: str, match: str) -> None:
+    folder = tmp_path / "read"
+    shutil.copytree(DATA / fixture, folder)
+    _move_out(folder / moved, tmp_path / f"elsewhere-{moved}")
+    with pytest.raises(ReportError, match=match):
+        torch_nsight.load(folder)
+
+
+def test_a_calls_file_linked_outside_the_reports_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    shutil.copy(DATA / "hand_s128.ncu-rep.xz", folder / "hand_s128.ncu-rep.xz")
+    shutil.copy(DATA / "hand_s128.calls.json", tmp_path / "elsewhere.calls.json")
+    (folder / "hand_s128.calls.json").symlink_to(tmp_path / "elsewhere.calls.json")
+    with pytest.raises(ReportError, match="calls file beside .* leads outside"):
+        torch_nsight.load(folder / "hand_s128.ncu-rep.xz")
+
+
+def test_a_linked_reports_cache_goes_in_the_folder_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_NSIGHT_CACHE_DIR")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "read").mkdir()
+    shutil.copy(DATA / "profile_steps.ncu-rep.xz", tmp_path / "target" / "run.ncu-rep.xz")
+    link = tmp_path / "read" / "run.ncu-rep.xz"
+    link.symlink_to(tmp_path / "target" / "run.ncu-rep.xz")
+    torch_nsight.load(link)
+    assert [p.name for p in (tmp_path / "target").iterdir()] == ["run.ncu-rep.xz"]
+    assert len(list((tmp_path / "read").iterdir())) == 2  # the link and its cache

@@ -7,6 +7,7 @@ several reports), sums are divided by the number of distinct (report, run) pairs
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -128,16 +129,19 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     inclusive_runs = _inclusive_runs(df, depth)
     sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",
             *(f"t_{b}" for b in BOUNDS)]
-    # each leaf row once per ancestor (itself last), in the leaves' order
-    rows, paths = [], []
+    # each leaf row once per ancestor (itself last), in the leaves' order; a node by its
+    # number, so that no path string is copied per (leaf, ancestor): O(leaves x depth)
+    rows, node_ids, leaves = [], [], []
+    numbers: dict[str, int] = {}
     for row, leaf in enumerate(base["module_path"]):
         for path in ancestors(leaf):
             rows.append(row)
-            paths.append(path)
-    nodes = base.iloc[rows].reset_index(drop=True)
-    nodes["leaf"] = nodes["module_path"].to_numpy() == np.array(paths, dtype=object)
-    nodes["module_path"] = paths
-    keys = [*LABELS, "direction", "module_path"]
+            node_ids.append(numbers.setdefault(path, len(numbers)))
+            leaves.append(path is leaf or path == leaf)
+    nodes = base.drop(columns="module_path").iloc[rows].reset_index(drop=True)
+    nodes["leaf"] = leaves
+    nodes["node"] = node_ids
+    keys = [*LABELS, "direction", "node"]
     for column in sums:
         nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
     grouped = nodes.groupby(keys, sort=False)
@@ -147,6 +151,8 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     tree["exclusive_kernels"] = grouped["x_kernels"].sum()
     tree["order"] = grouped["order"].min()
     tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
+    paths = list(numbers)
+    tree["module_path"] = [paths[node] for node in tree.pop("node")]
     tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
@@ -243,21 +249,28 @@ def _call_tree_order(tree: pd.DataFrame,
     it copies, ties by name with numbers as numbers; else by first launch): a depth-first
     walk, the same for the forward and the backward pass."""
     model = model or {}
-    first = {(tuple(r[k] for k in (*LABELS, "direction")), r["module_path"]): r["order"]
-             for _, r in tree.iterrows()}
+    columns = [*LABELS, "direction", "module_path", "order"]
+    rows = list(zip(*(tree[c] for c in columns), strict=True))
+    first: dict[tuple[Any, ...], Any] = {((v, s, d), path): order
+                                         for v, s, d, path, order in rows}
     label_first = tree.groupby(list(LABELS), sort=False)["order"].min().to_dict()
+    steps: dict[tuple[Any, ...], tuple[object, object]] = {}  # one per node, not per row
 
-    def key(row: pd.Series) -> tuple[object, ...]:
-        group = tuple(row[k] for k in (*LABELS, "direction"))
-        walk = []
-        for prefix in ancestors(row["module_path"]):
-            anchor = model.get((row["variant"], row["shape"], prefix))
-            walk.append((anchor if anchor is not None else first.get((group, prefix), 0),
-                         _natural(path_leaf(prefix))))
-        direction_rank = {"fwd": 0, "bwd": 1}.get(row["direction"], 2)
-        label = (row["variant"], row["shape"])
-        return (label_first.get(label, 0), label, direction_rank, row["module_path"] == UNATTRIBUTED,
-                tuple(walk))
+    def step(group: tuple[Any, ...], prefix: str) -> tuple[object, object]:
+        if (group, prefix) not in steps:
+            anchor = model.get((str(group[0]), str(group[1]), prefix))
+            steps[(group, prefix)] = (anchor if anchor is not None
+                                      else first.get((group, prefix), 0),
+                                      _natural(path_leaf(prefix)))
+        return steps[(group, prefix)]
 
-    order = sorted(range(len(tree)), key=lambda i: key(tree.iloc[i]))
+    def key(row: tuple[object, ...]) -> tuple[object, ...]:
+        variant, shape, direction, path = row[:4]
+        group = (variant, shape, direction)
+        walk = tuple(step(group, prefix) for prefix in ancestors(str(path)))
+        direction_rank = {"fwd": 0, "bwd": 1}.get(str(direction), 2)
+        label = (variant, shape)
+        return (label_first.get(label, 0), label, direction_rank, path == UNATTRIBUTED, walk)
+
+    order = sorted(range(len(tree)), key=lambda i: key(rows[i]))
     return tree.iloc[order]

@@ -25,15 +25,14 @@ the verdict is the recorded steps' GPU work over ``bare_ns``.
 from __future__ import annotations
 
 import atexit
-import gzip
 import logging
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from torch_nsight import formats
+from torch_nsight.files import gzip_file
 from torch_nsight.naming import format_measure_range
 
 logger = logging.getLogger(__name__)
@@ -184,10 +183,7 @@ class TimelineSession:
         self._profiler.__exit__(None, None, None)
         self.folder.mkdir(parents=True, exist_ok=True)
         self._profiler.export_chrome_trace(str(self.trace))
-        packed = self.trace.with_name(self.trace.name + ".gz")
-        with open(self.trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-            shutil.copyfileobj(src, dst)
-        self.trace.unlink()
+        packed = gzip_file(self.trace)
         self._packed = packed
         with _LOCK:  # kept for the second writing, with the steps after the window
             self._before = list(_PACE.get(str(self.folder), []))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.report import _count
-from torch_nsight.render.units import MISSING, format_us, is_missing, shorten
+from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,7 +178,7 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str) -> str:
                 lambda r: f"**{r['verdict']}**" if fmt == "markdown"
                 and r["verdict"] == "regressed" else str(r["verdict"]),
                 lambda r: _pair(r, "bound", _text), lambda r: _pair(r, "headroom_ns", format_us)]
-    body = [[cell(row) for cell in columns] for _, row in rows.iterrows()]
+    body = printable_rows([[cell(row) for cell in columns] for _, row in rows.iterrows()])
     right = {"baseline µs", "current µs", "change %", "headroom µs"}
     aligns = ["right" if h in right else "left" for h in headers]
     if fmt != "markdown":  # a terminal or a log: fit its width (a pull request keeps all)

@@ -15,7 +15,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
+from torch_nsight.cli.outputs import (
+    add_force,
+    check_out_folder,
+    check_outputs,
+    description,
+)
 from torch_nsight.cli.report import add_table_options, emit, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
@@ -136,8 +141,7 @@ def run(args: argparse.Namespace) -> int:
     args.roofline = out / "roofline.png" if out is not None else None
     args.scaling = out / "scaling.png" if out is not None else None
     if out is not None:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--out {out} is a file; name a folder")
+        check_out_folder(out)
         if out.is_dir():
             check_outputs([args.csv, args.roofline, args.scaling], args.force)
     reason = "--recorded was given" if args.recorded else why_no_gpu()

@@ -51,10 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _PrintableFormatter(logging.Formatter):
+    """Log lines with the names they quote from files escaped (no escape codes, no forged
+    lines reach the terminal)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        from torch_nsight.render.units import printable
+
+        return printable(super().formatMessage(record))
+
+
 def _configure_logging(verbose: int) -> None:
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("torch_nsight").setLevel(level)
     logging.getLogger("matplotlib").setLevel(max(level, logging.WARNING))
 
@@ -86,7 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchNsightError as err:
         if args.verbose >= 2:
             logger.exception("%s failed", args.command)
-        message = " ".join(str(err).split()) or type(err).__name__
+        from torch_nsight.render.units import printable
+
+        message = printable(" ".join(str(err).split())) or type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1
     except OSError as err:  # a folder one may not write, a full disk: not a bug

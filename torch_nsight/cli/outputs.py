@@ -16,7 +16,11 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from torch_nsight.errors import TorchNsightError
+from torch_nsight.errors import OutputWriteError, TorchNsightError
+from torch_nsight.files import write_error
+
+__all__ = ["UsageError", "OutputExistsError", "OutputWriteError", "description", "add_force",
+           "check_outputs", "check_out_folder", "writing"]
 
 
 class UsageError(TorchNsightError):
@@ -25,10 +29,6 @@ class UsageError(TorchNsightError):
 
 class OutputExistsError(UsageError):
     """An output file exists and ``--force`` was not given."""
-
-
-class OutputWriteError(TorchNsightError):
-    """An output file cannot be written (permissions, a full disk...)."""
 
 
 def description(doc: str | None) -> str | None:
@@ -83,6 +83,21 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
                          "another or fix its permissions")
 
 
+def check_out_folder(out: Path, option: str = "--out") -> None:
+    """Refuse an output folder that is a file, or lies under one, in one line.
+
+    Raises:
+        UsageError: ``out`` or one of its parents is not a folder.
+    """
+    for folder in (out, *out.parents):
+        if folder.exists() or folder.is_symlink():
+            if folder.is_dir():
+                return
+            where = "is a file" if folder == out else f"lies under {folder}, a file"
+            raise UsageError(f"{option} {out} {where}: name a folder (it is created if "
+                             "missing)")
+
+
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[Path]:
     """Turn a failure to write ``path`` into :class:`OutputWriteError`.
@@ -99,4 +114,4 @@ def writing(path: Path) -> Iterator[Path]:
     try:
         yield path
     except OSError as err:
-        raise OutputWriteError(f"cannot write {path}: {err.strerror or err}") from err
+        raise write_error(path, err) from err

@@ -34,9 +34,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
+from torch_nsight.cli.outputs import (
+    UsageError,
+    add_force,
+    check_out_folder,
+    check_outputs,
+    description,
+)
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
+from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
@@ -256,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
                               "--steps A:B -- COMMAND` takes the first look with PyTorch's "
                               "profiler") from None
     ncu_cli.ncu_version(ncu)
+    check_out_folder(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     plan = script.plan_script(command, report, ncu=ncu, known=ncu_cli.known_metric_bases(ncu),
@@ -267,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is None:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
-    ran = script.run_script(plan)
+    with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
+        ran = script.run_script(plan)
     profile = ran.profile
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
@@ -382,6 +391,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         print(f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))} {STEPS_ENV}="
               f"{shlex.quote(args.steps)} {shlex.join(command)}")
         return 0
+    check_out_folder(args.out)
     manifest = args.out / TIMELINE_MANIFEST
     if manifest.exists() and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
@@ -393,7 +403,8 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     plan = script.plan_timeline(command, args.out, steps=args.steps, timeout=args.timeout)
     try:
-        ran = script.run_script(plan)
+        with locked_folder(args.out):
+            ran = script.run_script(plan)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
     emit(ran.profile, args)

@@ -169,8 +169,11 @@ def outputs(args: argparse.Namespace) -> list[Path | None]:
 
 
 def describe(profile: Profile) -> str:
-    """Return a one-line summary: GPU, kernel count, shapes, variants, coverage."""
-    return profile.describe()
+    """Return a one-line summary: GPU, kernel count, shapes, variants, coverage (names from
+    the files escaped)."""
+    from torch_nsight.render.units import printable
+
+    return printable(profile.describe())
 
 
 def check_shape(profile: Profile, shape: str | None) -> None:

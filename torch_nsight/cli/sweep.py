@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, description
+from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
 from torch_nsight.cli.profile import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.errors import NcuNotFoundError
@@ -153,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     if out is None:  # a dry run keeps nothing unless asked; a sweep writes here
         out = None if args.dry_run else Path(DEFAULT_OUT)
+    if out is not None:
+        check_out_folder(out)
     if out is not None and _holds_a_sweep(out) and not args.force:
         raise UsageError(f"{out} already holds a sweep; pass --force to replace it")
     import torch_nsight

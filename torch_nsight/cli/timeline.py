@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs
+from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, check_outputs
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.sweep import add_target_options
 
@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
                              f"{args.plot_timeline}")
         labels = ["x".join(map(str, s)) for s in shapes]
         check_outputs(list(plot_paths(args.plot_timeline, labels).values()), args.force)
+    check_out_folder(args.out)
     if _holds_a_timeline(args.out / TIMELINE_MANIFEST) and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
     import torch_nsight

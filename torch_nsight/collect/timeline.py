@@ -19,8 +19,8 @@ The output directory holds one Chrome trace per (variant, shape) (open it in Per
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import gzip
 import logging
 import os
 import shutil
@@ -36,6 +36,7 @@ from torch_nsight import formats
 from torch_nsight.collect.parent.outcomes import every_shape_failed
 from torch_nsight.collect.parent.plan import check_make_inputs, check_variants, user_settings
 from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
+from torch_nsight.files import gzip_file, locked_folder
 from torch_nsight.naming import format_measure_range
 
 if TYPE_CHECKING:
@@ -132,7 +133,8 @@ def timeline(
               dtype=dtype_name, warmup=warmup, repeats=runs, ops=ops)
     work = Path(output_dir) if output_dir is not None else Path(
         tempfile.mkdtemp(prefix="torch_nsight-timeline-"))
-    work.mkdir(parents=True, exist_ok=True)
+    held = contextlib.ExitStack()
+    held.enter_context(locked_folder(work))  # one writer at a time
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")
     items = []
@@ -176,6 +178,7 @@ def timeline(
                 profile, meta=dataclasses.replace(profile.meta, sweeps=records))
         return profile
     finally:
+        held.close()
         if output_dir is None:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -222,10 +225,7 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
                     emitter.pop()
                 sync()
     prof.export_chrome_trace(str(trace))
-    packed = trace.with_name(trace.name + ".gz")
-    with open(trace, "rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
-        shutil.copyfileobj(src, dst)
-    trace.unlink()
+    packed = gzip_file(trace)
     logger.info("%s: %.3f ms per step bare, %.3f ms with ranges", label, bare / 1e6,
                 ranged / 1e6)
     return {"status": "ok", "trace": packed.name, "bare_ns": bare, "ranged_ns": ranged}

@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from torch_nsight.files import atomic_output
 from torch_nsight.vocabulary import UNATTRIBUTED, path_parent
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ def save_figure(figure: Figure, target: Path | None) -> None:
     """
     if target is None:
         return
-    figure.savefig(target, format=target.suffix.lower().lstrip("."), bbox_inches="tight")
+    with atomic_output(target) as temp:
+        figure.savefig(temp, format=target.suffix.lower().lstrip("."), bbox_inches="tight")
     logger.info("wrote %s", target)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.render.columns import cut, module_cell
 from torch_nsight.render.fit import fit_columns, terminal_width
-from torch_nsight.render.units import MISSING, format_us, is_missing
+from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -86,13 +86,13 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
                   format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
                   _text(r["evidence"]), _text(r["fix"])]
                  for i, (_, r) in enumerate(frame.iterrows())]
-        table = tabulate(cells, headers=["#", "module", "dir", "finding", "gain µs", "basis",
+        table = tabulate(printable_rows(cells), headers=["#", "module", "dir", "finding", "gain µs", "basis",
                                         "evidence", "fix"], tablefmt="pipe",
                          disable_numparse=True)
         return f"{title}\n\n{table}"
     columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)
-    rows = [[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()]
+    rows = printable_rows([[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()])
     headers, rows, aligns = fit_columns(
         [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
         drop=("confidence", "basis"), wrap=("fix",), cut=("module",), keep_end=("module",),

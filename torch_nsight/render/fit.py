@@ -6,6 +6,7 @@ The width is ``$COLUMNS`` when set, else the terminal's, else 120 (a log, a pipe
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -30,12 +31,29 @@ def terminal_width() -> int:
     return DEFAULT_WIDTH
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _cell_width(text: str) -> int:
+    """The display width of a cell's widest line, as tabulate measures it (wide characters,
+    escape sequences)."""
+    import tabulate
+
+    width = getattr(tabulate, "_visible_width", len)
+    return max((width(line) for line in text.split("\n")), default=0)
+
+
 def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
            tablefmt: str = "plain") -> int:
-    """The width of the widest line of these columns as a tabulate table."""
+    """The width of the widest line of these columns as a tabulate table.
+
+    A column is as wide as its widest cell, so the table of each column's widest cell is
+    as wide as the whole table: one row to lay out, each cell measured once (a table of
+    1,000 deep module rows is measured in milliseconds, not by laying it out 27 times).
+    """
     from tabulate import tabulate
 
-    text = tabulate([list(r) for r in rows], headers=list(headers), tablefmt=tablefmt,
+    widest = [max((str(r[at]) for r in rows), key=_cell_width, default="")
+              for at in range(len(headers))]
+    text = tabulate([widest] if rows else [], headers=list(headers), tablefmt=tablefmt,
                     disable_numparse=True, colalign=list(aligns))
     return max((len(line) for line in text.splitlines()), default=0)
 

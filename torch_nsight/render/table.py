@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from tabulate import tabulate, tabulate_formats
 
+from torch_nsight.files import atomic_output
 from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
 from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width
 from torch_nsight.render.kinds import (
@@ -31,6 +32,7 @@ from torch_nsight.render.kinds import (
     TableKind,
     TableSpec,
 )
+from torch_nsight.render.units import printable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,7 +162,8 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
     text = _ALIASES.get(fmt, fmt) in TEXT_FORMATS
     with contextlib.nullcontext() if text else whole_cells():  # markdown, HTML: nothing cut
-        rows = [[cell(row) for _, cell, _ in columns] for _, row in frame.iterrows()]
+        rows = printable_rows([[cell(row) for _, cell, _ in columns]
+                               for _, row in frame.iterrows()])
     headers = [header for header, _, _ in columns]
     aligns = [align for _, _, align in columns]
     notes: list[str] = []
@@ -215,14 +218,16 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
     if suffix in (".txt", ".md"):
         text = render_table(profile, what, "plain" if suffix == ".txt" else "markdown", n,
                             order=order, depth=depth, fold=fold, by=by)
-        target.write_text(text + "\n", encoding="utf-8")
+        with atomic_output(target) as temp:
+            temp.write_text(text + "\n", encoding="utf-8")
     else:
         frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
-        if suffix == ".csv":
-            frame.to_csv(target, index=False)
-        elif suffix == ".parquet":
-            frame.to_parquet(target, index=False)
-        else:
-            frame.to_json(target, orient="records", indent=2, force_ascii=False)
+        with atomic_output(target) as temp:
+            if suffix == ".csv":
+                frame.to_csv(temp, index=False)
+            elif suffix == ".parquet":
+                frame.to_parquet(temp, index=False)
+            else:
+                frame.to_json(temp, orient="records", indent=2, force_ascii=False)
     logger.info("wrote %s table to %s", what, target)
     return target

@@ -9,6 +9,7 @@ are in the stage-neutral :mod:`torch_nsight.units`.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from torch_nsight.units import MISSING, is_missing
@@ -92,3 +93,19 @@ def shorten(text: Any, width: int) -> str:
         return MISSING
     text = str(text)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+#: Characters a terminal acts on instead of showing (C0 and C1 controls, escape sequences,
+#: bidirectional overrides): a file or kernel name holding them is shown escaped.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``, ``\\n``): what a table
+    or an error line shows of a name read from a file."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def printable_rows(rows: list[list[Any]]) -> list[list[str]]:
+    """The cells of a table as text, each through :func:`printable`."""
+    return [[printable(str(cell)) for cell in row] for row in rows]

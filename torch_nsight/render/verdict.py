@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.fit import terminal_width
+from torch_nsight.render.units import printable
 from torch_nsight.units import format_duration
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
             lines.append(f"  - {finding['finding']}{where} (up to "
                          f"{format_duration(finding['est_gain_ns'])} per step{share_text}): "
                          f"{finding['fix']}")
+    lines = [printable(line) for line in lines]  # names from the trace, one line each
     if markdown:
         return "\n".join(lines)
     width = terminal_width()  # a terminal or a log: wrapped, nothing cut

@@ -10,16 +10,17 @@ version all match what was recorded when it was written; a location that cannot 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from torch_nsight.errors import OutputWriteError
+from torch_nsight.files import atomic_output
 
 logger = logging.getLogger(__name__)
 
@@ -126,21 +127,14 @@ def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[
                      if len(table) and isinstance(table[c].iloc[0], tuple)]
     stored = {"key": _key(Path(report), schema_version), "meta": meta,
               "tuple_columns": tuple_columns}
-    temp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         arrow = pa.Table.from_pandas(table, preserve_index=False)
         arrow = arrow.replace_schema_metadata(
             {**(arrow.schema.metadata or {}), _META_KEY: json.dumps(stored, default=str)})
-        # not mkstemp (mode 0600): the umask decides, so a team can share a report folder
-        temp = str(path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"))
-        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        pq.write_table(arrow, temp)
-        os.replace(temp, path)
-    except (OSError, pa.ArrowException) as err:
+        with atomic_output(path) as temp:
+            pq.write_table(arrow, temp)
+    except (OSError, OutputWriteError, pa.ArrowException) as err:
         logger.debug("not caching %s (%s)", report, err)
-        if temp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
         return None
     return path

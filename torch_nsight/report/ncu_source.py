@@ -24,7 +24,7 @@ from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
-from torch_nsight.report.source_base import ReadOptions, SourceData, rank_in_name
+from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.table import read_report
 
 logger = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class NcuReport:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))
         calls_file = calls_beside(path)
         if calls_file.is_file():
+            inside(path.parent, calls_file.name, f"the calls file beside {path}")
             calls = read_calls(calls_file)
         else:
             calls = calls_frame(carried, str(path.resolve())) if carried is not None else None

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from torch_nsight import naming
 from torch_nsight.errors import ReportError
+from torch_nsight.files import free_space, is_full
 from torch_nsight.metrics import METRICS
 from torch_nsight.report.names import format_dims, short_kernel_name
 
@@ -162,10 +163,17 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         with os.fdopen(handle, "wb") as out, lzma.open(source) as compressed:
             shutil.copyfileobj(compressed, out, length=1 << 20)
-    except (lzma.LZMAError, EOFError) as err:
-        os.unlink(name)
-        raise ReportError(f"{source} is not a valid xz file ({err}): decompress it with "
-                          "`xz -d` to check, or pass the uncompressed .ncu-rep") from err
+    except BaseException as err:
+        os.unlink(name)  # nothing left behind, whatever stopped it
+        if isinstance(err, (lzma.LZMAError, EOFError)):
+            raise ReportError(f"{source} is not a valid xz file ({err}): decompress it with "
+                              "`xz -d` to check, or pass the uncompressed .ncu-rep") from err
+        if isinstance(err, OSError) and is_full(err):
+            folder = Path(name).parent
+            raise ReportError(f"cannot decompress {source} into {folder}: {err.strerror} "
+                              f"({free_space(folder)}): set TMPDIR to a folder with room, or "
+                              "pass the uncompressed .ncu-rep") from err
+        raise
     try:
         yield Path(name)
     finally:
@@ -404,11 +412,17 @@ def read_records(context: Any, local: Path, *, workers: int | None = None) -> li
         records = read_in_workers(context, positions, workers or _usable_cpus())
     if positions and not records:
         raise _damaged(local.name, f"none of its {len(positions)} kernel records is complete")
-    if len(records) < len(positions):
-        logger.warning("%s is damaged (cut short?): %d of its %d kernel records are incomplete "
-                       "and left out", local.name, len(positions) - len(records),
-                       len(positions))
     return records
+
+
+def left_out(context: Any, records: list[dict[str, Any]], shown: str) -> str | None:
+    """What a damaged report's reading left out, in one sentence naming ``shown`` (the file
+    the user gave); None when every kernel record was complete."""
+    total = len(_positions(context))
+    if len(records) >= total:
+        return None
+    return (f"{shown} is damaged (cut short?): {total - len(records)} of its {total} kernel "
+            "records are incomplete and left out")
 
 
 def read_in_workers(context: Any, positions: list[tuple[int, int]],

@@ -15,9 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from torch_nsight.checks import DAMAGED, LeftOut, field, loads_json, number, whole
 from torch_nsight.errors import ReportError
+from torch_nsight.files import atomic_output
 from torch_nsight.record import FORMAT_VERSION, ProfileMeta
 from torch_nsight.report.cache import plain_strings
+from torch_nsight.report.source_base import check_times
 
 META_KEY = b"torch_nsight.profile"
 CALLS_KEY = b"torch_nsight.calls"
@@ -36,9 +39,12 @@ OPTIONAL_TUPLES = ("fused_modules",)
 OPTIONAL_TEXT = ("aten_ops",)
 
 
-def _tuples(frame: pd.DataFrame, columns: tuple[str, ...]) -> None:
+def _tuples(frame: pd.DataFrame, columns: tuple[str, ...], where: str = "") -> None:
     for column in columns:
         if column in frame:
+            if not all(_is_sequence(v, nested=False) for v in frame[column]):
+                raise ReportError(f"{where}: column {column!r} holds values that are not "
+                                  f"lists; {DAMAGED}")
             frame[column] = [tuple(v) if v is not None else () for v in frame[column]]
 
 
@@ -75,7 +81,8 @@ def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: Profi
     if timeline is not None:
         stored[TIMELINE_KEY] = timeline.to_json(orient="records", default_handler=str)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stored})
-    pq.write_table(table, target)
+    with atomic_output(target) as temp:
+        pq.write_table(table, temp)
     return target
 
 
@@ -96,45 +103,98 @@ def read_profile(path: str | os.PathLike[str]
         raise ReportError(f"profile {source} does not exist")
     try:
         table = pq.read_table(source)
+        frame = table.to_pandas()
     except Exception as err:  # pyarrow raises several types for non-Parquet input
-        raise ReportError(f"{source} is not a Parquet file written by Profile.save: "
-                          f"{err}") from err
+        raise ReportError(f"{source} is not a Parquet file written by Profile.save, or its "
+                          f"columns do not hold their stored types: {err}") from err
     metadata = table.schema.metadata or {}
     stored = metadata.get(META_KEY)
     if stored is None:
         raise ReportError(f"{source} is Parquet but not a torch_nsight profile; to read a "
                           "report use torch_nsight.load()")
-    header: dict[str, Any] = json.loads(stored)
-    version = int(header.get("format", 0))
+    where = f"{source} (its torch_nsight.profile metadata)"
+    header = loads_json(stored, where, "saved profile header")
+    version = whole(field(header, "format", (int, float), where, default=0))
+    if version is None:
+        raise ReportError(f"{where}: field 'format' is not a format number; {DAMAGED}")
     if version > FORMAT_VERSION:
         raise ReportError(f"{source} was saved by a newer torch_nsight (format {version}; this "
                           f"one reads up to {FORMAT_VERSION}): upgrade torch_nsight")
-    kernels = plain_strings(table.to_pandas()).rename(columns=_RENAMED)
-    _tuples(kernels, TUPLE_COLUMNS)
+    kernels = check_times(plain_strings(frame).rename(columns=_RENAMED),
+                          str(source))
+    _tuples(kernels, TUPLE_COLUMNS, str(source))
     _optional(kernels)
+    listed = [c for c in kernels.columns if c not in (*TUPLE_COLUMNS, *OPTIONAL_TUPLES)
+              and kernels[c].dtype == object and any(
+                  isinstance(v, (list, tuple, dict, np.ndarray)) for v in kernels[c])]
+    if listed:
+        raise ReportError(f"{source}: column {listed[0]!r} holds lists where single values "
+                          f"belong; {DAMAGED}")
     calls = None
     if CALLS_KEY in metadata:
-        calls = pd.DataFrame.from_records(json.loads(metadata[CALLS_KEY]))
-        _tuples(calls, _CALL_TUPLES)
-        for column in _CALL_SHAPES:
-            if column in calls:
-                calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
-    return kernels, calls, ProfileMeta.from_dict(header.get("meta") or {}, version=version)
+        calls = _calls(metadata[CALLS_KEY], f"{source} (its torch_nsight.calls metadata)")
+    meta = field(header, "meta", dict, where, default={})
+    try:
+        return kernels, calls, ProfileMeta.from_dict(meta, version=version)
+    except (TypeError, ValueError, AttributeError) as err:  # fields of the wrong type
+        raise ReportError(f"{where}: its 'meta' field does not hold a profile's metadata "
+                          f"({err}); {DAMAGED}") from err
+
+
+def _calls(stored: bytes, where: str) -> pd.DataFrame:
+    """The calls table stored as JSON records in a saved profile's metadata."""
+    records = loads_json(stored, where, "calls table")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ReportError(f"{where}: expected a list of call rows; {DAMAGED}")
+    calls = pd.DataFrame.from_records(records)
+    for column in _CALL_SHAPES:
+        if column in calls and not all(_is_sequence(v, nested=True) for v in calls[column]):
+            raise ReportError(f"{where}: column {column!r} holds values that are not lists "
+                              f"of shapes; {DAMAGED}")
+    _tuples(calls, _CALL_TUPLES, where)
+    for column in _CALL_SHAPES:
+        if column in calls:
+            calls[column] = [tuple(tuple(s) for s in v or ()) for v in calls[column]]
+    return calls
+
+
+def _is_sequence(value: Any, *, nested: bool) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        return False
+    return not nested or all(isinstance(v, (list, tuple, np.ndarray)) for v in value)
 
 
 def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
-    """The timeline table saved with a profile (see :func:`write_profile`), or None."""
-    import io
+    """The timeline table saved with a profile (see :func:`write_profile`), or None; rows
+    holding a time that is not a finite number in range are left out, counted.
 
+    Raises:
+        ReportError: the stored table is not JSON rows.
+    """
     import pyarrow.parquet as pq
 
     stored = (pq.read_schema(path).metadata or {}).get(TIMELINE_KEY)
     if stored is None:
         return None
-    table = pd.read_json(io.StringIO(stored.decode() if isinstance(stored, bytes) else stored),
-                         orient="records")
-    if "run" in table:
-        table["run"] = table["run"].astype("Int64")
-    from torch_nsight.report.trace import tidy_text
+    where = f"{path} (its torch_nsight.timeline metadata)"
+    records = loads_json(stored, where, "timeline table")
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ReportError(f"{where}: expected a list of timeline rows; {DAMAGED}")
+    from torch_nsight.report.trace import TIMELINE_TEXT, tidy_text
+
+    def valid(row: dict[str, Any]) -> bool:
+        return all(v is None or (number(v) if k != "run" else whole(v)) is not None
+                   for k, v in row.items() if k not in TIMELINE_TEXT)
+
+    kept = [r for r in records if valid(r)]
+    left = LeftOut(where, "timeline rows")
+    left.add("", "invalid numbers", len(records) - len(kept))
+    left.warn()
+    table = pd.DataFrame.from_records(kept)
+    for column in table.columns.difference(TIMELINE_TEXT):
+        table[column] = pd.to_numeric(table[column]).astype(
+            "Int64" if column == "run" else "float64")
 
     return tidy_text(table)  # JSON turns an all-None column into NaN

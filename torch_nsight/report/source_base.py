@@ -13,8 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
+from torch_nsight.checks import DAMAGED, LARGEST, LeftOut
+from torch_nsight.errors import ReportError
+from torch_nsight.metrics import METRICS
 from torch_nsight.record import Source, SweepRecord
 
 _RANK_NAME = re.compile(r"rank(\d+)$")
@@ -84,10 +88,67 @@ def rank_in_name(stem: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def stays_inside(folder: Path, name: str) -> bool:
-    """Whether ``name`` (from a manifest) names a file inside ``folder``: no absolute path,
-    no ``..`` out of it, no link leading elsewhere."""
-    if not name or Path(name).is_absolute():
-        return False
+def inside(folder: Path, name: str, where: str) -> Path:
+    """``folder / name``, where ``name`` comes from ``where`` (a manifest, or a file beside
+    the one read), checked to stay inside ``folder`` once every link is resolved.
+
+    Raises:
+        ReportError: an absolute path, a ``..`` out of ``folder``, or a link leading
+            elsewhere.
+    """
+    candidate = folder / name
     root = folder.resolve()
-    return (root / name).resolve().is_relative_to(root)
+    if (not name or Path(name).is_absolute()
+            or not candidate.resolve().is_relative_to(root)):
+        raise ReportError(f"{where} leads outside {folder} ({name!r} is "
+                          f"{candidate.resolve()}): torch_nsight reads only files inside the "
+                          "folder it is given; copy that file into it")
+    return candidate
+
+
+#: The kernel table's columns that hold numbers (its metrics); ``duration_ns`` is required.
+NUMBER_COLUMNS = tuple(m.column for m in METRICS if m.column != "gpu")
+
+
+def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
+                ) -> pd.DataFrame:
+    """A kernel table with its number columns checked and its invalid values left out.
+
+    Rows whose ``duration_ns`` is negative (or missing, unless ``missing_ok``: a report may
+    lack the metric), or with a number that is infinite or beyond
+    :data:`~torch_nsight.checks.LARGEST`, are left out with one counted warning.
+
+    Args:
+        frame: the table a reader read from ``where``.
+        where: the file, for messages.
+        missing_ok: keep rows without a duration (NaN).
+
+    Raises:
+        ReportError: the table lacks ``duration_ns``, or a number column holds text.
+    """
+    if "duration_ns" not in frame:
+        raise ReportError(f"{where} lacks the column 'duration_ns' (every kernel's time): it "
+                          f"was not written by torch_nsight, or {DAMAGED.split(': ', 1)[0]}")
+    for column in NUMBER_COLUMNS:
+        if column in frame and not pd.api.types.is_numeric_dtype(frame[column]):
+            values = frame[column]
+            numbers = pd.to_numeric(values.map(lambda v: v if not isinstance(v, bool) and
+                                               isinstance(v, (int, float)) else np.nan),
+                                    errors="coerce")
+            if (numbers.isna() & values.notna()).any():
+                raise ReportError(f"{where}: column {column!r} holds values that are not "
+                                  f"numbers; {DAMAGED}")
+            frame[column] = numbers.astype("float64")
+    duration = frame["duration_ns"].astype("float64")
+    bad = duration < 0
+    if not missing_ok:
+        bad |= duration.isna()
+    numbers = frame.select_dtypes("number").astype("float64")
+    huge = (numbers.abs() > LARGEST).any(axis=1)  # inf too
+    left = LeftOut(where, "kernels")
+    left.add("", "invalid durations (negative or missing)", int(bad.sum()))
+    left.add("", "infinite or out-of-range numbers", int((huge & ~bad).sum()))
+    if left:
+        left.warn()
+        frame = frame.loc[~(bad | huge)].reset_index(drop=True)
+    return frame

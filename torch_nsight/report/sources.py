@@ -29,7 +29,7 @@ from torch_nsight import formats
 from torch_nsight.errors import ReportError
 from torch_nsight.report.ncu_source import NcuReport, is_report
 from torch_nsight.report.saved_source import SavedProfile
-from torch_nsight.report.source_base import ReadOptions, SourceData, SourceReader
+from torch_nsight.report.source_base import ReadOptions, SourceData, SourceReader, check_times
 from torch_nsight.report.sweep_source import SweepDirectory
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import trace_opener
@@ -68,12 +68,15 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
         if reader.accepts(path):
             logger.debug("reading %s as %s", path, reader.name)
             try:
-                return reader.read(path, options)
+                data = reader.read(path, options)
             except ReportError as err:
                 hint = _misnamed(path)
                 if hint is None:
                     raise
                 raise type(err)(f"{err}; {hint}") from err  # the same kind of error
+            if not data.analyzed:  # a saved profile's reader checked its own
+                data.kernels = check_times(data.kernels, str(path), missing_ok=True)
+            return data
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
                       "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
                       "sweep's or timeline's output directory, or a PyTorch profiler trace "

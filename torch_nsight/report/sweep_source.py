@@ -12,12 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from torch_nsight import formats
+from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source, SweepRecord
 from torch_nsight.report.calls_table import calls_frame
 from torch_nsight.report.focus import TIMELINE_FOLDER, stand_in_rows
 from torch_nsight.report.ncu_source import attribute_compiled, report_source
-from torch_nsight.report.source_base import ReadOptions, SourceData, stays_inside
+from torch_nsight.report.source_base import ReadOptions, SourceData, inside
 from torch_nsight.report.table import empty_raw_table, read_report
 
 logger = logging.getLogger(__name__)
@@ -40,19 +41,18 @@ class SweepDirectory:
                                            formats.SWEEP_FORMAT)
         except formats.FormatError as err:
             raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
+        check_schema(manifest, formats.SWEEP_SCHEMA, str(path / formats.SWEEP_MANIFEST))
         record = SweepRecord.from_dict(manifest.get("record") or {})
         frames, sources = [], []
         missing: list[str] = []
-        outside: list[str] = []
-        for child in manifest.get("children", []):
+        where = f"{path / formats.SWEEP_MANIFEST}"
+        for child in manifest.get("children") or []:
             report = child.get("report")
-            if report and not stays_inside(path, str(report)):
-                outside.append(str(report))  # a manifest names files in its folder only
-                continue
-            if report and not (path / report).is_file() and (path / f"{report}.xz").is_file():
-                report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
             if not report:
                 continue
+            if not inside(path, report, where).is_file() and (path / f"{report}.xz").is_file():
+                report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
+                inside(path, report, where)
             if not (path / report).is_file():
                 missing.append(f"{child.get('name')} ({report})")
                 continue
@@ -62,14 +62,9 @@ class SweepDirectory:
             frames.append(frame)
             sources.append(dataclasses.replace(report_source(path / report, self.name, frame,
                                                              meta), note=None))
-        if outside:
-            logger.warning("%s: ignoring report path(s) outside the directory: %s",
-                           path / formats.SWEEP_MANIFEST, ", ".join(outside[:3]))
         if not frames and not record.dry_run:
             raise ReportError(f"the sweep directory {path} holds no readable report: every "
-                              "child failed (see sweep.json and the *.log files there)"
-                              + (f"; its manifest names reports outside it, which are not "
-                                 f"read ({', '.join(outside[:3])})" if outside else ""))
+                              "child failed (see sweep.json and the *.log files there)")
         if missing:
             note = (f"the report of child {', '.join(missing)} is missing from {path}: the "
                     "shapes it ran have no rows")
@@ -77,7 +72,10 @@ class SweepDirectory:
         kernels = pd.concat(frames, ignore_index=True) if frames else empty_raw_table()
         timeline = None
         if record.options.get("focus") is not None:  # the timeline's rows for the rest
-            extra, timeline = stand_in_rows(kernels, path / TIMELINE_FOLDER,
+            folder = path / TIMELINE_FOLDER
+            if folder.exists() or folder.is_symlink():
+                inside(path, TIMELINE_FOLDER, f"the focused sweep's {folder}")
+            extra, timeline = stand_in_rows(kernels, folder,
                                             record.options.get("focused_kernels") or (),
                                             manifest.get("replication") or ())
             kernels = pd.concat([kernels.assign(deep_profiled=True), extra],

@@ -16,7 +16,7 @@ from torch_nsight.report import reader
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: the meta says what a damaged report left out
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (
@@ -105,20 +105,26 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
         ReportError: the file is missing, not a report, or holds no kernel.
     """
     source = Path(path).resolve()
+    named = Path(path).absolute()  # its cache goes in the folder read, not where a link leads
     if cache and source.is_file():
-        cached = report_cache.read_cache(source, SCHEMA_VERSION, cache_dir)
+        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir)
         if cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
+            if meta.get("left_out"):  # the damage is said on every read, not only the first
+                logger.warning("%s", meta["left_out"])
             return frame, meta
     with reader.local_report(source) as local:
         context = reader.open_context(local, path)
         records = reader.read_records(context, local, workers=workers)
         frame = records_to_frame(records, str(source))
         meta = describe(frame, local, context)
+        meta["left_out"] = reader.left_out(context, records, Path(path).name)
+    if meta["left_out"]:
+        logger.warning("%s", meta["left_out"])
     if meta["missing_metrics"]:
         logger.info("%s lacks %d of the declared metrics (set: %s); their columns are NaN",
                     source.name, len(meta["missing_metrics"]), meta["metric_set"])
     if cache:
-        report_cache.write_cache(source, frame, meta, SCHEMA_VERSION, cache_dir)
+        report_cache.write_cache(named, frame, meta, SCHEMA_VERSION, cache_dir)
     return frame, meta

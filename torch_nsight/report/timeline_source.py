@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import formats
+from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
-from torch_nsight.report.source_base import ReadOptions, SourceData, rank_in_name, stays_inside
+from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.trace import parse_trace, read_trace_file
 from torch_nsight.report.trace_source import trace_source
 
@@ -35,10 +36,12 @@ class TimelineDirectory:
                                            formats.TIMELINE_KIND, formats.TIMELINE_FORMAT)
         except formats.FormatError as err:
             raise ReportError(f"{err}: the timeline directory {path} cannot be read") from err
+        check_schema(manifest, formats.TIMELINE_SCHEMA, str(path / formats.TIMELINE_MANIFEST))
         frames, timelines, sources = [], [], []
-        for item in manifest.get("items", []):
+        for item in manifest.get("items") or []:
             trace = item.get("trace")
-            if not trace or not stays_inside(path, str(trace)) or not (path / trace).is_file():
+            if not trace or not inside(path, trace, str(path / formats.TIMELINE_MANIFEST)
+                                       ).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
             frame, timeline, gpu = parse_trace(read_trace_file(path / trace),
@@ -54,7 +57,7 @@ class TimelineDirectory:
                     f"no GPU activity: recorded on {manifest.get('device')}, the trace holds "
                     "CPU ops and step times only"))
             sources.append(source)
-        failed = [f"{i.get('shape')}: {i.get('error')}" for i in manifest.get("items", [])
+        failed = [f"{i.get('shape')}: {i.get('error')}" for i in manifest.get("items") or []
                   if i.get("status") == "failed"]
         if failed and sources:
             sources[-1] = dataclasses.replace(sources[-1], note="; ".join(
@@ -71,7 +74,7 @@ class TimelineDirectory:
 def _record(manifest: dict[str, Any], path: Path) -> SweepRecord:
     """The run as :attr:`Profile.results` and :attr:`Profile.failures` read it: one item
     per (variant, shape), failed ones with their error."""
-    items = tuple(dict(i) for i in manifest.get("items", []) if isinstance(i, dict))
+    items = tuple(dict(i) for i in manifest.get("items") or [] if isinstance(i, dict))
     return SweepRecord(
         shapes=tuple(dict.fromkeys(str(i["shape"]) for i in items if i.get("shape"))),
         variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),

@@ -25,6 +25,7 @@ import json
 import logging
 import lzma
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -34,17 +35,17 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight import formats, naming
+from torch_nsight.checks import DAMAGED, number
 from torch_nsight.errors import ReportError
 from torch_nsight.report.compiled import read_maps, resolve_compiled
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
+from torch_nsight.report.trace_events import CALL_CATEGORIES, GPU_CATEGORIES, clean_events
 
 logger = logging.getLogger(__name__)
 
 #: Idle intervals shorter than this are not gaps (a launch's own latency is ~2-5 µs).
 MIN_GAP_NS = 1000.0
-GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
 CPU_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 #: Columns a trace adds to the raw table.
 TRACE_COLUMNS = ("kind", "start_ns", "stream", "device", "launch_ns", "launch_thread",
@@ -104,7 +105,10 @@ def read_trace_file(path: Path) -> dict[str, Any]:
             document = json.load(handle)
     except FileNotFoundError:
         raise ReportError(f"{path} does not exist") from None
-    except (OSError, EOFError, ValueError, lzma.LZMAError) as err:
+    except RecursionError:
+        raise ReportError(f"{path} is not a readable Chrome trace: its JSON is nested too "
+                          f"deeply; {DAMAGED}") from None
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as err:
         raise ReportError(f"{path} is not a readable Chrome trace ({err}): pass a trace "
                           "written by torch.profiler (export_chrome_trace)") from err
     if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
@@ -119,7 +123,7 @@ def _dims(value: Any) -> str | None:
 
 
 def _ns(event: Mapping[str, Any], key: str = "ts") -> float:
-    return float(event.get(key) or 0.0) * 1000.0
+    return float(event[key]) * 1000.0  # checked by clean_events
 
 
 def _copy_facts(name: str) -> tuple[str | None, bool | None]:
@@ -171,7 +175,8 @@ def _spread_pct(measured: Mapping[str, Any]) -> float | None:
                                                            "bare_ns"))
     except (KeyError, TypeError, ValueError):
         return None
-    return 100.0 * (high - low) / median if median > 0 else None
+    # a manifest's damaged numbers give no spread, never inf or a negative one
+    return number(100.0 * (high - low) / median) if median > 0 else None
 
 
 def _by_thread(events: Iterable[Mapping[str, Any]]) -> dict[Any, _Intervals]:
@@ -201,9 +206,9 @@ def parse_trace(document: Mapping[str, Any], source: str,
         :data:`TRACE_COLUMNS`, one row per GPU activity, in start order) and the timeline
         table (:data:`TIMELINE_COLUMNS`); times in ns from the trace's first event.
     """
-    events = [e for e in document["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    events, gpus = clean_events(document, source)
     calls = {e["args"]["correlation"]: e for e in events
-             if e.get("cat") in CALL_CATEGORIES and "correlation" in (e.get("args") or {})}
+             if e["cat"] in CALL_CATEGORIES and "correlation" in e["args"]}
     annotations = [e for e in events if e.get("cat") == "user_annotation"]
     # the fast path of record_function files its ranges as cpu_op events
     ours = [e for e in events if e.get("cat") in ("user_annotation", "cpu_op")
@@ -230,14 +235,12 @@ def parse_trace(document: Mapping[str, Any], source: str,
             return labels[index]
         return None
 
-    gpus = {int(p.get("id", i)): str(p.get("name")) for i, p in
-            enumerate(document.get("deviceProperties") or []) if isinstance(p, dict)}
     rows = []
     for event in events:
         kind = GPU_CATEGORIES.get(event.get("cat", ""))
         if kind is None:
             continue
-        args = event.get("args") or {}
+        args = event["args"]
         call = calls.get(args.get("correlation"))
         launch = _ns(call) if call is not None else float("nan")
         thread = call.get("tid") if call is not None else None
@@ -252,7 +255,7 @@ def parse_trace(document: Mapping[str, Any], source: str,
             continue
         name = str(event.get("name", ""))
         copy_kind, pinned = _copy_facts(name) if kind == "memcpy" else (None, None)
-        device = int(args.get("device", 0) or 0)
+        device = args["device"]
         grid, block = args.get("grid"), args.get("block")
         rows.append({
             "source": source, "kernel": function_name(name) if kind == "kernel" else name,
@@ -261,10 +264,10 @@ def parse_trace(document: Mapping[str, Any], source: str,
             "duration_ns": _ns(event, "dur"), "gpu": gpus.get(device),
             "range_stack": stack, "range_start_end": (label[2],) if label else (),
             "range_other": other, "kind": kind, "start_ns": _ns(event),
-            "stream": int(args.get("stream", -1) if args.get("stream") is not None else -1),
+            "stream": args.get("stream", -1),
             "device": device, "launch_ns": launch,
             "launch_thread": int(thread) if isinstance(thread, int) else -1,
-            "bytes": float(args["bytes"]) if "bytes" in args else float("nan"),
+            "bytes": args.get("bytes", float("nan")),
             "copy_kind": copy_kind, "pinned": pinned,
             "registers_per_thread": args.get("registers per thread"),
         })
@@ -324,13 +327,14 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
     for cpu_start, cpu_end, message, _ in labels:
         label = naming.parse_measure_range(message) or {}
         variant, shape = label.get("variant") or None, label.get("shape") or None
-        run = int(label.get("run", 0))
+        run = int(label["run"]) if label.get("run", "").isdigit() else 0
         mine = frame.loc[frame["range_start_end"].map(lambda r, m=message: m in r)
                          .astype(bool)]
         spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
                          strict=True))
         end = max([cpu_end, *(e for _, e in spans)])
-        busy = _union([(max(s, cpu_start), min(e, end)) for s, e in spans])
+        clipped = [(max(s, cpu_start), min(e, end)) for s, e in spans]
+        busy = _union([(s, e) for s, e in clipped if e > s])  # what ran inside the window
         inside = call_list[bisect.bisect_left(call_starts, cpu_start):
                            bisect.bisect_left(call_starts, cpu_end)]
         measured = steps.get(f"{variant or ''}|{shape or ''}", {})

@@ -26,6 +26,7 @@ second Ctrl-C kills the children at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -40,6 +41,7 @@ from typing import IO, Any
 
 from torch_nsight.collect.parent.progress import ScriptProgress, SweepProgress
 from torch_nsight.collect.shared.ncu import NcuOutput
+from torch_nsight.files import write_error
 from torch_nsight.status import StatusReader
 
 logger = logging.getLogger(__name__)
@@ -169,10 +171,27 @@ def _pump(child: _Child) -> None:
             logger.warning("[%s] %s", child.spec.name, line.rstrip())
         else:
             logger.debug("[%s] %s", child.spec.name, line.rstrip())
-        if child.log is not None:
+        _keep(child, line)
+    _keep(child, None)
+
+
+def _keep(child: _Child, line: str | None) -> None:
+    """Write a line of the child's output to its log (None: flush it). A log that cannot
+    be written (a full disk) is given up with one warning: the child's output is still
+    read, so that it never blocks on a full pipe, and no thread dies with a traceback."""
+    if child.log is None:
+        return
+    try:
+        if line is None:
+            child.log.flush()
+        else:
             child.log.write(line)
-    if child.log is not None:
-        child.log.flush()
+    except OSError as err:
+        log, child.log = child.log, None
+        with contextlib.suppress(OSError):
+            log.close()
+        logger.warning("%s; the rest of %s's output is not kept",
+                       write_error(Path(log.name), err), child.spec.name)
 
 
 def _signal(pid: int | None, sig: int, *, group: bool = False) -> None:

@@ -35,6 +35,7 @@ from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
 from torch_nsight.errors import TorchNsightError
+from torch_nsight.files import locked_folder
 from torch_nsight.record import SweepRecord, now
 
 if TYPE_CHECKING:
@@ -194,30 +195,32 @@ def sweep(
                          runs=runs, metric_set=metric_set, ops=ops, replicate=replicate,
                          derive=derive, ncu=ncu, timeout=timeout, profiler=profiler,
                          record_calls=record_calls, executor=executor))
-    plan = plan_sweep(model, shapes, make_inputs=make_inputs, backward=backward, dtype=dtype,
-                      warmup=warmup, repeats=runs, metric_set=metric_set, ops=ops,
-                      replicate=replicate, derive=derive, output_dir=output_dir, ncu=ncu,
-                      ncu_args=ncu_args, timeout=timeout, devices=devices, profiler=profiler,
-                      quiet=quiet, record_calls=record_calls, executor=executor,
-                      extra_options=_options)
-    # an executor's workers read the job files where they read and write the reports
-    private = jobs.make_private_dir() if executor is None else plan.work / ".jobs"
-    if executor is not None:
-        shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
-        private.mkdir(mode=0o700)
-    try:
-        specs = _child_specs(jobs.serialize_job(plan.job, private), plan, private)
+    # one writer per output folder: a second sweep into it refuses instead of mixing
+    with locked_folder(output_dir) if output_dir is not None else contextlib.nullcontext():
+        plan = plan_sweep(model, shapes, make_inputs=make_inputs, backward=backward,
+                          dtype=dtype, warmup=warmup, repeats=runs, metric_set=metric_set,
+                          ops=ops, replicate=replicate, derive=derive, output_dir=output_dir,
+                          ncu=ncu, ncu_args=ncu_args, timeout=timeout, devices=devices,
+                          profiler=profiler, quiet=quiet, record_calls=record_calls,
+                          executor=executor, extra_options=_options)
+        # an executor's workers read the job files where they read and write the reports
+        private = jobs.make_private_dir() if executor is None else plan.work / ".jobs"
+        if executor is not None:
+            shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
+            private.mkdir(mode=0o700)
         try:
-            outcomes, stamps = _launch(plan, specs)
-        except Interrupted as stop:
-            _keep_what_finished(plan, specs, stop.outcomes)
-            raise KeyboardInterrupt from None
-        manifest, per_child = _settle(plan, specs, outcomes, stamps)
-        return _load(plan, manifest, per_child, stamps)
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        if not plan.keep:
-            shutil.rmtree(plan.work, ignore_errors=True)
+            specs = _child_specs(jobs.serialize_job(plan.job, private), plan, private)
+            try:
+                outcomes, stamps = _launch(plan, specs)
+            except Interrupted as stop:
+                _keep_what_finished(plan, specs, stop.outcomes)
+                raise KeyboardInterrupt from None
+            manifest, per_child = _settle(plan, specs, outcomes, stamps)
+            return _load(plan, manifest, per_child, stamps)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+            if not plan.keep:
+                shutil.rmtree(plan.work, ignore_errors=True)
 
 
 def _launch(plan: SweepPlan, specs: list[ChildSpec]) -> tuple[list[Any], dict[str, float]]:
