@@ -7,12 +7,13 @@ The width is ``$COLUMNS`` when set, else the terminal's, else 120 (a log, a pipe
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 
-__all__ = ["terminal_width", "fit_columns", "shared_cells", "DEFAULT_WIDTH"]
+__all__ = ["terminal_width", "fit_columns", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 120
 #: Narrowest a wrapped column gets before names are cut, and at all.
@@ -28,6 +29,30 @@ def terminal_width() -> int:
     if sys.stdout.isatty():
         return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
     return DEFAULT_WIDTH
+
+
+def wrap_text(text: str, width: int | None = None, indent: str = "  ") -> str:
+    """A line of prose wrapped at spaces to ``width`` (default :func:`terminal_width`),
+    each line after the first indented by ``indent``; a word is never broken, and one
+    longer than the line gets a line of its own. Line breaks already in ``text`` stay.
+
+    Args:
+        text: the text.
+        width: the characters a line may take.
+        indent: what the continuation lines start with.
+
+    Returns:
+        The wrapped text, lines joined by ``\\n``.
+    """
+    import textwrap
+
+    width = width or terminal_width()
+    out: list[str] = []
+    for line in text.split("\n"):
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line, width, subsequent_indent=lead + indent,
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return "\n".join(out)
 
 
 def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
@@ -55,8 +80,10 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
         drop: headers of columns that may go, the first to go first.
         wrap: headers of columns whose text may wrap onto several lines (once every
             droppable column went), the first to wrap first; wrapped text is kept whole.
-        cut: headers of columns cut short last, names that read badly wrapped: a name
-            in ``keep_end`` loses its start (``…h.{0-11}.attn``), the others their end.
+        cut: headers of columns of names, narrowed last: a name wraps onto a second line
+            at a ``.``, ``/``, ``_`` or space, and only one that does not fit two lines is
+            cut: a name in ``keep_end`` loses its middle and keeps its start and end
+            (``blocks.…{0-11}.attn``), the others their end.
         keep_end: see ``cut``.
         tablefmt: the tabulate format the table is printed in.
         prefer: a width each wrapped column takes first, before any column is dropped
@@ -94,7 +121,7 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
         for name in wrap:
             narrow(name, floor, lambda text, limit: _wrapped(text.replace("\n", " "), limit))
         for name in cut:
-            narrow(name, MIN_WRAP, partial(_cut, keep_end=name in keep_end))
+            narrow(name, MIN_WRAP, partial(_name_lines, keep_end=name in keep_end))
     return headers, rows, aligns
 
 
@@ -130,9 +157,43 @@ def _widest(rows: Sequence[Sequence[str]], at: int, header: str) -> int:
 
 
 def _cut(text: str, limit: int, *, keep_end: bool) -> str:
+    """``text`` in ``limit`` characters: its start and ``…``, or with ``keep_end`` its
+    start, ``…`` and its end."""
     if len(text) <= limit:
         return text
-    return "…" + text[-(limit - 1):] if keep_end else text[:limit - 1] + "…"
+    if not keep_end:
+        return text[:limit - 1] + "…"
+    head = (limit - 1) // 3
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
+def _name_lines(text: str, limit: int, *, keep_end: bool) -> str:
+    """A name on at most two lines of ``limit`` characters, broken after a ``.``, ``/``,
+    ``_`` or space. Where two lines do not hold it, the first line keeps its start and the
+    second its end after ``…`` (``keep_end``), or its next part ending in ``…``."""
+    text = text.replace("\n", "")
+    if len(text) <= limit:
+        return text
+    lines = [""]
+    for piece in re.findall(r"[^./_ ]+[./_ ]?|[./_ ]", text):
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > limit:
+            lines.append("")
+        lines[-1] += piece
+    lines = [line.rstrip() for line in lines]
+    if len(lines) <= 2 and all(len(line) <= limit for line in lines):
+        return "\n".join(lines)
+    if len(lines[0]) > limit:  # no break in its first line's width
+        return _cut(text, limit, keep_end=keep_end)
+    rest = text[len(lines[0]):].lstrip()
+    if not keep_end:
+        return lines[0] + "\n" + _cut(rest, limit, keep_end=False)
+    tail = ""
+    for piece in reversed(re.findall(r"[./_ ]?[^./_ ]+|[./_ ]", rest)):
+        if len(tail) + len(piece) > limit - 1:
+            break
+        tail = piece + tail
+    tail = tail.lstrip(" ") or rest[len(rest) - (limit - 1):]
+    return lines[0] + "\n…" + tail
 
 
 def _wrapped(text: str, limit: int) -> str:
