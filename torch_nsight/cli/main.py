@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from torch_nsight.cli import compare, demo, doctor, findings, profile, report, sweep, timeline
+from torch_nsight.cli.text import log_handler
 from torch_nsight.errors import TorchNsightError
 
 PROG = "torch-nsight"
@@ -53,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _configure_logging(verbose: int) -> None:
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=level, handlers=[log_handler()])
     logging.getLogger("torch_nsight").setLevel(level)
     logging.getLogger("matplotlib").setLevel(max(level, logging.WARNING))
 
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose >= 2:
             logger.exception("%s failed", args.command)
         message = " ".join(str(err).split()) or type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)  # one line, whatever its width
         return 1
     except OSError as err:  # a folder one may not write, a full disk: not a bug
         if not isinstance(err, PermissionError) and err.errno not in _FILE_SYSTEM_ERRORS:

@@ -123,6 +123,8 @@ TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
 CUT_LAST = ("kernel", "module", "top module")
+#: ... and last, where a code token of a fix still does not fit, these columns go.
+DROP_LAST = ("confidence", "basis", "dir")
 
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
@@ -172,7 +174,8 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
                                             tablefmt=_ALIASES.get(fmt, fmt),
-                                            prefer={"next step": 40, "fix": 60})
+                                            prefer={"next step": 40, "fix": 60},
+                                            drop_last=DROP_LAST)
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
                      disable_numparse=True, colalign=aligns)
