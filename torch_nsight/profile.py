@@ -187,7 +187,8 @@ class Profile:
             kernel count, dominant bound, and the spread of the time over the runs.
         """
         if fold:
-            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True))
+            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True),
+                                      self.kernels)
         return analysis.module_tree(self.kernels, depth)
 
     def hotspots(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
