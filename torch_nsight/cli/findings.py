@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
 
             found = fold_findings(found)
     else:
-        found = profile.findings(fold=args.fold)
+        found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
         say(profile.describe(), sys.stderr)

@@ -245,7 +245,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
-            print(render_findings(profile.findings(fold=getattr(args, "fold", True))
+            print(render_findings(profile.finding_table(fold=getattr(args, "fold", True))
                                   .head(args.n or 10), args.fmt,
                                   profile.kernels), file=stream)
     written = []
