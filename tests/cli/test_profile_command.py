@@ -222,13 +222,21 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path, monkeypatch: pytest.
     (["--ranks", "a", "--", "python", "x.py"], "--ranks"),
     (["--runs", "3", "--", "python", "x.py"], "pass --steps A too"),
     (["--steps", "5:7", "--runs", "3", "--", "python", "x.py"], "--steps 5 --runs 3"),
+    # refused at once, not after running the whole script
+    (["--steps", "-1", "--", "python", "x.py"], "step indices start at 0"),
+    (["--steps", "-1", "--dry-run", "--", "python", "x.py"], "step indices start at 0"),
+    (["--dry-run", "--out", "a_file/out", "--", "python", "x.py"],
+     "a_file is a file, not a folder"),
+    (["--dry-run", "--timeline", "--steps", "1", "--out", "a_file", "--", "python", "x.py"],
+     "a_file is a file, not a folder"),
 ])
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
                                    monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("RANK", "")
-    status, _, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
-    assert status == 1
+    (tmp_path / "a_file").write_text("")
+    status, out, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
+    assert status == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith("torch-nsight: error:") and message in line
 

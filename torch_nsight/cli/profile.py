@@ -34,7 +34,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, description
+from torch_nsight.cli.outputs import (
+    UsageError,
+    add_force,
+    check_folder,
+    check_outputs,
+    description,
+)
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
@@ -236,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
                    ncu_args=args.ncu_arg, replicate=not args.no_replicate,
                    timeout=args.timeout)
     if args.dry_run:
+        check_folder(args.out)  # as a run would need it (the sweep's dry run checks its own)
         try:
             ncu = ncu_cli.find_ncu(args.ncu)
         except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
@@ -375,6 +382,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         raise UsageError("--timeline records the steps chosen with --steps (e.g. --steps "
                          f"10:12); {MARKER_HINT}")
     if args.dry_run:
+        check_folder(args.out)
         print(shell_command(command, quoted=[
             f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))}",
             f"{STEPS_ENV}={shlex.quote(args.steps)}"]))
