@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import torch_nsight.render.notebook  # noqa: F401  (registers the HTML a notebook shows)
 from torch_nsight.errors import ReportError
 from torch_nsight.loading import load
 from torch_nsight.profile import KERNEL_COLUMNS, Profile
@@ -430,3 +431,18 @@ def test_frames_for_a_person_put_what_they_read_first() -> None:
     runs = load(DATA / "runs" / "gpt2_runs10").hotspots()
     at = list(runs.columns).index("duration_ns")
     assert runs.columns[at + 1] == "ci95_ns" and runs["ci95_ns"].notna().all()
+
+
+def test_a_profile_from_the_front_door_shows_html_in_a_notebook() -> None:
+    import subprocess
+    import sys
+
+    # a fresh interpreter: torch_nsight.load brings the notebook's renderer with it, and the
+    # Profile record itself never imports the render stage
+    code = ("import sys, torch_nsight\n"
+            "assert 'torch_nsight.render.notebook' not in sys.modules\n"
+            f"p = torch_nsight.load({str(DATA / 'hand_s128.ncu-rep.xz')!r}, cache=False)\n"
+            "assert 'Top kernel sites' in p._repr_html_()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

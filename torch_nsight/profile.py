@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -326,10 +326,10 @@ class Profile:
         return (f"<Profile {self.describe()}" + (f"; {failures} failed" if failures else "")
                 + ">")
 
-    def _repr_html_(self) -> str:
-        from torch_nsight.render.notebook import profile_html
-
-        return profile_html(self)
+    def _repr_html_(self) -> str | None:
+        """What a notebook shows: :func:`torch_nsight.render.notebook.profile_html` (the
+        render stage registers it, see :func:`set_html_renderer`), or None for the text."""
+        return _HTML_RENDERER[0](self) if _HTML_RENDERER else None
 
     # --- persistence ------------------------------------------------------------------------
     def save(self, path: PathArg) -> Path:
@@ -396,6 +396,17 @@ class Profile:
                            "averaged as runs of one thing; load them with labels= (or "
                            "label_rows each) to keep them apart", sorted(shared)[:3])
         return joined
+
+
+#: How a notebook draws a Profile. The render stage, above this one, registers it
+#: (:mod:`torch_nsight.render.notebook`, imported by the package with ``load``, ``sweep``,
+#: ``timeline`` and ``Profile``): this module never imports render.
+_HTML_RENDERER: list[Callable[[Profile], str]] = []
+
+
+def set_html_renderer(render: Callable[[Profile], str]) -> None:
+    """Make ``render`` what :meth:`Profile._repr_html_` returns (the last one set wins)."""
+    _HTML_RENDERER[:] = [render]
 
 
 def warn_if_mixed(profile: Profile) -> None:

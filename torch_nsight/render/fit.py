@@ -103,6 +103,7 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             at = headers.index(name)
             for row in rows:
                 row[at] = _wrapped(str(row[at]), preferred)
+
     def remove(names: Sequence[str]) -> None:
         for name in names:
             if _width(headers, rows, aligns, tablefmt) <= width:

@@ -1,6 +1,8 @@
 """The HTML a :class:`~torch_nsight.Profile` shows in a notebook (``_repr_html_``): what it
 holds, its notes, and the answers (top folded hotspots, findings) in readable units.
-Everything is escaped."""
+Everything is escaped. Importing this module registers :func:`profile_html` with the Profile
+record (:func:`torch_nsight.profile.set_html_renderer`); the package imports it along with
+``load``, ``sweep``, ``timeline`` and ``Profile``."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.errors import MissingMetricError
+from torch_nsight.profile import set_html_renderer
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -76,3 +79,6 @@ def _rows(frame: pd.DataFrame, cells: dict[str, Any]) -> str:
         f"<td style='text-align:left'>{html.escape(str(cell(row)))}</td>"
         for cell in cells.values()) + "</tr>" for _, row in frame.iterrows())
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+set_html_renderer(profile_html)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import textwrap
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Union
 from tabulate import tabulate, tabulate_formats
 
 from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
-from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width
+from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width, wrap_text
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
@@ -179,8 +178,7 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
                      disable_numparse=True, colalign=aligns)
-    return "\n".join([table, *(textwrap.fill(line, width, subsequent_indent="  ",
-                                             break_on_hyphens=False) for line in notes)])
+    return "\n".join([table, *(wrap_text(line, width) for line in notes)])
 
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
