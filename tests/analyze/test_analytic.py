@@ -79,3 +79,24 @@ def test_every_iteration_of_a_report_recorded_by_hand_gets_its_flops() -> None:
     assert len(head) == 2 and (head["flops"] == 2 * 4096 * 768 * 50257).all()
     single = fill_flops_from_calls(once, profile.calls)
     assert twice["flops"].sum() == pytest.approx(2 * single["flops"].sum(), rel=0.02)
+
+
+def test_each_arithmetic_kernel_gets_its_own_share_of_the_flops(both) -> None:
+    # a Linear's backward runs two GEMMs and cuDNN's attention backward a conversion kernel
+    # beside its own: the counted FLOPs go to the kernels that do them, split by their time,
+    # and agree with each kernel's own counters
+    full, fast = both
+    heavy = full["flops"] > 1e7
+    assert heavy.sum() == 17  # 5 GEMMs and the attention forward; 10 GEMMs (2 a Linear) and
+    # the attention backward
+    ratio = fast.loc[heavy, "flops"] / full.loc[heavy, "flops"]
+    assert ratio.between(0.8, 1.2).all(), ratio
+    moving = ~full["kernel"].str.contains("nvjet|sdpa")
+    assert (fast.loc[moving, "flops"] == 0).all()
+
+
+def test_the_attention_backward_runs_in_its_inputs_precision(both) -> None:
+    # its last inputs are int64 seeds: the precision comes from the bf16 operands
+    _, fast = both
+    attention = fast[fast["kernel"].str.contains("sdpa") & (fast["direction"] == "bwd")]
+    assert list(attention["precision"]) == ["tensor_bf16"]

@@ -95,11 +95,21 @@ def test_compute_side_kernel() -> None:
     assert row["achieved_flops_per_s"] == pytest.approx(2e6 / 4e-6)
 
 
-def test_memory_side_kernel_and_headroom_never_negative() -> None:
-    row = add_roofline(roof_frame(flops=0.0, dram=1e6, duration=5000.0)).iloc[0]
+def test_memory_side_kernel() -> None:
+    row = add_roofline(roof_frame(flops=0.0, dram=1e6, duration=20_000.0)).iloc[0]
     assert row["roof_time_ns"] == pytest.approx(10_000.0)
-    assert row["headroom_ns"] == 0.0
+    assert row["headroom_ns"] == pytest.approx(10_000.0) and not row["above_roof"]
     assert row["roofline_side"] == "memory"
+
+
+def test_a_kernel_above_its_ceiling_is_an_attribution_error_not_a_place(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # 1 MB in 5 µs at 100 GB/s would be twice the memory roof: no roofline place is shown
+    row = add_roofline(roof_frame(flops=0.0, dram=1e6, duration=5000.0)).iloc[0]
+    assert row["above_roof"]
+    assert math.isnan(row["pct_of_roof"]) and math.isnan(row["headroom_ns"])
+    assert row["roofline_side"] is None
+    assert "1 kernel(s) (100.0% of GPU time) came out above their roofline ceiling" in caplog.text
 
 
 def test_incomplete_flops_leave_the_ceiling_unknown() -> None:

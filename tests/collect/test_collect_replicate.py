@@ -208,3 +208,29 @@ def test_expand_skips_what_was_profiled_anyway() -> None:
 def test_expand_without_matching_groups_adds_only_the_column(groups) -> None:
     out = expand_replicas(kernels(), groups)
     assert len(out) == 20 and out["replicated_from"].isna().all()
+
+
+def test_an_internal_failure_stops_the_check_and_never_reaches_the_step(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from torch_nsight.capture import siblings
+
+    def broken(value: object) -> object:
+        raise TypeError("unhashable type: non-nested SymInt")
+
+    monkeypatch.setattr(siblings, "_arg_signature", broken)
+    model = Stack(3)
+    x = torch.randn(2, 16)
+    verdict = check_siblings(model, run(model, True, x), backward=True, cuda=False)
+    assert verdict["status"] == "error" and verdict["groups"] == []
+    assert verdict["error"] == "TypeError: unhashable type: non-nested SymInt"
+    stopped = [r for r in caplog.records if "sibling check stopped" in r.getMessage()]
+    assert len(stopped) == 1  # said once, however many calls failed
+
+
+def test_a_compiled_model_is_not_watched() -> None:
+    model = Stack(3)
+    compiled = torch.compile(model, backend="eager")
+    verdict = check_siblings(compiled, run(compiled, False, torch.randn(2, 16)),
+                             backward=False, cuda=False)
+    assert verdict == {"status": "none", "groups": [], "mismatches": [
+        "the model runs torch.compile graphs: every module is profiled"]}

@@ -13,6 +13,7 @@ its DRAM bytes). ``flops_basis`` says ``counters`` or ``calls``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +21,16 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.ops import kernel_family
 from torch_nsight.vocabulary import JOIN_KEYS, tf32_enabled
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
 TENSOR_PRECISION = {"bfloat16": "tensor_bf16", "float16": "tensor_fp16"}
+#: Kernel families that do an op's FLOPs (:func:`~torch_nsight.analyze.ops.kernel_family`).
+ARITHMETIC_FAMILIES = frozenset({"gemm", "conv", "attention"})
+#: Kernels named like arithmetic ones that move or convert bytes (layout changes, a
+#: precision conversion such as cuDNN attention's ``convert_dq_to_16bits``).
+LAYOUT = re.compile(r"nchwToNhwc|nhwcToNchw|transpose|convert", re.IGNORECASE)
 PRECISION_COLUMN = {"tensor_bf16": "tensor_bf16_flops", "tensor_fp16": "tensor_fp16_flops",
                     "tensor_tf32": "tensor_tf32_flops", "fp32": "flops_fp32"}
 
@@ -33,6 +40,17 @@ def _joined(frame: pd.DataFrame) -> pd.Series:
     keys = frame.reindex(columns=list(JOIN_KEYS)).astype(object)
     keys = filled(keys).astype(str)
     return keys.agg("\x1f".join, axis=1) if len(keys) else pd.Series([], dtype=object)
+
+
+def _operand_dtype(dtypes: object) -> str:
+    """The dtype an op's arithmetic runs in: its first half-precision input, else its first
+    float32 one (an attention backward's last inputs are int64 seeds and a float32
+    log-sum-exp, which say nothing of the tensor cores it uses)."""
+    if not isinstance(dtypes, (tuple, list)) or not dtypes:
+        return ""
+    names = [str(d) for d in dtypes]
+    return next((d for d in names if d in TENSOR_PRECISION),
+                next((d for d in names if d == "float32"), names[-1]))
 
 
 def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
@@ -54,11 +72,39 @@ def _spread_over_iterations(out: pd.DataFrame, mine: pd.Series, site: pd.Series,
     unlabelled = (run.loc[heavy.to_numpy()] == "").to_numpy()
     spread = unlabelled & (calls > 0) & (launches > calls) & (launches % np.maximum(calls, 1) == 0)
     for position in np.flatnonzero(spread):
-        rows = same & (site == heavy.index[position])
+        at_site = mine & (site == heavy.index[position])
+        rows = same & at_site
+        out.loc[at_site & ~rows, ["flops", "flops_fp32"]] = 0.0  # the heavy kernel's alone
+        out.loc[at_site & ~rows, "precision"] = "fp32"
         precision = group["precision"].iloc[position]
         per_call = group["total"].iloc[position] / calls[position]
         out.loc[rows, ["flops", PRECISION_COLUMN[precision]]] = per_call
         out.loc[rows, "precision"] = precision
+
+
+def is_arithmetic(kernel: object) -> bool:
+    """Whether a kernel does an op's counted arithmetic (a GEMM, convolution or attention
+    kernel by its name), rather than copies, layout changes or reductions around it."""
+    family = kernel_family(kernel)
+    return family in ARITHMETIC_FAMILIES and not (
+        isinstance(kernel, str) and LAYOUT.search(kernel) is not None)
+
+
+def _shares(duration: pd.Series, arithmetic: pd.Series, site: pd.Series,
+            heavy: pd.Series) -> pd.Series:
+    """Each receiving row's share of its site's FLOPs: a site's arithmetic kernels split them
+    in proportion to their time (a convolution's backward runs the data and the weight
+    gradient as two kernels, a Linear's backward two GEMMs); a site without one gives them
+    to its longest kernel (``heavy``, indexed by site). Indexed by row."""
+    sites_with = set(site[arithmetic])
+    lone = pd.Series(1.0, index=pd.Index(
+        [row for s, row in heavy.items() if s not in sites_with]))
+    time = duration[arithmetic]
+    split = time / time.groupby(site[arithmetic]).transform("sum")
+    # a site whose arithmetic kernels took no measured time: equal shares
+    equal = 1.0 / arithmetic[arithmetic].groupby(site[arithmetic]).transform("size")
+    split = split.where(split.notna(), equal)
+    return pd.concat([split, lone])
 
 
 def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
@@ -87,8 +133,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     if work.empty:
         return out
     work = work.assign(key=_joined(work))
-    dtype = work["input_dtypes"].map(lambda d: str(d[-1]) if isinstance(d, (tuple, list))
-                                     and d else "")
+    dtype = work["input_dtypes"].map(_operand_dtype)
     per_group = work.assign(dtype=dtype, calls=work.get("count", 1)).groupby(
         "key", sort=False).agg(total=("total", "sum"), dtype=("dtype", "first"),
                                calls=("calls", "sum"))
@@ -105,14 +150,23 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         out.loc[mine, "precision"] = "fp32"
         out.loc[mine, "flops_complete"] = True
         out.loc[mine, "flops_basis"] = "calls"
-        # the group's longest kernel (the GEMM or attention kernel) does the counted work
-        heavy = out["duration_ns"].fillna(0.0)[mine].groupby(site[mine], sort=False).idxmax()
+        # the kernels that do arithmetic (GEMM, convolution, attention) do the counted work;
+        # where a group has none, its longest kernel
+        duration = out["duration_ns"].fillna(0.0)
+        arithmetic = mine & out["kernel"].map(is_arithmetic).astype(bool)
+        has_arithmetic = arithmetic.groupby(site).transform("any")
+        weight = duration.where(arithmetic | ~has_arithmetic, -1.0)[mine]
+        heavy = weight.groupby(site[mine], sort=False).idxmax()
         group = per_group.loc[key.loc[heavy.to_numpy()]]
+        share = _shares(duration, arithmetic, site, heavy)
         for precision, rows in group.groupby("precision", sort=False):
-            index = heavy.to_numpy()[np.flatnonzero(group["precision"].to_numpy() == precision)]
-            out.loc[index, "flops"] = rows["total"].to_numpy()
-            out.loc[index, PRECISION_COLUMN[precision]] = rows["total"].to_numpy()
-            out.loc[index, "precision"] = precision
+            sites = heavy.index[np.flatnonzero(group["precision"].to_numpy() == precision)]
+            total = pd.Series(rows["total"].to_numpy(), index=sites)
+            takes = share.index[site.loc[share.index].isin(sites)]
+            values = share.loc[takes] * site.loc[takes].map(total)
+            out.loc[takes, "flops"] = values
+            out.loc[takes, PRECISION_COLUMN[precision]] = values
+            out.loc[takes, "precision"] = precision
         _spread_over_iterations(out, mine, site, heavy, group, runs["run"])
     # kernels of modules without FLOP-bearing calls: no floating-point work worth counting
     rest = missing & out["flops_basis"].isna() & out["dram_bytes"].notna()

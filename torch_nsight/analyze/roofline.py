@@ -9,11 +9,18 @@ each kernel ran at; tensor-core peaks are the dense (``sparsity_off``) ones.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.metrics import PRECISIONS
+
+logger = logging.getLogger(__name__)
+
+#: The most of its roofline ceiling a kernel can reach (percent).
+MAX_PCT_OF_ROOF = 100.0
 
 # CUDA-core precisions: FLOP column -> (add, mul, fma) instruction columns.
 SASS_FLOPS: dict[str, tuple[str, str, str]] = {
@@ -143,4 +150,24 @@ def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     side = np.where(compute_ns >= memory_ns, "compute", "memory")
     known = roof.notna() & (roof > 0)
     out["roofline_side"] = pd.Series(side, index=out.index, dtype=object).where(known, None)
+    return _refuse_above_roof(out)
+
+
+def _refuse_above_roof(out: pd.DataFrame) -> pd.DataFrame:
+    """A kernel faster than its ceiling is physically impossible: its FLOPs or bytes were
+    attributed to the wrong kernel (or a peak is wrong). Its roofline place is left unknown
+    rather than shown, ``above_roof`` marks it, and the count is said once per table."""
+    above = (out["pct_of_roof"] > MAX_PCT_OF_ROOF).fillna(False).astype(bool)
+    out["above_roof"] = above
+    if above.any():
+        duration = _column(out, "duration_ns")
+        share = 100.0 * duration[above].sum() / max(duration.sum(), 1.0)
+        logger.warning("%d kernel(s) (%.1f%% of GPU time) came out above their roofline "
+                       "ceiling, which no kernel can be (the worst at %.0f%%, %s): an "
+                       "attribution error, so their roofline place is left unknown",
+                       int(above.sum()), share, out.loc[above, "pct_of_roof"].max(),
+                       out.loc[out.loc[above, "pct_of_roof"].idxmax(), "kernel"]
+                       if "kernel" in out else "?")
+        out.loc[above, ["roof_time_ns", "pct_of_roof", "headroom_ns"]] = np.nan
+        out.loc[above, "roofline_side"] = None
     return out

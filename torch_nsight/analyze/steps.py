@@ -174,6 +174,8 @@ def shape_table(steps: pd.DataFrame) -> pd.DataFrame:
     out = labels[list(MEDIANS)].median()
     out["steps"] = labels.size()
     bare, ranged = labels["bare_ns"].median(), labels["ranged_ns"].median()
+    out["bare_spread_pct"] = (labels["bare_spread_pct"].median() if "bare_spread_pct" in steps
+                              else np.nan)
     out["distortion_pct"] = 100.0 * (ranged - bare) / _positive(bare)
     out["profiler_pct"] = 100.0 * (out["wall_ns"] - ranged) / _positive(ranged)
     out["bare_busy_pct"] = 100.0 * out["busy_ns"] / _positive(bare)

@@ -19,6 +19,7 @@ from torch_nsight.analyze.verdicts import (
     COPY_WALL_PCT,
     DATA_WAIT_PCT,
     LAUNCH_BUSY_PCT,
+    bare_uncertain,
     judged_busy_pct,
     judges_unprofiled,
     profiler_lengthened,
@@ -159,6 +160,10 @@ def verdict_evidence(row: pd.Series) -> str:
     if row["distorted"]:
         caveats.append(f"module ranges lengthened the step by {row['distortion_pct']:.1f}%, "
                        "so the idle share (and a launch-bound verdict) may be overstated")
+    if bare_uncertain(row):
+        caveats.append(f"the steps timed without the profiler varied by "
+                       f"{row['bare_spread_pct']:.0f}% of their median, so the busy share "
+                       "is uncertain: time more steps after the chosen ones")
     if profiler_lengthened(row):
         caveats.append(f"the profiler made the step {row['profiler_pct']:.0f}% longer than "
                        f"without it (the GPU is busy {row['bare_busy_pct']:.0f}% of the "

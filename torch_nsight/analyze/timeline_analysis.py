@@ -38,7 +38,8 @@ SUMMARY_COLUMNS = (
     "launches_per_step", "launches_per_ms", "small_kernel_pct", "small_kernel_time_pct",
     "copies_per_step", "copy_bytes_per_step", "copy_gb_per_s", "pageable_copies_per_step",
     "copy_pct", "copy_busy_pct", "data_wait_pct", "sync_pct", "largest_gaps",
-    "distortion_pct", "profiler_pct", "bare_busy_pct", "verdict", "evidence", "advice",
+    "distortion_pct", "profiler_pct", "bare_busy_pct", "bare_spread_pct", "verdict",
+    "evidence", "advice",
     "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable",
 )
 #: The timeline's own findings: where (the module and its level in the tree), what, and the

@@ -41,6 +41,18 @@ MODULE_LAUNCHES = 20.0
 DISTORTION_PCT = 10.0
 
 
+#: The steps timed without the profiler disagree when they spread over more than this share
+#: (%) of their median (max - min): the busy share judged on them is uncertain.
+UNSTABLE_BARE_PCT = 30.0
+
+
+def bare_uncertain(row: pd.Series) -> bool:
+    """Whether the steps timed without the profiler disagree too much to judge on."""
+    spread = row.get("bare_spread_pct")
+    return bool(judges_unprofiled(row) and spread == spread and spread is not None
+                and spread > UNSTABLE_BARE_PCT)
+
+
 def judges_unprofiled(row: pd.Series) -> bool:
     """Whether the verdict judges the step timed outside the profiler and without ranges
     (where it was timed: the profiler and the ranges lengthen the CPU side only) rather

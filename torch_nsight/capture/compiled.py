@@ -57,7 +57,7 @@ from torch_nsight.naming import WARMUP_MESSAGE, backward_message, compiled_messa
 logger = logging.getLogger(__name__)
 
 __all__ = ["track_compiles", "untrack_compiles", "compiled_support", "measured_window",
-           "open_window", "close_window", "is_compiled", "tracking_compiles", "unwrap_compiled", "compiled_graphs_seen", "compiled_refusal",
+           "open_window", "close_window", "is_compiled", "runs_compiled", "tracking_compiles", "unwrap_compiled", "compiled_graphs_seen", "compiled_refusal",
            "module_path", "CompiledGraph", "graph_map"]
 
 MARK = "[torch_nsight]"
@@ -192,6 +192,7 @@ class _Tracker:
         self.carried: set[tuple[str, bool]] = set()
         self.window = 0
         self.called = False  # a compiled graph ran since the first instrumentation
+        self.compile_requested = False  # torch.compile was called while compiles were tracked
         self.warmed: set[int] = set()  # ids of the graphs called once (their first call warms)
         self.lock = threading.Lock()
         self.warned: set[str] = set()
@@ -304,6 +305,14 @@ def is_compiled(model: Any) -> bool:
     return any(getattr(m, "_compiled_call_impl", None) is not None for m in modules)
 
 
+def runs_compiled(model: Any) -> bool:
+    """Whether ``model`` is, or may be, running ``torch.compile`` graphs: it is compiled
+    (:func:`is_compiled`), or, while an instrumentation is active, a compiled graph ran or
+    ``torch.compile`` was called (on a parent that wraps it, which the instrumentation
+    cannot see)."""
+    return is_compiled(model) or _TRACKER.called or _TRACKER.compile_requested
+
+
 def compiled_refusal(model: Any) -> str | None:
     """Why no dispatch mode may record ``model``'s calls now, or None: a compiled model,
     once run under a ``TorchDispatchMode``, keeps running eagerly (seen on torch 2.13: its
@@ -357,8 +366,8 @@ def track_compiles() -> bool:
     tracker = _TRACKER
     with tracker.lock:
         tracker.users += 1
+        _wait_in_torch_compile()  # also notes that torch.compile was called
         if "torch._inductor.config" not in sys.modules:
-            _wait_in_torch_compile()
             return True
         if _engage():
             return True
@@ -400,6 +409,8 @@ def _wait_in_torch_compile() -> None:
 
     @functools.wraps(compile_)
     def compile_tracked(*args: Any, **kwargs: Any) -> Any:
+        if _TRACKER.users:
+            _TRACKER.compile_requested = True
         if _TRACKER.users and not _TRACKER.engaged:
             with _TRACKER.lock:
                 if _TRACKER.users and not _TRACKER.engaged:
@@ -420,6 +431,7 @@ def untrack_compiles() -> None:
         tracker.users -= 1
         if tracker.users == 0:
             tracker.called = False
+            tracker.compile_requested = False
             tracker.forwards.clear()
             if not tracker.engaged:
                 return
@@ -478,13 +490,14 @@ def _graph_of(compiled: Any) -> CompiledGraph | None:
     known = tracker.owners.get(key)
     if known is not None and known() is compiled:
         return tracker.graphs[key]
-    records = parse_graph_source(getattr(compiled, "source_code", None) or "")
+    source = getattr(compiled, "source_code", None) or ""
+    records = parse_graph_source(source)
     graph = None
     if records:
         graph = CompiledGraph(key=f"g{len(tracker.graphs)}",
                               launches=tuple((r["k"], tuple(r.get("m") or ())) for r in records),
                               backward=any(r.get("b") for r in records))
-    else:
+    elif _LAUNCH.search(source):  # a graph that launches nothing (views only) needs no map
         tracker.warn_once("a compiled graph carries no kernel map (compiled before "
                           "instrument(), or loaded from a cache written without it): its "
                           "kernels stay unattributed; instrument the model before its first "
@@ -492,6 +505,12 @@ def _graph_of(compiled: Any) -> CompiledGraph | None:
     tracker.owners[key] = weakref.ref(compiled)
     tracker.graphs[key] = graph
     return graph
+
+
+#: What a kernel launch looks like in Inductor's wrapper code: a Triton kernel's ``.run(``,
+#: an extern kernel (``extern_kernels.mm(``), a C++ kernel (``cpp_fused_...(``), or the
+#: provenance line Inductor writes before each launch.
+_LAUNCH = re.compile(r"\.run\(|\bextern_kernels\.|\bcpp_fused_\w*\(|Provenance debug handles")
 
 
 def _caller_module() -> tuple[Any, str] | None:

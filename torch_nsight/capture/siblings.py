@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -42,6 +43,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from torch_nsight.capture.stack import is_compiling
 from torch_nsight.naming import is_inside
 
 logger = logging.getLogger(__name__)
@@ -71,15 +73,20 @@ def candidate_groups(model: nn.Module) -> list[list[str]]:
     return groups
 
 
+def _plain(size: Any) -> Any:
+    """A size as a plain int, or its text: a symbolic size (``SymInt``) is never hashed."""
+    return size if type(size) is int else str(size)
+
+
 def _arg_signature(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return ("T", tuple(value.shape), str(value.dtype), value.is_contiguous(),
-                value.requires_grad)
+        return ("T", tuple(_plain(d) for d in value.shape), str(value.dtype),
+                bool(value.is_contiguous()), bool(value.requires_grad))
     if isinstance(value, (list, tuple)):
         return tuple(_arg_signature(v) for v in value)
     if isinstance(value, Mapping):
         return tuple((k, _arg_signature(v)) for k, v in value.items())
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or type(value) in (bool, int, float, str):
         return value
     return type(value).__qualname__
 
@@ -149,6 +156,20 @@ class _Recorder:
         self.cuda = cuda
         self.local = threading.local()
         self.handles: list[Any] = []
+        self.failed: str | None = None  # why recording stopped (an internal error)
+
+    def fail(self, err: BaseException) -> None:
+        """Stop recording after an internal error (said once): the check then replicates
+        nothing, and the user's step goes on."""
+        if self.failed is None:
+            self.failed = f"{type(err).__name__}: {err}"
+            logger.warning("torch_nsight: the sibling check stopped (%s): every module is "
+                           "profiled", self.failed)
+
+    def _quiet(self) -> bool:
+        """Whether to record nothing now: Dynamo is tracing (the hooks must add nothing to a
+        graph), or recording stopped."""
+        return self.failed is not None or is_compiling()
 
     def _stack(self) -> list[tuple[str, str, Any]]:
         if not hasattr(self.local, "stack"):
@@ -182,29 +203,49 @@ class _Recorder:
             module = self.modules[name]
 
             def pre(mod: Any, args: Any, kwargs: Any, name: str = name) -> None:
-                member = self.members[name]
-                member.calls += 1
-                member.inputs.append(_arg_signature((args, kwargs)))
-                if self.backward and torch.is_grad_enabled():
-                    member.grad_pattern.append((
-                        _requires_grad_pattern((args, kwargs)),
-                        tuple(p.requires_grad for p in mod.parameters())))
-                self._open(name, "fwd")
+                if self._quiet():
+                    return
+                try:
+                    member = self.members[name]
+                    member.calls += 1
+                    member.inputs.append(_arg_signature((args, kwargs)))
+                    if self.backward and torch.is_grad_enabled():
+                        member.grad_pattern.append((
+                            _requires_grad_pattern((args, kwargs)),
+                            tuple(p.requires_grad for p in mod.parameters())))
+                    self._open(name, "fwd")
+                except Exception as err:  # noqa: BLE001 - never into the user's step
+                    self.fail(err)
 
             def post(mod: Any, args: Any, kwargs: Any, out: Any, name: str = name) -> None:
-                self._close(name, "fwd")
+                if self._quiet():
+                    return
+                try:
+                    self._close(name, "fwd")
+                except Exception as err:  # noqa: BLE001 - never into the user's step
+                    self.fail(err)
 
             self.handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(post, with_kwargs=True,
                                                              always_call=True))
             if self.backward:
                 def bwd_pre(mod: Any, grad_out: Any, name: str = name) -> None:
-                    self.members[name].bwd_pre += 1
-                    self._open(name, "bwd")
+                    if self._quiet():
+                        return
+                    try:
+                        self.members[name].bwd_pre += 1
+                        self._open(name, "bwd")
+                    except Exception as err:  # noqa: BLE001 - never into the user's step
+                        self.fail(err)
 
                 def bwd_post(mod: Any, grad_in: Any, grad_out: Any, name: str = name) -> None:
-                    self.members[name].bwd_post += 1
-                    self._close(name, "bwd")
+                    if self._quiet():
+                        return
+                    try:
+                        self.members[name].bwd_post += 1
+                        self._close(name, "bwd")
+                    except Exception as err:  # noqa: BLE001 - never into the user's step
+                        self.fail(err)
 
                 self.handles.append(module.register_full_backward_pre_hook(bwd_pre))
                 self.handles.append(module.register_full_backward_hook(bwd_post))
@@ -216,18 +257,23 @@ class _Recorder:
 
     def record_op(self, func: Any, args: Any, kwargs: Any) -> None:
         """Count a forward torch-level call for every member open on this thread. (Backward
-        runs in autograd's C++ engine, which a torch function mode does not see.)"""
+        runs in autograd's C++ engine, which a torch function mode does not see.) Nothing is
+        recorded while Dynamo traces or builds guards (it calls torch functions on fake,
+        symbolic tensors), and an error stops recording instead of reaching the caller."""
         stack = getattr(self.local, "stack", None)
-        if not stack:
+        if not stack or self._quiet() or _tracing():
             return
-        key = None
-        for name, direction, _ in stack:
-            if direction != "fwd":
-                continue
-            if key is None:
-                key = (_function_name(func), _arg_signature(args),
-                       _arg_signature(kwargs or {}))
-            self.members[name].ops[key] += 1
+        try:
+            key = None
+            for name, direction, _ in stack:
+                if direction != "fwd":
+                    continue
+                if key is None:
+                    key = (_function_name(func), _arg_signature(args),
+                           _arg_signature(kwargs or {}))
+                self.members[name].ops[key] += 1
+        except Exception as err:  # noqa: BLE001 - never into the user's step
+            self.fail(err)
 
     def times_ms(self) -> dict[str, float]:
         out = {}
@@ -237,6 +283,17 @@ class _Recorder:
             else:
                 out[name] = member.seconds * 1e3
         return out
+
+
+def _tracing() -> bool:
+    """Whether a compiler is at work on this thread (Dynamo's tracing context is set while
+    it traces, builds guards and compiles), when Dynamo is loaded at all."""
+    guards = sys.modules.get("torch._guards")
+    context = getattr(guards, "TracingContext", None)
+    try:
+        return context is not None and context.try_get() is not None
+    except Exception:  # noqa: BLE001 - a torch without it: not tracing
+        return False
 
 
 def _function_mode(recorder: _Recorder) -> Any:
@@ -285,8 +342,14 @@ class SiblingCheck:
     """
 
     def __init__(self, model: nn.Module, *, backward: bool, cuda: bool) -> None:
+        from torch_nsight.capture.compiled import runs_compiled
+
         self.cuda = cuda
-        self.candidates = candidate_groups(model)
+        # A compiled model is not watched: hooks added now would be traced into its graphs
+        # or make Dynamo compile them again, and its kernels are fused across modules.
+        self.off = ("the model runs torch.compile graphs: every module is profiled"
+                    if runs_compiled(model) else None)
+        self.candidates = [] if self.off else candidate_groups(model)
         self.recorder = _Recorder(model, [n for g in self.candidates for n in g],
                                   backward=backward, cuda=cuda)
         self._mode: Any = None
@@ -300,11 +363,11 @@ class SiblingCheck:
                 self.recorder.install()
                 self._mode = _function_mode(self.recorder)
                 self._mode.__enter__()
-            except BaseException:
+            except Exception as err:  # noqa: BLE001 - the step runs unwatched instead
                 self._mode = None
                 self.recorder.remove()
                 _remove_filter(self._quiet)
-                raise
+                self.recorder.fail(err)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -315,6 +378,8 @@ class SiblingCheck:
             if self.cuda:
                 torch.cuda.synchronize()
             self._times = self.recorder.times_ms()
+        except Exception as err:  # noqa: BLE001 - never into the user's step
+            self.recorder.fail(err)
         finally:
             self._mode = None
             self.recorder.remove()
@@ -326,6 +391,11 @@ class SiblingCheck:
         when candidates differ when run, ``none`` without candidates), ``groups``
         (representative, replicas, ops per member, time_ms per member), ``mismatches`` (one
         line each)."""
+        if self.off is not None:
+            return {"status": "none", "groups": [], "mismatches": [self.off]}
+        if self.recorder.failed is not None:
+            return {"status": "error", "groups": [], "mismatches": [],
+                    "error": self.recorder.failed}
         if not self.candidates or self._times is None:
             return {"status": "none", "groups": [], "mismatches": []}
         recorder, times = self.recorder, self._times

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Range", "BackwardFrame", "RangeStack", "RangedForward", "STACK", "is_compiling"]
+__all__ = ["Range", "BackwardFrame", "RangeStack", "RangedForward", "STACK", "is_compiling",
+           "pause_ranges"]
 
 
 class Range:
@@ -509,7 +510,7 @@ class RangedForward:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         module = self.module()
-        if _dynamo_compiling() or _compiler._is_compiling_flag:
+        if _dynamo_compiling() or _compiler._is_compiling_flag or PAUSE.on:
             return self.function(module, *args, **kwargs)
         if self.backward_range is not None and _grad_enabled():
             return self.call_with_backward(module, args, kwargs)
@@ -544,6 +545,25 @@ def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> No
         engine.queue_callback(on_end)
     except RuntimeError as err:  # not inside a backward pass after all
         logger.debug("torch_nsight: could not queue the end-of-backward callback: %s", err)
+
+
+class _Pause:
+    """Whether instrumented forwards run without their ranges, for now (:func:`pause_ranges`).
+    Read after the compiling checks, so Dynamo never guards on it."""
+
+    __slots__ = ("on",)
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+PAUSE = _Pause()
+
+
+def pause_ranges(on: bool) -> None:
+    """Let every instrumented forward run as if uninstrumented (``on``), or open its ranges
+    again: ``profile --timeline`` times the steps outside its window without them."""
+    PAUSE.on = on
 
 
 STACK = RangeStack()

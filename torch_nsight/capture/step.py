@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
+from torch_nsight.capture.stack import pause_ranges
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
 
@@ -89,11 +90,13 @@ def _carriers() -> list[CallsCarrier]:
 
 def _what_was_recorded() -> dict[str, int]:
     """For a chosen step's status line: the modules instrumented, the calls carried, the
-    replicas left out of profiling."""
+    replicas left out of profiling, whether compiled graphs ran."""
+    from torch_nsight.capture.compiled import compiled_graphs_seen
     from torch_nsight.capture.instrument import active_instrumentations
 
     handles = list(active_instrumentations())
     return {"modules": sum(len(h.names) for h in handles),
+            "compiled": int(compiled_graphs_seen()),
             "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
             "replicas": sum(h.replication.replicas for h in handles
                             if h.replication is not None)}
@@ -156,6 +159,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         chosen = _chosen(self._environ)  # read once per step
         status = _status(self._environ)
         self._window = self._in_window(chosen)
+        if folder:  # the steps timed for the verdict run as they would without torch_nsight
+            pause_ranges(not self._window)
         if self._window:
             open_window()
         if self._window and status is not None:
@@ -170,6 +175,10 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             from torch_nsight.capture.profiler_steps import pace
 
             pace(folder, self.index)
+        elif folder and chosen and self.index > chosen[-1]:  # and after the window
+            from torch_nsight.capture.profiler_steps import after_window
+
+            after_window(folder, self.index)
         elif self._window:
             start = self._start_range
             self._handles = [start(MEASURE_MESSAGE),

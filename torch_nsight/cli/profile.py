@@ -366,6 +366,10 @@ def _step_line(step: dict[str, Any], metric_set: str) -> str:
     line += f"; {step['modules']} modules instrumented"
     if step.get("calls"):
         line += f", {step['calls']} torch calls recorded (their shapes give the FLOPs)"
+    elif step.get("compiled"):
+        line += ("; compiled graphs ran: their kernels are attributed to modules, with "
+                 "no calls table (no FLOPs from shapes)" +
+                 ("; --metric-set lean counts them" if metric_set == "fast" else ""))
     elif metric_set == "fast":
         line += ("; no calls table (instrument(record_calls=False)?): the fast metric set "
                  "then has no FLOPs, use --metric-set lean")

@@ -51,7 +51,7 @@ TRACE_COLUMNS = ("kind", "start_ns", "stream", "device", "launch_ns", "launch_th
                  "bytes", "copy_kind", "pinned")
 TIMELINE_COLUMNS = ("source", "variant", "shape", "run", "kind", "start_ns", "end_ns",
                     "cpu_ns", "busy_ns", "launches", "sync_ns", "bare_ns", "ranged_ns",
-                    "cpu", "prev_module", "next_module")
+                    "bare_spread_pct", "cpu", "prev_module", "next_module")
 _ENQUEUE = ("Launch", "Memcpy", "Memset")
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
 #: CUTLASS's generic kernels, which Nsight Compute names by their operator type.
@@ -161,6 +161,17 @@ class _Intervals:
             chain.append(self.events[index][2])
             index = self.parents[index]
         return chain[::-1]
+
+
+def _spread_pct(measured: Mapping[str, Any]) -> float | None:
+    """How far apart the steps timed without the profiler were: (max - min) over their
+    median, in percent; None where the manifest does not say."""
+    try:
+        low, high, median = (float(measured[k]) for k in ("bare_min_ns", "bare_max_ns",
+                                                           "bare_ns"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return 100.0 * (high - low) / median if median > 0 else None
 
 
 def _by_thread(events: Iterable[Mapping[str, Any]]) -> dict[Any, _Intervals]:
@@ -302,8 +313,10 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
               events: list[dict[str, Any]], calls: Mapping[Any, dict[str, Any]], source: str,
               steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """Step and gap rows of every measured iteration."""
+    # what the CPU was doing: its ops and calls, never this library's own ranges
     cpu_events = _by_thread(e for e in events
-                            if e.get("cat") in (*CPU_CATEGORIES, *CALL_CATEGORIES))
+                            if e.get("cat") in (*CPU_CATEGORIES, *CALL_CATEGORIES)
+                            and not str(e.get("name", "")).startswith(naming.RECORD_PREFIX))
     call_list = sorted((_ns(c), _ns(c) + _ns(c, "dur"), str(c.get("name", "")))
                        for c in calls.values())
     call_starts = [c[0] for c in call_list]
@@ -328,7 +341,8 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
             "launches": sum(1 for _, _, n in inside if any(w in n for w in _ENQUEUE)),
             "sync_ns": sum(e - s for s, e, n in inside
                            if any(w in n for w in _SYNC) or n == "cudaMemcpy"),
-            "bare_ns": measured.get("bare_ns"), "ranged_ns": measured.get("ranged_ns")})
+            "bare_ns": measured.get("bare_ns"), "ranged_ns": measured.get("ranged_ns"),
+            "bare_spread_pct": _spread_pct(measured)})
         order = mine.sort_values("start_ns")
         activity = list(zip(order["start_ns"], order["start_ns"] + order["duration_ns"],
                             order["range_stack"], order["launch_thread"], strict=True))
@@ -343,7 +357,7 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
             rows.append(_gap(source, variant, shape, run, cursor, end, previous, None, None))
     table = pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
     for column in ("start_ns", "end_ns", "cpu_ns", "busy_ns", "launches", "sync_ns",
-                   "bare_ns", "ranged_ns"):
+                   "bare_ns", "ranged_ns", "bare_spread_pct"):
         table[column] = pd.to_numeric(table[column], errors="coerce").astype("float64")
     table["run"] = table["run"].astype("Int64")
     return tidy_text(table)
