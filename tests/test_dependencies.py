@@ -31,3 +31,14 @@ def test_every_imported_module_is_declared() -> None:
                 .strip().lower() for dep in project["dependencies"]}
     used = {DISTRIBUTIONS.get(name, name).lower() for name in imported_top_level_modules()}
     assert used - declared == set(), f"imported but not declared: {sorted(used - declared)}"
+
+
+def test_the_readme_names_every_declared_dependency() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    declared = {dep.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0]
+                .strip().lower() for dep in project["dependencies"]}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    paragraph = " ".join(readme.split("Installing pulls ", 1)[1].split("\n\n", 1)[0].split())
+    assert all(name in paragraph for name in declared), \
+        f"README's dependency list lacks {sorted(n for n in declared if n not in paragraph)}"

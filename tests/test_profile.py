@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import torch_nsight.render.notebook  # noqa: F401  (registers the HTML a notebook shows)
 from torch_nsight.errors import ReportError
 from torch_nsight.loading import load
 from torch_nsight.profile import KERNEL_COLUMNS, Profile
@@ -403,3 +404,45 @@ def test_hotspots_by_is_the_deprecated_name_of_order(llama: Profile) -> None:
     with pytest.warns(DeprecationWarning, match="order="):
         old = llama.hotspots(n=3, by="time", level="module")
     pd.testing.assert_frame_equal(old, llama.hotspots(n=3, order="time", level="module"))
+
+
+def test_frames_for_a_person_put_what_they_read_first() -> None:
+    import torch_nsight.demo
+
+    demo = load(Path(torch_nsight.demo.__file__).parent / torch_nsight.demo.RECORDED_REPORT)
+    top = demo.hotspots()
+    # one shape, no variants, one run: no label column, no spread, nothing empty
+    assert not {"variant", "shape", "ci95_ns", "std_ns"} & set(top.columns)
+    assert all(top[c].notna().any() for c in top.columns)
+    # the README's comment: module, direction, op (where named), kernel, duration_ns, ...
+    assert list(top.columns[:9]) == ["module", "direction", "op", "kernel", "duration_ns",
+                                     "bound", "reason", "headroom_ns", "next_step"]
+    full = demo.hotspot_table()
+    assert set(top.columns) <= set(full.columns) and len(top) == len(full)
+    pd.testing.assert_series_equal(top["duration_ns"], full["duration_ns"])
+    found = demo.findings()
+    assert list(found.columns[:5]) == ["module", "direction", "finding", "est_gain_ns", "fix"]
+    assert list(demo.modules().columns[:4]) == ["module", "direction", "inclusive_ns",
+                                                "exclusive_ns"]
+    # several shapes: the shape says which row is which, so it stays, first
+    stack = load(DATA / "sweep_stack")
+    assert list(stack.hotspots().columns[:2]) == ["shape", "module"]
+    # several runs: the spread is known, and follows the time
+    runs = load(DATA / "runs" / "gpt2_runs10").hotspots()
+    at = list(runs.columns).index("duration_ns")
+    assert runs.columns[at + 1] == "ci95_ns" and runs["ci95_ns"].notna().all()
+
+
+def test_a_profile_from_the_front_door_shows_html_in_a_notebook() -> None:
+    import subprocess
+    import sys
+
+    # a fresh interpreter: torch_nsight.load brings the notebook's renderer with it, and the
+    # Profile record itself never imports the render stage
+    code = ("import sys, torch_nsight\n"
+            "assert 'torch_nsight.render.notebook' not in sys.modules\n"
+            f"p = torch_nsight.load({str(DATA / 'hand_s128.ncu-rep.xz')!r}, cache=False)\n"
+            "assert 'Top kernel sites' in p._repr_html_()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -50,6 +50,7 @@ _LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.
          "sweep": "torch_nsight.collect", "timeline": "torch_nsight.collect.timeline",
          "load": "torch_nsight.loading",
          "Profile": "torch_nsight.profile"}
+_GIVE_PROFILES = ("load", "sweep", "timeline", "Profile")
 
 
 def __getattr__(name: str) -> Any:
@@ -57,6 +58,8 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         value = getattr(importlib.import_module(_LAZY[name]), name)
+        if name in _GIVE_PROFILES:  # a notebook shows their Profiles as HTML tables
+            importlib.import_module("torch_nsight.render.notebook")
         globals()[name] = value
         return value
     raise AttributeError(f"module 'torch_nsight' has no attribute {name!r}")

@@ -11,10 +11,9 @@ and the CLI receive it and nothing else.
 from __future__ import annotations
 
 import dataclasses
-import html
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -22,7 +21,7 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import filled, readable
 from torch_nsight.analyze.hotspots import order_from_by
 from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
@@ -61,6 +60,16 @@ def _unique(values: Iterable[Any]) -> list[Any]:
                 and value not in seen:
             seen.append(value)
     return seen
+
+
+#: The columns of :meth:`Profile.hotspots`, :meth:`Profile.findings` and
+#: :meth:`Profile.modules` a person reads first, in order.
+HOTSPOT_COLUMNS = ("variant", "shape", "module", "direction", "op", "kernel", "duration_ns",
+                   "ci95_ns", "bound", "reason", "headroom_ns", "next_step", "blocks")
+FINDING_COLUMNS = ("variant", "shape", "module", "direction", "finding", "est_gain_ns",
+                   "fix", "evidence", "confidence", "blocks")
+MODULE_COLUMNS = ("variant", "shape", "module", "direction", "inclusive_ns", "exclusive_ns",
+                  "ci95_ns", "pct_of_total", "bound", "headroom_ns", "blocks")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -184,10 +193,17 @@ class Profile:
 
         Returns:
             One row per module node: inclusive/exclusive time per run, share of total,
-            kernel count, dominant bound, and the spread of the time over the runs.
+            kernel count, dominant bound, and the spread of the time over the runs; the
+            columns read first come first, and a column empty in every row (the shape of a
+            single-shape profile, the spread of a single run) is left out.
         """
+        return readable(self.module_table(depth, fold), MODULE_COLUMNS)
+
+    def module_table(self, depth: int | None = None, fold: bool = False) -> pd.DataFrame:
+        """:meth:`modules` with every column, in the analysis' order (for renderers)."""
         if fold:
-            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True))
+            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True),
+                                      self.kernels)
         return analysis.module_tree(self.kernels, depth)
 
     def hotspots(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
@@ -206,10 +222,18 @@ class Profile:
                 of row, as in ``torch-nsight report --by``).
 
         Returns:
-            Ranked rows with their roofline class and ``next_step``.
+            Ranked rows with their roofline class and ``next_step``: module, direction,
+            kernel, time, bound, reason, headroom and next step first; a column empty in
+            every row left out.
         """
-        return analysis.hotspots(self.kernels, n=n, order=order_from_by(order, by), level=level,
-                                 fold=fold)
+        return readable(self.hotspot_table(n, order_from_by(order, by), level, fold),
+                        HOTSPOT_COLUMNS)
+
+    def hotspot_table(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
+                      level: Literal["kernel", "module"] = "kernel",
+                      fold: bool = True) -> pd.DataFrame:
+        """:meth:`hotspots` with every column, in the analysis' order (for renderers)."""
+        return analysis.hotspots(self.kernels, n=n, order=order, level=level, fold=fold)
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see
@@ -221,8 +245,13 @@ class Profile:
 
         Returns:
             One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
-            fix in PyTorch terms, the gain's basis and a confidence.
+            fix in PyTorch terms, the gain's basis and a confidence (module, finding, gain
+            and fix first; a column empty in every row left out).
         """
+        return readable(self.finding_table(fold), FINDING_COLUMNS)
+
+    def finding_table(self, fold: bool = True) -> pd.DataFrame:
+        """:meth:`findings` with every column, in the analysis' order (for renderers)."""
         if fold not in self._findings:
             found = analysis.findings(self.kernels, self.calls, self.meta.settings,
                                       self.timeline)
@@ -297,52 +326,10 @@ class Profile:
         return (f"<Profile {self.describe()}" + (f"; {failures} failed" if failures else "")
                 + ">")
 
-    def _repr_html_(self) -> str:
-        try:
-            coverage = f"{100 * self.coverage:.1f}%"
-        except MissingMetricError:
-            coverage = "n/a"
-        rows = [("GPU", ", ".join(self.gpus) or "unknown"), ("kernels", len(self.kernels)),
-                ("shapes", ", ".join(map(str, self.shapes)) or "unlabelled"),
-                ("coverage", coverage if coverage != "nan%" else "n/a"),
-                ("sources", len(self.meta.sources)), ("failures", len(self.failures))]
-        if self.variants:
-            rows.insert(3, ("variants", ", ".join(self.variants)))
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-                       for k, v in rows)
-        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
-        return (f"<div><b>torch_nsight Profile</b><table>{body}</table>"
-                + (f"<ul>{notes}</ul>" if notes else "") + self._html_answers() + "</div>")
-
-    def _html_answers(self) -> str:
-        """The top folded hotspots and findings as HTML tables, in readable units."""
-        if not len(self.kernels):
-            return ""
-        parts = []
-        try:
-            top = self.hotspots(n=5, order="time")
-            parts.append(("Top kernel sites (repeated blocks folded)", _html_rows(top, {
-                "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
-                                                        if r.get("blocks", 1) > 1 else ""),
-                "dir": lambda r: r["direction"] or "", "kernel": lambda r: r["kernel"],
-                "time µs": lambda r: f"{r['duration_ns'] / 1e3:,.2f}" + (
-                    f" ±{r['ci95_ns'] / 1e3:,.2f}" if r.get("runs", 1) > 1
-                    and r["ci95_ns"] == r["ci95_ns"] else ""),
-                "share %": lambda r: f"{r['pct_of_total']:.1f}",
-                "bound": lambda r: r["bound"] or "", "next step": lambda r: r["next_step"]})))
-            found = self.findings().head(5)
-            if len(found):
-                parts.append(("Findings: what to change", _html_rows(found, {
-                    "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
-                                                            if r.get("blocks", 1) > 1 else ""),
-                    "finding": lambda r: r["finding"],
-                    "gain µs": lambda r: (f"{r['est_gain_ns'] / 1e3:,.2f}"
-                                          if r["est_gain_ns"] == r["est_gain_ns"] else "-"),
-                    "fix": lambda r: r["fix"]})))
-        except MissingMetricError:
-            return ""
-        return "".join(f"<p><b>{html.escape(title)}</b></p>{table}" for title, table in parts)
+    def _repr_html_(self) -> str | None:
+        """What a notebook shows: :func:`torch_nsight.render.notebook.profile_html` (the
+        render stage registers it, see :func:`set_html_renderer`), or None for the text."""
+        return _HTML_RENDERER[0](self) if _HTML_RENDERER else None
 
     # --- persistence ------------------------------------------------------------------------
     def save(self, path: PathArg) -> Path:
@@ -411,14 +398,15 @@ class Profile:
         return joined
 
 
-def _html_rows(frame: pd.DataFrame, cells: dict[str, Any]) -> str:
-    """An HTML table of ``frame``'s rows, one column per ``cells`` entry (header -> a function
-    of the row giving its text), escaped."""
-    head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in cells)
-    body = "".join("<tr>" + "".join(
-        f"<td style='text-align:left'>{html.escape(str(cell(row)))}</td>"
-        for cell in cells.values()) + "</tr>" for _, row in frame.iterrows())
-    return f"<table><tr>{head}</tr>{body}</table>"
+#: How a notebook draws a Profile. The render stage, above this one, registers it
+#: (:mod:`torch_nsight.render.notebook`, imported by the package with ``load``, ``sweep``,
+#: ``timeline`` and ``Profile``): this module never imports render.
+_HTML_RENDERER: list[Callable[[Profile], str]] = []
+
+
+def set_html_renderer(render: Callable[[Profile], str]) -> None:
+    """Make ``render`` what :meth:`Profile._repr_html_` returns (the last one set wins)."""
+    _HTML_RENDERER[:] = [render]
 
 
 def warn_if_mixed(profile: Profile) -> None:

@@ -45,13 +45,16 @@ def parse_steps(text: str) -> range:
                          "B excluded)")
     try:
         first = int(start) if start else 0
-        if not sep:
+        if not sep and first >= 0:
             return range(first, first + 1)
-        last = int(stop) if stop else 2**62
+        last = int(stop) if stop else 2**62 if sep else first + 1
     except ValueError:
         raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
                          "B excluded)") from None
-    if first < 0 or last <= first:
+    if first < 0:
+        raise ValueError(f"steps {text!r}: step indices start at 0 (torch_nsight.step() "
+                         "numbers the loop's steps 0, 1, 2...); there is no step from the end")
+    if last <= first:
         raise ValueError(f"steps {text!r}: need 0 <= A < B")
     return range(first, last)
 

@@ -78,19 +78,19 @@ def within_2x(estimate: float, measured: float) -> bool:
 
 def test_columns_are_the_documented_ones(gemm: torch_nsight.Profile) -> None:
     assert FINDING_COLUMNS == COLUMNS
-    assert tuple(gemm.findings(fold=False).columns) == COLUMNS
-    assert tuple(gemm.findings().columns) == (*COLUMNS, "blocks")  # how many rows it folds
+    assert tuple(gemm.finding_table(fold=False).columns) == COLUMNS
+    assert tuple(gemm.finding_table().columns) == (*COLUMNS, "blocks")  # how many rows it folds
 
 
 def test_profile_findings_passes_calls_settings_and_timeline(
         fp32_off: torch_nsight.Profile) -> None:
     expected = findings_step(fp32_off.kernels, fp32_off.calls, fp32_off.meta.settings,
                              fp32_off.timeline)
-    pd.testing.assert_frame_equal(fp32_off.findings(fold=False), expected)
+    pd.testing.assert_frame_equal(fp32_off.finding_table(fold=False), expected)
 
 
 def test_gemm_misaligned_fires_on_the_odd_vocabulary(gemm: torch_nsight.Profile) -> None:
-    found = gemm.findings()
+    found = gemm.finding_table()
     row = of(found, "gemm_misaligned", "n50257").squeeze()
     assert (row["module"], row["module_path"]) == ("proj", "Projection/proj")
     assert row["kernels"] == "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
@@ -110,7 +110,7 @@ def test_gemm_misaligned_from_kernel_names_without_calls(gemm: torch_nsight.Prof
     assert row["module"] == "proj"
     assert "align1" in row["kernels"] and "cutlass_75" in row["evidence"]
     assert "multiples of 64" in row["fix"] and row["confidence"] == "medium"
-    assert row["est_gain_ns"] == pytest.approx(gemm.findings()["est_gain_ns"].iloc[0])
+    assert row["est_gain_ns"] == pytest.approx(gemm.finding_table()["est_gain_ns"].iloc[0])
     assert of(found, "gemm_misaligned", "n50304").empty
 
 
@@ -132,7 +132,7 @@ def test_gemm_dims_reads_each_gemm_op() -> None:
 
 def test_fp32_no_tensor_cores_fires_with_tf32_off(fp32_off: torch_nsight.Profile,
                                                    fp32_on: torch_nsight.Profile) -> None:
-    row = of(fp32_off.findings(), "fp32_no_tensor_cores").squeeze()
+    row = of(fp32_off.finding_table(), "fp32_no_tensor_cores").squeeze()
     assert (row["module"], row["direction"]) == ("Linear", "fwd")
     assert "ffma" in row["kernels"]
     for words in ("torch.backends.cuda.matmul.allow_tf32 = True",
@@ -143,7 +143,7 @@ def test_fp32_no_tensor_cores_fires_with_tf32_off(fp32_off: torch_nsight.Profile
     measured = module_ns(fp32_off, "Linear") - module_ns(fp32_on, "Linear")
     assert measured == pytest.approx(2_704_512 - 337_280)
     assert within_2x(row["est_gain_ns"], measured)
-    assert fp32_on.findings().empty
+    assert fp32_on.finding_table().empty
 
 
 def test_fp32_no_tensor_cores_reads_the_settings(fp32_off: torch_nsight.Profile) -> None:
@@ -154,7 +154,7 @@ def test_fp32_no_tensor_cores_reads_the_settings(fp32_off: torch_nsight.Profile)
 
 
 def test_elementwise_chain_fires_on_the_eager_gelu(chain: torch_nsight.Profile) -> None:
-    found = chain.findings()
+    found = chain.finding_table()
     row = of(found, "elementwise_chain", "eager").squeeze()
     assert (row["module"], row["module_path"]) == ("act", "ChainBlock/act")
     assert row["kernels"] == "vectorized_elementwise_kernel"
@@ -181,7 +181,7 @@ def test_a_chain_is_consecutive_launches_of_one_module(
 
 
 def test_layout_conversion_fires_on_every_nchw_conv(conv: torch_nsight.Profile) -> None:
-    found = conv.findings()
+    found = conv.finding_table()
     rows = of(found, "layout_conversion", "nchw").set_index("module")
     assert sorted(rows.index) == ["stage1.0", "stage2.0", "stem.0"]
     for module, row in rows.iterrows():
@@ -198,7 +198,7 @@ def test_layout_conversion_fires_on_every_nchw_conv(conv: torch_nsight.Profile) 
 
 
 def test_small_grid_is_low_confidence_headroom(conv: torch_nsight.Profile) -> None:
-    rows = of(conv.findings(), "small_grid", "channels_last").set_index("module")
+    rows = of(conv.finding_table(), "small_grid", "channels_last").set_index("module")
     row = rows.loc["stem.1"]
     assert row["kernels"] == "batch_norm_transform_input_channels_last_kernel"
     assert (row["gain_basis"], row["confidence"]) == ("roofline", "low")
@@ -216,7 +216,7 @@ def test_kernels_flagged_by_a_fix_are_not_small_grid_again(
         conv: torch_nsight.Profile, monkeypatch: pytest.MonkeyPatch) -> None:
     # from any share, the cuDNN weight transposes (under one wave) would be small_grid
     monkeypatch.setattr(sys.modules["torch_nsight.analyze.findings"], "SMALL_GRID_PCT", 0.0)
-    found = conv.findings()
+    found = conv.finding_table()
     small = of(found, "small_grid", "nchw")
     assert not small.empty
     assert not small["kernels"].str.contains("nchwToNhwc|nhwcToNchw").any()
@@ -226,7 +226,7 @@ def test_kernels_flagged_by_a_fix_are_not_small_grid_again(
 def test_ranked_by_gain_largest_first(gemm: torch_nsight.Profile, chain: torch_nsight.Profile,
                                       conv: torch_nsight.Profile) -> None:
     joined = torch_nsight.Profile.concat([gemm, chain, conv])
-    found = joined.findings()
+    found = joined.finding_table()
     gains = found["est_gain_ns"].tolist()
     assert gains == sorted(gains, reverse=True)
     assert found["finding"].iloc[:3].tolist() == ["gemm_misaligned", "elementwise_chain",
@@ -238,7 +238,7 @@ def test_times_are_per_run(chain: torch_nsight.Profile, gemm: torch_nsight.Profi
         again = profile.kernels.assign(run=1)
         doubled = profile.with_kernels(pd.concat([profile.kernels, again],
                                                  ignore_index=True))
-        pd.testing.assert_frame_equal(doubled.findings(), profile.findings())
+        pd.testing.assert_frame_equal(doubled.finding_table(), profile.finding_table())
     # a second run three times as slow: the per-run chain takes twice as long, and so does
     # the gain (one pass over the same bytes is the same share of it)
     slow = chain.kernels.assign(run=1, duration_ns=chain.kernels["duration_ns"] * 3)
@@ -263,15 +263,15 @@ def test_a_report_without_flop_counters_gives_fewer_findings(
     row = of(findings(without_flop_counters(gemm), gemm.calls), "gemm_misaligned").squeeze()
     assert row["variant"] == "n50257" and pd.isna(row["est_gain_ns"])
     blind = findings(without_flop_counters(chain), chain.calls)
-    pd.testing.assert_frame_equal(blind, chain.findings(fold=False))  # DRAM bytes suffice
+    pd.testing.assert_frame_equal(blind, chain.finding_table(fold=False))  # DRAM bytes suffice
     fewer = findings(without_flop_counters(conv), conv.calls)
     assert set(fewer["finding"]) == {"layout_conversion"}
-    assert len(fewer) < len(conv.findings(fold=False))
+    assert len(fewer) < len(conv.finding_table(fold=False))
 
 
 def test_timeline_findings_come_along() -> None:
     profile = load("timeline_decode")
-    found = profile.findings()
+    found = profile.finding_table()
     row = of(found, "launch_bound").squeeze()
     assert (row["module"], row["gain_basis"]) == ("GPT2Small", "timeline")
     expected = timeline_findings(profile.kernels, profile.timeline)
@@ -284,7 +284,7 @@ def test_idle_spread_over_the_step_is_the_models_not_one_modules() -> None:
     before one module, but far from most of it: the finding names the model and says where
     the largest share is, not the module with the whole gain."""
     profile = load("timeline_train")
-    row = of(profile.findings(), "gpu_idle").squeeze()
+    row = of(profile.finding_table(), "gpu_idle").squeeze()
     assert row["module"] == "GPT2Small"  # the root, as launch_bound names it
     largest = re.search(r"its largest share \(([\d.]+) µs per step\) is just before (\S+)\.",
                         row["evidence"])
@@ -301,7 +301,7 @@ def test_a_table_without_kernel_names_is_refused() -> None:
 def test_each_chain_gets_the_fix_for_what_it_computes() -> None:
     """A Hugging Face Llama (hidden 1024, batch 2, seq 1024, bf16) and GPT-2, as recorded:
     RMSNorm, rotary embedding and tanh-GELU chains, each named by its kernels' functors."""
-    llama = torch_nsight.load(DATA / "bound_calibration" / "llama_sol.ncu-rep.xz").findings()
+    llama = torch_nsight.load(DATA / "bound_calibration" / "llama_sol.ncu-rep.xz").finding_table()
     chains = llama[llama["finding"] == "elementwise_chain"].set_index("module")
     for norm in ("model.layers.{0-1}.input_layernorm", "model.norm"):
         assert "torch.nn.functional.rms_norm" in chains.loc[norm, "fix"]
@@ -311,7 +311,7 @@ def test_each_chain_gets_the_fix_for_what_it_computes() -> None:
         assert "one fused pass moves about 8.4 MB" in chains.loc[norm, "evidence"]
     for rope in ("model.rotary_emb", "model.layers.{0-1}.self_attn"):
         assert "rotary embedding" in chains.loc[rope, "fix"]
-    gpt2 = torch_nsight.load(DATA / "hf_gpt2_fast").findings()
+    gpt2 = torch_nsight.load(DATA / "hf_gpt2_fast").finding_table()
     act = gpt2[gpt2["module"] == "transformer.h.{0-11}.mlp.act"].squeeze()
     assert "F.gelu(approximate='tanh')" in act["fix"]
     assert not gpt2["evidence"].str.contains("nan").any()

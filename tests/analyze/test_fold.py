@@ -120,3 +120,27 @@ def test_a_folded_finding_says_its_evidence_is_one_blocks(
     one = gpt2_findings[False]
     assert one.loc[one["module"] == "transformer.h.0.mlp.act", "evidence"].iloc[0] \
         == act["evidence"].split(": ", 1)[1]
+
+
+def test_only_blocks_that_launched_the_same_kernels_fold(gpt2: torch_nsight.Profile) -> None:
+    # SmallConvNet: BatchNorm (stem.1) and ReLU (stem.2) both launch a
+    # vectorized_elementwise_kernel; they are not one block repeated
+    profile = torch_nsight.load(DATA / "convnet_fwd.ncu-rep.xz", cache=False)
+    folded = profile.hotspots(n=100)
+    assert not folded["module"].str.contains("{", regex=False).any()
+    for name in ("stem.1", "stem.2", "stage1.1", "stage1.2"):
+        assert (folded["module"] == name).any()
+    # the twelve GPT-2 blocks launch the same kernels on the same grids: one row each
+    rows = gpt2.hotspots(n=100)
+    assert (rows["module"] == "transformer.h.{0-11}.attn").any()
+    assert rows.loc[rows["module"] == "transformer.h.{0-11}.attn", "blocks"].eq(12).all()
+
+
+def test_the_first_block_that_skips_work_folds_apart() -> None:
+    # sweep_stack: block 0's input_layernorm computes no input gradient (its input needs
+    # none), so its backward launches two kernels fewer than blocks 1-3
+    profile = torch_nsight.load(DATA / "sweep_stack", cache=False)
+    tree = profile.modules(fold=True)
+    names = set(tree.loc[tree["direction"] == "bwd", "module"])
+    assert "0.input_layernorm" in names and "{1-3}.input_layernorm" in names
+    assert "{0-3}.mlp" in names  # the rest of the blocks are alike

@@ -53,7 +53,7 @@ def test_the_recorded_profiles_hold_their_runs(runs10, three) -> None:
 def test_kernel_sites_carry_the_spread_of_their_runs(runs10) -> None:
     kernels = runs10.kernels
     runs = sorted(kernels["run"].unique())
-    sites = runs10.hotspots(n=1000, order="time", fold=False)
+    sites = runs10.hotspot_table(n=1000, order="time", fold=False)
     assert (sites["runs"] == 10).all()
     for _, site in sites.iterrows():
         mine = kernels[(kernels["module_path"] == site["module_path"])
@@ -72,12 +72,12 @@ def test_the_module_tree_and_shape_carry_the_spread_of_the_whole_run(runs10) -> 
     kernels = runs10.kernels
     runs = sorted(kernels["run"].unique())
     mean, std, half = expected(per_run_sums(kernels, runs))
-    root = runs10.modules().iloc[0]
+    root = runs10.module_table().iloc[0]
     assert root["depth"] == 0 and root["inclusive_ns"] == pytest.approx(mean)
     assert (root["std_ns"], root["ci95_ns"]) == (pytest.approx(std), pytest.approx(half))
     shape = runs10.by_shape().iloc[0]
     assert (shape["runs"], shape["std_ns"]) == (10, pytest.approx(std))
-    attn = runs10.modules()
+    attn = runs10.module_table()
     attn = attn[attn["module_path"] == "GPT2LMHeadModel/transformer/transformer.h.5/"
                 "transformer.h.5.attn"].iloc[0]
     inside = kernels[kernels["module_path"].str.startswith(
@@ -86,7 +86,7 @@ def test_the_module_tree_and_shape_carry_the_spread_of_the_whole_run(runs10) -> 
 
 
 def test_replicated_blocks_carry_the_spread_of_the_block_they_copy(runs10) -> None:
-    modules = runs10.modules().set_index("module")
+    modules = runs10.module_table().set_index("module")
     measured, copied = modules.loc["transformer.h.0"], modules.loc["transformer.h.7"]
     assert runs10.kernels["replicated_from"].notna().any()
     assert copied["std_ns"] == pytest.approx(measured["std_ns"])
@@ -96,7 +96,7 @@ def test_replicated_blocks_carry_the_spread_of_the_block_they_copy(runs10) -> No
 def test_a_folded_row_holds_the_spread_of_its_blocks_summed_run_by_run(runs10) -> None:
     kernels = runs10.kernels
     runs = sorted(kernels["run"].unique())
-    folded = runs10.hotspots(n=1000, order="time")
+    folded = runs10.hotspot_table(n=1000, order="time")
     act = folded[folded["module"] == "transformer.h.{0-11}.mlp.act"].iloc[0]
     assert act["blocks"] == 12
     mine = kernels[kernels["module"].str.fullmatch(r"transformer\.h\.\d+\.mlp\.act")
@@ -166,7 +166,7 @@ def test_text_tables_show_the_interval_only_where_there_are_runs(runs10, three) 
     from torch_nsight.render import render_table
 
     with_runs = render_table(runs10, "modules", depth=1)
-    root = runs10.modules(depth=1).iloc[0]
+    root = runs10.module_table(depth=1).iloc[0]
     assert f"±{root['ci95_ns'] / 1e3:,.2f}" in with_runs
     one = torch_nsight.Profile(three["a"].kernels[three["a"].kernels["run"] == 0],
                                three["a"].meta)
@@ -210,7 +210,7 @@ def test_ranks_are_averaged_without_a_spread_over_them() -> None:
     ddp = torch_nsight.load(Path(__file__).resolve().parents[1] / "data" / "ddp_nccl")
     kernels = ddp.kernels
     assert runs_and_ranks(kernels) == (1, 2)
-    top = ddp.hotspots(n=2, order="time", fold=False)
+    top = ddp.hotspot_table(n=2, order="time", fold=False)
     for _, row in top.iterrows():
         mine = kernels[(kernels["module"] == row["module"]) & (kernels["kernel"] == row["kernel"])
                        & (kernels["direction"] == row["direction"])]

@@ -51,7 +51,7 @@ def test_n50257_gemm_is_memory_bound_on_chip_not_on_dram(
         f"SOL memory {gemm['mem_pct']:.0f}% > compute {gemm['sm_pct']:.0f}% (L1/L2/DRAM); "
         f"DRAM roofline: {gemm['pct_of_roof']:.0f}% of bf16 tensor roof")
     assert "high throughput" not in gemm["reason"].lower()
-    top = profiles["findings_gemm"].hotspots(n=5).set_index("variant")
+    top = profiles["findings_gemm"].hotspot_table(n=5).set_index("variant")
     step = top.loc["n50257", "next_step"]
     assert "DRAM traffic" not in step and "DRAM roofline is not the limit" in step
     assert step.startswith("check shapes, alignment and dtype")
@@ -65,7 +65,7 @@ def test_dram_bound_elementwise_chain_keeps_the_dram_advice(
     assert len(eager) and (eager["roofline_side"] == "memory").all()
     for row in eager.itertuples(index=False):
         assert row.reason.endswith(f"DRAM roofline: {row.pct_of_roof:.0f}% of DRAM roof")
-    top = profile.hotspots(n=5)
+    top = profile.hotspot_table(n=5)
     step = top.loc[(top["variant"] == "eager") & (top["bound"] == "memory"), "next_step"]
     assert len(step) and step.str.startswith("cut DRAM traffic").all()
 
@@ -99,7 +99,7 @@ def test_reason_states_the_columns_it_is_built_from(
 @pytest.mark.parametrize("name", list(REPORTS))
 def test_dram_advice_only_below_the_ridge(
         name: str, profiles: dict[str, torch_nsight.Profile]) -> None:
-    top = profiles[name].hotspots(n=1000, fold=False)
+    top = profiles[name].hotspot_table(n=1000, fold=False)
     keys = ["variant", "shape", "module_path", "direction", "op", "kernel"]
     kernels = profiles[name].kernels.reindex(columns=[*keys, "roofline_side"])
     sides = kernels.astype(object).fillna("").groupby(keys)["roofline_side"].agg(set)
@@ -121,7 +121,7 @@ def test_hotspot_table_shows_the_next_step(profiles: dict[str, torch_nsight.Prof
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "1000")  # every column, no wrapping
     profile = profiles["findings_gemm"]
-    gemm = profile.hotspots(n=1).iloc[0]
+    gemm = profile.hotspot_table(n=1).iloc[0]
     k = profile.kernels
     row = k[(k["variant"] == gemm["variant"]) & (k["kernel"] == gemm["kernel"])].iloc[0]
     header, first = render_table(profile, n=2).splitlines()[:2]

@@ -59,3 +59,4 @@ def imported_after(argv: list[str], cwd: Path) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     out, found = result.stdout.rsplit("@@", 1)
     return {**json.loads(found), "out": out, "err": result.stderr}
+

@@ -267,8 +267,12 @@ def test_report_reads_a_sweep_directory_whole(tmp_path: Path, monkeypatch: pytes
     lines = modules("--no-fold")
     for block in ("0", "1", "2", "3"):  # replicated blocks 2 and 3 are rows like the others
         assert sum(f"· {block} " in line for line in lines) == 4  # 2 shapes x fwd/bwd
-    # folded (the default): the four blocks are one row per shape and direction
-    assert sum("· {0-3} ×4 " in line for line in modules()) == 4
+    # folded (the default): the four blocks are one row per shape forward; backward, block
+    # 0 computes no gradient of its input (other kernels), so it stays a row of its own
+    folded = modules()
+    assert sum("· {0-3} ×4 " in line and " fwd " in line for line in folded) == 2
+    assert sum("· {1-3} ×3 " in line and " bwd " in line for line in folded) == 2
+    assert sum("· 0 " in line and " bwd " in line for line in folded) == 2
 
 
 def test_a_report_without_flop_counters_says_what_to_record(

@@ -50,11 +50,18 @@ def test_a_real_regression_exits_1(data: Path) -> None:
     assert result.returncode == 1, result.stderr
     assert result.stderr == ""  # a regression is not an error: nothing on stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("baseline hand_s128.ncu-rep.xz: NVIDIA H200: 40 kernels")
-    assert lines[1].startswith("current hand_s512.ncu-rep.xz: NVIDIA H200: 40 kernels")
-    assert lines[2].startswith("modules compared at threshold 5%: 20 regressed")
-    assert lines[4].split()[:5] == ["module", "dir", "baseline", "µs", "current"]
-    assert lines[5].split()[:2] == ["LlamaBlock", "fwd"] and "regressed" in lines[5]
+    rows = compare_profiles(torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels,
+                            torch_nsight.load(data / "hand_s512.ncu-rep.xz").kernels)
+    regressed = int((rows["verdict"] == "regressed").sum())
+    improved = int((rows["verdict"] == "improved").sum())
+    assert lines[0].startswith(f"{regressed} regressed, {improved} improved of {len(rows)} "
+                               "modules at 5%; largest: ")
+    assert lines[1].startswith("baseline hand_s128.ncu-rep.xz: NVIDIA H200: 40 kernels")
+    assert lines[2].startswith("current hand_s512.ncu-rep.xz: NVIDIA H200: 40 kernels")
+    assert lines[3].startswith(f"modules compared at threshold 5%: {regressed} regressed")
+    at = lines.index("") + 1  # the table after the blank line
+    assert lines[at].split()[:5] == ["module", "dir", "baseline", "µs", "current"]
+    assert "regressed" in lines[at + 1]
 
 
 def test_a_report_against_itself_exits_0(data: Path,
@@ -62,18 +69,21 @@ def test_a_report_against_itself_exits_0(data: Path,
     status, out, err = compare(capsys, data / "hand_s128.ncu-rep.xz",
                                data / "hand_s128.ncu-rep.xz", "--threshold", "0")
     assert status == 0, err
+    assert out.startswith("0 regressed, 0 improved of 21 modules at 0%\n")
     assert "modules compared at threshold 0%: 21 unchanged" in out
-    assert "regressed" not in out
+    assert out.rstrip().endswith("nothing changed beyond 0% (or beyond the noise): --all "
+                                 "shows every row")
 
 
 def test_markdown_is_ready_for_a_pull_request(data: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = compare(capsys, data / "hand_s128.ncu-rep.xz",
                              data / "hand_s512.ncu-rep.xz", "--format", "markdown",
-                             "--depth", "1")
+                             "--depth", "1", "--all")
     assert status == 1
     lines = out.splitlines()
-    assert lines[0].startswith("### torch-nsight compare: modules compared at threshold 5%")
+    assert lines[0].startswith("### torch-nsight compare: ")
+    assert any(line.startswith("- modules compared at threshold 5%") for line in lines)
     header = next(line for line in lines if line.startswith("| module"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "module", "dir", "baseline µs", "current µs", "change %", "verdict", "bound",
@@ -133,7 +143,8 @@ def test_a_sweep_directory_against_itself(data: Path,
 
 def test_modules_on_one_side_only_are_listed(data: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, err = compare(capsys, data / "sweep_stack", data / "hand_s128.ncu-rep.xz")
+    status, out, err = compare(capsys, data / "sweep_stack", data / "hand_s128.ncu-rep.xz",
+                               "--all")
     assert status == 1  # nothing matched: a CI gate must not pass on that
     assert "no row of the two profiles matched" in err
     stack = module_tree(torch_nsight.load(data / "sweep_stack").kernels)
@@ -151,10 +162,10 @@ def test_one_label_each_is_compared_and_said(data: Path, tmp_path: Path,
         saved.append(profile.save(tmp_path / f"{name}.parquet"))
     status, out, err = compare(capsys, *saved)
     assert status == 1
-    (warning,) = err.splitlines()
+    warning = " ".join(err.split())  # one warning, wrapped to the terminal's width
     assert warning.startswith("torch-nsight: warning: comparing shape hand_s128 (baseline) "
                               "with shape hand_s512 (current)")
-    assert warning.removeprefix("torch-nsight: ") in out.splitlines()[2]
+    assert warning.removeprefix("torch-nsight: ") in " ".join(out.split())
     assert "only in" not in out
 
 
@@ -167,7 +178,9 @@ def test_different_gpus_warn_once_on_stderr_and_in_the_header(
                                "markdown")
     assert status == 0
     lines = err.splitlines()
-    assert len(lines) == 1 and "different GPUs" in lines[0] and "NVIDIA A100" in lines[0]
+    assert lines[0].startswith("torch-nsight: warning: the profiles come from different GPUs")
+    assert all(line.startswith("  ") for line in lines[1:])  # one warning, wrapped
+    assert "NVIDIA A100" in err
     assert any(line.startswith("- **warning:** the profiles come from different GPUs")
                for line in out.splitlines())
 

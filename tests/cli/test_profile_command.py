@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import lzma
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.profile import current_rank, parse_ranks
+from torch_nsight.cli.text import joined_command
 
 from .conftest import imported_after, run_main
 
@@ -85,7 +87,9 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path,
 
     status, out, err = dry_run("--steps", "10:12", "--", "python", "train.py", "--lr", "3e-4")
     assert status == 0, err
-    line = out.splitlines()[0]
+    assert max(map(len, out.splitlines())) <= 120  # wrapped with shell continuations
+    line = command_of(out)
+    assert shlex.split(line)[-4:] == ["python", "train.py", "--lr", "3e-4"]
     assert line.startswith("TORCH_NSIGHT_STEPS=10:12 ")
     assert "--nvtx-include torch_nsight@measure" in line and "--clock-control none" in line
     assert line.endswith("python train.py --lr 3e-4")
@@ -104,9 +108,14 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path,
     assert runs.startswith("TORCH_NSIGHT_STEPS=10:13 "), err
     _, every, _ = dry_run("--launch-skip", "100", "--launch-count", "50", "--", "python",
                           "train.py")
-    first = every.splitlines()[0]
+    first = command_of(every)
     assert "--nvtx-include" not in first and "--launch-skip 100 --launch-count 50" in first
     assert "torch_nsight.step()" in every  # how to add the marker
+
+
+def command_of(out: str) -> str:
+    """The command line a dry run shows first, on one line again."""
+    return joined_command(out.split("\n# ", 1)[0])
 
 
 REHEARSED = """
@@ -213,13 +222,21 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path, monkeypatch: pytest.
     (["--ranks", "a", "--", "python", "x.py"], "--ranks"),
     (["--runs", "3", "--", "python", "x.py"], "pass --steps A too"),
     (["--steps", "5:7", "--runs", "3", "--", "python", "x.py"], "--steps 5 --runs 3"),
+    # refused at once, not after running the whole script
+    (["--steps", "-1", "--", "python", "x.py"], "step indices start at 0"),
+    (["--steps", "-1", "--dry-run", "--", "python", "x.py"], "step indices start at 0"),
+    (["--dry-run", "--out", "a_file/out", "--", "python", "x.py"],
+     "a_file is a file, not a folder"),
+    (["--dry-run", "--timeline", "--steps", "1", "--out", "a_file", "--", "python", "x.py"],
+     "a_file is a file, not a folder"),
 ])
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
                                    monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("RANK", "")
-    status, _, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
-    assert status == 1
+    (tmp_path / "a_file").write_text("")
+    status, out, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
+    assert status == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith("torch-nsight: error:") and message in line
 
@@ -359,7 +376,7 @@ def test_nccl_kernels_are_left_out_where_replay_would_hang(
             *(["-k", kernel] if kernel else []), "--", "python", "train.py"]
     proc = cli(*args, cwd=tmp_path, env={"RANK": "0", "WORLD_SIZE": world})
     assert proc.returncode == 0, proc.stderr
-    line = proc.stdout.splitlines()[0]
+    line = command_of(proc.stdout)
     if expected is None:
         assert " -k " not in line
     else:

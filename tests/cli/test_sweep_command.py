@@ -62,14 +62,24 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path,
     assert found["out"].splitlines() == ["4x16: ok (outputs (4, 8) float32)",
                                          "2x3x16: ok (outputs (2, 3, 8) float32)"]
     assert "torch" not in found["heavy"] and "torch_nsight.collect" in found["heavy"]
+    # into a pipe, each shape's phases as they start (a terminal shows them on the bar)
+    said = [line for line in found["err"].splitlines() if line.startswith("torch_nsight sweep: ")]
+    assert said[:2] == ["torch_nsight sweep: 4x16 (warm-up)", "torch_nsight sweep: 4x16 (calls table)"]
+    assert "torch_nsight sweep: 2x3x16 (iterations)" in said
     importers = {int(line) for line in marker.read_text().split()}
     assert importers and found["pid"] not in importers
     # where the time went, on standard error, as the saved profile records it, with the
     # settings the child ran with (the command had none of its own to give it)
-    took = [line for line in found["err"].splitlines() if line.startswith("sweep took ")]
+    took = [line for line in found["err"].replace("\n  ", " ").splitlines()  # wrapped
+            if line.startswith("sweep took ")]
     saved = torch_nsight.load(tmp_path / "out").meta
     assert took == [f"sweep took {describe(saved.sweeps[0].timing)}"]
     assert saved.settings["default_dtype"] == "float32"
+    # a dry run's folder holds no kernel: the roofline says so, without "0 metrics missing"
+    status, _, err = run_main(["report", "out", "--plot", "p.png"], tmp_path, monkeypatch,
+                              capsys)
+    assert status == 1 and "the profile holds no kernel (a dry run profiles nothing" in err
+    assert "metrics missing" not in err and not (tmp_path / "p.png").exists()
     # a dry run's folder holds no profile: the next run replaces it
     status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
                                "-o", "out"], tmp_path, monkeypatch, capsys)

@@ -12,6 +12,12 @@ each with an eighth of its time, and push every other row out of the top ten::
 A numeric component of a dotted module name is an index. Rows whose names read the same with
 every index replaced, and whose other keys agree, fold: their times and gains add up, the
 other facts come from the row with the most time, and ``blocks`` counts the rows folded.
+
+Only structurally identical blocks fold. Given the kernel table, each module gets a
+:data:`STRUCTURE_COLUMN`: the set of kernels (name, grid, block) its subtree launched. Two
+stages of a CNN of different widths launch their kernels on other grids, so
+``features.5.{0-8}.block.0`` and ``features.6.{0-2}.block.0`` stay two rows instead of one
+``features.{5-6}.{0-8}.block.0`` that says nowhere where it is.
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
-from torch_nsight.vocabulary import join_path, split_path
+from torch_nsight.vocabulary import LABELS, ancestors, join_path, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
-           "FOLD_COLUMN"]
+           "with_structure", "FOLD_COLUMN", "STRUCTURE_COLUMN"]
 
 FOLD_COLUMN = "blocks"
+#: What a module launched (its subtree's kernels: name, grid, block): blocks fold only where
+#: it agrees.
+STRUCTURE_COLUMN = "structure"
+_KERNEL_SHAPE = ("kernel", "grid", "block")
 _SLOT = "{}"
 
 
@@ -147,19 +157,62 @@ def _fold_path(paths: list[object]) -> object:
     return join_path(parts)
 
 
+def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
+                   path: str = "module_path") -> pd.DataFrame:
+    """``rows`` with :data:`STRUCTURE_COLUMN`: for each row's (variant, shape, direction,
+    module path), the set of kernels its module and the modules inside it launched, by
+    the module inside it, name, grid and block (a blank text where the kernel table lacks
+    them)::
+
+        module_path          direction  ...      module_path          direction  structure
+        Net/features.5.0     fwd                 Net/features.5.0     fwd        (('conv', '(14, 1, 1)', ...), ...)
+        Net/features.6.0     fwd         ->      Net/features.6.0     fwd        (('conv', '(7, 1, 1)', ...), ...)
+
+    Args:
+        rows: rows with the label columns, ``direction`` and ``path``.
+        kernels: the kernel table the rows come from.
+        path: the column of module paths in ``rows``.
+
+    Returns:
+        A copy of ``rows`` with the column added.
+    """
+    keys = [*LABELS, "direction"]
+    table = kernels.reindex(columns=[*keys, "module_path", *_KERNEL_SHAPE])
+    launched: dict[tuple[object, ...], set[tuple[str, ...]]] = {}
+    columns = [filled(table[c]).astype(str) for c in [*keys, "module_path", *_KERNEL_SHAPE]]
+    for values in zip(*columns, strict=True):
+        label, module, kernel = values[:len(keys)], values[len(keys)], values[len(keys) + 1:]
+        parts = split_path(module) if module else [module]
+        for level, ancestor in enumerate(ancestors(module) if module else [module]):
+            # where inside the ancestor it ran: "0.input_layernorm" under "0" is
+            # "input_layernorm", as "1.input_layernorm" under "1"
+            inside = ".".join(part.removeprefix(parts[level] + ".")
+                              for part in parts[level + 1:])
+            launched.setdefault((*label, ancestor), set()).add((inside, *kernel))
+    row_keys = zip(*[filled(rows[c]).astype(str) if c in rows else [""] * len(rows)
+                     for c in [*keys, path]], strict=True)
+    return rows.assign(**{STRUCTURE_COLUMN: [
+        str(sorted(launched.get(tuple(key), ()))) for key in row_keys]})
+
+
 #: The module tree's columns that add up over folded blocks.
 TREE_SUMS = ("inclusive_ns", "exclusive_ns", "pct_of_total", "kernels", "exclusive_kernels",
              "headroom_ns", "exclusive_headroom_ns", "flops", "dram_bytes", RUNS_COLUMN)
 
 
-def fold_tree(tree: pd.DataFrame) -> pd.DataFrame:
+def fold_tree(tree: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """The module tree (:func:`torch_nsight.analyze.module_tree` with ``keep_runs=True``)
     with each repeated block folded: ``h.{0-11}`` in the place of ``h.0``, its children
     ``h.{0-11}.attn`` ... under it, the other blocks' rows gone; times, counts and
-    per-run times summed, the spread taken over the summed runs, ``blocks`` counting."""
+    per-run times summed, the spread taken over the summed runs, ``blocks`` counting.
+    Given the kernel table, only blocks that launched the same kernels fold
+    (:func:`with_structure`)."""
     if RUNS_COLUMN not in tree:
         raise ValueError("fold_tree needs the per-run times: build the tree with "
                          "module_tree(df, depth, keep_runs=True)")
-    folded = fold_rows(tree, keys=["variant", "shape", "direction", "depth"], sums=TREE_SUMS,
-                       rank="inclusive_ns", path="module_path")
-    return with_spread(folded)
+    keys = ["variant", "shape", "direction", "depth"]
+    if kernels is not None:
+        tree, keys = with_structure(tree, kernels), [*keys, STRUCTURE_COLUMN]
+    folded = fold_rows(tree, keys=keys, sums=TREE_SUMS, rank="inclusive_ns",
+                       path="module_path")
+    return with_spread(folded.drop(columns=[STRUCTURE_COLUMN], errors="ignore"))

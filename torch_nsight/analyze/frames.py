@@ -77,3 +77,31 @@ def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
             .reset_index())
     top = sums.sort_values("_weight", ascending=False, kind="stable")
     return top.drop_duplicates(subset=list(keys)).set_index(list(keys))["_value"]
+
+
+def readable(frame: pd.DataFrame, first: Sequence[str]) -> pd.DataFrame:
+    """``frame`` for a person to print: the columns of ``first`` (those present) first, in
+    that order, then the others; a column empty in every row (None, NaN or ``""``: the
+    variant of a profile without variants, the spread of a single run) left out, and so
+    are ``variant`` and ``shape`` where every row has the same::
+
+        variant  shape  module  ...  ci95_ns        module  direction  kernel  duration_ns ...
+        None     1x512  mlp     ...  NaN       ->   mlp     bwd        gemm          17250 ...
+
+    Args:
+        frame: the table.
+        first: the columns a person reads first.
+
+    Returns:
+        A new frame (the same rows).
+    """
+    if frame.empty:
+        return frame.copy()
+    empty = [c for c in frame.columns
+             if (frame[c].isna() | frame[c].astype(object).eq("")).all()]
+    # a label the same in every row says nothing row by row (describe() names it)
+    empty += [c for c in ("variant", "shape") if c in frame and c not in empty
+              and frame[c].nunique(dropna=False) == 1]
+    kept = [c for c in frame.columns if c not in empty]
+    return frame.loc[:, [*(c for c in first if c in kept),
+                         *(c for c in kept if c not in first)]].copy()

@@ -11,7 +11,7 @@ import pandas as pd
 
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.fold import fold_rows
+from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
 from torch_nsight.analyze.rollup import (
     module_tree,
@@ -195,11 +195,13 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
     if level == "kernel":
         table = kernel_hotspots(df, keep_runs=True)
-        if fold:
-            table = fold_rows(table, keys=[*LABELS, "direction", "op", "kernel"],
+        if fold:  # blocks that launched the same kernels, the same way
+            table = fold_rows(with_structure(table, df),
+                              keys=[*LABELS, "direction", "op", "kernel", STRUCTURE_COLUMN],
                               sums=("launches", "duration_ns", "headroom_ns", "pct_of_total",
                                     RUNS_COLUMN),
-                              weighted={"pct_of_roof": "duration_ns"})
+                              weighted={"pct_of_roof": "duration_ns"}
+                              ).drop(columns=[STRUCTURE_COLUMN])
         table = with_spread(table)
         key = "headroom_ns" if order == "headroom" else "duration_ns"
     else:

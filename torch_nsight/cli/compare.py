@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.report import _count
-from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
+from torch_nsight.render.comparison import (
+    changes_table,
+    count_verdicts,
+    render_rows,
+    summary_line,
+    verdict_line,
+)
+from torch_nsight.render.fit import terminal_width, wrap_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +33,7 @@ if TYPE_CHECKING:
 FORMATS = ("table", "markdown", "csv", "json")
 LEVELS = ("module", "kernel")
 DEFAULT_THRESHOLD = 5.0
-KERNEL_WIDTH = 44
+DEFAULT_TOP = 20
 
 
 def parse_threshold(text: str) -> float:
@@ -57,7 +64,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "compare", help="compare two profiles module by module; exit 1 on a regression",
         description="Line up the modules (or kernels) of two profiles of the same model: time, "
         "bound and headroom before and after, change in percent. Exit status 1 when anything "
-        "got slower by more than --threshold (beyond the noise of repeated runs), 0 otherwise.")
+        "got slower by more than --threshold (beyond the noise of repeated runs), 0 otherwise. "
+        "The table opens with a one-line verdict and shows the changed rows only, the "
+        "largest change first (--all: every row).")
     for name, when in (("baseline", "before"), ("current", "after")):
         parser.add_argument(name, type=Path, metavar=name.upper(),
                             help=f"the profile {when} the change: a report (.ncu-rep, "
@@ -74,6 +83,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=_count(0), default=None, metavar="N",
                         help="deepest module level (root = 0); deeper modules fold into "
                              "their ancestor")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--top", type=_count(1), default=DEFAULT_TOP, metavar="N",
+                       help="show the N largest changes (default: %(default)s); regressions "
+                            "come first, repeated blocks are folded")
+    shown.add_argument("--all", action="store_true",
+                       help="show every row, changed or not, as the module tree")
     return parser
 
 
@@ -97,103 +112,11 @@ def provenance_notes(baseline: Profile, current: Profile) -> list[str]:
     return []
 
 
-def _count_verdicts(rows: pd.DataFrame) -> dict[str, int]:
-    return {str(k): int(v) for k, v in rows["verdict"].value_counts().items()}
-
-
-def summary_line(rows: pd.DataFrame, threshold: float, by: str) -> str:
-    """One line: how many rows regressed, improved, stayed, sat in the noise."""
-    counts = _count_verdicts(rows)
-    parts = [f"{counts[v]} {v}" for v in ("regressed", "improved", "within noise",
-                                          "unchanged", "fused", "only in baseline",
-                                          "only in current")
-             if counts.get(v)]
-    line = (f"{by}s compared at threshold {threshold:g}%: "
-            + (", ".join(parts) if parts else "nothing to compare"))
-    if not rows.attrs.get("noise_known", True) and (counts.get("regressed")
-                                                     or counts.get("improved")):
-        line += (" (one run a side: the noise is unknown, so changes were not tested "
-                 "against it; record several runs: sweep(runs=3), profile --steps A:A+3)")
-    return line
-
-
-def _change(row: pd.Series) -> str:
-    value = row["change_pct"]
-    return MISSING if is_missing(value) else f"{float(value):+,.1f}"
-
-
-def _time(row: pd.Series, side: str) -> str:
-    """The mean time, with its 95% interval and runs where the side has several."""
-    text = format_us(row[f"{side}_ns"])
-    runs = row[f"{side}_runs"]
-    if not is_missing(runs) and runs > 1 and not is_missing(row[f"{side}_ci95_ns"]):
-        text += f" ±{format_us(row[f'{side}_ci95_ns'])} ({int(runs)} runs)"
-    return text
-
-
-def _pair(row: pd.Series, column: str, fmt: Any) -> str:
-    before, after = fmt(row[f"baseline_{column}"]), fmt(row[f"current_{column}"])
-    return before if before == after else f"{before} → {after}"
-
-
-def _text(value: Any) -> str:
-    return MISSING if value is None or (not isinstance(value, str) and is_missing(value)) \
-        else str(value)
-
-
-def render_rows(rows: pd.DataFrame, by: str, fmt: str) -> str:
-    """Return the comparison as a text or markdown table, in µs and percent.
-
-    Args:
-        rows: the output of ``compare_profiles``.
-        by: ``module`` or ``kernel``.
-        fmt: ``table`` (plain text) or ``markdown``.
-
-    Returns:
-        The table without a trailing newline.
-    """
-    from tabulate import tabulate
-
-    headers: list[str] = []
-    columns: list[Any] = []
-    if rows["variant"].nunique(dropna=False) > 1:
-        headers.append("variant")
-        columns.append(lambda r: _text(r["variant"]))
-    if rows["shape"].nunique(dropna=False) > 1:
-        headers.append("shape")
-        columns.append(lambda r: _text(r["shape"]))
-    if by == "module":
-        headers.append("module")
-        columns.append(lambda r: "· " * int(r["depth"] if not is_missing(r["depth"]) else 0)
-                       + _text(r["module"]))
-    else:
-        headers += ["module", "kernel"]
-        columns += [lambda r: _text(r["module_path"]),
-                    lambda r: _text(r["kernel"]) if fmt == "markdown"
-                    else shorten(_text(r["kernel"]), KERNEL_WIDTH)]
-    headers += ["dir", "baseline µs", "current µs", "change %", "verdict", "bound",
-                "headroom µs"]
-    columns += [lambda r: _text(r["direction"]), lambda r: _time(r, "baseline"),
-                lambda r: _time(r, "current"), _change,
-                lambda r: f"**{r['verdict']}**" if fmt == "markdown"
-                and r["verdict"] == "regressed" else str(r["verdict"]),
-                lambda r: _pair(r, "bound", _text), lambda r: _pair(r, "headroom_ns", format_us)]
-    body = printable_rows([[cell(row) for cell in columns] for _, row in rows.iterrows()])
-    right = {"baseline µs", "current µs", "change %", "headroom µs"}
-    aligns = ["right" if h in right else "left" for h in headers]
-    if fmt != "markdown":  # a terminal or a log: fit its width (a pull request keeps all)
-        from torch_nsight.render.fit import fit_columns, terminal_width
-
-        headers, body, aligns = fit_columns(
-            headers, body, aligns, terminal_width(), drop=("headroom µs", "bound"),
-            cut=("module", "kernel"), keep_end=("module",), tablefmt="plain")
-    return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True, colalign=aligns)
-
-
 def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str],
                  notes: list[str], stream: TextIO) -> None:
-    """Write the comparison to ``stream`` in ``args.fmt``.
+    """Write the comparison to ``stream`` in ``args.fmt``: csv and json every row; a table
+    or markdown the verdict first, then the changed rows folded and ordered by change (at
+    most ``args.top``), or every row with ``args.all``.
 
     Args:
         rows: the output of ``compare_profiles``.
@@ -202,28 +125,71 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
         notes: warnings, one sentence each.
         stream: where it goes.
     """
-    summary = summary_line(rows, args.threshold, args.by)
+    from torch_nsight.analyze.changes import changed_rows, largest_change
+
     if args.fmt == "csv":
         rows.to_csv(stream, index=False)
-    elif args.fmt == "json":
+        return
+    if args.fmt == "json":
         document = {"baseline": str(args.baseline), "current": str(args.current),
                     "by": args.by, "threshold_pct": args.threshold, "notes": notes,
-                    "verdicts": _count_verdicts(rows),
+                    "verdicts": count_verdicts(rows),
                     "rows": json.loads(rows.to_json(orient="records", force_ascii=False))}
         json.dump(document, stream, indent=2, ensure_ascii=False)
         stream.write("\n")
-    elif args.fmt == "markdown":
-        lines = [f"### torch-nsight compare: {summary}", ""]
-        lines += [f"- {line}" for line in header]
-        lines += [f"- **warning:** {note}" for note in notes]
-        print("\n".join(lines), file=stream)
-        print(file=stream)
-        print(render_rows(rows, args.by, "markdown"), file=stream)
+        return
+    changed = changed_rows(rows)
+    verdict = verdict_line(rows, largest_change(changed), args.threshold, args.by)
+    summary = summary_line(rows, args.threshold, args.by)
+    shown = changed if args.top is None else changed.head(args.top)
+    markdown = args.fmt == "markdown"
+    width = terminal_width()
+    if args.all:
+        table = render_rows(rows, args.by, args.fmt, width)
+    elif len(shown):
+        table = changes_table(shown, args.by, args.fmt, width)
     else:
-        for line in [*header, *(f"warning: {note}" for note in notes), summary]:
-            print(line, file=stream)
-        print(file=stream)
-        print(render_rows(rows, args.by, "table"), file=stream)
+        table = ""
+    footer = _footer(len(shown), len(changed), args)
+    if markdown:
+        lines = [f"### torch-nsight compare: {verdict}", ""]
+        lines += [f"- {line}" for line in [*header, summary]]
+        lines += [f"- **warning:** {note}" for note in notes]
+        lines += ["", table] if table else []
+        lines += ["", footer] if footer else []
+    else:
+        lines = [wrap_text(line, width) for line in
+                 [verdict, *header, *(f"warning: {note}" for note in first_notes(notes)),
+                  summary]]
+        lines += ["", table] if table else []
+        lines += ["", wrap_text(footer, width)] if footer else []
+    print("\n".join(lines), file=stream)
+
+
+#: Notes a terminal shows before saying how many more there are.
+NOTES_SHOWN = 3
+
+
+def first_notes(notes: list[str]) -> list[str]:
+    """The first :data:`NOTES_SHOWN` notes, and one more line saying how many are left out
+    (``--format json`` lists every one)."""
+    if len(notes) <= NOTES_SHOWN + 1:
+        return notes
+    return [*notes[:NOTES_SHOWN], f"{len(notes) - NOTES_SHOWN} more notes like these "
+                                  "(--format json lists them all)"]
+
+
+def _footer(shown: int, changed: int, args: argparse.Namespace) -> str:
+    """What the table leaves out and how to see it."""
+    if args.all:
+        return ""
+    if not changed:
+        return (f"nothing changed beyond {args.threshold:g}% (or beyond the noise): --all "
+                "shows every row")
+    if shown < changed:
+        return (f"{shown} of {changed} changed rows shown (repeated blocks folded): "
+                "--top N shows more, --all every row")
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -248,15 +214,16 @@ def run(args: argparse.Namespace) -> int:
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
-    for note in notes:
-        print(f"torch-nsight: warning: {note}", file=sys.stderr)
+    for note in first_notes(notes):
+        print(wrap_text(f"torch-nsight: warning: {note}"), file=sys.stderr)
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout)
     if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
                                            "fused")).all():
         print("torch-nsight: error: no row of the two profiles matched (different models, "
-              "shapes or labels?): nothing was compared, so this is not a pass", file=sys.stderr)
+              "shapes or labels?): nothing was compared, so this is not a pass",
+              file=sys.stderr)  # an error is one line (cli/main.py)
         return 1
     return 1 if (rows["verdict"] == "regressed").any() else 0
 

@@ -22,6 +22,7 @@ from torch_nsight.cli.outputs import (
     description,
 )
 from torch_nsight.cli.report import add_table_options, emit, settle_table_options
+from torch_nsight.cli.text import say
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 
 if TYPE_CHECKING:
@@ -91,8 +92,8 @@ def recorded_profile(reason: str) -> Profile:
             f"({resource}); reinstall torch_nsight, or pass your own report to "
             "`torch-nsight report`.")
     with as_file(resource) as path:
-        print(f"{reason}: reading the recorded report {path.name} "
-              f"({demo.RECORDED_WHAT}) instead of profiling.", file=sys.stderr)
+        say(f"{reason}: reading the recorded report {path.name} "
+            f"({demo.RECORDED_WHAT}) instead of profiling.", sys.stderr)
         return load(path, cache=False)
 
 
@@ -112,8 +113,8 @@ def live_profile(out: Path | None) -> Profile:
     from torch_nsight.demo.llama import LlamaBlock
 
     shapes = [(1, seq, HIDDEN) for seq in SEQUENCES]
-    print(f"profiling LlamaBlock (bf16, fwd+bwd) at shapes {shapes} under ncu...",
-          file=sys.stderr)
+    say(f"profiling LlamaBlock (bf16, fwd+bwd) at shapes {shapes} under ncu...",
+        sys.stderr)
     # the demo shows everything: FLOP counters and Nsight Compute's own verdict
     return torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16", backward=True,
                               metric_set="roofline",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import description
+from torch_nsight.render.fit import wrap_text
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.doctor import CheckResult
@@ -60,12 +61,14 @@ def format_line(result: CheckResult) -> str:
     return f"{line} — fix: {result.fix}" if result.status == "fail" and result.fix else line
 
 
-def format_text(results: Sequence[CheckResult]) -> str:
-    """Every check, one line each, then a verdict line."""
+def format_text(results: Sequence[CheckResult], width: int | None = None) -> str:
+    """Every check, one line each wrapped to ``width`` (default: the terminal's) under its
+    text, then a verdict line."""
     failed = sum(result.status == "fail" for result in results)
     verdict = ("profiling can work here" if not failed else
                f"profiling cannot work here: {failed} check(s) failed")
-    return "\n".join([*map(format_line, results), verdict])
+    indent = " " * (len(MARKS["fail"]) + 1)
+    return "\n".join([*(wrap_text(format_line(r), width, indent) for r in results), verdict])
 
 
 def format_json(results: Sequence[CheckResult]) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.text import say
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -70,14 +71,17 @@ def run(args: argparse.Namespace) -> int:
 
             found = fold_findings(found)
     else:
-        found = profile.findings(fold=args.fold)
+        found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
-        print(profile.describe(), file=sys.stderr)
+        say(profile.describe(), sys.stderr)
         sys.stdout.write(found.to_csv(index=False) if args.fmt == "csv" else
                          found.to_json(orient="records", force_ascii=False) + "\n")
         return 0
-    print(profile.describe())
+    if args.fmt == "markdown":
+        print(profile.describe())
+    else:
+        say(profile.describe())
     print()
     print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain",
                           profile.kernels))

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from torch_nsight.cli import compare, demo, doctor, findings, profile, report, sweep, timeline
+from torch_nsight.cli.text import log_handler
 from torch_nsight.errors import TorchNsightError
 
 PROG = "torch-nsight"
@@ -51,21 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _PrintableFormatter(logging.Formatter):
-    """Log lines with the names they quote from files escaped (no escape codes, no forged
-    lines reach the terminal)."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        from torch_nsight.render.units import printable
-
-        return printable(super().formatMessage(record))
-
-
 def _configure_logging(verbose: int) -> None:
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_PrintableFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
+    logging.basicConfig(level=level, handlers=[log_handler()])
     logging.getLogger("torch_nsight").setLevel(level)
     logging.getLogger("matplotlib").setLevel(max(level, logging.WARNING))
 

@@ -50,6 +50,35 @@ def add_force(parser: argparse.ArgumentParser) -> None:
                         help="overwrite output files that already exist")
 
 
+def check_folder(folder: Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that cannot be made or written: a file is
+    in its place, or the nearest folder that exists on its path is not writable.
+
+    Args:
+        folder: the folder (it need not exist yet).
+        option: the option that named it, for the message.
+
+    Raises:
+        OutputWriteError: the folder cannot be written.
+    """
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputWriteError(f"{option} {folder}: {existing} is a file, not a folder; pass "
+                               f"{option} a folder")
+    import tempfile
+
+    try:  # as the run will: a file in it (permissions, a read-only or special file system)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        what = "it" if existing == folder else f"{existing}, where it would be made,"
+        raise OutputWriteError(f"{option} {folder}: {what} cannot be written "
+                               f"({err.strerror}): pass {option} a folder you can write"
+                               ) from None
+
+
 def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
     """Refuse, before any work, to overwrite existing outputs unless ``force``.
 

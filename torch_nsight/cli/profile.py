@@ -37,11 +37,13 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
+    check_folder,
     check_out_folder,
     check_outputs,
     description,
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
+from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
@@ -242,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
                    ncu_args=args.ncu_arg, replicate=not args.no_replicate,
                    timeout=args.timeout)
     if args.dry_run:
+        check_folder(args.out)  # as a run would need it (the sweep's dry run checks its own)
         try:
             ncu = ncu_cli.find_ncu(args.ncu)
         except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
@@ -249,11 +252,11 @@ def run(args: argparse.Namespace) -> int:
         plan = script.plan_script(command, report, ncu=ncu, **options)
         shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
                  if k in plan.env}
-        print("".join(f"{k}={shlex.quote(v)} " for k, v in shown.items())
-              + shlex.join(plan.ncu_command))
-        print(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+        print(shell_command(plan.ncu_command,
+                            quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
+        say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
         if args.steps is None:
-            print(f"# every kernel is profiled; {MARKER_HINT}")
+            say_comment(f"# every kernel is profiled; {MARKER_HINT}")
             return 0
         return rehearse(plan)
     try:
@@ -286,11 +289,10 @@ def run(args: argparse.Namespace) -> int:
 
     emit(profile, args)
     phases = ran.record["phases_s"]
-    print(f"report: {report} (ncu's output: {plan.log})", file=sys.stderr)
-    print(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
-          f"until its first profiled kernel) + profiling {ran.record['kernels_profiled']} "
-          f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s",
-          file=sys.stderr)
+    say(f"report: {report} (ncu's output: {plan.log})", sys.stderr)
+    say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
+        f"until its first profiled kernel) + profiling {ran.record['kernels_profiled']} "
+        f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
     return ran.exit_status
 
 
@@ -314,11 +316,11 @@ def rehearse(plan: ScriptPlan) -> int:
         ended = f"until it was stopped: {done.stopped}"
     else:
         ended = f"to its end (exit status {done.exit_status})"
-    print(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
+    say_comment(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
     if done.checked is not None:
-        print(f"# step {done.checked['index']}: {_checked(done.checked)}")
+        say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
     for step in done.steps:
-        print(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
+        say_comment(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
     ran = [s for s in done.steps if s.get("status") == "ok"]
     raised = [str(s["index"]) for s in done.steps if s.get("status") != "ok"]
     if raised:
@@ -338,11 +340,11 @@ def rehearse(plan: ScriptPlan) -> int:
         if not ran:
             raise NothingProfiledError(f"the dry run reached no chosen step that ended: "
                                        f"{reached}. {script.why_nothing(plan.steps)}")
-        print(f"# only {len(ran)} of the {plan.n_steps} chosen steps ran: the command ended "
-              f"after step {done.last_step}")
+        say_comment(f"# only {len(ran)} of the {plan.n_steps} chosen steps ran: the command "
+                    f"ended after step {done.last_step}")
     chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None
               else f"{ran[0]['index']} and every later one")
-    print(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
+    say_comment(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
     return 0
 
 
@@ -388,8 +390,10 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         raise UsageError("--timeline records the steps chosen with --steps (e.g. --steps "
                          f"10:12); {MARKER_HINT}")
     if args.dry_run:
-        print(f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))} {STEPS_ENV}="
-              f"{shlex.quote(args.steps)} {shlex.join(command)}")
+        check_folder(args.out)
+        print(shell_command(command, quoted=[
+            f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))}",
+            f"{STEPS_ENV}={shlex.quote(args.steps)}"]))
         return 0
     check_out_folder(args.out)
     manifest = args.out / TIMELINE_MANIFEST
@@ -408,6 +412,6 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
     emit(ran.profile, args)
-    print(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
-          file=sys.stderr)
+    say(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
+        sys.stderr)
     return ran.exit_status

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
-from torch_nsight.render.fit import terminal_width
+from torch_nsight.cli.text import say
 from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, KIND_ALIASES, TABLE_KINDS, TABLES
 
 if TYPE_CHECKING:
@@ -228,13 +227,16 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
 
         frame = table_frame(profile, args.table, n=args.n, order=args.order, depth=args.depth,
                             fold=getattr(args, "fold", True))
-        print(describe(profile), file=sys.stderr)
+        say(describe(profile), sys.stderr)
         stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
                      frame.to_json(orient="records", force_ascii=False) + "\n")
     else:
         table = render_table(profile, args.table, args.fmt, args.n, order=args.order,
                              depth=args.depth, fold=getattr(args, "fold", True))
-        print(describe(profile), file=stream)
+        if args.fmt == "markdown":
+            print(describe(profile), file=stream)
+        else:
+            say(describe(profile), stream)
         print(file=stream)
         print(table, file=stream)
         if profile.timeline is not None:
@@ -246,7 +248,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
-            print(render_findings(profile.findings(fold=getattr(args, "fold", True))
+            print(render_findings(profile.finding_table(fold=getattr(args, "fold", True))
                                   .head(args.n or 10), args.fmt,
                                   profile.kernels), file=stream)
     written = []
@@ -329,11 +331,9 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
     from torch_nsight.analyze.spread import STABLE_CI_PCT, runs_and_ranks
 
     stream = stream if stream is not None else sys.stderr
-    width = terminal_width()
 
     def note(text: str) -> None:
-        print(textwrap.fill(f"note: {text}", width, subsequent_indent="  ",
-                            break_on_hyphens=False, break_long_words=False), file=stream)
+        say(f"note: {text}", stream)
     most, ranks = runs_and_ranks(profile.kernels)
     if most > 1:
         note(f"times are means over {most} runs, ± the half-width of their 95% confidence "

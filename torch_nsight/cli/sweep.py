@@ -17,6 +17,7 @@ from typing import Any
 from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
 from torch_nsight.cli.profile import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
+from torch_nsight.cli.text import say
 from torch_nsight.errors import NcuNotFoundError
 
 #: Where a sweep writes without --out.
@@ -173,18 +174,18 @@ def run(args: argparse.Namespace) -> int:
         raise ncu_advice(err, "--dry-run checks the job without profiling") from None
     if not args.dry_run:  # a dry run lists every shape with its status on standard output
         for failure in profile.failures:
-            print(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
-                  file=sys.stderr)
+            say(f"shape {failure['shape']} {failure['status']}: {failure['error']}",
+                sys.stderr)
     timing = profile.meta.sweeps[-1].timing if profile.meta.sweeps else None
     if timing:
         from torch_nsight.collect.shared.timing import describe
 
-        print(f"sweep took {describe(timing)}", file=sys.stderr)
+        say(f"sweep took {describe(timing)}", sys.stderr)
     if args.dry_run:
         for result in profile.results:
-            print(f"{result['shape']}: ok (outputs {result.get('outputs')})"
-                  if result["status"] == "ok" else
-                  f"{result['shape']}: {result['status']}: {result.get('error')}")
+            say(f"{result['shape']}: ok (outputs {result.get('outputs')})"
+                if result["status"] == "ok" else
+                f"{result['shape']}: {result['status']}: {result.get('error')}")
         return 0 if not profile.failures else 1
     emit(profile, args)
     return 0

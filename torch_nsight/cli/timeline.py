@@ -20,6 +20,7 @@ from typing import Any
 from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, check_outputs
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.sweep import add_target_options
+from torch_nsight.cli.text import say
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot_timeline is not None and profile.kernels.empty:
         from torch_nsight.render.timeline_plot import NO_GPU_ACTIVITY
 
-        print(f"note: --plot-timeline not drawn: {NO_GPU_ACTIVITY}", file=sys.stderr)
+        say(f"note: --plot-timeline not drawn: {NO_GPU_ACTIVITY}", sys.stderr)
     elif args.plot_timeline is not None:
         from torch_nsight.cli.outputs import writing
         from torch_nsight.render import plot_timeline
@@ -116,11 +117,11 @@ def run(args: argparse.Namespace) -> int:
         ran = set() if steps is None else set(steps.loc[steps["kind"] == "step", "shape"])
         for shape, path in plot_paths(args.plot_timeline, profile.shapes).items():
             if shape not in ran:  # failed: listed on standard error already
-                print(f"note: {path} not drawn: shape {shape} did not run", file=sys.stderr)
+                say(f"note: {path} not drawn: shape {shape} did not run", sys.stderr)
                 continue
             with writing(path):
                 plot_timeline(profile, path, shape=shape)
             print(f"wrote {path}")
-    print(f"timeline: {args.out} (open the trace-*.json.gz in https://ui.perfetto.dev)",
-          file=sys.stderr)
+    say(f"timeline: {args.out} (open the trace-*.json.gz in https://ui.perfetto.dev)",
+        sys.stderr)
     return 0

@@ -142,7 +142,7 @@ def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.
     if not torch.cuda.is_available():
         raise NoGpuError("verifying findings times their fixes on a CUDA GPU, and none is "
                          "visible: run it on the GPU machine, or drop --verify")
-    found = profile.findings(fold=False).copy()  # each block's own module, to rebuild its call
+    found = profile.finding_table(fold=False).copy()  # each block's own module, to rebuild its call
     found["verified"] = False
     found["before_ns"] = found["after_ns"] = float("nan")
     calls = profile.calls

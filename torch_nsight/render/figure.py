@@ -135,7 +135,7 @@ def module_colors(profile: Profile, depth: int = 1) -> dict[str, str]:
     """
     names: list[str] = []
     for level in range(1, depth + 1) if depth >= 1 else (0,):
-        tree = profile.modules(level)
+        tree = profile.module_table(level)
         names += label_modules(tree[tree["exclusive_ns"] > 0])
     return extend_colors({}, names)
 

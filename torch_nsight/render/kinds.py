@@ -74,13 +74,13 @@ def _head(frame: pd.DataFrame, rows: int | None) -> pd.DataFrame:
 
 def _hotspot_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
-    return profile.hotspots(n=rows if rows is not None else max(len(profile.kernels), 1),
-                            order=order, level="kernel", fold=fold)
+    return profile.hotspot_table(n=rows if rows is not None else max(len(profile.kernels), 1),
+                                 order=order, level="kernel", fold=fold)
 
 
 def _module_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
-    return _head(profile.modules(depth, fold=fold), rows)
+    return _head(profile.module_table(depth, fold=fold), rows)
 
 
 def _kernel_group_rows(profile: Profile, rows: int | None, order: HotspotOrder,
@@ -105,7 +105,7 @@ def _rank_rows(profile: Profile, rows: int | None, order: HotspotOrder,
 
 def _finding_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
-    return _head(profile.findings(fold=fold), rows)
+    return _head(profile.finding_table(fold=fold), rows)
 
 
 def _launch_rows(profile: Profile, rows: int | None, order: HotspotOrder,

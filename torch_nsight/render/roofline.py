@@ -226,13 +226,19 @@ def raise_unplaceable(profile: Profile) -> None:
             "no kernel can be placed on the roofline: a PyTorch profiler trace has no FLOP or "
             "DRAM byte counters; the roofline needs the Nsight Compute pass (torch_nsight.sweep, "
             "`torch-nsight profile -- COMMAND`)")
+    record = ("Record it with `torch-nsight profile -- COMMAND` (`torch-nsight profile "
+              "--dry-run -- python x.py` prints the ncu flags and metrics) or "
+              "torch_nsight.sweep")
+    if not len(profile.kernels):
+        raise MissingMetricError(
+            "no kernel can be placed on the roofline: the profile holds no kernel (a dry run "
+            f"profiles nothing, and a failed shape records none). {record}")
     missing = sorted({m for source in profile.meta.sources for m in source.missing_metrics})
+    which = (f" ({len(missing)} metrics missing, e.g. {', '.join(missing[:3])})" if missing
+             else "")
     raise MissingMetricError(
         f"no kernel can be placed on the roofline: the report lacks the FLOP and DRAM "
-        f"byte counters ({len(missing)} metrics missing, e.g. "
-        f"{', '.join(missing[:3]) or 'dram__bytes.sum'}). Record it with `torch-nsight "
-        "profile -- COMMAND` (`torch-nsight profile --dry-run -- python x.py` prints the "
-        "ncu flags and metrics) or torch_nsight.sweep")
+        f"byte counters{which}. {record}")
 
 
 def plot_roofline(profile: Profile, path: PathArg | None = None,

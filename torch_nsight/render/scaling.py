@@ -56,7 +56,7 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
     """
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
         raise ValueError(f"depth must be an integer >= 0, got {depth!r}")
-    tree = profile.modules(depth)
+    tree = profile.module_table(depth)
     if tree.empty:
         return pd.DataFrame(columns=["variant", "shape", "module", "time_ns", "ci95_ns"])
     tree = tree[tree["exclusive_ns"] > 0].copy()

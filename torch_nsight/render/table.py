@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import textwrap
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -22,7 +21,7 @@ from tabulate import tabulate, tabulate_formats
 
 from torch_nsight.files import atomic_output
 from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
-from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width
+from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width, wrap_text
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
@@ -125,6 +124,8 @@ TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
 CUT_LAST = ("kernel", "module", "top module")
+#: ... and last, where a code token of a fix still does not fit, these columns go.
+DROP_LAST = ("confidence", "basis", "dir")
 
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
@@ -175,12 +176,12 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
                                             drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
                                             keep_end=("module", "top module"),
                                             tablefmt=_ALIASES.get(fmt, fmt),
-                                            prefer={"next step": 40, "fix": 60})
+                                            prefer={"next step": 40, "fix": 60},
+                                            drop_last=DROP_LAST)
     logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
                      disable_numparse=True, colalign=aligns)
-    return "\n".join([table, *(textwrap.fill(line, width, subsequent_indent="  ",
-                                             break_on_hyphens=False) for line in notes)])
+    return "\n".join([table, *(wrap_text(line, width) for line in notes)])
 
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",

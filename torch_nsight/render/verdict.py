@@ -3,11 +3,10 @@ and the findings with the module where each happens."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch_nsight.render.fit import terminal_width
+from torch_nsight.render.fit import terminal_width, wrap_text
 from torch_nsight.render.units import printable
 from torch_nsight.units import format_duration
 
@@ -46,19 +45,29 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
     """
     if profile.timeline is None or profile.timeline.empty:
         return ""
+
+    markdown = fmt in ("markdown", "github")
+    lines = _verdict_lines(profile, profile.timeline, markdown)
+    if markdown:
+        return "\n".join(lines)
+    width = terminal_width()  # a terminal or a log: wrapped at spaces, nothing cut
+    return "\n".join(wrap_text(line, width) for line in lines)
+
+
+def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> list[str]:
+    """The verdict section's lines, unwrapped."""
     from torch_nsight.analyze import timeline_findings, timeline_summary
 
-    traced = set(profile.timeline["source"].dropna())
+    traced = set(timeline["source"].dropna())
     if profile.kernels.empty:
-        return ("Timeline verdict: none: the trace holds no GPU activity (recorded without a "
-                "CUDA device?); its CPU ops and step times are in the trace, for Perfetto")
+        return ["Timeline verdict: none: the trace holds no GPU activity (recorded without a "
+                "CUDA device?); its CPU ops and step times are in the trace, for Perfetto"]
     if "deep_profiled" in profile.kernels and not traced & set(profile.kernels["source"]):
         folders = sorted({str(Path(s).parent) for s in traced})
-        return ("Timeline verdict: the timeline of this focused sweep is in "
-                f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape")
-    summary = timeline_summary(profile.kernels, profile.timeline)
-    findings = timeline_findings(profile.kernels, profile.timeline)
-    markdown = fmt in ("markdown", "github")
+        return ["Timeline verdict: the timeline of this focused sweep is in "
+                f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape"]
+    summary = timeline_summary(profile.kernels, timeline)
+    findings = timeline_findings(profile.kernels, timeline)
     lines = ["## Timeline verdict" if markdown else "Timeline verdict (PyTorch profiler):"]
     for _, row in summary.iterrows():
         label = " ".join(str(v) for v in (row["variant"], row["shape"]) if isinstance(v, str)
@@ -78,10 +87,4 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
             lines.append(f"  - {finding['finding']}{where} (up to "
                          f"{format_duration(finding['est_gain_ns'])} per step{share_text}): "
                          f"{finding['fix']}")
-    lines = [printable(line) for line in lines]  # names from the trace, one line each
-    if markdown:
-        return "\n".join(lines)
-    width = terminal_width()  # a terminal or a log: wrapped, nothing cut
-    return "\n".join(textwrap.fill(line, width, subsequent_indent=" " * (
-        len(line) - len(line.lstrip()) + 2), break_on_hyphens=False, break_long_words=False)
-        if len(line) > width else line for line in lines)
+    return [printable(line) for line in lines]  # names from the trace, one line each

@@ -144,6 +144,8 @@ class _Child:
     done: int = 0
     failed: int = 0
     current: dict[str, Any] | None = None
+    #: shapes and phases begun since the progress line last heard of them
+    begun: list[str] = field(default_factory=list)
     interrupted_item: int | None = None
     stopped: str | None = None
     completed: bool = False
@@ -237,6 +239,8 @@ def _read_status(child: _Child) -> bool:
             child.pid = event.get("pid")
         elif kind == "phase" and child.current is not None:
             child.current["phase"] = event.get("phase")
+            child.begun.append(_running(child.current))
+            changed = True
         elif kind == "item_start":
             child.current = {**event, "started": time.monotonic()}
             changed = True
@@ -434,9 +438,24 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
 def _show(progress: SweepProgress | ScriptProgress, children: list[_Child]) -> None:
     progress.update(done=sum(c.done for c in children), failed=sum(c.failed for c in children),
                     kernels=sum(c.output.kernels_profiled for c in children),
-                    current=[f"{c.current.get('variant')}:{c.current.get('shape')}"
-                             if c.current.get("variant") else str(c.current["shape"])
-                             for c in children if c.current and c.running()])
+                    current=[_running(c.current) for c in children
+                             if c.current and c.running()],
+                    begun=[doing for c in children for doing in c.begun])
+    for child in children:
+        child.begun.clear()
+
+
+def _running(current: dict[str, Any]) -> str:
+    """What a child does now: ``4x16 (warm-up)``, ``eager:4x16 (iterations)``."""
+    label = (f"{current.get('variant')}:{current.get('shape')}" if current.get("variant")
+             else str(current["shape"]))
+    phase = PHASE_WORDS.get(str(current.get("phase")), current.get("phase"))
+    return f"{label} ({phase})" if phase else label
+
+
+#: The child's phases of a shape (collect/child/worker.py), in words.
+PHASE_WORDS = {"warmup": "warm-up", "calls": "calls table", "check": "sibling check",
+               "measure": "iterations"}
 
 
 def _load_results(path: Path) -> dict[str, Any] | None:

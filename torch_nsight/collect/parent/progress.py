@@ -2,14 +2,17 @@
 and ncu's line per kernel: a sweep's, one step per (variant, shape); ``profile``'s, one step
 per kernel profiled.
 
-tqdm's ``auto`` bar draws in terminals and notebooks; it stays silent when standard error
-is not a terminal (a log then gets one line per finished shape from the launcher's logging,
-at INFO, and each failure once, at WARNING, when the sweep is assembled).
+tqdm's ``auto`` bar draws in terminals and notebooks, with the phase of each running shape
+(warm-up, calls table, sibling check, iterations). Where standard error is not a terminal, a
+sweep writes one line per shape and phase as it starts instead (a log also gets one line per
+finished shape from the launcher's logging, at INFO, and each failure once, at WARNING, when
+the sweep is assembled).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -55,11 +58,21 @@ class SweepProgress(_Bar):
         super().__init__(total, unit="shape", desc="torch_nsight sweep", quiet=quiet)
         self.total = total
         self.profiling = profiling
+        self._said: set[str] = set()
 
-    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
+    def update(self, *, done: int, failed: int, kernels: int, current: list[str],
+               begun: Sequence[str] = ()) -> None:
         """Show the state: items ended (``failed`` of them not ok), kernels profiled, and the
-        items running now."""
+        items running now with their phase (``4x16 (warm-up)``); where no bar is drawn (a
+        pipe, a log), one line per item and phase ``begun`` since the last update."""
         if self._bar is None:
+            return
+        if self._bar.disable:
+            for doing in begun:
+                if doing not in self._said:
+                    self._said.add(doing)
+                    sys.stderr.write(f"torch_nsight sweep: {doing}\n")
+                    sys.stderr.flush()
             return
         parts = [", ".join(current)] if current else []
         parts.append(f"{kernels} kernels profiled" if self.profiling else "dry run")
@@ -92,7 +105,8 @@ class ScriptProgress(_Bar):
         self.unit = unit
         self.count = 0
 
-    def update(self, *, done: int, failed: int, kernels: int, current: list[str]) -> None:
+    def update(self, *, done: int, failed: int, kernels: int, current: list[str],
+               begun: Sequence[str] = ()) -> None:
         """Show the state: steps ended (``failed`` of them raised), kernels profiled, the
         step running now."""
         self.count = kernels
