@@ -100,7 +100,8 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         from transformers import T5Config, T5ForConditionalGeneration
 
         model = T5ForConditionalGeneration(T5Config(d_model=512, d_ff=2048, num_layers=6,
-                                                    num_heads=8)).cuda()
+                                                    num_heads=8, decoder_start_token_id=0,
+                                                    pad_token_id=0)).cuda()
         src = torch.randint(0, 32128, (16, 256), device="cuda")
         tgt = torch.randint(0, 32128, (16, 64), device="cuda")
         return model, _train(model, lambda i: (src, tgt),
