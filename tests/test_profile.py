@@ -395,7 +395,7 @@ def test_a_notebook_shows_folded_hotspots_and_findings() -> None:
     page = load(DATA / "hf_gpt2_fast")._repr_html_()
     assert "Top kernel sites (repeated blocks folded)" in page
     assert "transformer.h.{0-11}.mlp.act ×12" in page
-    assert "Findings: what to change" in page and "Pad N from 50257 to 50304" in page
+    assert "Findings: what to change" in page and "Pad the output features from 50257 to 50304" in page
     assert "nan" not in page
     assert " ±" in load(DATA / "runs" / "gpt2_runs10")._repr_html_()  # runs: the interval
 

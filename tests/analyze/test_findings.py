@@ -95,7 +95,7 @@ def test_gemm_misaligned_fires_on_the_odd_vocabulary(gemm: torch_nsight.Profile)
     assert (row["module"], row["module_path"]) == ("proj", "Projection/proj")
     assert row["kernels"] == "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
     assert "N = 50257" in row["evidence"]
-    assert row["fix"].startswith("Pad N from 50257 to 50304")
+    assert row["fix"].startswith("Pad the output features from 50257 to 50304")
     assert "nn.Linear(768, 50304)" in row["fix"]
     assert (row["gain_basis"], row["confidence"]) == ("roofline", "high")
     measured = module_ns(gemm, "proj", "n50257") - module_ns(gemm, "proj", "n50304")

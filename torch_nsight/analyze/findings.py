@@ -54,7 +54,7 @@ _NUMERIC = ("duration_ns", "roof_time_ns", "headroom_ns", "dram_bytes", "flops",
             "flops_fp16", "waves", "sm_clock_hz", "peak_tensor_tf32_per_cycle", "peak_bytes_per_s",
             *TENSOR_COLUMNS)
 _TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "reason", "roofline_side",
-         "gpu")
+         "gpu", "peak_basis", "roof_basis")
 FIX = {
     "fp32_matmul": "Turn on TF32 tensor cores with torch.backends.cuda.matmul.allow_tf32 = True "
                    "/ torch.set_float32_matmul_precision('high'), or run the model in bf16 "
@@ -72,6 +72,9 @@ FIX = {
                     "layer), or a fused RoPE kernel (e.g. flash-attn's apply_rotary_emb).",
     "chain_gelu": "Use F.gelu(approximate='tanh') (nn.GELU(approximate='tanh')): one kernel "
                   "instead of the tanh formula's chain; or torch.compile the module.",
+    "chain_loss": "Fuse the loss: torch.compile the function that computes it from the "
+                  "logits (the upcast, log-softmax and NLL become a few kernels), or compute "
+                  "it over chunks of the logits.",
     "chain_softmax": "Use F.scaled_dot_product_attention (masking, scaling and softmax fused "
                      "into attention), or at least F.softmax over the masked scores; or "
                      "torch.compile the module.",
@@ -80,8 +83,9 @@ FIX = {
     "small_grid": "Give it more parallel work: a larger batch, fuse it with its neighbours "
                   "(torch.compile), or CUDA graphs (torch.compile(mode='reduce-overhead')).",
     "gemm_by_name": "Pad the GEMM's dimensions (features, vocabulary, sequence) to multiples "
-                    "of 64, e.g. nn.Linear(768, 50304) and slice the output; record the calls "
-                    "table (sweep, or instrument(record_calls=...)) to name the dimension.",
+                    "of 64 (a Linear's output features: a wider nn.Linear and slice the "
+                    "output); record the calls table (sweep, or instrument(record_calls=...)) "
+                    "to name the dimension.",
 }
 Found = list[tuple[dict[str, Any], pd.Index]]
 
@@ -131,6 +135,11 @@ def _per_run(rows: pd.DataFrame, values: pd.Series | None = None) -> float:
 def _row(rows: pd.DataFrame, finding: str, evidence: str, fix: str, gain: float, basis: str,
          confidence: str) -> dict[str, Any]:
     first = rows.iloc[0]
+    if basis == "roofline":  # say where a weaker ceiling stands in
+        if (rows["roof_basis"] == "compute").any():
+            basis = "compute roof"
+        if (rows["peak_basis"] == "table").any():
+            basis += ", known-GPU peaks"
     return {**{k: first[k] for k in SITE_KEYS}, "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": finding,
             "evidence": evidence, "fix": fix, "est_gain_ns": gain, "gain_basis": basis,
             "confidence": confidence}
@@ -207,23 +216,53 @@ def _calls_where(heavy: pd.DataFrame) -> CallsOf:
 
 
 # --- gemm_misaligned -----------------------------------------------------------------------
-def _dimension_fix(op: str, dim: str, value: int, dims: dict[str, int]) -> str:
+#: What a GEMM dimension is, by the forward GEMM of the same module (M tokens, N output
+#: features, K input features): a backward GEMM's M can be the output features (the weight
+#: gradient of an lm_head has M = the vocabulary).
+ROLES = {"M": "tokens", "N": "out_features", "K": "in_features"}
+_SAID = {"tokens": "batch x sequence", "out_features": "output features",
+         "in_features": "input features"}
+Roles = dict[str, dict[str, int]]
+
+
+def _forward_roles(heavy: pd.DataFrame) -> Roles:
+    """Per module path, its forward GEMM's dimensions by role (the first such call)."""
+    roles: Roles = {}
+    for _, call in heavy[heavy["direction"] == "fwd"].iterrows():
+        if call["dims"] and call["aten_op"] in GEMM_OPS:
+            roles.setdefault(str(call["module_path"]),
+                             {ROLES[d]: v for d, v in call["dims"].items()})
+    return roles
+
+
+def _role(dim: str, value: int, known: dict[str, int]) -> str:
+    """What ``value`` (dimension ``dim`` of a call) is: the module's forward dimension of that
+    size (output features first, as a vocabulary is), else what the position says."""
+    for role in ("out_features", "in_features", "tokens"):
+        if known.get(role) == value:
+            return role
+    return ROLES[dim]
+
+
+def _dimension_fix(op: str, role: str, value: int, known: dict[str, int]) -> str:
     padded = -(-value // PAD_TO) * PAD_TO
     linear = op in ("mm", "addmm", "linear")
-    if linear and dim == "N":
-        return (f"pad N from {value} to {padded}: nn.Linear({dims['K']}, {padded}) and slice "
-                "the output, or pad the vocabulary")
-    if linear and dim == "K":
-        return (f"pad K from {value} to {padded}: zero-pad the input features and use "
-                f"nn.Linear({padded}, {dims['N']})")
-    if dim == "M":
-        return (f"pad M from {value} to {padded}: a batch x sequence length that is a multiple "
-                "of 8, or padded rows")
-    return f"pad {dim} from {value} to {padded}: zero-pad the operands and slice the result"
+    if linear and role == "out_features" and "in_features" in known:
+        return (f"pad the output features from {value} to {padded}: "
+                f"nn.Linear({known['in_features']}, {padded}) and slice the output, or pad "
+                "the vocabulary")
+    if linear and role == "in_features" and "out_features" in known:
+        return (f"pad the input features from {value} to {padded}: zero-pad the input and "
+                f"use nn.Linear({padded}, {known['out_features']})")
+    if role == "tokens":
+        return (f"pad the rows from {value} to {padded}: a batch x sequence length that is a "
+                "multiple of 8, or padded rows")
+    return f"pad {value} to {padded}: zero-pad the operands and slice the result"
 
 
-def _gemm_from_calls(group: pd.DataFrame, gemms: pd.DataFrame) -> Found:
-    """One module's finding from its GEMM calls' shapes, if a dimension is off."""
+def _gemm_from_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, int]) -> Found:
+    """One module's finding from its GEMM calls' shapes, if a dimension is off; ``known``:
+    the module's forward dimensions by role (:func:`_forward_roles`)."""
     rows = group[group["is_gemm"]]
     rows = rows if len(rows) else group[group["precision"].str.startswith("tensor_")]
     tf32 = (rows["precision"] == "tensor_tf32").any()  # fp32 alignment matters only there
@@ -232,13 +271,15 @@ def _gemm_from_calls(group: pd.DataFrame, gemms: pd.DataFrame) -> Found:
     gain = _roofline_gain(rows) if len(rows) else 0.0
     if not bad or gain <= 0:
         return []
+    if not known:  # a module without a forward GEMM: each call's own dimensions
+        known = {ROLES[d]: v for d, v in bad[0][0]["dims"].items()}
     shapes = "; ".join(dict.fromkeys(
         f"{c['dtype']} {c['aten_op']} {c['dims']['M']}x{c['dims']['K']} @ {c['dims']['K']}x"
-        f"{c['dims']['N']}: {d} = {v} is not a multiple of {ALIGNMENT[c['dtype']]}"
-        for c, d, v in bad))
+        f"{c['dims']['N']}: {d} = {v} ({_SAID[_role(d, v, known)]}) is not a "
+        f"multiple of {ALIGNMENT[c['dtype']]}" for c, d, v in bad))
     evidence = (f"{shapes}; the GEMM ran {rows.iloc[0]['kernel']}{_at_roof(rows)} "
                 f"({_time(_per_run(rows))} per run).")
-    fix = "; ".join(dict.fromkeys(_dimension_fix(c["aten_op"], d, v, c["dims"])
+    fix = "; ".join(dict.fromkeys(_dimension_fix(c["aten_op"], _role(d, v, known), v, known)
                                   for c, d, v in bad))
     single = len(gemms) == 1 and rows["kernel"].nunique() == 1
     return [(_row(rows, "gemm_misaligned", evidence, fix[0].upper() + fix[1:] + ".", gain,
@@ -251,6 +292,7 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
     kernel on a Hopper GPU)."""
     found: Found = []
     gemms_of = _calls_where(heavy[heavy["dims"].notna()])
+    roles = _forward_roles(heavy[heavy["dims"].notna()])
     work = work[_in_groups_with(work, JOIN_KEYS, work["is_gemm"] | work["precision"]
                                 .astype(str).str.startswith("tensor_"))]
     hopper = work["gpu"].map(lambda g: any(h in str(g) for h in HOPPER_GPUS)).astype(bool)
@@ -259,7 +301,8 @@ def _gemm_misaligned(work: pd.DataFrame, heavy: pd.DataFrame) -> Found:
     for _, group in work.groupby(list(JOIN_KEYS), sort=False):
         mine = gemms_of(group)
         if len(mine):
-            found += _gemm_from_calls(group, mine)
+            found += _gemm_from_calls(group, mine,
+                                      roles.get(str(group["module_path"].iat[0]), {}))
             continue
         old, small = old_arch[group.index], small_align[group.index]
         rows = group[group["is_gemm"] & (old | small)]
@@ -344,7 +387,11 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
 #: ``MeanOps``, ``sin_kernel_cuda``...) and its aten ops: the first kind whose every group
 #: of words has one present names the fix.
 CHAIN_KINDS: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
-    ("softmax", (("softmax", "masked_fill", "where_kernel", "exp_kernel"),)),
+    # a loss first: its log-softmax is no attention's softmax
+    ("loss", (("nll_loss", "cross_entropy", "log_softmax"),)),
+    # attention advice only where attention's batched matmuls ran
+    ("softmax", (("softmax", "masked_fill", "where_kernel", "exp_kernel"),
+                 ("bmm", "baddbmm", "einsum"))),
     ("layer_norm", (("rsqrt", "sqrt"), ("meanops", "mean", "var"), ("sub",))),
     ("rms_norm", (("rsqrt",), ("meanops", "mean"))),
     ("gelu", (("tanh",),)),
@@ -391,7 +438,8 @@ def _elementwise_chain(work: pd.DataFrame) -> Found:
         kind = chain_kind(work.iloc[sites[key]])
         what = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm "
                 "written out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU "
-                "written out)", "softmax": " (masking and softmax)"}.get(kind or "", "")
+                "written out)", "softmax": " (masking and softmax)",
+                "loss": " (the loss: upcast, log-softmax, NLL)"}.get(kind or "", "")
         evidence = (f"{len(rows) / rows['runs'].iloc[0]:g} memory-bound elementwise kernels "
                     f"in a row per run{what} ({_time(time)}, {format_bytes(traffic)} of DRAM traffic "
                     f"at {traffic / time / 1e3:.2f} TB/s); one fused pass moves about "

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.devices import known_gpu
 from torch_nsight.metrics import PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ def add_flops(df: pd.DataFrame) -> pd.DataFrame:
 
 @needs("precision")
 def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``peak_flops_per_s`` (of the kernel's precision) and ``peak_bytes_per_s``.
+    """Add ``peak_flops_per_s`` (of the kernel's precision), ``peak_bytes_per_s`` and
+    ``peak_basis`` (``report``, or ``table`` for a report without peaks of its own whose GPU
+    is a known one: :mod:`~torch_nsight.analyze.devices`).
 
     Per-cycle peaks are device constants: a kernel missing one takes the value another kernel
     of the same report (``source``) recorded. Each is then multiplied by the kernel's own
@@ -110,6 +113,31 @@ def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
         peak = peak.mask(chosen, out[peak_column] * factor * sm_clock)
     out["peak_flops_per_s"] = peak
     out["peak_bytes_per_s"] = out["peak_dram_bytes_per_cycle"] * _column(out, "dram_clock_hz")
+    out["peak_basis"] = pd.Series("report", index=out.index, dtype=object).where(
+        out["peak_flops_per_s"].notna() | out["peak_bytes_per_s"].notna(), None)
+    return _table_peaks(out)
+
+
+def _table_peaks(out: pd.DataFrame) -> pd.DataFrame:
+    """Peaks of a known GPU (:mod:`~torch_nsight.analyze.devices`) for rows whose report
+    holds none (a duration-only recording), ``peak_basis`` ``table``."""
+    bare = out["peak_flops_per_s"].isna() & out["peak_bytes_per_s"].isna()
+    if "gpu" not in out or not bare.any():
+        return out
+    used = set()
+    for name, rows in out[bare].groupby("gpu", sort=False):
+        gpu = known_gpu(name)
+        if gpu is None:
+            continue
+        flops = pd.Series([gpu.flops_per_s(p) if isinstance(p, str) else None
+                           for p in rows["precision"]], index=rows.index, dtype="float64")
+        out.loc[rows.index, "peak_flops_per_s"] = flops
+        out.loc[rows.index, "peak_bytes_per_s"] = gpu.dram_bytes_per_s
+        out.loc[rows.index, "peak_basis"] = "table"
+        used.add(f"{name} ({gpu.boost_mhz:.0f} MHz boost)")
+    if used:
+        logger.info("the report holds no device peaks: took those of %s from the table of "
+                    "known GPUs", ", ".join(sorted(used)))
     return out
 
 
@@ -124,7 +152,9 @@ def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     roof_time_ns``, at least 0) and ``roofline_side`` (``compute`` when the FLOP term sets the
     ceiling, else ``memory``). A kernel without FLOPs has a compute term of 0 whatever its
     precision's peak. Where FLOPs are incomplete (see :func:`add_flops`) or a peak is
-    missing, the ceiling columns are NaN.
+    missing, the ceiling columns are NaN. Where DRAM bytes were not collected (a
+    duration-only report) the ceiling is the compute term alone, ``roof_basis`` says
+    ``compute`` (else ``roofline``) and ``roofline_side`` stays unknown.
 
     Args:
         df: a kernel table after :func:`add_flops` and :func:`add_peaks`.
@@ -143,12 +173,18 @@ def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     compute_ns = (flops / out["peak_flops_per_s"] * 1e9).mask(flops == 0, 0.0)
     memory_ns = dram / out["peak_bytes_per_s"] * 1e9
     roof = np.fmax(compute_ns, memory_ns).mask(compute_ns.isna() | memory_ns.isna())
+    # without DRAM bytes (a duration-only report), the compute ceiling alone: a kernel can
+    # never beat it, though it may sit under a memory ceiling that is not known
+    compute_only = roof.isna() & dram.isna() & (compute_ns > 0)
+    roof = roof.mask(compute_only, compute_ns)
+    out["roof_basis"] = pd.Series(np.where(compute_only, "compute", "roofline"),
+                                  index=out.index, dtype=object).where(roof.notna(), None)
     out["roof_time_ns"] = roof
     duration = _column(out, "duration_ns")
     out["pct_of_roof"] = 100.0 * roof / duration.where(duration > 0)
     out["headroom_ns"] = (duration - roof).clip(lower=0.0)
     side = np.where(compute_ns >= memory_ns, "compute", "memory")
-    known = roof.notna() & (roof > 0)
+    known = roof.notna() & (roof > 0) & ~compute_only
     out["roofline_side"] = pd.Series(side, index=out.index, dtype=object).where(known, None)
     return _refuse_above_roof(out)
 

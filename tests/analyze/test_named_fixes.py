@@ -1,0 +1,147 @@
+"""Fixes that name the right thing, on a recorded GPT-2 training step (tests/data/
+decoder_train: lm_head 768 -> 50257, the loss inside the model), recorded with the fast
+default and with durations only."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.devices import KNOWN_GPUS, known_gpu
+from torch_nsight.metrics import PRECISIONS
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+DECODER = DATA / "decoder_train"
+
+
+@pytest.fixture(scope="module")
+def fast() -> torch_nsight.Profile:
+    return torch_nsight.load(DECODER / "fast.ncu-rep.xz", cache=False)
+
+
+@pytest.fixture(scope="module")
+def duration() -> torch_nsight.Profile:
+    return torch_nsight.load(DECODER / "duration.ncu-rep.xz", cache=False)
+
+
+def _head(found: pd.DataFrame) -> pd.DataFrame:
+    rows = found[(found["finding"] == "gemm_misaligned")
+                 & (found["module_path"] == "GPT2LMHeadModel/lm_head")]
+    return rows.set_index("direction")
+
+
+def test_the_heads_backward_names_the_vocabulary_not_the_batch(
+        fast: torch_nsight.Profile) -> None:
+    head = _head(fast.findings())
+    assert set(head.index) == {"fwd", "bwd"}
+    for direction in ("fwd", "bwd"):
+        fix = head.loc[direction, "fix"]
+        assert fix.startswith("Pad the output features from 50257 to 50304: "
+                              "nn.Linear(768, 50304)"), fix
+        assert "batch x sequence" not in fix and "input features" not in fix
+    # the weight gradient's M and the input gradient's K are both the vocabulary
+    evidence = head.loc["bwd", "evidence"]
+    assert "M = 50257 (output features)" in evidence
+    assert "K = 50257 (output features)" in evidence
+
+
+def test_the_loss_is_not_sent_to_attention(fast: torch_nsight.Profile) -> None:
+    found = fast.findings()
+    loss = found[(found["finding"] == "elementwise_chain")
+                 & (found["module_path"] == "GPT2LMHeadModel")]
+    assert len(loss) == 1
+    assert "the loss" in loss["evidence"].iat[0]
+    assert "scaled_dot_product_attention" not in loss["fix"].iat[0]
+    assert loss["fix"].iat[0].startswith("Fuse the loss")
+
+
+def _sources() -> list[Path]:
+    found = [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz")]
+    found += [p for p in DATA.glob("*/") if (p / "sweep.json").exists()]
+    return sorted(found)
+
+
+def test_attention_advice_only_where_attention_ran() -> None:
+    """On every recorded source: a fix naming SDPA stands where batched matmuls ran (the
+    decoder's loss, a log-softmax without them, was sent there before)."""
+    for source in _sources():
+        try:
+            profile = torch_nsight.load(source, cache=False)
+            found = profile.findings()
+        except torch_nsight.TorchNsightError:
+            continue
+        kernels = profile.kernels
+        for _, row in found[found["fix"].str.contains("scaled_dot_product", na=False)
+                            ].iterrows():
+            site = kernels[(kernels["module_path"] == row["module_path"])
+                           & (kernels["direction"] == row["direction"])]
+            ops = " ".join(site["aten_ops"].dropna().astype(str))
+            assert any(op in ops for op in ("bmm", "baddbmm", "einsum")), (source, row)
+
+
+def test_a_duration_only_report_gets_gains_from_known_peaks(
+        fast: torch_nsight.Profile, duration: torch_nsight.Profile,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    measured, timed = _head(fast.findings()), _head(duration.findings())
+    assert set(timed.index) == {"fwd", "bwd"}
+    for direction in ("fwd", "bwd"):
+        gain, reference = timed.loc[direction, "est_gain_ns"], measured.loc[direction,
+                                                                           "est_gain_ns"]
+        # the same step recorded twice: the compute ceiling from the table's peaks gives
+        # the gain the report's own peaks and DRAM bytes give, within 5%
+        assert gain == pytest.approx(reference, rel=0.05)
+        assert timed.loc[direction, "gain_basis"] == "compute roof, known-GPU peaks"
+        assert measured.loc[direction, "gain_basis"] == "roofline"
+    kernels = duration.kernels
+    assert set(kernels["peak_basis"].dropna()) == {"table"}
+    # no ceiling above the time a kernel took, and no side claimed without DRAM bytes
+    assert not (kernels["pct_of_roof"] > 100).any()
+    assert kernels["roofline_side"].isna().all()
+
+
+def test_the_table_agrees_with_the_reports_own_peaks() -> None:
+    """On every report with peaks of its own: Nsight Compute's per-cycle peaks are the
+    table's per-SM rates times the SMs, its DRAM peak at the measured clock the table's,
+    and 95% of kernels ran at or under
+    the table's boost clock."""
+    checked = 0
+    for source in [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz")]:
+        try:
+            kernels = torch_nsight.load(source, cache=False).kernels
+        except torch_nsight.TorchNsightError:
+            continue
+        own = kernels[kernels["peak_basis"] == "report"]
+        if own.empty or own["sm_clock_hz"].isna().all():
+            continue
+        gpu = known_gpu(own["gpu"].iat[0])
+        assert gpu is not None, own["gpu"].iat[0]
+        for name, (_, peak, factor) in PRECISIONS.items():
+            if name.startswith("tensor_") and own[peak].notna().any():
+                per_cycle = own[peak].max() * factor
+                table = gpu.flops_per_s(name)
+                assert table is not None, (source, name)
+                assert per_cycle == pytest.approx(table / (gpu.boost_mhz * 1e6), rel=1e-3), (
+                    source, name)
+        # (a clock measured over a short kernel can overshoot: 2.09 GHz on one ViT kernel)
+        assert own["sm_clock_hz"].quantile(0.95) <= gpu.boost_mhz * 1e6
+        dram = (own["peak_dram_bytes_per_cycle"] * own["dram_clock_hz"]).median()
+        assert dram == pytest.approx(gpu.dram_bytes_per_s, rel=0.03)
+        checked += 1
+    assert checked >= 10
+
+
+def test_names_match_the_right_entry() -> None:
+    names = {"NVIDIA H100 80GB HBM3": 3.35e12, "NVIDIA H100 PCIe": 2.0e12,
+             "NVIDIA H200": 4.8e12, "NVIDIA A100-SXM4-80GB": 2.039e12,
+             "NVIDIA A100-SXM4-40GB": 1.555e12, "NVIDIA A100 80GB PCIe": 1.935e12,
+             "NVIDIA L4": 0.3e12, "NVIDIA L40S": 0.864e12, "NVIDIA A10": 0.6e12}
+    for name, dram in names.items():
+        gpu = known_gpu(name)
+        assert gpu is not None and gpu.dram_bytes_per_s == dram, name
+    assert known_gpu("NVIDIA A10G") is None and known_gpu(None) is None
+    assert len({gpu.pattern for gpu in KNOWN_GPUS}) == len(KNOWN_GPUS)

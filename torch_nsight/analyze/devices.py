@@ -1,0 +1,71 @@
+"""Peaks of known GPUs by name, for reports that hold no device peaks of their own.
+
+A report recorded with durations only (``--metric-set duration``, or ``ncu --metrics
+gpu__time_duration.sum`` by hand) names its GPU but carries none of the per-cycle peaks and
+clocks the roofline multiplies. Its FLOPs still come from the calls table, so with a peak it
+still gets a compute ceiling and a gain. The peaks here are the dense per-SM per-cycle rates
+of each architecture times the GPU's SM count and its maximum boost clock. Nsight Compute's
+per-cycle peaks are the same rates (checked on every H200 report in tests/data); at the
+clocks kernels ran at (1.73-2.02 GHz measured there) its bf16 tensor peak is 0-9% under the
+table's 1,070 TFLOP/s, so a gain from the table errs small.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Dense FLOPs per SM per cycle, per precision (``PRECISIONS``'s names), per architecture:
+#: NVIDIA's architecture whitepapers (Hopper, Ampere GA100 and GA10x, Ada).
+PER_SM_CYCLE: dict[str, dict[str, float]] = {
+    "hopper": {"fp64": 128, "fp32": 256, "fp16": 256, "tensor_bf16": 4096,
+               "tensor_fp16": 4096, "tensor_tf32": 2048, "tensor_fp8": 8192,
+               "tensor_fp64": 256, "tensor_int8": 8192},
+    "ampere100": {"fp64": 64, "fp32": 128, "fp16": 256, "tensor_bf16": 2048,
+                  "tensor_fp16": 2048, "tensor_tf32": 1024, "tensor_fp64": 128,
+                  "tensor_int8": 4096},
+    "ampere": {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
+               "tensor_tf32": 512, "tensor_int8": 2048},
+    "ada": {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
+            "tensor_tf32": 512, "tensor_fp8": 2048, "tensor_int8": 2048},
+}
+
+
+@dataclass(frozen=True)
+class KnownGpu:
+    """One GPU model: how its name reads, its architecture, SMs, boost clock and DRAM."""
+
+    pattern: str
+    architecture: str
+    sms: int
+    boost_mhz: float
+    dram_bytes_per_s: float
+
+    def flops_per_s(self, precision: str) -> float | None:
+        """Dense peak FLOP/s of ``precision`` at the boost clock; None if it has no such
+        path."""
+        rate = PER_SM_CYCLE[self.architecture].get(precision)
+        return None if rate is None else rate * self.sms * self.boost_mhz * 1e6
+
+
+#: First match wins: the more specific names first (an H100 PCIe before the SXM part).
+KNOWN_GPUS: tuple[KnownGpu, ...] = (
+    KnownGpu(r"H100.*PCIe", "hopper", 114, 1755, 2.0e12),
+    KnownGpu(r"H100.*NVL", "hopper", 132, 1785, 3.9e12),
+    KnownGpu(r"H100|H800", "hopper", 132, 1980, 3.35e12),
+    KnownGpu(r"H200", "hopper", 132, 1980, 4.8e12),
+    KnownGpu(r"A100.*80GB.*PCIe", "ampere100", 108, 1410, 1.935e12),
+    KnownGpu(r"A100.*80GB", "ampere100", 108, 1410, 2.039e12),
+    KnownGpu(r"A100", "ampere100", 108, 1410, 1.555e12),
+    KnownGpu(r"L40S", "ada", 142, 2520, 0.864e12),
+    KnownGpu(r"\bL4\b", "ada", 58, 2040, 0.3e12),
+    KnownGpu(r"\bA10\b", "ampere", 72, 1695, 0.6e12),
+)
+
+
+def known_gpu(name: object) -> KnownGpu | None:
+    """The table's entry for a device name such as ``NVIDIA H100 80GB HBM3``; None when the
+    name is not one of :data:`KNOWN_GPUS`."""
+    if not isinstance(name, str):
+        return None
+    return next((gpu for gpu in KNOWN_GPUS if re.search(gpu.pattern, name)), None)
