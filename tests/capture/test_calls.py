@@ -360,3 +360,18 @@ def test_backward_ops_on_autograds_device_thread_are_recorded() -> None:
     assert threading.get_ident() not in backward_threads  # autograd's CUDA device thread
     gemms = rows_where(recorder.rows(), "mm", "bwd:2")
     assert len(gemms) == 2 and {row["count"] for row in gemms} == {1}
+
+
+@pytest.mark.parametrize("groups", [1, 4, 32])
+def test_a_convolutions_backward_counts_what_its_forward_does(groups: int) -> None:
+    """Each gradient of a convolution does the forward's multiply-adds once more (its input
+    gradient up to the borders), so the backward's FLOPs are at most twice the forward's
+    whatever the groups: torch's own formula counts a grouped (depthwise) weight gradient
+    ``groups`` times over, which put ConvNeXt's backward far above its roof."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(32, 32, 7, padding=3, groups=groups))
+    rows = record_one_iteration(model, torch.randn(2, 32, 14, 14, requires_grad=True))
+    (forward,) = [r for r in rows_where(rows, "convolution", "0")]
+    (backward,) = [r for r in rows_where(rows, "convolution_backward", "bwd:0")]
+    assert forward["flops"] == 2 * 2 * 14 * 14 * 32 * (32 // groups) * 7 * 7
+    assert 1.5 * forward["flops"] < backward["flops"] <= 2 * forward["flops"]

@@ -115,11 +115,38 @@ def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
     formula = flop_registry.get(packet)
     if formula is None:
         return None
+    if _is_grouped_conv_backward(packet, args):
+        return _grouped_conv_backward_flops(args)
     try:
         # As FlopCounterMode._count_flops calls the registered (shape-wrapped) formulas.
         return int(formula(*args, **kwargs, out_val=out))
     except Exception as err:  # a formula that does not cover this overload's arguments
         logger.debug("torch_nsight: no FLOPs for %s: %s: %s", packet, type(err).__name__, err)
+        return None
+
+
+def _is_grouped_conv_backward(packet: Any, args: Any) -> bool:
+    return (getattr(packet, "__name__", "") == "convolution_backward"
+            and len(args) >= 11 and isinstance(args[9], int) and args[9] > 1)
+
+
+def _grouped_conv_backward_flops(args: Any) -> int | None:
+    """A grouped (depthwise) convolution's backward: torch's formula counts the weight
+    gradient as if every input channel met every output channel, ``groups`` times too many
+    (768x for a ConvNeXt block's depthwise 7x7), which puts the kernel far above its roof.
+    The weight gradient does one multiply-add per forward one; the input gradient is
+    torch's own count."""
+    from torch.utils.flop_counter import conv_flop_count
+
+    grad_out, x, w, transposed, mask = args[0], args[1], args[2], args[7], args[10]
+    try:
+        shapes = [list(t.shape) for t in (grad_out, x, w)]
+        flops = conv_flop_count(shapes[0], shapes[2], shapes[1], not transposed) if mask[0] else 0
+        if mask[1]:
+            flops += conv_flop_count(shapes[1], shapes[2], shapes[0], transposed)
+        return int(flops)
+    except Exception as err:  # symbolic or unusual arguments: no count rather than a wrong one
+        logger.debug("torch_nsight: no FLOPs for a grouped convolution_backward: %s", err)
         return None
 
 
