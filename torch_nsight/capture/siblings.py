@@ -6,11 +6,15 @@ profile``, on the step before the chosen ones: :class:`~torch_nsight.capture.rep
 1. :func:`candidate_groups`: children of one parent with the same type, parameter and
    buffer shapes and submodule structure (static, no run needed);
 2. :func:`check_siblings`: one un-profiled iteration records, per candidate, its calls,
-   input shapes, the torch-level functions it calls forward (name, argument shapes, dtypes
-   and ``requires_grad``: in eager mode these decide which kernels launch), for backward
-   the ``requires_grad`` pattern of its inputs and parameters (which decides the backward
-   graph autograd builds for it) and its backward hook calls, and its time (CUDA events).
-   Members that agree form a verified group; the first is its representative. (CUDA kernel
+   input shapes and its *launches*: the torch-level functions it calls forward, in order,
+   with their arguments' and outputs' shapes, strides, dtypes and ``requires_grad`` (in
+   eager mode these decide which kernels launch; :mod:`torch_nsight.capture.launches`), for
+   backward the ``requires_grad`` pattern of its inputs and parameters (which decides the
+   backward graph autograd builds for it) and its backward hook calls, and its time (CUDA
+   events). Members whose launches match form a verified group, whatever their Python
+   attributes (a stochastic-depth rate that reaches ``bernoulli_`` as another float launches
+   the same kernel); the first is its representative, and a member that differs is
+   profiled, with a note naming its first differing launch. (CUDA kernel
    names would need CUPTI tracing, which Nsight Compute's own injection rules out in the
    profiled child, so the calls that launch them are compared instead. The calls are
    recorded with a ``TorchFunctionMode``, not a ``TorchDispatchMode``: entering the first
