@@ -80,6 +80,8 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         return _vision("vit_small_patch16_224", 224, 64, timm_model=True)
     if name == "convnext_t":
         return _vision("convnext_tiny", 224, 32, timm_model=True)
+    if name == "convnext_t_tv":  # torchvision's: every block has its own stochastic depth
+        return _vision("convnext_tiny", 224, 32, timm_model=False)
     if name == "resnet50":
         return _vision("resnet50", 224, 32, timm_model=False)
     if name == "efficientnet_b0":

@@ -97,6 +97,28 @@ def test_siblings_that_run_differently_are_not_replicated(under_profile: Path) -
                                           "replicas": ["blocks.3"]}]
 
 
+def test_a_convnext_training_step_replicates_blocks_of_other_rates(under_profile: Path) -> None:
+    from twin_models import ConvNeXtStage
+
+    model = ConvNeXtStage(blocks=4, first_block=0)  # stage.0's rate is 0: no random mask
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch_nsight.instrument(model, record_calls=False) as handle:
+        for _ in range(3):
+            with torch_nsight.step():
+                model(torch.randn(2, 3, 32, 32)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+    masked = [f"stage.{i}" for i, b in enumerate(model.stage) if b.stochastic_depth.p > 0]
+    assert handle.replication.groups == [{"representative": masked[0],
+                                          "replicas": masked[1:]}]
+    events = [json.loads(line) for line in under_profile.read_text().splitlines()]
+    (checked,) = [e for e in events if e["event"] == "siblings_checked"]
+    assert (checked["groups"], checked["replicas"]) == (1, len(masked) - 1)
+    # the note says where stage.0 parts from its twins: the mask they allocate
+    (line,) = [m for m in checked["mismatches"] if "stage.0 (" in m]
+    assert "first difference: stage.0 call 1 launch " in line and "torch.empty(" in line
+
+
 def test_without_the_request_nothing_is_marked(under_profile: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(REPLICATE_ENV)

@@ -54,8 +54,11 @@ def test_a_twin_that_runs_differently_is_profiled_on_its_own() -> None:
     assert (outer["representative"], outer["replicas"]) == ("h.1", ["h.3"])
     (line,) = [m for m in verdict["mismatches"] if "h.0 (" in m]
     assert "h.1, h.3 (1 call(s), " in line and "h.2 (1 call(s), " in line
-    # h.0's input needs no gradient (so it records fewer ops); h.2 runs one more op
-    assert line.startswith("twins run differently (inputs, torch calls, gradients): ")
+    # h.0's input needs no gradient; h.2 runs one more op
+    assert line.startswith("twins run differently (inputs, launches, gradients): ")
+    # each differing twin is set against the largest group, at its first differing launch
+    assert "first difference: h.0 call 1 launch 1 of " in line
+    assert "; h.2 call 1 launch 6 of 7: Tensor.mul(" in line
 
 
 CHECK_IN_A_FRESH_PROCESS = """

@@ -6,11 +6,15 @@ profile``, on the step before the chosen ones: :class:`~torch_nsight.capture.rep
 1. :func:`candidate_groups`: children of one parent with the same type, parameter and
    buffer shapes and submodule structure (static, no run needed);
 2. :func:`check_siblings`: one un-profiled iteration records, per candidate, its calls,
-   input shapes, the torch-level functions it calls forward (name, argument shapes, dtypes
-   and ``requires_grad``: in eager mode these decide which kernels launch), for backward
-   the ``requires_grad`` pattern of its inputs and parameters (which decides the backward
-   graph autograd builds for it) and its backward hook calls, and its time (CUDA events).
-   Members that agree form a verified group; the first is its representative. (CUDA kernel
+   input shapes and its *launches*: the torch-level functions it calls forward, in order,
+   with their arguments' and outputs' shapes, strides, dtypes and ``requires_grad`` (in
+   eager mode these decide which kernels launch; :mod:`torch_nsight.capture.launches`), for
+   backward the ``requires_grad`` pattern of its inputs and parameters (which decides the
+   backward graph autograd builds for it) and its backward hook calls, and its time (CUDA
+   events). Members whose launches match form a verified group, whatever their Python
+   attributes (a stochastic-depth rate that reaches ``bernoulli_`` as another float launches
+   the same kernel); the first is its representative, and a member that differs is
+   profiled, with a note naming its first differing launch. (CUDA kernel
    names would need CUPTI tracing, which Nsight Compute's own injection rules out in the
    profiled child, so the calls that launch them are compared instead. The calls are
    recorded with a ``TorchFunctionMode``, not a ``TorchDispatchMode``: entering the first
@@ -36,13 +40,21 @@ import sys
 import threading
 import time
 import warnings
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import torch
 from torch import nn
 
+from torch_nsight.capture.launches import (
+    Launch,
+    Member,
+    describe_mismatch,
+    function_name,
+    launches_nothing,
+    requires_grad_pattern,
+)
+from torch_nsight.capture.launches import signature as _arg_signature
 from torch_nsight.capture.stack import is_compiling
 from torch_nsight.naming import is_inside
 
@@ -73,84 +85,13 @@ def candidate_groups(model: nn.Module) -> list[list[str]]:
     return groups
 
 
-def _plain(size: Any) -> Any:
-    """A size as a plain int, or its text: a symbolic size (``SymInt``) is never hashed."""
-    return size if type(size) is int else str(size)
-
-
-def _arg_signature(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return ("T", tuple(_plain(d) for d in value.shape), str(value.dtype),
-                bool(value.is_contiguous()), bool(value.requires_grad))
-    if isinstance(value, (list, tuple)):
-        return tuple(_arg_signature(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple((k, _arg_signature(v)) for k, v in value.items())
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    return type(value).__qualname__
-
-
-def _requires_grad_pattern(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.requires_grad
-    if isinstance(value, (list, tuple)):
-        return tuple(_requires_grad_pattern(v) for v in value)
-    if isinstance(value, Mapping):
-        return tuple((k, _requires_grad_pattern(v)) for k, v in value.items())
-    return None
-
-
-def _function_name(func: Any) -> str:
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-    if name is None:
-        return repr(func)
-    return f"{getattr(func, '__module__', None) or ''}.{name}"
-
-
-class _Member:
-    __slots__ = ("calls", "inputs", "ops", "grad_pattern", "bwd_pre", "seconds",
-                 "events")
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.inputs: list[Any] = []
-        self.ops: Counter[Any] = Counter()  # forward torch-level calls
-        # per call, with grad enabled: requires_grad of its inputs and parameters (what
-        # decides the backward graph autograd builds for the member)
-        self.grad_pattern: list[Any] = []
-        self.bwd_pre = 0  # backward passes through it (autograd node pre-hooks)
-        self.seconds = 0.0
-        self.events: list[Any] = []
-
-    def signature(self) -> tuple[Any, ...]:
-        return (self.calls, tuple(self.inputs), tuple(sorted(self.ops.items(), key=repr)),
-                tuple(self.grad_pattern), self.bwd_pre, True)
-
-    def op_count(self) -> int:
-        return sum(self.ops.values())
-
-
-#: What each place of :meth:`_Member.signature` holds, as a mismatch names it.
-_SIGNATURE_PARTS = ("calls", "inputs", "torch calls", "gradients", "backward", "backward")
-
-
-def _differences(members: list[_Member]) -> str:
-    """Which parts of the members' signatures differ, e.g. ``inputs, torch calls``: inputs
-    are the call's arguments (a tensor's shape, dtype, layout and ``requires_grad``, other
-    values as they are)."""
-    signatures = [m.signature() for m in members]
-    return ", ".join(dict.fromkeys(
-        part for i, part in enumerate(_SIGNATURE_PARTS) if len({s[i] for s in signatures}) > 1))
-
-
 class _Recorder:
     """Hooks and a torch function mode that record what each candidate member does."""
 
     def __init__(self, model: nn.Module, names: Iterable[str], *, backward: bool,
                  cuda: bool) -> None:
         self.modules = dict(model.named_modules())
-        self.members = {name: _Member() for name in names}
+        self.members = {name: Member() for name in names}
         self.backward = backward
         self.cuda = cuda
         self.local = threading.local()
@@ -208,9 +149,10 @@ class _Recorder:
                     member = self.members[name]
                     member.calls += 1
                     member.inputs.append(_arg_signature((args, kwargs)))
+                    member.launches.append([])
                     if self.backward and torch.is_grad_enabled():
                         member.grad_pattern.append((
-                            _requires_grad_pattern((args, kwargs)),
+                            requires_grad_pattern((args, kwargs)),
                             tuple(p.requires_grad for p in mod.parameters())))
                     self._open(name, "fwd")
                 except Exception as err:  # noqa: BLE001 - never into the user's step
@@ -252,23 +194,30 @@ class _Recorder:
             handle.remove()
         self.handles.clear()
 
-    def record_op(self, func: Any, args: Any, kwargs: Any) -> None:
-        """Count a forward torch-level call for every member open on this thread. (Backward
-        runs in autograd's C++ engine, which a torch function mode does not see.) Nothing is
-        recorded while Dynamo traces or builds guards (it calls torch functions on fake,
-        symbolic tensors), and an error stops recording instead of reaching the caller."""
+    def record_op(self, func: Any, args: Any, kwargs: Any, result: Any) -> None:
+        """Append a forward launch (a torch-level call that returned ``result``) to the
+        current call of every member open on this thread. (Backward runs in autograd's C++
+        engine, which a torch function mode does not see; the forward launches and the
+        ``requires_grad`` pattern decide it.) Nothing is recorded while Dynamo traces or
+        builds guards (it calls torch functions on fake, symbolic tensors), and an error
+        stops recording instead of reaching the caller."""
         stack = getattr(self.local, "stack", None)
         if not stack or self._quiet() or _tracing():
             return
         try:
-            key = None
-            for name, direction, _ in stack:
+            name = function_name(func)
+            if launches_nothing(name):
+                return
+            launch: Launch | None = None
+            for member_name, direction, _ in stack:
                 if direction != "fwd":
                     continue
-                if key is None:
-                    key = (_function_name(func), _arg_signature(args),
-                           _arg_signature(kwargs or {}))
-                self.members[name].ops[key] += 1
+                if launch is None:
+                    launch = (name, _arg_signature((args, kwargs or {})),
+                              _arg_signature(result))
+                calls = self.members[member_name].launches
+                if calls:
+                    calls[-1].append(launch)
         except Exception as err:  # noqa: BLE001 - never into the user's step
             self.fail(err)
 
@@ -301,8 +250,9 @@ def _function_mode(recorder: _Recorder) -> Any:
     class _CallRecorder(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
-            recorder.record_op(func, args, kwargs)
-            return func(*args, **(kwargs or {}))
+            result = func(*args, **(kwargs or {}))
+            recorder.record_op(func, args, kwargs, result)
+            return result
 
     return _CallRecorder()
 
@@ -397,7 +347,7 @@ class SiblingCheck:
             return {"status": "none", "groups": [], "mismatches": []}
         recorder, times = self.recorder, self._times
         verified: list[list[str]] = []
-        mismatches: list[str] = []
+        mismatches: list[tuple[list[str], str]] = []
         for names in self.candidates:
             by_signature: dict[tuple[Any, ...], list[str]] = {}
             for name in names:
@@ -407,12 +357,8 @@ class SiblingCheck:
             parts = sorted(by_signature.values(), key=lambda p: names.index(p[0]))
             verified.extend(p for p in parts if len(p) > 1)
             if len(parts) > 1:
-                firsts = [recorder.members[p[0]] for p in parts]
-                described = " | ".join(
-                    f"{', '.join(p)} ({m.calls} call(s), {m.op_count()} ops)"
-                    for p, m in zip(parts, firsts, strict=True))
-                mismatches.append(f"twins run differently ({_differences(firsts)}): "
-                                  f"{described}; only members that agree are replicated")
+                mismatches.append((names, describe_mismatch(
+                    parts, [recorder.members[p[0]] for p in parts])))
         groups: list[dict[str, Any]] = []
         replicas: list[str] = []
         for part in sorted(verified, key=lambda p: p[0].count(".")):
@@ -422,8 +368,11 @@ class SiblingCheck:
             groups.append({"representative": part[0], "replicas": part[1:],
                            "ops": recorder.members[part[0]].op_count(),
                            "time_ms": {n: round(times[n], 4) for n in part}})
-        status = "replicated" if groups else ("mismatch" if mismatches else "none")
-        return {"status": status, "groups": groups, "mismatches": mismatches}
+        # twins inside a replica are covered by its representative: no word about them
+        lines = [line for names, line in mismatches
+                 if not all(any(is_inside(n, r) for r in replicas) for n in names)]
+        status = "replicated" if groups else ("mismatch" if lines else "none")
+        return {"status": status, "groups": groups, "mismatches": lines}
 
 
 def check_siblings(model: nn.Module, run_once: Callable[[], None], *, backward: bool,
