@@ -229,8 +229,38 @@ def run_model(model: str, out: Path, compiled_profile: bool, phases: set[str] | 
     return result
 
 
+def _cell(value: Any, form: str = "{:.1f}") -> str:
+    return "-" if value is None else form.format(value)
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """docs/zoo.md's table: one row per model record."""
+    head = ("| model | set | bare ms (repeats) | compiled ms | profile exit / s | in modules | "
+            "above roof | SOL agreement (time) | timeline verdict | busy judged / true | "
+            "launch or idle gain / compile saves, ms |")
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for r in records:
+        bare, prof, sol, tl = (r.get(k) or {} for k in ("bare", "profile", "sol", "timeline"))
+        repeats = "/".join(f"{v:.1f}" for v in bare.get("repeats_ms") or [])
+        agree = (f"{sol['agree_time_pct']:.1f}% ({sol.get('sampled')})"
+                 if sol.get("agree_time_pct") is not None else "-")
+        gain = (f"{_cell(tl.get('idle_gain_ms'))} ({tl.get('idle_finding') or 'none'}) / "
+                f"{_cell(r.get('compile_saves_ms'))}")
+        lines.append(
+            f"| {r['model']} | {r.get('set', '-')} | {_cell(bare.get('step_ms'))} ({repeats}) "
+            f"| {_cell((r.get('bare_compiled') or {}).get('step_ms'))} "
+            f"| {_cell(prof.get('rc'), '{}')} / {_cell(prof.get('wall_s'))} "
+            f"| {_cell(prof.get('in_modules_pct'), '{:.1f}%')} "
+            f"| {_cell(prof.get('above_roof'), '{}')} | {agree} | {tl.get('verdict') or '-'} "
+            f"| {_cell(tl.get('judged_busy_pct'))} / {_cell(tl.get('true_busy_pct'))} "
+            f"| {gain} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", nargs="+", type=Path, default=None, metavar="ZOO_JSON",
+                        help="print docs/zoo.md's table from these zoo.json files and exit")
     parser.add_argument("--out", type=Path, default=Path("zoo_out"))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--compiled-profile", default="")
@@ -239,6 +269,9 @@ def main() -> int:
     parser.add_argument("--keep-reports", action="store_true",
                         help="keep each fast profile's report, xz-compressed, in OUT")
     args = parser.parse_args()
+    if args.table:
+        print(table([r for path in args.table for r in json.loads(path.read_text())]))
+        return 0
     KEEP["reports"] = args.keep_reports
     phases = set(args.phases.split(",")) if args.phases else None
     args.out.mkdir(parents=True, exist_ok=True)
