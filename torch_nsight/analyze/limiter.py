@@ -31,6 +31,8 @@ from typing import Literal
 
 import pandas as pd
 
+from torch_nsight.analyze.classify import ROOF_CLAUSE
+
 LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
                       "blocks_per_sm", "tail"]
 #: Occupancy (% of the SM's warps) at or under which the resource that sets it is named.
@@ -145,6 +147,15 @@ def describe_limiter(row: dict[str, object], kind: LimiterKind | None) -> str:
     return _occupancy(row, kind)
 
 
+def with_clause(reason: object, words: str) -> str:
+    """``reason`` with ``words`` after its evidence and before its DRAM roofline clause
+    (which stays last, as :mod:`~torch_nsight.analyze.classify` writes it)."""
+    if not isinstance(reason, str) or not reason:
+        return words
+    evidence, roof, position = reason.partition(f"; {ROOF_CLAUSE}")
+    return f"{evidence}; {words}{roof}{position}" if roof else f"{reason}; {words}"
+
+
 def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
     """Add ``limiter`` to latency-bound rows and its numbers to their ``reason``.
 
@@ -154,8 +165,8 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
             without ``waves``, get no limiter).
 
     Returns:
-        A copy with ``limiter`` (None on other rows) and, on latency-bound rows with a
-        limiter, ``; <numbers>`` appended to ``reason``.
+        A copy with ``limiter`` (None on other rows) and, on latency-bound rows, the
+        verdict's numbers in ``reason`` (before its DRAM roofline clause).
     """
     out = df.copy()
     limiters: list[object] = [None] * len(out)
@@ -167,8 +178,10 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
                 continue
             kind = limiters[at] = launch_limiter(row)
             words = describe_limiter(row, kind)
+            if kind == "small_grid" and "small grid (" in str(reasons[at]):
+                words = words.partition(": ")[2]  # the reason has the waves already
             if words:
-                reasons[at] = f"{reasons[at]}; {words}" if isinstance(reasons[at], str) else words
+                reasons[at] = with_clause(reasons[at], words)
     out["limiter"] = pd.Series(limiters, index=out.index, dtype=object)
     if "reason" in out:
         out["reason"] = pd.Series(reasons, index=out.index, dtype=object)
