@@ -36,8 +36,10 @@ from typing import Literal, get_args
 
 import pandas as pd
 
-#: What limits occupancy, in the order ties are named (cuda_occupancy.h's order).
-OccupancyLimiter = Literal["block_size", "registers", "shared_memory", "blocks_per_sm"]
+#: What limits occupancy, in the order ties are named: the hard caps first, as the driver
+#: sizes the shared memory carveout to reach them (a 32-thread block of no shared memory
+#: ties the 32-block cap with its 1 KB reserve in a 32 KB carveout).
+OccupancyLimiter = Literal["block_size", "blocks_per_sm", "registers", "shared_memory"]
 LIMITERS: tuple[OccupancyLimiter, ...] = get_args(OccupancyLimiter)
 
 WARP_SIZE = 32
@@ -131,9 +133,9 @@ def block_limits(block_size: float, registers_per_thread: float, shared_per_bloc
                     // warps_per_block)
     return {
         "block_size": sm.warps // warps_per_block,
+        "blocks_per_sm": sm.blocks,
         "registers": by_registers,
         "shared_memory": math.inf if shared == 0 else shared_per_sm // shared,
-        "blocks_per_sm": sm.blocks,
     }
 
 
