@@ -55,7 +55,7 @@ def test_next_step_hints() -> None:
     assert next_step("latency", "SOL memory 40%", None, limiter="registers").endswith(
         "occupancy limited by registers")
     assert next_step("latency", "SOL memory 40%", None, limiter="small_grid").startswith(
-        "give it more parallel work")
+        "give it more work")
     assert next_step("memory", "", None, limiter="registers").startswith("cut memory traffic")
     assert "tensor cores" in next_step("compute", "", "fp32", "compute", 85.0)
     assert "near the FLOP roof" in next_step("compute", "", "tensor_bf16", "compute", 85.0)

@@ -37,14 +37,14 @@ LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad",
 #: What to change for each launch limiter of a latency-bound kernel (analyze/limiter.py),
 #: the action first, then the limiter's name (its numbers are in the reason).
 LIMITER_FIX = {
-    "small_grid": "give it more parallel work: a larger batch, or fuse it with its "
-                  "neighbours (torch.compile): under one wave",
-    "tail": "size the work to whole waves (batch, sequence length) or fuse it "
-            "(torch.compile): a partial last wave",
-    "registers": "try another kernel or backend (torch.compile, an SDPA or cuDNN backend, "
-                 "another dtype): occupancy limited by registers",
-    "shared_memory": "try another kernel or backend (torch.compile, an SDPA or cuDNN "
-                     "backend, another dtype): occupancy limited by shared memory",
+    "small_grid": "give it more work (a larger batch) or fuse it (torch.compile): under "
+                  "one wave",
+    "tail": "fill whole waves (batch, sequence length) or fuse it (torch.compile): "
+            "a partial last wave",
+    "registers": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
+                 "dtype): occupancy limited by registers",
+    "shared_memory": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
+                     "dtype): occupancy limited by shared memory",
     "block_size": "try another kernel or backend (torch.compile): occupancy limited by its "
                   "block size",
     "blocks_per_sm": "fuse it (torch.compile) or use another kernel: blocks too small to "
