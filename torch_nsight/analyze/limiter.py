@@ -32,6 +32,7 @@ from typing import Literal
 import pandas as pd
 
 from torch_nsight.analyze.classify import ROOF_CLAUSE
+from torch_nsight.analyze.occupancy import as_number as _number
 
 LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
                       "blocks_per_sm", "tail"]
@@ -42,13 +43,6 @@ TAIL_PCT = 25.0
 _INPUTS = ("bound", "waves", "grid_size", "block_size", "sm_count", "blocks_per_sm",
            "occupancy_pct", "occupancy_limiter", "registers_per_thread", "shared_static_bytes",
            "shared_dynamic_bytes", "sm_blocks")
-
-
-def _number(value: object) -> float:
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
 
 
 def tail_idle_pct(waves: float) -> float:

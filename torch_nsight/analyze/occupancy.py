@@ -81,12 +81,15 @@ KNOWN_NAMES = ((re.compile(r"\b(H100|H200|H800|GH200|H20)\b"), (9, 0)),
                (re.compile(r"\b(B200|B100|GB200)\b"), (10, 0)))
 
 
-def _number(value: object) -> float:
+def as_number(value: object) -> float:
+    """``value`` as a float; NaN for None or anything that is not a number."""
     try:
-        number = float(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return math.nan
-    return number
+
+
+_number = as_number
 
 
 def sm_limits(row: dict[str, object]) -> SmLimits | None:
