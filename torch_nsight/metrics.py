@@ -102,9 +102,37 @@ METRICS: tuple[Metric, ...] = (
     Metric("launch__waves_per_multiprocessor", "waves", "", "launch", "LaunchStats"),
     Metric("launch__registers_per_thread", "registers_per_thread", "register", "launch",
            "LaunchStats"),
+    # what sets the theoretical occupancy (analyze/occupancy.py; recorded at launch: free)
+    Metric("launch__shared_mem_per_block_static", "shared_static_bytes", "byte", "launch",
+           "LaunchStats", "static shared memory per block"),
+    Metric("launch__shared_mem_per_block_dynamic", "shared_dynamic_bytes", "byte", "launch",
+           "LaunchStats", "dynamic shared memory per block"),
+    Metric("launch__shared_mem_per_block_driver", "shared_reserved_bytes", "byte", "launch",
+           "LaunchStats", "shared memory per block the driver reserves"),
+    Metric("launch__shared_mem_config_size", "shared_config_bytes", "byte", "launch",
+           "LaunchStats", "shared memory per SM configured for the launch (the carveout)"),
+    # Nsight Compute's own occupancy figures, read to check ours (tests/analyze)
+    Metric("sm__maximum_warps_per_active_cycle_pct", "ncu_occupancy_pct", "%", "launch",
+           "Occupancy", "theoretical occupancy as Nsight Compute computes it"),
+    Metric("launch__occupancy_limit_registers", "ncu_block_limit_registers", "block", "launch",
+           "Occupancy", "blocks per SM the registers allow (Nsight Compute)"),
+    Metric("launch__occupancy_limit_shared_mem", "ncu_block_limit_shared_memory", "block",
+           "launch", "Occupancy", "blocks per SM the shared memory allows (Nsight Compute)"),
+    Metric("launch__occupancy_limit_warps", "ncu_block_limit_warps", "block", "launch",
+           "Occupancy", "blocks per SM the warp slots allow (Nsight Compute)"),
+    Metric("launch__occupancy_limit_blocks", "ncu_block_limit_blocks", "block", "launch",
+           "Occupancy", "blocks per SM the hardware allows (Nsight Compute)"),
     # device
     Metric("device__attribute_display_name", "gpu", "", "device"),
     Metric("device__attribute_multiprocessor_count", "sm_count", "", "device"),
+    Metric("device__attribute_compute_capability_major", "compute_major", "", "device"),
+    Metric("device__attribute_compute_capability_minor", "compute_minor", "", "device"),
+    Metric("device__attribute_max_registers_per_multiprocessor", "sm_registers", "register",
+           "device"),
+    Metric("device__attribute_max_shared_memory_per_multiprocessor", "sm_shared_bytes", "byte",
+           "device"),
+    Metric("device__attribute_max_warps_per_multiprocessor", "sm_warps", "warp", "device"),
+    Metric("device__attribute_max_blocks_per_multiprocessor", "sm_blocks", "block", "device"),
 )
 
 # Precision name -> (kernel-table FLOP column, peak-per-cycle column, FLOP per peak unit).

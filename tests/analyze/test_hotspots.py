@@ -48,7 +48,15 @@ def test_bad_arguments(block: pd.DataFrame, kwargs: dict) -> None:
 def test_next_step_hints() -> None:
     assert next_step("latency", "small grid (0.2 waves), SOL memory 5%, compute 5%",
                      "fp32").startswith("fuse it or give it more blocks")
-    assert "occupancy" in next_step("latency", "SOL memory 40%, compute 30%, both < 60%", None)
+    # no launch limiter: the stalls are what is left to look at
+    assert "launch is not the limit" in next_step("latency", "SOL memory 40%, compute 30%, "
+                                                  "both < 60%", None)
+    # a launch limiter: its fix, action first, then its name
+    assert next_step("latency", "SOL memory 40%", None, limiter="registers").endswith(
+        "occupancy limited by registers")
+    assert next_step("latency", "SOL memory 40%", None, limiter="small_grid").startswith(
+        "give it more work")
+    assert next_step("memory", "", None, limiter="registers").startswith("cut memory traffic")
     assert "tensor cores" in next_step("compute", "", "fp32", "compute", 85.0)
     assert "near the FLOP roof" in next_step("compute", "", "tensor_bf16", "compute", 85.0)
     assert "near" not in next_step("compute", "", "tensor_bf16", "compute", 30.0)

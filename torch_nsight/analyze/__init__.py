@@ -24,6 +24,8 @@ from torch_nsight.analyze.findings import findings, fold_findings
 from torch_nsight.analyze.fold import fold_tree
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
+from torch_nsight.analyze.limiter import add_limiter
+from torch_nsight.analyze.occupancy import add_occupancy
 from torch_nsight.analyze.ops import name_aten_ops
 from torch_nsight.analyze.regress import compare_profiles
 from torch_nsight.analyze.replicas import expand_replicas
@@ -36,7 +38,7 @@ from torch_nsight.vocabulary import UNATTRIBUTED
 __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
-    "classify", "sol_title", "module_tree", "coverage", "hotspots", "kernel_hotspots",
+    "classify", "sol_title", "add_occupancy", "add_limiter", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
     "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
     "fold_findings", "fold_tree",
@@ -47,8 +49,8 @@ __all__ = [
 def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
             calls: pd.DataFrame | None = None,
             settings: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Attribute, copy replicated rows, count FLOPs, add peaks, place on the roofline and
-    classify every kernel.
+    """Attribute, copy replicated rows, count FLOPs, add peaks, place on the roofline,
+    classify every kernel and name what limits the latency-bound ones.
 
     Args:
         df: a raw kernel table (see :func:`torch_nsight.report.table.empty_raw_table`).
@@ -68,6 +70,6 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
     """
     df = expand_replicas(attribute(df), replication)
     df = fill_flops_from_calls(add_flops(name_aten_ops(df, calls)), calls, settings)
-    for step in (add_peaks, add_roofline, classify):
+    for step in (add_peaks, add_roofline, classify, add_occupancy, add_limiter):
         df = step(df)
     return df

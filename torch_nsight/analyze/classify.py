@@ -128,12 +128,16 @@ def roof_name(side: object, precision: object = None) -> str:
     return "compute roof"
 
 
+#: How the reason's DRAM roofline clause starts.
+ROOF_CLAUSE = "DRAM roofline: "
+
+
 def _roof_fact(side: object, pct: float, precision: object) -> str:
     """The DRAM roofline position, labelled as such: ``DRAM roofline: 10% of bf16 tensor
     roof``; empty when unknown."""
     if pd.isna(pct):
         return ""
-    return f"DRAM roofline: {_pct(pct, ROOF_LATENCY_PCT)} of {roof_name(side, precision)}"
+    return f"{ROOF_CLAUSE}{_pct(pct, ROOF_LATENCY_PCT)} of {roof_name(side, precision)}"
 
 
 def _sol_evidence(title: str, sm_pct: float, mem_pct: float, waves: float,

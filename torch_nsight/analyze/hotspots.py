@@ -34,9 +34,27 @@ HOTSPOT_COLUMNS = (
 LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad", re.IGNORECASE)
 
 
+#: What to change for each launch limiter of a latency-bound kernel (analyze/limiter.py),
+#: the action first, then the limiter's name (its numbers are in the reason).
+LIMITER_FIX = {
+    "small_grid": "give it more work (a larger batch) or fuse it (torch.compile): under "
+                  "one wave",
+    "tail": "fill whole waves (batch, sequence length) or fuse it (torch.compile): "
+            "a partial last wave",
+    "registers": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
+                 "dtype): occupancy limited by registers",
+    "shared_memory": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
+                     "dtype): occupancy limited by shared memory",
+    "block_size": "try another kernel or backend (torch.compile): occupancy limited by its "
+                  "block size",
+    "blocks_per_sm": "fuse it (torch.compile) or use another kernel: blocks too small to "
+                     "fill an SM",
+}
+
+
 def next_step(bound: object, reason: object, precision: object, side: object = None,
-              pct_of_roof: float = math.nan, kernel: object = None, basis: object = None
-              ) -> str:
+              pct_of_roof: float = math.nan, kernel: object = None, basis: object = None,
+              limiter: object = None) -> str:
     """Return a short hint of what to look at next for a kernel of this class.
 
     Only a kernel on the memory side of the DRAM roofline is told to cut DRAM traffic: one
@@ -51,6 +69,8 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
         pct_of_roof: ``pct_of_roof``, NaN when unknown.
         kernel: the kernel's name, to recognise a library GEMM or convolution.
         basis: the classification's basis (``roofline``: judged without speed-of-light data).
+        limiter: what limits a latency-bound kernel's launch (``limiter``, see
+            :mod:`torch_nsight.analyze.limiter`), None when nothing does or unknown.
 
     Returns:
         One line of advice, the action first.
@@ -59,6 +79,8 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
     low = not pd.isna(pct_of_roof) and pct_of_roof < LATENCY_PCT
     library = isinstance(kernel, str) and LIBRARY_MATMUL.search(kernel) is not None
     if bound == "latency":
+        if isinstance(limiter, str) and limiter in LIMITER_FIX:
+            return LIMITER_FIX[limiter]
         if reason.startswith("small grid"):
             return "fuse it or give it more blocks (batch, split-K): under one wave"
         if basis == "roofline":  # judged from the roofline alone: no speed-of-light data
@@ -67,8 +89,8 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
                         "metric set tells an L1/L2 limit from latency)")
             return ("far below its roof: profile it with the roofline metric set to tell an "
                     "L1/L2 limit from latency (occupancy, stalls)")
-        return ("check occupancy and stalls (Occupancy, WarpStateStats sections): "
-                "neither side near peak")
+        return ("profile it with metric_set='full' to see its stalls (WarpStateStats): the "
+                "launch is not the limit")
     if bound == "memory":
         if side == "compute":
             if library and low:
@@ -123,7 +145,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     """
     keys = list(KERNEL_KEYS)
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
-                            "reason", "basis", "roofline_side"])
+                            "reason", "basis", "roofline_side", "limiter"])
     groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
@@ -133,7 +155,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     # reasons differ by a percent must not outvote the bound with one repeated reason
     agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
         pd.MultiIndex.from_frame(work[keys])).to_numpy()
-    for column in ("reason", "basis"):
+    for column in ("reason", "basis", "limiter"):
         out[column] = blank_to_none(dominant(work[agrees], keys, column))
     out["fused_modules"] = _first_fused(df, work, keys)
     out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
@@ -146,7 +168,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
     out["next_step"] = [next_step(*row) for row in zip(
         out["bound"], out["reason"], out["precision"], out["roofline_side"], out["pct_of_roof"],
-        out["kernel"], out["basis"], strict=True)]
+        out["kernel"], out["basis"], out["limiter"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     out = whole_counts(with_spread(out, keep_runs=keep_runs), ("launches",))

@@ -16,7 +16,7 @@ from torch_nsight.report import reader
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 5  # 5: the meta says what a damaged report left out
+SCHEMA_VERSION = 6  # 6: shared memory, device limits and ncu occupancy per kernel
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (

@@ -1,0 +1,182 @@
+"""What limits a latency-bound kernel, from its launch alone, and the reason text that says so.
+
+A kernel that keeps neither its SMs nor its memory busy (``bound == "latency"``) is most
+often starved of parallel work. The launch already says whether it is: the rule
+(:func:`launch_limiter`) reads the waves (``launch__waves_per_multiprocessor``: the grid in
+units of what all SMs hold at once) and the theoretical occupancy of
+:mod:`~torch_nsight.analyze.occupancy`, in this order:
+
+* ``small_grid``: under one wave (``waves < 1``): some SMs idle, or all under-filled;
+* ``registers``, ``shared_memory``, ``block_size``, ``blocks_per_sm``: theoretical occupancy
+  at most :data:`LOW_OCCUPANCY_PCT`, named by the resource that sets it;
+* ``tail``: a partial last wave that leaves the SMs idle for at least :data:`TAIL_PCT` of
+  the kernel's time (blocks of equal duration assumed);
+* the occupancy limiter again, for any theoretical occupancy under 100% (as Nsight
+  Compute's Occupancy section names it);
+* None: the launch is not the limit (full occupancy, whole waves), or an input is unknown.
+
+:func:`add_limiter` stores the verdict (``limiter``) and appends its numbers to the reason
+of latency-bound rows: ``0.4 waves: 53 blocks on 132 SMs``, ``occupancy 19%: 168 registers
+per thread``, or, where the launch is not the limit, ``launch not the limit: occupancy
+100%, 5.8 waves`` (what limits such a kernel, memory latency or instruction issue, takes
+Nsight Compute's WarpStateStats section to tell); docs/roofline.md lists every form. The
+hotspot's ``next_step`` turns the verdict into a PyTorch-level fix
+(:func:`torch_nsight.analyze.hotspots.next_step`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import pandas as pd
+
+from torch_nsight.analyze.classify import ROOF_CLAUSE
+from torch_nsight.analyze.occupancy import as_number as _number
+
+LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
+                      "blocks_per_sm", "tail"]
+#: Occupancy (% of the SM's warps) at or under which the resource that sets it is named.
+LOW_OCCUPANCY_PCT = 50.0
+#: A partial last wave is named when it can leave the SMs idle this share (%) of the time.
+TAIL_PCT = 25.0
+_INPUTS = ("bound", "waves", "grid_size", "block_size", "sm_count", "blocks_per_sm",
+           "occupancy_pct", "occupancy_limiter", "registers_per_thread", "shared_static_bytes",
+           "shared_dynamic_bytes", "sm_blocks")
+
+
+def tail_idle_pct(waves: float) -> float:
+    """The share (%) of a kernel's time its SMs may idle in a partial last wave: the last
+    wave lasts as long as a full one with ``waves - floor(waves)`` of it filled; 0 for whole
+    waves or under one wave; NaN when unknown."""
+    if math.isnan(waves) or waves < 1:
+        return 0.0 if waves == waves else math.nan
+    whole = math.ceil(waves - 1e-9)
+    return 100.0 * (whole - waves) / whole
+
+
+def launch_limiter(row: dict[str, object]) -> LimiterKind | None:
+    """The verdict for one kernel row (see the module docstring), whatever its bound.
+
+    Args:
+        row: a kernel row with ``waves``, ``occupancy_pct`` and ``occupancy_limiter``.
+
+    Returns:
+        The limiter, or None when the launch is not the limit or is unknown.
+    """
+    waves = _number(row.get("waves"))
+    if waves < 1:
+        return "small_grid"
+    occupancy = _number(row.get("occupancy_pct"))
+    limiter = row.get("occupancy_limiter")
+    if not isinstance(limiter, str):
+        limiter = None
+    if limiter is not None and occupancy <= LOW_OCCUPANCY_PCT:
+        return limiter  # type: ignore[return-value]
+    if tail_idle_pct(waves) >= TAIL_PCT:
+        return "tail"
+    return limiter  # type: ignore[return-value]
+
+
+def _waves(waves: float) -> str:
+    if waves < 0.01:
+        return "<0.01"
+    return f"{waves:.2g}" if waves < 0.95 else f"{waves:.3g}"  # 0.996 stays under one
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _blocks(value: float) -> str:
+    return f"{_count(value)} block" + ("" if value == 1 else "s")
+
+
+def _occupancy(row: dict[str, object], kind: str) -> str:
+    pct = f"occupancy {_number(row.get('occupancy_pct')):.0f}%"
+    block = _count(_number(row.get("block_size")))
+    if kind == "registers":
+        return f"{pct}: {_number(row.get('registers_per_thread')):.0f} registers per thread"
+    if kind == "shared_memory":
+        shared = sum(_number(row.get(c)) for c in ("shared_static_bytes",
+                                                    "shared_dynamic_bytes"))
+        return f"{pct}: {shared / 1024:.0f} KB shared memory per block"
+    if kind == "block_size":
+        return f"{pct}: blocks of {block} threads"
+    return (f"{pct}: blocks of {block} threads, at most "
+            f"{_number(row.get('sm_blocks')):.0f} per SM")
+
+
+def describe_limiter(row: dict[str, object], kind: LimiterKind | None) -> str:
+    """The verdict's numbers in words: ``0.4 waves: 53 blocks on 132 SMs``.
+
+    Args:
+        row: the kernel row the verdict was made on.
+        kind: :func:`launch_limiter`'s verdict.
+
+    Returns:
+        One clause, without a trailing period; for None, the numbers that rule the launch
+        out, or empty when they are unknown.
+    """
+    waves = _number(row.get("waves"))
+    grid, sms = _number(row.get("grid_size")), _number(row.get("sm_count"))
+    per_sm = _number(row.get("blocks_per_sm"))
+    if kind == "small_grid":
+        if grid < sms or math.isnan(per_sm):
+            where = "" if math.isnan(sms) else f" on {_count(sms)} SMs"
+            return f"{_waves(waves)} waves: {_blocks(grid)}{where}"
+        return (f"{_waves(waves)} waves: {_blocks(grid)}, room for "
+                f"{_count(per_sm * sms)} ({per_sm:.0f} per SM on {_count(sms)} SMs)")
+    if kind == "tail":
+        room = grid / waves
+        partial = grid - math.floor(waves) * room
+        return (f"{_waves(waves)} waves: a last wave of {_blocks(partial)} "
+                f"(SMs idle up to {tail_idle_pct(waves):.0f}% of the time)")
+    if kind is None:
+        occupancy = _number(row.get("occupancy_pct"))
+        if math.isnan(occupancy) or math.isnan(waves):
+            return ""  # unknown: nothing to say rather than a guess
+        plural = "" if _waves(waves) == "1" else "s"
+        return f"launch not the limit: occupancy {occupancy:.0f}%, {_waves(waves)} wave{plural}"
+    return _occupancy(row, kind)
+
+
+def with_clause(reason: object, words: str) -> str:
+    """``reason`` with ``words`` after its evidence and before its DRAM roofline clause
+    (which stays last, as :mod:`~torch_nsight.analyze.classify` writes it)."""
+    if not isinstance(reason, str) or not reason:
+        return words
+    evidence, roof, position = reason.partition(f"; {ROOF_CLAUSE}")
+    return f"{evidence}; {words}{roof}{position}" if roof else f"{reason}; {words}"
+
+
+def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
+    """Add ``limiter`` to latency-bound rows and its numbers to their ``reason``.
+
+    Args:
+        df: a classified kernel table with the columns of
+            :func:`~torch_nsight.analyze.occupancy.add_occupancy` (rows without them, or
+            without ``waves``, get no limiter).
+
+    Returns:
+        A copy with ``limiter`` (None on other rows) and, on latency-bound rows, the
+        verdict's numbers in ``reason`` (before its DRAM roofline clause).
+    """
+    out = df.copy()
+    limiters: list[object] = [None] * len(out)
+    reasons = out["reason"].tolist() if "reason" in out else [None] * len(out)
+    if "bound" in out:
+        rows = out[[c for c in _INPUTS if c in out]].to_dict("records")
+        for at, row in enumerate(rows):
+            if row.get("bound") != "latency":
+                continue
+            kind = limiters[at] = launch_limiter(row)
+            words = describe_limiter(row, kind)
+            if kind == "small_grid" and "small grid (" in str(reasons[at]):
+                words = words.partition(": ")[2]  # the reason has the waves already
+            if words:
+                reasons[at] = with_clause(reasons[at], words)
+    out["limiter"] = pd.Series(limiters, index=out.index, dtype=object)
+    if "reason" in out:
+        out["reason"] = pd.Series(reasons, index=out.index, dtype=object)
+    return out
