@@ -33,10 +33,12 @@ PER_SM_CYCLE: dict[str, dict[str, float]] = {
 
 @dataclass(frozen=True)
 class KnownGpu:
-    """One GPU model: how its name reads, its architecture, SMs, boost clock and DRAM."""
+    """One GPU model: how its name reads, its architecture and compute capability, SMs,
+    boost clock and DRAM bandwidth."""
 
     pattern: str
     architecture: str
+    capability: tuple[int, int]
     sms: int
     boost_mhz: float
     dram_bytes_per_s: float
@@ -50,16 +52,16 @@ class KnownGpu:
 
 #: First match wins: the more specific names first (an H100 PCIe before the SXM part).
 KNOWN_GPUS: tuple[KnownGpu, ...] = (
-    KnownGpu(r"H100.*PCIe", "hopper", 114, 1755, 2.0e12),
-    KnownGpu(r"H100.*NVL", "hopper", 132, 1785, 3.9e12),
-    KnownGpu(r"H100|H800", "hopper", 132, 1980, 3.35e12),
-    KnownGpu(r"H200", "hopper", 132, 1980, 4.8e12),
-    KnownGpu(r"A100.*80GB.*PCIe", "ampere100", 108, 1410, 1.935e12),
-    KnownGpu(r"A100.*80GB", "ampere100", 108, 1410, 2.039e12),
-    KnownGpu(r"A100", "ampere100", 108, 1410, 1.555e12),
-    KnownGpu(r"L40S", "ada", 142, 2520, 0.864e12),
-    KnownGpu(r"\bL4\b", "ada", 58, 2040, 0.3e12),
-    KnownGpu(r"\bA10\b", "ampere", 72, 1695, 0.6e12),
+    KnownGpu(r"H100.*PCIe", "hopper", (9, 0), 114, 1755, 2.0e12),
+    KnownGpu(r"H100.*NVL", "hopper", (9, 0), 132, 1785, 3.9e12),
+    KnownGpu(r"H100|H800", "hopper", (9, 0), 132, 1980, 3.35e12),
+    KnownGpu(r"H200", "hopper", (9, 0), 132, 1980, 4.8e12),
+    KnownGpu(r"A100.*80GB.*PCIe", "ampere100", (8, 0), 108, 1410, 1.935e12),
+    KnownGpu(r"A100.*80GB", "ampere100", (8, 0), 108, 1410, 2.039e12),
+    KnownGpu(r"A100", "ampere100", (8, 0), 108, 1410, 1.555e12),
+    KnownGpu(r"L40S", "ada", (8, 9), 142, 2520, 0.864e12),
+    KnownGpu(r"\bL4\b", "ada", (8, 9), 58, 2040, 0.3e12),
+    KnownGpu(r"\bA10\b", "ampere", (8, 6), 72, 1695, 0.6e12),
 )
 
 
@@ -69,3 +71,20 @@ def known_gpu(name: object) -> KnownGpu | None:
     if not isinstance(name, str):
         return None
     return next((gpu for gpu in KNOWN_GPUS if re.search(gpu.pattern, name)), None)
+
+
+#: Names whose peaks the table does not hold, by compute capability only (the occupancy
+#: calculator needs no more).
+FAMILIES = ((re.compile(r"\b(H100|H200|H800|GH200|H20)\b"), (9, 0)),
+            (re.compile(r"\b(A100|A800|A30)\b"), (8, 0)),
+            (re.compile(r"\b(B200|B100|GB200)\b"), (10, 0)))
+
+
+def capability_of(name: object) -> tuple[int, int] | None:
+    """The compute capability of a device by its name; None when unknown."""
+    gpu = known_gpu(name)
+    if gpu is not None:
+        return gpu.capability
+    if isinstance(name, str):
+        return next((cap for pattern, cap in FAMILIES if pattern.search(name)), None)
+    return None

@@ -30,11 +30,12 @@ Table (columns added)::
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import pandas as pd
+
+from torch_nsight.analyze.devices import capability_of
 
 #: What limits occupancy, in the order ties are named: the hard caps first, as the driver
 #: sizes the shared memory carveout to reach them (a 32-thread block of no shared memory
@@ -75,11 +76,6 @@ KNOWN_SMS: dict[tuple[int, int], SmLimits] = {
     (9, 0): SmLimits(65536, 233472, 64, 32),   # H100, H200
     (10, 0): SmLimits(65536, 233472, 64, 32),  # B200
 }
-#: GPU names -> compute capability, for sources that name the GPU only.
-KNOWN_NAMES = ((re.compile(r"\b(H100|H200|H800|GH200|H20)\b"), (9, 0)),
-               (re.compile(r"\b(A100|A800|A30)\b"), (8, 0)),
-               (re.compile(r"\b(B200|B100|GB200)\b"), (10, 0)))
-
 
 def as_number(value: object) -> float:
     """``value`` as a float; NaN for None or anything that is not a number."""
@@ -101,12 +97,8 @@ def sm_limits(row: dict[str, object]) -> SmLimits | None:
     major, minor = _number(row.get("compute_major")), _number(row.get("compute_minor"))
     if not (math.isnan(major) or math.isnan(minor)):
         return KNOWN_SMS.get((int(major), int(minor)))
-    name = row.get("gpu")
-    if isinstance(name, str):
-        for pattern, capability in KNOWN_NAMES:
-            if pattern.search(name):
-                return KNOWN_SMS[capability]
-    return None
+    capability = capability_of(row.get("gpu"))
+    return None if capability is None else KNOWN_SMS.get(capability)
 
 
 def _round_up(value: float, unit: int) -> float:
