@@ -32,6 +32,9 @@ WARMUP_MESSAGE = "warmup"
 # The start/end range around a sweep's replicated siblings; its ncu command excludes it.
 REPLICA_MESSAGE = "replica"
 COMPILED_PREFIX = "compiled:"
+#: An optimizer's step (``step:AdamW``): a module of the optimizer's class name, direction
+#: ``step``.
+STEP_PREFIX = "step:"
 #: Prefix of the PyTorch profiler ranges that stand in for the NVTX domain in a timeline
 #: trace (``torch_nsight/h.0.attn``); the trace reader keeps only ranges named so.
 RECORD_PREFIX = f"{DOMAIN}/"
@@ -46,6 +49,11 @@ def backward_message(name: str) -> str:
 def is_inside(name: str, ancestor: str) -> bool:
     """Whether module ``name`` is ``ancestor`` or lies inside it (dotted qualified names)."""
     return name == ancestor or name.startswith(ancestor + ".")
+
+
+def step_message(optimizer: str) -> str:
+    """Return the range message of one step of an optimizer of class ``optimizer``."""
+    return STEP_PREFIX + optimizer
 
 
 def op_message(op: str) -> str:
@@ -65,7 +73,7 @@ class RangeKind:
 
     kind: str  # "module", "op" or "compiled"
     name: str
-    direction: str  # "fwd" or "bwd"
+    direction: str  # "fwd", "bwd" or "step" (an optimizer's)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a message recurs in the stack of every kernel under it
@@ -77,6 +85,8 @@ def parse_message(message: str) -> RangeKind:
         return RangeKind("compiled", message[len(COMPILED_PREFIX) :], "fwd")
     if message.startswith(BACKWARD_PREFIX):
         return RangeKind("module", message[len(BACKWARD_PREFIX) :], "bwd")
+    if message.startswith(STEP_PREFIX):
+        return RangeKind("module", message[len(STEP_PREFIX) :], "step")
     return RangeKind("module", message, "fwd")
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DIRECTION_MARKERS: dict[str, str] = {"fwd": "o", "bwd": "^"}
+DIRECTION_MARKERS: dict[str, str] = {"fwd": "o", "bwd": "^", "step": "D"}
 OTHER_MARKER = "s"
 MAX_MARKER_AREA = 420.0
 MIN_MARKER_AREA = 14.0
@@ -197,7 +197,7 @@ def _legends(figure: Figure, colors: dict[str, str], directions: list[str],
                       for name, color in colors.items()]
     figure.legend(handles=module_handles, loc="outside right upper",
                   title="top-level module", fontsize=9, title_fontsize=9)
-    names = {"fwd": "forward", "bwd": "backward"}
+    names = {"fwd": "forward", "bwd": "backward", "step": "optimizer step"}
     other = [Line2D([], [], linestyle="", marker=_marker(d), markersize=7, color="white",
                     markeredgecolor="black", label=names.get(d, "outside fwd/bwd"))
              for d in directions]
