@@ -23,7 +23,7 @@ import bisect
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +104,7 @@ class _Intervals:
     start), so a query walks up from the last event started before ``t``: O(depth).
     """
 
-    def __init__(self, events: list[tuple[float, float, str]]) -> None:
+    def __init__(self, events: Sequence[tuple[float, float, str]]) -> None:
         self.events = sorted(events, key=lambda e: (e[0], -e[1]))
         self.starts = [e[0] for e in self.events]
         self.parents: list[int] = []
