@@ -176,16 +176,17 @@ def parse_trace(events: TraceEvents, source: str,
     """
     prefix = naming.RECORD_PREFIX
     calls = events.calls
-    maps = read_maps([span.name[len(prefix):] for span, _ in events.ranges
-                      if is_compiled_map(span.name)], source)
+    maps = read_maps([name[len(prefix):] for (_, _, name), _ in events.ranges
+                      if is_compiled_map(name)], source)
     labels: list[tuple[float, float, str]] = []
     ranges: dict[Any, list[Span]] = defaultdict(list)
     for span, tid in events.ranges:
-        message = span.name[len(prefix):]
-        if is_compiled_map(span.name):
+        start, end, name = span
+        if is_compiled_map(name):
             continue
+        message = name[len(prefix):]
         if naming.parse_measure_range(message):
-            labels.append((span.start, span.end, message))
+            labels.append((start, end, message))
         else:
             ranges[tid].append(span)
     labels.sort()

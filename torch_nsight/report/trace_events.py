@@ -38,6 +38,9 @@ from torch_nsight.errors import ReportError
 GPU_CATEGORIES = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 CALL_CATEGORIES = ("cuda_runtime", "cuda_driver")
 CPU_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
+_CPU_OR_CALL = frozenset((*CPU_CATEGORIES, *CALL_CATEGORIES))
+_KINDS: dict[str | None, str] = {cat: kind for cat, kind in GPU_CATEGORIES.items()}
+_THREAD_TYPES = (int, str)  # a bool is no thread id
 #: µs; beyond 1e17 (3,000 years) a time is damage, not a measurement.
 _LATEST = 1e17
 
@@ -81,12 +84,8 @@ class _Trace(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_Trace)
 
 
-class Span(NamedTuple):
-    """A CPU event: ns, its name as recorded."""
-
-    start: float
-    end: float
-    name: str
+#: A CPU event: start and end (ns), its name as recorded.
+Span = tuple[float, float, str]
 
 
 class Call(NamedTuple):
@@ -217,25 +216,29 @@ def _decode_reference(data: bytes, path: Path) -> _Trace:
                   document.get("deviceProperties"))
 
 
-def _time(value: Any) -> float | None:
-    """A valid ``ts`` or ``dur`` in µs, or None."""
-    if type(value) is float and 0.0 <= value <= _LATEST:
+_LARGEST_WHOLE = 2**63 - 1
+
+
+def _whole(value: Any) -> int | None:
+    """:func:`~torch_nsight.checks.whole`, quicker for the usual value."""
+    if type(value) is int and 0 <= value <= _LARGEST_WHOLE:
         return value
-    return number(value, maximum=_LATEST)
+    return whole(value)
 
 
 def _dims(value: Any) -> list[int] | None:
-    if isinstance(value, list) and len(value) == 3 and all(whole(d) is not None
-                                                           for d in value):
-        return [whole(d) for d in value]  # type: ignore[misc]
-    return None
+    if type(value) is not list or len(value) != 3:
+        return None
+    dims = [_whole(d) for d in value]
+    return None if None in dims else dims  # type: ignore[return-value]
 
 
 def _activity(kind: str, name: str, start: float, duration: float, args: _Args) -> Activity:
-    return Activity(kind, name, start, duration, whole(args.correlation),
-                    d if (d := whole(args.device)) is not None else 0, whole(args.stream),
+    device = _whole(args.device)
+    return Activity(kind, name, start, duration, _whole(args.correlation),
+                    device if device is not None else 0, _whole(args.stream),
                     number(args.bytes), _dims(args.grid), _dims(args.block),
-                    whole(args.registers))
+                    _whole(args.registers))
 
 
 def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
@@ -248,14 +251,21 @@ def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
     """
     left = LeftOut(where)
     out = TraceEvents()
-    names: dict[str, str] = {}  # one str per distinct name
+    names: dict[str, str] = {}
+    intern = names.setdefault  # one str per distinct name
     origin = float("inf")
     prefix = naming.RECORD_PREFIX
+    activities, calls, ranges = out.activities, out.calls, out.ranges
     for item in items:
         if type(item) is not _Event or item.ph != "X":
             continue
         cat = item.cat if type(item.cat) is str else None
-        start, duration = _time(item.ts), _time(item.dur)
+        start, duration = item.ts, item.dur
+        # the usual value first; number() decides the others
+        if type(start) is not float or not 0.0 <= start <= _LATEST:
+            start = number(start, maximum=_LATEST)
+        if type(duration) is not float or not 0.0 <= duration <= _LATEST:
+            duration = number(duration, maximum=_LATEST)
         if start is None or duration is None:
             left.add(GPU_CATEGORIES.get(cat or "", "CPU"),
                      "invalid start times" if start is None else "invalid durations")
@@ -266,29 +276,29 @@ def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
                 left.add(GPU_CATEGORIES.get(cat or "", "CPU"), "args that are not an object")
                 continue
             args = _NO_ARGS
-        name = item.name if type(item.name) is str else str(item.name or "")
-        name = names.setdefault(name, name)
-        tid = item.tid if isinstance(item.tid, (int, str)) and type(item.tid) is not bool \
-            else None
-        start, duration = start * 1000.0, duration * 1000.0
-        origin = min(origin, start)
-        kind = GPU_CATEGORIES.get(cat) if cat is not None else None
+        name = item.name
+        name = intern(name, name) if type(name) is str else str(name or "")
+        tid = item.tid if type(item.tid) in _THREAD_TYPES else None
+        start *= 1000.0
+        duration *= 1000.0
+        if start < origin:
+            origin = start
+        kind = _KINDS.get(cat)
         if kind is not None:
-            out.activities.append(_activity(kind, name, start, duration, args))
+            activities.append(_activity(kind, name, start, duration, args))
             continue
-        span = Span(start, start + duration, name)
-        ours = name.startswith(prefix)
+        span = (start, start + duration, name)
         if cat in CALL_CATEGORIES:
-            correlation = whole(args.correlation)
+            correlation = _whole(args.correlation)
             if correlation is not None:
-                out.calls[correlation] = Call(*span, tid)
-        if ours:
-            if cat in ("user_annotation", "cpu_op"):
-                out.ranges.append((span, tid))
+                calls[correlation] = Call(*span, tid)
+        if name.startswith(prefix):
+            if cat == "user_annotation" or cat == "cpu_op":
+                ranges.append((span, tid))
             continue
         if cat == "user_annotation":
             out.annotations[tid].append(span)
-        if cat in CPU_CATEGORIES or cat in CALL_CATEGORIES:
+        if cat in _CPU_OR_CALL:
             out.cpu[tid].append(span)
     left.warn()
     out.origin = origin if origin != float("inf") else 0.0
