@@ -335,7 +335,8 @@ def tidy_text(table: pd.DataFrame) -> pd.DataFrame:
     for column in TIMELINE_TEXT:
         if column in table:
             table[column] = pd.Series([v if isinstance(v, str) else None
-                                       for v in table[column]], index=table.index, dtype=object)
+                                       for v in table[column].tolist()], index=table.index,
+                                      dtype=object)
     return table
 
 

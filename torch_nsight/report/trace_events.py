@@ -177,7 +177,15 @@ def read_trace(path: Path, where: str | None = None, *, fast: bool = True) -> Tr
             trace = _decode_reference(data, path)
         items, devices = trace.traceEvents, trace.deviceProperties
         del trace, data
-        return sort_events(items, devices, where or str(path))
+        return sort_events(_consumed(items), devices, where or str(path))
+
+
+def _consumed(items: list[Any]) -> Iterator[Any]:
+    """The items in order, each dropped from the list as it is handed out: what is kept of
+    the events grows as the decoded records go, never beside all of them."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 @contextlib.contextmanager
