@@ -11,8 +11,9 @@ copy ``i`` has its times shifted by ``i`` spans of the trace, its correlation id
 times the largest one, and its measured iterations renumbered, so every copy is a new
 stretch of the same run. The traces are written as plain ``.json`` into a temporary folder.
 
-Each case runs as a whole process timed from outside (wall seconds and peak resident
-memory from ``os.wait4``): ``json.load`` of the file (the anchor), ``torch-nsight report``
+Each case runs as a whole process timed from outside (wall seconds, CPU seconds and peak
+resident memory from ``os.wait4``; the repeats interleave the cases, so that a busy spell
+of a shared machine slows each of them): ``json.load`` of the file (the anchor), ``torch-nsight report``
 with this checkout's code, and the same command with the code of ``--old`` (a git
 revision, exported with ``git archive`` into the temporary folder).
 
@@ -88,11 +89,13 @@ def _shifted(event: dict[str, Any], copy: int, span: float, step: int,
     return event
 
 
-def measure(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, peak resident MB) of one child process."""
+def measure(command: list[str], env: dict[str, str], folder: Path
+            ) -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds, peak resident MB) of one child process run in
+    ``folder`` (never in the checkout, whose package would shadow PYTHONPATH's)."""
     start = time.perf_counter()
     child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+                             stderr=subprocess.PIPE, cwd=folder)
     assert child.stderr is not None
     error = child.stderr.read()
     _, status, usage = os.wait4(child.pid, 0)
@@ -100,7 +103,7 @@ def measure(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode:
         raise RuntimeError(f"{command} failed: {error.decode(errors='replace')[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0  # KiB on Linux
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0  # KiB on Linux
 
 
 def export(revision: str, out: Path) -> Path:
@@ -117,7 +120,7 @@ _DUMP = """
 import pickle, sys, torch_nsight
 profile = torch_nsight.load(sys.argv[1], cache=False)
 with open(sys.argv[2], "wb") as file:
-    pickle.dump((profile.kernels, profile.timeline), file)
+    pickle.dump((torch_nsight.__file__, profile.kernels, profile.timeline), file)
 """
 
 
@@ -135,10 +138,12 @@ def check(out: Path, old: Path, traces: list[Path]) -> int:
         for code in (old, ROOT):
             dump = out / "tables.pickle"
             subprocess.run([sys.executable, "-c", _DUMP, str(path), str(dump)], check=True,
-                           env={**os.environ, "PYTHONPATH": str(code)},
+                           env={**os.environ, "PYTHONPATH": str(code)}, cwd=out,
                            stderr=subprocess.DEVNULL)
             with open(dump, "rb") as file:
-                tables.append(pickle.load(file))
+                package, *frames = pickle.load(file)
+            assert Path(package).is_relative_to(code), f"{package} is not under {code}"
+            tables.append(frames)
         for name, before, after in zip(("kernels", "timeline"), *tables, strict=True):
             try:
                 pd.testing.assert_frame_equal(before, after, check_exact=True)
@@ -179,18 +184,18 @@ def main(argv: list[str] | None = None) -> int:
                 "old": ([sys.executable, *report], old),
                 "new": ([sys.executable, *report], ROOT),
             }
-            for case in args.cases:
-                command, path = commands[case]
-                env = {**os.environ, "TORCH_NSIGHT_CACHE_DIR": str(out / "cache")}
-                if path is not None:
-                    env["PYTHONPATH"] = str(path)
-                for _ in range(args.repeat):
-                    wall, peak = measure(command, env)
+            for _ in range(args.repeat):  # interleaved: a busy spell hits every case
+                for case in args.cases:
+                    command, path = commands[case]
+                    env = {**os.environ, "TORCH_NSIGHT_CACHE_DIR": str(out / "cache")}
+                    if path is not None:
+                        env["PYTHONPATH"] = str(path)
+                    wall, cpu, peak = measure(command, env, out)
                     results.append({"events": events, "file_mb": round(size_mb, 1),
                                     "case": case, "seconds": round(wall, 2),
-                                    "peak_mb": round(peak)})
+                                    "cpu_seconds": round(cpu, 2), "peak_mb": round(peak)})
                     print(f"{events:>9,} events {size_mb:6.1f} MB  {case:<10} "
-                          f"{wall:7.2f} s {peak:8.0f} MB", flush=True)
+                          f"{wall:7.2f} s {cpu:7.2f} s CPU {peak:8.0f} MB", flush=True)
             trace.unlink()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
