@@ -17,6 +17,10 @@ of a shared machine slows each of them): ``json.load`` of the file (the anchor),
 with this checkout's code, and the same command with the code of ``--old`` (a git
 revision, exported with ``git archive`` into the temporary folder).
 
+``--phases`` prints where this checkout's ``load()`` spends its CPU seconds, in one child
+per trace: imports, reading (file, msgspec's decoding and filing the events), the tables
+(kernels and timeline), and the analysis ``load`` runs on them.
+
 ``--check`` compares instead: every recorded trace in ``tests/data`` (each as a single
 trace file and, where it has one, as its timeline folder) and the replicated traces are
 loaded with ``load(..., cache=False)`` by the old code and by this checkout's, and the
@@ -124,6 +128,39 @@ with open(sys.argv[2], "wb") as file:
 """
 
 
+_PHASES = """
+import json, sys, time
+from pathlib import Path
+stamps, last = {}, time.process_time()
+def stamp(name):
+    global last
+    now = time.process_time()
+    stamps[name], last = round(now - last, 2), now
+import torch_nsight
+from torch_nsight.report.trace import parse_trace
+from torch_nsight.report.trace_events import read_trace
+stamp("imports")
+events = read_trace(Path(sys.argv[1]))
+stamp("reading")
+parse_trace(events, sys.argv[1])
+stamp("tables")
+del events
+torch_nsight.load(sys.argv[1], cache=False)
+stamp("load")
+stamps["analysis"] = round(stamps.pop("load") - stamps["reading"] - stamps["tables"], 2)
+print(json.dumps(stamps))
+"""
+
+
+def phases(out: Path, traces: list[Path]) -> None:
+    """Print the CPU seconds of each phase of this checkout's ``load()``."""
+    for trace in traces:
+        stamps = subprocess.run([sys.executable, "-c", _PHASES, str(trace)], check=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=out,
+                                capture_output=True, text=True).stdout
+        print(f"{trace.name}: {stamps.strip()} (CPU seconds)", flush=True)
+
+
 def check(out: Path, old: Path, traces: list[Path]) -> int:
     """Load each trace with the old and the new code; the number of tables that differ."""
     import pickle
@@ -163,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--cases", nargs="+", default=["json.load", "old", "new"])
     parser.add_argument("--json", type=Path, help="write the results here too")
+    parser.add_argument("--phases", action="store_true",
+                        help="the CPU seconds of each phase of load() instead of timing")
     parser.add_argument("--check", action="store_true",
                         help="compare the old and new tables instead of timing")
     args = parser.parse_args(argv)
@@ -170,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trace_read_") as temp:
         out = Path(temp)
         old = export(args.old, out) if "old" in args.cases or args.check else None
+        if args.phases:
+            phases(out, [replicate(n, out) for n in args.events])
+            return 0
         if args.check:
             assert old is not None
             return min(1, check(out, old, [replicate(n, out) for n in args.events]))

@@ -67,7 +67,7 @@ def test_unusual_values_read_as_the_reference_reads_them(tmp_path: Path, extra: 
     # the fast path takes the usual types; the reference path reads the rest
     assert (trace_events._decode_fast(path.read_bytes()) is not None) is typed
     assert fast.activities[0].name == "void k<1>(int)"
-    assert fast.activities[0].grid == [4, 1, 1] and fast.activities[0].registers == 32
+    assert fast.activities[0].grid == (4, 1, 1) and fast.activities[0].registers == 32
 
 
 def test_json_extensions_are_read_by_the_reference_path(tmp_path: Path) -> None:

@@ -81,9 +81,9 @@ def function_name(kernel: str, *, for_filter: bool = False) -> str:
 GRAPH_REPLAY = "CUDA graph replay"
 
 
-def _dims(value: Any) -> str | None:
-    """``[256, 1, 1]`` -> ``"(256, 1, 1)"``, as the Nsight Compute reader writes dims."""
-    return format_dims(*value) if isinstance(value, list) and len(value) == 3 else None
+def _dims(value: tuple[int, int, int] | None) -> str | None:
+    """``(256, 1, 1)`` -> ``"(256, 1, 1)"``, as the Nsight Compute reader writes dims."""
+    return format_dims(*value) if value is not None else None
 
 
 def _copy_facts(name: str) -> tuple[str | None, bool | None]:
@@ -115,11 +115,20 @@ class _Intervals:
             self.parents.append(open_[-1] if open_ else -1)
             open_.append(index)
 
-    def open_at(self, t: float) -> list[str]:
-        """Names of the events holding ``t`` (start <= t < end), outermost first."""
+    def _innermost(self, t: float) -> int:
         index = bisect.bisect_right(self.starts, t) - 1
         while index >= 0 and self.events[index][1] <= t:
             index = self.parents[index]
+        return index
+
+    def innermost_at(self, t: float) -> str | None:
+        """The name of the innermost event holding ``t``, or None."""
+        index = self._innermost(t)
+        return self.events[index][2] if index >= 0 else None
+
+    def open_at(self, t: float) -> list[str]:
+        """Names of the events holding ``t`` (start <= t < end), outermost first."""
+        index = self._innermost(t)
         chain = []
         while index >= 0:
             chain.append(self.events[index][2])
@@ -200,6 +209,9 @@ def parse_trace(events: TraceEvents, source: str,
         return None
 
     rows = []
+    # kernels repeat: each distinct name and launch shape is worked out once
+    short_names: dict[str, str] = {}
+    dims: dict[tuple[int, int, int] | None, str | None] = {}
     for activity in events.activities:
         call = calls.get(activity.correlation)  # type: ignore[arg-type]
         launch = call.start if call is not None else float("nan")
@@ -215,10 +227,15 @@ def parse_trace(events: TraceEvents, source: str,
             continue
         name, kind = activity.name, activity.kind
         copy_kind, pinned = _copy_facts(name) if kind == "memcpy" else (None, None)
+        if kind == "kernel" and name not in short_names:
+            short_names[name] = function_name(name)
+        for shape in (activity.grid, activity.block):
+            if shape not in dims:
+                dims[shape] = _dims(shape)
         rows.append({
-            "source": source, "kernel": function_name(name) if kind == "kernel" else name,
+            "source": source, "kernel": short_names[name] if kind == "kernel" else name,
             "kernel_full": name,
-            "grid": _dims(activity.grid), "block": _dims(activity.block),
+            "grid": dims[activity.grid], "block": dims[activity.block],
             "duration_ns": activity.duration, "gpu": events.gpus.get(activity.device),
             "range_stack": stack, "range_start_end": (label[2],) if label else (),
             "range_other": other, "kind": kind, "start_ns": activity.start,
@@ -343,8 +360,8 @@ def tidy_text(table: pd.DataFrame) -> pd.DataFrame:
 def _gap(source: str, variant: str | None, shape: str | None, run: int, start: float,
          end: float, previous: str | None, following: str | None,
          cpu: _Intervals | None) -> dict[str, Any]:
-    doing = cpu.open_at((start + end) / 2) if cpu is not None else []
+    doing = cpu.innermost_at((start + end) / 2) if cpu is not None else None
     return {"source": source, "variant": variant, "shape": shape, "run": run, "kind": "gap",
             "start_ns": start, "end_ns": end,
-            "cpu": doing[-1].removeprefix(naming.RECORD_PREFIX) if doing else "",
+            "cpu": doing.removeprefix(naming.RECORD_PREFIX) if doing else "",
             "prev_module": previous, "next_module": following}

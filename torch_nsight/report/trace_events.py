@@ -116,8 +116,8 @@ class Activity(NamedTuple):
     device: int
     stream: int | None
     bytes: float | None
-    grid: list[int] | None
-    block: list[int] | None
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
     registers: int | None
 
 
@@ -272,10 +272,10 @@ def _whole(value: Any) -> int | None:
     return whole(value)
 
 
-def _dims(value: Any) -> list[int] | None:
+def _dims(value: Any) -> tuple[int, int, int] | None:
     if type(value) is not list or len(value) != 3:
         return None
-    dims = [_whole(d) for d in value]
+    dims = tuple(_whole(d) for d in value)
     return None if None in dims else dims  # type: ignore[return-value]
 
 
