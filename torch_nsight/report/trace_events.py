@@ -6,8 +6,9 @@ fields the reader uses (``ph``, ``cat``, ``name``, ``tid``, ``ts``, ``dur`` and 
 ``args`` fields); every other field is skipped without becoming a Python object. A file
 msgspec does not take (a field read holding an unusual type, JSON extensions that
 Python's ``json`` accepts such as ``NaN`` or a lone surrogate, damage) is read again by
-``json``, which gives the values and errors it always gave. Then one pass files each event by what the reader asks of it
-(:class:`TraceEvents`), so neither the event list nor a table of it outlives the pass.
+``json``, which gives the values and errors it always gave. Then one pass files each
+event by what the reader asks of it (:class:`TraceEvents`), dropping each decoded record
+once filed, so the records, the file's bytes and the tables are never all held at once.
 
 Checking. A trace is JSON anyone can edit or damage: an event whose times are not finite,
 non-negative numbers, or whose ``args`` is not an object, is left out with one counted
