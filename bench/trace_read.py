@@ -14,8 +14,8 @@ stretch of the same run. The traces are written as plain ``.json`` into a tempor
 Each case runs as a whole process timed from outside (wall seconds, CPU seconds and peak
 resident memory from ``os.wait4``; the repeats interleave the cases, so that a busy spell
 of a shared machine slows each of them): ``json.load`` of the file (the anchor),
-``torch-nsight report`` with this checkout's code, and the same command with the code of ``--old`` (a git
-revision, exported with ``git archive`` into the temporary folder).
+``torch-nsight report`` with this checkout's code, and the same command with the code of
+``--old`` (a git revision, exported with ``git archive`` into the temporary folder).
 
 ``--phases`` prints where this checkout's ``load()`` spends its CPU seconds, in one child
 per trace: imports, reading (file, msgspec's decoding and filing the events), the tables
