@@ -31,11 +31,10 @@ def compiled(request: pytest.FixtureRequest) -> torch_nsight.Profile:
 
 
 def test_the_reduce_overhead_step_ran_as_cuda_graphs() -> None:
-    from torch_nsight.report.trace import read_trace_file
+    from torch_nsight.report.trace_events import read_trace
 
-    trace = read_trace_file(REDUCE_TIMELINE / "trace.json.gz")
-    runtime = [e.get("name") for e in trace["traceEvents"]
-               if isinstance(e, dict) and e.get("cat") == "cuda_runtime"]
+    calls = read_trace(REDUCE_TIMELINE / "trace.json.gz").calls.values()
+    runtime = [call.name for call in calls if call.name.startswith("cuda")]
     assert runtime.count("cudaGraphLaunch") == 4  # forward and backward graph, two steps
     kernels = torch_nsight.load(REDUCE_TIMELINE, cache=False).kernels
     assert (kernels["kernel_full"].str.startswith("triton_") & (kernels["module"] != UNATTRIBUTED)

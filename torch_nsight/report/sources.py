@@ -32,7 +32,7 @@ from torch_nsight.report.saved_source import SavedProfile
 from torch_nsight.report.source_base import ReadOptions, SourceData, SourceReader, check_times
 from torch_nsight.report.sweep_source import SweepDirectory
 from torch_nsight.report.timeline_source import TimelineDirectory
-from torch_nsight.report.trace import trace_opener
+from torch_nsight.report.trace_events import trace_opener
 from torch_nsight.report.trace_source import TraceFile
 
 logger = logging.getLogger(__name__)

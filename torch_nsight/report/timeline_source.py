@@ -15,7 +15,8 @@ from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
-from torch_nsight.report.trace import parse_trace, read_trace_file
+from torch_nsight.report.trace import parse_trace
+from torch_nsight.report.trace_events import read_trace
 from torch_nsight.report.trace_source import trace_source
 
 
@@ -44,7 +45,7 @@ class TimelineDirectory:
                                        ).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
-            frame, timeline, gpu = parse_trace(read_trace_file(path / trace),
+            frame, timeline, gpu = parse_trace(read_trace(path / trace),
                                                str((path / trace).resolve()), steps,
                                                measured_only=True)
             frame["rank"] = pd.Series([rank_in_name(trace.split(".")[0])] * len(frame),

@@ -20,33 +20,27 @@ doing then.
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import logging
-import lzma
 import re
-import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from torch_nsight import formats, naming
-from torch_nsight.checks import DAMAGED, number
-from torch_nsight.errors import ReportError
+from torch_nsight import naming
+from torch_nsight.checks import number
 from torch_nsight.report.compiled import read_maps, resolve_compiled
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
-from torch_nsight.report.trace_events import CALL_CATEGORIES, GPU_CATEGORIES, clean_events
+from torch_nsight.report.trace_events import Span, TraceEvents, is_compiled_map
 
 logger = logging.getLogger(__name__)
 
 #: Idle intervals shorter than this are not gaps (a launch's own latency is ~2-5 µs).
 MIN_GAP_NS = 1000.0
-CPU_CATEGORIES = ("cpu_op", "user_annotation", "python_function")
 #: Columns a trace adds to the raw table.
 TRACE_COLUMNS = ("kind", "start_ns", "stream", "device", "launch_ns", "launch_thread",
                  "bytes", "copy_kind", "pinned")
@@ -88,42 +82,9 @@ def function_name(kernel: str, *, for_filter: bool = False) -> str:
 GRAPH_REPLAY = "CUDA graph replay"
 
 
-def trace_opener(path: Path) -> Any:
-    """The ``open`` for a trace file: gzip's, xz's or the plain one, by its suffix."""
-    return {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
-
-
-def read_trace_file(path: Path) -> dict[str, Any]:
-    """Read a Chrome trace (``.json``, ``.json.gz``, ``.json.xz``).
-
-    Raises:
-        ReportError: it is not a readable trace of PyTorch's profiler.
-    """
-    opener = trace_opener(path)
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            document = json.load(handle)
-    except FileNotFoundError:
-        raise ReportError(f"{path} does not exist") from None
-    except RecursionError:
-        raise ReportError(f"{path} is not a readable Chrome trace: its JSON is nested too "
-                          f"deeply; {DAMAGED}") from None
-    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as err:
-        raise ReportError(f"{path} is not a readable Chrome trace ({err}): pass a trace "
-                          "written by torch.profiler (export_chrome_trace)") from err
-    if not isinstance(document, dict) or not isinstance(document.get("traceEvents"), list):
-        raise ReportError(f"{path} is JSON but not a Chrome trace (no traceEvents list): pass "
-                          "a trace written by torch.profiler (export_chrome_trace)")
-    return document
-
-
-def _dims(value: Any) -> str | None:
-    """``[256, 1, 1]`` -> ``"(256, 1, 1)"``, as the Nsight Compute reader writes dims."""
-    return format_dims(*value) if isinstance(value, list) and len(value) == 3 else None
-
-
-def _ns(event: Mapping[str, Any], key: str = "ts") -> float:
-    return float(event[key]) * 1000.0  # checked by clean_events
+def _dims(value: tuple[int, int, int] | None) -> str | None:
+    """``(256, 1, 1)`` -> ``"(256, 1, 1)"``, as the Nsight Compute reader writes dims."""
+    return format_dims(*value) if value is not None else None
 
 
 def _copy_facts(name: str) -> tuple[str | None, bool | None]:
@@ -144,8 +105,11 @@ class _Intervals:
     start), so a query walks up from the last event started before ``t``: O(depth).
     """
 
-    def __init__(self, events: list[tuple[float, float, str]]) -> None:
-        self.events = sorted(events, key=lambda e: (e[0], -e[1]))
+    def __init__(self, events: Sequence[tuple[float, float, str]]) -> None:
+        # by start, the longer first where two start together (two stable sorts: quicker
+        # than one on a (start, -end) key)
+        self.events = sorted(sorted(events, key=itemgetter(1), reverse=True),
+                             key=itemgetter(0))
         self.starts = [e[0] for e in self.events]
         self.parents: list[int] = []
         open_: list[int] = []
@@ -155,11 +119,20 @@ class _Intervals:
             self.parents.append(open_[-1] if open_ else -1)
             open_.append(index)
 
-    def open_at(self, t: float) -> list[str]:
-        """Names of the events holding ``t`` (start <= t < end), outermost first."""
+    def _innermost(self, t: float) -> int:
         index = bisect.bisect_right(self.starts, t) - 1
         while index >= 0 and self.events[index][1] <= t:
             index = self.parents[index]
+        return index
+
+    def innermost_at(self, t: float) -> str | None:
+        """The name of the innermost event holding ``t``, or None."""
+        index = self._innermost(t)
+        return self.events[index][2] if index >= 0 else None
+
+    def open_at(self, t: float) -> list[str]:
+        """Names of the events holding ``t`` (start <= t < end), outermost first."""
+        index = self._innermost(t)
         chain = []
         while index >= 0:
             chain.append(self.events[index][2])
@@ -179,22 +152,30 @@ def _spread_pct(measured: Mapping[str, Any]) -> float | None:
     return number(100.0 * (high - low) / median) if median > 0 else None
 
 
-def _by_thread(events: Iterable[Mapping[str, Any]]) -> dict[Any, _Intervals]:
-    grouped: dict[Any, list[tuple[float, float, str]]] = defaultdict(list)
-    for event in events:
-        start = _ns(event)
-        grouped[event.get("tid")].append((start, start + _ns(event, "dur"),
-                                          str(event.get("name", ""))))
-    return {tid: _Intervals(items) for tid, items in grouped.items()}
+class _LazyThreads:
+    """:class:`_Intervals` of each thread, built when first asked for."""
+
+    def __init__(self, spans: Mapping[Any, list[Span]]) -> None:
+        self.spans = spans
+        self.built: dict[Any, _Intervals] = {}
+
+    def get(self, tid: Any) -> _Intervals | None:
+        if tid not in self.built and tid in self.spans:
+            self.built[tid] = _Intervals(self.spans[tid])
+        return self.built.get(tid)
 
 
-def parse_trace(document: Mapping[str, Any], source: str,
+def _by_thread(spans: Mapping[Any, list[Span]]) -> dict[Any, _Intervals]:
+    return {tid: _Intervals(items) for tid, items in spans.items()}
+
+
+def parse_trace(events: TraceEvents, source: str,
                 steps: Mapping[str, Mapping[str, Any]] | None = None, *,
                 measured_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
-    """Turn a trace into the raw kernel table and the timeline table.
+    """Turn a trace's events into the raw kernel table and the timeline table.
 
     Args:
-        document: the parsed Chrome trace.
+        events: the trace's checked events (:func:`~torch_nsight.report.trace_events.read_trace`).
         source: its path, for the ``source`` column.
         steps: per (variant, shape) label ``"variant|shape"``, step times measured outside
             the profiler (``bare_ns``, ``ranged_ns``), from the timeline manifest.
@@ -206,70 +187,68 @@ def parse_trace(document: Mapping[str, Any], source: str,
         :data:`TRACE_COLUMNS`, one row per GPU activity, in start order) and the timeline
         table (:data:`TIMELINE_COLUMNS`); times in ns from the trace's first event.
     """
-    events, gpus = clean_events(document, source)
-    calls = {e["args"]["correlation"]: e for e in events
-             if e["cat"] in CALL_CATEGORIES and "correlation" in e["args"]}
-    annotations = [e for e in events if e.get("cat") == "user_annotation"]
-    # the fast path of record_function files its ranges as cpu_op events
-    ours = [e for e in events if e.get("cat") in ("user_annotation", "cpu_op")
-            and str(e.get("name", "")).startswith(naming.RECORD_PREFIX)]
-    maps = read_maps([e["name"][len(naming.RECORD_PREFIX):] for e in ours if e["name"].startswith(
-        naming.RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)], source)
-    ours = [e for e in ours
-            if not e["name"].startswith(naming.RECORD_PREFIX + formats.COMPILED_MAP_PREFIX)]
-    labels = []
-    for event in ours:
-        message = event["name"][len(naming.RECORD_PREFIX):]
+    prefix = naming.RECORD_PREFIX
+    calls = events.calls
+    maps = read_maps([name[len(prefix):] for (_, _, name), _ in events.ranges
+                      if is_compiled_map(name)], source)
+    labels: list[tuple[float, float, str]] = []
+    ranges: dict[Any, list[Span]] = defaultdict(list)
+    for span, tid in events.ranges:
+        start, end, name = span
+        if is_compiled_map(name):
+            continue
+        message = name[len(prefix):]
         if naming.parse_measure_range(message):
-            labels.append((_ns(event), _ns(event) + _ns(event, "dur"), message, event))
+            labels.append((start, end, message))
+        else:
+            ranges[tid].append(span)
     labels.sort()
     label_starts = [label[0] for label in labels]
-    stacks = _by_thread(e for e in ours
-                        if not naming.parse_measure_range(e["name"][len(naming.RECORD_PREFIX):]))
-    others = _by_thread(e for e in annotations
-                        if not str(e.get("name", "")).startswith(naming.RECORD_PREFIX))
+    stacks, others = _by_thread(ranges), _by_thread(events.annotations)
 
-    def label_at(t: float) -> tuple[float, float, str, Any] | None:
+    def label_at(t: float) -> tuple[float, float, str] | None:
         index = bisect.bisect_right(label_starts, t) - 1
         if index >= 0 and labels[index][1] > t:
             return labels[index]
         return None
 
     rows = []
-    for event in events:
-        kind = GPU_CATEGORIES.get(event.get("cat", ""))
-        if kind is None:
-            continue
-        args = event["args"]
-        call = calls.get(args.get("correlation"))
-        launch = _ns(call) if call is not None else float("nan")
-        thread = call.get("tid") if call is not None else None
-        stack = (tuple(m[len(naming.RECORD_PREFIX):] for m in stacks[thread].open_at(launch))
+    # kernels repeat: each distinct name and launch shape is worked out once
+    short_names: dict[str, str] = {}
+    dims: dict[tuple[int, int, int] | None, str | None] = {}
+    for activity in events.activities:
+        call = calls.get(activity.correlation)  # type: ignore[arg-type]
+        launch = call.start if call is not None else float("nan")
+        thread = call.tid if call is not None else None
+        stack = (tuple(m[len(prefix):] for m in stacks[thread].open_at(launch))
                  if call is not None and thread in stacks else ())
         other = (tuple(others[thread].open_at(launch))
                  if call is not None and thread in others else ())
-        if call is not None and call.get("name") == "cudaGraphLaunch":
+        if call is not None and call.name == "cudaGraphLaunch":
             other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
         label = label_at(launch) if call is not None else None
         if measured_only and label is None:
             continue
-        name = str(event.get("name", ""))
+        name, kind = activity.name, activity.kind
         copy_kind, pinned = _copy_facts(name) if kind == "memcpy" else (None, None)
-        device = args["device"]
-        grid, block = args.get("grid"), args.get("block")
+        if kind == "kernel" and name not in short_names:
+            short_names[name] = function_name(name)
+        for shape in (activity.grid, activity.block):
+            if shape not in dims:
+                dims[shape] = _dims(shape)
         rows.append({
-            "source": source, "kernel": function_name(name) if kind == "kernel" else name,
+            "source": source, "kernel": short_names[name] if kind == "kernel" else name,
             "kernel_full": name,
-            "grid": _dims(grid), "block": _dims(block),
-            "duration_ns": _ns(event, "dur"), "gpu": gpus.get(device),
+            "grid": dims[activity.grid], "block": dims[activity.block],
+            "duration_ns": activity.duration, "gpu": events.gpus.get(activity.device),
             "range_stack": stack, "range_start_end": (label[2],) if label else (),
-            "range_other": other, "kind": kind, "start_ns": _ns(event),
-            "stream": args.get("stream", -1),
-            "device": device, "launch_ns": launch,
+            "range_other": other, "kind": kind, "start_ns": activity.start,
+            "stream": activity.stream if activity.stream is not None else -1,
+            "device": activity.device, "launch_ns": launch,
             "launch_thread": int(thread) if isinstance(thread, int) else -1,
-            "bytes": args.get("bytes", float("nan")),
+            "bytes": activity.bytes if activity.bytes is not None else float("nan"),
             "copy_kind": copy_kind, "pinned": pinned,
-            "registers_per_thread": args.get("registers per thread"),
+            "registers_per_thread": activity.registers,
         })
     frame = pd.DataFrame.from_records(rows, columns=list(dict.fromkeys(
         [*RAW_COLUMNS, *TRACE_COLUMNS])))
@@ -284,8 +263,8 @@ def parse_trace(document: Mapping[str, Any], source: str,
         "sol_bottleneck")]
     frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
     frame = resolve_compiled(frame, maps)
-    timeline = _timeline(frame, labels, events, calls, source, steps or {})
-    origin = min((_ns(e) for e in events), default=0.0)  # times from the trace's start
+    timeline = _timeline(frame, labels, events, source, steps or {})
+    origin = events.origin  # times from the trace's start
     for column in ("start_ns", "launch_ns"):
         frame[column] = frame[column] - origin
     for column in ("start_ns", "end_ns"):
@@ -312,24 +291,24 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str, Any]],
-              events: list[dict[str, Any]], calls: Mapping[Any, dict[str, Any]], source: str,
+def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
+              events: TraceEvents, source: str,
               steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """Step and gap rows of every measured iteration."""
     # what the CPU was doing: its ops and calls, never this library's own ranges
-    cpu_events = _by_thread(e for e in events
-                            if e.get("cat") in (*CPU_CATEGORIES, *CALL_CATEGORIES)
-                            and not str(e.get("name", "")).startswith(naming.RECORD_PREFIX))
-    call_list = sorted((_ns(c), _ns(c) + _ns(c, "dur"), str(c.get("name", "")))
-                       for c in calls.values())
+    cpu_events = _LazyThreads(events.cpu)
+    call_list = sorted((c.start, c.end, c.name) for c in events.calls.values())
     call_starts = [c[0] for c in call_list]
+    by_label: dict[str, list[int]] = defaultdict(list)  # the rows launched in each label
+    for position, labelled in enumerate(frame["range_start_end"]):
+        for message in labelled:
+            by_label[message].append(position)
     rows: list[dict[str, Any]] = []
-    for cpu_start, cpu_end, message, _ in labels:
+    for cpu_start, cpu_end, message in labels:
         label = naming.parse_measure_range(message) or {}
         variant, shape = label.get("variant") or None, label.get("shape") or None
         run = int(label["run"]) if label.get("run", "").isdigit() else 0
-        mine = frame.loc[frame["range_start_end"].map(lambda r, m=message: m in r)
-                         .astype(bool)]
+        mine = frame.iloc[by_label.get(message, [])]
         spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
                          strict=True))
         end = max([cpu_end, *(e for _, e in spans)])
@@ -377,15 +356,16 @@ def tidy_text(table: pd.DataFrame) -> pd.DataFrame:
     for column in TIMELINE_TEXT:
         if column in table:
             table[column] = pd.Series([v if isinstance(v, str) else None
-                                       for v in table[column]], index=table.index, dtype=object)
+                                       for v in table[column].tolist()], index=table.index,
+                                      dtype=object)
     return table
 
 
 def _gap(source: str, variant: str | None, shape: str | None, run: int, start: float,
          end: float, previous: str | None, following: str | None,
          cpu: _Intervals | None) -> dict[str, Any]:
-    doing = cpu.open_at((start + end) / 2) if cpu is not None else []
+    doing = cpu.innermost_at((start + end) / 2) if cpu is not None else None
     return {"source": source, "variant": variant, "shape": shape, "run": run, "kind": "gap",
             "start_ns": start, "end_ns": end,
-            "cpu": doing[-1].removeprefix(naming.RECORD_PREFIX) if doing else "",
+            "cpu": doing.removeprefix(naming.RECORD_PREFIX) if doing else "",
             "prev_module": previous, "next_module": following}

@@ -1,5 +1,6 @@
 """The reader of Chrome traces written by PyTorch's profiler (``.json``, ``.json.gz``,
-``.json.xz``; parsed by :mod:`torch_nsight.report.trace`): kernel times and the timeline,
+``.json.xz``; read by :mod:`torch_nsight.report.trace_events`, parsed by
+:mod:`torch_nsight.report.trace`): kernel times and the timeline,
 no hardware counters."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from torch_nsight import formats, naming
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.source_base import ReadOptions, SourceData
-from torch_nsight.report.trace import GRAPH_REPLAY, parse_trace, read_trace_file
+from torch_nsight.report.trace import GRAPH_REPLAY, parse_trace
+from torch_nsight.report.trace_events import read_trace
 
 
 class TraceFile:
@@ -27,7 +29,7 @@ class TraceFile:
 
     def read(self, path: Path, options: ReadOptions) -> SourceData:
         """Parse the trace."""
-        frame, timeline, gpu = parse_trace(read_trace_file(path), str(path.resolve()))
+        frame, timeline, gpu = parse_trace(read_trace(path), str(path.resolve()))
         if frame.empty:
             raise ReportError(f"{path} holds no GPU activity: record the trace on a CUDA GPU "
                               "with ProfilerActivity.CUDA among the profiler's activities")
