@@ -42,9 +42,9 @@ APP = ROOT / "bench" / "zoo_app.py"
 NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 #: Models whose answers the project's thresholds were tuned on (docs/roofline.md,
 #: bench/bound_calibration.py); every other one only verifies.
-CALIBRATED = {"vit_s", "gpt2"}
+CALIBRATED = {"vit_s", "gpt2", "gpt2_ddp"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
-          "llama_decode"]
+          "llama_decode", "gpt2_ddp"]
 WARM = 10
 #: Options of this run that every phase reads (``--keep-reports``).
 KEEP: dict[str, bool] = {}
@@ -68,10 +68,26 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+#: A ``*_ddp`` model runs one process per GPU under torchrun; only rank 0 is profiled, and
+#: NCCL's kernels are left out of ncu's replay (a replayed all-reduce waits forever).
+RANKS = 2
+
+
+def _launcher(model: str) -> list[str]:
+    if not model.endswith("_ddp"):
+        return []
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS),
+            "--no-python"]
+
+
+def _ranked(model: str) -> list[str]:
+    return ["--ranks", "0", "-k", "^(?!nccl)"] if model.endswith("_ddp") else []
+
+
 def bare(model: str, out: Path, *, compiled: bool) -> dict[str, Any]:
     times = out / f"{model}_{'compiled' if compiled else 'eager'}_periods.json"
-    ran = _run([sys.executable, str(APP), model, "--steps", "30", "--times", str(times),
-                *(["--compile"] if compiled else [])])
+    ran = _run([*_launcher(model), sys.executable, str(APP), model, "--steps", "30",
+                "--times", str(times), *(["--compile"] if compiled else [])])
     record: dict[str, Any] = {"rc": ran["rc"], "wall_s": ran["wall_s"]}
     if ran["rc"] != 0 or not times.exists():
         record["error"] = _tail(ran["text"])
@@ -93,8 +109,9 @@ def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool =
     import torch_nsight
 
     folder = out / f"{model}_{metric_set}{'_compiled' if compiled else ''}"
-    ran = _run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13",
-                "--metric-set", metric_set, "--out", str(folder), "--force", "--",
+    ran = _run([*_launcher(model), sys.executable, "-m", "torch_nsight", "profile", "--steps",
+                "12:13", *_ranked(model), "--metric-set", metric_set, "--out", str(folder),
+                "--force", "--",
                 sys.executable, str(APP), model, "--steps", "14",
                 *(["--compile"] if compiled else [])], timeout=540)
     record: dict[str, Any] = {"rc": ran["rc"], "wall_s": ran["wall_s"],

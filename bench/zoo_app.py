@@ -1,6 +1,7 @@
 """One model of the zoo as a user's own script would run it (GPU machine), for ``bench/zoo.py``.
 
     python bench/zoo_app.py MODEL [--steps N] [--compile] [--times FILE]
+    torchrun --nproc-per-node 2 bench/zoo_app.py gpt2_ddp ...   (DDP on two GPUs)
 
 Random weights, nothing downloaded. Training steps run bf16 autocast with a real optimizer
 (AdamW); ``decode`` models run an inference loop of one token a step with a KV cache. Each
@@ -86,7 +87,7 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         return _vision("resnet50", 224, 32, timm_model=False)
     if name == "efficientnet_b0":
         return _vision("efficientnet_b0", 224, 32, timm_model=False)
-    if name == "gpt2":
+    if name in ("gpt2", "gpt2_ddp"):  # gpt2_ddp: under torchrun, DistributedDataParallel
         from transformers import GPT2Config
 
         return _causal_lm(GPT2Config(), 8, 512, 50257)
@@ -161,9 +162,22 @@ def main() -> int:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--times", type=Path, default=None)
     args = parser.parse_args()
+    ddp = args.model.endswith("_ddp")
+    if ddp:  # one process per GPU (torchrun): NCCL all-reduces the gradients in backward
+        import os
+
+        torch.distributed.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        if torch.distributed.get_rank() != 0:
+            args.times = None
     model, make = build(args.model)
     torch_nsight.instrument(model)
-    step = make(torch.compile(model) if args.compile else model)
+    run: Callable[..., object] = model
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        run = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
+    step = make(torch.compile(run) if args.compile else run)
     events = []
     for i in range(args.steps):
         event = torch.cuda.Event(enable_timing=True)
@@ -180,6 +194,8 @@ def main() -> int:
         args.times.write_text(json.dumps({"model": args.model, "compile": args.compile,
                                           "periods_ms": periods}))
     print(f"zoo_app done: {args.model}", flush=True)
+    if ddp:
+        torch.distributed.destroy_process_group()
     return 0
 
 
