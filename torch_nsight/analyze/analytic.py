@@ -22,7 +22,7 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.ops import kernel_family
-from torch_nsight.vocabulary import JOIN_KEYS, tf32_enabled
+from torch_nsight.vocabulary import JOIN_KEYS, operand_dtype, tf32_enabled
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
 TENSOR_PRECISION = {"bfloat16": "tensor_bf16", "float16": "tensor_fp16"}
@@ -40,17 +40,6 @@ def _joined(frame: pd.DataFrame) -> pd.Series:
     keys = frame.reindex(columns=list(JOIN_KEYS)).astype(object)
     keys = filled(keys).astype(str)
     return keys.agg("\x1f".join, axis=1) if len(keys) else pd.Series([], dtype=object)
-
-
-def _operand_dtype(dtypes: object) -> str:
-    """The dtype an op's arithmetic runs in: its first half-precision input, else its first
-    float32 one (an attention backward's last inputs are int64 seeds and a float32
-    log-sum-exp, which say nothing of the tensor cores it uses)."""
-    if not isinstance(dtypes, (tuple, list)) or not dtypes:
-        return ""
-    names = [str(d) for d in dtypes]
-    return next((d for d in names if d in TENSOR_PRECISION),
-                next((d for d in names if d == "float32"), names[-1]))
 
 
 def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
@@ -133,7 +122,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     if work.empty:
         return out
     work = work.assign(key=_joined(work))
-    dtype = work["input_dtypes"].map(_operand_dtype)
+    dtype = work["input_dtypes"].map(operand_dtype)
     per_group = work.assign(dtype=dtype, calls=work.get("count", 1)).groupby(
         "key", sort=False).agg(total=("total", "sum"), dtype=("dtype", "first"),
                                calls=("calls", "sum"))
