@@ -101,6 +101,14 @@ def path_parent(path: str) -> str | None:
     return path.rsplit(PATH_SEP, 1)[0] if PATH_SEP in path else None
 
 
+#: Columns a compiled kernel gets from its graph's kernel map: its launch (one id per
+#: launch of one graph call; the kernels of one extern call share it), the FLOPs Inductor's
+#: nodes give that launch and their operand dtype
+#: (:mod:`torch_nsight.capture.compiled_flops`).
+INDUCTOR_LAUNCH = "inductor_launch"
+INDUCTOR_FLOPS = "inductor_flops"
+INDUCTOR_DTYPE = "inductor_dtype"
+
 #: Half-precision dtypes (by name, without ``torch.``): an op with such an input runs its
 #: arithmetic in it.
 HALF_DTYPES = ("bfloat16", "float16")
