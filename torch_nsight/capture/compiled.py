@@ -624,7 +624,7 @@ def graph_map(graph: CompiledGraph, root: str, names: Sequence[str],
         chain = [messages.get(n, n) for n in _ancestors(module, known)]
         if graph.backward:
             chain = [backward_message(m) for m in chain]
-        launch = [kernel, chain, owned if len(owned) > 1 else []]
+        launch: list[Any] = [kernel, chain, owned if len(owned) > 1 else []]
         counted = graph.flops[index] if index < len(graph.flops) else None
         if counted is not None:
             launch.extend(counted)
