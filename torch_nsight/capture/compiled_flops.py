@@ -109,7 +109,7 @@ def launch_flops(records: Sequence[dict[str, Any]]) -> list[tuple[float, str] | 
     for index, record in enumerate(records):
         mine = [(float(flops), str(dtype)) for name, flops, dtype in record.get("f") or ()
                 if owner[name][1] == index]
-        total = sum(flops for flops, _ in mine)
+        total = float(sum(flops for flops, _ in mine))
         dtype = max(mine)[1] if mine else ""
         out.append((total, dtype))
     return out
