@@ -30,6 +30,7 @@ from pathlib import Path
 #: How each part compiles the ViT training script of ``profile_engine.py`` (instrumented first).
 COMPILE = {
     "whole": "model = torch.compile(model)",
+    "flops": "model = torch.compile(model)",  # the same, kept as the fixture with FLOPs
     "fullgraph": "model = torch.compile(model, fullgraph=True)",
     "block": "for block in model.blocks:\n    block.compile()",
     "reduce": 'model = torch.compile(model, mode="reduce-overhead")',
@@ -76,7 +77,8 @@ result = torch_nsight.sweep(factory, [(4, 256)], make_inputs=make_inputs, dtype=
 print("SWEEP", json.dumps({"coverage": result.coverage, "kernels": len(result.kernels)}))
 '''
 
-KEEP = {"ncu_whole": "compile_vit_train.ncu-rep", "timeline_whole": "compile_vit_timeline",
+KEEP = {"ncu_whole": "compile_vit_train.ncu-rep",
+        "ncu_flops": "compile_vit_train_flops.ncu-rep", "timeline_whole": "compile_vit_timeline",
         "ncu_reduce": "compile_reduce_overhead.ncu-rep",
         "timeline_reduce": "compile_reduce_overhead_timeline",
         "timeline_graph": "graph_captured_timeline"}
@@ -119,6 +121,15 @@ def describe(path: Path) -> dict:
            "top_modules": k.loc[inside].groupby("module")[time_col].sum()
            .sort_values(ascending=False).head(8).round(0).to_dict(),
            "contexts": k.loc[~inside, "context"].fillna("").value_counts().head(4).to_dict()}
+    if "pct_of_roof" in k:  # compiled kernels on the roofline (FLOPs from the kernel maps)
+        placed = k["pct_of_roof"].notna()
+        out["roofline_placed_pct"] = round(100 * float(k.loc[placed, time_col].sum()) / total, 2)
+        out["roofline_placed_pct_by_direction"] = {
+            str(d): round(100 * float(rows.loc[placed, time_col].sum())
+                          / max(float(rows[time_col].sum()), 1.0), 2)
+            for d, rows in k.groupby(k["direction"].fillna("none"))}
+        out["above_roof"] = int(k["above_roof"].fillna(False).astype(bool).sum())
+        out["flops_basis"] = k["flops_basis"].fillna("none").value_counts().to_dict()
     return out
 
 

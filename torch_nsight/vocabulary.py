@@ -101,6 +101,31 @@ def path_parent(path: str) -> str | None:
     return path.rsplit(PATH_SEP, 1)[0] if PATH_SEP in path else None
 
 
+#: Columns a compiled kernel gets from its graph's kernel map: its launch (one id per
+#: launch of one graph call; the kernels of one extern call share it), the FLOPs Inductor's
+#: nodes give that launch and their operand dtype
+#: (:mod:`torch_nsight.capture.compiled_flops`).
+INDUCTOR_LAUNCH = "inductor_launch"
+INDUCTOR_FLOPS = "inductor_flops"
+INDUCTOR_DTYPE = "inductor_dtype"
+
+#: Half-precision dtypes (by name, without ``torch.``): an op with such an input runs its
+#: arithmetic in it.
+HALF_DTYPES = ("bfloat16", "float16")
+
+
+def operand_dtype(dtypes: object) -> str:
+    """The dtype an op's arithmetic runs in, from its input dtype names: its first
+    half-precision input, else its first float32 one (an attention backward's last inputs
+    are int64 seeds and a float32 log-sum-exp, which say nothing of the tensor cores it
+    uses), else its last; ``""`` for none."""
+    if not isinstance(dtypes, (tuple, list)) or not dtypes:
+        return ""
+    names = [str(d) for d in dtypes]
+    return next((d for d in names if d in HALF_DTYPES),
+                next((d for d in names if d == "float32"), names[-1]))
+
+
 # The fp32_precision tree of PyTorch 2.9 and later: a node set to "none" inherits its
 # parent's value; only when every node says "none" (or was not recorded) do the legacy
 # switches decide.

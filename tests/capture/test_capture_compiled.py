@@ -93,12 +93,12 @@ def test_whole_model_compile_maps_every_launch_to_its_module(
     assert len(forward) == 1 and len(backward) == 1
     messages = set(handle.messages.values())
     for launches, prefix in ((forward[0], ""), (backward[0], "bwd:")):
-        for _kernel, chain, fused in launches:
+        for _kernel, chain, fused, *_ in launches:
             assert chain[0] == prefix + "Net"  # the root, outermost first, as in eager mode
             assert all(m.startswith(prefix) and m[len(prefix):] in messages for m in chain)
             assert not fused or len(fused) > 1
     # each GEMM of the forward lands in its own Linear
-    gemms = [chain[-1] for kernel, chain, _ in forward[0] if "mm" in kernel]
+    gemms = [chain[-1] for kernel, chain, *_ in forward[0] if "mm" in kernel]
     assert gemms == ["blocks.0.fc", "blocks.1.fc", "head"]
     # the first call of each graph (Triton's autotuning) is a warm-up; the second is inside
     # the graph's range, whose map is carried once (no measured step)
@@ -119,7 +119,7 @@ def test_per_block_compile_gives_each_call_its_block_and_backward_its_forward(
     assert roots == ["blocks.0", "blocks.1", "blocks.1", "blocks.0"]
     for name, launches in _maps(recorder).items():
         root = name.split("@", 1)[1]
-        for _, chain, _ in launches:
+        for _, chain, *_ in launches:
             assert chain[-1].removeprefix("bwd:").startswith(root)
 
 
@@ -194,3 +194,53 @@ def test_inductor_is_imported_only_when_the_model_compiles() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, check=True).stdout.split()
     assert out == ["False", "1"]  # not imported eagerly; switched on by torch.compile
+
+
+class Attention(nn.Module):
+    """Attention written with matmuls (the CPU's SDPA kernel has no FLOP formula), a
+    Linear with bias and an MLP: GEMMs whose bias and epilogues Inductor fuses elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(32)
+        self.qkv = nn.Linear(32, 96)
+        self.proj = nn.Linear(32, 32)
+        self.fc1 = nn.Linear(32, 64)
+        self.fc2 = nn.Linear(64, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).view(2, 16, 3, 2, 16).permute(2, 0, 3, 1, 4)
+        weights = torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1)
+        x = x + self.proj((weights @ v).transpose(1, 2).reshape(2, 16, 32))
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.slow
+def test_each_launch_carries_the_flops_flop_counter_counts(
+        recorder: Recorder, fresh_compiler: None) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    model = Attention()
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    with FlopCounterMode(display=False) as forward:
+        out = model(x)
+    with FlopCounterMode(display=False) as backward:
+        out.sum().backward()
+    recorder.instrument(model)
+    compiled = torch.compile(model)
+    for _ in range(2):
+        compiled(torch.randn(2, 16, 32, requires_grad=True)).sum().backward()
+    maps = list(_maps(recorder).values())
+    assert len(maps) == 2
+    for launches in maps:
+        is_backward = launches[0][1][0].startswith("bwd:")
+        expected = (backward if is_backward else forward).get_total_flops()
+        assert expected > 0
+        assert all(len(launch) == 5 for launch in launches)  # FLOPs and dtype on each
+        assert sum(launch[3] for launch in launches) == expected
+        # the GEMMs' FLOPs sit on the extern GEMM launches, never on the C++ kernels that
+        # fused their bias, softmax or epilogue (those read the GEMM's value)
+        for kernel, _, _, flops, dtype in launches:
+            assert (flops > 0) == kernel.startswith("extern_kernels."), kernel
+            assert dtype == ("float32" if flops else "")

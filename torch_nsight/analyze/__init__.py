@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.analytic import fill_flops_from_calls
+from torch_nsight.analyze.analytic import fill_flops_from_calls, fill_flops_from_inductor
 from torch_nsight.analyze.attribute import attribute, label_rows, label_shapes
 from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
@@ -59,7 +59,8 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
             analysis, so every later step sees every row.
         calls: the attributed calls table: its analytic FLOPs stand in where the FLOP
             counters were not collected (:func:`fill_flops_from_calls`), and its aten ops
-            name the kernels (``aten_ops``, :func:`name_aten_ops`).
+            name the kernels (``aten_ops``, :func:`name_aten_ops`). Compiled kernels take
+            their kernel maps' FLOPs instead (:func:`fill_flops_from_inductor`).
         settings: the profiled process's PyTorch settings (TF32).
 
     Returns:
@@ -70,6 +71,7 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
     """
     df = expand_replicas(attribute(df), replication)
     df = fill_flops_from_calls(add_flops(name_aten_ops(df, calls)), calls, settings)
+    df = fill_flops_from_inductor(df, settings)
     for step in (add_peaks, add_roofline, classify, add_occupancy, add_limiter):
         df = step(df)
     return df

@@ -9,6 +9,11 @@ on the roofline: each (variant, shape, module, direction, op) group's analytic F
 its longest kernel (the GEMM or attention kernel that does the work; its precision from the
 call's dtype), the group's other kernels get 0 FLOPs in fp32 (elementwise work is placed by
 its DRAM bytes). ``flops_basis`` says ``counters`` or ``calls``.
+
+A compiled model has no calls table (a dispatch mode would run it eagerly); its kernel maps
+carry instead each launch's FLOPs, counted by the same formulas on the FX nodes Inductor
+fused (:mod:`torch_nsight.capture.compiled_flops`): :func:`fill_flops_from_inductor` shares
+them among the kernels of the launch (``flops_basis`` ``inductor``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.ops import kernel_family
-from torch_nsight.vocabulary import JOIN_KEYS, tf32_enabled
+from torch_nsight.vocabulary import (
+    INDUCTOR_DTYPE,
+    INDUCTOR_FLOPS,
+    INDUCTOR_LAUNCH,
+    JOIN_KEYS,
+    operand_dtype,
+    tf32_enabled,
+)
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
 TENSOR_PRECISION = {"bfloat16": "tensor_bf16", "float16": "tensor_fp16"}
@@ -40,17 +52,6 @@ def _joined(frame: pd.DataFrame) -> pd.Series:
     keys = frame.reindex(columns=list(JOIN_KEYS)).astype(object)
     keys = filled(keys).astype(str)
     return keys.agg("\x1f".join, axis=1) if len(keys) else pd.Series([], dtype=object)
-
-
-def _operand_dtype(dtypes: object) -> str:
-    """The dtype an op's arithmetic runs in: its first half-precision input, else its first
-    float32 one (an attention backward's last inputs are int64 seeds and a float32
-    log-sum-exp, which say nothing of the tensor cores it uses)."""
-    if not isinstance(dtypes, (tuple, list)) or not dtypes:
-        return ""
-    names = [str(d) for d in dtypes]
-    return next((d for d in names if d in TENSOR_PRECISION),
-                next((d for d in names if d == "float32"), names[-1]))
 
 
 def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
@@ -133,7 +134,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     if work.empty:
         return out
     work = work.assign(key=_joined(work))
-    dtype = work["input_dtypes"].map(_operand_dtype)
+    dtype = work["input_dtypes"].map(operand_dtype)
     per_group = work.assign(dtype=dtype, calls=work.get("count", 1)).groupby(
         "key", sort=False).agg(total=("total", "sum"), dtype=("dtype", "first"),
                                calls=("calls", "sum"))
@@ -174,4 +175,61 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
     out.loc[rest, "precision"] = "fp32"
     out.loc[rest, "flops_complete"] = True
     out.loc[rest, "flops_basis"] = "calls"
+    return out
+
+
+def fill_flops_from_inductor(df: pd.DataFrame,
+                             settings: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Give compiled kernels without FLOP counters the FLOPs their kernel map carries.
+
+    Each launch of a compiled graph carries the FLOPs of the FX nodes it does
+    (``inductor_flops``, a GEMM's on its extern GEMM launch, 0 on elementwise and reduction
+    kernels) and their operand dtype. A launch that ran several kernels (an extern GEMM
+    with its split-K reduction, cuDNN attention with its conversions) shares them as the
+    calls table's sites do: its arithmetic kernels in proportion to their time, else its
+    longest kernel; the others get 0 FLOPs in fp32 (placed by their DRAM bytes)::
+
+        kernel              inductor_launch  inductor_flops  ->  flops   precision    basis
+        nvjet_sm90_tst_...  g1/0/4           2.4e11              2.4e11  tensor_bf16  inductor
+        splitKreduce_kernel g1/0/4           2.4e11              0       fp32         inductor
+        triton_poi_fused_5  g1/0/5           0                   0       fp32         inductor
+
+    Args:
+        df: a kernel table after :func:`fill_flops_from_calls` (``flops_basis``).
+        settings: the profiled process's PyTorch settings (TF32 for fp32 GEMMs).
+
+    Returns:
+        A copy with ``flops``, the per-precision FLOP column, ``precision``,
+        ``flops_complete`` and ``flops_basis`` filled for those kernels; ``df`` itself when
+        no kernel carries a launch's FLOPs.
+    """
+    if INDUCTOR_FLOPS not in df or "flops" not in df:
+        return df
+    carried = pd.to_numeric(df[INDUCTOR_FLOPS], errors="coerce")
+    mine = df["flops"].isna() & carried.notna() & df[INDUCTOR_LAUNCH].notna()
+    if not mine.any():
+        return df
+    out = df.copy()
+    out.loc[mine, ["flops", "flops_fp32"]] = 0.0
+    out.loc[mine, "precision"] = "fp32"
+    out.loc[mine, "flops_complete"] = True
+    out.loc[mine, "flops_basis"] = "inductor"
+    site = out.loc[mine, INDUCTOR_LAUNCH].astype(str)
+    doing = carried[mine] > 0
+    if not doing.any():
+        return out
+    site = site[doing]
+    duration = out.loc[site.index, "duration_ns"].fillna(0.0)
+    arithmetic = out.loc[site.index, "kernel"].map(is_arithmetic).astype(bool)
+    has_arithmetic = arithmetic.groupby(site).transform("any")
+    heavy = duration.where(arithmetic | ~has_arithmetic, -1.0).groupby(site, sort=False).idxmax()
+    share = _shares(duration, arithmetic, site, heavy)
+    values = share * carried.loc[share.index]
+    precision = pd.Series([_precision(str(d), settings or {})
+                           for d in out.loc[share.index, INDUCTOR_DTYPE]], index=share.index)
+    for name, rows in precision.groupby(precision, sort=False):
+        out.loc[rows.index, "flops"] = values.loc[rows.index]
+        out.loc[rows.index, "flops_fp32"] = 0.0
+        out.loc[rows.index, PRECISION_COLUMN[str(name)]] = values.loc[rows.index]
+        out.loc[rows.index, "precision"] = name
     return out

@@ -14,7 +14,8 @@ outside every module range. Three parts give them their modules back:
 
       # [torch_nsight] {"k": "triton_per_fused_native_layer_norm_0", "m": ["blocks.0.norm1"], "b": 0}
 
-  (kernel, module paths relative to the compiled root, backward flag). The launches are
+  (kernel, module paths relative to the compiled root, backward flag; with the FLOPs of
+  the nodes it fused: :mod:`torch_nsight.capture.compiled_flops`). The launches are
   then in order in ``CompiledFxGraph.source_code``, also for a graph loaded from the cache.
 * **Run time.** Each call of a compiled graph runs inside one push/pop range
   ``compiled:<graph>@<root>`` (:func:`torch_nsight.naming.compiled_message`); its first
@@ -25,9 +26,10 @@ outside every module range. Three parts give them their modules back:
   with no module frame, takes the root of the latest forward call over the same modules not
   yet taken (backward graphs run in the reverse order of their forwards).
 * **In the report.** The launches of each (graph, root) — kernel name, the range messages
-  of its module and the module's instrumented ancestors, the modules it fused — are carried
-  into the report like the calls table (:mod:`torch_nsight.capture.embed`): once at the
-  first call, once at the first call inside a measured step. The report stage
+  of its module and the module's instrumented ancestors, the modules it fused, the FLOPs
+  it does — are carried into the report like the calls table
+  (:mod:`torch_nsight.capture.embed`): once at the first call, once at the first call
+  inside a measured step. The report stage
   (:mod:`torch_nsight.report.compiled`) joins them to the kernels inside the range.
 
 What this costs: nothing without an active instrumentation (the graph's call checks one
@@ -52,6 +54,7 @@ from types import FrameType
 from typing import Any
 
 from torch_nsight import formats
+from torch_nsight.capture.compiled_flops import flop_nodes, launch_flops
 from torch_nsight.naming import WARMUP_MESSAGE, backward_message, compiled_message
 
 logger = logging.getLogger(__name__)
@@ -61,7 +64,7 @@ __all__ = ["track_compiles", "untrack_compiles", "compiled_support", "measured_w
            "module_path", "CompiledGraph", "graph_map"]
 
 MARK = "[torch_nsight]"
-_MAP_FORMAT = 1
+_MAP_FORMAT = 2  # 2: each launch carries its FLOPs and their operand dtype
 
 
 @dataclass(frozen=True)
@@ -72,11 +75,14 @@ class CompiledGraph:
         key: its name in range messages (``g0``, ``g1``, ... in the order first called).
         launches: (kernel name, module paths relative to the compiled root) per launch.
         backward: whether it is a backward graph.
+        flops: (FLOPs, operand dtype) per launch, in the order of ``launches``; empty when
+            its records carry none.
     """
 
     key: str
     launches: tuple[tuple[str, tuple[str, ...]], ...]
     backward: bool
+    flops: tuple[tuple[float, str] | None, ...] = ()
 
     @property
     def modules(self) -> frozenset[str]:
@@ -151,7 +157,8 @@ def _lowering_is_backward() -> bool | None:
 def _launch_record(kernel: str, node_schedule: Any, is_extern: bool) -> dict[str, Any]:
     modules: set[str] = set()
     backward = False
-    for node in _origin_nodes(node_schedule, is_extern):
+    nodes = _origin_nodes(node_schedule, is_extern)
+    for node in nodes:
         path, is_backward = _node_module(node)
         backward = backward or is_backward
         if path is not None:
@@ -159,7 +166,8 @@ def _launch_record(kernel: str, node_schedule: Any, is_extern: bool) -> dict[str
     graph_backward = _lowering_is_backward()  # the nodes' tags vary between torch versions
     if graph_backward is not None:
         backward = graph_backward
-    return {"k": kernel, "m": sorted(modules), "b": int(backward)}
+    return {"k": kernel, "m": sorted(modules), "b": int(backward), "x": int(is_extern),
+            "f": flop_nodes(nodes)}
 
 
 def parse_graph_source(source: str) -> list[dict[str, Any]]:
@@ -496,7 +504,8 @@ def _graph_of(compiled: Any) -> CompiledGraph | None:
     if records:
         graph = CompiledGraph(key=f"g{len(tracker.graphs)}",
                               launches=tuple((r["k"], tuple(r.get("m") or ())) for r in records),
-                              backward=any(r.get("b") for r in records))
+                              backward=any(r.get("b") for r in records),
+                              flops=tuple(launch_flops(records)))
     elif _LAUNCH.search(source):  # a graph that launches nothing (views only) needs no map
         tracker.warn_once("a compiled graph carries no kernel map (compiled before "
                           "instrument(), or loaded from a cache written without it): its "
@@ -601,20 +610,25 @@ def graph_map(graph: CompiledGraph, root: str, names: Sequence[str],
               messages: dict[str, str]) -> dict[str, Any]:
     """The document carried for the calls of ``graph`` made for instrumented module
     ``root``: per launch, the kernel, the range messages its module would have had in eager
-    mode (outermost first), and the modules it fused when more than one.
+    mode (outermost first), the modules it fused when more than one, and (when recorded)
+    its FLOPs and their operand dtype.
 
     A launch fused across modules gets their deepest common instrumented ancestor.
     """
     known = frozenset(names)
     launches = []
-    for kernel, relative in graph.launches:
+    for index, (kernel, relative) in enumerate(graph.launches):
         full = [".".join(p for p in (root, rel) if p) for rel in relative] or [root]
         owned = sorted({o for o in (_owner(p, known) for p in full) if o is not None})
         module = _common(owned) if owned else (_owner(root, known) or "")
         chain = [messages.get(n, n) for n in _ancestors(module, known)]
         if graph.backward:
             chain = [backward_message(m) for m in chain]
-        launches.append([kernel, chain, owned if len(owned) > 1 else []])
+        launch: list[Any] = [kernel, chain, owned if len(owned) > 1 else []]
+        counted = graph.flops[index] if index < len(graph.flops) else None
+        if counted is not None:
+            launch.extend(counted)
+        launches.append(launch)
     return {"kind": formats.COMPILED_MAP_KIND, "format": _MAP_FORMAT,
             "range": compiled_message(graph.key, root), "launches": launches}
 

@@ -20,7 +20,10 @@ matched kernel's compiled range is replaced by its launch's module ranges, so at
                                                            "blocks.0.norm1")
 
 and the column ``fused_modules`` lists the modules of a kernel Inductor fused across
-modules (None otherwise). A range without its map is left as it is (its kernels are
+modules (None otherwise). Where the map carries each launch's FLOPs, ``inductor_launch``
+names the launch a kernel ran for (one id per launch and graph call), ``inductor_flops``
+and ``inductor_dtype`` its FLOPs and their operand dtype (the analysis shares them among
+the launch's kernels: :func:`torch_nsight.analyze.analytic.fill_flops_from_inductor`). A range without its map is left as it is (its kernels are
 reported outside any module, with the range in their context).
 """
 
@@ -34,6 +37,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import formats, naming
+from torch_nsight.vocabulary import INDUCTOR_DTYPE, INDUCTOR_FLOPS, INDUCTOR_LAUNCH
 
 logger = logging.getLogger(__name__)
 
@@ -96,9 +100,11 @@ class _Cursor:
         self.named_all = sorted(i for positions in self.named.values() for i in positions)
         self.position = 0
         self.last: int | None = None
+        self.calls = 0
 
     def restart(self) -> None:
         self.position, self.last = 0, None
+        self.calls += 1
 
     def match(self, kernel: str) -> int | None:
         positions = self.named.get(kernel)
@@ -159,6 +165,9 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
     ordered = frame.sort_values(order_columns, kind="stable").index
     stacks = frame["range_stack"].copy()
     fused: list[Any] = [None] * len(frame)
+    launch_ids: list[Any] = [None] * len(frame)
+    launch_flops = [float("nan")] * len(frame)
+    launch_dtypes: list[Any] = [None] * len(frame)
     positions = {index: n for n, index in enumerate(frame.index)}
     cursors: dict[tuple[Any, str], _Cursor] = {}
     previous: tuple[Any, str] | None = None
@@ -182,11 +191,20 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
         matched = cursor.match(str(frame.at[index, name_column]))
         if matched is None:
             continue
-        _, chain, modules = cursor.launches[matched][:3]
+        launch = cursor.launches[matched]
+        _, chain, modules = launch[:3]
         outer = stack[:where]  # eager ranges still open outside (per-block compile)
         stacks[index] = outer + tuple(m for m in chain if m not in outer) + stack[where + 1:]
-        fused[positions[index]] = tuple(modules) if modules else None
+        row = positions[index]
+        fused[row] = tuple(modules) if modules else None
+        if len(launch) >= 5 and isinstance(launch[3], (int, float)):
+            launch_ids[row] = f"{source}\x1f{stack[where]}\x1f{cursor.calls}\x1f{matched}"
+            launch_flops[row], launch_dtypes[row] = float(launch[3]), str(launch[4])
     out = frame.copy()
     out["range_stack"] = stacks
     out[FUSED_COLUMN] = pd.Series(fused, index=frame.index, dtype=object)
+    if any(launch is not None for launch in launch_ids):
+        out[INDUCTOR_LAUNCH] = pd.Series(launch_ids, index=frame.index, dtype=object)
+        out[INDUCTOR_FLOPS] = pd.Series(launch_flops, index=frame.index, dtype="float64")
+        out[INDUCTOR_DTYPE] = pd.Series(launch_dtypes, index=frame.index, dtype=object)
     return out
