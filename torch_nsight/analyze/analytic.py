@@ -18,6 +18,7 @@ them among the kernels of the launch (``flops_basis`` ``inductor``).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -35,6 +36,8 @@ from torch_nsight.vocabulary import (
     operand_dtype,
     tf32_enabled,
 )
+
+logger = logging.getLogger(__name__)
 
 #: Call dtype -> the precision a tensor-core kernel of that dtype runs at.
 TENSOR_PRECISION = {"bfloat16": "tensor_bf16", "float16": "tensor_fp16"}
@@ -214,15 +217,28 @@ def fill_flops_from_inductor(df: pd.DataFrame,
     out.loc[mine, "precision"] = "fp32"
     out.loc[mine, "flops_complete"] = True
     out.loc[mine, "flops_basis"] = "inductor"
-    site = out.loc[mine, INDUCTOR_LAUNCH].astype(str)
+    # one launch of one graph call, per report (the id says the graph call, not the report)
+    origin = (out.loc[mine, "source"].astype(str) + "\x1f" if "source" in out
+              else pd.Series("", index=out.index[mine]))
+    site = origin + out.loc[mine, INDUCTOR_LAUNCH].astype(str)
     doing = carried[mine] > 0
     if not doing.any():
         return out
     site = site[doing]
     duration = out.loc[site.index, "duration_ns"].fillna(0.0)
     arithmetic = out.loc[site.index, "kernel"].map(is_arithmetic).astype(bool)
-    has_arithmetic = arithmetic.groupby(site).transform("any")
-    heavy = duration.where(arithmetic | ~has_arithmetic, -1.0).groupby(site, sort=False).idxmax()
+    has_arithmetic = arithmetic.groupby(site).transform("any").astype(bool)
+    # a launch matched to no GEMM, convolution or attention kernel (an extern GEMM's
+    # split-K reduce taken for the next launch) keeps 0: its FLOPs are left unplaced
+    # rather than put on a kernel that does not do them
+    if not has_arithmetic.all():
+        logger.debug("%d compiled launch(es) with FLOPs matched no arithmetic kernel",
+                     site[~has_arithmetic].nunique())
+    site, duration, arithmetic = (site[has_arithmetic], duration[has_arithmetic],
+                                  arithmetic[has_arithmetic])
+    if site.empty:
+        return out
+    heavy = duration.where(arithmetic, -1.0).groupby(site, sort=False).idxmax()
     share = _shares(duration, arithmetic, site, heavy)
     values = share * carried.loc[share.index]
     precision = pd.Series([_precision(str(d), settings or {})

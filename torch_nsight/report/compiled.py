@@ -198,7 +198,7 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
         row = positions[index]
         fused[row] = tuple(modules) if modules else None
         if len(launch) >= 5 and isinstance(launch[3], (int, float)):
-            launch_ids[row] = f"{source}\x1f{stack[where]}\x1f{cursor.calls}\x1f{matched}"
+            launch_ids[row] = f"{stack[where]}\x1f{cursor.calls}\x1f{matched}"
             launch_flops[row], launch_dtypes[row] = float(launch[3]), str(launch[4])
     out = frame.copy()
     out["range_stack"] = stacks
