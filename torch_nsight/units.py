@@ -33,6 +33,8 @@ def is_missing(value: Any) -> bool:
 
 #: The units a duration is written in, largest first, with their length in ns.
 _UNITS = {"s": 1e9, "ms": 1e6, "µs": 1e3}
+#: The units chosen by size (below the smallest, µs).
+_SCALE_UNITS = ("s", "ms")
 DurationUnit = Literal["s", "ms", "µs"]
 
 
@@ -60,21 +62,19 @@ def format_duration(duration_ns: Any, *, largest: DurationUnit = "s",
     if is_missing(duration_ns):
         return missing
     ns = float(duration_ns)
+    sizes = _SCALE_UNITS[_SCALE_UNITS.index(largest):] if largest in _SCALE_UNITS else ()
+    chosen: str = unit or next((name for name in sizes if abs(ns) >= _UNITS[name]), "µs")
     if unit is not None:
-        chosen, places = unit, 2 if decimals is None else decimals
-    else:
-        names = list(_UNITS)
-        fits = [name for name in names[names.index(largest):]
-                if abs(ns) >= _UNITS[name] and name != "µs"]
-        chosen = fits[0] if fits else "µs"
-        if chosen == "µs":
-            places = 0 if abs(ns) >= 1e4 else 1
-            places = places if decimals is None else max(places, decimals - 1)
-        else:
-            places = (decimals if decimals is not None
-                      else 2 if abs(ns) < 10 * _UNITS[chosen] else 1)
-    text = f"{ns / _UNITS[chosen]:,.{places}f}" if chosen == "µs" else \
-        f"{ns / _UNITS[chosen]:.{places}f}"
+        places = 2 if decimals is None else decimals
+    elif chosen == "µs":  # 845 µs, 4.2 µs; at least decimals - 1
+        places = 0 if abs(ns) >= 1e4 else 1
+        places = places if decimals is None else max(places, decimals - 1)
+    else:  # 1.16 s, 21.3 ms
+        places = (decimals if decimals is not None
+                  else 2 if abs(ns) < 10 * _UNITS[chosen] else 1)
+    # thousands separated in µs, except where findings' 999,999.6 ns read "1000.0 µs"
+    separator = "," if chosen == "µs" and (unit or (decimals or 1) <= 1) else ""
+    text = f"{ns / _UNITS[chosen]:{separator}.{places}f}"
     return f"{text} {chosen}" if with_unit else text
 
 
