@@ -8,7 +8,7 @@ tables and plot titles. Each helper takes a raw value in the unit the analysis c
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 #: What a missing value (None, NaN) reads as in a table.
 MISSING = "-"
@@ -31,42 +31,51 @@ def is_missing(value: Any) -> bool:
         return True
 
 
-def _microseconds(ns: float) -> str:
-    """``845 µs`` from 10 µs up, ``4.2 µs`` below."""
-    return f"{ns / 1e3:,.0f} µs" if abs(ns) >= 1e4 else f"{ns / 1e3:.1f} µs"
+#: The units a duration is written in, largest first, with their length in ns.
+_UNITS = {"s": 1e9, "ms": 1e6, "µs": 1e3}
+#: The units chosen by size (below the smallest, µs).
+_SCALE_UNITS = ("s", "ms")
+DurationUnit = Literal["s", "ms", "µs"]
 
 
-def format_duration(duration_ns: Any) -> str:
-    """Return a duration given in ns with its unit, as a person says it: ``1.16 s``,
-    ``21.3 ms``, ``845 µs``, ``4.2 µs``; ``-`` when missing."""
-    if is_missing(duration_ns):
-        return MISSING
-    ns = float(duration_ns)
-    for scale, unit in ((1e9, "s"), (1e6, "ms")):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.{2 if abs(ns) < 10 * scale else 1}f} {unit}"
-    return _microseconds(ns)
-
-
-def format_duration_ms(duration_ns: Any, precision: int = 1) -> str:
-    """Return a duration given in ns in ms, or in µs below 1 ms; ``n/a`` when missing (the
-    evidence sentences of the timeline and of findings).
+def format_duration(duration_ns: Any, *, largest: DurationUnit = "s",
+                    unit: DurationUnit | None = None, decimals: int | None = None,
+                    missing: str = MISSING, with_unit: bool = True) -> str:
+    """Return a duration given in ns as a person reads it: the one duration formatter.
 
     Args:
         duration_ns: the duration in ns.
-        precision: decimals in ms (1 or more). At 1, the timeline's: ``1160.0 ms``,
-            ``21.3 ms``, ``845 µs``, ``4.2 µs``; above, µs have one decimal fewer than ms,
-            as findings' 2: ``21.34 ms``, ``845.3 µs``, ``4.2 µs``.
+        largest: the largest unit the value may be written in (from the largest that fits,
+            down to µs).
+        unit: always this unit instead (``0.845 ms``); ``decimals`` then apply as given.
+        decimals: decimals in s and ms, and one fewer in µs (still 0 from 10 µs, 1 below).
+            None: 2 below 10 of a unit, else 1.
+        missing: what a missing value reads as.
+        with_unit: False leaves the unit out (a table whose header carries it).
 
     Returns:
-        The duration with its unit.
+        For example ``1.16 s``, ``21.3 ms``, ``845 µs``, ``4.2 µs`` (the defaults); with
+        ``largest="ms", decimals=2`` (findings' evidence) ``21.34 ms``, ``845.3 µs``; with
+        ``largest="ms", decimals=1`` (the timeline's) ``1160.0 ms``, ``845 µs``; with
+        ``unit="µs", decimals=2, with_unit=False`` (tables) ``1,019.87``.
     """
     if is_missing(duration_ns):
-        return "n/a"
+        return missing
     ns = float(duration_ns)
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.{precision}f} ms"
-    return _microseconds(ns) if precision == 1 else f"{ns / 1e3:.{precision - 1}f} µs"
+    sizes = _SCALE_UNITS[_SCALE_UNITS.index(largest):] if largest in _SCALE_UNITS else ()
+    chosen: str = unit or next((name for name in sizes if abs(ns) >= _UNITS[name]), "µs")
+    if unit is not None:
+        places = 2 if decimals is None else decimals
+    elif chosen == "µs":  # 845 µs, 4.2 µs; at least decimals - 1
+        places = 0 if abs(ns) >= 1e4 else 1
+        places = places if decimals is None else max(places, decimals - 1)
+    else:  # 1.16 s, 21.3 ms
+        places = (decimals if decimals is not None
+                  else 2 if abs(ns) < 10 * _UNITS[chosen] else 1)
+    # thousands separated in µs, except where findings' 999,999.6 ns read "1000.0 µs"
+    separator = "," if chosen == "µs" and (unit or (decimals or 1) <= 1) else ""
+    text = f"{ns / _UNITS[chosen]:{separator}.{places}f}"
+    return f"{text} {chosen}" if with_unit else text
 
 
 def format_bytes(count: float) -> str:

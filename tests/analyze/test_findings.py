@@ -215,7 +215,7 @@ def test_small_grid_is_low_confidence_headroom(conv: torch_nsight.Profile) -> No
 def test_kernels_flagged_by_a_fix_are_not_small_grid_again(
         conv: torch_nsight.Profile, monkeypatch: pytest.MonkeyPatch) -> None:
     # from any share, the cuDNN weight transposes (under one wave) would be small_grid
-    monkeypatch.setattr(sys.modules["torch_nsight.analyze.findings"], "SMALL_GRID_PCT", 0.0)
+    monkeypatch.setattr(sys.modules["torch_nsight.analyze.findings.small_grid"], "SMALL_GRID_PCT", 0.0)
     found = conv.finding_table()
     small = of(found, "small_grid", "nchw")
     assert not small.empty

@@ -24,7 +24,7 @@ from torch_nsight.analyze.verdicts import (
     judges_unprofiled,
     profiler_lengthened,
 )
-from torch_nsight.units import format_bytes, format_duration_ms
+from torch_nsight.units import format_bytes, format_duration
 
 ADVICE: dict[str, str] = {
     "data-bound": "Feed the GPU faster: give the DataLoader more workers (num_workers), keep "
@@ -61,6 +61,11 @@ FINDING_FIXES: dict[str, str] = {
 }
 
 
+
+def _time(duration_ns: float) -> str:
+    """A duration as the timeline's sentences write it: ``1160.0 ms``, ``845 µs``, ``n/a``."""
+    return format_duration(duration_ns, largest="ms", decimals=1, missing="n/a")
+
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
@@ -74,7 +79,7 @@ def _gap(gap: pd.Series) -> str:
     after, before, cpu = (_text(gap[c]) for c in ("prev_module", "next_module", "cpu"))
     where = (f"before {before}" if before else f"after {after}" if after
              else "with no GPU work in the step")
-    return f"{format_duration_ms(gap['gap_ns'])} {where} (CPU: {cpu or 'outside any op'})"
+    return f"{_time(gap['gap_ns'])} {where} (CPU: {cpu or 'outside any op'})"
 
 
 def largest_gaps_text(gaps: pd.DataFrame) -> dict[tuple[Any, Any], str]:
@@ -90,8 +95,8 @@ def _judged_step(row: pd.Series) -> str:
     """The step the verdict's busy share is of: ``1.2 ms step`` or ``... timed without the
     profiler``."""
     if judges_unprofiled(row):
-        return f"{format_duration_ms(row['bare_wall_ns'])} step timed without the profiler"
-    return f"{format_duration_ms(row['wall_ns'])} step"
+        return f"{_time(row['bare_wall_ns'])} step timed without the profiler"
+    return f"{_time(row['wall_ns'])} step"
 
 
 def _counts(row: pd.Series, *, final_and: bool = False) -> str:
@@ -111,7 +116,7 @@ def _busy(row: pd.Series, *, only: bool = False, under: bool = True) -> str:
 
 def _copy_share(row: pd.Series) -> str:
     """``Copies took 4.6% of the 1.2 ms step and 7.9% of GPU busy time``."""
-    return (f"Copies took {row['copy_pct']:.1f}% of the {format_duration_ms(row['wall_ns'])} "
+    return (f"Copies took {row['copy_pct']:.1f}% of the {_time(row['wall_ns'])} "
             f"step and {row['copy_busy_pct']:.1f}% of GPU busy time")
 
 
@@ -123,7 +128,7 @@ def _idle(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 def _data_bound(row: pd.Series) -> str:
     return (f"The GPU waited on data loading for {row['data_wait_pct']:.1f}% of the "
-            f"{format_duration_ms(row['wall_ns'])} step (data-bound from {DATA_WAIT_PCT:g}%).")
+            f"{_time(row['wall_ns'])} step (data-bound from {DATA_WAIT_PCT:g}%).")
 
 
 def _copy_bound(row: pd.Series) -> str:
@@ -173,18 +178,18 @@ def verdict_evidence(row: pd.Series) -> str:
 
 def _data_wait(found: Mapping[str, Any], shape: pd.Series) -> str:
     return (f"The GPU idled {shape['data_wait_pct']:.1f}% of the "
-            f"{format_duration_ms(shape['wall_ns'])} step "
-            f"({format_duration_ms(shape['data_ns'])}) while the CPU loaded data "
+            f"{_time(shape['wall_ns'])} step "
+            f"({_time(shape['data_ns'])}) while the CPU loaded data "
             f"(mostly in {found['cpu']}).")
 
 
 def _copy_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
-    return f"{_copy_share(shape)} ({format_duration_ms(shape['copy_ns'])} per step)."
+    return f"{_copy_share(shape)} ({_time(shape['copy_ns'])} per step)."
 
 
 def _pageable_copies(found: Mapping[str, Any], shape: pd.Series) -> str:
     return (f"{_copies(found['copies'])} per step ({format_bytes(found['bytes'])}, "
-            f"{format_duration_ms(found['time_ns'])}) use pageable host memory, which the "
+            f"{_time(found['time_ns'])}) use pageable host memory, which the "
             "launching thread waits for.")
 
 
@@ -193,7 +198,7 @@ def _launch_finding(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 
 def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
-    module, before = found["next_module"], format_duration_ms(found["before_ns"])
+    module, before = found["next_module"], _time(found["before_ns"])
     if not module:
         where = ""
     elif module == found["module"]:
@@ -205,8 +210,8 @@ def _gpu_idle(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 def _small_kernels(found: Mapping[str, Any], shape: pd.Series) -> str:
     return (f"{found['module']} issues {found['launches']:g} launches per step with a median "
-            f"kernel of {format_duration_ms(found['median_kernel_ns'])}; the GPU idles "
-            f"{format_duration_ms(found['idle_ns'])} per step just before its work.")
+            f"kernel of {_time(found['median_kernel_ns'])}; the GPU idles "
+            f"{_time(found['idle_ns'])} per step just before its work.")
 
 
 #: The evidence sentence, per finding: from the finding's numbers and its shape's medians.

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
+from torch_nsight.units import format_duration
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -89,5 +90,6 @@ def run(args: argparse.Namespace) -> int:
         print()
         for _, row in found[found["verified"]].iterrows():
             print(f"measured: {row['finding']} in {row['module']}: "
-                  f"{row['before_ns'] / 1e3:,.1f} µs -> {row['after_ns'] / 1e3:,.1f} µs")
+                  f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
+                  f"{format_duration(row['after_ns'], unit='µs', decimals=1)}")
     return 0

@@ -30,6 +30,7 @@ from torch_nsight.render.timeline_layout import (
     label_text,
     lay_out_step,
 )
+from torch_nsight.units import format_duration
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -45,6 +46,11 @@ LABELLED_GAPS = 3
 MIN_BAR_PIXELS = 1.2
 
 
+def _ms(duration_ns: float) -> str:
+    """``12.345 ms``: a time in the plot's text, in ms."""
+    return format_duration(duration_ns, unit="ms", decimals=3)
+
+
 def _title(profile: Profile, step: StepLayout) -> str:
     row = step.row
     wall_ns = float(row["end_ns"] - row["start_ns"])
@@ -54,11 +60,11 @@ def _title(profile: Profile, step: StepLayout) -> str:
     gpus = ", ".join(map(str, profile.gpus))
     chosen = f" (median of {step.steps} steps)" if step.defaulted and step.steps > 1 else ""
     kinds = step.frame["kind"].value_counts()
-    facts = [f"wall {wall_ns / 1e6:.3f} ms", f"GPU busy {share:.1f}% ({busy / 1e6:.3f} ms)",
+    facts = [f"wall {_ms(wall_ns)}", f"GPU busy {share:.1f}% ({_ms(busy)})",
              f"{int(kinds.get('kernel', 0))} kernels"]
     bare = pd.to_numeric(pd.Series([row.get("bare_ns")]), errors="coerce").iloc[0]
     if np.isfinite(bare) and bare > 0:  # the profiler lengthens the CPU side only
-        facts[1] += (f" = {min(100.0, 100.0 * busy / bare):.0f}% of the {bare / 1e6:.3f} ms "
+        facts[1] += (f" = {min(100.0, 100.0 * busy / bare):.0f}% of the {_ms(bare)} "
                      "step timed without profiler")
     copies = int(kinds.get("memcpy", 0) + kinds.get("memset", 0))
     if copies:
@@ -68,7 +74,7 @@ def _title(profile: Profile, step: StepLayout) -> str:
         facts.append(f"{len(step.gaps)} idle gaps ({gaps_ms:.3f} ms)")
     sync = pd.to_numeric(pd.Series([row.get("sync_ns")]), errors="coerce").iloc[0]
     if np.isfinite(sync) and sync > 0:
-        facts.append(f"CPU waiting in syncs {sync / 1e6:.3f} ms")
+        facts.append(f"CPU waiting in syncs {_ms(sync)}")
     return (f"Timeline of shape {label_text(row.get('shape'))}{variant}, step {row['run']}"
             f"{chosen}{': ' + gpus if gpus else ''}\n" + ", ".join(facts))
 
@@ -79,12 +85,12 @@ def _module_handles(frame: pd.DataFrame) -> list[Patch]:
         .sort_values(ascending=False, kind="stable")
     colors = frame.groupby("top_module", sort=False)["color"].first()
     shown = times if len(times) <= MAX_LEGEND_MODULES else times.iloc[:MAX_LEGEND_MODULES - 1]
-    handles = [Patch(facecolor=colors[name], label=f"{name}  {ns / 1e6:.3f} ms")
+    handles = [Patch(facecolor=colors[name], label=f"{name}  {_ms(ns)}")
                for name, ns in shown.items()]
     rest = times.iloc[len(shown):]
     if len(rest):
         handles.append(Patch(facecolor="white", edgecolor="0.5",
-                             label=f"other: {len(rest)} modules  {rest.sum() / 1e6:.3f} ms"))
+                             label=f"other: {len(rest)} modules  {_ms(rest.sum())}"))
     return handles
 
 

@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from torch_nsight.units import MISSING, is_missing
+from torch_nsight.units import MISSING, format_duration, is_missing
 
 
 def format_number(value: Any, decimals: int = 1) -> str:
@@ -39,7 +39,7 @@ def format_us(duration_ns: Any) -> str:
     Returns:
         The number of microseconds, without the unit (the column header carries it).
     """
-    return MISSING if is_missing(duration_ns) else format_number(float(duration_ns) / 1e3, 2)
+    return format_duration(duration_ns, unit="µs", decimals=2, with_unit=False)
 
 
 def format_pct(percent: Any) -> str:

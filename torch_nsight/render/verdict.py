@@ -24,7 +24,8 @@ def _step_noise(row: pd.Series) -> str:
     from torch_nsight.analyze.spread import STABLE_CI_PCT
 
     text = (f"  Profiled steps (timed under the profiler): "
-            f"{row['wall_mean_ns'] / 1e6:.3f} ms ±{row['wall_ci95_ns'] / 1e6:.3f} ms (mean of "
+            f"{format_duration(row['wall_mean_ns'], unit='ms', decimals=3)} "
+            f"±{format_duration(row['wall_ci95_ns'], unit='ms', decimals=3)} (mean of "
             f"{int(row['steps'])} steps, 95% interval)")
     if row["stable"] is False:
         text += (f": not stable (over {STABLE_CI_PCT:g}% of the mean; a step that compiles, "
