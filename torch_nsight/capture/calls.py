@@ -55,6 +55,7 @@ from torch.utils._pytree import tree_flatten
 
 from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.capture.emitter import NvtxEmitter, OpenRanges, RangeEmitter
+from torch_nsight.capture.op_flops import op_flops
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import parse_message
 
@@ -109,44 +110,11 @@ def _tensor_bytes(tensor: Any) -> int:
 
 
 def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
-    """FLOPs of one op call from torch's flop registry, or None without a formula."""
-    from torch.utils.flop_counter import flop_registry
-
-    formula = flop_registry.get(packet)
-    if formula is None:
-        return None
-    if _is_grouped_conv_backward(packet, args):
-        return _grouped_conv_backward_flops(args)
+    """FLOPs of one op call (:func:`~torch_nsight.capture.op_flops.op_flops`), or None."""
     try:
-        # As FlopCounterMode._count_flops calls the registered (shape-wrapped) formulas.
-        return int(formula(*args, **kwargs, out_val=out))
+        return op_flops(packet, args, kwargs, out)
     except Exception as err:  # a formula that does not cover this overload's arguments
         logger.debug("torch_nsight: no FLOPs for %s: %s: %s", packet, type(err).__name__, err)
-        return None
-
-
-def _is_grouped_conv_backward(packet: Any, args: Any) -> bool:
-    return (getattr(packet, "__name__", "") == "convolution_backward"
-            and len(args) >= 11 and isinstance(args[9], int) and args[9] > 1)
-
-
-def _grouped_conv_backward_flops(args: Any) -> int | None:
-    """A grouped (depthwise) convolution's backward: torch's formula counts the weight
-    gradient as if every input channel met every output channel, ``groups`` times too many
-    (768x for a ConvNeXt block's depthwise 7x7), which puts the kernel far above its roof.
-    The weight gradient does one multiply-add per forward one; the input gradient is
-    torch's own count."""
-    from torch.utils.flop_counter import conv_flop_count
-
-    grad_out, x, w, transposed, mask = args[0], args[1], args[2], args[7], args[10]
-    try:
-        shapes = [list(t.shape) for t in (grad_out, x, w)]
-        flops = conv_flop_count(shapes[0], shapes[2], shapes[1], not transposed) if mask[0] else 0
-        if mask[1]:
-            flops += conv_flop_count(shapes[1], shapes[2], shapes[0], transposed)
-        return int(flops)
-    except Exception as err:  # symbolic or unusual arguments: no count rather than a wrong one
-        logger.debug("torch_nsight: no FLOPs for a grouped convolution_backward: %s", err)
         return None
 
 

@@ -28,6 +28,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from torch_nsight.capture.op_flops import op_flops
 from torch_nsight.vocabulary import operand_dtype
 
 logger = logging.getLogger(__name__)
@@ -55,15 +56,15 @@ def node_flops(node: Any) -> tuple[int, str] | None:
     registry on its fake tensors; None for a node the registry does not know, or whose
     values were not recorded."""
     from torch.utils._pytree import tree_flatten, tree_map
-    from torch.utils.flop_counter import flop_registry
 
     packet = getattr(getattr(node, "target", None), "overloadpacket", None)
-    formula = flop_registry.get(packet) if packet is not None else None
-    if formula is None or "val" not in getattr(node, "meta", {}):
+    if packet is None or "val" not in getattr(node, "meta", {}):
         return None
     args, kwargs = tree_map(_value, (tuple(node.args), dict(node.kwargs)))
+    flops = op_flops(packet, args, kwargs, node.meta["val"])
+    if flops is None:
+        return None
     inputs, _ = tree_flatten((args, kwargs))
-    flops = int(formula(*args, **kwargs, out_val=node.meta["val"]))
     return flops, operand_dtype(_dtype_names(inputs))
 
 
