@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
-NEUTRAL = ("__version__", "errors", "naming", "metrics", "formats", "vocabulary", "record",
+NEUTRAL = ("version", "errors", "naming", "metrics", "formats", "vocabulary", "record",
            "calls_file", "units", "status", "checks", "files")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
