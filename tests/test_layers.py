@@ -16,9 +16,11 @@ the package root (whose names load lazily from their modules), and the child pro
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("version", "errors", "naming", "metrics", "formats", "vocabulary", "record",
@@ -36,6 +38,7 @@ WITHOUT_CAPTURE = ("report", "analyze", "profile", "loading", "render")
 #: The child process (under ``ncu``) and the parent-process code it must never reach.
 CHILD = "collect.child"
 PARENT_ONLY = ("collect.parent", "cli")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Import:
     line: int
     name: str
     target: str
+    lazy: bool = False  # inside a function: runs when it is called, not on import
 
 
 def _stage(module: str) -> str:
@@ -75,25 +79,28 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _statements(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that runs, functions included; not those for mypy alone."""
+def _statements(tree: ast.AST, lazy: bool = False
+                ) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """(statement, lazy) for every import that runs, functions included; not those for
+    mypy alone."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
+            yield node, lazy
         if isinstance(node, ast.If) and _is_type_checking(node):
             for child in node.orelse:
-                yield from _statements(ast.Module(body=[child], type_ignores=[]))
+                yield from _statements(ast.Module(body=[child], type_ignores=[]), lazy)
             continue
-        yield from _statements(node)
+        yield from _statements(node, lazy or isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
 
 def _imports(path: Path, module: str, modules: set[str]) -> list[Import]:
     """The imports of one file, relative ones resolved, ``from a import b`` to ``a.b``."""
     found = []
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in _statements(ast.parse(path.read_text(), str(path))):
+    for node, lazy in _statements(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found += [Import(node.lineno, a.name, a.name) for a in node.names]
+            found += [Import(node.lineno, a.name, a.name, lazy) for a in node.names]
             continue
         base = node.module or ""
         if node.level:
@@ -101,7 +108,7 @@ def _imports(path: Path, module: str, modules: set[str]) -> list[Import]:
             base = f"{anchor}.{base}" if base else anchor
         for alias in node.names:
             full = f"{base}.{alias.name}"
-            found.append(Import(node.lineno, base, full if full in modules else base))
+            found.append(Import(node.lineno, base, full if full in modules else base, lazy))
     return found
 
 
@@ -167,22 +174,20 @@ def _components(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _path(edges: dict[str, set[str]], start: str, goal: set[str],
-          within: set[str] | None = None) -> list[str]:
-    """The shortest import chain from ``start`` to a module in ``goal`` (breadth first)."""
-    before: dict[str, str] = {}
-    queue = [start]
+def _search(start: T, is_goal: Callable[[T], bool], neighbours: Callable[[T], list[T]]
+            ) -> list[T]:
+    """The shortest chain from ``start`` to a goal (breadth first), or []."""
+    before: dict[T, T | None] = {start: None}
+    queue = deque([start])
     while queue:
-        node = queue.pop(0)
-        for after in sorted(edges.get(node, ())):
-            if within is not None and after not in within:
-                continue
-            if after in goal:
+        node = queue.popleft()
+        for after in neighbours(node):
+            if is_goal(after):
                 chain = [after, node]
-                while chain[-1] != start:
-                    chain.append(before[chain[-1]])
+                while (previous := before[chain[-1]]) is not None:
+                    chain.append(previous)
                 return chain[::-1]
-            if after not in before and after != start:
+            if after not in before:
                 before[after] = node
                 queue.append(after)
     return []
@@ -195,7 +200,8 @@ def _cycles(package: Path = PACKAGE) -> list[str]:
     for component in _components(edges):
         if len(component) == 1 and component[0] not in edges[component[0]]:
             continue
-        chain = _path(edges, component[0], {component[0]}, set(component))
+        chain = _search(component[0], component[0].__eq__,
+                        lambda node, within=set(component): sorted(edges[node] & within))
         out.append(f"import cycle among {', '.join(component)}: {' -> '.join(chain)}")
     return out
 
@@ -209,17 +215,31 @@ def _root_imports(package: Path = PACKAGE) -> list[str]:
 
 
 def _child_reaches_parent(package: Path = PACKAGE) -> list[str]:
-    """Child-process modules that import parent-process code, directly or through others."""
-    edges = {module: {i.target for i in imports} for module, imports in _graph(package).items()}
+    """Child-process modules that import parent-process code, directly or through others.
+
+    Importing a module runs its packages' ``__init__`` first, their module level only (a
+    package's lazy ``__getattr__`` runs when its name is asked for, an import naming it).
+    """
+    graph = _graph(package)
     root = package.name
-    parent = {m for m in edges for area in PARENT_ONLY
+    parent = {m for m in graph for area in PARENT_ONLY
               if m == f"{root}.{area}" or m.startswith(f"{root}.{area}.")}
+
+    def neighbours(state: tuple[str, bool]) -> list[tuple[str, bool]]:
+        module, whole = state
+        found = {(i.target, True) for i in graph[module] if whole or not i.lazy}
+        above = module.rpartition(".")[0]
+        while above and above not in graph:  # a folder without __init__.py runs nothing
+            above = above.rpartition(".")[0]
+        return sorted(found | ({(above, False)} if above else set()))
+
     out = []
-    for module in sorted(edges):
+    for module in sorted(graph):
         if module == f"{root}.{CHILD}" or module.startswith(f"{root}.{CHILD}."):
-            chain = _path(edges, module, parent)
+            chain = _search((module, True), lambda state: state[0] in parent, neighbours)
             if chain:
-                out.append(f"the child's {module} reaches parent code: {' -> '.join(chain)}")
+                steps = [m if whole else f"{m} (its package)" for m, whole in chain]
+                out.append(f"the child's {module} reaches parent code: {' -> '.join(steps)}")
     return out
 
 
@@ -281,6 +301,8 @@ def test_the_check_catches_the_root_and_a_child_reaching_the_parent(tmp_path: Pa
         "names.py": "x = 1\n",
         "words.py": "from pkg import names\n",  # a submodule: not the root
         "collect/child/work.py": "def run():\n    import pkg\n    from ..between import x\n",
+        "collect/child/__init__.py": "",
+        "collect/child/other.py": "import os\n",
         "collect/between.py": "from pkg.collect.parent.go import x\n",
         "collect/parent/go.py": "x = 1\n"})
     assert _root_imports(package) == [
@@ -289,3 +311,15 @@ def test_the_check_catches_the_root_and_a_child_reaching_the_parent(tmp_path: Pa
     assert _child_reaches_parent(package) == [
         "the child's pkg.collect.child.work reaches parent code: pkg.collect.child.work -> "
         "pkg.collect.between -> pkg.collect.parent.go"]
+    # a package above the child that imports parent code when it is imported: every child
+    # module runs it; a lazy __getattr__ there runs only when its name is asked for
+    (package / "collect" / "__init__.py").write_text(
+        "from pkg.collect.parent.go import x\n\n\ndef __getattr__(name):\n"
+        "    from pkg.collect.between import x\n")
+    (package / "collect" / "between.py").write_text("x = 1\n")
+    assert _child_reaches_parent(package)[1] == (
+        "the child's pkg.collect.child.other reaches parent code: pkg.collect.child.other -> "
+        "pkg.collect.child (its package) -> pkg.collect (its package) -> pkg.collect.parent.go")
+    (package / "collect" / "__init__.py").write_text(
+        "def __getattr__(name):\n    from pkg.collect.parent.go import x\n")
+    assert _child_reaches_parent(package) == []

@@ -109,7 +109,7 @@ def live_profile(out: Path | None) -> Profile:
     Raises:
         TorchNsightError: the sweep failed.
     """
-    from torch_nsight.collect import sweep
+    from torch_nsight.collect.parent.sweep import sweep
     from torch_nsight.demo.llama import LlamaBlock
 
     shapes = [(1, seq, HIDDEN) for seq in SEQUENCES]

@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     if out is not None and _holds_a_sweep(out) and not args.force:
         raise UsageError(f"{out} already holds a sweep; pass --force to replace it")
     from torch_nsight.cli.report import emit
-    from torch_nsight.collect import sweep
+    from torch_nsight.collect.parent.sweep import sweep
 
     try:
         profile = sweep(
