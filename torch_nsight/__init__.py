@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 # learns exported names from this import; it cannot read `*errors.__all__`).
 from torch_nsight.errors import *  # noqa: F403
 from torch_nsight.errors import __all__
+from torch_nsight.version import __version__
 
 if TYPE_CHECKING:
     # from the defining module: in the import cycle mypy would take capture's `instrument`
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from torch_nsight.collect.timeline import timeline
     from torch_nsight.loading import load
     from torch_nsight.profile import Profile
-
-__version__ = "0.1.0"
 
 __all__ = [
     "instrument",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+import torch_nsight.collect.timeline as timelines
 from torch_nsight.render import plot_timeline
 
 from .conftest import run_main
@@ -82,7 +83,7 @@ def test_a_shape_that_failed_is_listed_and_not_drawn(tmp_path: Path,
     manifest["items"].append({"variant": "", "shape": "16x512", "status": "failed",
                               "error": "OutOfMemoryError: CUDA out of memory"})
     (recorded / "timeline.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(torch_nsight, "timeline", lambda *_, **__: torch_nsight.load(recorded))
+    monkeypatch.setattr(timelines, "timeline", lambda *_, **__: torch_nsight.load(recorded))
     (tmp_path / "mk.py").write_text(MODEL)
     status, out, err = run_main(["timeline", "mk.py:make", "--shapes", "8x512,16x512", "--out",
                                  "tl", "--plot-timeline", "step.png"], tmp_path, monkeypatch,

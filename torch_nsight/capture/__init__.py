@@ -7,12 +7,9 @@ from __future__ import annotations
 
 from torch_nsight.capture.detect import ENV_SWITCH, detect_profiler, resolve_enabled
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter, RecordingEmitter
-from torch_nsight.capture.instrument import (
-    Instrumentation,
-    active_instrumentations,
-    instrument,
-)
+from torch_nsight.capture.instrument import Instrumentation, instrument
 from torch_nsight.capture.ops import DEFAULT_OPS, normalize_op_name
+from torch_nsight.capture.registry import active_instrumentations
 
 __all__ = [
     "instrument",

@@ -525,7 +525,7 @@ _LAUNCH = re.compile(r"\.run\(|\bextern_kernels\.|\bcpp_fused_\w*\(|Provenance d
 def _caller_module() -> tuple[Any, str] | None:
     """(instrumentation, qualified name) of the nearest instrumented module on the Python
     stack (the ``self`` of a frame), else None."""
-    from torch_nsight.capture.instrument import instrumented_name
+    from torch_nsight.capture.registry import instrumented_name
 
     frame: FrameType | None = sys._getframe(2)
     for _ in range(128):
@@ -542,7 +542,7 @@ def _caller_module() -> tuple[Any, str] | None:
 def _enter(compiled: Any) -> tuple[Any, str] | None:
     """The emitter and range message of one call of ``compiled`` (carrying its map when
     due), or None when it is not attributed."""
-    from torch_nsight.capture.instrument import active_instrumentations
+    from torch_nsight.capture.registry import active_instrumentations
 
     handles = [h for h in active_instrumentations() if h.emitter is not None]
     if not handles:

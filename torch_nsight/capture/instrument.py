@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from torch import nn
 
+from torch_nsight.capture import registry
 from torch_nsight.capture.compiled import (
     compiled_refusal,
     track_compiles,
@@ -25,6 +26,7 @@ from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.optimizers import watch_optimizer_steps
+from torch_nsight.capture.registry import active_instrumentations
 from torch_nsight.capture.stack import STACK, Range, RangeStack
 from torch_nsight.naming import backward_message, op_message
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
@@ -36,42 +38,6 @@ __all__ = ["Instrumentation", "instrument", "active_instrumentations"]
 
 Selector = str | type
 """A module selector: an fnmatch glob on qualified names, or a module type."""
-
-# Every module that an active Instrumentation put hooks on, mapped to that Instrumentation.
-# Weak keys: the entry goes with the module; the value (the handle) lives as long as it.
-_INSTRUMENTED: weakref.WeakKeyDictionary[nn.Module, Instrumentation] = (
-    weakref.WeakKeyDictionary()
-)
-_ACTIVE: weakref.WeakSet[Instrumentation] = weakref.WeakSet()
-
-
-def instrumented_name(module: object) -> tuple[Instrumentation, str] | None:
-    """(its active instrumentation, its qualified name) when ``module`` is instrumented."""
-    if not isinstance(module, nn.Module):  # only modules are keys
-        return None
-    try:
-        handle = _INSTRUMENTED.get(module)
-    except TypeError:  # a module class with __eq__ and no __hash__
-        return None
-    if handle is None or not handle.active:
-        return None
-    name = handle._name_of.get(module)
-    return (handle, name) if name is not None else None
-
-def _step_emitter() -> RangeEmitter | None:
-    """Where an optimizer step's range goes: the emitter of an active instrumentation."""
-    return next((h.emitter for h in list(_ACTIVE) if h.active and h.emitter is not None),
-                None)
-
-
-def active_instrumentations() -> list[Instrumentation]:
-    """Return the instrumentations whose hooks are installed now (for tests and debugging).
-
-    Returns:
-        The active :class:`Instrumentation` handles, in no particular order.
-    """
-    return [handle for handle in list(_ACTIVE) if handle.active]
-
 
 class Instrumentation:
     """Handle on the hooks :func:`instrument` installed; also a context manager.
@@ -102,7 +68,6 @@ class Instrumentation:
         self._stack: RangeStack = STACK
         #: Where this handle's ranges go (None when inactive); compiled graphs use it too.
         self.emitter: RangeEmitter | None = None
-        self._name_of: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
         self._tracks_compiles = False
         # (CallRecorder, file or None, CallsCarrier or None) while a calls table is recorded
         self._calls: tuple[Any, Path | None, Any] | None = None
@@ -127,15 +92,14 @@ class Instrumentation:
             if module is None:
                 continue
             wrapper.remove(module)
-            if _INSTRUMENTED.get(module) is self:
-                del _INSTRUMENTED[module]
+            registry.drop_module(self, module)
         self._wrappers.clear()
         if self._tracks_compiles:
             self._tracks_compiles = False
             untrack_compiles()
         self._finish_calls()
         detached = NODE_HOOKS.detach(self)
-        _ACTIVE.discard(self)
+        registry.deactivate(self)
         closed = self._stack.close_owned(self)
         if closed:
             logger.warning("torch_nsight: remove() closed %d range(s) still open on this "
@@ -357,7 +321,7 @@ def instrument(
                         record_calls)
         return Instrumentation(model, reason)
 
-    owner = _INSTRUMENTED.get(model)
+    owner = registry.owner(model)
     if owner is not None:
         reason = f"{type(model).__name__} is already instrumented by {owner!r}"
         warnings.warn(f"torch_nsight: {reason}; not instrumenting it again (remove() the "
@@ -365,12 +329,13 @@ def instrument(
         return Instrumentation(model, reason)
 
     selected = _select(model, depth, include_, exclude_)
-    taken = [name for name, module in selected if module in _INSTRUMENTED]
+    taken = [name for name, module in selected if registry.owner(module) is not None]
     if taken:
         warnings.warn(f"torch_nsight: {len(taken)} submodule(s) are already instrumented by "
                       f"another instrumentation and keep its ranges: {taken[:5]}",
                       stacklevel=2)
-        selected = [(name, module) for name, module in selected if module not in _INSTRUMENTED]
+        selected = [(name, module) for name, module in selected
+                    if registry.owner(module) is None]
 
     handle = Instrumentation(model, reason)
     sink: RangeEmitter = emitter if emitter is not None else default_emitter()
@@ -409,8 +374,7 @@ def instrument(
             backward_range = make_range(backward_message(message), name) if backward else None
             wrapper = install_forward(module, forward, backward_range, namer)
             handle._wrappers.append((weakref.ref(module), wrapper))
-            handle._name_of[module] = name
-            _INSTRUMENTED[module] = handle
+            registry.add_module(handle, module, name)
     except BaseException:
         handle.active = True
         handle.remove()
@@ -424,9 +388,9 @@ def instrument(
     handle.backward = backward
     handle.emitter = base
     handle._tracks_compiles = track_compiles()
-    _ACTIVE.add(handle)
+    registry.activate(handle)
     if emitter is None:  # a test's own emitter sees only its model's ranges
-        watch_optimizer_steps(_step_emitter)
+        watch_optimizer_steps(registry.step_emitter)
     logger.info("torch_nsight: instrumented %d modules of %s (%s)", len(selected),
                 type(model).__name__, reason)
     return handle

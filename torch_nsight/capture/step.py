@@ -83,7 +83,7 @@ def _status(environ: Mapping[str, str]) -> StatusWriter | None:
 
 def _carriers() -> list[CallsCarrier]:
     """The calls carriers of the active instrumentations (see torch_nsight.capture.embed)."""
-    from torch_nsight.capture.instrument import active_instrumentations
+    from torch_nsight.capture.registry import active_instrumentations
 
     return [h.carrier for h in active_instrumentations() if h.carrier is not None]
 
@@ -92,7 +92,7 @@ def _what_was_recorded() -> dict[str, int]:
     """For a chosen step's status line: the modules instrumented, the calls carried, the
     replicas left out of profiling, whether compiled graphs ran."""
     from torch_nsight.capture.compiled import compiled_graphs_seen
-    from torch_nsight.capture.instrument import active_instrumentations
+    from torch_nsight.capture.registry import active_instrumentations
 
     handles = list(active_instrumentations())
     return {"modules": sum(len(h.names) for h in handles),
@@ -105,7 +105,7 @@ def _what_was_recorded() -> dict[str, int]:
 def _replications() -> list[ScriptReplication]:
     """The sibling replications of the active instrumentations (torch_nsight.capture.replica:
     under ``torch-nsight profile`` only)."""
-    from torch_nsight.capture.instrument import active_instrumentations
+    from torch_nsight.capture.registry import active_instrumentations
 
     return [h.replication for h in active_instrumentations() if h.replication is not None]
 

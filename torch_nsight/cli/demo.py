@@ -109,14 +109,14 @@ def live_profile(out: Path | None) -> Profile:
     Raises:
         TorchNsightError: the sweep failed.
     """
-    import torch_nsight
+    from torch_nsight.collect.parent.sweep import sweep
     from torch_nsight.demo.llama import LlamaBlock
 
     shapes = [(1, seq, HIDDEN) for seq in SEQUENCES]
     say(f"profiling LlamaBlock (bf16, fwd+bwd) at shapes {shapes} under ncu...",
         sys.stderr)
     # the demo shows everything: FLOP counters and Nsight Compute's own verdict
-    return torch_nsight.sweep(LlamaBlock, shapes, dtype="bf16", backward=True,
+    return sweep(LlamaBlock, shapes, dtype="bf16", backward=True,
                               metric_set="roofline",
                               output_dir=out / "sweep" if out is not None else None)
 

@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     Returns:
         The top-level parser.
     """
-    from torch_nsight import __version__
+    from torch_nsight.version import __version__
 
     parser = argparse.ArgumentParser(
         prog=PROG, description="Make Nsight Compute reports speak PyTorch: hotspots, module "

@@ -158,11 +158,11 @@ def run(args: argparse.Namespace) -> int:
         check_out_folder(out)
     if out is not None and _holds_a_sweep(out) and not args.force:
         raise UsageError(f"{out} already holds a sweep; pass --force to replace it")
-    import torch_nsight
     from torch_nsight.cli.report import emit
+    from torch_nsight.collect.parent.sweep import sweep
 
     try:
-        profile = torch_nsight.sweep(
+        profile = sweep(
             target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
             warmup=args.warmup, runs=args.runs, metric_set=args.metric_set,
             ops=args.ops, replicate=not args.no_replicate, record_calls=not args.no_calls,

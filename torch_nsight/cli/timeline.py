@@ -95,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     if _holds_a_timeline(args.out / TIMELINE_MANIFEST) and not args.force:
         raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
-    import torch_nsight
     from torch_nsight.cli.report import emit
+    from torch_nsight.collect.timeline import timeline
 
     try:
-        profile = torch_nsight.timeline(
+        profile = timeline(
             target, shapes, make_inputs=inputs, backward=args.backward, dtype=args.dtype,
             warmup=args.warmup, runs=args.runs, ops=args.ops, output_dir=args.out)
     except (TypeError, ValueError) as err:  # timeline()'s own argument checks

@@ -21,6 +21,20 @@ user's own process, no ``ncu``, no child.
 
 from __future__ import annotations
 
-from torch_nsight.collect.parent.sweep import sweep
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_nsight.collect.parent.sweep import sweep
 
 __all__ = ["sweep"]
+
+
+def __getattr__(name: str) -> Any:
+    # on first use: the child processes live in this package too, and never import the
+    # parent's code
+    if name == "sweep":
+        from torch_nsight.collect.parent.sweep import sweep
+
+        globals()["sweep"] = sweep
+        return sweep
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,8 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.outcomes import every_shape_failed
-from torch_nsight.collect.parent.plan import check_make_inputs, check_variants, user_settings
+from torch_nsight.collect.shared.arguments import (
+    check_make_inputs,
+    check_variants,
+    every_shape_failed,
+    user_settings,
+)
 from torch_nsight.collect.shared.job import Job, normalize_dtype, normalize_shapes
 from torch_nsight.files import gzip_file, locked_folder
 from torch_nsight.naming import format_measure_range

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.collect.parent.plan import check_variants, user_settings
-from torch_nsight.collect.parent.sweep import child_env
+from torch_nsight.collect.parent.plan import child_env
 from torch_nsight.collect.shared import job as jobs
+from torch_nsight.collect.shared.arguments import check_variants, user_settings
 from torch_nsight.errors import ShapeFailedError
 
 if TYPE_CHECKING:

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.collect.parent.launch import ChildOutcome
+from torch_nsight.collect.shared.arguments import every_shape_failed
 from torch_nsight.collect.shared.ncu import raise_for_output
-from torch_nsight.errors import CounterPermissionError, ShapeFailedError, TorchNsightError
+from torch_nsight.errors import CounterPermissionError, TorchNsightError
 
 if TYPE_CHECKING:
 
@@ -138,12 +139,3 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
                        f" ({item['variant']})" if item.get("variant") else "",
                        item.get("status"), item.get("error"))
     return items, children, problems, None
-
-
-def every_shape_failed(failed: Sequence[Mapping[str, Any]]) -> ShapeFailedError:
-    """The error of a run none of whose (variant, shape) items ended ``ok``: the first five
-    with their errors."""
-    return ShapeFailedError("every shape failed: " + "; ".join(
-        f"{f['shape']}{' (' + f['variant'] + ')' if f.get('variant') else ''}: {f['error']}"
-        for f in failed[:5]) + ("" if len(failed) <= 5 else f"; and {len(failed) - 5} "
-                                "more (see the log)"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,16 +20,23 @@ from typing import Any, Literal
 from torch_nsight import formats
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.collect.shared.arguments import (
+    check_make_inputs,
+    check_variants,
+    is_module,
+    user_settings,
+)
 from torch_nsight.metrics import (
     DEFAULT_METRIC_SET,
     DEFAULT_METRIC_SET_WITHOUT_CALLS,
     MetricSet,
 )
-from torch_nsight.naming import format_measure_range
 
 logger = logging.getLogger(__name__)
 
 LARGE_MODEL_BYTES = 2 << 30
+#: The torch_nsight package folder (found without importing the package root).
+_PACKAGE = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -145,51 +151,6 @@ def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dty
                      options=options, entered=entered)
 
 
-def check_variants(model: Any) -> dict[str, Any]:
-    """``model`` as label -> module or factory (``""`` for a single one), checked."""
-
-    def check(label: str, value: Any) -> Any:
-        where = f"model{label and f'[{label!r}]'}"
-        if isinstance(value, str):
-            return jobs.Target(value, role=where)
-        if not _is_module(value) and not callable(value):
-            raise TypeError(f"{where} must be an nn.Module, a zero-argument factory or its "
-                            f"name ('package.module:make'), got {type(value).__name__}")
-        return value
-
-    if isinstance(model, Mapping):
-        if not model:
-            raise ValueError("model is an empty dict: give at least one variant")
-        out = {}
-        for label, value in model.items():
-            if not isinstance(label, str) or not label:
-                raise TypeError(f"variant labels must be non-empty str, got {label!r}")
-            try:
-                format_measure_range(variant=label)
-            except ValueError as err:
-                raise ValueError(f"variant label {label!r}: {err}") from err
-            out[label] = check(label, value)
-        return out
-    return {"": check("", model)}
-
-
-def check_make_inputs(make_inputs: Any) -> Callable[[Any], Any] | None:
-    """``make_inputs`` checked: a function, its name (a :class:`~jobs.Target`) or None.
-
-    Raises:
-        TypeError: it is none of these.
-        ValueError: a malformed name, a file that does not exist or that plainly defines no
-            such name.
-    """
-    if isinstance(make_inputs, str):
-        return jobs.Target(make_inputs, role="make_inputs")
-    if make_inputs is not None and not callable(make_inputs):
-        raise TypeError("make_inputs must be a function shape -> inputs, its name "
-                        "('package.module:make_inputs'), or None, got "
-                        f"{type(make_inputs).__name__}")
-    return make_inputs
-
-
 def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
                    repeats: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
                    ops: Any, flags: dict[str, Any]) -> None:
@@ -223,16 +184,9 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
                         f"{type(ops).__name__}")
 
 
-def _is_module(value: Any) -> bool:
-    """Whether ``value`` is an ``nn.Module``, without importing torch: a process that never
-    imported it holds none (the command line's file targets are imported by the child)."""
-    nn = getattr(sys.modules.get("torch"), "nn", None)
-    return nn is not None and isinstance(value, nn.Module)
-
-
 def _warn_about_model(variants: dict[str, Any]) -> None:
     for label, value in variants.items():
-        if not _is_module(value):
+        if not is_module(value):
             continue
         params = list(value.parameters())
         size = sum(p.numel() * p.element_size() for p in params)
@@ -256,13 +210,12 @@ def _visible_device(device: int | str) -> str:
     return str(device)
 
 
-def user_settings() -> dict[str, Any]:
-    """The global PyTorch settings of this process, for the child to run with: none when
-    this process never imported torch (it cannot have changed them; the child starts with
-    torch's defaults and records what it ran with)."""
-    if sys.modules.get("torch") is None:
-        return {}
-    from torch_nsight.capture.settings import describe_settings, read_settings
-
-    settings = read_settings()
-    return {**settings, "summary": describe_settings(settings)}
+def child_env(visible_devices: str | None) -> dict[str, str]:
+    """The child's environment: ours, with torch_nsight importable and the GPU chosen."""
+    env = dict(os.environ)
+    root = str(_PACKAGE.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
+    return env

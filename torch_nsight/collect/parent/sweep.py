@@ -30,10 +30,11 @@ from torch_nsight.collect.parent.launch import (
     warm_the_reader,
 )
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
-from torch_nsight.collect.parent.plan import SweepPlan, check_make_inputs, plan_sweep
+from torch_nsight.collect.parent.plan import SweepPlan, child_env, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
+from torch_nsight.collect.shared.arguments import check_make_inputs
 from torch_nsight.errors import TorchNsightError
 from torch_nsight.files import locked_folder
 from torch_nsight.record import SweepRecord, now
@@ -49,19 +50,6 @@ STARTUP_S = 300.0
 WORKER_MODULE = "torch_nsight.collect.child.worker"
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
-
-
-def child_env(visible_devices: str | None) -> dict[str, str]:
-    """The child's environment: ours, with torch_nsight importable and the GPU chosen."""
-    import torch_nsight
-
-    env = dict(os.environ)
-    root = str(Path(torch_nsight.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    if visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible_devices
-    return env
 
 
 def sweep(
