@@ -15,29 +15,29 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: Dense FLOPs per SM per cycle, per precision (``PRECISIONS``'s names), per architecture:
-#: NVIDIA's architecture whitepapers (Hopper, Ampere GA100 and GA10x, Ada).
-PER_SM_CYCLE: dict[str, dict[str, float]] = {
-    "hopper": {"fp64": 128, "fp32": 256, "fp16": 256, "tensor_bf16": 4096,
+#: Dense FLOPs per SM per cycle, per precision (``PRECISIONS``'s names), per compute
+#: capability: NVIDIA's architecture whitepapers (Hopper 9.0, Ampere GA100 8.0 and GA10x
+#: 8.6, Ada 8.9).
+PER_SM_CYCLE: dict[tuple[int, int], dict[str, float]] = {
+    (9, 0): {"fp64": 128, "fp32": 256, "fp16": 256, "tensor_bf16": 4096,
                "tensor_fp16": 4096, "tensor_tf32": 2048, "tensor_fp8": 8192,
                "tensor_fp64": 256, "tensor_int8": 8192},
-    "ampere100": {"fp64": 64, "fp32": 128, "fp16": 256, "tensor_bf16": 2048,
+    (8, 0): {"fp64": 64, "fp32": 128, "fp16": 256, "tensor_bf16": 2048,
                   "tensor_fp16": 2048, "tensor_tf32": 1024, "tensor_fp64": 128,
                   "tensor_int8": 4096},
-    "ampere": {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
+    (8, 6): {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
                "tensor_tf32": 512, "tensor_int8": 2048},
-    "ada": {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
+    (8, 9): {"fp64": 4, "fp32": 256, "fp16": 256, "tensor_bf16": 1024, "tensor_fp16": 1024,
             "tensor_tf32": 512, "tensor_fp8": 2048, "tensor_int8": 2048},
 }
 
 
 @dataclass(frozen=True)
 class KnownGpu:
-    """One GPU model: how its name reads, its architecture and compute capability, SMs,
-    boost clock and DRAM bandwidth."""
+    """One GPU model: how its name reads, its compute capability, SMs, boost clock and DRAM
+    bandwidth."""
 
     pattern: str
-    architecture: str
     capability: tuple[int, int]
     sms: int
     boost_mhz: float
@@ -46,22 +46,22 @@ class KnownGpu:
     def flops_per_s(self, precision: str) -> float | None:
         """Dense peak FLOP/s of ``precision`` at the boost clock; None if it has no such
         path."""
-        rate = PER_SM_CYCLE[self.architecture].get(precision)
+        rate = PER_SM_CYCLE[self.capability].get(precision)
         return None if rate is None else rate * self.sms * self.boost_mhz * 1e6
 
 
 #: First match wins: the more specific names first (an H100 PCIe before the SXM part).
 KNOWN_GPUS: tuple[KnownGpu, ...] = (
-    KnownGpu(r"H100.*PCIe", "hopper", (9, 0), 114, 1755, 2.0e12),
-    KnownGpu(r"H100.*NVL", "hopper", (9, 0), 132, 1785, 3.9e12),
-    KnownGpu(r"H100|H800", "hopper", (9, 0), 132, 1980, 3.35e12),
-    KnownGpu(r"H200", "hopper", (9, 0), 132, 1980, 4.8e12),
-    KnownGpu(r"A100.*80GB.*PCIe", "ampere100", (8, 0), 108, 1410, 1.935e12),
-    KnownGpu(r"A100.*80GB", "ampere100", (8, 0), 108, 1410, 2.039e12),
-    KnownGpu(r"A100", "ampere100", (8, 0), 108, 1410, 1.555e12),
-    KnownGpu(r"L40S", "ada", (8, 9), 142, 2520, 0.864e12),
-    KnownGpu(r"\bL4\b", "ada", (8, 9), 58, 2040, 0.3e12),
-    KnownGpu(r"\bA10\b", "ampere", (8, 6), 72, 1695, 0.6e12),
+    KnownGpu(r"H100.*PCIe", (9, 0), 114, 1755, 2.0e12),
+    KnownGpu(r"H100.*NVL", (9, 0), 132, 1785, 3.9e12),
+    KnownGpu(r"H100|H800", (9, 0), 132, 1980, 3.35e12),
+    KnownGpu(r"H200", (9, 0), 132, 1980, 4.8e12),
+    KnownGpu(r"A100.*80GB.*PCIe", (8, 0), 108, 1410, 1.935e12),
+    KnownGpu(r"A100.*80GB", (8, 0), 108, 1410, 2.039e12),
+    KnownGpu(r"A100", (8, 0), 108, 1410, 1.555e12),
+    KnownGpu(r"L40S", (8, 9), 142, 2520, 0.864e12),
+    KnownGpu(r"\bL4\b", (8, 9), 58, 2040, 0.3e12),
+    KnownGpu(r"\bA10\b", (8, 6), 72, 1695, 0.6e12),
 )
 
 

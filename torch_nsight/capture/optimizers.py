@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from torch_nsight.capture.stack import PAUSE
+from torch_nsight.capture.stack import PAUSE, is_compiling
 from torch_nsight.naming import step_message
 
 logger = logging.getLogger(__name__)
@@ -55,13 +55,8 @@ class _Watch:
     def _emitter(self) -> Any:
         if self.failed or self.emitter is None or PAUSE.on:
             return None
-        try:
-            import torch
-
-            if torch.compiler.is_compiling():
-                return None
-        except Exception:  # an old torch without torch.compiler
-            pass
+        if is_compiling():
+            return None
         return self.emitter()
 
     def _fail(self, err: Exception) -> None:
