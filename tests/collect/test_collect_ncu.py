@@ -154,7 +154,7 @@ def test_nothing_profiled_names_the_cpu_and_paths_survive(tmp_path: Path, fake_n
     assert argv[argv.index("--metrics") + 1] == "gpu__time_duration.sum,dram__bytes.sum"
     assert argv[argv.index("-o") + 1] == str(out / "sweep")  # one argument, quotes and all
     app = argv[argv.index("-m") - 1:]
-    assert app[:3] == [sys.executable, "-m", "torch_nsight.collect.child.worker"]
+    assert app[:3] == [sys.executable, "-m", "torch_nsight.collect.child.start"]
     assert not os.path.exists(app[3])  # the job file is deleted afterwards
     # the child did run, and its results and the job description are kept
     assert (out / "sweep.result.json").is_file() and (out / "job.json").is_file()

@@ -1,6 +1,6 @@
 """Collect stage: profile a model across input shapes under Nsight Compute.
 
-:func:`sweep` pickles the job, runs ``ncu <flags> python -m torch_nsight.collect.child.worker
+:func:`sweep` pickles the job, runs ``ncu <flags> python -m torch_nsight.collect.child.start
 <job>`` (one process per GPU, every shape inside it) and loads the sweep's output directory
 into a :class:`~torch_nsight.Profile`. The code is split by the process it runs in:
 
@@ -8,7 +8,8 @@ into a :class:`~torch_nsight.Profile`. The code is split by the process it runs 
   door; :mod:`~.parent.launch`, run and watch the children; :mod:`~.parent.outcomes`, what
   they left; :mod:`~.parent.progress`, the progress bar.
 * :mod:`~torch_nsight.collect.child`: the profiled process, under ``ncu``.
-  :mod:`~.child.worker`, its entry point; :mod:`~.child.steps`, inputs and one iteration;
+  :mod:`~.child.start`, its entry point (CUDA starts while it imports); :mod:`~.child.worker`,
+  what it runs; :mod:`~.child.steps`, inputs and one iteration;
   :mod:`~.child.siblings`, identical siblings profiled once.
 * :mod:`~torch_nsight.collect.shared`: what both sides agree on. :mod:`~.shared.job`, the
   job and its file; :mod:`~.shared.ncu`, the ``ncu`` command line and output;

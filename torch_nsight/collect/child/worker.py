@@ -1,4 +1,5 @@
-"""The sweep's child process: ``python -m torch_nsight.collect.child.worker <job-file>``.
+"""The sweep's child process, started as ``python -m torch_nsight.collect.child.start
+<job-file>`` (which starts CUDA on a thread, then calls :func:`main`).
 
 Run under ``ncu`` (or alone, for a dry run). It first applies the parent's global PyTorch
 settings (TF32, cuDNN, SDPA backends). For each variant it builds the model (factory or
@@ -27,6 +28,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import nvtx
@@ -274,8 +276,11 @@ class JobRunner:
         return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the child. Returns its exit status (0 when results were written)."""
+def main(argv: list[str] | None = None, early_cuda: Mapping[str, object] | None = None) -> int:
+    """Entry point of the child. Returns its exit status (0 when results were written).
+
+    ``early_cuda``: how :mod:`~torch_nsight.collect.child.start` started CUDA on a thread
+    while this process imported (kept in the result's ``early_cuda``)."""
     stamps: dict[str, float | None] = {"process_start": process_start_time(),
                                        "imported": time.time()}
     args = sys.argv[1:] if argv is None else argv
@@ -294,7 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     skipped = apply_settings(job.settings)
     if skipped:
         logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
+    stamps["settings_applied"] = time.time()
     runner = JobRunner(assignment, job, stamps)
+    if early_cuda:
+        runner.result["early_cuda"] = dict(early_cuda)
     try:
         runner.run()
     except BaseException as err:  # record why, for the parent, then let it end the process

@@ -64,7 +64,7 @@ class ChildSpec:
 
     Attributes:
         name: short name for logs (``sweep``, ``sweep-dev1``).
-        command: the argument list (``ncu ... python -m torch_nsight.collect.child.worker job``).
+        command: the argument list (``ncu ... python -m torch_nsight.collect.child.start job``).
         env: its environment.
         status_path: the status file it appends to.
         result_path: the result JSON it writes.

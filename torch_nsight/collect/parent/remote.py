@@ -5,7 +5,7 @@
 ``concurrent.futures`` executor (``ProcessPoolExecutor``), dask's
 ``Client.get_executor()``, submitit's ``AutoExecutor`` (Slurm job arrays), Ray's... The job
 (:func:`run_spec`, importable by reference on the worker) runs the child's command there —
-``ncu ... python -m torch_nsight.collect.child.worker JOB`` — with the GPU the worker was
+``ncu ... python -m torch_nsight.collect.child.start JOB`` — with the GPU the worker was
 given, and writes the report, result and status files into the sweep's output directory,
 which must be on a filesystem the workers share. A job that fails or whose worker dies is
 recorded like a failing shape; the others are kept.

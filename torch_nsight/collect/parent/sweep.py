@@ -2,7 +2,7 @@
 
 It runs in the user's process: it validates the arguments, pickles the job (with the
 user's global PyTorch settings), starts one child per GPU (``ncu <flags> python -m
-torch_nsight.collect.child.worker <job>``, or the worker alone for a dry run) and watches
+torch_nsight.collect.child.start <job>``, or the worker alone for a dry run) and watches
 them, writes the sweep's manifest into its output directory, and returns
 ``torch_nsight.load(output_dir)``: every report, replicated rows, the calls table and what
 happened per shape.
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STARTUP_S = 300.0
-WORKER_MODULE = "torch_nsight.collect.child.worker"
+WORKER_MODULE = "torch_nsight.collect.child.start"
 LARGE_MODEL_BYTES = 2 << 30
 DeriveFn = Callable[["pd.Series", Any], Any]
 

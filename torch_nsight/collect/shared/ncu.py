@@ -290,7 +290,7 @@ def build_command(ncu: str, *, report: str | os.PathLike[str], metric_set: Metri
         ncu: the ``ncu`` executable.
         report: report path *without* the ``.ncu-rep`` suffix (ncu adds it).
         metric_set: what to collect (its sections and metrics).
-        app: the child command (``python -m torch_nsight.collect.child.worker <job>``).
+        app: the child command (``python -m torch_nsight.collect.child.start <job>``).
         metrics: the metric names to pass (default: the set's), e.g. after
             :func:`filter_metrics`.
         exclude_replicas: leave out kernels inside the child's ``replica`` start/end range.

@@ -9,7 +9,8 @@ the profile was loaded. :func:`breakdown` turns those stamps into seconds per ph
 ``prepare`` (argument checks, ``ncu`` queries, pickling the job), ``ncu_start`` (``ncu``
 before the Python child starts), ``python_start`` (the child's interpreter and imports:
 Python, torch, torch_nsight), ``job_read`` (unpickling the model, which imports the modules
-its classes come from), ``cuda_init`` (the child's CUDA context), ``build`` (factories and
+its classes come from), ``settings`` (applying the caller's TF32, cuDNN and SDPA
+switches), ``cuda_init`` (the child's CUDA context), ``build`` (factories and
 ``.to(device, dtype)``), ``warmup`` (inputs and warm-up iterations), ``calls`` (the calls
 table's iteration), ``check`` (the sibling check), ``measure`` (the profiled iterations: ncu's
 replay), ``cleanup`` (freeing memory after each shape), ``child_exit`` (after the child's last item until it ended: ``ncu`` writing the
@@ -27,14 +28,15 @@ from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from typing import Any
 
 #: The phases, in the order they happen.
-PHASES = ("prepare", "ncu_start", "python_start", "job_read", "cuda_init", "build", "warmup",
-          "calls", "check", "measure", "cleanup", "child_exit", "load")
+PHASES = ("prepare", "ncu_start", "python_start", "job_read", "settings", "cuda_init", "build",
+          "warmup", "calls", "check", "measure", "cleanup", "child_exit", "load")
 #: Each phase in words, for logs and tables.
 PHASE_NAMES = {
     "prepare": "prepare (checks, ncu queries, pickling)",
     "ncu_start": "ncu start-up (in a dry run: starting the process)",
     "python_start": "child Python + torch start-up",
     "job_read": "unpickling the job (the model's imports too)",
+    "settings": "applying the caller's PyTorch settings",
     "cuda_init": "CUDA start-up",
     "build": "building the model",
     "warmup": "inputs and warm-ups",
@@ -98,7 +100,9 @@ def child_phases(launched_at: float | None, ended_at: float | None,
         "python_start": _span(stamps.get("process_start") or launched_at,
                               stamps.get("imported")),
         "job_read": _span(stamps.get("imported"), stamps.get("job_read")),
-        "cuda_init": _span(stamps.get("job_read"), stamps.get("cuda_ready")),
+        "settings": _span(stamps.get("job_read"), stamps.get("settings_applied")),
+        "cuda_init": _span(stamps.get("settings_applied") or stamps.get("job_read"),
+                           stamps.get("cuda_ready")),
         "build": round(sum((results.get("build_s") or {}).values()), 3)
         if results.get("build_s") else None,
         "child_exit": _span(stamps.get("done"), ended_at),
