@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from torch_nsight.capture.emitter import RecordingEmitter
-from torch_nsight.capture.stack import BackwardFrame, Range, RangeStack
+from torch_nsight.capture.ranges import BackwardFrame, Range
+from torch_nsight.capture.stack import RangeStack
 
 
 @pytest.fixture
@@ -141,7 +142,7 @@ def test_ranges_of_a_finished_backward_close_before_the_next_range(
     root_range, a = ranges(emitter, "", "a")
     root = BackwardFrame(root_range, deferred=True)
     stack.push_backward(root, 7)  # outside a backward pass: no callback can be queued
-    task = stack._local.state.tasks[7]  # the calling thread's state (slots, one lookup)
+    task = stack.local.state.tasks[7]  # the calling thread's state (slots, one lookup)
     finisher = threading.Thread(target=lambda: setattr(task, "done", True))
     finisher.start()
     finisher.join()
@@ -150,7 +151,7 @@ def test_ranges_of_a_finished_backward_close_before_the_next_range(
     assert stack.snapshot() == ["a"]
     stack.pop(a)
     assert kinds(emitter) == [("push", "Root"), ("pop", "Root"), ("push", "a"), ("pop", "a")]
-    assert stack._local.state.tasks == {}
+    assert stack.local.state.tasks == {}
 
 
 def test_close_owned(emitter: RecordingEmitter) -> None:

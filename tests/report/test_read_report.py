@@ -14,7 +14,14 @@ import pytest
 from torch_nsight import naming
 from torch_nsight.errors import ReportError
 from torch_nsight.metrics import METRICS
-from torch_nsight.report import RAW_COLUMNS, SCHEMA_VERSION, cache_path, read_report, reader
+from torch_nsight.report import (
+    RAW_COLUMNS,
+    SCHEMA_VERSION,
+    cache_path,
+    ncu_import,
+    read_report,
+    reader,
+)
 from torch_nsight.report import cache as report_cache
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -192,7 +199,7 @@ def test_the_ncu_report_package_goes_before_nsight_computes_own_copy(tmp_path: P
     bundled = tmp_path / "nsight-compute" / "2025.3.1" / "extras" / "python"
     bundled.mkdir(parents=True)
     (bundled / "ncu_report.py").write_text("raise SystemExit('the bundled copy was imported')")
-    code = ("import sys; from torch_nsight.report.reader import import_reader; "
+    code = ("import sys; from torch_nsight.report.ncu_import import import_reader; "
             "before = list(sys.path); print(import_reader().__file__); "
             "print('path kept' if sys.path == before else sys.path)")
     root = Path(__file__).resolve().parents[2]
@@ -203,4 +210,4 @@ def test_the_ncu_report_package_goes_before_nsight_computes_own_copy(tmp_path: P
     imported, kept = proc.stdout.strip().splitlines()
     assert Path(imported) == Path(ncu_report.__file__)
     assert kept == "path kept"  # the package was found, and the process's path left alone
-    assert not reader._bundled_with_ncu(ncu_report.__file__)
+    assert not ncu_import._bundled_with_ncu(ncu_report.__file__)

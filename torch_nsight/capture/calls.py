@@ -27,11 +27,7 @@ What is recorded:
 * ops outside every range (the loss, the optimizer step, input copies) under the empty
   stack ``()``.
 
-FLOPs come from ``torch.utils.flop_counter.flop_registry``, called as ``FlopCounterMode``
-calls it; ops without a formula (elementwise ops, the CPU flash-attention kernel) get
-``None``. Bytes are the sum, over the distinct tensors among the op's inputs and outputs, of
-their element count times element size, counting a broadcast (stride 0) dimension once: an
-analytic lower bound on the memory traffic.
+How FLOPs and bytes are counted: :mod:`torch_nsight.capture.call_table`.
 
 Backward ops: a dispatch mode is thread-local state, and autograd's engine carries the
 state of the thread that called ``backward()`` (``at::ThreadLocalState``, dispatch mode stack
@@ -51,11 +47,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from torch_nsight.calls_file import calls_document, write_calls
+from torch_nsight.capture.call_table import CallTable
 from torch_nsight.capture.emitter import NvtxEmitter, OpenRanges, RangeEmitter
-from torch_nsight.capture.op_flops import op_flops
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import parse_message
 
@@ -63,59 +58,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["CallRecorder", "CALLS_KIND", "CALLS_FORMAT"]
 
-# Ops that launch no kernel although their schema does not mark an alias.
-_NO_KERNEL_OPS = frozenset({
-    "_unsafe_view", "_reshape_alias", "lift_fresh",
-    "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_",
-    "detach_",
-    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
-    "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
-    "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
-    "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
-})
-
-
-_Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
-             tuple[tuple[int, ...], ...], tuple[str, ...]]
-
 
 def _is_module_forward(message: str) -> bool:
     kind = parse_message(message)
     return kind.kind == "module" and kind.direction == "fwd"
-
-
-def _dims(tensor: Any) -> tuple[int, ...]:
-    return tuple(int(d) for d in tensor.shape)
-
-
-def _dtype_name(tensor: Any) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
-
-
-def _tensor_bytes(tensor: Any) -> int:
-    """Bytes of ``tensor``'s distinct elements: broadcast (stride 0) dimensions count once."""
-    try:
-        elements = 1
-        for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
-            if stride != 0:
-                elements *= int(size)
-        if tensor.numel() == 0:
-            elements = 0
-        return elements * tensor.element_size()
-    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested: no strides
-        try:
-            return int(tensor.numel()) * tensor.element_size()
-        except (RuntimeError, NotImplementedError, TypeError):
-            return 0
-
-
-def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
-    """FLOPs of one op call (:func:`~torch_nsight.capture.op_flops.op_flops`), or None."""
-    try:
-        return op_flops(packet, args, kwargs, out)
-    except Exception as err:  # a formula that does not cover this overload's arguments
-        logger.debug("torch_nsight: no FLOPs for %s: %s: %s", packet, type(err).__name__, err)
-        return None
 
 
 class _Refused(Exception):
@@ -168,8 +114,7 @@ class CallRecorder:
         self.inner = inner
         self.first_iteration = first_iteration
         self._local = OpenRanges()  # the messages open on each thread
-        self._lock = threading.Lock()
-        self._calls: dict[_Key, list[Any]] = {}  # key -> [count, flops, bytes]
+        self._table = CallTable()
         self._recording = False
         self._mode: Any = None  # the dispatch mode while it is on a thread's mode stack
         self._mode_thread: int | None = None
@@ -354,32 +299,11 @@ class CallRecorder:
 
     def _record(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         """File one aten op call under the calling thread's open ranges."""
-        packet = func._overloadpacket
-        name = packet.__name__
-        if func.is_view or name in _NO_KERNEL_OPS:
-            return
-        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        key: _Key = (tuple(self._local.stack), name,
-                     tuple(_dims(t) for t in inputs), tuple(_dtype_name(t) for t in inputs),
-                     tuple(_dims(t) for t in outputs), tuple(_dtype_name(t) for t in outputs))
-        with self._lock:
-            entry = self._calls.get(key)
-            if entry is not None:
-                entry[0] += 1
-                return
-        distinct = {id(t): t for t in (*inputs, *outputs)}
-        nbytes = sum(_tensor_bytes(t) for t in distinct.values())
-        flops = _flops(packet, args, kwargs, out)
-        with self._lock:
-            entry = self._calls.setdefault(key, [0, flops, nbytes])
-            entry[0] += 1
+        self._table.add(self._local.stack, func, args, kwargs, out)
 
     def _record_higher_order(self, func: Any) -> None:
         """File a higher-order operator (its inner ops run without the recorder)."""
-        key: _Key = (tuple(self._local.stack), str(getattr(func, "_name", func)), (), (), (), ())
-        with self._lock:
-            self._calls.setdefault(key, [0, None, 0])[0] += 1
+        self._table.add_higher_order(self._local.stack, func)
 
     def rows(self) -> list[dict[str, Any]]:
         """The calls table: one row per distinct call, in order of first appearance.
@@ -391,17 +315,11 @@ class CallRecorder:
             ``output_dtypes`` (tuples; shapes are tuples of ints), ``flops`` (per call, or
             None), ``bytes`` (per call) and ``count``.
         """
-        with self._lock:
-            items = [(key, list(entry)) for key, entry in self._calls.items()]
-        return [{"range_stack": key[0], "op": key[1], "input_shapes": key[2],
-                 "input_dtypes": key[3], "output_shapes": key[4], "output_dtypes": key[5],
-                 "flops": entry[1], "bytes": entry[2], "count": entry[0]}
-                for key, entry in items]
+        return self._table.rows()
 
     def clear(self) -> None:
         """Forget the rows recorded so far."""
-        with self._lock:
-            self._calls.clear()
+        self._table.clear()
 
     def document(self) -> dict[str, Any]:
         """The calls table as the JSON document a calls file holds (lists, not tuples; see

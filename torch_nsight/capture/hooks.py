@@ -1,7 +1,7 @@
 """The per-module wrapper behind :func:`torch_nsight.instrument`, and its autograd hooks.
 
 Each instrumented module gets an instance attribute ``forward`` holding an
-:class:`InstrumentedForward`, a :class:`~torch_nsight.capture.stack.RangedForward` that
+:class:`InstrumentedForward`, a :class:`~torch_nsight.capture.ranged_forward.RangedForward` that
 opens the module's range around the module's own forward (closed in ``finally``, so ranges
 balance when forward raises). No PyTorch module hook is registered, so
 ``nn.Module.__call__`` stays on its fast path; the wrapper sees positional and keyword
@@ -41,7 +41,9 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from torch_nsight.capture.ops import OpNamer
-from torch_nsight.capture.stack import STACK, BackwardFrame, Range, RangedForward
+from torch_nsight.capture.ranged_forward import RangedForward
+from torch_nsight.capture.ranges import BackwardFrame, Range
+from torch_nsight.capture.stack import STACK
 
 if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
@@ -87,7 +89,7 @@ def _plain_forward(module: nn.Module, previous: Any) -> Any:
 class InstrumentedForward(RangedForward):
     """Stands in for one module's ``forward``: ranges around the original one.
 
-    The forward range is :class:`~torch_nsight.capture.stack.RangedForward`'s; this class
+    The forward range is :class:`~torch_nsight.capture.ranged_forward.RangedForward`'s; this class
     adds the backward range (:meth:`call_with_backward`). Holds the module weakly. A
     pickled or deep-copied model (``torch.save(model)``, ``copy.deepcopy``) gets the plain
     bound ``forward`` in its place: the copy is not instrumented.

@@ -26,8 +26,9 @@ from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.optimizers import watch_optimizer_steps
+from torch_nsight.capture.ranges import Range
 from torch_nsight.capture.registry import active_instrumentations
-from torch_nsight.capture.stack import STACK, Range, RangeStack
+from torch_nsight.capture.stack import STACK, RangeStack
 from torch_nsight.naming import backward_message, op_message
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
 

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode, _get_current_function_mode, _pop_mode
 
-from torch_nsight.capture.stack import Range, RangeStack
-from torch_nsight.capture.stack import is_compiling as _is_compiling
+from torch_nsight.capture.compiling import is_compiling as _is_compiling
+from torch_nsight.capture.ranges import Range
+from torch_nsight.capture.stack import RangeStack
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from torch_nsight.capture.stack import PAUSE, is_compiling
+from torch_nsight.capture.compiling import is_compiling
+from torch_nsight.capture.ranged_forward import PAUSE
 from torch_nsight.naming import step_message
 
 logger = logging.getLogger(__name__)

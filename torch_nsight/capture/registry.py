@@ -1,7 +1,7 @@
 """The active instrumentations, and which one instrumented each module.
 
 :func:`~torch_nsight.capture.instrument.instrument` registers its handles here; compiled
-graphs (:mod:`~torch_nsight.capture.compiled`), optimizer steps and
+graphs (:mod:`~torch_nsight.capture.compiled_ranges`), optimizer steps and
 :func:`torch_nsight.step` find them here without importing ``instrument.py``, which imports
 them (no import cycle).
 """

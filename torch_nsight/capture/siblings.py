@@ -46,6 +46,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from torch_nsight.capture.compiling import is_compiling
 from torch_nsight.capture.launches import (
     Launch,
     Member,
@@ -55,7 +56,6 @@ from torch_nsight.capture.launches import (
     requires_grad_pattern,
 )
 from torch_nsight.capture.launches import signature as _arg_signature
-from torch_nsight.capture.stack import is_compiling
 from torch_nsight.naming import is_inside
 
 logger = logging.getLogger(__name__)

@@ -7,14 +7,15 @@ repaired (stale ranges above it are closed) or refused, and explained in the log
 one missed hook never leaves the profiler's stack shifted for the rest of the run.
 
 This module owns that logic, and the hooks (:mod:`torch_nsight.capture.hooks`) only call
-it: each instrumented module's ``forward`` is a :class:`RangedForward` (its range around
-the module's own forward), which with gradients enabled calls
+it: each instrumented module's ``forward`` is a
+:class:`~torch_nsight.capture.ranged_forward.RangedForward` (its range around the module's
+own forward), which with gradients enabled calls
 :meth:`RangeStack.call_with_backward`; the pre-hook of an autograd node is
 :meth:`RangeStack.run_node` of the frames that node closes and opens.
 
-A backward range is a :class:`BackwardFrame`, one per module call made with gradients
-enabled. It is opened when the first gradient of the call's outputs arrives, and closed by
-whichever comes first:
+A backward range is a :class:`~torch_nsight.capture.ranges.BackwardFrame`, one per module
+call made with gradients enabled. It is opened when the first gradient of the call's
+outputs arrives, and closed by whichever comes first:
 
 * the node that produced one of the call's inputs is about to run (its pre-hook);
 * the backward range of a call outside it opens on the thread (autograd runs a module's
@@ -31,149 +32,20 @@ whichever comes first:
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from torch_nsight.capture.emitter import RangeEmitter
+from torch_nsight.capture.ranges import BackwardFrame, BackwardTask, Range
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Range", "BackwardFrame", "RangeStack", "RangedForward", "STACK", "is_compiling",
-           "pause_ranges"]
-
-
-class Range:
-    """One range message that the capture stage can open, prepared once at instrument time.
-
-    Attributes:
-        message: The NVTX message.
-        name: Qualified module name (``""`` for the root module) or op name.
-        emitter: Where pushes and pops of this range go.
-        open: Zero-argument callable that pushes the range (from the emitter's ``bind``
-            when it has one, else ``emitter.push(message)``).
-        close: Zero-argument callable that pops it.
-        owner: The object that created the range (an :class:`Instrumentation`).
-        is_module: True for module ranges, False for op ranges.
-        names_ops: Whether functional ops called directly inside this range get ranges of
-            their own (False for PyTorch's own leaf modules such as ``nn.SiLU``, whose
-            range already names their single op).
-    """
-
-    __slots__ = ("message", "name", "prefix", "emitter", "owner", "is_module", "names_ops",
-                 "open", "close")
-
-    def __init__(
-        self,
-        message: str,
-        name: str,
-        emitter: RangeEmitter,
-        owner: object = None,
-        *,
-        is_module: bool = True,
-        names_ops: bool = True,
-    ) -> None:
-        self.message = message
-        self.name = name
-        self.prefix = f"{name}." if name else ""
-        self.emitter = emitter
-        self.owner = owner
-        self.is_module = is_module
-        self.names_ops = names_ops
-        bind = getattr(emitter, "bind", None)
-        if bind is not None:  # the emitter's own prebuilt calls (NVTX event attributes)
-            self.open, self.close = bind(message)
-        else:
-            self.open, self.close = functools.partial(emitter.push, message), emitter.pop
-
-    def contains(self, other: Range) -> bool:
-        """Whether ``other`` is a module strictly inside this range's module."""
-        return other.name != self.name and other.name.startswith(self.prefix)
-
-    def __repr__(self) -> str:
-        return f"Range({self.message!r})"
-
-
-class _Task:
-    """One backward pass (an autograd graph task) seen on one thread."""
-
-    __slots__ = ("task_id", "done")
-
-    def __init__(self, task_id: int) -> None:
-        self.task_id = task_id
-        self.done = False
-
-
-class BackwardFrame:
-    """The backward range of one module call, made in its forward when gradients are on.
-
-    Attributes:
-        range: The module's backward range.
-        parent: The frame of the instrumented call this one ran inside, or None.
-        deferred: True when no input node closes it: the range closes when something
-            outside it starts or its backward pass ends.
-        task: The backward pass it is open for, or None.
-        graph_task: Id of the last autograd graph task that opened it.
-        is_open: Whether the range is open now (on some thread).
-    """
-
-    __slots__ = ("range", "parent", "deferred", "task", "graph_task", "is_open")
-
-    def __init__(self, rng: Range, parent: BackwardFrame | None = None,
-                 deferred: bool = False) -> None:
-        self.range = rng
-        self.parent = parent
-        self.deferred = deferred
-        self.task: _Task | None = None
-        self.graph_task = -2
-        self.is_open = False
-
-    def inside(self, other: BackwardFrame) -> bool:
-        """Whether this call ran inside ``other``'s call, or its module is a submodule."""
-        if other.range.contains(self.range):
-            return True
-        parent = self.parent
-        while parent is not None:
-            if parent is other:
-                return True
-            parent = parent.parent
-        return False
-
-    def __repr__(self) -> str:
-        return f"BackwardFrame({self.range.message!r}, deferred={self.deferred})"
-
+__all__ = ["RangeStack", "STACK"]
 
 _graph_task_id: Callable[[], int] = torch._C._current_graph_task_id
-_grad_enabled = torch.is_grad_enabled
-
-
-def _compiling_check() -> tuple[Callable[[], bool], Any]:
-    """The cheapest check that Dynamo or export is tracing, as (function, flag holder).
-
-    Dynamo reads ``torch.compiler.is_dynamo_compiling()`` as True while it traces; export
-    sets ``torch.compiler._is_compiling_flag``. ``torch.compiler.is_compiling()`` reads
-    both, in two Python calls; every instrumented module call asks, so it is worth one.
-    Before PyTorch 2.3 there is only ``torch._dynamo.is_compiling``.
-    """
-    compiler = torch.compiler
-    dynamo_compiling = getattr(compiler, "is_dynamo_compiling", None)
-    if dynamo_compiling is None or not hasattr(compiler, "_is_compiling_flag"):
-        check = getattr(compiler, "is_compiling", None) or torch._dynamo.is_compiling
-        return check, type("NoFlag", (), {"_is_compiling_flag": False})
-    return dynamo_compiling, compiler
-
-
-_dynamo_compiling, _compiler = _compiling_check()
-
-
-def is_compiling() -> bool:
-    """Whether Dynamo or export is tracing: the capture stage then stands aside."""
-    return _dynamo_compiling() or _compiler._is_compiling_flag
 
 
 class _ThreadState:
@@ -185,7 +57,7 @@ class _ThreadState:
     def __init__(self) -> None:
         self.stack: list[Range | BackwardFrame] = []
         self.frames = 0  # how many BackwardFrame entries `stack` holds
-        self.tasks: dict[int, _Task] = {}
+        self.tasks: dict[int, BackwardTask] = {}
         self.call: BackwardFrame | None = None  # the instrumented forward call running
 
 
@@ -203,18 +75,22 @@ class RangeStack:
 
     One instance (:data:`STACK`) serves every :class:`Instrumentation` of the process,
     because the NVTX stack it mirrors is per thread, not per model.
+
+    Attributes:
+        local: the per-thread state (``local.state``: what the calling thread has open),
+            which the forward wrapper's fast path reads directly.
     """
 
-    __slots__ = ("_local",)
+    __slots__ = ("local",)
 
     def __init__(self) -> None:
-        self._local = _Local()
+        self.local = _Local()
 
     # -- forward and op ranges ------------------------------------------------------------
 
     def push(self, rng: Range) -> None:
         """Open ``rng`` on the calling thread."""
-        state = self._local.state
+        state = self.local.state
         if state.frames:
             self._settle_forward(state, rng)
         rng.open()
@@ -222,7 +98,7 @@ class RangeStack:
 
     def pop(self, rng: Range) -> None:
         """Close ``rng`` on the calling thread if it is the innermost open range there."""
-        stack = self._local.state.stack
+        stack = self.local.state.stack
         if stack and stack[-1] is rng:
             stack.pop()
             rng.close()
@@ -242,17 +118,17 @@ class RangeStack:
         Returns:
             The frame (not attached to any autograd node yet) and what ``function`` returned.
         """
-        state = self._local.state
+        state = self.local.state
         parent = state.call
         frame = BackwardFrame(backward, parent)
         state.call = frame
         try:
-            output = self._call_in_range(state, rng, function, module, args, kwargs)
+            output = self.call_in_range(state, rng, function, module, args, kwargs)
         finally:
             state.call = parent
         return frame, output
 
-    def _call_in_range(
+    def call_in_range(
         self, state: _ThreadState, rng: Range, function: Callable[..., Any], module: Any,
         args: tuple[Any, ...], kwargs: dict[str, Any],
     ) -> Any:
@@ -275,7 +151,7 @@ class RangeStack:
 
     def innermost(self) -> Range | None:
         """The innermost open range on the calling thread, or None."""
-        stack = self._local.state.stack
+        stack = self.local.state.stack
         return _range_of(stack[-1]) if stack else None
 
     # -- backward ranges -------------------------------------------------------------------
@@ -293,7 +169,7 @@ class RangeStack:
             opens: Frames to open.
             grad_outputs: The node's output gradients (unused: the hook only observes).
         """
-        state = self._local.state
+        state = self.local.state
         stack = state.stack
         for frame in closes:
             if frame.is_open:
@@ -329,7 +205,7 @@ class RangeStack:
 
         Backward ranges on top of the stack that ``frame`` is not inside are closed first.
         """
-        state = self._local.state
+        state = self.local.state
         task = state.tasks.get(task_id)
         if task is None or task.done:
             task = self._begin_task(state, task_id)
@@ -352,7 +228,7 @@ class RangeStack:
         Does nothing if ``frame`` is not open on the calling thread (it was closed already
         when a range outside it opened).
         """
-        state = self._local.state
+        state = self.local.state
         stack = state.stack
         if stack and stack[-1] is frame:
             self._close_top(state)
@@ -366,10 +242,10 @@ class RangeStack:
                     self._close_top(state)
                 return
 
-    def end_backward(self, task: _Task) -> None:
+    def end_backward(self, task: BackwardTask) -> None:
         """Close what the finished backward pass ``task`` left open on the calling thread."""
         task.done = True
-        state = self._local.state
+        state = self.local.state
         if state.frames:
             self._close_finished(state)
 
@@ -381,7 +257,7 @@ class RangeStack:
         Returns:
             How many ranges were closed.
         """
-        state = self._local.state
+        state = self.local.state
         closed = 0
         while state.stack and _range_of(state.stack[-1]).owner is owner:
             self._close_top(state)
@@ -390,7 +266,7 @@ class RangeStack:
 
     def snapshot(self) -> list[str]:
         """The messages open on the calling thread, outermost first (for tests and logs)."""
-        return [_range_of(entry).message for entry in self._local.state.stack]
+        return [_range_of(entry).message for entry in self.local.state.stack]
 
     def _close_top(self, state: _ThreadState) -> Range:
         entry = state.stack.pop()
@@ -403,11 +279,11 @@ class RangeStack:
         rng.close()
         return rng
 
-    def _begin_task(self, state: _ThreadState, task_id: int) -> _Task | None:
-        """The :class:`_Task` of a backward pass starting on this thread (None outside one)."""
+    def _begin_task(self, state: _ThreadState, task_id: int) -> BackwardTask | None:
+        """The :class:`BackwardTask` of a backward pass starting on this thread (None outside one)."""
         if task_id < 0:
             return None
-        task = state.tasks[task_id] = _Task(task_id)
+        task = state.tasks[task_id] = BackwardTask(task_id)
         _queue_end_of_backward(self, task, threading.get_ident())
         return task
 
@@ -451,7 +327,7 @@ class RangeStack:
             self._close_top(state)
 
     def _pop_buried(self, rng: Range) -> None:
-        state = self._local.state
+        state = self.local.state
         stack = state.stack
         index = None
         for i in range(len(stack) - 1, -1, -1):
@@ -479,60 +355,7 @@ class RangeStack:
             self._close_top(state)
 
 
-class RangedForward:
-    """A module's ``forward`` run inside the module's range: the base of the wrapper that
-    :func:`torch_nsight.instrument` puts in place of each module's ``forward``.
-
-    Without gradients (or without a backward range) a call is the forward inside its
-    range; with them it is :meth:`call_with_backward`, which subclasses define (the
-    autograd side). While Dynamo or export traces, the original forward runs alone. The
-    range goes on :data:`STACK` only when something needs to see it there: a backward range
-    open on the thread (it may have to close first) or op naming (``tracked``); otherwise
-    ``finally`` alone balances it, in this one Python frame, which is the decode path.
-
-    Attributes:
-        module: Weak reference to the module (no cycle through its ``__dict__``).
-        function: The original forward, called as ``function(module, *args, **kwargs)``.
-        body: What runs inside the range: ``function``, or it inside the op-naming mode.
-        forward_range: The module's forward range.
-        backward_range: Its backward range, or None.
-        tracked: Whether the forward range must be on the stack while it is open (op
-            naming asks the stack for the innermost range).
-    """
-
-    __slots__ = ("module", "function", "body", "forward_range", "backward_range", "tracked")
-    module: Callable[[], Any]
-    function: Callable[..., Any]
-    body: Callable[..., Any]
-    forward_range: Range
-    backward_range: Range | None
-    tracked: bool
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        module = self.module()
-        if _dynamo_compiling() or _compiler._is_compiling_flag or PAUSE.on:
-            return self.function(module, *args, **kwargs)
-        if self.backward_range is not None and _grad_enabled():
-            return self.call_with_backward(module, args, kwargs)
-        rng = self.forward_range
-        state = _LOCAL.state
-        if not state.frames and not self.tracked:
-            # No backward range open on this thread, and no op range to nest: try/finally
-            # alone keeps the range balanced (the decode path).
-            rng.open()
-            try:
-                return self.body(module, *args, **kwargs)
-            finally:
-                rng.close()
-        return _call_in_range(state, rng, self.body, module, args, kwargs)
-
-    def call_with_backward(self, module: Any, args: tuple[Any, ...],
-                           kwargs: dict[str, Any]) -> Any:
-        """Call with gradients enabled (the subclass adds the backward range)."""
-        raise NotImplementedError
-
-
-def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> None:
+def _queue_end_of_backward(stack: RangeStack, task: BackwardTask, thread_id: int) -> None:
     """Ask autograd to tell ``stack`` when the backward pass ``task`` ends."""
     def on_end() -> None:
         if threading.get_ident() == thread_id:
@@ -547,26 +370,6 @@ def _queue_end_of_backward(stack: RangeStack, task: _Task, thread_id: int) -> No
         logger.debug("torch_nsight: could not queue the end-of-backward callback: %s", err)
 
 
-class _Pause:
-    """Whether instrumented forwards run without their ranges, for now (:func:`pause_ranges`).
-    Read after the compiling checks, so Dynamo never guards on it."""
-
-    __slots__ = ("on",)
-
-    def __init__(self) -> None:
-        self.on = False
-
-
-PAUSE = _Pause()
-
-
-def pause_ranges(on: bool) -> None:
-    """Let every instrumented forward run as if uninstrumented (``on``), or open its ranges
-    again: ``profile --timeline`` times the steps outside its window without them."""
-    PAUSE.on = on
-
 
 STACK = RangeStack()
 """The process-wide stack used by :func:`torch_nsight.instrument`."""
-_LOCAL = STACK._local
-_call_in_range = STACK._call_in_range

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
-from torch_nsight.capture.stack import pause_ranges
+from torch_nsight.capture.ranged_forward import pause_ranges
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
 

@@ -50,35 +50,6 @@ def add_force(parser: argparse.ArgumentParser) -> None:
                         help="overwrite output files that already exist")
 
 
-def check_folder(folder: Path, option: str = "--out") -> None:
-    """Refuse, before any work, an output folder that cannot be made or written: a file is
-    in its place, or the nearest folder that exists on its path is not writable.
-
-    Args:
-        folder: the folder (it need not exist yet).
-        option: the option that named it, for the message.
-
-    Raises:
-        OutputWriteError: the folder cannot be written.
-    """
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise OutputWriteError(f"{option} {folder}: {existing} is a file, not a folder; pass "
-                               f"{option} a folder")
-    import tempfile
-
-    try:  # as the run will: a file in it (permissions, a read-only or special file system)
-        with tempfile.TemporaryFile(dir=existing):
-            pass
-    except OSError as err:
-        what = "it" if existing == folder else f"{existing}, where it would be made,"
-        raise OutputWriteError(f"{option} {folder}: {what} cannot be written "
-                               f"({err.strerror}): pass {option} a folder you can write"
-                               ) from None
-
-
 def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
     """Refuse, before any work, to overwrite existing outputs unless ``force``.
 
@@ -112,19 +83,40 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
                          "another or fix its permissions")
 
 
-def check_out_folder(out: Path, option: str = "--out") -> None:
-    """Refuse an output folder that is a file, or lies under one, in one line.
+def check_out_folder(out: Path, option: str = "--out", *, writable: bool = False) -> None:
+    """Refuse, before any work, an output folder that cannot be made: a file is in its place
+    or on its path; with ``writable``, also one whose nearest existing folder cannot be
+    written (a dry run, which makes nothing, checks this the way the run will).
+
+    Args:
+        out: the folder (it need not exist yet; it is created if missing).
+        option: the option that named it, for the message.
+        writable: also try a file in the nearest folder that exists on its path.
 
     Raises:
-        UsageError: ``out`` or one of its parents is not a folder.
+        UsageError: ``out`` or a folder on its path is a file.
+        OutputWriteError: with ``writable``, the folder cannot be written.
     """
-    for folder in (out, *out.parents):
-        if folder.exists() or folder.is_symlink():
-            if folder.is_dir():
-                return
-            where = "is a file" if folder == out else f"lies under {folder}, a file"
-            raise UsageError(f"{option} {out} {where}: name a folder (it is created if "
-                             "missing)")
+    existing = next((folder for folder in (out, *out.parents)
+                     if folder.exists() or folder.is_symlink()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        where = "" if existing == out else f" cannot be made: {existing}"
+        raise UsageError(f"{option} {out}{where} is a file, not a folder; name a folder (it "
+                         "is created if missing)")
+    if not writable:
+        return
+    import tempfile
+
+    try:  # as the run will: a file in it (permissions, a read-only or special file system)
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as err:
+        what = "it" if existing == out else f"{existing}, where it would be made,"
+        raise OutputWriteError(f"{option} {out}: {what} cannot be written "
+                               f"({err.strerror}): pass {option} a folder you can write"
+                               ) from None
 
 
 @contextlib.contextmanager

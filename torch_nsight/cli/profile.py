@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
-    check_folder,
     check_out_folder,
     check_outputs,
     description,
@@ -244,21 +243,7 @@ def run(args: argparse.Namespace) -> int:
                    ncu_args=args.ncu_arg, replicate=not args.no_replicate,
                    timeout=args.timeout)
     if args.dry_run:
-        check_folder(args.out)  # as a run would need it (the sweep's dry run checks its own)
-        try:
-            ncu = ncu_cli.find_ncu(args.ncu)
-        except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
-            ncu = args.ncu or "ncu"
-        plan = script.plan_script(command, report, ncu=ncu, **options)
-        shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
-                 if k in plan.env}
-        print(shell_command(plan.ncu_command,
-                            quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
-        say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
-        if args.steps is None:
-            say_comment(f"# every kernel is profiled; {MARKER_HINT}")
-            return 0
-        return rehearse(plan)
+        return dry_run(args, command, report, options)
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
@@ -294,6 +279,31 @@ def run(args: argparse.Namespace) -> int:
         f"until its first profiled kernel) + profiling {ran.record['kernels_profiled']} "
         f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
     return ran.exit_status
+
+
+def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
+            options: dict[str, Any]) -> int:
+    """``profile --dry-run``: show the ncu command line and its metrics; with ``--steps``,
+    run the command without ncu until its chosen steps end (:func:`rehearse`)."""
+    from torch_nsight.collect.parent import script
+    from torch_nsight.collect.shared import ncu as ncu_cli
+
+    # as a run would need it (the sweep's dry run checks its own)
+    check_out_folder(args.out, writable=True)
+    try:
+        ncu = ncu_cli.find_ncu(args.ncu)
+    except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
+        ncu = args.ncu or "ncu"
+    plan = script.plan_script(command, report, ncu=ncu, **options)
+    shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
+             if k in plan.env}
+    print(shell_command(plan.ncu_command,
+                        quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
+    say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+    if args.steps is None:
+        say_comment(f"# every kernel is profiled; {MARKER_HINT}")
+        return 0
+    return rehearse(plan)
 
 
 def rehearse(plan: ScriptPlan) -> int:
@@ -390,7 +400,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
         raise UsageError("--timeline records the steps chosen with --steps (e.g. --steps "
                          f"10:12); {MARKER_HINT}")
     if args.dry_run:
-        check_folder(args.out)
+        check_out_folder(args.out, writable=True)
         print(shell_command(command, quoted=[
             f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))}",
             f"{STEPS_ENV}={shlex.quote(args.steps)}"]))

@@ -37,7 +37,8 @@ def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame
     """Turn reader records into the raw kernel table.
 
     Args:
-        records: one dict per kernel, as :func:`torch_nsight.report.reader.read_action` makes.
+        records: one dict per kernel, as
+            :func:`torch_nsight.report.kernel_record.read_action` makes.
         source: the report path, stored in the ``source`` column.
 
     Returns:
