@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torch_nsight.collect.parent.progress import ScriptProgress, SweepProgress
+from torch_nsight.collect.parent.progress import ScriptProgress, SweepProgress, describe_current
 from torch_nsight.collect.shared.ncu import NcuOutput
 from torch_nsight.files import write_error
 from torch_nsight.status import StatusReader
@@ -239,7 +239,7 @@ def _read_status(child: _Child) -> bool:
             child.pid = event.get("pid")
         elif kind == "phase" and child.current is not None:
             child.current["phase"] = event.get("phase")
-            child.begun.append(_running(child.current))
+            child.begun.append(describe_current(child.current))
             changed = True
         elif kind == "item_start":
             child.current = {**event, "started": time.monotonic()}
@@ -344,22 +344,6 @@ def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> No
         _stop(child, f"shape {current.get('shape')} did not stop at its timeout")
 
 
-def warm_the_reader() -> None:
-    """Import the report reader and the analysis in a thread while the children run (the
-    parent only waits then), so that loading their reports starts at once."""
-
-    def imports() -> None:
-        try:
-            import torch_nsight.loading  # noqa: F401
-            from torch_nsight.report.reader import import_reader
-
-            import_reader()
-        except Exception as err:  # noqa: BLE001 - loading imports them again and says why
-            logger.debug("could not import the reader ahead: %s", err)
-
-    threading.Thread(target=imports, name="torch_nsight-reader", daemon=True).start()
-
-
 def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
                  cwd: str, progress: SweepProgress | ScriptProgress | None = None) -> list[ChildOutcome]:
     """Run the children concurrently until they end; return how each ended.
@@ -438,24 +422,11 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
 def _show(progress: SweepProgress | ScriptProgress, children: list[_Child]) -> None:
     progress.update(done=sum(c.done for c in children), failed=sum(c.failed for c in children),
                     kernels=sum(c.output.kernels_profiled for c in children),
-                    current=[_running(c.current) for c in children
+                    current=[describe_current(c.current) for c in children
                              if c.current and c.running()],
                     begun=[doing for c in children for doing in c.begun])
     for child in children:
         child.begun.clear()
-
-
-def _running(current: dict[str, Any]) -> str:
-    """What a child does now: ``4x16 (warm-up)``, ``eager:4x16 (iterations)``."""
-    label = (f"{current.get('variant')}:{current.get('shape')}" if current.get("variant")
-             else str(current["shape"]))
-    phase = PHASE_WORDS.get(str(current.get("phase")), current.get("phase"))
-    return f"{label} ({phase})" if phase else label
-
-
-#: The child's phases of a shape (collect/child/worker.py), in words.
-PHASE_WORDS = {"warmup": "warm-up", "calls": "calls table", "check": "sibling check",
-               "measure": "iterations"}
 
 
 def _load_results(path: Path) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ copying replicated rows is :func:`torch_nsight.load`'s job (the sweep directory 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -139,3 +140,19 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
                        f" ({item['variant']})" if item.get("variant") else "",
                        item.get("status"), item.get("error"))
     return items, children, problems, None
+
+
+def warm_the_reader() -> None:
+    """Import the report reader and the analysis in a thread while the children run (the
+    parent only waits then), so that loading their reports starts at once."""
+
+    def imports() -> None:
+        try:
+            import torch_nsight.loading  # noqa: F401
+            from torch_nsight.report.reader import import_reader
+
+            import_reader()
+        except Exception as err:  # noqa: BLE001 - loading imports them again and says why
+            logger.debug("could not import the reader ahead: %s", err)
+
+    threading.Thread(target=imports, name="torch_nsight-reader", daemon=True).start()

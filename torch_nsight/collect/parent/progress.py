@@ -137,3 +137,16 @@ class ScriptProgress(_Bar):
             self._bar.write(line, file=sys.stderr)
         else:
             sys.stderr.write(line + "\n")
+
+
+def describe_current(current: dict[str, Any]) -> str:
+    """What a child does now (from its status file's current item): ``4x16 (warm-up)``, ``eager:4x16 (iterations)``."""
+    label = (f"{current.get('variant')}:{current.get('shape')}" if current.get("variant")
+             else str(current["shape"]))
+    phase = PHASE_WORDS.get(str(current.get("phase")), current.get("phase"))
+    return f"{label} ({phase})" if phase else label
+
+
+#: The child's phases of a shape (collect/child/worker.py), in words.
+PHASE_WORDS = {"warmup": "warm-up", "calls": "calls table", "check": "sibling check",
+               "measure": "iterations"}

@@ -29,12 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import (
-    ChildSpec,
-    Interrupted,
-    run_children,
-    warm_the_reader,
-)
+from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.outcomes import warm_the_reader
 from torch_nsight.collect.parent.progress import ScriptProgress
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.errors import NothingProfiledError

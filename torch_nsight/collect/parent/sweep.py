@@ -23,13 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import (
-    ChildSpec,
-    Interrupted,
-    run_children,
-    warm_the_reader,
-)
-from torch_nsight.collect.parent.outcomes import replication_groups, settle
+from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.outcomes import replication_groups, settle, warm_the_reader
 from torch_nsight.collect.parent.plan import SweepPlan, child_env, plan_sweep
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared import job as jobs
