@@ -18,6 +18,10 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
   steps end, and says whether they ran, what ``instrument()`` recorded and which identical
   blocks would be profiled once: seconds, before a run under ncu that takes minutes.
+* ``--verify``: after the profile, the command runs bare (no ncu) once without and once with
+  each of the top findings' switch fixes, and the findings show the gain measured on your
+  steps beside the predicted one (:mod:`torch_nsight.cli.verify`); with ``--dry-run``, the
+  fixes named by ``--verify-fix`` are measured after the rehearsal.
 
 The script's exit status is passed on; a partial report is kept and read.
 """
@@ -44,6 +48,7 @@ from torch_nsight.cli.outputs import (
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
+from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
@@ -105,6 +110,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="print the ncu command line and the metrics; with --steps, run "
                              "the command once without ncu until its chosen steps end and "
                              "say what ncu would get")
+    add_verify_options(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -232,6 +238,11 @@ def run(args: argparse.Namespace) -> int:
         if rank not in ranks:
             logger.info("rank %d is not profiled: running it plainly", rank)
             return run_plainly(command)
+    verify = verify_plan(args, command, args.steps) if args.verify else None
+    if verify is not None and (ranks is not None or args.timeline):
+        raise UsageError("--verify runs the whole command again, bare: not with --ranks "
+                         "(profile under torchrun without --verify, then run `torch-nsight "
+                         "profile --verify -- torchrun ...`) nor --timeline")
     if args.timeline:
         return run_timeline(args, command)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
@@ -258,7 +269,18 @@ def run(args: argparse.Namespace) -> int:
         if args.steps is None:
             say_comment(f"# every kernel is profiled; {MARKER_HINT}")
             return 0
-        return rehearse(plan)
+        rehearsed = rehearse(plan)
+        if verify is not None and verify.fixes:  # no findings without a profile
+            import pandas as pd
+
+            from torch_nsight.vocabulary import FINDING_COLUMNS
+
+            table = run_verify(pd.DataFrame(columns=list(FINDING_COLUMNS)), verify)
+            print_verified(table, None, None, args.fmt)
+        elif verify is not None:
+            say_comment("# --verify: a dry run has no findings to verify; name fixes to "
+                        "time on your steps with --verify-fix")
+        return rehearsed
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
@@ -288,6 +310,9 @@ def run(args: argparse.Namespace) -> int:
     from torch_nsight.cli.report import emit
 
     emit(profile, args)
+    if verify is not None:
+        table = run_verify(profile.finding_table(fold=args.fold), verify)
+        print_verified(table, profile.kernels, args.n or 10, args.fmt)
     phases = ran.record["phases_s"]
     say(f"report: {report} (ncu's output: {plan.log})", sys.stderr)
     say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
