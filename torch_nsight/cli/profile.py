@@ -18,10 +18,8 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
   steps end, and says whether they ran, what ``instrument()`` recorded and which identical
   blocks would be profiled once: seconds, before a run under ncu that takes minutes.
-* ``--verify``: after the profile, the command runs bare (no ncu) once without and once with
-  each of the top findings' switch fixes, and the findings show the gain measured on your
-  steps beside the predicted one (:mod:`torch_nsight.cli.verify`); with ``--dry-run``, the
-  fixes named by ``--verify-fix`` are measured after the rehearsal.
+* ``--verify``: then the top findings' switch fixes are measured on your own steps, the
+  command run bare without and with each (:mod:`torch_nsight.cli.verify`).
 
 The script's exit status is passed on; a partial report is kept and read.
 """
@@ -48,13 +46,20 @@ from torch_nsight.cli.outputs import (
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
-from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
+from torch_nsight.cli.verify import (
+    add_verify_options,
+    print_verified,
+    run_verify,
+    verify_named_fixes,
+    verify_plan,
+)
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
 if TYPE_CHECKING:
+    from torch_nsight.collect.parent.measure import VerifyPlan
     from torch_nsight.collect.parent.script import ScriptPlan
 
 logger = logging.getLogger(__name__)
@@ -239,10 +244,6 @@ def run(args: argparse.Namespace) -> int:
             logger.info("rank %d is not profiled: running it plainly", rank)
             return run_plainly(command)
     verify = verify_plan(args, command, args.steps) if args.verify else None
-    if verify is not None and (ranks is not None or args.timeline):
-        raise UsageError("--verify runs the whole command again, bare: not with --ranks "
-                         "(profile under torchrun without --verify, then run `torch-nsight "
-                         "profile --verify -- torchrun ...`) nor --timeline")
     if args.timeline:
         return run_timeline(args, command)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
@@ -255,32 +256,7 @@ def run(args: argparse.Namespace) -> int:
                    ncu_args=args.ncu_arg, replicate=not args.no_replicate,
                    timeout=args.timeout)
     if args.dry_run:
-        check_folder(args.out)  # as a run would need it (the sweep's dry run checks its own)
-        try:
-            ncu = ncu_cli.find_ncu(args.ncu)
-        except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
-            ncu = args.ncu or "ncu"
-        plan = script.plan_script(command, report, ncu=ncu, **options)
-        shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
-                 if k in plan.env}
-        print(shell_command(plan.ncu_command,
-                            quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
-        say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
-        if args.steps is None:
-            say_comment(f"# every kernel is profiled; {MARKER_HINT}")
-            return 0
-        rehearsed = rehearse(plan)
-        if verify is not None and verify.fixes:  # no findings without a profile
-            import pandas as pd
-
-            from torch_nsight.vocabulary import FINDING_COLUMNS
-
-            table = run_verify(pd.DataFrame(columns=list(FINDING_COLUMNS)), verify)
-            print_verified(table, None, None, args.fmt)
-        elif verify is not None:
-            say_comment("# --verify: a dry run has no findings to verify; name fixes to "
-                        "time on your steps with --verify-fix")
-        return rehearsed
+        return dry_run(args, command, report, options, verify)
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
@@ -320,6 +296,38 @@ def run(args: argparse.Namespace) -> int:
         f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
     return ran.exit_status
 
+
+
+def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
+            options: dict[str, Any], verify: VerifyPlan | None) -> int:
+    """``profile --dry-run``: the ncu command line and metrics; with ``--steps`` the command
+    rehearsed without ncu (:func:`rehearse`), then ``--verify-fix``'s fixes measured.
+
+    Raises:
+        NothingProfiledError, UsageError: as :func:`rehearse`.
+        VerifyError: as :func:`~torch_nsight.cli.verify.run_verify`.
+    """
+    from torch_nsight.collect.parent import script
+    from torch_nsight.collect.shared import ncu as ncu_cli
+
+    check_folder(args.out)  # as a run would need it (the sweep's dry run checks its own)
+    try:
+        ncu = ncu_cli.find_ncu(args.ncu)
+    except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
+        ncu = args.ncu or "ncu"
+    plan = script.plan_script(command, report, ncu=ncu, **options)
+    shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
+             if k in plan.env}
+    print(shell_command(plan.ncu_command,
+                        quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
+    say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+    if args.steps is None:
+        say_comment(f"# every kernel is profiled; {MARKER_HINT}")
+        return 0
+    rehearsed = rehearse(plan)
+    if verify is not None:
+        verify_named_fixes(verify, args.fmt)
+    return rehearsed
 
 def rehearse(plan: ScriptPlan) -> int:
     """``profile --dry-run --steps A:B``: run the command without ncu until its chosen steps

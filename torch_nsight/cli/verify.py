@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from torch_nsight.cli.outputs import UsageError
-from torch_nsight.cli.text import say
+from torch_nsight.cli.text import say, say_comment
 from torch_nsight.switches import FixSpec, parse_fixes
 
 if TYPE_CHECKING:
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
     from torch_nsight.collect.parent.measure import VerifyPlan
 
-__all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify"]
+__all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
+           "verify_named_fixes"]
 
 
 def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) -> None:
@@ -62,6 +63,10 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | N
     from torch_nsight.analyze.measured import LOSS_TOLERANCE
     from torch_nsight.collect.parent.measure import DEFAULT_TOP, VerifyPlan, verify_window
 
+    if getattr(args, "ranks", None) is not None or getattr(args, "timeline", False):
+        raise UsageError("--verify runs the whole command again, bare: not with --ranks "
+                         "(run `torch-nsight profile --verify -- torchrun ...` instead) nor "
+                         "--timeline")
     top = DEFAULT_TOP if args.verify_top is None else args.verify_top
     if top < 1:
         raise UsageError(f"--verify-top must be at least 1, got {top}")
@@ -109,3 +114,22 @@ def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int 
     for _, row in table[tried].iterrows():
         print(f"verified: {row['finding']} in {row['module']}: {row['verify_status']}: "
               f"{row['verify_detail']}")
+
+
+def verify_named_fixes(plan: VerifyPlan, fmt: str) -> None:
+    """After a dry run (no profile, so no findings): measure the fixes ``--verify-fix``
+    names, or say how to name them.
+
+    Raises:
+        UsageError, VerifyError: as :func:`run_verify`.
+    """
+    if not plan.fixes:
+        say_comment("# --verify: a dry run has no findings to verify; name fixes to time on "
+                    "your steps with --verify-fix")
+        return
+    import pandas as pd
+
+    from torch_nsight.vocabulary import FINDING_COLUMNS
+
+    print_verified(run_verify(pd.DataFrame(columns=list(FINDING_COLUMNS)), plan), None,
+                   None, fmt)
