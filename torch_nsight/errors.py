@@ -17,6 +17,7 @@ __all__ = [
     "ShapeFailedError",
     "OutputWriteError",
     "OutputBusyError",
+    "VerifyError",
 ]
 
 
@@ -67,3 +68,8 @@ class OutputWriteError(TorchNsightError):
 
 class OutputBusyError(TorchNsightError):
     """An output folder is being written by another process."""
+
+
+class VerifyError(TorchNsightError):
+    """``--verify`` could not measure a fix on the user's steps: a bad choice of steps or
+    fixes, or the run without any fix timed no step."""

@@ -31,6 +31,9 @@ REPLICATE_ENV = "TORCH_NSIGHT_REPLICATE"
 #: steps, the calls table and the sibling check run, nothing is carried), and its steps say
 #: what they did in their status lines.
 REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
+#: ``1``/``0``: instrument() installs its hooks, or not, whatever else the environment says
+#: (``0`` in ``profile --verify``'s bare runs: the step as the user runs it).
+INSTRUMENT_ENV = "TORCH_NSIGHT_INSTRUMENT"
 
 
 def parse_steps(text: str) -> range:

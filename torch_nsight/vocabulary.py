@@ -38,6 +38,14 @@ KERNEL_KEYS = (*SITE_KEYS, "kernel")
 #: that estimate rests.
 FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
                    "gain_basis", "confidence")
+#: What ``profile --verify`` adds to a finding table: the basis of the prediction
+#: (``est_gain_ns`` keeps it), the gain measured on the user's steps with its spread (half the
+#: quartile range), the median step before and after, the steps timed on each side, and
+#: whether the measurement counts (``verify_status``) with why (``verify_detail``).
+MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns", "before_ns",
+                    "after_ns", "steps_timed", "verify_status", "verify_detail")
+#: ``gain_basis`` of a finding whose fix was measured on the user's steps.
+STEPS_BASIS = "steps"
 
 
 def join_path(parts: Iterable[str]) -> str:

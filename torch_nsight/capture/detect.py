@@ -6,14 +6,14 @@ import logging
 import os
 from collections.abc import Mapping
 
-from torch_nsight.status import REHEARSAL_ENV
+from torch_nsight.status import INSTRUMENT_ENV, REHEARSAL_ENV
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["ENV_SWITCH", "NCU_VARIABLE", "TIMELINE_ENV", "detect_profiler", "rehearsing",
            "resolve_enabled", "under_nsight_compute"]
 
-ENV_SWITCH = "TORCH_NSIGHT_INSTRUMENT"
+ENV_SWITCH = INSTRUMENT_ENV
 """Environment variable forcing instrumentation on (``1``) or off (``0``)."""
 TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
 """Set by ``torch-nsight profile --timeline`` to the folder the steps' trace goes to: the

@@ -31,6 +31,7 @@ from torch_nsight.capture.registry import active_instrumentations
 from torch_nsight.capture.stack import STACK, RangeStack
 from torch_nsight.naming import backward_message, op_message
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
+from torch_nsight.switches import APPLY_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +262,11 @@ def instrument(
             first iteration, the file then written when the instrumentation is removed or
             the process exits); False records nothing.
 
+    Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.APPLY_ENV` set),
+    the fixes it asks for are applied to ``model`` first, also when nothing is installed
+    (see :mod:`torch_nsight.capture.switches`): a fix that fails is logged and reported to
+    the command, the model left as it was.
+
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already
         instrumented installs nothing and returns an inactive handle, with a warning.
@@ -313,6 +319,10 @@ def instrument(
         raise TypeError(f"record_calls must be a file path (str or os.PathLike), False or None, "
                         f"got {type(record_calls).__name__}")
 
+    if os.environ.get(APPLY_ENV):  # torch-nsight profile --verify: before any hook
+        from torch_nsight.capture.switches import apply_requested_fixes
+
+        apply_requested_fixes(model)
     on, reason = resolve_enabled(enabled)
     if not on:
         logger.info("torch_nsight: not instrumenting %s: %s", type(model).__name__, reason)

@@ -17,6 +17,10 @@ Under ``profile`` the chosen steps also write status lines (started, ended, how)
 the step before the first chosen one checks the identical siblings that the chosen ones then
 leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`). Without a
 profiler attached, a step costs a few environment lookups and a counter increment.
+
+Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.TIMING_ENV` set) the
+chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with the loss
+each passes to :meth:`step.record_loss`.
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from typing import TYPE_CHECKING
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
 from torch_nsight.capture.ranged_forward import pause_ranges
+from torch_nsight.capture.step_timer import StepTimer, timer_for
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
+from torch_nsight.switches import TIMING_ENV
 
 if TYPE_CHECKING:
     from torch_nsight.capture.embed import CallsCarrier
@@ -124,7 +130,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     """
 
     __slots__ = ("index", "_handles", "_environ", "_emitter", "_session", "_window", "_began",
-                 "_checking")
+                 "_checking", "_timer")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -143,6 +149,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self._window = False
         self._began = 0.0
         self._checking: list[ScriptReplication] = []
+        self._timer: StepTimer | None = None
 
     @property
     def measured(self) -> bool:
@@ -193,10 +200,30 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                 replication.check_started()
         if status is not None and not self._window and rehearsing(self._environ):
             status.emit("step", index=self.index)  # how far the script got, for the dry run
+        timer = timer_for(self._environ) if TIMING_ENV in self._environ else None
+        if timer is not None and timer.times(self.index):  # profile --verify: last thing
+            self._timer = timer
+            timer.started(self.index)
         return self
+
+    def record_loss(self, loss: object) -> None:
+        """Give this step's loss (a scalar tensor or a number), e.g.
+        ``with torch_nsight.step() as s: loss = train_step(batch); s.record_loss(loss)``.
+
+        Under ``torch-nsight profile --verify`` the losses of the timed steps are written
+        with their times (a tensor is read once after the last of them, not synchronized
+        per step), and a fix that changes them beyond the tolerance is not counted;
+        otherwise this does nothing.
+        """
+        timer = timer_for(self._environ) if TIMING_ENV in self._environ else None
+        if timer is not None and self.index in timer.chosen:
+            timer.record_loss(self.index, loss)
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if self._timer is not None:  # first thing: the step's own work ends here
+            self._timer.ended(self.index, failed=kind is not None)
+            self._timer = None
         if self._session is not None:
             self._session.exit(self.index)
             self._session = None

@@ -4,7 +4,9 @@ Reads what ``report`` reads and prints :meth:`torch_nsight.Profile.findings`, ra
 time each fix recovers. ``--verify`` times the fix of the top findings on this machine's
 GPU (the padded GEMM, the TF32 GEMM, the channels-last convolution, rebuilt from the calls
 table; see :mod:`torch_nsight.collect.verify`) and replaces their estimate by the
-measurement.
+measurement. Given the script (``--verify --command "python train.py" --steps A:B``), it
+measures the top findings' switch fixes on the script's own steps instead, as ``profile
+--verify`` does (:mod:`torch_nsight.cli.verify`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
+from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
 from torch_nsight.units import format_duration
 
 
@@ -36,6 +39,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--verify", action="store_true",
                         help="time the fix of the top findings on this GPU (CUDA events) and "
                              "report the measured gain")
+    parser.add_argument("--command", default=None, metavar="CMD",
+                        help="with --verify: the script that made the report, one quoted "
+                             "command (\"python train.py --lr 3e-4\"): the findings' switch "
+                             "fixes are timed on its own steps (needs --steps)")
+    parser.add_argument("--steps", default=None, metavar="A:B",
+                        help="with --command: the steps to time (the steps before A warm up)")
+    add_verify_options(parser, flag=False)
     parser.add_argument("--no-fold", dest="fold", action="store_false",
                         help="one row per block of a repeated structure instead of one row "
                              "for all of them")
@@ -61,8 +71,18 @@ def run(args: argparse.Namespace) -> int:
     if args.label is not None and len(args.label) != len(args.reports):
         raise UsageError(f"--label was given {len(args.label)} time(s) for "
                          f"{len(args.reports)} report(s): give one label per report")
+    if args.command is not None and not args.verify:
+        raise UsageError("--command is the script --verify times its fixes on: add --verify")
     profile = read_profile(args.reports, args.label)
     say_missing_metrics(profile)
+    if args.verify and args.command is not None:
+        import shlex
+
+        plan = verify_plan(args, shlex.split(args.command), args.steps)
+        say(profile.describe())
+        print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
+                       profile.kernels, args.n, args.fmt)
+        return 0
     if args.verify:
         from torch_nsight.collect.verify import verify_findings
 

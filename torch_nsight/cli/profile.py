@@ -18,6 +18,8 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
   steps end, and says whether they ran, what ``instrument()`` recorded and which identical
   blocks would be profiled once: seconds, before a run under ncu that takes minutes.
+* ``--verify``: then the top findings' switch fixes are measured on your own steps, the
+  command run bare without and with each (:mod:`torch_nsight.cli.verify`).
 
 The script's exit status is passed on; a partial report is kept and read.
 """
@@ -43,12 +45,20 @@ from torch_nsight.cli.outputs import (
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
+from torch_nsight.cli.verify import (
+    add_verify_options,
+    print_verified,
+    run_verify,
+    verify_named_fixes,
+    verify_plan,
+)
 from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
 if TYPE_CHECKING:
+    from torch_nsight.collect.parent.measure import VerifyPlan
     from torch_nsight.collect.parent.script import ScriptPlan
 
 logger = logging.getLogger(__name__)
@@ -104,6 +114,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="print the ncu command line and the metrics; with --steps, run "
                              "the command once without ncu until its chosen steps end and "
                              "say what ncu would get")
+    add_verify_options(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -231,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         if rank not in ranks:
             logger.info("rank %d is not profiled: running it plainly", rank)
             return run_plainly(command)
+    verify = verify_plan(args, command, args.steps) if args.verify else None
     if args.timeline:
         return run_timeline(args, command)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
@@ -243,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
                    ncu_args=args.ncu_arg, replicate=not args.no_replicate,
                    timeout=args.timeout)
     if args.dry_run:
-        return dry_run(args, command, report, options)
+        return dry_run(args, command, report, options, verify)
     try:
         ncu = ncu_cli.find_ncu(args.ncu)
     except NcuNotFoundError as err:
@@ -273,6 +285,9 @@ def run(args: argparse.Namespace) -> int:
     from torch_nsight.cli.report import emit
 
     emit(profile, args)
+    if verify is not None:
+        table = run_verify(profile.finding_table(fold=args.fold), verify)
+        print_verified(table, profile.kernels, args.n or 10, args.fmt)
     phases = ran.record["phases_s"]
     say(f"report: {report} (ncu's output: {plan.log})", sys.stderr)
     say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
@@ -281,10 +296,16 @@ def run(args: argparse.Namespace) -> int:
     return ran.exit_status
 
 
+
 def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
-            options: dict[str, Any]) -> int:
-    """``profile --dry-run``: show the ncu command line and its metrics; with ``--steps``,
-    run the command without ncu until its chosen steps end (:func:`rehearse`)."""
+            options: dict[str, Any], verify: VerifyPlan | None) -> int:
+    """``profile --dry-run``: the ncu command line and metrics; with ``--steps`` the command
+    rehearsed without ncu (:func:`rehearse`), then ``--verify-fix``'s fixes measured.
+
+    Raises:
+        NothingProfiledError, UsageError: as :func:`rehearse`.
+        VerifyError: as :func:`~torch_nsight.cli.verify.run_verify`.
+    """
     from torch_nsight.collect.parent import script
     from torch_nsight.collect.shared import ncu as ncu_cli
 
@@ -303,8 +324,10 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     if args.steps is None:
         say_comment(f"# every kernel is profiled; {MARKER_HINT}")
         return 0
-    return rehearse(plan)
-
+    rehearsed = rehearse(plan)
+    if verify is not None:
+        verify_named_fixes(verify, args.fmt)
+    return rehearsed
 
 def rehearse(plan: ScriptPlan) -> int:
     """``profile --dry-run --steps A:B``: run the command without ncu until its chosen steps

@@ -42,16 +42,30 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """
     columns: list[Column] = [("#", lambda r: str(int(r.name) + 1), "right")]
     columns += [(label, _label_cell(label), "left") for label in _labels(kernels)]
+    measured = "measured_gain_ns" in frame
+    gains: list[Column] = [("predicted µs" if measured else "gain µs",
+                            lambda r: format_us(r["est_gain_ns"]), "right")]
+    if measured:  # profile --verify: the gain measured on the user's steps beside it
+        gains.append(("measured µs", measured_cell, "right"))
     return [
         *columns,
         ("module", lambda r: cut(module_cell(r), 36), "left"),
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
-        ("gain µs", lambda r: format_us(r["est_gain_ns"]), "right"),
+        *gains,
         ("basis", lambda r: _text(r["gain_basis"]), "left"),
         ("confidence", lambda r: _text(r["confidence"]), "left"),
         ("fix", lambda r: _text(r["fix"]), "left"),  # wrapped to fit, never cut
     ]
+
+
+def measured_cell(row: pd.Series) -> str:
+    """The gain ``profile --verify`` measured (``412.50 ±3.10``), or why it counts none
+    (``fix_failed``, ``loss_changed``...); empty where it tried nothing."""
+    status = row.get("verify_status")
+    if status == "measured":
+        return f"{format_us(row['measured_gain_ns'])} ±{format_us(row['measured_spread_ns'])}"
+    return "" if is_missing(status) or status == "no_switch" else str(status)
 
 
 def _where(row: pd.Series, labels: list[str]) -> str:
@@ -82,13 +96,16 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     kernels = frame if kernels is None else kernels
     labels = _labels(kernels)
     if markdown:
+        measured = "measured_gain_ns" in frame
         cells = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
-                  format_us(r["est_gain_ns"]), f"{r['gain_basis']}, {r['confidence']}",
-                  _text(r["evidence"]), _text(r["fix"])]
+                  format_us(r["est_gain_ns"]), *([measured_cell(r)] if measured else []),
+                  f"{r['gain_basis']}, {r['confidence']}", _text(r["evidence"]),
+                  _text(r["fix"])]
                  for i, (_, r) in enumerate(frame.iterrows())]
-        table = tabulate(printable_rows(cells), headers=["#", "module", "dir", "finding", "gain µs", "basis",
-                                        "evidence", "fix"], tablefmt="pipe",
-                         disable_numparse=True)
+        gains = ["predicted µs", "measured µs"] if measured else ["gain µs"]
+        table = tabulate(printable_rows(cells), headers=["#", "module", "dir", "finding", *gains,
+                                                         "basis", "evidence", "fix"],
+                         tablefmt="pipe", disable_numparse=True)
         return f"{title}\n\n{table}"
     columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)

@@ -1,0 +1,94 @@
+"""Findings whose fix is a switch, mapped to the switch profile --verify applies (on recorded
+reports), and the numbers and rule of a measured gain."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
+from torch_nsight.analyze.measured import loss_change, measured_status, step_gain
+from torch_nsight.switches import FIX_OPTIONS, check_fix
+from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def load(name: str) -> torch_nsight.Profile:
+    return torch_nsight.load(DATA / name, cache=False)
+
+
+def matches(pattern: str, name: str) -> bool:
+    wanted, parts = pattern.split("."), name.split(".")
+    return len(wanted) == len(parts) and all(
+        fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True))
+
+
+def test_every_switch_is_a_valid_fix() -> None:
+    for kind, make in SWITCH_FIXES.items():
+        spec = check_fix(make("layers.*.mlp"))
+        assert spec.fix in FIX_OPTIONS, kind
+
+
+@pytest.mark.parametrize(("fixture", "finding", "fix"), [
+    ("findings_gemm", "gemm_misaligned", "pad_linear"),
+    ("findings_fp32_off", "fp32_no_tensor_cores", "tf32"),
+    ("findings_chain", "elementwise_chain", "compile"),
+    ("findings_conv", "layout_conversion", "channels_last"),
+])
+def test_the_recorded_findings_name_their_switch_and_its_module(
+        fixture: str, finding: str, fix: str) -> None:
+    found = load(fixture).finding_table()
+    row = found[found["finding"] == finding].iloc[0]
+    spec = switch_fix(row)
+    assert spec is not None and spec.fix == fix
+    if fix in ("pad_linear", "compile"):  # the module the finding names, by its name
+        path = row["module_path"]
+        assert spec.target == ("" if "/" not in path else path_leaf(path))
+
+
+def test_a_folded_finding_targets_every_block() -> None:
+    profile = load("hf_gpt2_fast")
+    folded = profile.finding_table(fold=True)
+    row = folded[(folded["finding"] == "elementwise_chain") & (folded["blocks"] > 1)].iloc[0]
+    target = fix_target(row["module_path"])
+    assert "*" in target and "{" not in target
+    blocks = profile.finding_table(fold=False)
+    blocks = blocks[(blocks["finding"] == "elementwise_chain")
+                    & (blocks["direction"] == row["direction"])]
+    named = {path_leaf(p) for p in blocks["module_path"] if matches(target, path_leaf(p))}
+    assert len(named) == row["blocks"]
+
+
+def test_the_whole_model_where_no_module_is_named() -> None:
+    assert fix_target(UNATTRIBUTED) == fix_target(None) == fix_target("GPT2LMHeadModel") == ""
+    assert switch_fix({"finding": "ncu_CPIStall", "module_path": "M/a"}) is None
+    assert switch_fix({"finding": "launch_bound", "module_path": None}).options == {
+        "mode": "reduce-overhead"}
+
+
+def test_the_gain_is_the_difference_of_medians_with_the_quartile_range() -> None:
+    before = [10.0, 11.0, 12.0, 13.0, 40.0]
+    after = [5.0, 6.0, 7.0, 8.0, 9.0]
+    gain = step_gain(before, after)
+    assert (gain.before_ns, gain.after_ns, gain.gain_ns) == (12.0, 7.0, 5.0)
+    assert (gain.low_ns, gain.high_ns) == (11.0 - 8.0, 13.0 - 6.0)
+    assert gain.spread_ns == 2.0 and not gain.within_noise and gain.steps == (5, 5)
+    assert step_gain([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]).within_noise
+    with pytest.raises(ValueError, match="both sides"):
+        step_gain([], [1.0])
+
+
+def test_a_changed_loss_or_too_few_steps_does_not_count() -> None:
+    assert loss_change({1: 2.0, 2: 1.0}, {1: 2.01, 2: 1.5, 3: 9.0}) == pytest.approx(0.5)
+    assert loss_change({1: 2.0}, {2: 2.0}) is None
+    gain = step_gain([2.0] * 6, [1.0] * 6)
+    assert measured_status(gain, 0.001) == "measured"
+    assert measured_status(gain, None) == "measured"
+    assert measured_status(gain, 0.5) == "loss_changed"
+    assert measured_status(gain, 0.5, tolerance=1.0) == "measured"
+    assert measured_status(step_gain([2.0] * 4, [1.0] * 6), None) == "too_few_steps"
+    assert measured_status(None, None) == "too_few_steps"

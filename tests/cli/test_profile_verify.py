@@ -1,0 +1,142 @@
+"""profile --verify on the CPU: the command run bare without and with each fix, the fixes
+switched on in the script by TORCH_NSIGHT_APPLY, the gains measured on its own steps beside
+the predicted ones; fixes that fail or change the loss reported, not counted."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from torch_nsight.errors import VerifyError
+
+from .conftest import run_main
+from .test_profile_command import FAKE_NCU, cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+TRAIN = """
+import sys, torch, torch_nsight
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 37))
+torch_nsight.instrument(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(8, 16), torch.randn(8, 37)
+for _ in range(int(sys.argv[1]) if sys.argv[1:] else 14):
+    with torch_nsight.step() as step:
+        loss = (model(x) - y).square().mean()
+        if "{scaled}" and torch.backends.cuda.matmul.allow_tf32:
+            loss = loss * 2  # a fix that changes the loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        step.record_loss(loss)
+"""
+
+
+def script(tmp_path: Path, *, scaled: bool = False) -> None:
+    (tmp_path / "train.py").write_text(TRAIN.replace("{scaled}", "1" if scaled else ""))
+
+
+def findings_section(out: str) -> list[str]:
+    lines = out[out.index("Findings (ranked"):].splitlines()
+    return [line for line in lines[2:] if line.strip() and not line.startswith("verified:")]
+
+
+@pytest.mark.slow
+def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None:
+    script(tmp_path)
+    proc = cli("--dry-run", "--steps", "3:5", "--verify", "--verify-fix", "pad_linear@2",
+               "--verify-fix", "tf32", "--verify-fix", "compile@0:backend=eager",
+               "--verify-fix", "pad_linear@nowhere", "--", sys.executable, "train.py",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    # one line when each run starts and ends, the 2 steps lengthened to 5
+    assert "verify: run 1 of 5: no fix, steps 3:8" in proc.stderr
+    assert "verify: run 5 of 5: pad_linear@nowhere" in proc.stderr
+    rows = findings_section(proc.stdout)
+    assert "predicted µs" in rows[0] and "measured µs" in rows[0]
+    verdicts = [line for line in proc.stdout.splitlines() if line.startswith("verified:")]
+    assert [v.split(": ")[2] for v in verdicts] == ["measured", "measured", "measured",
+                                                    "fix_failed"]
+    assert "Sequential has no module named 'nowhere'" in verdicts[3]
+    assert "loss within 2%" in verdicts[0]  # the padded Linear computes the same loss
+    assert "NOT applied" in proc.stderr  # the script's own warning
+
+
+@pytest.mark.slow
+def test_a_fix_that_changes_the_loss_is_not_counted(tmp_path: Path) -> None:
+    script(tmp_path, scaled=True)
+    proc = cli("--dry-run", "--steps", "2:7", "--verify", "--verify-fix", "tf32", "--",
+               sys.executable, "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "verify: tf32: NOT counted (loss_changed)" in proc.stderr
+    assert "loss_changed: the loss changed by" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
+    """A fake ncu gives the recorded fp32 GEMM report, whose top finding (TF32 off) has a
+    switch; it is measured on the script's own steps."""
+    ncu = tmp_path / "ncu"
+    report = DATA / "findings_fp32_off" / "sweep.ncu-rep.xz"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable, mode="ok", report=report))
+    ncu.chmod(0o755)
+    script(tmp_path)
+    proc = cli("--ncu", str(ncu), "--steps", "4:10", "--verify", "--", sys.executable,
+               "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "verify: run 2 of 2: tf32 (the fix of fp32_no_tensor_cores in Linear)" in proc.stderr
+    (row,) = [r for r in findings_section(proc.stdout) if "fp32_no_tensor_cores" in r]
+    assert "±" in row  # the gain measured on the steps, beside the predicted one
+    assert "verified: fp32_no_tensor_cores in Linear: measured" in proc.stdout
+
+
+def test_a_script_that_never_instruments_cannot_have_its_fix_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "plain.py").write_text(
+        "import torch_nsight\nfor _ in range(9):\n    with torch_nsight.step():\n        pass\n")
+    status, out, err = run_main(["profile", "--dry-run", "--steps", "2:7", "--verify",
+                                 "--verify-fix", "channels_last", "--", sys.executable,
+                                 "plain.py"], tmp_path, monkeypatch, capsys)
+    assert status == 0, err
+    assert "never called torch_nsight.instrument(model)" in out
+    assert "channels_last: NOT counted (fix_failed)" in err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--verify", "--dry-run", "--", "python", "x.py"], "pass --steps A:B"),
+    (["--verify", "--steps", "3:", "--dry-run", "--", "python", "x.py"],
+     "a closed window of steps"),
+    (["--verify", "--steps", "3", "--verify-steps", "3:5", "--dry-run", "--", "python",
+      "x.py"], "time at least 5 steps"),
+    (["--verify", "--steps", "3", "--verify-fix", "fuse", "--dry-run", "--", "python",
+      "x.py"], "unknown fix 'fuse'"),
+    (["--verify", "--steps", "3", "--verify-top", "0", "--", "python", "x.py"],
+     "--verify-top must be at least 1"),
+    (["--verify", "--steps", "3", "--timeline", "--", "python", "x.py"], "nor --timeline"),
+])
+def test_bad_verify_options_are_one_line(tmp_path: Path, args: list[str], message: str,
+                                         monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RANK", "")
+    status, out, err = run_main(["profile", *args], tmp_path, monkeypatch, capsys)
+    assert status == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("torch-nsight: error:") and message in line
+
+
+def test_nothing_to_verify_is_a_verify_error() -> None:
+    import pandas as pd
+
+    from torch_nsight.collect.parent.measure import VerifyPlan, verify_on_steps
+    from torch_nsight.vocabulary import FINDING_COLUMNS
+
+    found = pd.DataFrame([{"finding": "ncu_CPIStall", "module": "m", "module_path": "M/m",
+                           "est_gain_ns": 1.0, "gain_basis": "ncu_rule"}],
+                         columns=list(FINDING_COLUMNS))
+    with pytest.raises(VerifyError, match="none of the findings has a fix that is a switch"):
+        verify_on_steps(found, VerifyPlan(["python", "x.py"], "2:7"))

@@ -1,0 +1,56 @@
+"""The findings whose fix is a switch, and that switch: what ``torch-nsight profile --verify``
+applies in the user's script (:mod:`torch_nsight.capture.switches`) to measure the fix on
+the user's own steps.
+
+One line per finding kind, from the module the finding names (its target: the innermost
+module of ``module_path``; a folded row's ``{0-7}`` becomes ``*``, every block). Findings
+whose fix is a code change (an RMSNorm written out, pinned memory, a larger batch) have no
+line; nor do Nsight Compute's rules.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch_nsight.analyze.findings.gemm_misaligned import PAD_TO
+from torch_nsight.switches import FixSpec
+from torch_nsight.vocabulary import PATH_SEP, UNATTRIBUTED, path_leaf
+
+__all__ = ["SWITCH_FIXES", "fix_target", "switch_fix"]
+
+_REDUCE_OVERHEAD = {"mode": "reduce-overhead"}
+#: Finding kind -> its switch, from the target module's name (``""``: the whole model).
+SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
+    # the Linear's output features padded to the multiple the finding's fix names
+    "gemm_misaligned": lambda target: FixSpec("pad_linear", target, {"multiple": PAD_TO}),
+    # TF32 tensor cores for matmuls and convolutions: the whole process
+    "fp32_no_tensor_cores": lambda target: FixSpec("tf32"),
+    # one kernel for the chain: torch.compile of the module it ran in
+    "elementwise_chain": lambda target: FixSpec("compile", target),
+    # channels-last model and inputs: conversions anywhere in the model go
+    "layout_conversion": lambda target: FixSpec("channels_last"),
+    # fused with its neighbours by torch.compile
+    "small_grid": lambda target: FixSpec("compile", target),
+    # timeline: the step in CUDA graphs
+    "launch_bound": lambda target: FixSpec("compile", "", _REDUCE_OVERHEAD),
+    "small_kernels": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
+}
+_FOLDED = re.compile(r"^\{[0-9,\-]+\}$")
+
+
+def fix_target(module_path: object) -> str:
+    """The module name a fix targets: the innermost module of ``module_path`` (a folded
+    index ``{0-7}`` as ``*``); ``""`` (the whole model) for the root, a missing or
+    unattributed path."""
+    if not isinstance(module_path, str) or module_path == UNATTRIBUTED \
+            or PATH_SEP not in module_path:
+        return ""
+    return ".".join("*" if _FOLDED.match(p) else p for p in path_leaf(module_path).split("."))
+
+
+def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
+    """The switch that applies a finding row's fix, or None when it has none."""
+    make = SWITCH_FIXES.get(str(finding.get("finding")))
+    return None if make is None else make(fix_target(finding.get("module_path")))

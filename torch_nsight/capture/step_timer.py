@@ -1,0 +1,188 @@
+"""Bare step times: the chosen steps timed in the user's own script, for
+``torch-nsight profile --verify``.
+
+When :data:`~torch_nsight.switches.TIMING_ENV` names a file and
+:data:`~torch_nsight.status.STEPS_ENV` chooses steps, :func:`torch_nsight.step` times each
+chosen step (the steps before them are the warm-up): with CUDA events on the current stream
+when CUDA is in use (their elapsed times read once, after the last chosen step), else with
+``time.perf_counter`` (a CPU run, where the plumbing is tested). The file
+(:func:`~torch_nsight.switches.read_timing`) is written when the last chosen step ends, before
+its status line (the command stops the script on that line), and at exit if the steps did
+not all run. It also holds the loss each step passed (:meth:`torch_nsight.step.record_loss`)
+and what became of the fixes :func:`torch_nsight.instrument` was asked to apply.
+
+In a run of several processes only rank 0 (``RANK``, else ``LOCAL_RANK``) times its steps.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from torch_nsight.files import atomic_output
+from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
+from torch_nsight.switches import APPLY_ENV, TIMING_ENV, TIMING_SCHEMA, parse_fixes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StepTimer", "timer_for"]
+
+
+def _rank(environ: Mapping[str, str]) -> int:
+    for name in ("RANK", "LOCAL_RANK"):
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+class StepTimer:
+    """Times the chosen steps of this process and writes them to one JSON file.
+
+    Args:
+        path: the file to write.
+        chosen: the steps to time.
+        status: where the timed steps' status lines go (None: nowhere).
+        requested: :data:`~torch_nsight.switches.APPLY_ENV`'s text (None: no fix asked for).
+    """
+
+    def __init__(self, path: str, chosen: range, status: StatusWriter | None = None,
+                 requested: str | None = None) -> None:
+        self.path = path
+        self.chosen = chosen
+        self.status = status
+        self.requested = requested
+        self.fixes: list[dict[str, Any]] = []
+        self.written = False
+        self._clock: str | None = None
+        self._open: dict[int, Any] = {}
+        self._steps: dict[int, dict[str, Any]] = {}
+        self._losses: dict[int, Any] = {}
+        self._last = -1
+
+    def times(self, index: int) -> bool:
+        """Whether step ``index`` is one this timer times."""
+        return index in self.chosen and not self.written
+
+    def _mark(self) -> Any:
+        if self._clock is None:
+            import torch
+
+            cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._clock = "cuda_events" if cuda else "perf_counter"
+        if self._clock == "perf_counter":
+            return time.perf_counter_ns()
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def started(self, index: int) -> None:
+        """Step ``index`` starts (call last thing before the step's own work)."""
+        if self.status is not None:
+            self.status.emit("item_start", index=index, shape=f"step {index}")
+        self._open[index] = self._mark()
+
+    def ended(self, index: int, *, failed: bool) -> None:
+        """Step ``index`` ended (call first thing after its work); the last chosen one writes
+        the file, then says it ended."""
+        start = self._open.pop(index, None)
+        if start is None:
+            return
+        self._steps[index] = {"index": index, "start": start, "end": self._mark(),
+                              "status": "error" if failed else "ok"}
+        self._last = index
+        last = index == self.chosen[-1]
+        if last:
+            self.write()
+        if self.status is not None:
+            self.status.emit("item_end", index=index, shape=f"step {index}",
+                             status="error" if failed else "ok")
+
+    def record_loss(self, index: int, loss: Any) -> None:
+        """Keep step ``index``'s loss (a tensor is read when the file is written: no sync
+        per step)."""
+        detach = getattr(loss, "detach", None)
+        self._losses[index] = detach() if callable(detach) else loss
+
+    def note_fixes(self, outcomes: list[dict[str, Any]]) -> None:
+        """What became of the fixes asked for (one JSON object each)."""
+        self.fixes.extend(outcomes)
+
+    def _elapsed_ns(self, step: dict[str, Any]) -> float:
+        start, end = step["start"], step["end"]
+        if isinstance(start, int):
+            return float(end - start)
+        end.synchronize()
+        return float(start.elapsed_time(end)) * 1e6
+
+    def _loss(self, index: int) -> float | None:
+        value = self._losses.get(index)
+        if value is None:
+            return None
+        try:
+            return float(value.item() if hasattr(value, "item") else value)
+        except (TypeError, ValueError, RuntimeError) as err:
+            logger.warning("torch_nsight: step %d's loss is not a number: %s", index, err)
+            return None
+
+    def document(self) -> dict[str, Any]:
+        """The file's content (reads the CUDA events: synchronizes once)."""
+        steps = [{"index": i, "time_ns": self._elapsed_ns(s), "status": s["status"],
+                  "loss": self._loss(i)} for i, s in sorted(self._steps.items())]
+        requested: list[dict[str, Any]] = []
+        if self.requested:
+            try:
+                requested = [f.to_json() for f in parse_fixes(self.requested)]
+            except ValueError as err:
+                requested = [{"error": str(err)}]
+        return {"schema": TIMING_SCHEMA, "clock": self._clock or "perf_counter",
+                "pid": os.getpid(), "steps": steps, "requested": requested,
+                "fixes": self.fixes}
+
+    def write(self) -> None:
+        """Write the file whole (once); a failure is logged, never raised into the script."""
+        if self.written:
+            return
+        self.written = True
+        try:
+            with atomic_output(self.path) as temp:
+                temp.write_text(json.dumps(self.document(), default=str), encoding="utf-8")
+        except Exception as err:  # noqa: BLE001 - never break the user's script
+            logger.warning("torch_nsight: could not write the step times to %s: %s",
+                           self.path, err)
+
+
+_TIMERS: dict[str, StepTimer | None] = {}
+
+
+def timer_for(environ: Mapping[str, str]) -> StepTimer | None:
+    """This process's timer, made on first use from ``environ``; None when no file is
+    asked for, no steps are chosen, or this is not rank 0."""
+    path = environ.get(TIMING_ENV)
+    if not path:
+        return None
+    if path not in _TIMERS:
+        _TIMERS[path] = _make(path, environ)
+    return _TIMERS[path]
+
+
+def _make(path: str, environ: Mapping[str, str]) -> StepTimer | None:
+    if _rank(environ):
+        return None
+    try:
+        chosen = parse_steps(environ.get(STEPS_ENV, ""))
+    except ValueError as err:
+        logger.warning("torch_nsight: not timing steps (%s is set): %s", TIMING_ENV, err)
+        return None
+    status_path = environ.get(STATUS_ENV)
+    timer = StepTimer(path, chosen, StatusWriter(status_path) if status_path else None,
+                      environ.get(APPLY_ENV))
+    atexit.register(timer.write)  # the steps did not all run: what ran, and the fixes
+    return timer

@@ -1,0 +1,270 @@
+"""Fixes switched on in the user's script, asked for by the command that runs it
+(:data:`~torch_nsight.switches.APPLY_ENV`, ``torch-nsight profile --verify``), applied by
+:func:`torch_nsight.instrument` to the model it is given, before it instruments anything.
+
+One small function per fix kind (the registry :data:`SWITCHES`); each checks everything
+first, then changes the model, and gives back how to undo it: a fix that fails is undone
+and reported (logged, and written with the step times), never left half-way.
+
+* ``compile``: ``module.compile(**options)`` (in place: names, parameters and the optimizer
+  holding them stay), of each target or the whole model;
+* ``channels_last``: the target's 4-D parameters and buffers channels-last, and its 4-D
+  tensor inputs through a forward pre-hook;
+* ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``;
+* ``pad_linear``: a ``Linear``'s output features computed padded to a multiple
+  (:mod:`torch_nsight.capture.padded`);
+* ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from torch_nsight.capture.padded import pad_linear, unpad_linear
+from torch_nsight.capture.step_timer import timer_for
+from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FixOutcome", "SWITCHES", "apply_fixes", "apply_requested_fixes", "find_targets"]
+
+Targets = list[tuple[str, nn.Module]]
+Undo = Callable[[], None]
+Switch = Callable[[nn.Module, Targets, Mapping[str, Any]], Undo]
+#: The function that applies each fix kind; it raises before changing anything it cannot.
+SWITCHES: dict[str, Switch] = {}
+#: Fix kinds that act on the whole process, not on a module.
+GLOBAL_KINDS = frozenset({"tf32"})
+
+
+@dataclass(frozen=True)
+class FixOutcome:
+    """What became of one fix: ``applied`` (to ``modules``) or ``failed`` (``error``)."""
+
+    spec: FixSpec
+    status: str
+    error: str | None = None
+    modules: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The outcome as written with the step times."""
+        return {"fix": self.spec.fix, "target": self.spec.target,
+                "options": dict(self.spec.options), "status": self.status,
+                "error": self.error, "modules": list(self.modules)}
+
+
+def switch(kind: str) -> Callable[[Switch], Switch]:
+    """Register the function that applies fix ``kind``."""
+    def register(function: Switch) -> Switch:
+        SWITCHES[kind] = function
+        return function
+    return register
+
+
+def _each(targets: Targets, do: Callable[[nn.Module], Undo]) -> Undo:
+    """``do`` on every target; if one raises, the ones done are undone first."""
+    undos: list[Undo] = []
+    try:
+        for _, module in targets:
+            undos.append(do(module))
+    except BaseException:
+        for undo in reversed(undos):
+            undo()
+        raise
+
+    def undo_all() -> None:
+        for undo in reversed(undos):
+            undo()
+    return undo_all
+
+
+@switch("compile")
+def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    compiled = [name or type(m).__name__ for name, m in targets
+                if getattr(m, "_compiled_call_impl", None) is not None]
+    if compiled:
+        raise ValueError(f"already compiled: {', '.join(compiled)}")
+
+    def do(module: nn.Module) -> Undo:
+        module.compile(**dict(options))
+        return lambda: setattr(module, "_compiled_call_impl", None)
+    return _each(targets, do)
+
+
+def _to_channels_last(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.dim() == 4:
+        return value.contiguous(memory_format=torch.channels_last)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_channels_last(v) for v in value)
+    return value
+
+
+@switch("channels_last")
+def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    def inputs(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+               ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return _to_channels_last(args), {k: _to_channels_last(v) for k, v in kwargs.items()}
+
+    def do(module: nn.Module) -> Undo:
+        module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        hook = module.register_forward_pre_hook(inputs, with_kwargs=True)
+
+        def undo() -> None:
+            hook.remove()
+            module.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
+        return undo
+    return _each(targets, do)
+
+
+@switch("tf32")
+def _tf32(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+    def undo() -> None:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return undo
+
+
+@switch("pad_linear")
+def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    multiple = int(options.get("multiple", 64))
+    for name, module in targets:
+        if not isinstance(module, nn.Linear):
+            raise ValueError(f"{name or 'the model'} is a {type(module).__name__}, not an "
+                             "nn.Linear")
+        if module.out_features % multiple == 0:
+            raise ValueError(f"{name or 'the model'} has {module.out_features} output "
+                             f"features, already a multiple of {multiple}: the misaligned "
+                             "dimension is another one")
+
+    def do(module: nn.Module) -> Undo:
+        pad_linear(module, multiple)  # type: ignore[arg-type]
+        return lambda: unpad_linear(module)  # type: ignore[arg-type]
+    return _each(targets, do)
+
+
+@switch("sdpa_backend")
+def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION,
+               "cudnn": SDPBackend.CUDNN_ATTENTION}[str(options["backend"])]
+    entered = threading.local()  # the contexts open on this thread (nested calls)
+
+    def enter(module: nn.Module, args: Any) -> None:
+        context = sdpa_kernel(backend)
+        context.__enter__()
+        entered.__dict__.setdefault("stack", []).append(context)
+
+    def leave(module: nn.Module, args: Any, output: Any) -> None:
+        stack = entered.__dict__.get("stack")
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    def do(module: nn.Module) -> Undo:
+        hooks = [module.register_forward_pre_hook(enter),
+                 module.register_forward_hook(leave, always_call=True)]
+
+        def undo() -> None:
+            for hook in hooks:
+                hook.remove()
+        return undo
+    return _each(targets, do)
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """Each dotted part of ``name`` matches that of ``pattern`` (fnmatch)."""
+    wanted, parts = pattern.split("."), name.split(".")
+    return len(wanted) == len(parts) and all(
+        fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True))
+
+
+def find_targets(model: nn.Module, target: str) -> Targets:
+    """The modules ``target`` names (``""``: the model itself), in ``named_modules()`` order.
+
+    Raises:
+        ValueError: no module of the model has that name.
+    """
+    if not target:
+        return [("", model)]
+    found = [(n, m) for n, m in model.named_modules() if n and _matches(target, n)]
+    if not found:
+        raise ValueError(f"{type(model).__name__} has no module named {target!r}")
+    return found
+
+
+def apply_fixes(model: nn.Module, specs: list[FixSpec]) -> list[FixOutcome]:
+    """Apply each fix to ``model``; one that fails is undone and reported, the others kept.
+
+    Args:
+        model: the model (its modules are found by their names in ``named_modules()``).
+        specs: the fixes, checked (:func:`~torch_nsight.switches.parse_fixes`).
+
+    Returns:
+        One outcome per fix, in order.
+    """
+    outcomes = []
+    for spec in specs:
+        try:
+            targets = ([("", model)] if spec.fix in GLOBAL_KINDS
+                       else find_targets(model, spec.target))
+            SWITCHES[spec.fix](model, targets, spec.options)
+        except Exception as err:  # noqa: BLE001 - reported, the script goes on without it
+            outcomes.append(FixOutcome(spec, "failed", f"{type(err).__name__}: {err}"))
+            logger.warning("torch_nsight: fix %s NOT applied: %s", spec.describe(), err)
+            continue
+        names = tuple(n for n, _ in targets) if spec.fix not in GLOBAL_KINDS else ()
+        outcomes.append(FixOutcome(spec, "applied", modules=names))
+        logger.info("torch_nsight: applied fix %s%s", spec.describe(),
+                    f" to {len(names)} module(s)" if names and names != ("",) else "")
+    return outcomes
+
+
+_DONE: set[str] = set()
+
+
+def apply_requested_fixes(model: nn.Module,
+                          environ: Mapping[str, str] | None = None) -> list[FixOutcome]:
+    """Apply the fixes :data:`~torch_nsight.switches.APPLY_ENV` asks for, once per process
+    (to the first model instrumented), and note the outcomes with the step times.
+
+    Args:
+        model: the model :func:`torch_nsight.instrument` was given.
+        environ: where to read the request (default ``os.environ``).
+
+    Returns:
+        The outcomes (empty when nothing is asked for, or already applied).
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(APPLY_ENV, "").strip()
+    if not text:
+        return []
+    if text in _DONE:
+        logger.info("torch_nsight: the fixes of %s were applied to the first model "
+                    "instrumented; not to %s", APPLY_ENV, type(model).__name__)
+        return []
+    _DONE.add(text)
+    try:
+        outcomes = apply_fixes(model, parse_fixes(text))
+        written = [o.to_json() for o in outcomes]
+    except ValueError as err:
+        logger.warning("torch_nsight: no fix applied: %s=%r: %s", APPLY_ENV, text, err)
+        outcomes = []
+        written = [{"fix": None, "target": None, "options": {}, "status": "failed",
+                    "error": str(err), "modules": []}]
+    timer = timer_for(env)
+    if timer is not None:
+        timer.note_fixes(written)
+    return outcomes

@@ -1,0 +1,135 @@
+"""``--verify`` on the user's own steps: the options ``profile`` (and ``findings`` given a
+command) share, and the table they print.
+
+After the profile, the command runs bare (no ncu, no hooks) once without any fix and once
+with each of the top findings' switch fixes (:mod:`torch_nsight.collect.parent.measure`),
+the same steps timed each time; the findings table then shows the measured gain beside the
+predicted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.text import say, say_comment
+from torch_nsight.switches import FixSpec, parse_fixes
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from torch_nsight.collect.parent.measure import VerifyPlan
+
+__all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
+           "verify_named_fixes"]
+
+
+def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) -> None:
+    """Add ``--verify`` (when ``flag``) and its ``--verify-*`` options."""
+    if flag:
+        parser.add_argument("--verify", action="store_true",
+                            help="after the profile, run the command bare once without and "
+                                 "once with each of the top findings' switch fixes "
+                                 "(torch.compile, channels-last, TF32, a padded Linear) and "
+                                 "show the gain measured on your steps beside the predicted "
+                                 "one (1 + N more runs of the command)")
+    parser.add_argument("--verify-top", type=int, default=None, metavar="N",
+                        help="measure the switches of the top N findings that have one "
+                             "(default 3)")
+    parser.add_argument("--verify-steps", default=None, metavar="A:B",
+                        help="the steps each bare run times (default: --steps, lengthened "
+                             "to 5 steps; the steps before A warm up)")
+    parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
+                        help="measure this fix instead of the findings' (repeat for several): "
+                             "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
+                             "channels_last, tf32, pad_linear, sdpa_backend (e.g. "
+                             "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
+    parser.add_argument("--verify-loss-tolerance", type=float, default=None, metavar="X",
+                        help="a fix that changes a step's loss (step.record_loss) by more "
+                             "than this fraction is not counted (default 0.02)")
+
+
+def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | None
+                ) -> VerifyPlan:
+    """The checked plan of ``--verify`` from the options.
+
+    Raises:
+        UsageError: a bad option (one line, naming it).
+        VerifyError: no steps to time, or too few.
+    """
+    from torch_nsight.analyze.measured import LOSS_TOLERANCE
+    from torch_nsight.collect.parent.measure import DEFAULT_TOP, VerifyPlan, verify_window
+
+    if getattr(args, "ranks", None) is not None or getattr(args, "timeline", False):
+        raise UsageError("--verify runs the whole command again, bare: not with --ranks "
+                         "(run `torch-nsight profile --verify -- torchrun ...` instead) nor "
+                         "--timeline")
+    top = DEFAULT_TOP if args.verify_top is None else args.verify_top
+    if top < 1:
+        raise UsageError(f"--verify-top must be at least 1, got {top}")
+    tolerance = (LOSS_TOLERANCE if args.verify_loss_tolerance is None
+                 else args.verify_loss_tolerance)
+    if not tolerance >= 0:
+        raise UsageError(f"--verify-loss-tolerance must be >= 0, got {tolerance}")
+    fixes: list[FixSpec] = []
+    for text in args.verify_fix:
+        try:
+            fixes += parse_fixes(text)
+        except ValueError as err:
+            raise UsageError(f"--verify-fix {text!r}: {err}") from None
+    return VerifyPlan(list(command), verify_window(steps, args.verify_steps), top=top,
+                      fixes=tuple(fixes), loss_tolerance=tolerance,
+                      timeout=getattr(args, "timeout", None))
+
+
+def run_verify(found: pd.DataFrame, plan: VerifyPlan) -> pd.DataFrame:
+    """Measure, with a progress line per run on standard error.
+
+    Raises:
+        UsageError: the command cannot be started.
+        VerifyError: nothing to measure, or the run without fixes unusable.
+    """
+    from torch_nsight.collect.parent.measure import verify_on_steps
+
+    try:
+        return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr))
+    except FileNotFoundError:
+        raise UsageError(f"could not start {plan.command[0]}") from None
+
+
+def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int | None,
+                   fmt: str = "plain") -> None:
+    """The findings with the measured column, then one line per fix tried."""
+    from torch_nsight.render.findings import render_findings
+
+    tried = table["verify_status"].notna() & (table["verify_status"] != "no_switch")
+    shown = table if rows is None else table[(table.index < rows) | tried]
+    print()
+    print(render_findings(shown.reset_index(drop=True),
+                          "markdown" if fmt == "markdown" else "plain", kernels))
+    print()
+    for _, row in table[tried].iterrows():
+        print(f"verified: {row['finding']} in {row['module']}: {row['verify_status']}: "
+              f"{row['verify_detail']}")
+
+
+def verify_named_fixes(plan: VerifyPlan, fmt: str) -> None:
+    """After a dry run (no profile, so no findings): measure the fixes ``--verify-fix``
+    names, or say how to name them.
+
+    Raises:
+        UsageError, VerifyError: as :func:`run_verify`.
+    """
+    if not plan.fixes:
+        say_comment("# --verify: a dry run has no findings to verify; name fixes to time on "
+                    "your steps with --verify-fix")
+        return
+    import pandas as pd
+
+    from torch_nsight.vocabulary import FINDING_COLUMNS
+
+    print_verified(run_verify(pd.DataFrame(columns=list(FINDING_COLUMNS)), plan), None,
+                   None, fmt)

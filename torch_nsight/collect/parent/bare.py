@@ -1,0 +1,172 @@
+"""One bare run of the user's command (no ncu, no hooks): its chosen steps timed in the
+script, with or without fixes switched on (``torch-nsight profile --verify``).
+
+The command runs as it is (the same processes, the same arguments) with
+:data:`~torch_nsight.status.STEPS_ENV` (the steps to time, those before them the warm-up),
+:data:`~torch_nsight.switches.TIMING_ENV` (where the script writes their times),
+:data:`~torch_nsight.switches.APPLY_ENV` (the fixes :func:`torch_nsight.instrument` applies)
+and ``TORCH_NSIGHT_INSTRUMENT=0`` (no ranges: the step as the user runs it). It is stopped
+once its timed steps have ended, as a dry run is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.progress import ScriptProgress
+from torch_nsight.status import (
+    INSTRUMENT_ENV,
+    REHEARSAL_ENV,
+    REPLICATE_ENV,
+    STATUS_ENV,
+    STEPS_ENV,
+)
+from torch_nsight.switches import (
+    APPLY_ENV,
+    TIMING_ENV,
+    FixSpec,
+    StepTimes,
+    format_fixes,
+    read_timing,
+)
+
+__all__ = ["BareRun", "bare_env", "run_bare"]
+
+#: What a bare run must not inherit from the profile's environment.
+_DROPPED = (REHEARSAL_ENV, REPLICATE_ENV, APPLY_ENV, TIMING_ENV, STATUS_ENV)
+
+
+@dataclass(frozen=True)
+class BareRun:
+    """How one bare run went.
+
+    Attributes:
+        fixes: the fixes asked for (empty: the baseline).
+        times: what the script wrote (None: nothing, see ``error``).
+        exit_status: the command's exit status; None when it was stopped after its steps.
+        stopped: why it was stopped before its steps ended, or None.
+        seconds: how long it ran.
+        error: why the run cannot be used (the script wrote no times, a step raised, a fix
+            was not applied), or None.
+        fix_failed: that reason is a fix the script did not apply.
+    """
+
+    fixes: tuple[FixSpec, ...]
+    times: StepTimes | None
+    exit_status: int | None
+    stopped: str | None
+    seconds: float
+    error: str | None
+    fix_failed: bool = False
+
+    @property
+    def times_ns(self) -> list[float]:
+        """The times of the steps that ended without an exception."""
+        return [] if self.times is None else self.times.times_ns
+
+
+def bare_env(environ: Mapping[str, str], steps: str, fixes: Sequence[FixSpec],
+             timing: Path, status: Path) -> dict[str, str]:
+    """The environment of a bare run (see the module's docstring).
+
+    Raises:
+        ValueError: a fix :func:`~torch_nsight.switches.check_fix` refuses.
+    """
+    env = {k: v for k, v in environ.items() if k not in _DROPPED}
+    env.update({STEPS_ENV: steps, TIMING_ENV: str(timing), STATUS_ENV: str(status),
+                INSTRUMENT_ENV: "0"})
+    if fixes:
+        env[APPLY_ENV] = format_fixes(fixes)
+    return env
+
+
+def _fix_not_applied(times: StepTimes, fixes: Sequence[FixSpec]) -> str | None:
+    """Why a fix asked for was not applied, or None."""
+    failed = [f for f in times.fixes if f.get("status") != "applied"]
+    if failed:
+        return "; ".join(f"fix {f.get('fix')} not applied: {f.get('error')}" for f in failed)
+    if fixes and not times.fixes:
+        return ("the fix was not applied: the script never called "
+                "torch_nsight.instrument(model), which applies it")
+    return None
+
+
+def _why_unusable(times: StepTimes, n_steps: int) -> str | None:
+    raised = [str(s["index"]) for s in times.steps if s.get("status") != "ok"]
+    if raised:
+        return f"step(s) {', '.join(raised)} raised an exception"
+    if len(times.steps) < n_steps:
+        return (f"only {len(times.steps)} of the {n_steps} steps to time ran: the command "
+                "ended before them")
+    return None
+
+
+def run_bare(command: Sequence[str], steps: str, n_steps: int, *,
+             fixes: Sequence[FixSpec] = (), name: str = "bare run",
+             timeout: float | None = None, quiet: bool = False,
+             environ: Mapping[str, str] | None = None) -> BareRun:
+    """Run ``command`` bare once and read its step times.
+
+    Args:
+        command: the user's command.
+        steps: the steps to time (``A:B``).
+        n_steps: how many that is.
+        fixes: the fixes to switch on (none: the baseline).
+        name: the run's name in logs.
+        timeout: seconds it may run (None: no limit).
+        quiet: no progress bar.
+        environ: the environment to start from (default ``os.environ``).
+
+    Returns:
+        The run; ``error`` says why it cannot be used, if so.
+
+    Raises:
+        KeyboardInterrupt: interrupted.
+        FileNotFoundError: the command does not exist.
+    """
+    with tempfile.TemporaryDirectory(prefix="torch_nsight-verify-") as folder:
+        timing, status = Path(folder) / "steps.json", Path(folder) / "status.jsonl"
+        env = bare_env(os.environ if environ is None else environ, steps, fixes, timing,
+                       status)
+        progress = ScriptProgress(n_steps, quiet=quiet, unit="step")
+        spec = ChildSpec(name, list(command), env, status, Path(folder) / "result.json",
+                         None, None, items=n_steps,
+                         deadline_s=math.inf if timeout is None else timeout,
+                         echo=progress.write, stop_when_done=True)
+        try:
+            (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
+                                      cwd=os.getcwd(), progress=progress)
+        except Interrupted:
+            raise KeyboardInterrupt from None
+        times: StepTimes | None
+        error: str | None = None
+        failure: str | None
+        try:
+            times = read_timing(timing)
+            error = _fix_not_applied(times, fixes)
+        except FileNotFoundError:
+            times, failure = None, _no_times(outcome.returncode, outcome.stopped)
+        except ValueError as err:
+            times, failure = None, str(err)
+        else:
+            failure = error or _why_unusable(times, n_steps)
+    ours = outcome.completed
+    return BareRun(tuple(fixes), times, None if ours else outcome.returncode,
+                   None if ours else outcome.stopped, outcome.seconds, failure,
+                   fix_failed=error is not None)
+
+
+def _no_times(returncode: int | None, stopped: str | None) -> str:
+    if stopped:
+        return f"it was stopped before its steps ended ({stopped})"
+    reason: Any = (f"the command failed (exit status {returncode})" if returncode
+                   else "the command ended")
+    return (f"{reason} without timing a step: does it mark its loop with "
+            "`with torch_nsight.step():` and run that many steps?")

@@ -1,0 +1,229 @@
+"""Fixes switched on inside the user's script, and the step times it writes back
+(``torch-nsight profile --verify``). Stage-neutral: the command writes what the script reads,
+and reads what it writes, without torch.
+
+The command sets two variables for the script it runs bare (no ncu):
+
+* :data:`APPLY_ENV`: the fixes :func:`torch_nsight.instrument` applies to the model it is
+  given, before anything else (also when it installs no hooks). JSON, a list of objects
+  ``{"fix": KIND, "target": NAME, ...options}`` (:func:`format_fixes`), or by hand the
+  compact form ``KIND[@TARGET][:KEY=VALUE,...]``, several joined by ``;``::
+
+      TORCH_NSIGHT_APPLY='pad_linear@lm_head:multiple=64'
+      TORCH_NSIGHT_APPLY='tf32;compile@layers.*.mlp:mode=reduce-overhead'
+
+  ``TARGET`` is a module's name as in ``model.named_modules()`` (``""`` or absent: the
+  whole model), each dotted part an fnmatch glob (``layers.*.mlp`` matches
+  ``layers.3.mlp``, not ``layers.3.x.mlp``).
+* :data:`TIMING_ENV`: the JSON file the chosen steps' times go to
+  (:mod:`torch_nsight.capture.step_timer`), read back by :func:`read_timing`::
+
+      {"schema": 1, "clock": "cuda_events" | "perf_counter", "steps": [{"index": 10,
+       "time_ns": 1234.0, "status": "ok", "loss": 2.31 | null}, ...],
+       "requested": [fix, ...], "fixes": [{"fix": ..., "target": ..., "options": {...},
+       "status": "applied" | "failed", "error": null | "...", "modules": [...]}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["APPLY_ENV", "TIMING_ENV", "FIX_OPTIONS", "FixSpec", "StepTimes", "check_fix",
+           "format_fixes", "parse_fixes", "read_timing", "TIMING_SCHEMA"]
+
+#: The fixes ``instrument()`` applies (JSON or the compact form above).
+APPLY_ENV = "TORCH_NSIGHT_APPLY"
+#: The JSON file the chosen steps' times are written to.
+TIMING_ENV = "TORCH_NSIGHT_TIMING"
+TIMING_SCHEMA = 1
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+#: Each fix kind and the options it takes, with the type each must have.
+FIX_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "compile": {"mode": str, "backend": str, "fullgraph": bool, "dynamic": bool},
+    "channels_last": {},
+    "tf32": {},
+    "pad_linear": {"multiple": int},
+    "sdpa_backend": {"backend": str},
+}
+#: The options a kind must be given.
+REQUIRED = {"sdpa_backend": ("backend",)}
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    """One fix to switch on in the user's script.
+
+    Attributes:
+        fix: its kind, a key of :data:`FIX_OPTIONS`.
+        target: the module it applies to (a name of ``named_modules()``, each dotted part a
+            glob); ``""`` the whole model.
+        options: the kind's options (``{"mode": "reduce-overhead"}``).
+    """
+
+    fix: str
+    target: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The fix in the compact form (``pad_linear@lm_head:multiple=64``)."""
+        text = self.fix + (f"@{self.target}" if self.target else "")
+        if self.options:
+            text += ":" + ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        """The fix as one object of :data:`APPLY_ENV`'s JSON list."""
+        return {"fix": self.fix, "target": self.target, **dict(self.options)}
+
+
+def check_fix(spec: FixSpec) -> FixSpec:
+    """Check a fix's kind and options.
+
+    Raises:
+        ValueError: an unknown kind, an unknown or badly typed option, a bad value.
+    """
+    if spec.fix not in FIX_OPTIONS:
+        raise ValueError(f"unknown fix {spec.fix!r}: expected one of "
+                         f"{', '.join(FIX_OPTIONS)}")
+    if not isinstance(spec.target, str):
+        raise ValueError(f"fix {spec.fix}: target must be a module name, got {spec.target!r}")
+    allowed = FIX_OPTIONS[spec.fix]
+    for key, value in spec.options.items():
+        if key not in allowed:
+            raise ValueError(f"fix {spec.fix}: unknown option {key!r} (it takes "
+                             f"{', '.join(allowed) or 'none'})")
+        wanted = allowed[key]
+        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+            raise ValueError(f"fix {spec.fix}: option {key} must be "
+                             f"{getattr(wanted, '__name__', wanted)}, got {value!r}")
+    missing = [key for key in REQUIRED.get(spec.fix, ()) if key not in spec.options]
+    if missing:
+        raise ValueError(f"fix {spec.fix}: needs option {missing[0]}")
+    _check_values(spec)
+    return spec
+
+
+def _check_values(spec: FixSpec) -> None:
+    options = spec.options
+    if spec.fix == "compile" and options.get("mode", "default") not in COMPILE_MODES:
+        raise ValueError(f"fix compile: mode must be one of {', '.join(COMPILE_MODES)}, got "
+                         f"{options['mode']!r}")
+    if spec.fix == "pad_linear" and options.get("multiple", 64) < 2:
+        raise ValueError(f"fix pad_linear: multiple must be >= 2, got {options['multiple']}")
+    if spec.fix == "sdpa_backend" and options["backend"] not in SDPA_BACKENDS:
+        raise ValueError(f"fix sdpa_backend: backend must be one of {', '.join(SDPA_BACKENDS)}"
+                         f", got {options['backend']!r}")
+
+
+def _value(text: str) -> Any:
+    """A compact option's value: an int, true/false, else the text."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def _compact(part: str) -> FixSpec:
+    head, _, tail = part.partition(":")
+    kind, _, target = head.partition("@")
+    options: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in tail.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"fix {part!r}: option {item!r} is not KEY=VALUE")
+        options[key.strip()] = _value(value)
+    return FixSpec(kind.strip(), target.strip(), options)
+
+
+def _from_json(item: object) -> FixSpec:
+    if not isinstance(item, dict) or not isinstance(item.get("fix"), str):
+        raise ValueError(f"each fix must be an object with a \"fix\" name, got {item!r}")
+    options = {k: v for k, v in item.items() if k not in ("fix", "target")}
+    return FixSpec(item["fix"], item.get("target") or "", options)
+
+
+def parse_fixes(text: str) -> list[FixSpec]:
+    """Read :data:`APPLY_ENV`: a JSON list (or one object), or the compact form.
+
+    Raises:
+        ValueError: malformed text, or a fix :func:`check_fix` refuses (the message names it).
+    """
+    text = text.strip()
+    if text.startswith(("[", "{")):
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{APPLY_ENV} is not valid JSON: {err}") from None
+        specs = [_from_json(i) for i in (loaded if isinstance(loaded, list) else [loaded])]
+    else:
+        specs = [_compact(p) for p in text.split(";") if p.strip()]
+    return [check_fix(s) for s in specs]
+
+
+def format_fixes(specs: Iterable[FixSpec]) -> str:
+    """The JSON of :data:`APPLY_ENV` for ``specs`` (each checked).
+
+    Raises:
+        ValueError: a fix :func:`check_fix` refuses.
+    """
+    return json.dumps([check_fix(s).to_json() for s in specs], sort_keys=True)
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """What a script wrote to :data:`TIMING_ENV`'s file.
+
+    Attributes:
+        clock: ``cuda_events`` or ``perf_counter``.
+        steps: one dict per timed step (``index``, ``time_ns``, ``status``, ``loss``).
+        requested: the fixes asked for (:data:`APPLY_ENV`), as JSON objects.
+        fixes: how each was applied (``status`` ``applied`` or ``failed``, ``error``).
+    """
+
+    clock: str
+    steps: list[dict[str, Any]]
+    requested: list[dict[str, Any]]
+    fixes: list[dict[str, Any]]
+
+    @property
+    def times_ns(self) -> list[float]:
+        """The times of the steps that ended without an exception."""
+        return [float(s["time_ns"]) for s in self.steps if s.get("status") == "ok"]
+
+    @property
+    def losses(self) -> dict[int, float]:
+        """The loss each step passed, by step index (steps without one left out)."""
+        return {int(s["index"]): float(s["loss"]) for s in self.steps
+                if isinstance(s.get("loss"), (int, float))}
+
+
+def read_timing(path: str | os.PathLike[str]) -> StepTimes:
+    """Read a step-times file.
+
+    Raises:
+        FileNotFoundError: no file (the script wrote none).
+        ValueError: not a step-times file of this schema.
+    """
+    try:
+        loaded = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON: {err}") from None
+    if not isinstance(loaded, dict) or loaded.get("schema") != TIMING_SCHEMA:
+        raise ValueError(f"{path} is not a step-times file of schema {TIMING_SCHEMA}")
+    steps = loaded.get("steps")
+    if not isinstance(steps, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("time_ns"), (int, float))
+            and isinstance(s.get("index"), int) for s in steps):
+        raise ValueError(f"{path}: steps must be a list of objects with index and time_ns")
+    return StepTimes(str(loaded.get("clock")), steps, list(loaded.get("requested") or []),
+                     list(loaded.get("fixes") or []))
