@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch_nsight  # noqa: E402
 
-Step = Callable[[int], None]
+Step = Callable[[int], object]  # returns the step's loss (None when it has none)
 #: One step of a model, given the callable to run it through (the module, or its compiled
 #: wrapper).
 MakeStep = Callable[[Callable[..., object]], Step]
@@ -37,13 +37,14 @@ def _train(model: nn.Module, batch: Callable[[int], tuple], loss_of: Callable[..
     def make(run: Callable[..., object]) -> Step:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
-        def step(i: int) -> None:
+        def step(i: int) -> torch.Tensor:
             inputs = batch(i)
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = loss_of(run, *inputs)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            return loss
 
         return step
 
@@ -183,8 +184,10 @@ def main() -> int:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         events.append(event)
-        with torch_nsight.step():
-            step(i)
+        with torch_nsight.step() as marked:
+            loss = step(i)
+            if loss is not None:  # compared by `profile --verify` (read after the steps)
+                marked.record_loss(loss)
     end = torch.cuda.Event(enable_timing=True)
     end.record()
     events.append(end)

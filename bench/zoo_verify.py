@@ -1,0 +1,59 @@
+"""``torch-nsight profile --verify`` on models of the zoo: the top findings' switch fixes
+applied in the script and timed on its own steps, predicted against measured (GPU machine).
+
+    PYTHONPATH=/tmp/site:$PWD python bench/zoo_verify.py --out OUT [--models a,b] [--top N]
+
+For each model, ``torch-nsight profile --steps 12:13 --verify --verify-steps 12:22
+--verify-top N -- python bench/zoo_app.py MODEL --steps 30`` (the fast default, then the
+bare runs: one without a fix and one per fix), timed from outside. Keeps each command's
+output and, per fix tried, the ``verified:`` line (status, predicted and measured gain) in
+``OUT/zoo_verify.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "bench" / "zoo_app.py"
+
+
+def verify(model: str, out: Path, top: int) -> dict[str, object]:
+    command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
+               "--verify-steps", "12:22", "--verify-top", str(top), "--out",
+               str(out / f"{model}_verify"), "--force", "--by", "finding",
+               "--", sys.executable, str(APP), model, "--steps", "30"]
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    text = done.stdout + done.stderr
+    (out / f"{model}_verify.log").write_text(text)
+    return {"model": model, "rc": done.returncode, "wall_s": round(time.time() - started, 1),
+            "verified": [line for line in text.splitlines() if line.startswith("verified:")],
+            "table": "\n".join(line for line in done.stdout.splitlines()
+                               if re.search(r"µs|predicted|measured", line))[-4000:],
+            "tail": "\n".join(text.strip().splitlines()[-30:])}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("zoo_verify_out"))
+    parser.add_argument("--models", default="gpt2,convnext_t,resnet50,llama_decode")
+    parser.add_argument("--top", type=int, default=2)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    records = []
+    for model in args.models.split(","):
+        records.append(verify(model, args.out, args.top))
+        print(json.dumps(records[-1], indent=1), flush=True)
+        (args.out / "zoo_verify.json").write_text(json.dumps(records, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
