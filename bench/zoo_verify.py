@@ -27,7 +27,7 @@ APP = ROOT / "bench" / "zoo_app.py"
 def verify(model: str, out: Path, top: int) -> dict[str, object]:
     command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
                "--verify-steps", "12:22", "--verify-top", str(top), "--out",
-               str(out / f"{model}_verify"), "--force", "--by", "finding",
+               str(out / f"{model}_verify"), "--force",
                "--", sys.executable, str(APP), model, "--steps", "30"]
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
