@@ -14,6 +14,10 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   the single-pass ``duration``, which times them and attributes them to modules.
 * ``--timeline``: no ncu; the chosen steps are recorded by PyTorch's profiler (cheap: GPU
   idle, launch-bound steps, copies), and the verdict per step is printed.
+* ``--stalls``: a second run of the command under ncu, on the same steps, profiling only
+  the kernels that hold most of the latency-bound time for their warp stall reasons,
+  achieved occupancy and eligible warps: each latency-bound kernel then names its cause.
+  Off by default: it starts the command a second time (docs/findings.md gives the cost).
 * ``--dry-run`` prints the command it would run and the metrics it collects; with
   ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
   steps end, and says whether they ran, what ``instrument()`` recorded and which identical
@@ -41,6 +45,13 @@ from torch_nsight.cli.outputs import (
     check_out_folder,
     check_outputs,
     description,
+)
+from torch_nsight.cli.profile_stalls import (
+    add_stalls_option,
+    check_stalls,
+    forget_old_pass,
+    second_pass,
+    show_dry_run,
 )
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
@@ -105,6 +116,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="print the ncu command line and the metrics; with --steps, run "
                              "the command once without ncu until its chosen steps end and "
                              "say what ncu would get")
+    add_stalls_option(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -222,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
     """
     command = _command(args)
     _check(args)
+    from torch_nsight.collect.parent.script import world_size
+
+    check_stalls(args, world_size(os.environ))
     ranks = parse_ranks(args.ranks)
     rank = current_rank(os.environ)
     if ranks is not None:
@@ -255,6 +270,8 @@ def run(args: argparse.Namespace) -> int:
         print(shell_command(plan.ncu_command,
                             quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
         say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+        if args.stalls:
+            show_dry_run(plan, ncu, args.ncu_arg)
         if args.steps is None:
             say_comment(f"# every kernel is profiled; {MARKER_HINT}")
             return 0
@@ -279,8 +296,12 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
     with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
+        forget_old_pass(report)
         ran = script.run_script(plan)
-    profile = ran.profile
+        profile = ran.profile
+        if args.stalls:
+            profile = second_pass(plan, profile, ncu=ncu, ncu_args=args.ncu_arg,
+                                  known=ncu_cli.known_metric_bases(ncu), exit_status=ran.exit_status)
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
                        "roofline place: call torch_nsight.instrument(model) in the script (it "
