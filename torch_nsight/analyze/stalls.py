@@ -139,7 +139,9 @@ def stall_targets(df: pd.DataFrame, cover_pct: float = TARGET_COVER_PCT,
             reduce_kernel    1297024.0   15.4            15.4            52
 
         ``profiled_launches`` counts the first pass's profiled launches (replicas left out)
-        of that name, every bound: what the second pass will profile again.
+        of that name, every bound: what the second pass will profile again (with, for
+        ``vectorized_elementwise_kernel``, the carrier kernels of ``instrument()``'s
+        messages, which are no rows of the table).
     """
     columns = ["function", "latency_ns", "pct_of_latency", "cumulative_pct",
                "profiled_launches"]
