@@ -274,9 +274,9 @@ def describe_cause(row: dict[str, object], kind: LimiterKind | CauseKind | None)
                 f"{_waves(_number(row.get('waves')))} waves: too few or uneven blocks")
         tail = "; ".join(p for p in (_warps(row, achieved=False), _stall_share(row)) if p)
     elif kind == "launch_overhead":
-        duration = format_duration(row.get("duration_ns"))
+        duration = format_duration(row.get("duration_ns"), decimals=3)  # 4.99, not 5.0
         head = (f"{duration} launch: too short to fill the GPU (under "
-                f"{format_duration(LAUNCH_OVERHEAD_NS)})")
+                f"{LAUNCH_OVERHEAD_NS / 1e3:g} µs)")
         tail = "; ".join(p for p in (_warps(row), _stall_share(row)) if p)
     elif kind is None:
         head = f"no single cause: {_stall_share(row)}"
