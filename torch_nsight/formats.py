@@ -87,6 +87,11 @@ RUN_SUFFIX = ".run.json"
 RESULT_SUFFIX = ".result.json"
 STATUS_SUFFIX = ".status.jsonl"
 LOG_SUFFIX = ".log"
+#: The folder beside a report that holds its focused second pass (``profile --stalls``):
+#: ``out/stalls/report.ncu-rep`` for ``out/report.ncu-rep``. A folder, so that loading
+#: ``out/`` does not read the second pass as a report of its own; reading the first report
+#: merges it (:mod:`torch_nsight.report.stall_pass`).
+STALL_FOLDER = "stalls"
 
 
 class FormatError(ValueError):
@@ -186,6 +191,13 @@ def read_tagged(path: str | os.PathLike[str], kind: str, newest: int) -> dict[st
         raise FormatError(f"{path} has format {str(version)[:40]}, newer than this version "
                           f"of torch_nsight reads ({newest}): upgrade torch_nsight")
     return data
+
+
+def stall_report_of(report: str | os.PathLike[str]) -> Path:
+    """Where the focused second pass of ``report`` is (:data:`STALL_FOLDER`), whatever the
+    report's suffix (``.ncu-rep`` or ``.ncu-rep.xz``): the same file name in that folder."""
+    path = Path(report)
+    return path.parent / STALL_FOLDER / path.name
 
 
 def is_sweep_dir(path: str | os.PathLike[str]) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-MetricKind = Literal["counter", "percent", "busy", "peak", "clock", "launch", "device"]
+MetricKind = Literal["counter", "percent", "busy", "peak", "clock", "launch", "device",
+                     "warp_state"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,29 @@ class Metric:
 
 def _sass(op: str) -> str:
     return f"sm__sass_thread_inst_executed_op_{op}_pred_on.sum"
+
+
+#: The warp stall reasons of Nsight Compute's WarpStateStats section, as the reasons of
+#: ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``: the cycles a warp
+#: spends stalled for that reason per instruction issued (the section's "warp cycles per
+#: issued instruction", split by reason). ``selected`` (the cycle it issues) is no stall.
+STALL_REASONS: tuple[str, ...] = (
+    "long_scoreboard", "short_scoreboard", "barrier", "membar", "mio_throttle",
+    "math_pipe_throttle", "not_selected", "wait", "no_instruction", "lg_throttle",
+    "tex_throttle", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "misc",
+    "sleeping", "gmma",
+)
+
+
+def stall_column(reason: str) -> str:
+    """The kernel-table column of one stall reason: ``stall_long_scoreboard_per_issue``."""
+    return f"stall_{reason}_per_issue"
+
+
+def _stall(reason: str) -> Metric:
+    return Metric(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio",
+                  stall_column(reason), "cycle/inst", "warp_state", "WarpStateStats",
+                  f"warp cycles stalled on {reason.replace('_', ' ')} per issued instruction")
 
 
 _TENSOR = "sm__ops_path_tensor"
@@ -122,6 +146,17 @@ METRICS: tuple[Metric, ...] = (
            "Occupancy", "blocks per SM the warp slots allow (Nsight Compute)"),
     Metric("launch__occupancy_limit_blocks", "ncu_block_limit_blocks", "block", "launch",
            "Occupancy", "blocks per SM the hardware allows (Nsight Compute)"),
+    # what a latency-bound kernel waits on: collected by the focused second pass only
+    # (``profile --stalls``; absent from every metric set: NaN where not collected)
+    Metric("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy_pct", "%",
+           "warp_state", "Occupancy", "achieved occupancy: active warps, % of the SM's maximum"),
+    Metric("smsp__warps_eligible.avg.per_cycle_active", "eligible_warps_per_scheduler", "warp",
+           "warp_state", "SchedulerStats", "warps ready to issue per scheduler per cycle"),
+    Metric("smsp__issue_active.avg.per_cycle_active", "issued_warps_per_scheduler", "warp",
+           "warp_state", "SchedulerStats", "instructions issued per scheduler per cycle"),
+    Metric("smsp__warps_active.avg.per_cycle_active", "active_warps_per_scheduler", "warp",
+           "warp_state", "SchedulerStats", "warps resident per scheduler per cycle"),
+    *(_stall(reason) for reason in STALL_REASONS),
     # device
     Metric("device__attribute_display_name", "gpu", "", "device"),
     Metric("device__attribute_multiprocessor_count", "sm_count", "", "device"),
@@ -159,9 +194,13 @@ class MetricSet:
     description: str = ""
 
 
+#: Optional columns, read where a report has them and never asked for by a metric set: the
+#: focused second pass collects them (:data:`STALL_PASS`).
+OPTIONAL_KINDS = frozenset({"warp_state"})
 #: The sets with the SOL section or counters leave the one-pass stand-ins out.
-_ALL_NAMES = tuple(m.name for m in METRICS if m.kind != "busy")
-_NO_SOL = tuple(m.name for m in METRICS if m.kind not in ("percent", "busy"))
+_ALL_NAMES = tuple(m.name for m in METRICS if m.kind not in ("busy", *OPTIONAL_KINDS))
+_NO_SOL = tuple(m.name for m in METRICS
+                if m.kind not in ("percent", "busy", *OPTIONAL_KINDS))
 #: One replay pass: the duration, with what needs no pass at all (launch, device, peaks).
 _ONE_PASS = tuple(m.name for m in METRICS
                   if m.kind in ("peak", "launch", "device") or m.column == "duration_ns")
@@ -204,3 +243,14 @@ DEFAULT_METRIC_SET_WITHOUT_CALLS = "lean"
 #: What ``torch-nsight profile`` collects by default: the fast tier, as sweeps (``instrument()``
 #: records the calls table under ``profile`` and puts it into the report).
 DEFAULT_PROFILE_METRIC_SET = "fast"
+
+#: The focused second pass of ``torch-nsight profile --stalls`` (docs/findings.md): the
+#: duration (to check the match), achieved occupancy, the scheduler's warps and the stall
+#: reasons of the latency-bound kernels, as an explicit list. Measured on an H200 with ncu
+#: 2025.3.1: these metrics are 8 replay passes per kernel beside the fast set's 1 (the four
+#: sections Occupancy, LaunchStats, WarpStateStats and SchedulerStats: 9).
+STALL_PASS = MetricSet(
+    "stalls", tuple(m.name for m in METRICS if m.kind == "warp_state" or m.column ==
+                    "duration_ns"), (),
+    "achieved occupancy, eligible, issued and active warps per scheduler and the warp stall "
+    "reasons: what a latency-bound kernel waits on")

@@ -49,6 +49,20 @@ LIMITER_FIX = {
                   "block size",
     "blocks_per_sm": "fuse it (torch.compile) or use another kernel: blocks too small to "
                      "fill an SM",
+    # causes named from the warp states (profile --stalls: analyze/stalls.py)
+    "launch_overhead": "cut launches: CUDA graphs (torch.compile(mode='reduce-overhead')) or "
+                       "fuse it with its neighbours (torch.compile): a launch of a few µs",
+    "few_warps": "give it more work (a larger batch) or fuse it (torch.compile): achieved "
+                 "occupancy far below theoretical",
+    "memory_latency": "fuse it with its neighbours (torch.compile), feed it contiguous or "
+                      "channels-last tensors: warps wait on global memory",
+    "synchronization": "try another kernel or backend (torch.compile, cudnn.benchmark, SDPA "
+                       "backend): warps wait at barriers",
+    "instruction_issue": "cut instructions or pick another kernel (torch.compile, "
+                         "cudnn.benchmark, a lower precision): instruction issue or a math "
+                         "pipe is the limit",
+    "shared_memory_access": "try another kernel or backend (torch.compile, cudnn.benchmark): "
+                            "warps wait on shared memory",
 }
 
 

@@ -22,6 +22,24 @@ per thread``, or, where the launch is not the limit, ``launch not the limit: occ
 Nsight Compute's WarpStateStats section to tell); docs/roofline.md lists every form. The
 hotspot's ``next_step`` turns the verdict into a PyTorch-level fix
 (:func:`torch_nsight.analyze.hotspots.next_step`).
+
+Where the row also holds its warp states (the focused pass, ``profile --stalls``:
+:mod:`~torch_nsight.analyze.stalls`), :func:`latency_cause` names one cause instead, the
+first that holds:
+
+* ``launch_overhead``: the launch lasts under ``LAUNCH_OVERHEAD_NS`` (5 µs);
+* ``small_grid``: under one wave;
+* the occupancy resource: theoretical occupancy at most :data:`LOW_OCCUPANCY_PCT` and under
+  ``FEW_ELIGIBLE`` (1) eligible warp per scheduler: too few warps to hide latency;
+* ``tail``: as above;
+* ``memory_latency``, ``synchronization``, ``instruction_issue``, ``shared_memory_access``:
+  one stall group (``STALL_GROUPS``) holds ``DOMINANT_STALL_PCT`` (40%) of the stalls;
+* ``few_warps``: achieved occupancy under half the theoretical one;
+* ``instruction_issue``: the schedulers issue on half their cycles or more;
+* the occupancy resource (any occupancy under 100%), else None;
+
+and its clause ends with the evidence: ``long scoreboard 62% of stalls: waits on global
+memory; achieved occupancy 31% of 50% theoretical; 1.9 eligible warps per scheduler``.
 """
 
 from __future__ import annotations
@@ -33,6 +51,22 @@ import pandas as pd
 
 from torch_nsight.analyze.classify import ROOF_CLAUSE
 from torch_nsight.analyze.occupancy import as_number as _number
+from torch_nsight.analyze.stalls import (
+    FEW_ELIGIBLE,
+    GROUP_CAUSE,
+    ISSUE_BUSY,
+    LAUNCH_OVERHEAD_NS,
+    LOW_ACHIEVED_RATIO,
+    CauseKind,
+    StallGroup,
+    achieved_ratio,
+    dominant_group,
+    group_shares,
+    has_stalls,
+    top_reason,
+)
+from torch_nsight.metrics import STALL_REASONS, stall_column
+from torch_nsight.units import format_duration
 
 LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
                       "blocks_per_sm", "tail"]
@@ -40,9 +74,19 @@ LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
 LOW_OCCUPANCY_PCT = 50.0
 #: A partial last wave is named when it can leave the SMs idle this share (%) of the time.
 TAIL_PCT = 25.0
+_RESOURCES = ("registers", "shared_memory", "block_size", "blocks_per_sm")
 _INPUTS = ("bound", "waves", "grid_size", "block_size", "sm_count", "blocks_per_sm",
            "occupancy_pct", "occupancy_limiter", "registers_per_thread", "shared_static_bytes",
-           "shared_dynamic_bytes", "sm_blocks")
+           "shared_dynamic_bytes", "sm_blocks", "duration_ns", "achieved_occupancy_pct",
+           "eligible_warps_per_scheduler", "issued_warps_per_scheduler",
+           *(stall_column(r) for r in STALL_REASONS))
+#: What each stall group's warps wait for, in the reason.
+_WAITS_ON: dict[StallGroup, str] = {
+    "memory": "waits on global memory",
+    "synchronization": "waits at barriers",
+    "issue": "waits on an issue slot or a math pipe",
+    "shared_memory": "waits on shared memory or special math (MIO)",
+}
 
 
 def tail_idle_pct(waves: float) -> float:
@@ -76,6 +120,38 @@ def launch_limiter(row: dict[str, object]) -> LimiterKind | None:
     if tail_idle_pct(waves) >= TAIL_PCT:
         return "tail"
     return limiter  # type: ignore[return-value]
+
+
+def latency_cause(row: dict[str, object],
+                  launch: LimiterKind | None) -> LimiterKind | CauseKind | None:
+    """The cause of one latency-bound kernel with warp-state columns (the module docstring's
+    list, first match).
+
+    Args:
+        row: a kernel row with the stall, scheduler and occupancy columns.
+        launch: :func:`launch_limiter`'s verdict on its launch.
+
+    Returns:
+        The cause, or None when no single cause stands out.
+    """
+    if _number(row.get("duration_ns")) < LAUNCH_OVERHEAD_NS:
+        return "launch_overhead"
+    if launch == "small_grid":
+        return launch
+    eligible = _number(row.get("eligible_warps_per_scheduler"))
+    occupancy = _number(row.get("occupancy_pct"))
+    if launch in _RESOURCES and occupancy <= LOW_OCCUPANCY_PCT and not eligible >= FEW_ELIGIBLE:
+        return launch
+    if tail_idle_pct(_number(row.get("waves"))) >= TAIL_PCT:
+        return "tail"
+    group = dominant_group(row)
+    if group is not None:
+        return GROUP_CAUSE[group]
+    if achieved_ratio(row) < LOW_ACHIEVED_RATIO:
+        return "few_warps"
+    if _number(row.get("issued_warps_per_scheduler")) >= ISSUE_BUSY:
+        return "instruction_issue"
+    return launch if launch in _RESOURCES else None
 
 
 def _waves(waves: float) -> str:
@@ -141,6 +217,76 @@ def describe_limiter(row: dict[str, object], kind: LimiterKind | None) -> str:
     return _occupancy(row, kind)
 
 
+def _reason_words(reason: str) -> str:
+    return reason.replace("_", " ").replace("mio", "MIO").replace("lg ", "LG ").replace(
+        "imc", "IMC")
+
+
+def _stall_share(row: dict[str, object], group: StallGroup | None = None) -> str:
+    """``long scoreboard 62% of stalls``, with the group's share where it is larger by 5
+    points or more: ``long scoreboard 55% of stalls (memory 62%)``."""
+    reason, share = top_reason(row, group)
+    if not reason:
+        return ""
+    text = f"{_reason_words(reason)} {share:.0f}% of stalls"
+    whole = group_shares(row).get(group, share) if group is not None else share
+    if whole - share >= 5:
+        text += f" ({str(group).replace('_', ' ')} {whole:.0f}%)"
+    return text
+
+
+def _warps(row: dict[str, object], *, achieved: bool = True) -> str:
+    """``achieved occupancy 31% of 50% theoretical; 1.9 eligible warps per scheduler``."""
+    parts = []
+    done, theory = (_number(row.get(c)) for c in ("achieved_occupancy_pct", "occupancy_pct"))
+    if achieved and not math.isnan(done):
+        parts.append(f"achieved occupancy {done:.0f}%" + (
+            "" if math.isnan(theory) else f" of {theory:.0f}% theoretical"))
+    eligible = _number(row.get("eligible_warps_per_scheduler"))
+    if not math.isnan(eligible):
+        count = f"{eligible:.2g}" if eligible < 10 else f"{eligible:.0f}"
+        parts.append(f"{count} eligible warp{'' if count == '1' else 's'} per scheduler")
+    return "; ".join(parts)
+
+
+def describe_cause(row: dict[str, object], kind: LimiterKind | CauseKind | None) -> str:
+    """:func:`latency_cause`'s verdict in words, with the warp-state numbers behind it.
+
+    Args:
+        row: the kernel row the verdict was made on (with its stall columns).
+        kind: the verdict.
+
+    Returns:
+        ``long scoreboard 62% of stalls: waits on global memory; achieved occupancy 31% of
+        50% theoretical; 1.9 eligible warps per scheduler``, or the launch's clause
+        (:func:`describe_limiter`) followed by the same numbers and the top stall.
+    """
+    group = dominant_group(row)
+    if kind in GROUP_CAUSE.values() and group is not None and GROUP_CAUSE[group] == kind:
+        head, tail = f"{_stall_share(row, group)}: {_WAITS_ON[group]}", _warps(row)
+    elif kind == "instruction_issue":
+        issued = 100 * _number(row.get("issued_warps_per_scheduler"))
+        head, tail = (f"schedulers issue on {issued:.0f}% of cycles: instruction-bound",
+                      "; ".join(p for p in (_warps(row), _stall_share(row)) if p))
+    elif kind == "few_warps":
+        done, theory = (_number(row.get(c)) for c in ("achieved_occupancy_pct", "occupancy_pct"))
+        head = (f"achieved occupancy {done:.0f}% of {theory:.0f}% theoretical at "
+                f"{_waves(_number(row.get('waves')))} waves: too few or uneven blocks")
+        tail = "; ".join(p for p in (_warps(row, achieved=False), _stall_share(row)) if p)
+    elif kind == "launch_overhead":
+        duration = format_duration(row.get("duration_ns"), decimals=3)  # 4.99, not 5.0
+        head = (f"{duration} launch: too short to fill the GPU (under "
+                f"{LAUNCH_OVERHEAD_NS / 1e3:g} µs)")
+        tail = "; ".join(p for p in (_warps(row), _stall_share(row)) if p)
+    elif kind is None:
+        head = f"no single cause: {_stall_share(row)}"
+        tail = _warps(row)
+    else:
+        head = describe_limiter(row, kind)  # type: ignore[arg-type]
+        tail = "; ".join(p for p in (_warps(row), _stall_share(row)) if p)
+    return "; ".join(p for p in (head, tail) if p)
+
+
 def with_clause(reason: object, words: str) -> str:
     """``reason`` with ``words`` after its evidence and before its DRAM roofline clause
     (which stays last, as :mod:`~torch_nsight.analyze.classify` writes it)."""
@@ -170,8 +316,13 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
         for at, row in enumerate(rows):
             if row.get("bound") != "latency":
                 continue
-            kind = limiters[at] = launch_limiter(row)
-            words = describe_limiter(row, kind)
+            kind: LimiterKind | CauseKind | None = launch_limiter(row)
+            if has_stalls(row):
+                kind = latency_cause(row, kind)  # type: ignore[arg-type]
+                words = describe_cause(row, kind)
+            else:
+                words = describe_limiter(row, kind)  # type: ignore[arg-type]
+            limiters[at] = kind
             if kind == "small_grid" and "small grid (" in str(reasons[at]):
                 words = words.partition(": ")[2]  # the reason has the waves already
             if words:

@@ -14,6 +14,10 @@ report into ``--out``, then prints the hotspot table as ``report`` would.
   the single-pass ``duration``, which times them and attributes them to modules.
 * ``--timeline``: no ncu; the chosen steps are recorded by PyTorch's profiler (cheap: GPU
   idle, launch-bound steps, copies), and the verdict per step is printed.
+* ``--stalls``: a second run of the command under ncu, on the same steps, profiling only
+  the kernels that hold most of the latency-bound time for their warp stall reasons,
+  achieved occupancy and eligible warps: each latency-bound kernel then names its cause.
+  Off by default: it starts the command a second time (docs/findings.md gives the cost).
 * ``--dry-run`` prints the command it would run and the metrics it collects; with
   ``--steps``, it also runs the command once without ncu (on the CPU too) until the chosen
   steps end, and says whether they ran, what ``instrument()`` recorded and which identical
@@ -43,6 +47,14 @@ from torch_nsight.cli.outputs import (
     check_outputs,
     description,
 )
+from torch_nsight.cli.profile_stalls import (
+    add_stalls_option,
+    check_stalls,
+    forget_old_pass,
+    second_pass,
+    show_dry_run,
+)
+from torch_nsight.cli.rehearse import rehearse
 from torch_nsight.cli.report import _count, add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
@@ -52,14 +64,13 @@ from torch_nsight.cli.verify import (
     verify_named_fixes,
     verify_plan,
 )
-from torch_nsight.errors import NcuNotFoundError, NothingProfiledError
+from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.measure import VerifyPlan
-    from torch_nsight.collect.parent.script import ScriptPlan
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +126,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "the command once without ncu until its chosen steps end and "
                              "say what ncu would get")
     add_verify_options(parser)
+    add_stalls_option(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -232,6 +244,9 @@ def run(args: argparse.Namespace) -> int:
     """
     command = _command(args)
     _check(args)
+    from torch_nsight.collect.parent.script import world_size
+
+    check_stalls(args, world_size(os.environ))
     ranks = parse_ranks(args.ranks)
     rank = current_rank(os.environ)
     if ranks is not None:
@@ -276,8 +291,12 @@ def run(args: argparse.Namespace) -> int:
         logger.warning("no --steps: every kernel the command launches is profiled (slow for "
                        "a whole training run); %s", MARKER_HINT)
     with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
+        forget_old_pass(report)
         ran = script.run_script(plan)
-    profile = ran.profile
+        profile = ran.profile
+        if args.stalls:
+            profile = second_pass(plan, profile, ncu=ncu, ncu_args=args.ncu_arg,
+                                  known=ncu_cli.known_metric_bases(ncu), exit_status=ran.exit_status)
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
                        "roofline place: call torch_nsight.instrument(model) in the script (it "
@@ -321,6 +340,8 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     print(shell_command(plan.ncu_command,
                         quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
     say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+    if args.stalls:
+        show_dry_run(plan, ncu, args.ncu_arg)
     if args.steps is None:
         say_comment(f"# every kernel is profiled; {MARKER_HINT}")
         return 0
@@ -328,89 +349,6 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     if verify is not None:
         verify_named_fixes(verify, args.fmt)
     return rehearsed
-
-def rehearse(plan: ScriptPlan) -> int:
-    """``profile --dry-run --steps A:B``: run the command without ncu until its chosen steps
-    end, and say what ncu would get (see :func:`~torch_nsight.collect.parent.script.rehearse`).
-
-    Raises:
-        NothingProfiledError: no chosen step ran.
-        UsageError: the command cannot be started.
-    """
-    from torch_nsight.collect.parent import script
-
-    try:
-        done = script.rehearse(plan)
-    except FileNotFoundError:
-        raise UsageError(f"could not start {plan.command[0]}") from None
-    if done.exit_status is None:
-        ended = "until its chosen steps ended"
-    elif done.stopped is not None:
-        ended = f"until it was stopped: {done.stopped}"
-    else:
-        ended = f"to its end (exit status {done.exit_status})"
-    say_comment(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
-    if done.checked is not None:
-        say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
-    for step in done.steps:
-        say_comment(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
-    ran = [s for s in done.steps if s.get("status") == "ok"]
-    raised = [str(s["index"]) for s in done.steps if s.get("status") != "ok"]
-    if raised:
-        raise NothingProfiledError(f"the dry run's chosen step(s) {', '.join(raised)} raised "
-                                   "an exception (see the command's output above): under ncu "
-                                   "they would too")
-    if len(ran) < (plan.n_steps or 1):
-        reached = ("it marked no step with torch_nsight.step()" if done.last_step is None
-                   else f"its last step was {done.last_step}")
-        if done.stopped is not None:
-            raise NothingProfiledError(f"the dry run did not reach the end of the chosen steps "
-                                       f"before it was stopped ({done.stopped}; {reached})")
-        if done.exit_status:
-            raise NothingProfiledError(f"the dry run did not reach the end of the chosen steps: "
-                                       f"the command failed (exit status {done.exit_status}; "
-                                       f"{reached}): its output is above")
-        if not ran:
-            raise NothingProfiledError(f"the dry run reached no chosen step that ended: "
-                                       f"{reached}. {script.why_nothing(plan.steps)}")
-        say_comment(f"# only {len(ran)} of the {plan.n_steps} chosen steps ran: the command "
-                    f"ended after step {done.last_step}")
-    chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None
-              else f"{ran[0]['index']} and every later one")
-    say_comment(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
-    return 0
-
-
-def _checked(event: dict[str, Any]) -> str:
-    """The sibling check of a dry run, in words."""
-    if event.get("failed"):
-        return "the step raised, so no identical sibling is replicated"
-    if event.get("replicas"):
-        return (f"{event['replicas']} identical sibling(s) in {event['groups']} group(s) are "
-                "left out of profiling and take their representative's rows")
-    why = event.get("mismatches") or []
-    return ("no identical siblings to replicate" + (f" ({why[0]})" if why else ""))
-
-
-def _step_line(step: dict[str, Any], metric_set: str) -> str:
-    """One chosen step of a dry run, in words, with what ncu would miss."""
-    line = f"{step.get('status')} in {step.get('elapsed_s', 0.0):.2f} s"
-    if step.get("status") != "ok":
-        return line + ": it raised"
-    if not step.get("modules"):
-        return (line + "; no module instrumented: call torch_nsight.instrument(model) before "
-                "the loop, or no kernel is attributed to a module")
-    line += f"; {step['modules']} modules instrumented"
-    if step.get("calls"):
-        line += f", {step['calls']} torch calls recorded (their shapes give the FLOPs)"
-    elif step.get("compiled"):
-        line += ("; compiled graphs ran: their kernels are attributed to modules, with "
-                 "no calls table (no FLOPs from shapes)" +
-                 ("; --metric-set lean counts them" if metric_set == "fast" else ""))
-    elif metric_set == "fast":
-        line += ("; no calls table (instrument(record_calls=False)?): the fast metric set "
-                 "then has no FLOPs, use --metric-set lean")
-    return line
 
 
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:

@@ -73,6 +73,28 @@ def short_kernel_name(full_name: str) -> str:
     return short
 
 
+@functools.lru_cache(maxsize=8192)
+def function_name(full_name: str) -> str:
+    """Return the name Nsight Compute matches ``-k`` against by default (its ``function``
+    name base): the function's own name, without return type, namespace, template or
+    parameter list, and unlike :func:`short_kernel_name` never unwrapped
+    (``void cutlass::Kernel2<Op>(...)`` is ``Kernel2``).
+
+    Args:
+        full_name: the demangled kernel name as Nsight Compute stores it.
+
+    Returns:
+        The function name; ``full_name`` itself when it has none.
+    """
+    name = full_name.strip()
+    for placeholder, replacement in _PLACEHOLDERS.items():
+        name = name.replace(placeholder, replacement)
+    tokens = _split_top_level(name)[0].split()
+    if not tokens:
+        return full_name.strip()
+    return tokens[-1].split("::")[-1] or tokens[-1]
+
+
 def format_dims(x: float | None, y: float | None, z: float | None) -> str | None:
     """Return a launch dimension as ``"(x, y, z)"``, or None when any part is unknown.
 

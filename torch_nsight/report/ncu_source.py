@@ -25,6 +25,7 @@ from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
+from torch_nsight.report.stall_pass import find_stall_report, merge_stall_pass
 from torch_nsight.report.table import read_report
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class NcuReport:
         frame, carried = split_carried_calls(frame, path)
         frame, replication = split_carried_replication(frame, path)
         frame = attribute_compiled(frame, path)
+        frame = with_stall_pass(frame, path, options)
         source = report_source(path, self.name, frame, meta)
         if source.note is None:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))
@@ -65,6 +67,25 @@ class NcuReport:
         else:
             calls = calls_frame(carried, str(path.resolve())) if carried is not None else None
         return SourceData(frame, [source], replication=replication, calls=calls)
+
+
+def with_stall_pass(frame: pd.DataFrame, path: Path, options: ReadOptions) -> pd.DataFrame:
+    """``frame`` with the warp states of the focused second pass beside ``path``, when there
+    is one (:mod:`torch_nsight.report.stall_pass`); a second pass that cannot be read is
+    said and left out."""
+    second = find_stall_report(path)
+    if second is None:
+        return frame
+    try:
+        inside(path.parent, str(second.relative_to(path.parent)),
+               f"the second pass beside {path}")
+        found, _ = read_report(second, cache=options.cache, cache_dir=options.cache_dir)
+    except ReportError as err:
+        logger.warning("%s: its second pass (--stalls) is left out: %s", path.name, err)
+        return frame
+    found, _ = split_carried_calls(found, second)
+    found, _ = split_carried_replication(found, second)
+    return merge_stall_pass(frame, attribute_compiled(found, second))
 
 
 def range_note(frame: pd.DataFrame) -> str | None:

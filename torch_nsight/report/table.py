@@ -9,14 +9,14 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.metrics import METRIC_SETS, METRICS
+from torch_nsight.metrics import METRIC_SETS, METRICS, OPTIONAL_KINDS
 from torch_nsight.report import cache as report_cache
 from torch_nsight.report import reader
 
 logger = logging.getLogger(__name__)
 
 # Bump when the columns or their meaning change: older caches are then read again.
-SCHEMA_VERSION = 6  # 6: shared memory, device limits and ncu occupancy per kernel
+SCHEMA_VERSION = 7  # 7: achieved occupancy, scheduler warps and stall reasons (optional)
 
 # Columns of the raw (report-stage) table, in order.
 RAW_COLUMNS: tuple[str, ...] = (
@@ -26,6 +26,9 @@ RAW_COLUMNS: tuple[str, ...] = (
 )
 _PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
 _PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
+#: The metrics a report is expected to hold: the optional ones (the focused pass's warp
+#: states) are never listed as missing, and do not change which set a report was made with.
+_EXPECTED = tuple(m for m in METRICS if m.kind not in OPTIONAL_KINDS)
 
 
 def empty_raw_table() -> pd.DataFrame:
@@ -56,7 +59,7 @@ def records_to_frame(records: list[dict[str, Any]], source: str) -> pd.DataFrame
 
 def _metric_set(missing: set[str]) -> str:
     # the busy counters joined the fast set later: a fast report with or without them is fast
-    names = {m.name for m in METRICS if m.kind != "busy"}
+    names = {m.name for m in _EXPECTED if m.kind != "busy"}
     missing = missing & names
     for name in ("roofline", "lean", "fast", "duration"):
         if missing == names - set(METRIC_SETS[name].metrics):
@@ -67,8 +70,8 @@ def _metric_set(missing: set[str]) -> str:
 def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
     """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence
     (what the cache keeps beside the table)."""
-    missing = {m.name for m in METRICS if frame[m.column].isna().all()}
-    partial = sorted(m.name for m in METRICS
+    missing = {m.name for m in _EXPECTED if frame[m.column].isna().all()}
+    partial = sorted(m.name for m in _EXPECTED
                      if m.name not in missing and frame[m.column].isna().any())
     gpus = [g for g in pd.unique(frame["gpu"].dropna())]
     has_nvtx = bool((frame["range_stack"].map(len) + frame["range_start_end"].map(len)
