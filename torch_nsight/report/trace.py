@@ -25,6 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,13 @@ from torch_nsight.checks import number
 from torch_nsight.report.compiled import read_maps, resolve_compiled
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
-from torch_nsight.report.trace_events import Span, TraceEvents, is_compiled_map
+from torch_nsight.report.trace_events import (
+    Span,
+    TraceEvents,
+    collector_paused,
+    is_compiled_map,
+    read_trace,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +176,16 @@ def _by_thread(spans: Mapping[Any, list[Span]]) -> dict[Any, _Intervals]:
     return {tid: _Intervals(items) for tid, items in spans.items()}
 
 
+def trace_tables(path: Path, steps: Mapping[str, Mapping[str, Any]] | None = None, *,
+                 measured_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """:func:`parse_trace` of :func:`~torch_nsight.report.trace_events.read_trace` of
+    ``path`` (its resolved path the ``source``), the collector paused over both: the events
+    are dropped before it runs again, so it never walks them."""
+    with collector_paused():
+        return parse_trace(read_trace(path), str(path.resolve()), steps,
+                           measured_only=measured_only)
+
+
 def parse_trace(events: TraceEvents, source: str,
                 steps: Mapping[str, Mapping[str, Any]] | None = None, *,
                 measured_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
@@ -187,6 +204,12 @@ def parse_trace(events: TraceEvents, source: str,
         :data:`TRACE_COLUMNS`, one row per GPU activity, in start order) and the timeline
         table (:data:`TIMELINE_COLUMNS`); times in ns from the trace's first event.
     """
+    with collector_paused():  # the events and the rows hold no cycles
+        return _parse(events, source, steps or {}, measured_only)
+
+
+def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, Any]],
+           measured_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
     prefix = naming.RECORD_PREFIX
     calls = events.calls
     maps = read_maps([name[len(prefix):] for (_, _, name), _ in events.ranges
@@ -263,7 +286,7 @@ def parse_trace(events: TraceEvents, source: str,
         "sol_bottleneck")]
     frame[numeric] = frame[numeric].apply(pd.to_numeric, errors="coerce").astype("float64")
     frame = resolve_compiled(frame, maps)
-    timeline = _timeline(frame, labels, events, source, steps or {})
+    timeline = _timeline(frame, labels, events, source, steps)
     origin = events.origin  # times from the trace's start
     for column in ("start_ns", "launch_ns"):
         frame[column] = frame[column] - origin
