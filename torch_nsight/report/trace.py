@@ -259,22 +259,15 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
         for shape in (activity.grid, activity.block):
             if shape not in dims:
                 dims[shape] = _dims(shape)
-        rows.append({
-            "source": source, "kernel": short_names[name] if kind == "kernel" else name,
-            "kernel_full": name,
-            "grid": dims[activity.grid], "block": dims[activity.block],
-            "duration_ns": activity.duration, "gpu": events.gpus.get(activity.device),
-            "range_stack": stack, "range_start_end": (label[2],) if label else (),
-            "range_other": other, "kind": kind, "start_ns": activity.start,
-            "stream": activity.stream if activity.stream is not None else -1,
-            "device": activity.device, "launch_ns": launch,
-            "launch_thread": int(thread) if isinstance(thread, int) else -1,
-            "bytes": activity.bytes if activity.bytes is not None else float("nan"),
-            "copy_kind": copy_kind, "pinned": pinned,
-            "registers_per_thread": activity.registers,
-        })
-    frame = pd.DataFrame.from_records(rows, columns=list(dict.fromkeys(
-        [*RAW_COLUMNS, *TRACE_COLUMNS])))
+        rows.append((
+            source, short_names[name] if kind == "kernel" else name, name,
+            dims[activity.grid], dims[activity.block], activity.duration,
+            events.gpus.get(activity.device), stack, (label[2],) if label else (), other,
+            kind, activity.start, activity.stream if activity.stream is not None else -1,
+            activity.device, launch, int(thread) if isinstance(thread, int) else -1,
+            activity.bytes if activity.bytes is not None else float("nan"), copy_kind,
+            pinned, activity.registers))
+    frame = _kernel_frame(rows)
     frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
     frame["range_index"] = 0
     frame["kernel_index"] = np.arange(len(frame))
@@ -294,6 +287,24 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
         timeline[column] = timeline[column] - origin
     gpu = next(iter(dict.fromkeys(frame["gpu"].dropna())), None)
     return frame, timeline, gpu
+
+
+#: The columns of a row of :func:`parse_trace`'s kernel table, in the order it builds them.
+_ROW_COLUMNS = ("source", "kernel", "kernel_full", "grid", "block", "duration_ns", "gpu",
+                "range_stack", "range_start_end", "range_other", "kind", "start_ns", "stream",
+                "device", "launch_ns", "launch_thread", "bytes", "copy_kind", "pinned",
+                "registers_per_thread")
+_FRAME_COLUMNS = list(dict.fromkeys([*RAW_COLUMNS, *TRACE_COLUMNS]))
+
+
+def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """The rows as a table of :data:`RAW_COLUMNS` and :data:`TRACE_COLUMNS`, the columns
+    they lack all NaN: built a column at a time, which is several times quicker than from
+    records (that fills each absent column row by row)."""
+    if not rows:
+        return pd.DataFrame.from_records(rows, columns=_FRAME_COLUMNS)
+    given = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+    return pd.DataFrame({c: given.get(c, np.nan) for c in _FRAME_COLUMNS})
 
 
 def _module_of(stack: tuple[str, ...]) -> str | None:
