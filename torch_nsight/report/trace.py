@@ -338,11 +338,13 @@ def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
         for message in labelled:
             by_label[message].append(position)
     rows: list[dict[str, Any]] = []
+    # the columns read below: a label's rows taken from these alone, not from every column
+    narrow = frame[["start_ns", "duration_ns", "range_stack", "launch_thread"]]
     for cpu_start, cpu_end, message in labels:
         label = naming.parse_measure_range(message) or {}
         variant, shape = label.get("variant") or None, label.get("shape") or None
         run = int(label["run"]) if label.get("run", "").isdigit() else 0
-        mine = frame.iloc[by_label.get(message, [])]
+        mine = narrow.iloc[by_label.get(message, [])]
         spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
                          strict=True))
         end = max([cpu_end, *(e for _, e in spans)])
