@@ -19,7 +19,8 @@ of a shared machine slows each of them): ``json.load`` of the file (the anchor),
 
 ``--phases`` prints where this checkout's ``load()`` spends its CPU seconds, in one child
 per trace: imports, reading (file, msgspec's decoding and filing the events), the tables
-(kernels and timeline), and the analysis ``load`` runs on them.
+(kernels and timeline), the analysis ``load`` runs on them, and rendering what ``report``
+prints (the hotspot table, whose analysis runs then, and the timeline verdicts).
 
 ``--check`` compares instead: every recorded trace in ``tests/data`` (each as a single
 trace file and, where it has one, as its timeline folder) and the replicated traces are
@@ -145,9 +146,14 @@ stamp("reading")
 parse_trace(events, sys.argv[1])
 stamp("tables")
 del events
-torch_nsight.load(sys.argv[1], cache=False)
+profile = torch_nsight.load(sys.argv[1], cache=False)
 stamp("load")
 stamps["analysis"] = round(stamps.pop("load") - stamps["reading"] - stamps["tables"], 2)
+from torch_nsight.render import render_table
+from torch_nsight.render.verdict import render_verdicts
+render_table(profile, "hotspots", "plain", 5)
+render_verdicts(profile, "plain")
+stamp("rendering")
 print(json.dumps(stamps))
 """
 

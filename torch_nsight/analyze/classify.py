@@ -20,9 +20,12 @@ roofline as a separate, labelled fact. docs/roofline.md documents the mapping an
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from torch_nsight.analyze.frames import each_distinct
 
 # The SOLBottleneck rule's thresholds (percent of peak), as in ncu's sections/*.py.
 HIGH_THROUGHPUT_PCT = 80.0
@@ -258,16 +261,17 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
     """
     out = df.copy()
 
-    def column(name: str, fill: object = np.nan) -> list[object]:
-        return out[name].tolist() if name in out else [fill] * len(out)
-
     stand_ins = [c for c in (*COMPUTE_STAND_INS, *MEMORY_STAND_INS) if c in out]
-    busy = (out[stand_ins].to_dict("records") if stand_ins
-            else [None] * len(out))
-    verdicts = [classify_one(*row) for row in zip(
-        column("sol_bottleneck", None), column("sm_pct"), column("mem_pct"), column("waves"),
-        column("roofline_side", None), column("pct_of_roof"), column("precision", None),
-        busy, strict=True)]
+    inputs = [c for c in ("sol_bottleneck", "sm_pct", "mem_pct", "waves", "roofline_side",
+                          "pct_of_roof", "precision") if c in out]
+
+    def verdict(row: dict[str, Any]) -> tuple[str | None, str, str]:
+        return classify_one(
+            row.get("sol_bottleneck"), row.get("sm_pct", np.nan), row.get("mem_pct", np.nan),
+            row.get("waves", np.nan), row.get("roofline_side"), row.get("pct_of_roof", np.nan),
+            row.get("precision"), {c: row[c] for c in stand_ins} if stand_ins else None)
+
+    verdicts = each_distinct(out[[*inputs, *stand_ins]], verdict)
     bound, reason, basis = zip(*verdicts, strict=True) if verdicts else ((), (), ())
     out["bound"] = pd.Series(bound, index=out.index, dtype=object)
     out["reason"] = pd.Series(reason, index=out.index, dtype=object)

@@ -6,18 +6,21 @@
   (a ``groupby`` alone needs neither: it takes ``dropna=False``);
 - :func:`runs_per_group` and :func:`per_run`: a table sums every run it holds; a time per
   run divides by the distinct (report, run) pairs of its group;
-- :func:`dominant`: per group, the value holding the most time.
+- :func:`dominant`: per group, the value holding the most time;
+- :func:`each_distinct`: a function of a row, worked out once per distinct row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
 Frame = TypeVar("Frame", pd.Series, pd.DataFrame)
+Result = TypeVar("Result")
 
 
 def filled(values: Frame, fill: object = "") -> Frame:
@@ -105,3 +108,27 @@ def readable(frame: pd.DataFrame, first: Sequence[str]) -> pd.DataFrame:
     kept = [c for c in frame.columns if c not in empty]
     return frame.loc[:, [*(c for c in first if c in kept),
                          *(c for c in kept if c not in first)]].copy()
+
+
+def each_distinct(rows: pd.DataFrame, compute: Callable[[dict[str, Any]], Result]
+                  ) -> list[Result]:
+    """``compute`` of each row of ``rows`` (a dict of its columns), called once per distinct
+    row (missing values alike) and repeated for its copies: a kernel launched in every run
+    and every block is worked out once::
+
+        block_size  gpu                          block_size  gpu
+        256.0       H100   -> compute({...}) ->  r1
+        256.0       H100   (its copy)            r1
+        128.0       NaN    -> compute({...}) ->  r2
+
+    Returns:
+        One result per row, in order.
+    """
+    if rows.columns.empty:  # (then ``rows.empty``, whatever its length)
+        return [compute({}) for _ in range(len(rows))]
+    if not len(rows):
+        return []
+    codes = rows.groupby(list(rows.columns), sort=False, dropna=False).ngroup().to_numpy()
+    _, first = np.unique(codes, return_index=True)  # each group's first row, by group
+    results = [compute(row) for row in rows.iloc[first].to_dict("records")]
+    return [results[code] for code in codes]

@@ -312,10 +312,9 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
     limiters: list[object] = [None] * len(out)
     reasons = out["reason"].tolist() if "reason" in out else [None] * len(out)
     if "bound" in out:
-        rows = out[[c for c in _INPUTS if c in out]].to_dict("records")
-        for at, row in enumerate(rows):
-            if row.get("bound") != "latency":
-                continue
+        latency = [at for at, bound in enumerate(out["bound"].tolist()) if bound == "latency"]
+        rows = out[[c for c in _INPUTS if c in out]].iloc[latency].to_dict("records")
+        for at, row in zip(latency, rows, strict=True):  # the latency-bound rows alone
             kind: LimiterKind | CauseKind | None = launch_limiter(row)
             if has_stalls(row):
                 kind = latency_cause(row, kind)  # type: ignore[arg-type]

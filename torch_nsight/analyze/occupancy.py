@@ -36,6 +36,7 @@ from typing import Literal, get_args
 import pandas as pd
 
 from torch_nsight.analyze.devices import capability_of
+from torch_nsight.analyze.frames import each_distinct
 
 #: What limits occupancy, in the order ties are named: the hard caps first, as the driver
 #: sizes the shared memory carveout to reach them (a 32-thread block of no shared memory
@@ -180,7 +181,7 @@ def add_occupancy(df: pd.DataFrame) -> pd.DataFrame:
                            "shared_config_bytes", "sm_registers", "sm_shared_bytes",
                            "sm_warps", "sm_blocks", "compute_major", "compute_minor", "gpu")
                if c in out]
-    results = [occupancy_of(row) for row in out[columns].to_dict("records")]
+    results = each_distinct(out[columns], occupancy_of)
     blocks, pct, limiter = zip(*results, strict=True) if results else ((), (), ())
     out["blocks_per_sm"] = pd.Series(blocks, index=out.index, dtype="float64")
     out["occupancy_pct"] = pd.Series(pct, index=out.index, dtype="float64")

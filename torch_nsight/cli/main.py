@@ -10,7 +10,9 @@ errors exit 2. Nothing here imports torch.
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
+import gc
 import logging
 import sys
 from collections.abc import Sequence
@@ -64,6 +66,15 @@ _FILE_SYSTEM_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.E
                                  errno.EDQUOT})
 
 
+def _skip_collection_at_exit() -> None:
+    """Freeze the collector's objects when the interpreter exits: it would otherwise walk
+    every object of pandas and numpy several times over while tearing the modules down
+    (0.2-0.4 s after ``report``, a tenth of reading a large trace), to free memory that
+    the ending process gives back anyway. Registered once, however often ``main`` runs."""
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line.
 
@@ -81,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
+    _skip_collection_at_exit()
     try:
         return int(args.run(args))
     except TorchNsightError as err:

@@ -15,8 +15,7 @@ from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
-from torch_nsight.report.trace import parse_trace
-from torch_nsight.report.trace_events import read_trace
+from torch_nsight.report.trace import trace_tables
 from torch_nsight.report.trace_source import trace_source
 
 
@@ -45,9 +44,7 @@ class TimelineDirectory:
                                        ).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
-            frame, timeline, gpu = parse_trace(read_trace(path / trace),
-                                               str((path / trace).resolve()), steps,
-                                               measured_only=True)
+            frame, timeline, gpu = trace_tables(path / trace, steps, measured_only=True)
             frame["rank"] = pd.Series([rank_in_name(trace.split(".")[0])] * len(frame),
                                       index=frame.index, dtype="Int64")
             frames.append(frame)

@@ -172,7 +172,7 @@ def read_trace(path: Path, where: str | None = None, *, fast: bool = True) -> Tr
         raise ReportError(f"{path} does not exist") from None
     except (OSError, EOFError, lzma.LZMAError, zlib.error) as err:
         raise _unreadable(path, err) from err
-    with _collector_paused():
+    with collector_paused():
         trace = _decode_fast(data) if fast else None
         if trace is None:
             trace = _decode_reference(data, path)
@@ -190,9 +190,11 @@ def _consumed(items: list[Any]) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused: building a million small objects (none
-    in a cycle) would run it hundreds of times over all of them, doubling the time."""
+    in a cycle) would run it hundreds of times over all of them, doubling the time.
+    Reading a trace and parsing it (:func:`~torch_nsight.report.trace.parse_trace`) both
+    run under it."""
     enabled = gc.isenabled()
     gc.disable()
     try:

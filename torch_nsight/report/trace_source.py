@@ -13,8 +13,7 @@ from torch_nsight import formats, naming
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.source_base import ReadOptions, SourceData
-from torch_nsight.report.trace import GRAPH_REPLAY, parse_trace
-from torch_nsight.report.trace_events import read_trace
+from torch_nsight.report.trace import GRAPH_REPLAY, trace_tables
 
 
 class TraceFile:
@@ -29,7 +28,7 @@ class TraceFile:
 
     def read(self, path: Path, options: ReadOptions) -> SourceData:
         """Parse the trace."""
-        frame, timeline, gpu = parse_trace(read_trace(path), str(path.resolve()))
+        frame, timeline, gpu = trace_tables(path)
         if frame.empty:
             raise ReportError(f"{path} holds no GPU activity: record the trace on a CUDA GPU "
                               "with ProfilerActivity.CUDA among the profiler's activities")
