@@ -11,7 +11,6 @@ once its timed steps have ended, as a dry run is.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -19,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
-from torch_nsight.collect.parent.progress import ScriptProgress
+from torch_nsight.collect.parent.script import run_until_steps_end
 from torch_nsight.status import (
     INSTRUMENT_ENV,
     REHEARSAL_ENV,
@@ -135,16 +133,8 @@ def run_bare(command: Sequence[str], steps: str, n_steps: int, *,
         timing, status = Path(folder) / "steps.json", Path(folder) / "status.jsonl"
         env = bare_env(os.environ if environ is None else environ, steps, fixes, timing,
                        status)
-        progress = ScriptProgress(n_steps, quiet=quiet, unit="step")
-        spec = ChildSpec(name, list(command), env, status, Path(folder) / "result.json",
-                         None, None, items=n_steps,
-                         deadline_s=math.inf if timeout is None else timeout,
-                         echo=progress.write, stop_when_done=True)
-        try:
-            (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
-                                      cwd=os.getcwd(), progress=progress)
-        except Interrupted:
-            raise KeyboardInterrupt from None
+        outcome = run_until_steps_end(name, command, env, Path(folder), steps=n_steps,
+                                      timeout=timeout, quiet=quiet)
         times: StepTimes | None
         error: str | None = None
         failure: str | None

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.outcomes import warm_the_reader
 from torch_nsight.collect.parent.progress import ScriptProgress
 from torch_nsight.collect.shared import ncu as ncu_cli
@@ -341,16 +341,9 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
     with tempfile.TemporaryDirectory(prefix="torch_nsight-dry-run-") as folder:
         status = Path(folder) / "status.jsonl"
         env = {**plan.env, STATUS_ENV: str(status), REHEARSAL_ENV: "1"}
-        progress = ScriptProgress(plan.n_steps, quiet=plan.quiet, unit="step")
-        spec = ChildSpec("dry run", plan.command, env, status, Path(folder) / "result.json",
-                         None, None, items=plan.n_steps or 1,
-                         deadline_s=math.inf if plan.timeout is None else plan.timeout,
-                         echo=progress.write, stop_when_done=True)
-        try:
-            (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
-                                      cwd=os.getcwd(), progress=progress)
-        except Interrupted:
-            raise KeyboardInterrupt from None
+        outcome = run_until_steps_end("dry run", plan.command, env, Path(folder),
+                                      steps=plan.n_steps, timeout=plan.timeout,
+                                      quiet=plan.quiet)
         events = StatusReader(status).poll()
     reached = [e["index"] for e in events if e.get("event") in ("step", "item_start")]
     checked = [e for e in events if e.get("event") == "siblings_checked"]
@@ -371,3 +364,27 @@ def why_nothing(steps: str | None) -> str:
                 "steps?")
     return ("No kernel was profiled: does the command launch CUDA kernels on a GPU, and do "
             "-k / --launch-skip / --launch-count leave any?")
+
+
+def run_until_steps_end(name: str, command: Sequence[str], env: dict[str, str], folder: Path,
+                        *, steps: int | None, timeout: float | None, quiet: bool
+                        ) -> ChildOutcome:
+    """Run ``command`` without ncu, its output shown, and stop it when its chosen steps
+    have ended (its ``folder/status.jsonl`` says so; the step marker writes it where
+    ``env`` names it) or after ``timeout`` seconds.
+
+    Raises:
+        KeyboardInterrupt: interrupted.
+        FileNotFoundError: the command does not exist.
+    """
+    progress = ScriptProgress(steps, quiet=quiet, unit="step")
+    spec = ChildSpec(name, list(command), env, folder / "status.jsonl", folder / "result.json",
+                     None, None, items=steps or 1,
+                     deadline_s=math.inf if timeout is None else timeout,
+                     echo=progress.write, stop_when_done=True)
+    try:
+        (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
+                                  cwd=os.getcwd(), progress=progress)
+    except Interrupted:
+        raise KeyboardInterrupt from None
+    return outcome
