@@ -77,6 +77,73 @@ class Instrumentation:
         #: drives (identical siblings profiled once), else None.
         self.replication: Any = None
 
+    def install(self, model: nn.Module, selected: list[tuple[str, nn.Module]], *,
+                emitter: RangeEmitter | None, record_calls: object,
+                op_names: frozenset[str] | None, backward: bool) -> None:
+        """Put ranges on ``selected`` (name, module) of ``model`` and become active: the
+        emitter chain (replication markers, the calls recorder), one wrapper per module,
+        the registry and the optimizer's step range. On failure nothing stays installed."""
+        sink = self._emitter_chain(model, emitter, record_calls)
+
+        def make_range(message: str, name: str, *, is_module: bool = True,
+                       names_ops: bool = True) -> Range:
+            return Range(message, name, sink, self, is_module=is_module, names_ops=names_ops)
+
+        namer = None
+        if op_names is not None:
+            namer = OpNamer(op_names,
+                            lambda op: make_range(op_message(op), op, is_module=False), STACK)
+        try:
+            for name, module in selected:
+                message = name if name else type(module).__name__
+                forward = make_range(message, name, names_ops=not is_torch_leaf(module))
+                back = make_range(backward_message(message), name) if backward else None
+                wrapper = install_forward(module, forward, back, namer)
+                self._wrappers.append((weakref.ref(module), wrapper))
+                registry.add_module(self, module, name)
+        except BaseException:
+            self.active = True
+            self.remove()
+            raise
+        self.active = True
+        self.names = tuple(name for name, _ in selected)
+        self.messages = {name: name if name else type(module).__name__
+                         for name, module in selected}
+        self.ops = op_names
+        self.backward = backward
+        self._tracks_compiles = track_compiles()
+        registry.activate(self)
+        if emitter is None:  # a test's own emitter sees only its model's ranges
+            watch_optimizer_steps(registry.step_emitter)
+
+    def _emitter_chain(self, model: nn.Module, emitter: RangeEmitter | None,
+                       record_calls: object) -> RangeEmitter:
+        """Where the ranges go: ``emitter`` (default NVTX), behind the replication markers
+        under ``profile`` and the calls recorder when the calls table is recorded or carried
+        into the report; sets :attr:`emitter` (what compiled graphs' ranges use)."""
+        sink: RangeEmitter = emitter if emitter is not None else default_emitter()
+        if emitter is None and replication_requested():
+            from torch_nsight.capture.replica import ReplicaMarkers, ScriptReplication
+
+            markers = ReplicaMarkers(sink)
+            self.replication = ScriptReplication(model, markers)
+            sink = markers
+        self.emitter = sink  # compiled graphs' ranges skip the calls recorder
+        path = (None if record_calls is None or record_calls is False
+                else Path(record_calls))  # type: ignore[arg-type]
+        carry = record_calls is not False and emitter is None and under_nsight_compute()
+        if path is not None or carry:
+            from torch_nsight.capture.calls import CallRecorder
+            from torch_nsight.capture.embed import CallsCarrier
+
+            per_step = carry and bool(os.environ.get(STEPS_ENV))
+            sink = CallRecorder(sink, first_iteration=not per_step,
+                                on_done=lambda _recorder: self._finish_calls(),
+                                refuse=lambda: compiled_refusal(model))
+            self._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
+            atexit.register(self._finish_calls)  # a script that never removes the handle
+        return sink
+
     def remove(self) -> None:
         """Restore every module's ``forward`` as it was before :func:`instrument`.
 
@@ -147,6 +214,40 @@ class Instrumentation:
         target = type(model).__name__ if model is not None else "no model"
         state = f"{len(self.names)} modules" if self.active else f"inactive: {self.reason}"
         return f"<Instrumentation of {target}, {state}>"
+
+
+def _checked_model(model: object) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def _check_options(depth: object, include: object, exclude: object, ops: object,
+                   backward: object, emitter: object, record_calls: object
+                   ) -> tuple[tuple[Selector, ...] | None, tuple[Selector, ...] | None,
+                              frozenset[str] | None]:
+    """:func:`instrument`'s arguments checked: the selectors and the op names.
+
+    Raises:
+        TypeError, ValueError: an argument is invalid (its name is in the message).
+    """
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
+        raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
+    if depth is not None and depth < 0:
+        raise ValueError(f"depth must be >= 0 (the root is depth 0), got {depth}")
+    include_ = _check_selectors(include, "include")
+    exclude_ = _check_selectors(exclude, "exclude")
+    op_names = check_ops(ops)
+    if not isinstance(backward, bool):
+        raise TypeError(f"backward must be a bool, got {type(backward).__name__}")
+    if emitter is not None and not isinstance(emitter, RangeEmitter):
+        raise TypeError("emitter must have push(message) and pop() methods, got "
+                        f"{type(emitter).__name__}")
+    if record_calls is not None and record_calls is not False \
+            and not isinstance(record_calls, (str, os.PathLike)):
+        raise TypeError(f"record_calls must be a file path (str or os.PathLike), False or None, "
+                        f"got {type(record_calls).__name__}")
+    return include_, exclude_, op_names
 
 
 def _check_selectors(value: object, argument: str) -> tuple[Selector, ...] | None:
@@ -298,27 +399,9 @@ def instrument(
           ``forward`` is the plain bound method (an instance attribute): they are not
           instrumented.
     """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    model = unwrap_compiled(model)  # torch.compile(model): its modules, under their names
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)):
-        raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
-    if depth is not None and depth < 0:
-        raise ValueError(f"depth must be >= 0 (the root is depth 0), got {depth}")
-    include_ = _check_selectors(include, "include")
-    exclude_ = _check_selectors(exclude, "exclude")
-    op_names = check_ops(ops)
-    if not isinstance(backward, bool):
-        raise TypeError(f"backward must be a bool, got {type(backward).__name__}")
-    if emitter is not None and not isinstance(emitter, RangeEmitter):
-        raise TypeError("emitter must have push(message) and pop() methods, got "
-                        f"{type(emitter).__name__}")
-
-    if record_calls is not None and record_calls is not False \
-            and not isinstance(record_calls, (str, os.PathLike)):
-        raise TypeError(f"record_calls must be a file path (str or os.PathLike), False or None, "
-                        f"got {type(record_calls).__name__}")
-
+    model = unwrap_compiled(_checked_model(model))  # torch.compile(model): its modules
+    include_, exclude_, op_names = _check_options(depth, include, exclude, ops, backward,
+                                                  emitter, record_calls)
     if os.environ.get(APPLY_ENV):  # torch-nsight profile --verify: before any hook
         from torch_nsight.capture.switches import apply_requested_fixes
 
@@ -347,61 +430,9 @@ def instrument(
                       stacklevel=2)
         selected = [(name, module) for name, module in selected
                     if registry.owner(module) is None]
-
     handle = Instrumentation(model, reason)
-    sink: RangeEmitter = emitter if emitter is not None else default_emitter()
-    if emitter is None and replication_requested():
-        from torch_nsight.capture.replica import ReplicaMarkers, ScriptReplication
-
-        markers = ReplicaMarkers(sink)
-        handle.replication = ScriptReplication(model, markers)
-        sink = markers
-    base = sink  # compiled graphs' ranges skip the calls recorder
-    path = None if record_calls is None or record_calls is False else Path(record_calls)
-    carry = record_calls is not False and emitter is None and under_nsight_compute()
-    if path is not None or carry:
-        from torch_nsight.capture.calls import CallRecorder
-        from torch_nsight.capture.embed import CallsCarrier
-
-        per_step = carry and bool(os.environ.get(STEPS_ENV))
-        sink = CallRecorder(sink, first_iteration=not per_step,
-                            on_done=lambda _recorder: handle._finish_calls(),
-                            refuse=lambda: compiled_refusal(model))
-        handle._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
-        atexit.register(handle._finish_calls)  # a script that never removes the handle
-
-    def make_range(message: str, name: str, *, is_module: bool = True,
-                   names_ops: bool = True) -> Range:
-        return Range(message, name, sink, handle, is_module=is_module, names_ops=names_ops)
-
-    namer = None
-    if op_names is not None:
-        namer = OpNamer(op_names,
-                        lambda op: make_range(op_message(op), op, is_module=False), STACK)
-    try:
-        for name, module in selected:
-            message = name if name else type(module).__name__
-            forward = make_range(message, name, names_ops=not is_torch_leaf(module))
-            backward_range = make_range(backward_message(message), name) if backward else None
-            wrapper = install_forward(module, forward, backward_range, namer)
-            handle._wrappers.append((weakref.ref(module), wrapper))
-            registry.add_module(handle, module, name)
-    except BaseException:
-        handle.active = True
-        handle.remove()
-        raise
-
-    handle.active = True
-    handle.names = tuple(name for name, _ in selected)
-    handle.messages = {name: name if name else type(module).__name__
-                       for name, module in selected}
-    handle.ops = op_names
-    handle.backward = backward
-    handle.emitter = base
-    handle._tracks_compiles = track_compiles()
-    registry.activate(handle)
-    if emitter is None:  # a test's own emitter sees only its model's ranges
-        watch_optimizer_steps(registry.step_emitter)
+    handle.install(model, selected, emitter=emitter, record_calls=record_calls,
+                   op_names=op_names, backward=backward)
     logger.info("torch_nsight: instrumented %d modules of %s (%s)", len(selected),
                 type(model).__name__, reason)
     return handle
