@@ -103,18 +103,23 @@ def test_a_padded_linear_computes_the_same_outputs_and_gradients(
     model, reference = Mlp(), Mlp()
     reference.load_state_dict(model.state_dict())
     keys = list(model.state_dict())
+    params = list(model.parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # made before the fix
     instrument_with(monkeypatch, model, "pad_linear@lm_head:multiple=64")
     assert isinstance(model.lm_head, PaddedLinear) and model.lm_head.padded_features == 64
     assert model.lm_head.out_features == 37 and list(model.state_dict()) == keys
+    assert all(a is b for a, b in zip(model.parameters(), params, strict=True))
+    assert model.lm_head.weight.shape == (64, 24) and model.lm_head.bias.shape == (64,)
     x = torch.randn(4, 16)
     out, want = model(x), reference(x)
     assert out.shape == want.shape == (4, 37)
     torch.testing.assert_close(out, want)
     out.square().sum().backward()
     want.square().sum().backward()
-    torch.testing.assert_close(model.lm_head.weight.grad, reference.lm_head.weight.grad)
-    torch.testing.assert_close(model.lm_head.bias.grad, reference.lm_head.bias.grad)
+    grad = model.lm_head.weight.grad
+    torch.testing.assert_close(grad[:37], reference.lm_head.weight.grad)
+    torch.testing.assert_close(model.lm_head.bias.grad[:37], reference.lm_head.bias.grad)
+    assert not grad[37:].any() and not model.lm_head.bias.grad[37:].any()
     before = model.lm_head.weight.detach().clone()
     optimizer.step()  # the optimizer still holds the parameters the padded forward uses
     assert not torch.equal(model.lm_head.weight, before)

@@ -11,8 +11,8 @@ and reported (logged, and written with the step times), never left half-way.
 * ``channels_last``: the target's 4-D parameters and buffers channels-last, and its 4-D
   tensor inputs through a forward pre-hook;
 * ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``;
-* ``pad_linear``: a ``Linear``'s output features computed padded to a multiple
-  (:mod:`torch_nsight.capture.padded`);
+* ``pad_linear``: a ``Linear``'s output features padded once, in place, to a multiple,
+  its output sliced back (:mod:`torch_nsight.capture.padded`);
 * ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torch_nsight.capture.padded import pad_linear, unpad_linear
+from torch_nsight.capture.padded import check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.step_timer import timer_for
 from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes
 
@@ -139,14 +139,7 @@ def _tf32(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Und
 @switch("pad_linear")
 def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
     multiple = int(options.get("multiple", 64))
-    for name, module in targets:
-        if not isinstance(module, nn.Linear):
-            raise ValueError(f"{name or 'the model'} is a {type(module).__name__}, not an "
-                             "nn.Linear")
-        if module.out_features % multiple == 0:
-            raise ValueError(f"{name or 'the model'} has {module.out_features} output "
-                             f"features, already a multiple of {multiple}: the misaligned "
-                             "dimension is another one")
+    check_paddable(model, targets, multiple)
 
     def do(module: nn.Module) -> Undo:
         pad_linear(module, multiple)  # type: ignore[arg-type]
