@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torch_nsight.cli.main import main
+from torch_nsight.cli.main import entry
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

@@ -182,3 +182,17 @@ def test_a_pad_that_fails_half_way_is_undone(monkeypatch: pytest.MonkeyPatch) ->
     assert [type(m) for m in model] == [nn.Linear, nn.Linear]
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
+
+
+class _Doubled(nn.Linear):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Linear's name
+        return 2 * super().forward(input)
+
+
+def test_a_linear_with_a_forward_of_its_own_is_refused() -> None:
+    model = nn.Sequential(_Doubled(DIM, VOCAB))
+    x = torch.randn(3, DIM)
+    before = model(x)
+    (outcome,) = apply_fixes(model, [FixSpec("pad_linear", "0", {"multiple": 64})])
+    assert outcome.status == "failed" and "forward of its own" in str(outcome.error)
+    assert torch.equal(model(x), before) and model[0].weight.shape == (VOCAB, DIM)

@@ -140,3 +140,7 @@ def test_stalls_needs_steps_and_one_process(tmp_path: Path) -> None:
     proc = cli("--stalls", "--timeline", "--steps", "1:2", "--", sys.executable, "train.py",
                cwd=tmp_path)
     assert proc.returncode != 0 and "--timeline" in proc.stderr
+    for shifting in (["--launch-skip", "3"], ["--ncu-arg=--launch-count=4"]):
+        proc = cli("--stalls", "--steps", "1:2", *shifting, "--", sys.executable, "train.py",
+                   cwd=tmp_path)
+        assert proc.returncode != 0 and "shift" in proc.stderr

@@ -140,3 +140,13 @@ def test_nothing_to_verify_is_a_verify_error() -> None:
                          columns=list(FINDING_COLUMNS))
     with pytest.raises(VerifyError, match="none of the findings has a fix that is a switch"):
         verify_on_steps(found, VerifyPlan(["python", "x.py"], "2:7"))
+
+
+def test_a_fix_that_makes_the_loss_nan_is_not_counted() -> None:
+    from torch_nsight.analyze.measured import loss_change, measured_status, step_gain
+
+    gain = step_gain([10.0] * 5, [9.0] * 5)
+    for after in ({12: float("nan")}, {12: 2.0, 13: float("nan")}):
+        change = loss_change({12: 2.0, 13: 2.0}, after)
+        assert measured_status(gain, change) == "loss_changed"
+    assert measured_status(gain, loss_change({12: 2.0}, {12: 2.01})) == "measured"

@@ -85,3 +85,12 @@ def test_the_window_is_the_profiles_lengthened_to_five_steps() -> None:
     assert verify_window("10:12", "20:26") == "20:26"
     with pytest.raises(VerifyError, match="pass --steps"):
         verify_window(None)
+
+
+def test_a_command_that_does_not_parse_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["findings", str(DATA / "findings_gemm"), "--verify", "--command",
+                   'python "train.py', "--steps", "2:7"])
+    out, err = capsys.readouterr()
+    assert status == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert line.startswith("torch-nsight: error: --command") and "quotation" in line

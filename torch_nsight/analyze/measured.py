@@ -8,6 +8,7 @@ of each side) and :func:`loss_change` (the largest relative change of a step's l
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,6 +78,8 @@ def loss_change(before: Mapping[int, float], after: Mapping[int, float]) -> floa
     common = sorted(set(before) & set(after))
     if not common:
         return None
+    if any(math.isfinite(before[i]) != math.isfinite(after[i]) for i in common):
+        return math.inf  # a fix that makes a loss NaN or infinite changed it
     return max(abs(after[i] - before[i]) / max(abs(before[i]), 1e-12) for i in common)
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from torch_nsight.cli.report import _count
+from torch_nsight.cli.arguments import at_least
 from torch_nsight.render.comparison import (
     changes_table,
     count_verdicts,
@@ -80,11 +80,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "(default: module)")
     parser.add_argument("--format", dest="fmt", choices=FORMATS, default="table",
                         help="output on standard output (default: table)")
-    parser.add_argument("--depth", type=_count(0), default=None, metavar="N",
+    parser.add_argument("--depth", type=at_least(0), default=None, metavar="N",
                         help="deepest module level (root = 0); deeper modules fold into "
                              "their ancestor")
     shown = parser.add_mutually_exclusive_group()
-    shown.add_argument("--top", type=_count(1), default=DEFAULT_TOP, metavar="N",
+    shown.add_argument("--top", type=at_least(1), default=DEFAULT_TOP, metavar="N",
                        help="show the N largest changes (default: %(default)s); regressions "
                             "come first, repeated blocks are folded")
     shown.add_argument("--all", action="store_true",

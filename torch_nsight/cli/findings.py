@@ -78,7 +78,11 @@ def run(args: argparse.Namespace) -> int:
     if args.verify and args.command is not None:
         import shlex
 
-        plan = verify_plan(args, shlex.split(args.command), args.steps)
+        try:
+            command = shlex.split(args.command)
+        except ValueError as err:
+            raise UsageError(f"--command {args.command!r}: {err}") from None
+        plan = verify_plan(args, command, args.steps)
         say(profile.describe())
         print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
                        profile.kernels, args.n, args.fmt)

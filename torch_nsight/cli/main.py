@@ -70,7 +70,9 @@ def _skip_collection_at_exit() -> None:
     """Freeze the collector's objects when the interpreter exits: it would otherwise walk
     every object of pandas and numpy several times over while tearing the modules down
     (0.2-0.4 s after ``report``, a tenth of reading a large trace), to free memory that
-    the ending process gives back anyway. Registered once, however often ``main`` runs."""
+    the ending process gives back anyway. Only for a process that is the command line
+    (:func:`entry`): objects in reference cycles are then left to the ending process, which a
+    caller of :func:`main` (a notebook, a test) must not get."""
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
 
@@ -92,7 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose)
-    _skip_collection_at_exit()
     try:
         return int(args.run(args))
     except TorchNsightError as err:
@@ -116,5 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def entry() -> int:
+    """The ``torch-nsight`` and ``python -m torch_nsight`` process: :func:`main`, then no
+    garbage collection while the interpreter exits."""
+    _skip_collection_at_exit()
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(entry())

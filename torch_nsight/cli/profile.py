@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torch_nsight.cli.arguments import at_least
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
@@ -55,7 +56,7 @@ from torch_nsight.cli.profile_stalls import (
     show_dry_run,
 )
 from torch_nsight.cli.rehearse import rehearse
-from torch_nsight.cli.report import _count, add_table_options, settle_table_options
+from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
     add_verify_options,
@@ -96,7 +97,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="profile only the steps torch_nsight.step() numbers A to B-1 "
                              "(or N: one step)")
-    parser.add_argument("--runs", type=_count(1), default=None, metavar="N",
+    parser.add_argument("--runs", type=at_least(1), default=None, metavar="N",
                         help="profile N steps from --steps A, each kept as a run: tables give "
                              "the spread of their times and compare tells a change from "
                              "noise (same as --steps A:A+N; each run is one more replay of "

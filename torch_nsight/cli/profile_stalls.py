@@ -40,7 +40,9 @@ def check_stalls(args: argparse.Namespace, world_size: int) -> None:
     """Refuse ``--stalls`` where a second pass cannot match the first.
 
     Raises:
-        UsageError: without ``--steps``, with ``--timeline``, or in a run of several ranks.
+        UsageError: without ``--steps``, with ``--timeline``, in a run of several ranks, or
+            with launch filters that would shift the launches' order (``--launch-skip``,
+            ``--launch-count``, ncu's own in ``--ncu-arg``).
     """
     if not getattr(args, "stalls", False):
         return
@@ -53,6 +55,15 @@ def check_stalls(args: argparse.Namespace, world_size: int) -> None:
     if args.ranks is not None or world_size > 1:
         raise UsageError("--stalls runs the command a second time, which a run of several "
                          "ranks cannot do alone: profile one process, or leave --stalls out")
+    skipping = [option for option, value in (("--launch-skip", args.launch_skip),
+                                             ("--launch-count", args.launch_count))
+                if value is not None]
+    skipping += [arg for arg in args.ncu_arg or ()
+                 if arg.split("=")[0] in ("-k", "--kernel-name", "-s", "--launch-skip", "-c",
+                                          "--launch-count", "--kernel-id")]
+    if skipping:
+        raise UsageError(f"--stalls matches launches by their order within the chosen steps, "
+                         f"which {', '.join(skipping)} would shift: leave them out")
 
 
 def forget_old_pass(report: Path) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from torch_nsight.cli.arguments import at_least
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
 from torch_nsight.cli.text import say
 from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, KIND_ALIASES, TABLE_KINDS, TABLES
@@ -27,19 +28,6 @@ FORMAT_CHOICES = ("table", "plain", "github", "markdown", "simple", "grid", "rst
 #: Formats for machines: the raw numbers of the table alone on standard output.
 DATA_FORMATS = ("csv", "json")
 TABLE_OUTPUTS = ("csv", "parquet", "json")
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum`` (anything else is a usage error)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
-        return value
-    return parse
 
 
 def add_table_options(parser: argparse.ArgumentParser) -> None:
@@ -66,10 +54,10 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="table",
                         help="table format (default: table, plain text); csv and json "
                              "write the raw numbers alone to standard output")
-    parser.add_argument("--top", "-n", dest="n", type=_count(1), default=None, metavar="N",
+    parser.add_argument("--top", "-n", dest="n", type=at_least(1), default=None, metavar="N",
                         help="rows to show (default: the top 10 hotspots and findings; all rows of "
                              "the other tables)")
-    parser.add_argument("--depth", type=_count(0), default=None, metavar="D",
+    parser.add_argument("--depth", type=at_least(0), default=None, metavar="D",
                         help="deepest module level in the module table (root = 0); "
                              "the scaling plot uses D or 1")
     parser.add_argument("--no-fold", dest="fold", action="store_false",

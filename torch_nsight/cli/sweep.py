@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torch_nsight.cli.arguments import parse_target
 from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
 from torch_nsight.cli.profile import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
@@ -99,15 +100,6 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _target(text: str, option: str) -> Any:
-    from torch_nsight.collect.shared.job import Target
-
-    try:
-        return Target(text, role=option)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-
-
 def _holds_a_sweep(out: Path) -> bool:
     """Whether ``out`` holds a sweep with a shape that ran: a folder whose every shape failed
     (or a dry run's) holds nothing worth keeping and is replaced without ``--force``."""
@@ -142,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
             failed...).
     """
     settle_table_options(args)
-    target = _target(args.target, "TARGET")
-    inputs = _target(args.inputs, "--inputs") if args.inputs else None
+    target = parse_target(args.target, "TARGET")
+    inputs = parse_target(args.inputs, "--inputs") if args.inputs else None
     shapes = parse_shapes(args.shapes)
     devices = None
     if args.devices:

@@ -79,12 +79,13 @@ def run(args: argparse.Namespace) -> int:
             and ``--force`` was not given.
         TorchNsightError: every shape failed.
     """
-    from torch_nsight.cli.sweep import _target, parse_shapes
+    from torch_nsight.cli.arguments import parse_target
+    from torch_nsight.cli.sweep import parse_shapes
     from torch_nsight.formats import TIMELINE_MANIFEST
 
     settle_table_options(args)
-    target = _target(args.target, "TARGET")
-    inputs = _target(args.inputs, "--inputs") if args.inputs else None
+    target = parse_target(args.target, "TARGET")
+    inputs = parse_target(args.inputs, "--inputs") if args.inputs else None
     shapes = parse_shapes(args.shapes)
     if args.plot_timeline is not None:
         if args.plot_timeline.suffix.lower() not in (".png", ".svg"):

@@ -80,12 +80,13 @@ def with_stall_pass(frame: pd.DataFrame, path: Path, options: ReadOptions) -> pd
         inside(path.parent, str(second.relative_to(path.parent)),
                f"the second pass beside {path}")
         found, _ = read_report(second, cache=options.cache, cache_dir=options.cache_dir)
-    except ReportError as err:
-        logger.warning("%s: its second pass (--stalls) is left out: %s", path.name, err)
+        found, _ = split_carried_calls(found, second)
+        found, _ = split_carried_replication(found, second)
+        return merge_stall_pass(frame, attribute_compiled(found, second))
+    except Exception as err:  # noqa: BLE001 - extra data: never lose the first pass for it
+        logger.warning("%s: its second pass (--stalls) is left out: %s: %s", path.name,
+                       type(err).__name__, err)
         return frame
-    found, _ = split_carried_calls(found, second)
-    found, _ = split_carried_replication(found, second)
-    return merge_stall_pass(frame, attribute_compiled(found, second))
 
 
 def range_note(frame: pd.DataFrame) -> str | None:

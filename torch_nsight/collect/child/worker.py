@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None, early_cuda: Mapping[str, object] | None 
         logger.info("settings this torch lacks, not applied: %s", ", ".join(skipped))
     stamps["settings_applied"] = time.time()
     runner = JobRunner(assignment, job, stamps)
-    if early_cuda:
-        runner.result["early_cuda"] = dict(early_cuda)
+    if early_cuda is not None:  # the thread's own record, filled in when it ends
+        runner.result["early_cuda"] = early_cuda
     try:
         runner.run()
     except BaseException as err:  # record why, for the parent, then let it end the process

@@ -411,7 +411,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
             _show(progress, children)
             progress.close()
     outcomes = [ChildOutcome(c.spec, c.proc.returncode, c.output,
-                             _load_results(c.spec.result_path), c.stopped,
+                             load_results(c.spec.result_path), c.stopped,
                              round(time.monotonic() - c.started, 3), c.launched_at,
                              c.ended_at or time.time(), c.completed) for c in children]
     if interrupted:
@@ -429,7 +429,7 @@ def _show(progress: SweepProgress | ScriptProgress, children: list[_Child]) -> N
         child.begun.clear()
 
 
-def _load_results(path: Path) -> dict[str, Any] | None:
+def load_results(path: Path) -> dict[str, Any] | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

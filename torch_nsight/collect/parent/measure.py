@@ -15,6 +15,7 @@ row's ``gain_basis`` becomes :data:`~torch_nsight.vocabulary.STEPS_BASIS`.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -159,7 +160,7 @@ def _baseline(plan: VerifyPlan, n_steps: int, say: Callable[[str], None], total:
         raise VerifyError(f"--verify: the run without any fix timed {len(base.times_ns)} "
                           f"steps; at least {MIN_STEPS} are needed")
     times = base.times_ns
-    say(f"verify: no fix: median step {_ms(sorted(times)[len(times) // 2])} over "
+    say(f"verify: no fix: median step {_ms(statistics.median(times))} over "
         f"{len(times)} steps ({base.times.clock if base.times else '?'})")
     return base
 

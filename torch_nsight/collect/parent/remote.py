@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, _load_results
+from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, load_results
 from torch_nsight.collect.parent.progress import SweepProgress
 from torch_nsight.collect.shared.ncu import NcuOutput
 
@@ -130,7 +130,7 @@ def run_with_executor(specs: list[ChildSpec], executor: Any, *, item_timeout: fl
         for line in answer["output"].splitlines():
             output.feed(line)
         outcomes.append(ChildOutcome(spec, answer["returncode"], output,
-                                     _load_results(spec.result_path), answer["stopped"],
+                                     load_results(spec.result_path), answer["stopped"],
                                      answer["seconds"], answer.get("launched_at"),
                                      answer.get("ended_at")))
     return outcomes

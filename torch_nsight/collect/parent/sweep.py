@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_nsight import formats
+from torch_nsight.collect.child.start import EARLY_CUDA_ENV
 from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.outcomes import replication_groups, settle, warm_the_reader
 from torch_nsight.collect.parent.plan import SweepPlan, child_env, plan_sweep
@@ -335,9 +336,12 @@ def _child_specs(payload: bytes, plan: SweepPlan, private: Path) -> list[ChildSp
         report = None if ncu_command is None else work / f"{name}.ncu-rep"
         if report is not None:
             report.unlink(missing_ok=True)
+        env = child_env(device)
+        if ncu_command is None:  # a dry run: the CUDA context comes when (if) torch wants it
+            env[EARLY_CUDA_ENV] = "0"
         specs.append(ChildSpec(
             name, app if ncu_command is None else ncu_command(work / name, app),
-            child_env(device), Path(assignment.status_path), Path(assignment.result_path),
+            env, Path(assignment.status_path), Path(assignment.result_path),
             report, work / f"{name}.log" if keep else None, len(indices) * len(variants),
             [(v or None, shapes[i]) for i in indices for v in variants]))
     return specs
