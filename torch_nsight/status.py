@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
 #: ``1``/``0``: instrument() installs its hooks, or not, whatever else the environment says
 #: (``0`` in ``profile --verify``'s bare runs: the step as the user runs it).
 INSTRUMENT_ENV = "TORCH_NSIGHT_INSTRUMENT"
+
+
+def current_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank as torchrun sets it (``RANK``, else ``LOCAL_RANK``), or None."""
+    for name in ("RANK", "LOCAL_RANK"):
+        value = environ.get(name)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def parse_steps(text: str) -> range:

@@ -94,3 +94,12 @@ def test_a_command_that_does_not_parse_is_one_line(capsys: pytest.CaptureFixture
     assert status == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith("torch-nsight: error: --command") and "quotation" in line
+
+
+def test_step_options_without_a_command_are_one_line(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    status = main(["findings", str(DATA / "findings_gemm"), "--verify-top", "2"])
+    out, err = capsys.readouterr()
+    assert status == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "--verify-top" in line and "--command" in line

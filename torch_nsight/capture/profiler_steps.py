@@ -34,6 +34,7 @@ from typing import Any
 from torch_nsight import formats
 from torch_nsight.files import gzip_file
 from torch_nsight.naming import format_measure_range
+from torch_nsight.status import current_rank
 
 logger = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ def unprofiled_period(folder: str) -> dict[str, Any]:
 
 
 def _trace_name(environ: os._Environ[str] | dict[str, str]) -> str:
-    rank = environ.get("RANK") or environ.get("LOCAL_RANK")
-    return f"trace-rank{int(rank)}.json" if rank and rank.isdigit() else "trace.json"
+    rank = current_rank(environ)
+    return "trace.json" if rank is None else f"trace-rank{rank}.json"
 
 
 class TimelineSession:

@@ -25,20 +25,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from torch_nsight.files import atomic_output
-from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
+from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, current_rank, parse_steps
 from torch_nsight.switches import APPLY_ENV, TIMING_ENV, TIMING_SCHEMA, parse_fixes
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["StepTimer", "timer_for"]
-
-
-def _rank(environ: Mapping[str, str]) -> int:
-    for name in ("RANK", "LOCAL_RANK"):
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 class StepTimer:
@@ -174,7 +166,7 @@ def timer_for(environ: Mapping[str, str]) -> StepTimer | None:
 
 
 def _make(path: str, environ: Mapping[str, str]) -> StepTimer | None:
-    if _rank(environ):
+    if current_rank(environ):
         return None
     try:
         chosen = parse_steps(environ.get(STEPS_ENV, ""))

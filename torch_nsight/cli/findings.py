@@ -73,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.command is not None and not args.verify:
         raise UsageError("--command is the script --verify times its fixes on: add --verify")
+    on_steps = [option for option, given in (
+        ("--steps", args.steps is not None), ("--verify-top", args.verify_top is not None),
+        ("--verify-steps", args.verify_steps is not None), ("--verify-fix", args.verify_fix),
+        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None)) if given]
+    if on_steps and args.command is None:
+        raise UsageError(f"{', '.join(on_steps)} time fixes on your own steps: add --verify "
+                         "--command \"python train.py\"")
     profile = read_profile(args.reports, args.label)
     say_missing_metrics(profile)
     if args.verify and args.command is not None:

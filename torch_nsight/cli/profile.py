@@ -68,7 +68,7 @@ from torch_nsight.cli.verify import (
 from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
-from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, parse_steps
+from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, current_rank, parse_steps
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.measure import VerifyPlan
@@ -168,15 +168,6 @@ def parse_ranks(text: str | None) -> set[int] | None:
     if not ranks or min(ranks) < 0:
         raise UsageError(f"--ranks {text!r}: expected ranks like 0 or 0,1")
     return ranks
-
-
-def current_rank(environ: dict[str, str] | os._Environ[str]) -> int | None:
-    """This process's rank as torchrun sets it (``RANK``, else ``LOCAL_RANK``), or None."""
-    for name in ("RANK", "LOCAL_RANK"):
-        value = environ.get(name)
-        if value is not None and value.strip().isdigit():
-            return int(value)
-    return None
 
 
 def _command(args: argparse.Namespace) -> list[str]:
