@@ -10,7 +10,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight import formats
-from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
+from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.table import read_report
 from torch_nsight.vocabulary import UNATTRIBUTED
 

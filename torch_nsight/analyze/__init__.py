@@ -18,13 +18,13 @@ from torch_nsight.analyze.attribute import attribute, label_rows, label_shapes
 from torch_nsight.analyze.calls import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
-from torch_nsight.analyze.compare import normalize
 from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.findings import findings, fold_findings
 from torch_nsight.analyze.fold import fold_tree
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
 from torch_nsight.analyze.limiter import add_limiter
+from torch_nsight.analyze.normalize import normalize
 from torch_nsight.analyze.occupancy import add_occupancy
 from torch_nsight.analyze.ops import name_aten_ops
 from torch_nsight.analyze.regress import compare_profiles

@@ -32,7 +32,7 @@ outside every module range. Three parts give them their modules back:
   it does — are carried into the report like the calls table
   (:mod:`torch_nsight.capture.embed`): once at the first call, once at the first call
   inside a measured step (:mod:`torch_nsight.capture.compiled_map`). The report stage
-  (:mod:`torch_nsight.report.compiled`) joins them to the kernels inside the range.
+  (:mod:`torch_nsight.report.compiled_attribution`) joins them to the kernels inside the range.
 
 This module turns tracking on and off (:func:`track_compiles`, measured windows), installs
 the hooks into Inductor, and says whether a model runs compiled; the process's tracking

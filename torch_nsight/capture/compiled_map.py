@@ -1,7 +1,7 @@
 """The kernel map of a compiled graph: its launches in order (:class:`CompiledGraph`), and the
 document carried into the report for the calls made for one instrumented root
 (:func:`graph_map`): per launch, the kernel and the range messages its module would have had
-in eager mode, which the report stage (:mod:`torch_nsight.report.compiled`) joins to the
+in eager mode, which the report stage (:mod:`torch_nsight.report.compiled_attribution`) joins to the
 kernels inside the graph's range.
 """
 

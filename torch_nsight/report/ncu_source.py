@@ -23,7 +23,7 @@ from torch_nsight.calls_file import check_call_rows
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
-from torch_nsight.report.compiled import read_maps, resolve_compiled, take_carried
+from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.stall_pass import find_stall_report, merge_stall_pass
 from torch_nsight.report.table import read_report
@@ -191,7 +191,7 @@ def split_carried_replication(frame: pd.DataFrame, path: Path
 
 def attribute_compiled(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Give the kernels of compiled graphs the modules their carried maps name
-    (:mod:`torch_nsight.report.compiled`), the carrier kernels taken out."""
+    (:mod:`torch_nsight.report.compiled_attribution`), the carrier kernels taken out."""
     frame, messages = take_carried(frame, formats.COMPILED_MAP_PREFIX)
     return resolve_compiled(frame, read_maps(messages, path.name))
 

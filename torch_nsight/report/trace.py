@@ -33,7 +33,7 @@ import pandas as pd
 
 from torch_nsight import naming
 from torch_nsight.checks import number
-from torch_nsight.report.compiled import read_maps, resolve_compiled
+from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
 from torch_nsight.report.trace_events import (
@@ -85,7 +85,7 @@ def function_name(kernel: str, *, for_filter: bool = False) -> str:
 
 #: The context of a kernel replayed from a CUDA graph: module ranges are pushed while a
 #: graph is captured, not when it replays, so only a compiled graph's own range (see
-#: :mod:`torch_nsight.report.compiled`) gives such a kernel its module.
+#: :mod:`torch_nsight.report.compiled_attribution`) gives such a kernel its module.
 GRAPH_REPLAY = "CUDA graph replay"
 
 
