@@ -15,7 +15,7 @@ from torch_nsight import formats
 from torch_nsight.analyze import derive_columns
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
 from torch_nsight.collect.parent.outcomes import replication_groups, settle
-from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared.ncu import NcuOutput
 from torch_nsight.errors import NothingProfiledError, ReportError, ShapeFailedError
 from torch_nsight.record import SweepRecord
@@ -178,11 +178,11 @@ def test_status_lines_and_progress(tmp_path: Path, capsys) -> None:
         handle.write('art", "index": 0}\n')
     assert [e["event"] for e in reader.poll()] == ["item_start"]
     # off a terminal the bar stays silent (tqdm's disable=None)
-    bar = SweepProgress(4)
+    bar = Progress("shape", 4)
     bar.update(done=2, failed=1, kernels=12, current=["eager:1x8"])
     bar.close()
     assert capsys.readouterr().err == ""
-    assert SweepProgress(1, quiet=True)._bar is None
+    assert Progress("shape", 1, quiet=True)._bar is None
 
 
 def test_progress_bar_shows_done_failed_and_kernels(monkeypatch) -> None:
@@ -192,7 +192,7 @@ def test_progress_bar_shows_done_failed_and_kernels(monkeypatch) -> None:
     real = tqdm.auto.tqdm
     monkeypatch.setattr(tqdm.auto, "tqdm",
                         lambda **kw: real(**{**kw, "file": stream, "disable": False}))
-    bar = SweepProgress(4)
+    bar = Progress("shape", 4)
     bar.update(done=2, failed=1, kernels=12, current=["eager:1x8"])
     bar.close()
     text = stream.getvalue()

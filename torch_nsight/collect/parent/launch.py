@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from torch_nsight.collect.parent.progress import ScriptProgress, SweepProgress, describe_current
+from torch_nsight.collect.parent.progress import Progress, describe_current
 from torch_nsight.collect.shared.ncu import NcuOutput
 from torch_nsight.files import write_error
 from torch_nsight.status import StatusReader
@@ -345,7 +345,7 @@ def _watch(child: _Child, item_timeout: float, now: float, silence: float) -> No
 
 
 def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: float,
-                 cwd: str, progress: SweepProgress | ScriptProgress | None = None) -> list[ChildOutcome]:
+                 cwd: str, progress: Progress | None = None) -> list[ChildOutcome]:
     """Run the children concurrently until they end; return how each ended.
 
     Args:
@@ -419,7 +419,7 @@ def run_children(specs: list[ChildSpec], *, item_timeout: float, startup_s: floa
     return outcomes
 
 
-def _show(progress: SweepProgress | ScriptProgress, children: list[_Child]) -> None:
+def _show(progress: Progress, children: list[_Child]) -> None:
     progress.update(done=sum(c.done for c in children), failed=sum(c.failed for c in children),
                     kernels=sum(c.output.kernels_profiled for c in children),
                     current=[describe_current(c.current) for c in children

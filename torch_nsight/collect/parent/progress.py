@@ -1,6 +1,6 @@
-"""Progress bars in the parent, from the child's status lines (see :mod:`torch_nsight.status`)
-and ncu's line per kernel: a sweep's, one step per (variant, shape); ``profile``'s, one step
-per kernel profiled.
+"""The parent's progress line, from the child's status lines (see :mod:`torch_nsight.status`)
+and ncu's line per kernel: one class for a sweep's items, ``profile``'s kernels and the steps
+of a timeline or a timed run.
 
 tqdm's ``auto`` bar draws in terminals and notebooks, with the phase of each running shape
 (warm-up, calls table, sibling check, iterations). Where standard error is not a terminal, a
@@ -13,60 +13,71 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
+
+#: What a progress line counts: a sweep's (variant, shape) items, the kernels profiled in a
+#: command's chosen steps, or the chosen steps themselves (a timeline, a bare timed run).
+ProgressKind = Literal["shape", "kernel", "step"]
+_WHAT = {"shape": "torch_nsight sweep", "kernel": "torch_nsight profile",
+         "step": "torch_nsight profile"}
 
 
-class _Bar:
-    """One tqdm line on stderr (None when quiet), its postfix text, its end."""
+class Progress:
+    """The one progress line of every run the parent watches, on standard error (nothing
+    when ``quiet``), drawn by tqdm's ``auto`` bar in terminals and notebooks.
 
-    def __init__(self, total: int | None, *, unit: str, desc: str, quiet: bool) -> None:
+    * ``shape`` (a sweep): items done of ``total``, what runs now with its phase (``4x16
+      (warm-up)``), kernels profiled; where no bar is drawn (a pipe, a log), one line per
+      item and phase as it starts.
+    * ``kernel`` (``profile``): kernels profiled in the chosen steps, their rate, the step
+      running, in place of ncu's line per kernel (those go to the log file). The total (and
+      so the ETA) is ``total`` when known (ncu's ``--launch-count``, or what the last profile
+      of the same command recorded, times the steps), else from the steps already profiled.
+    * ``step`` (``profile --timeline``, a run timed by its steps): the steps ended.
+
+    Args:
+        kind: what it counts (:data:`ProgressKind`).
+        total: items (``shape``), kernels expected (``kernel``) or steps (``step``); None:
+            not known.
+        steps: how many steps are chosen (``kernel``; None: not known, e.g. no ``--steps``).
+        quiet: show nothing.
+        profiling: a profiler runs (``shape``; else a dry run).
+    """
+
+    def __init__(self, kind: ProgressKind, total: int | None, *, steps: int | None = None,
+                 quiet: bool = False, profiling: bool = True) -> None:
+        self.kind = kind
+        self.total = total
+        self.steps = steps
+        self.profiling = profiling
+        self.count = 0  # kernels profiled so far
+        self._said: set[str] = set()
         self._text = ""
         self._bar: Any = None
         if not quiet:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, disable=None,
-                             dynamic_ncols=True, leave=True)
-
-    def _advance(self, n: int) -> None:
-        if n > self._bar.n:
-            self._bar.update(n - self._bar.n)
-
-    def _postfix(self, parts: list[str]) -> None:
-        text = " | ".join(parts)
-        if text != self._text:
-            self._text = text
-            self._bar.set_postfix_str(text, refresh=True)
-
-    def close(self) -> None:
-        """End the bar."""
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-
-
-class SweepProgress(_Bar):
-    """Shows how far a sweep is: shapes done of the total, what runs now, kernels profiled.
-
-    Args:
-        total: (variant, shape) items in the sweep.
-        quiet: show nothing.
-        profiling: a profiler runs (else a dry run).
-    """
-
-    def __init__(self, total: int, *, quiet: bool = False, profiling: bool = True) -> None:
-        super().__init__(total, unit="shape", desc="torch_nsight sweep", quiet=quiet)
-        self.total = total
-        self.profiling = profiling
-        self._said: set[str] = set()
+            self._bar = tqdm(total=total, unit=kind, desc=_WHAT[kind], file=sys.stderr,
+                             disable=None, dynamic_ncols=True, leave=True)
 
     def update(self, *, done: int, failed: int, kernels: int, current: list[str],
                begun: Sequence[str] = ()) -> None:
-        """Show the state: items ended (``failed`` of them not ok), kernels profiled, and the
-        items running now with their phase (``4x16 (warm-up)``); where no bar is drawn (a
-        pipe, a log), one line per item and phase ``begun`` since the last update."""
+        """Show the state: items or steps ended (``failed`` of them not ok), kernels
+        profiled, what runs now; ``begun``: the items and phases started since the last
+        update (written as lines where no bar is drawn)."""
+        self.count = kernels
         if self._bar is None:
             return
+        if self.kind == "shape":
+            self._shapes(done, failed, kernels, current, begun)
+        elif self.kind == "step":
+            self._advance(done)
+            self._postfix(list(current) + ([f"{failed} raised"] if failed else []))
+        else:
+            self._kernels(done, failed, kernels, current)
+
+    def _shapes(self, done: int, failed: int, kernels: int, current: list[str],
+                begun: Sequence[str]) -> None:
         if self._bar.disable:
             for doing in begun:
                 if doing not in self._said:
@@ -81,41 +92,7 @@ class SweepProgress(_Bar):
         self._advance(done)
         self._postfix(parts)
 
-
-class ScriptProgress(_Bar):
-    """``torch-nsight profile``'s line: kernels profiled in the command's chosen steps, their
-    rate and the step running, in place of ncu's line per kernel (those go to the log file).
-
-    The total (and so the ETA) is known once it can be: from ``expected`` (ncu's
-    ``--launch-count``, or the kernels per step the last profile of the same command in the
-    same folder recorded, times the steps), else from the steps already profiled.
-
-    Args:
-        steps: how many steps are profiled (None: not known, e.g. no ``--steps``).
-        expected: kernels expected in all, or None.
-        quiet: show nothing.
-        unit: ``kernel``, or ``step`` for ``profile --timeline`` (no ncu: steps counted).
-    """
-
-    def __init__(self, steps: int | None, *, expected: int | None = None,
-                 quiet: bool = False, unit: str = "kernel") -> None:
-        super().__init__(steps if unit == "step" else expected, unit=unit,
-                         desc="torch_nsight profile", quiet=quiet)
-        self.steps = steps
-        self.unit = unit
-        self.count = 0
-
-    def update(self, *, done: int, failed: int, kernels: int, current: list[str],
-               begun: Sequence[str] = ()) -> None:
-        """Show the state: steps ended (``failed`` of them raised), kernels profiled, the
-        step running now."""
-        self.count = kernels
-        if self._bar is None:
-            return
-        if self.unit == "step":  # a timeline: the steps recorded
-            self._advance(done)
-            self._postfix(list(current) + ([f"{failed} raised"] if failed else []))
-            return
+    def _kernels(self, done: int, failed: int, kernels: int, current: list[str]) -> None:
         total = self._bar.total
         if done and self.steps and done < self.steps:
             total = round(kernels / done * self.steps)  # what the profiled steps took
@@ -131,12 +108,28 @@ class ScriptProgress(_Bar):
             parts.append(f"{failed} raised")
         self._postfix(parts)
 
+    def _advance(self, n: int) -> None:
+        if n > self._bar.n:
+            self._bar.update(n - self._bar.n)
+
+    def _postfix(self, parts: list[str]) -> None:
+        text = " | ".join(parts)
+        if text != self._text:
+            self._text = text
+            self._bar.set_postfix_str(text, refresh=True)
+
     def write(self, line: str) -> None:
         """Print one line of the command's own output above the bar."""
         if self._bar is not None:
             self._bar.write(line, file=sys.stderr)
         else:
             sys.stderr.write(line + "\n")
+
+    def close(self) -> None:
+        """End the bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def describe_current(current: dict[str, Any]) -> str:

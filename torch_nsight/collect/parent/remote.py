@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, load_results
-from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared.ncu import NcuOutput
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def _env(spec: ChildSpec, chose_devices: bool) -> dict[str, str]:
 
 def run_with_executor(specs: list[ChildSpec], executor: Any, *, item_timeout: float,
                       startup_s: float, cwd: str, chose_devices: bool,
-                      progress: SweepProgress | None = None) -> list[ChildOutcome]:
+                      progress: Progress | None = None) -> list[ChildOutcome]:
     """Submit every child to ``executor`` and wait for all; return how each ended.
 
     Args:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight import formats
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.outcomes import warm_the_reader
-from torch_nsight.collect.parent.progress import ScriptProgress
+from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.errors import NothingProfiledError
 from torch_nsight.metrics import SINGLE_PASS_SETS
@@ -242,8 +242,9 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
         NcuNotFoundError, CounterPermissionError, NothingProfiledError, TorchNsightError:
             as ncu's output calls for.
     """
-    progress = ScriptProgress(plan.n_steps, expected=plan.expected_kernels, quiet=plan.quiet,
-                              unit="step" if plan.timeline else "kernel")
+    progress = (Progress("step", plan.n_steps, steps=plan.n_steps, quiet=plan.quiet)
+                if plan.timeline else
+                Progress("kernel", plan.expected_kernels, steps=plan.n_steps, quiet=plan.quiet))
     spec = ChildSpec(plan.report.stem, plan.ncu_command, plan.env, _status_path(plan.report),
                      plan.report.with_suffix(".result.json"), plan.report, plan.log,
                      items=plan.n_steps or 1,
@@ -377,7 +378,7 @@ def run_until_steps_end(name: str, command: Sequence[str], env: dict[str, str], 
         KeyboardInterrupt: interrupted.
         FileNotFoundError: the command does not exist.
     """
-    progress = ScriptProgress(steps, quiet=quiet, unit="step")
+    progress = Progress("step", steps, steps=steps, quiet=quiet)
     spec = ChildSpec(name, list(command), env, folder / "status.jsonl", folder / "result.json",
                      None, None, items=steps or 1,
                      deadline_s=math.inf if timeout is None else timeout,

@@ -27,7 +27,7 @@ from torch_nsight.collect.child.start import EARLY_CUDA_ENV
 from torch_nsight.collect.parent.launch import ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.outcomes import replication_groups, settle, warm_the_reader
 from torch_nsight.collect.parent.plan import SweepPlan, child_env, plan_sweep
-from torch_nsight.collect.parent.progress import SweepProgress
+from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
 from torch_nsight.collect.shared.arguments import check_make_inputs
@@ -215,8 +215,8 @@ def _launch(plan: SweepPlan, specs: list[ChildSpec]) -> tuple[list[Any], dict[st
         description = {**jobs.describe_job(plan.job), "options": plan.options,
                        "commands": commands, "created": now()}
         formats.write_json(plan.work / "job.json", description)
-    progress = SweepProgress(sum(s.items for s in specs), quiet=plan.quiet,
-                             profiling=plan.ncu is not None)
+    progress = Progress("shape", sum(s.items for s in specs), quiet=plan.quiet,
+                        profiling=plan.ncu is not None)
     if plan.ncu is not None:
         warm_the_reader()
     launched = time.time()
