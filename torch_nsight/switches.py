@@ -26,14 +26,17 @@ The command sets two variables for the script it runs bare (no ncu):
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 __all__ = ["APPLY_ENV", "TIMING_ENV", "FIX_OPTIONS", "FixSpec", "StepTimes", "check_fix",
+           "target_matches",
            "format_fixes", "parse_fixes", "read_timing", "TIMING_SCHEMA"]
 
 #: The fixes ``instrument()`` applies (JSON or the compact form above).
@@ -150,6 +153,32 @@ def _from_json(item: object) -> FixSpec:
         raise ValueError(f"each fix must be an object with a \"fix\" name, got {item!r}")
     options = {k: v for k, v in item.items() if k not in ("fix", "target")}
     return FixSpec(item["fix"], item.get("target") or "", options)
+
+
+#: A folded block index in a target: ``{0-7}``, ``{0,2,5}``, ``{0-3,7}``.
+_BLOCKS = re.compile(r"^\{([0-9][0-9,\-]*)\}$")
+
+
+def target_matches(pattern: str, name: str) -> bool:
+    """Whether module ``name`` is one that the fix target ``pattern`` names: each dotted
+    part matches, a folded index (``{0-3,7}``) by its numbers, any other part as an fnmatch
+    pattern (``*``)."""
+    wanted, parts = pattern.split("."), name.split(".")
+    return len(wanted) == len(parts) and all(
+        _part_matches(w, p) for w, p in zip(wanted, parts, strict=True))
+
+
+def _part_matches(wanted: str, part: str) -> bool:
+    blocks = _BLOCKS.match(wanted)
+    if blocks is None:
+        return fnmatch.fnmatchcase(part, wanted)
+    if not part.isdigit():
+        return False
+    for item in blocks.group(1).split(","):
+        low, _, high = item.partition("-")
+        if low.isdigit() and (high or low).isdigit() and int(low) <= int(part) <= int(high or low):
+            return True
+    return False
 
 
 def parse_fixes(text: str) -> list[FixSpec]:

@@ -3,7 +3,6 @@ reports), and the numbers and rule of a measured gain."""
 
 from __future__ import annotations
 
-import fnmatch
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 import torch_nsight
 from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
 from torch_nsight.analyze.measured import loss_change, measured_status, step_gain
-from torch_nsight.switches import FIX_OPTIONS, check_fix
+from torch_nsight.switches import FIX_OPTIONS, check_fix, target_matches
 from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -19,12 +18,6 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 def load(name: str) -> torch_nsight.Profile:
     return torch_nsight.load(DATA / name, cache=False)
-
-
-def matches(pattern: str, name: str) -> bool:
-    wanted, parts = pattern.split("."), name.split(".")
-    return len(wanted) == len(parts) and all(
-        fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True))
 
 
 def test_every_switch_is_a_valid_fix() -> None:
@@ -55,11 +48,11 @@ def test_a_folded_finding_targets_every_block() -> None:
     folded = profile.finding_table(fold=True)
     row = folded[(folded["finding"] == "elementwise_chain") & (folded["blocks"] > 1)].iloc[0]
     target = fix_target(row["module_path"])
-    assert "*" in target and "{" not in target
+    assert "{" in target and "*" not in target
     blocks = profile.finding_table(fold=False)
     blocks = blocks[(blocks["finding"] == "elementwise_chain")
                     & (blocks["direction"] == row["direction"])]
-    named = {path_leaf(p) for p in blocks["module_path"] if matches(target, path_leaf(p))}
+    named = {path_leaf(p) for p in blocks["module_path"] if target_matches(target, path_leaf(p))}
     assert len(named) == row["blocks"]
 
 
@@ -92,3 +85,12 @@ def test_a_changed_loss_or_too_few_steps_does_not_count() -> None:
     assert measured_status(gain, 0.5, tolerance=1.0) == "measured"
     assert measured_status(step_gain([2.0] * 4, [1.0] * 6), None) == "too_few_steps"
     assert measured_status(None, None) == "too_few_steps"
+
+
+def test_a_folded_index_names_only_its_blocks() -> None:
+    assert fix_target("M/h.{0,2,5}.mlp") == "h.{0,2,5}.mlp"
+    named = [f"h.{i}.mlp" for i in range(8) if target_matches("h.{0,2,5}.mlp", f"h.{i}.mlp")]
+    assert named == ["h.0.mlp", "h.2.mlp", "h.5.mlp"]
+    assert [i for i in range(10) if target_matches("b.{1-3,7}", f"b.{i}")] == [1, 2, 3, 7]
+    assert not target_matches("h.{0-3}.mlp", "h.x.mlp")
+    assert target_matches("h.*.mlp", "h.11.mlp") and not target_matches("h.*", "h.1.mlp")

@@ -194,3 +194,17 @@ def test_fixes_apply_once_to_the_first_model(monkeypatch: pytest.MonkeyPatch) ->
 def test_an_already_aligned_linear_is_not_padded() -> None:
     (outcome,) = apply_fixes(Mlp(), [FixSpec("pad_linear", "up", {"multiple": 8})])
     assert outcome.status == "failed" and "already a multiple of 8" in str(outcome.error)
+
+
+def test_a_wrapper_is_named_when_the_target_is_inside_it() -> None:
+    from torch_nsight.capture.switches import find_targets
+
+    class Wrapper(nn.Module):  # as DistributedDataParallel names its model
+        def __init__(self, module: nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+    wrapped = Wrapper(nn.Sequential(nn.Linear(4, 4)))
+    with pytest.raises(ValueError, match=r"named module\.<name>, so it wraps the model"):
+        find_targets(wrapped, "0")
+    assert [n for n, _ in find_targets(wrapped.module, "0")] == ["0"]

@@ -18,7 +18,6 @@ and reported (logged, and written with the step times), never left half-way.
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import threading
@@ -31,7 +30,7 @@ from torch import nn
 
 from torch_nsight.capture.padded import check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.step_timer import timer_for
-from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes
+from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes, target_matches
 
 logger = logging.getLogger(__name__)
 
@@ -177,13 +176,6 @@ def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]
     return _each(targets, do)
 
 
-def _matches(pattern: str, name: str) -> bool:
-    """Each dotted part of ``name`` matches that of ``pattern`` (fnmatch)."""
-    wanted, parts = pattern.split("."), name.split(".")
-    return len(wanted) == len(parts) and all(
-        fnmatch.fnmatchcase(p, w) for p, w in zip(parts, wanted, strict=True))
-
-
 def find_targets(model: nn.Module, target: str) -> Targets:
     """The modules ``target`` names (``""``: the model itself), in ``named_modules()`` order.
 
@@ -192,9 +184,14 @@ def find_targets(model: nn.Module, target: str) -> Targets:
     """
     if not target:
         return [("", model)]
-    found = [(n, m) for n, m in model.named_modules() if n and _matches(target, n)]
+    found = [(n, m) for n, m in model.named_modules() if n and target_matches(target, n)]
     if not found:
-        raise ValueError(f"{type(model).__name__} has no module named {target!r}")
+        names = [n for n, _ in model.named_modules() if n]
+        wrapper = next((p for p in ("module.", "_orig_mod.") if names
+                        and all(n.startswith(p) or n == p[:-1] for n in names)), None)
+        hint = (f": its modules are named {wrapper}<name>, so it wraps the model: pass "
+                "instrument() the model inside (e.g. ddp.module)" if wrapper else "")
+        raise ValueError(f"{type(model).__name__} has no module named {target!r}{hint}")
     return found
 
 

@@ -10,7 +10,6 @@ line; nor do Nsight Compute's rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -37,17 +36,17 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     "launch_bound": lambda target: FixSpec("compile", "", _REDUCE_OVERHEAD),
     "small_kernels": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
 }
-_FOLDED = re.compile(r"^\{[0-9,\-]+\}$")
 
 
 def fix_target(module_path: object) -> str:
-    """The module name a fix targets: the innermost module of ``module_path`` (a folded
-    index ``{0-7}`` as ``*``); ``""`` (the whole model) for the root, a missing or
-    unattributed path."""
+    """The module name a fix targets: the innermost module of ``module_path``, a folded
+    index kept (``h.{0-11}.mlp``, ``h.{0,2,5}.mlp``: the blocks it names, matched by
+    :func:`~torch_nsight.switches.target_matches`); ``""`` (the whole model) for the root,
+    a missing or unattributed path."""
     if not isinstance(module_path, str) or module_path == UNATTRIBUTED \
             or PATH_SEP not in module_path:
         return ""
-    return ".".join("*" if _FOLDED.match(p) else p for p in path_leaf(module_path).split("."))
+    return path_leaf(module_path)
 
 
 def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
