@@ -1,5 +1,5 @@
 """A fix measured on the user's own steps (``torch-nsight profile --verify``): the numbers
-from two bare runs' step times and losses, and the rule that says whether they count.
+that two bare runs' step times and losses give, and the rule that says whether they count.
 
 Numbers: :func:`step_gain` (median step time before - after, with the interquartile spread
 of each side) and :func:`loss_change` (the largest relative change of a step's loss). Rule:

@@ -47,10 +47,8 @@ class Progress:
     def __init__(self, kind: ProgressKind, total: int | None, *, steps: int | None = None,
                  quiet: bool = False, profiling: bool = True) -> None:
         self.kind = kind
-        self.total = total
         self.steps = steps
         self.profiling = profiling
-        self.count = 0  # kernels profiled so far
         self._said: set[str] = set()
         self._text = ""
         self._bar: Any = None
@@ -65,7 +63,6 @@ class Progress:
         """Show the state: items or steps ended (``failed`` of them not ok), kernels
         profiled, what runs now; ``begun``: the items and phases started since the last
         update (written as lines where no bar is drawn)."""
-        self.count = kernels
         if self._bar is None:
             return
         if self.kind == "shape":
