@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from torch_nsight.collect.parent.launch import ChildOutcome
 from torch_nsight.collect.shared.arguments import every_shape_failed
 from torch_nsight.collect.shared.ncu import raise_for_output
 from torch_nsight.errors import CounterPermissionError, TorchNsightError
-
-if TYPE_CHECKING:
-
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -74,24 +70,23 @@ def replication_groups(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             for group in (item.get("replication") or {}).get("groups", [])]
 
 
-def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
-           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
-                      TorchNsightError | None]:
-    """Decide what the children's work amounts to, before anything is loaded.
+def check_children(outcomes: Sequence[ChildOutcome],
+                   yielded: Callable[[ChildOutcome], list[dict[str, Any]]],
+                   check: Callable[[ChildOutcome, list[dict[str, Any]]], str | None]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                              list[tuple[str, TorchNsightError]]]:
+    """What each child yielded and which report it left.
 
     Args:
         outcomes: how each child ended.
-        dry_run: no ``ncu`` ran (no reports to check).
+        yielded: what one child yielded (its items).
+        check: the file name of its usable report (None: none made); raises
+            :class:`TorchNsightError` when it cannot be used.
 
     Returns:
-        (items, children, problems, fatal): every (variant, shape) record, with what the
-        parent knows added (a child that died leaves its unfinished items failed); per
-        child its name and usable report file name (None when it has none); children whose
-        report cannot be used (child, error); and the error that ends the sweep, if any
-        (:class:`ShapeFailedError` when every shape failed, :class:`NothingProfiledError`
-        or another :class:`TorchNsightError` when no child produced a usable report), for
-        the caller to raise once it has written down what happened. Each failure is
-        logged once, here.
+        (items, children, errors): every item; per child its name, usable report file name
+        (None when it has none), exit status, device, settings; the children whose report
+        cannot be used, with why.
 
     Raises:
         CounterPermissionError: counters not permitted.
@@ -100,25 +95,47 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
     items: list[dict[str, Any]] = []
     children: list[dict[str, Any]] = []
     for outcome in outcomes:
-        mine = child_items(outcome)
+        mine = yielded(outcome)
         items.extend(mine)
-        report = outcome.spec.report_path
         usable = None
-        if not dry_run and report is not None:
-            try:
-                raise_for_output(outcome.output, report_exists=report.is_file(),
-                                 returncode=outcome.returncode,
-                                 why_nothing=why_nothing(outcome.results, mine))
-                usable = report.name
-            except CounterPermissionError:
-                raise
-            except TorchNsightError as err:
-                errors.append((outcome.spec.name, err))
+        try:
+            usable = check(outcome, mine)
+        except CounterPermissionError:
+            raise
+        except TorchNsightError as err:
+            errors.append((outcome.spec.name, err))
         children.append({"name": outcome.spec.name, "report": usable,
                          "returncode": outcome.returncode, "stopped": outcome.stopped,
                          "seconds": outcome.seconds, "device": (outcome.results or {}).get(
                              "device"), "torch": (outcome.results or {}).get("torch"),
                          "settings": (outcome.results or {}).get("settings")})
+    return items, children, errors
+
+
+def check_report(outcome: ChildOutcome, items: list[dict[str, Any]], *, dry_run: bool
+                 ) -> str | None:
+    """A sweep child's usable report (None in a dry run).
+
+    Raises:
+        TorchNsightError: ncu's output says the report cannot be used.
+    """
+    report = outcome.spec.report_path
+    if dry_run or report is None:
+        return None
+    raise_for_output(outcome.output, report_exists=report.is_file(),
+                     returncode=outcome.returncode,
+                     why_nothing=why_nothing(outcome.results, items))
+    return report.name
+
+
+def judge(items: list[dict[str, Any]], children: list[dict[str, Any]],
+          errors: list[tuple[str, TorchNsightError]], *, dry_run: bool
+          ) -> tuple[list[dict[str, Any]], TorchNsightError | None]:
+    """What a sweep's children amount to: the children whose report cannot be used
+    (child, error), and the error that ends the sweep, if any (:class:`ShapeFailedError`
+    when every shape failed, :class:`NothingProfiledError` or another
+    :class:`TorchNsightError` when no child produced a usable report), for the caller to
+    raise once it has written down what happened. Each failure is logged once, here."""
     failed = [i for i in items if i.get("status") != "ok"]
     real = [i for i in items if i.get("shape") is not None]
     fatal: TorchNsightError | None = None
@@ -130,7 +147,7 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
     elif not dry_run and not any(c["report"] for c in children):
         fatal = errors[0][1] if errors else TorchNsightError("no child produced a report")
     if fatal is not None:
-        return items, children, [], fatal
+        return [], fatal
     problems = [{"child": name, "error": str(err)} for name, err in errors]
     for problem in problems:
         logger.warning("%s produced no usable report (its shapes are missing): %s",
@@ -139,7 +156,34 @@ def settle(outcomes: Sequence[ChildOutcome], *, dry_run: bool
         logger.warning("shape %s%s %s: %s", item.get("shape"),
                        f" ({item['variant']})" if item.get("variant") else "",
                        item.get("status"), item.get("error"))
-    return items, children, problems, None
+    return problems, None
+
+
+def judge_sweep(outcomes: Sequence[ChildOutcome], *, dry_run: bool
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                           TorchNsightError | None]:
+    """Decide what a sweep's children's work amounts to, before anything is loaded (the
+    engine's settle, :func:`torch_nsight.collect.parent.engine.settle`, without a plan).
+
+    Args:
+        outcomes: how each child ended.
+        dry_run: no ``ncu`` ran (no reports to check).
+
+    Returns:
+        (items, children, problems, fatal): see :func:`check_children` and :func:`judge`.
+
+    Raises:
+        CounterPermissionError: counters not permitted.
+    """
+    items, children, errors = check_children(
+        outcomes, child_items, lambda outcome, mine: check_report(outcome, mine,
+                                                                  dry_run=dry_run))
+    problems, fatal = judge(items, children, errors, dry_run=dry_run)
+    return items, children, problems, fatal
+
+
+#: The name callers knew :func:`judge_sweep` by.
+settle = judge_sweep
 
 
 def warm_the_reader() -> None:

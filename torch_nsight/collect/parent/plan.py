@@ -1,23 +1,41 @@
-"""The plan of a sweep: its arguments checked and resolved into one typed record.
+"""The plan of a sweep: its options checked and resolved into one typed record, the sweep's
+kind of :class:`~torch_nsight.collect.parent.engine.Plan`.
 
-:func:`plan_sweep` is the first phase of :func:`torch_nsight.sweep` (plan -> launch -> settle
--> load): it validates every argument (``TypeError``/``ValueError`` naming it), picks the
-metric set, finds ``ncu`` and the metrics it knows, builds the job the children run and
-decides where the files go. The later phases read only the :class:`SweepPlan`.
+:func:`plan_from` is the first phase of :func:`torch_nsight.sweep` (plan -> run -> launch ->
+settle -> load, :mod:`~torch_nsight.collect.parent.engine`): it validates every option
+(``TypeError``/``ValueError`` naming it), picks the metric set, finds ``ncu`` and the metrics
+it knows, builds the job the children run and decides where the files go. The engine's
+later phases read only the :class:`SweepPlan`, whose methods say what is particular to a
+sweep: one child per GPU (or per shape, on an executor), the items each writes in its
+result file, the manifest ``sweep.json`` and the directory read back
+(:mod:`~torch_nsight.collect.parent.sweep_kind`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from torch_nsight import formats
+from torch_nsight.collect.parent.engine import (
+    Manifest,
+    Plan,
+    Profiler,
+    Settled,
+    Stamps,
+    child_env,
+)
+from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
+from torch_nsight.collect.parent.options import SweepOptions
+from torch_nsight.collect.parent.outcomes import check_report, child_items, judge
+from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.collect.shared.arguments import (
@@ -26,6 +44,7 @@ from torch_nsight.collect.shared.arguments import (
     is_module,
     user_settings,
 )
+from torch_nsight.errors import TorchNsightError
 from torch_nsight.metrics import (
     DEFAULT_METRIC_SET,
     DEFAULT_METRIC_SET_WITHOUT_CALLS,
@@ -35,12 +54,11 @@ from torch_nsight.metrics import (
 logger = logging.getLogger(__name__)
 
 LARGE_MODEL_BYTES = 2 << 30
-#: The torch_nsight package folder (found without importing the package root).
-_PACKAGE = Path(__file__).resolve().parents[2]
+STARTUP_S = 300.0
 
 
 @dataclass(frozen=True)
-class SweepPlan:
+class SweepPlan(Plan):
     """Everything a sweep runs with, checked: what the launch, settle and load phases read.
 
     Attributes:
@@ -58,6 +76,8 @@ class SweepPlan:
         work: the output directory; ``keep`` whether it outlives the sweep.
         options: the options as the manifest records them.
         entered: when the sweep was called (``time.time()``).
+        focus: the share of GPU time whose kernels ncu profiles, chosen by a first pass
+            (:meth:`rewrite`), or None (every kernel, or already chosen).
     """
 
     job: jobs.Job
@@ -75,6 +95,7 @@ class SweepPlan:
     keep: bool
     options: dict[str, Any]
     entered: float
+    focus: float | None = None
 
     @property
     def shape_labels(self) -> list[str]:
@@ -89,66 +110,168 @@ class SweepPlan:
                                      exclude_replicas=self.job.replicate,
                                      extra_args=self.ncu_args)
 
+    # the sweep's parts of the engine's route (collect/parent/engine.py)
 
-def plan_sweep(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dtype: Any,
-               warmup: int, repeats: int, metric_set: str | Sequence[str] | None, ops: Any,
-               replicate: bool, derive: Any, output_dir: str | os.PathLike[str] | None,
-               ncu: str | os.PathLike[str] | None, ncu_args: Sequence[str], timeout: float,
-               devices: Sequence[int | str] | None, profiler: Literal["ncu"] | None,
-               quiet: bool, record_calls: bool, executor: Any,
-               extra_options: Mapping[str, Any] | None = None) -> SweepPlan:
-    """Check the arguments of :func:`torch_nsight.sweep` and resolve them into a plan
-    (see its docstring for each argument); the output directory is created.
+    @property
+    def profiler(self) -> Profiler | None:
+        return None if self.ncu is None else "ncu"
+
+    @property
+    def item_timeout(self) -> float:
+        return self.timeout
+
+    @property
+    def startup_s(self) -> float:
+        return STARTUP_S
+
+    @property
+    def chose_devices(self) -> bool:
+        return self.devices is not None
+
+    def private_dir(self) -> Path:
+        """The job files: private to this user; an executor's workers read them where they
+        read and write the reports."""
+        if self.executor is None:
+            return jobs.make_private_dir()
+        private = self.work / ".jobs"
+        shutil.rmtree(private, ignore_errors=True)  # a crashed run's job files
+        private.mkdir(mode=0o700)
+        return private
+
+    def rewrite(self) -> Plan:
+        """A focused sweep: its first pass chooses the kernels ncu profiles
+        (:func:`~torch_nsight.collect.parent.focus.focused`)."""
+        if self.focus is None:
+            return self
+        from torch_nsight.collect.parent.focus import focused
+
+        return focused(self)
+
+    def progress(self) -> Progress:
+        return Progress("shape", len(self.job.shapes) * len(self.job.variants),
+                        quiet=self.quiet, profiling=self.ncu is not None)
+
+    def children(self, private: Path | None, progress: Progress) -> list[ChildSpec]:
+        from torch_nsight.collect.parent import sweep_kind
+
+        assert private is not None
+        return sweep_kind.child_specs(self, private)
+
+    def yielded(self, outcome: ChildOutcome) -> list[dict[str, Any]]:
+        return child_items(outcome)
+
+    def check(self, outcome: ChildOutcome, items: list[dict[str, Any]]) -> str | None:
+        return check_report(outcome, items, dry_run=self.ncu is None)
+
+    def judge(self, items: list[dict[str, Any]], children: list[dict[str, Any]],
+              errors: list[tuple[str, TorchNsightError]]
+              ) -> tuple[list[dict[str, Any]], TorchNsightError | None]:
+        return judge(items, children, errors, dry_run=self.ncu is None)
+
+    def describe(self, settled: Settled, stamps: Stamps, timing: dict[str, Any]) -> Manifest:
+        from torch_nsight.collect.parent import sweep_kind
+
+        return sweep_kind.manifest(self, settled, timing)
+
+    def load(self, manifest: Manifest) -> Any:
+        from torch_nsight.collect.parent import sweep_kind
+
+        return sweep_kind.load(self)
+
+    def finish(self, loaded: Any, manifest: Manifest) -> Any:
+        from torch_nsight.collect.parent import sweep_kind
+
+        return sweep_kind.finish(self, loaded, manifest)
+
+    def interrupted(self, outcomes: list[ChildOutcome]) -> None:
+        if not self.keep:
+            return
+        finished = sum(1 for o in outcomes for i in (o.results or {}).get("items", [])
+                       if i.get("status") == "ok")
+        logger.warning("interrupted: %d finished shape(s) kept in %s (torch_nsight.load reads "
+                       "it)", finished, self.work)
+
+
+def plan_sweep(model: Any, shapes: Any, *, repeats: int = 1,
+               extra_options: Mapping[str, Any] | None = None, **options: Any) -> SweepPlan:
+    """:func:`plan_from` with the options as keywords (``repeats``: ``runs``)."""
+    return plan_from(model, shapes, SweepOptions(runs=repeats, extra=extra_options, **options))
+
+
+def plan_from(model: Any, shapes: Any, options: SweepOptions) -> SweepPlan:
+    """Check the options of :func:`torch_nsight.sweep` and resolve them into a plan
+    (:class:`~torch_nsight.collect.parent.options.SweepOptions` documents each); the output
+    directory is created.
 
     Raises:
-        TypeError, ValueError: an argument is invalid (its name is in the message).
+        TypeError, ValueError: an option is invalid (its name is in the message).
         NcuNotFoundError, NcuVersionError: ``ncu`` missing or too old.
     """
     entered = time.time()
+    o = options
     variants = check_variants(model)
     pairs = jobs.normalize_shapes(shapes)
-    make_inputs = check_make_inputs(make_inputs)
-    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=warmup, repeats=repeats,
-                   timeout=timeout, devices=devices, profiler=profiler, derive=derive, ops=ops,
-                   flags={"backward": backward, "replicate": replicate, "quiet": quiet,
-                          "record_calls": record_calls})
+    make_inputs = check_make_inputs(o.make_inputs)
+    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=o.warmup, repeats=o.runs,
+                   timeout=o.timeout, devices=o.devices, profiler=o.profiler, derive=o.derive,
+                   ops=o.ops, flags={"backward": o.backward, "replicate": o.replicate,
+                                     "quiet": o.quiet, "record_calls": o.record_calls})
+    focus = o.focus if o.profiler == "ncu" else None
+    if focus is not None:
+        check_focus(focus, o.ncu_args)
+    metric_set = o.metric_set
     if metric_set is None:
-        metric_set = DEFAULT_METRIC_SET if record_calls else DEFAULT_METRIC_SET_WITHOUT_CALLS
-    elif metric_set == "fast" and not record_calls:
+        metric_set = DEFAULT_METRIC_SET if o.record_calls else DEFAULT_METRIC_SET_WITHOUT_CALLS
+    elif metric_set == "fast" and not o.record_calls:
         logger.warning("metric_set='fast' counts FLOPs from the calls table, which "
                        "record_calls=False turns off: kernels get times and DRAM bytes but no "
                        "roofline placement; use metric_set='lean' for FLOP counters")
     chosen = ncu_cli.resolve_metric_set(metric_set)
-    extra = ncu_cli.check_extra_args(ncu_args)
+    extra = ncu_cli.check_extra_args(o.ncu_args)
+    ops = o.ops if isinstance(o.ops, (bool, str)) else sorted(o.ops)
     job = jobs.Job(variants=variants, shapes=pairs, make_inputs=make_inputs,
-                   backward=backward, dtype=jobs.normalize_dtype(dtype), warmup=warmup,
-                   repeats=repeats, ops=ops if isinstance(ops, (bool, str)) else sorted(ops),
-                   replicate=replicate, settings=user_settings(), record_calls=record_calls)
-    visible: list[str | None] = ([_visible_device(d) for d in devices] if devices is not None
-                                 else [None])
+                   backward=o.backward, dtype=jobs.normalize_dtype(o.dtype), warmup=o.warmup,
+                   repeats=o.runs, ops=ops, replicate=o.replicate, settings=user_settings(),
+                   record_calls=o.record_calls)
+    visible: list[str | None] = ([_visible_device(d) for d in o.devices]
+                                 if o.devices is not None else [None])
     ncu_path = metrics = None
-    if profiler == "ncu":
-        ncu_path = ncu_cli.find_ncu(ncu)
+    if o.profiler == "ncu":
+        ncu_path = ncu_cli.find_ncu(o.ncu)
         ncu_cli.ncu_version(ncu_path)
         metrics = ncu_cli.filter_metrics(chosen.metrics,
                                          ncu_cli.known_metric_bases(ncu_path, visible[0]))
     _warn_about_model(variants)
-    keep = output_dir is not None
-    work = (Path(output_dir).resolve() if output_dir is not None
+    keep = o.output_dir is not None
+    work = (Path(o.output_dir).resolve() if o.output_dir is not None
             else Path(tempfile.mkdtemp(prefix="torch_nsight-sweep-")))
     work.mkdir(parents=True, exist_ok=True)
     (work / formats.SWEEP_MANIFEST).unlink(missing_ok=True)
-    options = {"backward": backward, "dtype": job.dtype, "warmup": warmup,
-               "repeats": repeats, "metric_set": chosen.name, "replicate": replicate,
-               "ops": job.ops, "timeout_s": timeout, "devices": visible,
-               "profiler": profiler, "ncu": ncu_path, "ncu_args": extra,
-               "record_calls": record_calls,
-               "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics)),
-               **(extra_options or {})}
+    recorded = {"backward": o.backward, "dtype": job.dtype, "warmup": o.warmup,
+                "repeats": o.runs, "metric_set": chosen.name, "replicate": o.replicate,
+                "ops": job.ops, "timeout_s": o.timeout, "devices": visible,
+                "profiler": o.profiler, "ncu": ncu_path, "ncu_args": extra,
+                "record_calls": o.record_calls,
+                "metrics_dropped": sorted(set(chosen.metrics) - set(metrics or chosen.metrics)),
+                **(o.extra or {})}
     return SweepPlan(job=job, metric_set=chosen, metrics=metrics, ncu=ncu_path,
-                     ncu_args=extra, devices=devices, visible=visible, timeout=float(timeout),
-                     quiet=quiet, executor=executor, derive=derive, work=work, keep=keep,
-                     options=options, entered=entered)
+                     ncu_args=extra, devices=o.devices, visible=visible,
+                     timeout=float(o.timeout), quiet=o.quiet, executor=o.executor,
+                     derive=o.derive, work=work, keep=keep, options=recorded,
+                     entered=entered, focus=focus)
+
+
+def check_focus(focus: Any, ncu_args: Sequence[str]) -> None:
+    """``focus`` is a share of GPU time, and ``ncu_args`` leave the kernels to it.
+
+    Raises:
+        ValueError: either is not so.
+    """
+    if not isinstance(focus, (int, float)) or isinstance(focus, bool) or not 0 < focus <= 1:
+        raise ValueError(f"focus must be a share of GPU time in (0, 1], e.g. 0.9; got {focus!r}")
+    if any(a in ("-k", "--kernel-name") or a.startswith(("-k=", "--kernel-name="))
+           for a in ncu_args):
+        raise ValueError("focus chooses the kernels itself (ncu -k): leave -k out of ncu_args")
 
 
 def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
@@ -210,12 +333,4 @@ def _visible_device(device: int | str) -> str:
     return str(device)
 
 
-def child_env(visible_devices: str | None) -> dict[str, str]:
-    """The child's environment: ours, with torch_nsight importable and the GPU chosen."""
-    env = dict(os.environ)
-    root = str(_PACKAGE.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    env["PYTHONUNBUFFERED"] = "1"
-    if visible_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible_devices
-    return env
+__all__ = ["SweepPlan", "check_focus", "child_env", "plan_from", "plan_sweep"]

@@ -17,7 +17,6 @@ identical siblings on its own under the profiler.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -29,13 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
+from torch_nsight.collect.parent import engine
+from torch_nsight.collect.parent.engine import Manifest, Plan, Profiler, Settled, Stamps
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
-from torch_nsight.collect.parent.outcomes import warm_the_reader
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import ncu as ncu_cli
-from torch_nsight.errors import NothingProfiledError
+from torch_nsight.errors import NothingProfiledError, TorchNsightError
 from torch_nsight.metrics import SINGLE_PASS_SETS
-from torch_nsight.record import now
+from torch_nsight.record import SweepRecord
 from torch_nsight.status import (
     REHEARSAL_ENV,
     REPLICATE_ENV,
@@ -55,8 +55,10 @@ NOT_NCCL = "regex:^(?!nccl)"
 
 
 @dataclass(frozen=True)
-class ScriptPlan:
-    """A user's command to run under ncu, checked.
+class ScriptPlan(Plan):
+    """A user's command to run under ncu, checked: the command's kind of
+    :class:`~torch_nsight.collect.parent.engine.Plan` (one child, the command; what it
+    yields is its steps' status lines; its manifest ``report.run.json``).
 
     Attributes:
         command: the user's command (``python train.py ...``).
@@ -99,6 +101,102 @@ class ScriptPlan:
     def log(self) -> Path:
         """ncu's whole output, the line per kernel included."""
         return self.report.with_suffix(".log")
+
+    # the command's parts of the engine's route (collect/parent/engine.py)
+
+    @property
+    def work(self) -> Path:
+        return self.report.parent
+
+    @property
+    def keep(self) -> bool:
+        return True
+
+    @property
+    def executor(self) -> Any:
+        return None
+
+    @property
+    def profiler(self) -> Profiler | None:
+        return "torch.profiler" if self.timeline else "ncu"
+
+    def progress(self) -> Progress:
+        if self.timeline:
+            return Progress("step", self.n_steps, steps=self.n_steps, quiet=self.quiet)
+        return Progress("kernel", self.expected_kernels, steps=self.n_steps, quiet=self.quiet)
+
+    def children(self, private: Path | None, progress: Progress) -> list[ChildSpec]:
+        return [ChildSpec(self.report.stem, self.ncu_command, self.env,
+                          _status_path(self.report), self.report.with_suffix(".result.json"),
+                          self.report, self.log, items=self.n_steps or 1,
+                          deadline_s=math.inf if self.timeout is None else self.timeout,
+                          echo=progress.write)]
+
+    def yielded(self, outcome: ChildOutcome) -> list[dict[str, Any]]:
+        """The chosen steps' status lines (the status file goes once read)."""
+        if outcome.stopped:
+            logger.warning("stopped the command: %s", outcome.stopped)
+        status = _status_path(self.report)
+        steps: list[dict[str, Any]] = [{k: e.get(k) for k in ("index", "status", "elapsed_s", "modules", "calls",
+                                        "replicas") if k in e}
+                 for e in StatusReader(status).poll() if e.get("event") == "item_end"]
+        status.unlink(missing_ok=True)
+        return steps
+
+    def check(self, outcome: ChildOutcome, items: list[dict[str, Any]]) -> str | None:
+        if self.timeline:
+            if not self.report.is_file():
+                raise NothingProfiledError(f"the command wrote no timeline (exit status "
+                                           f"{outcome.returncode}): {why_nothing(self.steps)}")
+        else:
+            ncu_cli.raise_for_output(outcome.output, report_exists=self.report.is_file(),
+                                     returncode=outcome.returncode,
+                                     why_nothing=why_nothing(self.steps))
+        return self.report.name
+
+    def judge(self, items: list[dict[str, Any]], children: list[dict[str, Any]],
+              errors: list[tuple[str, TorchNsightError]]
+              ) -> tuple[list[dict[str, Any]], TorchNsightError | None]:
+        return [], errors[0][1] if errors else None
+
+    def describe(self, settled: Settled, stamps: Stamps, timing: dict[str, Any]) -> Manifest:
+        """The run's record (what the next run's ETA reads), its phases: start-up (until
+        the first profiled kernel), profiling, loading."""
+        (outcome,) = settled.outcomes
+        kernels = outcome.output.kernels_profiled
+        ran = [s for s in settled.items if s["status"] == "ok"]
+        ended = outcome.ended_at or stamps.settled
+        first = outcome.output.first_profiled_at or ended
+        summary = {"command": self.command, "steps": self.steps,
+                   "metric_set": self.metric_set, "replicate": self.replicate,
+                   "metrics": self.metrics, "ncu_command": self.ncu_command,
+                   "exit_status": outcome.returncode, "kernels_profiled": kernels,
+                   "kernels_per_step": round(kernels / len(ran), 1) if ran and kernels
+                   else None,  # per profiled step
+                   "steps_profiled": settled.items,
+                   "phases_s": {"start": round(first - stamps.launched, 3),
+                                "profiling": round(ended - first, 3),
+                                "load": round(stamps.finished - stamps.settled, 3)},
+                   "created": settled.created}
+        record = SweepRecord(
+            options={"profiler": self.profiler, "metric_set": self.metric_set,
+                     "steps": self.steps, "replicate": self.replicate},
+            items=tuple(settled.items), commands={outcome.spec.name: outcome.spec.command},
+            output_dir=str(self.work), created=settled.created, timing=timing)
+        return Manifest(self.manifest, record, settled.children, summary=summary,
+                        required=False)
+
+    def load(self, manifest: Manifest) -> Any:
+        from torch_nsight.loading import load
+
+        return load(self.report.parent, cache=False) if self.timeline else load(self.report)
+
+    def finish(self, loaded: Any, manifest: Manifest) -> ScriptRun:
+        status = manifest.summary["exit_status"]
+        return ScriptRun(0 if status is None else status, loaded, manifest.document())
+
+    def interrupted(self, outcomes: list[ChildOutcome]) -> None:
+        logger.warning("interrupted: what ncu profiled until then is in %s", self.report)
 
 
 @dataclass(frozen=True)
@@ -217,11 +315,8 @@ def _status_path(report: Path) -> Path:
 def _expected(report: Path, command: Sequence[str], metric_set: str, n_steps: int | None,
               replicate: bool) -> int | None:
     """Kernels to expect from the last run of the same command into the same folder."""
-    try:
-        last = json.loads(report.with_suffix(formats.RUN_SUFFIX).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(last, dict):
+    last = engine.last_run(report.with_suffix(formats.RUN_SUFFIX))
+    if last is None:
         return None
     per_step = last.get("kernels_per_step")
     if (not per_step or not n_steps or last.get("command") != list(command)
@@ -231,7 +326,8 @@ def _expected(report: Path, command: Sequence[str], metric_set: str, n_steps: in
 
 
 def run_script(plan: ScriptPlan) -> ScriptRun:
-    """Launch the command under ncu, settle what it left, load the report.
+    """Launch the command under ncu, settle what it left, load the report (the engine's
+    route, :func:`torch_nsight.collect.parent.engine.run`).
 
     Returns:
         The command's exit status (ncu passes the script's on), the profile, the record
@@ -242,66 +338,8 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
         NcuNotFoundError, CounterPermissionError, NothingProfiledError, TorchNsightError:
             as ncu's output calls for.
     """
-    progress = (Progress("step", plan.n_steps, steps=plan.n_steps, quiet=plan.quiet)
-                if plan.timeline else
-                Progress("kernel", plan.expected_kernels, steps=plan.n_steps, quiet=plan.quiet))
-    spec = ChildSpec(plan.report.stem, plan.ncu_command, plan.env, _status_path(plan.report),
-                     plan.report.with_suffix(".result.json"), plan.report, plan.log,
-                     items=plan.n_steps or 1,
-                     deadline_s=math.inf if plan.timeout is None else plan.timeout,
-                     echo=progress.write)
-    if not plan.timeline:
-        warm_the_reader()
-    launched = time.time()
-    try:
-        (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
-                                  cwd=os.getcwd(), progress=progress)
-    except Interrupted:
-        logger.warning("interrupted: what ncu profiled until then is in %s", plan.report)
-        raise KeyboardInterrupt from None
-    if outcome.stopped:
-        logger.warning("stopped the command: %s", outcome.stopped)
-    if plan.timeline:
-        if not plan.report.is_file():
-            raise NothingProfiledError(f"the command wrote no timeline (exit status "
-                                       f"{outcome.returncode}): {why_nothing(plan.steps)}")
-    else:
-        ncu_cli.raise_for_output(outcome.output, report_exists=plan.report.is_file(),
-                                 returncode=outcome.returncode,
-                                 why_nothing=why_nothing(plan.steps))
-    ended = outcome.ended_at or time.time()
-    first = outcome.output.first_profiled_at or ended
-    from torch_nsight.loading import load
-
-    loading = time.time()
-    profile = load(plan.report.parent, cache=False) if plan.timeline else load(plan.report)
-    phases = {"start": round(first - launched, 3), "profiling": round(ended - first, 3),
-              "load": round(time.time() - loading, 3)}
-    record = _settle(plan, outcome.returncode, outcome.output.kernels_profiled, phases)
-    return ScriptRun(0 if outcome.returncode is None else outcome.returncode, profile, record)
-
-
-def _settle(plan: ScriptPlan, exit_status: int | None, kernels: int,
-            phases: dict[str, float]) -> dict[str, Any]:
-    """The run's record, written next to the report (what the next run's ETA reads)."""
-    steps = [{k: e.get(k) for k in ("index", "status", "elapsed_s", "modules", "calls",
-                                    "replicas") if k in e}
-             for e in StatusReader(_status_path(plan.report)).poll()
-             if e.get("event") == "item_end"]
-    _status_path(plan.report).unlink(missing_ok=True)
-    ran = [s for s in steps if s["status"] == "ok"]
-    per_step = round(kernels / len(ran), 1) if ran and kernels else None  # profiled ones
-    record = {"command": plan.command, "steps": plan.steps, "metric_set": plan.metric_set,
-              "replicate": plan.replicate,
-              "metrics": plan.metrics, "ncu_command": plan.ncu_command,
-              "exit_status": exit_status, "kernels_profiled": kernels,
-              "kernels_per_step": per_step, "steps_profiled": steps,
-              "phases_s": phases, "created": now()}
-    try:
-        formats.write_json(plan.manifest, record)
-    except OSError as err:  # the profile is still shown
-        logger.warning("could not write %s: %s", plan.manifest, err)
-    return record
+    ran: ScriptRun = engine.run(plan)
+    return ran
 
 
 @dataclass(frozen=True)
