@@ -19,7 +19,6 @@ The output directory holds one Chrome trace per (variant, shape) (open it in Per
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -67,20 +66,12 @@ def _timed(run: Callable[[], Any], count: int, sync: Callable[[], None]) -> floa
     return float(statistics.median(times))
 
 
-def timeline(
-    model: Any,
-    shapes: Sequence[Any] | Mapping[str, Any],
-    *,
-    make_inputs: Callable[[Any], Any] | str | None = None,
-    backward: bool = False,
-    dtype: Any = None,
-    warmup: int = 3,
-    runs: int = 5,
-    ops: bool | str | Sequence[str] = False,
-    output_dir: str | os.PathLike[str] | None = None,
-    quiet: bool = False,
-    steps: int | None = None,
-) -> Profile:
+def timeline(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
+             make_inputs: Callable[[Any], Any] | str | None = None, backward: bool = False,
+             dtype: Any = None, warmup: int = 3, runs: int = 5,
+             ops: bool | str | Sequence[str] = False,
+             output_dir: str | os.PathLike[str] | None = None, quiet: bool = False,
+             steps: int | None = None) -> Profile:
     """Record a cheap timeline of a model across shapes with PyTorch's profiler.
 
     Runs in this process, on the current CUDA device (on the CPU when there is none: the
@@ -122,69 +113,84 @@ def timeline(
         warnings.warn("timeline(steps=) is now timeline(runs=)", DeprecationWarning,
                       stacklevel=2)
         runs = steps
+    job = _job(model, shapes, make_inputs=make_inputs, backward=backward, dtype=dtype,
+               warmup=warmup, runs=runs, ops=ops)
+    from torch_nsight.loading import load
+
+    work = Path(output_dir) if output_dir is not None else Path(
+        tempfile.mkdtemp(prefix="torch_nsight-timeline-"))
+    try:
+        with locked_folder(work):  # one writer at a time
+            items, device = _record_all(job, work, quiet=quiet)
+            formats.write_json(work / formats.TIMELINE_MANIFEST, {
+                "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
+                "device": device, "backward": job.backward, "dtype": job.dtype,
+                "items": items, "settings": user_settings()})
+            if not any(item.get("status") == "ok" for item in items):
+                raise every_shape_failed(items)
+            profile = load(work, cache=False)
+    finally:
+        if output_dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if output_dir is None:  # the folder went: the record says so, as a sweep's does
+        records = tuple(dataclasses.replace(r, output_dir=None) for r in profile.meta.sweeps)
+        profile = dataclasses.replace(profile,
+                                      meta=dataclasses.replace(profile.meta, sweeps=records))
+    return profile
+
+
+def _job(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dtype: Any,
+         warmup: Any, runs: Any, ops: Any) -> Job:
+    """The arguments of :func:`timeline`, checked, as one job.
+
+    Raises:
+        ValueError, TypeError: a bad argument (shapes, counts, model).
+    """
     variants = check_variants(model)
     pairs = normalize_shapes(shapes)
     make_inputs = check_make_inputs(make_inputs)
     _check_counts(warmup, runs)
-    dtype_name = normalize_dtype(dtype)
+    return Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
+               dtype=normalize_dtype(dtype), warmup=warmup, repeats=runs, ops=ops)
+
+
+def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, Any]], str]:
+    """Record every (variant, shape) of the job into ``work``, one trace each, a failure
+    costing only its own item: the manifest's items, and the device's name."""
     import torch
+    from tqdm.auto import tqdm
 
     from torch_nsight.capture.compiled import tracking_compiles
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
-    from torch_nsight.loading import load
 
-    job = Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
-              dtype=dtype_name, warmup=warmup, repeats=runs, ops=ops)
-    work = Path(output_dir) if output_dir is not None else Path(
-        tempfile.mkdtemp(prefix="torch_nsight-timeline-"))
-    held = contextlib.ExitStack()
-    held.enter_context(locked_folder(work))  # one writer at a time
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")
     items = []
-    try:
-        from tqdm.auto import tqdm
-
-        todo = [(v, label, shape) for v in variants for label, shape in pairs]
-        for index, (variant, label, shape) in enumerate(
-                tqdm(todo, desc="torch_nsight timeline", unit="shape",
-                     disable=True if quiet else None, leave=False)):
-            item: dict[str, Any] = {"variant": variant, "shape": label, "steps": runs,
-                                    "warmup": warmup}
-            try:
-                module = variants[variant]
-                module = module if isinstance(module, torch.nn.Module) else module()
-                if dtype_name is not None:
-                    module = module.to(getattr(torch, dtype_name))
-                module = module.to(device)
-                args, kwargs = build_inputs(job, shape, device, model_dtype(module))
-                with tracking_compiles():  # a compiled model compiles in the bare warm-up
-                    item.update(_record(module, args, kwargs, job, variant, label, device,
-                                        work / f"trace-{index}.json", run_step))
-            except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
-                logger.warning("timeline of %s%s failed: %s: %s", label,
-                               f" ({variant})" if variant else "", type(err).__name__, err)
-                item.update(status="failed", error=f"{type(err).__name__}: {err}")
-            items.append(item)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        formats.write_json(work / formats.TIMELINE_MANIFEST, {
-            "kind": formats.TIMELINE_KIND, "format": formats.TIMELINE_FORMAT,
-            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "backward": backward, "dtype": dtype_name, "items": items,
-            "settings": user_settings()})
-        if not any(item.get("status") == "ok" for item in items):
-            raise every_shape_failed(items)
-        profile = load(work, cache=False)
-        if output_dir is None:  # the folder goes: the record says so, as a sweep's does
-            records = tuple(dataclasses.replace(r, output_dir=None) for r in profile.meta.sweeps)
-            profile = dataclasses.replace(
-                profile, meta=dataclasses.replace(profile.meta, sweeps=records))
-        return profile
-    finally:
-        held.close()
-        if output_dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    todo = [(v, label, shape) for v in job.variants for label, shape in job.shapes]
+    for index, (variant, label, shape) in enumerate(
+            tqdm(todo, desc="torch_nsight timeline", unit="shape",
+                 disable=True if quiet else None, leave=False)):
+        item: dict[str, Any] = {"variant": variant, "shape": label, "steps": job.repeats,
+                                "warmup": job.warmup}
+        try:
+            module = job.variants[variant]
+            module = module if isinstance(module, torch.nn.Module) else module()
+            if job.dtype is not None:
+                module = module.to(getattr(torch, job.dtype))
+            module = module.to(device)
+            args, kwargs = build_inputs(job, shape, device, model_dtype(module))
+            with tracking_compiles():  # a compiled model compiles in the bare warm-up
+                item.update(_record(module, args, kwargs, job, variant, label, device,
+                                    work / f"trace-{index}.json", run_step))
+        except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
+            logger.warning("timeline of %s%s failed: %s: %s", label,
+                           f" ({variant})" if variant else "", type(err).__name__, err)
+            item.update(status="failed", error=f"{type(err).__name__}: {err}")
+        items.append(item)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return items, name
 
 
 def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job,
