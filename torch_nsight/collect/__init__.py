@@ -5,8 +5,10 @@
 into a :class:`~torch_nsight.Profile`. The code is split by the process it runs in:
 
 * :mod:`~torch_nsight.collect.parent`: the user's process. :mod:`~.parent.sweep`, the front
-  door; :mod:`~.parent.launch`, run and watch the children; :mod:`~.parent.outcomes`, what
-  they left; :mod:`~.parent.progress`, the progress bar.
+  door; :mod:`~.parent.plan`, its plan; :mod:`~.parent.engine`, the one route of every plan
+  (a sweep's, a command's): launch, settle, load; :mod:`~.parent.launch`, run and watch the
+  children; :mod:`~.parent.outcomes`, what they left; :mod:`~.parent.progress`, the
+  progress bar.
 * :mod:`~torch_nsight.collect.child`: the profiled process, under ``ncu``.
   :mod:`~.child.start`, its entry point (CUDA starts while it imports); :mod:`~.child.worker`,
   what it runs; :mod:`~.child.steps`, inputs and one iteration;

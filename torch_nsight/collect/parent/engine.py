@@ -186,8 +186,9 @@ class Plan(abc.ABC):
         """The progress line."""
 
     @abc.abstractmethod
-    def children(self, private: Path | None, progress: Progress) -> list[ChildSpec]:
-        """What to launch."""
+    def children(self, private: Path | None) -> list[ChildSpec]:
+        """What to launch (before the progress line shows: a job that cannot be pickled
+        fails here)."""
 
     @abc.abstractmethod
     def yielded(self, outcome: ChildOutcome) -> list[dict[str, Any]]:
@@ -236,8 +237,11 @@ def run(plan: Plan) -> Any:
     """
     with _folders(plan) as private:
         plan = plan.rewrite()
+        specs = plan.children(private)
         progress = plan.progress()
-        specs = plan.children(private, progress)
+        # a child that echoes its output (a user's command) writes above the progress line
+        specs = [s if s.echo is None else dataclasses.replace(s, echo=progress.write)
+                 for s in specs]
         if plan.profiler == "ncu":
             warm_the_reader()
         launched = time.time()

@@ -151,7 +151,7 @@ class SweepPlan(Plan):
         return Progress("shape", len(self.job.shapes) * len(self.job.variants),
                         quiet=self.quiet, profiling=self.ncu is not None)
 
-    def children(self, private: Path | None, progress: Progress) -> list[ChildSpec]:
+    def children(self, private: Path | None) -> list[ChildSpec]:
         from torch_nsight.collect.parent import sweep_kind
 
         assert private is not None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -125,12 +126,13 @@ class ScriptPlan(Plan):
             return Progress("step", self.n_steps, steps=self.n_steps, quiet=self.quiet)
         return Progress("kernel", self.expected_kernels, steps=self.n_steps, quiet=self.quiet)
 
-    def children(self, private: Path | None, progress: Progress) -> list[ChildSpec]:
+    def children(self, private: Path | None) -> list[ChildSpec]:
+        """The command, its output echoed (above the engine's progress line)."""
         return [ChildSpec(self.report.stem, self.ncu_command, self.env,
                           _status_path(self.report), self.report.with_suffix(".result.json"),
                           self.report, self.log, items=self.n_steps or 1,
                           deadline_s=math.inf if self.timeout is None else self.timeout,
-                          echo=progress.write)]
+                          echo=_echo)]
 
     def yielded(self, outcome: ChildOutcome) -> list[dict[str, Any]]:
         """The chosen steps' status lines (the status file goes once read)."""
@@ -306,6 +308,11 @@ def plan_timeline(command: Sequence[str], folder: Path, *, steps: str,
                       metrics=[], report=report, steps=steps, n_steps=count_steps(steps),
                       env=env, timeout=timeout, expected_kernels=None, quiet=quiet,
                       timeline=True)
+
+
+def _echo(line: str) -> None:
+    """A line of the command's output, where no progress line shows it."""
+    sys.stderr.write(line + "\n")
 
 
 def _status_path(report: Path) -> Path:
