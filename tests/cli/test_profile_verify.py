@@ -53,9 +53,16 @@ def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None
                "--verify-fix", "pad_linear@nowhere", "--", sys.executable, "train.py",
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # one line when each run starts and ends, the 2 steps lengthened to 5
-    assert "verify: run 1 of 5: no fix, steps 3:8" in proc.stderr
-    assert "verify: run 5 of 5: pad_linear@nowhere" in proc.stderr
+    # one line when each run starts and ends, the 2 steps lengthened to 5; two rounds, the
+    # second in reverse order, a fix that failed to apply not run again
+    started = [line.split(": ", 2)[1:] for line in proc.stderr.splitlines()
+               if line.startswith("verify: run ")]
+    assert [s for s, _ in started] == [f"run {n} of 10" for n in range(1, 11)]
+    assert [what.split(" (")[0] for _, what in started] == [
+        "no fix, steps 3:8", "pad_linear@2", "tf32", "compile@0:backend=eager",
+        "pad_linear@nowhere", "no fix, steps 3:8",
+        "pad_linear@nowhere: not run again", "compile@0:backend=eager", "tf32",
+        "pad_linear@2"]
     rows = findings_section(proc.stdout)
     assert "predicted µs" in rows[0] and "measured µs" in rows[0]
     verdicts = [line for line in proc.stdout.splitlines() if line.startswith("verified:")]
@@ -69,7 +76,8 @@ def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_fix_that_changes_the_loss_is_not_counted(tmp_path: Path) -> None:
     script(tmp_path, scaled=True)
-    proc = cli("--dry-run", "--steps", "2:7", "--verify", "--verify-fix", "tf32", "--",
+    proc = cli("--dry-run", "--steps", "2:7", "--verify", "--verify-rounds", "1",
+               "--verify-fix", "tf32", "--",
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "verify: tf32: NOT counted (loss_changed)" in proc.stderr
@@ -85,8 +93,8 @@ def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
     ncu.write_text(FAKE_NCU.format(python=sys.executable, mode="ok", report=report))
     ncu.chmod(0o755)
     script(tmp_path)
-    proc = cli("--ncu", str(ncu), "--steps", "4:10", "--verify", "--", sys.executable,
-               "train.py", cwd=tmp_path)
+    proc = cli("--ncu", str(ncu), "--steps", "4:10", "--verify", "--verify-rounds", "1", "--",
+               sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "verify: run 2 of 2: tf32 (the fix of fp32_no_tensor_cores in Linear)" in proc.stderr
     (row,) = [r for r in findings_section(proc.stdout) if "fp32_no_tensor_cores" in r]

@@ -61,10 +61,13 @@ def test_the_recorded_finding_is_measured_with_its_switch(projection: list[str])
     assert row["predicted_basis"] == found.iloc[0]["gain_basis"]
     assert row["est_gain_ns"] == found.iloc[0]["est_gain_ns"]  # the prediction stays
     assert row["measured_gain_ns"] == pytest.approx(row["before_ns"] - row["after_ns"])
-    assert row["steps_timed"] == 5 and row["measured_spread_ns"] >= 0
-    assert lines[0] == "verify: run 1 of 2: no fix, steps 3:8"
-    assert lines[2] == ("verify: run 2 of 2: pad_linear@proj:multiple=64 (the fix of "
+    # two rounds pooled: 5 steps a run
+    assert row["steps_timed"] == 10 and row["measured_spread_ns"] >= 0
+    assert "2 rounds" in row["verify_detail"]
+    assert lines[0] == "verify: run 1 of 4: no fix, steps 3:8"
+    assert lines[2] == ("verify: run 2 of 4: pad_linear@proj:multiple=64 (the fix of "
                         "gemm_misaligned in proj)")
+    assert lines[3] == "verify: run 3 of 4: no fix, steps 3:8"
 
 
 @pytest.mark.slow

@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     on_steps = [option for option, given in (
         ("--steps", args.steps is not None), ("--verify-top", args.verify_top is not None),
         ("--verify-steps", args.verify_steps is not None), ("--verify-fix", args.verify_fix),
-        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None)) if given]
+        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None),
+        ("--verify-rounds", args.verify_rounds is not None)) if given]
     if on_steps and args.command is None:
         raise UsageError(f"{', '.join(on_steps)} time fixes on your own steps: add --verify "
                          "--command \"python train.py\"")

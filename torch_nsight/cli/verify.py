@@ -31,11 +31,11 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
     """Add ``--verify`` (when ``flag``) and its ``--verify-*`` options."""
     if flag:
         parser.add_argument("--verify", action="store_true",
-                            help="after the profile, run the command bare once without and "
-                                 "once with each of the top findings' switch fixes "
-                                 "(torch.compile, channels-last, TF32, a padded Linear) and "
+                            help="after the profile, run the command bare without and with "
+                                 "each of the top findings' switch fixes (torch.compile, "
+                                 "channels-last, TF32, a padded Linear), alternating, and "
                                  "show the gain measured on your steps beside the predicted "
-                                 "one (1 + N more runs of the command)")
+                                 "one (rounds x (1 + N) more runs of the command)")
     parser.add_argument("--verify-top", type=int, default=None, metavar="N",
                         help="measure the switches of the top N findings that have one "
                              "(default 3)")
@@ -47,6 +47,10 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
                              "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
                              "channels_last, tf32, pad_linear, sdpa_backend (e.g. "
                              "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
+    parser.add_argument("--verify-rounds", type=int, default=None, metavar="R",
+                        help="run the baseline and every fix this many times, alternating, "
+                             "so that drift of the GPU's speed weighs on both sides "
+                             "(default 2)")
     parser.add_argument("--verify-loss-tolerance", type=float, default=None, metavar="X",
                         help="a fix that changes a step's loss (step.record_loss) by more "
                              "than this fraction is not counted (default 0.02)")
@@ -61,7 +65,12 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | N
         VerifyError: no steps to time, or too few.
     """
     from torch_nsight.analyze.measured import LOSS_TOLERANCE
-    from torch_nsight.collect.parent.measure import DEFAULT_TOP, VerifyPlan, verify_window
+    from torch_nsight.collect.parent.measure import (
+        DEFAULT_ROUNDS,
+        DEFAULT_TOP,
+        VerifyPlan,
+        verify_window,
+    )
 
     if getattr(args, "ranks", None) is not None or getattr(args, "timeline", False):
         raise UsageError("--verify runs the whole command again, bare: not with --ranks "
@@ -70,6 +79,9 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | N
     top = DEFAULT_TOP if args.verify_top is None else args.verify_top
     if top < 1:
         raise UsageError(f"--verify-top must be at least 1, got {top}")
+    rounds = DEFAULT_ROUNDS if args.verify_rounds is None else args.verify_rounds
+    if rounds < 1:
+        raise UsageError(f"--verify-rounds must be at least 1, got {rounds}")
     tolerance = (LOSS_TOLERANCE if args.verify_loss_tolerance is None
                  else args.verify_loss_tolerance)
     if not tolerance >= 0:
@@ -81,7 +93,7 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | N
         except ValueError as err:
             raise UsageError(f"--verify-fix {text!r}: {err}") from None
     return VerifyPlan(list(command), verify_window(steps, args.verify_steps), top=top,
-                      fixes=tuple(fixes), loss_tolerance=tolerance,
+                      fixes=tuple(fixes), loss_tolerance=tolerance, rounds=rounds,
                       timeout=getattr(args, "timeout", None))
 
 

@@ -1,11 +1,15 @@
 """Fixes measured on the user's own steps: ``torch-nsight profile --verify`` (and
 ``findings --verify --command``).
 
-Choose -> baseline -> each fix -> merge. For the top findings whose fix is a switch
+Choose -> rounds of (baseline, each fix) -> merge. For the top findings whose fix is a switch
 (:mod:`torch_nsight.analyze.findings.switch_fixes`; or the fixes asked for by name), the
 user's command runs bare (:mod:`torch_nsight.collect.parent.bare`) once without any fix and
-once with each, timing the same steps; each fix's gain is the median step before minus
-after (:mod:`torch_nsight.analyze.measured`). A fix that fails to apply, a run whose steps
+once with each, timing the same steps, and does so again for each round: the runs alternate
+(baseline, fixes; the fixes in reverse order on even rounds) so that a GPU whose speed
+drifts between runs (clocks, power, other tenants) weighs on both sides alike. Each fix's
+gain is the median of its steps over all rounds minus the baseline's
+(:mod:`torch_nsight.analyze.measured`); the baseline's round-to-round drift is reported,
+and a gain inside it is said to be. A fix that fails to apply, a run whose steps
 raise or end early, or a fix that changes the loss beyond the tolerance is reported in
 ``verify_status`` and not counted. The finding table keeps its prediction in
 ``est_gain_ns`` and gains :data:`~torch_nsight.vocabulary.MEASURED_COLUMNS`; a measured
@@ -45,6 +49,8 @@ __all__ = ["VerifyPlan", "verify_on_steps", "verify_window"]
 
 #: The fixes measured by default: the top findings that have a switch.
 DEFAULT_TOP = 3
+#: Rounds of bare runs by default (each round: the baseline, then every fix).
+DEFAULT_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class VerifyPlan:
         top: how many of the ranked findings' distinct switches to measure.
         fixes: fixes asked for by name: measured instead of the findings' own.
         loss_tolerance: the largest relative change of a step's loss a fix may cause.
+        rounds: how many times the baseline and every fix run (alternating).
         timeout: seconds each run may take (None: no limit).
         quiet: no progress bar.
     """
@@ -66,6 +73,7 @@ class VerifyPlan:
     top: int = DEFAULT_TOP
     fixes: tuple[FixSpec, ...] = ()
     loss_tolerance: float = LOSS_TOLERANCE
+    rounds: int = DEFAULT_ROUNDS
     timeout: float | None = None
     quiet: bool = False
 
@@ -128,13 +136,28 @@ def _ms(value_ns: float) -> str:
     return format_duration(value_ns, largest="ms", decimals=2)
 
 
-def _judge(base: BareRun, run: BareRun, tolerance: float
+def _pooled(runs: Sequence[BareRun]) -> list[float]:
+    return [t for run in runs for t in run.times_ns]
+
+
+def _drift(bases: Sequence[BareRun]) -> float:
+    """The range of the baseline's median step over its rounds (0 with one round)."""
+    medians = [statistics.median(b.times_ns) for b in bases if b.times_ns]
+    return max(medians) - min(medians) if len(medians) > 1 else 0.0
+
+
+def _judge(bases: Sequence[BareRun], runs: Sequence[BareRun], tolerance: float
            ) -> tuple[str, str, StepGain | None]:
-    """(verify_status, verify_detail, gain) of one fix's run against the baseline."""
-    if run.error is not None or run.times is None or base.times is None:
-        return ("fix_failed" if run.fix_failed else "run_failed"), str(run.error), None
-    gain = step_gain(base.times_ns, run.times_ns) if run.times_ns else None
-    change = loss_change(base.times.losses, run.times.losses)
+    """(verify_status, verify_detail, gain) of one fix's runs against the baseline's, all
+    rounds pooled; the first run that failed decides when one did."""
+    for run in runs:
+        if run.error is not None or run.times is None:
+            return ("fix_failed" if run.fix_failed else "run_failed"), str(run.error), None
+    after = _pooled(runs)
+    gain = step_gain(_pooled(bases), after) if after else None
+    change = max((c for c in (loss_change(bases[0].times.losses, r.times.losses)
+                              for r in runs if bases[0].times and r.times)
+                  if c is not None), default=None)
     status = measured_status(gain, change, tolerance=tolerance)
     if status == "loss_changed":
         detail = (f"the loss changed by {100 * (change or 0):.2g}% (tolerance "
@@ -144,21 +167,31 @@ def _judge(base: BareRun, run: BareRun, tolerance: float
     else:
         detail = ("loss not recorded (step.record_loss): not compared" if change is None
                   else f"loss within {100 * tolerance:.2g}%")
+        drift = _drift(bases)
         if gain is not None and gain.within_noise:
             detail += "; the gain is within the step-to-step noise"
+        elif gain is not None and abs(gain.gain_ns) <= drift:
+            detail += (f"; the gain is within the baseline's drift between rounds "
+                       f"({_ms(drift)})")
+        if len(runs) > 1:
+            detail += f"; {len(runs)} rounds"
     return status, detail, gain
 
 
-def _baseline(plan: VerifyPlan, n_steps: int, say: Callable[[str], None], total: int
-              ) -> BareRun:
-    say(f"verify: run 1 of {total}: no fix, steps {plan.steps}")
+def _baseline(plan: VerifyPlan, n_steps: int, say: Callable[[str], None], number: int,
+              total: int) -> BareRun | None:
+    """One baseline run; None when a later round's is unusable (the first round's raises)."""
+    say(f"verify: run {number} of {total}: no fix, steps {plan.steps}")
     base = run_bare(plan.command, plan.steps, n_steps, name="verify baseline",
                     timeout=plan.timeout, quiet=plan.quiet)
-    if base.error is not None:
-        raise VerifyError(f"--verify: the run without any fix is unusable: {base.error}")
-    if len(base.times_ns) < MIN_STEPS:
-        raise VerifyError(f"--verify: the run without any fix timed {len(base.times_ns)} "
-                          f"steps; at least {MIN_STEPS} are needed")
+    problem = base.error or (None if len(base.times_ns) >= MIN_STEPS else
+                             f"it timed {len(base.times_ns)} steps; at least {MIN_STEPS} "
+                             "are needed")
+    if problem is not None:
+        if number == 1:
+            raise VerifyError(f"--verify: the run without any fix is unusable: {problem}")
+        say(f"verify: this run without a fix is left out: {problem}")
+        return None
     times = base.times_ns
     say(f"verify: no fix: median step {_ms(statistics.median(times))} over "
         f"{len(times)} steps ({base.times.clock if base.times else '?'})")
@@ -207,20 +240,46 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
                           "(torch.compile, channels-last, TF32, a padded Linear, an SDPA "
                           "backend); name one with --verify-fix")
     table = _with_columns(table)
-    base = _baseline(plan, n_steps, tell, len(chosen) + 1)
-    for number, (positions, spec) in enumerate(chosen, start=2):
-        row = table.iloc[positions[0]]
-        tell(f"verify: run {number} of {len(chosen) + 1}: {spec.describe()}" + (
-            "" if plan.fixes else f" (the fix of {row['finding']} in {row['module']})"))
-        run = run_bare(plan.command, plan.steps, n_steps, fixes=(spec,),
-                       name=f"verify {spec.fix}", timeout=plan.timeout, quiet=plan.quiet)
-        status, detail, gain = _judge(base, run, plan.loss_tolerance)
+    bases, runs = _run_rounds(plan, chosen, table, n_steps, tell)
+    for positions, spec in chosen:
+        status, detail, gain = _judge(bases, runs[spec.describe()], plan.loss_tolerance)
         _record(table, positions, status, detail, gain)
         tell(f"verify: {spec.describe()}: " + (
             f"{_ms(gain.before_ns)} -> {_ms(gain.after_ns)} per step, gain "
             f"{_ms(gain.gain_ns)} ± {_ms(gain.spread_ns)}; {detail}"
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     return table
+
+
+def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
+                table: pd.DataFrame, n_steps: int, tell: Callable[[str], None]
+                ) -> tuple[list[BareRun], dict[str, list[BareRun]]]:
+    """The baseline's runs and each fix's (by ``describe()``), round after round; a fix whose
+    run failed is not run again."""
+    total = plan.rounds * (len(chosen) + 1)
+    bases: list[BareRun] = []
+    runs: dict[str, list[BareRun]] = {spec.describe(): [] for _, spec in chosen}
+    number = 0
+    for round_number in range(plan.rounds):
+        number += 1
+        base = _baseline(plan, n_steps, tell, number, total)
+        if base is not None:
+            bases.append(base)
+        order = chosen if round_number % 2 == 0 else chosen[::-1]
+        for positions, spec in order:
+            number += 1
+            done = runs[spec.describe()]
+            if done and done[-1].error is not None:
+                tell(f"verify: run {number} of {total}: {spec.describe()}: not run again "
+                     "(its first run failed)")
+                continue
+            row = table.iloc[positions[0]]
+            tell(f"verify: run {number} of {total}: {spec.describe()}" + (
+                "" if plan.fixes else f" (the fix of {row['finding']} in {row['module']})"))
+            done.append(run_bare(plan.command, plan.steps, n_steps, fixes=(spec,),
+                                 name=f"verify {spec.fix}", timeout=plan.timeout,
+                                 quiet=plan.quiet))
+    return bases, runs
 
 
 def _with_columns(table: pd.DataFrame) -> pd.DataFrame:
