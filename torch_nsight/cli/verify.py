@@ -45,7 +45,7 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
     parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
                         help="measure this fix instead of the findings' (repeat for several): "
                              "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
-                             "channels_last, tf32, pad_linear, sdpa_backend (e.g. "
+                             "channels_last, tf32, pad_linear, sdpa_backend, gelu_tanh (e.g. "
                              "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
     parser.add_argument("--verify-rounds", type=int, default=None, metavar="R",
                         help="run the baseline and every fix this many times, alternating, "
