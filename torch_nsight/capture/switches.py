@@ -172,7 +172,7 @@ def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -
                              "GELU: F.gelu(x, approximate='tanh') would change the model")
 
     def do(module: nn.Module) -> Undo:
-        module.forward = _tanh_gelu  # type: ignore[method-assign]
+        module.forward = _tanh_gelu
         return lambda: module.__dict__.pop("forward", None)
     return _each(targets, do)
 
