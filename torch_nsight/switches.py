@@ -54,6 +54,7 @@ FIX_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "tf32": {},
     "pad_linear": {"multiple": int},
     "sdpa_backend": {"backend": str},
+    "gelu_tanh": {},
 }
 #: The options a kind must be given.
 REQUIRED = {"sdpa_backend": ("backend",)}

@@ -41,9 +41,10 @@ FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gai
 #: What ``profile --verify`` adds to a finding table: the basis of the prediction
 #: (``est_gain_ns`` keeps it), the gain measured on the user's steps with its spread (half the
 #: quartile range), the median step before and after, the steps timed on each side, and
-#: whether the measurement counts (``verify_status``) with why (``verify_detail``).
+#: whether the measurement counts (``verify_status``) with why (``verify_detail``), and the
+#: switch that was measured (``verify_fix``: one fix may stand for several rows).
 MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns", "before_ns",
-                    "after_ns", "steps_timed", "verify_status", "verify_detail")
+                    "after_ns", "steps_timed", "verify_status", "verify_detail", "verify_fix")
 #: ``gain_basis`` of a finding whose fix was measured on the user's steps.
 STEPS_BASIS = "steps"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from tests.analyze.test_physical import DATA, _sources
+from tests.analyze.test_physical import DATA, recorded_sources
 from torch_nsight.errors import TorchNsightError
 
 GOLDEN = Path(__file__).resolve().parent / "golden_findings"
@@ -48,7 +48,8 @@ def _golden_name(source: Path) -> str:
     return str(source.relative_to(DATA)).replace("/", "__").rstrip("_") + ".txt"
 
 
-@pytest.mark.parametrize("source", _sources(), ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize("source", recorded_sources(),
+                         ids=lambda p: str(p.relative_to(DATA)))
 def test_findings_unchanged(source: Path) -> None:
     path = GOLDEN / _golden_name(source)
     text = findings_text(source)

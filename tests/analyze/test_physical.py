@@ -13,7 +13,8 @@ from torch_nsight.errors import TorchNsightError
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def _sources() -> list[Path]:
+def recorded_sources() -> list[Path]:
+    """Every recorded source in tests/data: reports, saved profiles and sweep folders."""
     found = [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz"), *DATA.glob("*.parquet")]
     found += [p for p in DATA.glob("*/") if (p / "sweep.json").exists()]
     found += [p for p in DATA.glob("*/*/") if (p / "sweep.json").exists()]
@@ -21,10 +22,11 @@ def _sources() -> list[Path]:
 
 
 def test_there_are_sources_to_check() -> None:
-    assert len(_sources()) >= 30
+    assert len(recorded_sources()) >= 30
 
 
-@pytest.mark.parametrize("source", _sources(), ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize("source", recorded_sources(),
+                         ids=lambda p: str(p.relative_to(DATA)))
 def test_no_kernel_above_its_roof(source: Path, caplog: pytest.LogCaptureFixture) -> None:
     try:
         kernels = torch_nsight.load(source, cache=False).kernels

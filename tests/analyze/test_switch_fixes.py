@@ -29,7 +29,8 @@ def test_every_switch_is_a_valid_fix() -> None:
 @pytest.mark.parametrize(("fixture", "finding", "fix"), [
     ("findings_gemm", "gemm_misaligned", "pad_linear"),
     ("findings_fp32_off", "fp32_no_tensor_cores", "tf32"),
-    ("findings_chain", "elementwise_chain", "compile"),
+    # a tanh GELU written out: the fused op the finding names, not a compile
+    ("findings_chain", "elementwise_chain", "gelu_tanh"),
     ("findings_conv", "layout_conversion", "channels_last"),
 ])
 def test_the_recorded_findings_name_their_switch_and_its_module(
@@ -38,9 +39,18 @@ def test_the_recorded_findings_name_their_switch_and_its_module(
     row = found[found["finding"] == finding].iloc[0]
     spec = switch_fix(row)
     assert spec is not None and spec.fix == fix
-    if fix in ("pad_linear", "compile"):  # the module the finding names, by its name
+    if fix in ("pad_linear", "compile", "gelu_tanh"):  # the module the finding names
         path = row["module_path"]
         assert spec.target == ("" if "/" not in path else path_leaf(path))
+
+
+def test_a_chain_with_no_fused_op_is_compiled_and_a_gelu_chain_gets_the_fused_gelu() -> None:
+    found = load("decoder_train").finding_table()
+    chains = found[found["finding"] == "elementwise_chain"]
+    specs = {switch_fix(row).fix: row["fix"] for _, row in chains.iterrows()}
+    assert set(specs) == {"compile", "gelu_tanh"}
+    assert specs["gelu_tanh"].startswith("Use F.gelu(approximate='tanh')")
+    assert "F.gelu" not in specs["compile"]
 
 
 def test_a_folded_finding_targets_every_block() -> None:

@@ -9,7 +9,7 @@ import torch
 from capture_models import STACK_FORWARD, Recorder, Stack
 from torch import nn
 
-from torch_nsight.capture.hooks import _HOOKS_KEY, NODE_HOOKS
+from torch_nsight.capture.hooks import HOOKS_KEY, NODE_HOOKS
 from torch_nsight.capture.stack import STACK
 
 
@@ -110,7 +110,7 @@ def test_user_hooks_on_outputs_work_as_without_instrumentation(recorder: Recorde
     recorder.instrument(plain)
     y = plain(x)
     assert y._backward_hooks is None
-    hook = y.grad_fn.metadata[_HOOKS_KEY]
+    hook = y.grad_fn.metadata[HOOKS_KEY]
     assert hook.handle is None
     z: list[torch.Tensor] = []
     y.register_hook(z.append)
@@ -122,7 +122,7 @@ def test_a_hook_on_an_output_with_user_hooks_uses_register_prehook(recorder: Rec
     model = Doubler(hook_inside=True)
     recorder.instrument(model, include="")  # the root only: its output comes hooked
     out = model(torch.randn(2, 4))
-    hook = out.grad_fn.metadata[_HOOKS_KEY]
+    hook = out.grad_fn.metadata[HOOKS_KEY]
     assert hook.handle is not None  # the output's hooks dict is the user's: not borrowed
     out.sum().backward()
     assert recorder.lines() == ["Doubler", "bwd:Doubler"]

@@ -115,6 +115,16 @@ def test_instrumenting_twice_does_not_double_ranges(recorder: Recorder) -> None:
     assert recorder.instrument(model, backward=False).active  # allowed again once removed
 
 
+def test_the_already_instrumented_warnings_point_at_the_caller() -> None:
+    model = Stack()
+    with instrument(model.layers[1], enabled=True, emitter=RecordingEmitter()):
+        with pytest.warns(UserWarning, match="submodule") as taken:
+            handle = instrument(model, enabled=True, emitter=RecordingEmitter())
+        with handle, pytest.warns(UserWarning, match="not instrumenting it again") as again:
+            instrument(model, enabled=True, emitter=RecordingEmitter())
+    assert [w.filename for w in (*taken, *again)] == [__file__, __file__]
+
+
 def test_instrumenting_a_parent_skips_already_instrumented_children(recorder: Recorder) -> None:
     model = Stack()
     child = recorder.instrument(model.layers[1], backward=False)

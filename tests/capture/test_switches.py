@@ -208,3 +208,28 @@ def test_a_wrapper_is_named_when_the_target_is_inside_it() -> None:
     with pytest.raises(ValueError, match=r"named module\.<name>, so it wraps the model"):
         find_targets(wrapped, "0")
     assert [n for n, _ in find_targets(wrapped.module, "0")] == ["0"]
+
+
+class NewGelu(nn.Module):
+    """The tanh GELU written out, as Hugging Face's GPT-2 has it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+def test_the_tanh_gelu_formula_becomes_the_fused_op_with_the_same_outputs() -> None:
+    model = nn.Sequential(nn.Linear(8, 16), NewGelu(), nn.Linear(16, 4))
+    x = torch.randn(32, 8)
+    before = model(x)
+    (outcome,) = apply_fixes(model, [FixSpec("gelu_tanh", "1")])
+    assert outcome.status == "applied" and outcome.modules == ("1",)
+    assert model[1].forward(x) is not None and "forward" in vars(model[1])
+    torch.testing.assert_close(model(x), before, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("module", [nn.ReLU(), nn.GELU(), nn.Linear(4, 4)])
+def test_gelu_tanh_refuses_what_is_not_the_tanh_gelu(module: nn.Module) -> None:
+    model = nn.Sequential(module)
+    (outcome,) = apply_fixes(model, [FixSpec("gelu_tanh", "0")])
+    assert outcome.status == "failed"
+    assert "forward" not in vars(model[0])  # nothing changed

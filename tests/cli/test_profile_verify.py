@@ -99,7 +99,10 @@ def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
     assert "verify: run 2 of 2: tf32 (the fix of fp32_no_tensor_cores in Linear)" in proc.stderr
     (row,) = [r for r in findings_section(proc.stdout) if "fp32_no_tensor_cores" in r]
     assert "±" in row  # the gain measured on the steps, beside the predicted one
-    assert "verified: fp32_no_tensor_cores in Linear: measured" in proc.stdout
+    (line,) = [v for v in proc.stdout.splitlines() if v.startswith("verified:")]
+    # one line per fix: every row it stands for predicted together, beside what it measured
+    assert line.startswith("verified: fp32_no_tensor_cores in Linear")
+    assert ": measured: tf32: predicted " in line and "x the prediction" in line
 
 
 def test_a_script_that_never_instruments_cannot_have_its_fix_applied(

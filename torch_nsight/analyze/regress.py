@@ -193,6 +193,86 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
                          f"whole, {change:+.1f}%")
 
 
+def _check_arguments(baseline: pd.DataFrame, current: pd.DataFrame, by: CompareLevel,
+                     threshold: float, depth: int | None, alpha: float) -> None:
+    """:func:`compare_profiles`'s arguments checked (the argument's name in the message).
+
+    Raises:
+        TypeError: a table is not a DataFrame.
+        ValueError: ``by``, ``threshold``, ``depth`` or ``alpha`` is out of range.
+    """
+    for name, table in (("baseline", baseline), ("current", current)):
+        if not isinstance(table, pd.DataFrame):
+            raise TypeError(f"{name} must be a DataFrame, got {type(table).__name__}")
+    if by not in KEYS:
+        raise ValueError(f"by must be 'module' or 'kernel', got {by!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not math.isfinite(threshold) or threshold < 0:
+        raise ValueError(f"threshold must be a finite percentage >= 0, got {threshold!r}")
+    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
+                              or depth < 0):
+        raise ValueError(f"depth must be None or an integer >= 0, got {depth!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise ValueError(f"alpha must be a probability between 0 and 1, got {alpha!r}")
+
+
+def _relabel_single(baseline: pd.DataFrame, current: pd.DataFrame,
+                    notes: list[str]) -> pd.DataFrame:
+    """``current`` under the baseline's label where each side holds one label and they
+    differ (two reports recorded by hand, labelled by file name), with a note; else as is."""
+    base_labels, cur_labels = _labels(baseline), _labels(current)
+    if len(base_labels) == 1 and len(cur_labels) == 1 and base_labels != cur_labels:
+        current = current.copy()
+        for column, value in zip(LABELS, base_labels[0], strict=True):
+            current[column] = value or None
+        notes.append(f"comparing {_describe_label(base_labels[0])} (baseline) with "
+                     f"{_describe_label(cur_labels[0])} (current): each side holds one "
+                     "label, so they are compared as one")
+    return current
+
+
+def _matched_sides(baseline: pd.DataFrame, current: pd.DataFrame, by: CompareLevel,
+                   depth: int | None) -> pd.DataFrame:
+    """Both sides' rows joined on :data:`KEYS`, side columns prefixed ``baseline_`` and
+    ``current_``: the baseline's rows in call-tree order, then those only in the current."""
+    before = _side(baseline, by, depth).rename(
+        columns={c: f"baseline_{c}" for c in _SIDE_COLUMNS}).rename(
+        columns={"baseline_time_ns": "baseline_ns"})
+    after = _side(current, by, depth).rename(
+        columns={c: f"current_{c}" for c in _SIDE_COLUMNS}).rename(
+        columns={"current_time_ns": "current_ns", "module": "module_after",
+                 "depth": "depth_after", "order": "order_after"})
+    out = before.merge(after, on=list(KEYS[by]), how="outer")
+    only_current = out["order"].isna()
+    out["module"] = out["module"].where(~only_current, out["module_after"])
+    out["depth"] = out["depth"].where(~only_current, out["depth_after"])
+    out["order"] = out["order"].where(~only_current, len(before) + out["order_after"])
+    return out.sort_values("order", kind="stable").reset_index(drop=True)
+
+
+def _add_changes(out: pd.DataFrame) -> None:
+    """Add ``change_ns``, ``change_pct`` (0 where nothing changed) and ``p_value``
+    (:func:`welch_p` of the per-run times, NaN where a side has none)."""
+    out["change_ns"] = out["current_ns"] - out["baseline_ns"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = 100.0 * out["change_ns"] / out["baseline_ns"]
+    out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).mask(out["change_ns"].isna())
+    out["p_value"] = [welch_p(b, c) if isinstance(b, np.ndarray) and isinstance(c, np.ndarray)
+                      else math.nan for b, c in zip(out[f"baseline_{RUNS_COLUMN}"],
+                                                    out[f"current_{RUNS_COLUMN}"], strict=True)]
+
+
+def _call_fused(out: pd.DataFrame, current: pd.DataFrame) -> None:
+    """Call ``fused`` the baseline-only modules whose work ran in the current profile's
+    kernels fused across modules (their ``fused_modules``)."""
+    fused = _fused_modules(current)
+    if fused:
+        gone = (out["verdict"] == "only in baseline") & np.array([
+            (direction, module) in fused for direction, module in
+            zip(out["direction"], out["module"], strict=True)], dtype=bool)
+        out.loc[gone, "verdict"] = "fused"
+
+
 def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
                      by: CompareLevel = "module", threshold: float = 5.0,
                      depth: int | None = None, alpha: float = ALPHA) -> pd.DataFrame:
@@ -245,60 +325,17 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
         ValueError: ``by``, ``threshold``, ``depth`` or ``alpha`` is out of range.
         MissingMetricError: a table lacks the columns the roll-up needs.
     """
-    for name, table in (("baseline", baseline), ("current", current)):
-        if not isinstance(table, pd.DataFrame):
-            raise TypeError(f"{name} must be a DataFrame, got {type(table).__name__}")
-    if by not in KEYS:
-        raise ValueError(f"by must be 'module' or 'kernel', got {by!r}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not math.isfinite(threshold) or threshold < 0:
-        raise ValueError(f"threshold must be a finite percentage >= 0, got {threshold!r}")
-    if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int)
-                              or depth < 0):
-        raise ValueError(f"depth must be None or an integer >= 0, got {depth!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-        raise ValueError(f"alpha must be a probability between 0 and 1, got {alpha!r}")
+    _check_arguments(baseline, current, by, threshold, depth, alpha)
     notes = _provenance_notes(baseline, current)
-    base_labels, cur_labels = _labels(baseline), _labels(current)
-    if len(base_labels) == 1 and len(cur_labels) == 1 and base_labels != cur_labels:
-        current = current.copy()
-        for column, value in zip(LABELS, base_labels[0], strict=True):
-            current[column] = value or None
-        notes.append(f"comparing {_describe_label(base_labels[0])} (baseline) with "
-                     f"{_describe_label(cur_labels[0])} (current): each side holds one "
-                     "label, so they are compared as one")
-    keys = list(KEYS[by])
-    before = _side(baseline, by, depth).rename(
-        columns={c: f"baseline_{c}" for c in _SIDE_COLUMNS}).rename(
-        columns={"baseline_time_ns": "baseline_ns"})
-    after = _side(current, by, depth).rename(
-        columns={c: f"current_{c}" for c in _SIDE_COLUMNS}).rename(
-        columns={"current_time_ns": "current_ns", "module": "module_after",
-                 "depth": "depth_after", "order": "order_after"})
-    out = before.merge(after, on=keys, how="outer")
-    only_current = out["order"].isna()
-    out["module"] = out["module"].where(~only_current, out["module_after"])
-    out["depth"] = out["depth"].where(~only_current, out["depth_after"])
-    out["order"] = out["order"].where(~only_current, len(before) + out["order_after"])
-    out = out.sort_values("order", kind="stable").reset_index(drop=True)
-    out["change_ns"] = out["current_ns"] - out["baseline_ns"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        change = 100.0 * out["change_ns"] / out["baseline_ns"]
-    out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).mask(out["change_ns"].isna())
-    out["p_value"] = [welch_p(b, c) if isinstance(b, np.ndarray) and isinstance(c, np.ndarray)
-                      else math.nan for b, c in zip(out[f"baseline_{RUNS_COLUMN}"],
-                                                    out[f"current_{RUNS_COLUMN}"], strict=True)]
+    current = _relabel_single(baseline, current, notes)
+    out = _matched_sides(baseline, current, by, depth)
+    _add_changes(out)
     out["verdict"] = [_verdict(row, float(threshold), alpha) for _, row in out.iterrows()] \
         if len(out) else pd.Series(dtype=object)
     if by == "kernel" and len(out):
         _call_swapped_kernels(out, float(threshold), alpha, notes)
-    fused = _fused_modules(current)
-    if fused:
-        gone = (out["verdict"] == "only in baseline") & np.array([
-            (direction, module) in fused for direction, module in
-            zip(out["direction"], out["module"], strict=True)], dtype=bool)
-        out.loc[gone, "verdict"] = "fused"
-    for column in keys:
+    _call_fused(out, current)
+    for column in KEYS[by]:
         out[column] = blank_to_none(out[column])
     result = out.reindex(columns=list(REGRESS_COLUMNS))
     result.attrs["notes"] = notes

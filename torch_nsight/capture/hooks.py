@@ -51,13 +51,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["InstrumentedForward", "install_forward", "NodeHook", "NodeHookRegistry",
-           "NODE_HOOKS"]
+           "NODE_HOOKS", "HOOKS_KEY"]
 
 _Tensor = torch.Tensor
 _call_with_backward = STACK.call_with_backward
 _run_node = STACK.run_node
 _MISSING = object()
-_HOOKS_KEY = "torch_nsight"
+#: The key under which an autograd node's ``metadata`` holds this package's hook.
+HOOKS_KEY = "torch_nsight"
 
 
 def install_forward(
@@ -269,21 +270,21 @@ _remember, _forget, _weak = NODE_HOOKS.refs.add, NODE_HOOKS.refs.discard, weakre
 def _open_on(node: Any, output: Any, frame: BackwardFrame) -> None:
     """Have ``node``, which produced ``output`` just now, open ``frame`` when it runs."""
     metadata = node.metadata
-    hook = metadata.get(_HOOKS_KEY)
+    hook = metadata.get(HOOKS_KEY)
     if hook:  # set, and not detached
         hook.opens.append(frame)
     else:
-        metadata[_HOOKS_KEY] = _set_hook(node, output, [], [frame])
+        metadata[HOOKS_KEY] = _set_hook(node, output, [], [frame])
 
 
 def _close_on(node: Any, tensor: Any, frame: BackwardFrame) -> None:
     """Have ``node``, taken from the input ``tensor`` before forward ran, close ``frame``."""
     metadata = node.metadata
-    hook = metadata.get(_HOOKS_KEY)
+    hook = metadata.get(HOOKS_KEY)
     if hook:
         hook.closes.append(frame)
     else:  # the input may have been changed in place inside forward: a new node then
-        metadata[_HOOKS_KEY] = _set_hook(node, tensor if tensor.grad_fn is node else None,
+        metadata[HOOKS_KEY] = _set_hook(node, tensor if tensor.grad_fn is node else None,
                                          [frame], [])
 
 

@@ -1,9 +1,38 @@
-"""``instrument(model)``: an NVTX range around every submodule's forward and backward."""
+"""``instrument(model)``: an NVTX range around every submodule's forward and backward.
+
+How the ranges are put on:
+
+* Each instrumented module gets an instance attribute ``forward`` (removed again by
+  :meth:`Instrumentation.remove`) that opens its range around the original
+  forward; no module hook is registered. The range covers the module's forward
+  itself, not the forward hooks other tools registered on it.
+* Backward ranges come from autograd node pre-hooks set, when gradients are
+  enabled, on the nodes that produce a module call's outputs (open) and inputs
+  (close); no tensor is wrapped, so in-place ops on inputs and outputs
+  (``nn.ReLU(inplace=True)``, ``out += identity``) work as without instrumentation.
+  Tensors in the inputs count when passed directly, positionally or by keyword.
+* A backward range also closes when the backward range of a module call outside it
+  opens: this closes the ranges of modules none of whose inputs needs a gradient
+  (the root, an embedding), the rest when the backward pass ends; on a CUDA device
+  thread, whose backward ends elsewhere, they stay open until that thread opens
+  its next range.
+* Under ``torch.compile`` the wrappers stand aside (no graph break, no recompile);
+  each call of a compiled graph gets one range instead, and its kernels their
+  modules when the report is read (see :mod:`torch_nsight.capture.compiled`):
+  instrument before the model's first compiled call.
+* ``torch.save(model)`` and ``copy.deepcopy(model)`` work; in the copies
+  ``forward`` is the plain bound method (an instance attribute): they are not
+  instrumented.
+
+Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.APPLY_ENV` set), the
+fixes it asks for are applied to the model first, also when nothing is installed (see
+:mod:`torch_nsight.capture.switches`): a fix that fails is logged and reported to the
+command, the model left as it was.
+"""
 
 from __future__ import annotations
 
 import atexit
-import fnmatch
 import logging
 import os
 import warnings
@@ -28,6 +57,7 @@ from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.optimizers import watch_optimizer_steps
 from torch_nsight.capture.ranges import Range
 from torch_nsight.capture.registry import active_instrumentations
+from torch_nsight.capture.selection import Selector, check_selectors, select_modules
 from torch_nsight.capture.stack import STACK, RangeStack
 from torch_nsight.naming import backward_message, op_message
 from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
@@ -37,9 +67,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Instrumentation", "instrument", "active_instrumentations"]
 
-
-Selector = str | type
-"""A module selector: an fnmatch glob on qualified names, or a module type."""
 
 class Instrumentation:
     """Handle on the hooks :func:`instrument` installed; also a context manager.
@@ -235,8 +262,8 @@ def _check_options(depth: object, include: object, exclude: object, ops: object,
         raise TypeError(f"depth must be an int or None, got {type(depth).__name__}")
     if depth is not None and depth < 0:
         raise ValueError(f"depth must be >= 0 (the root is depth 0), got {depth}")
-    include_ = _check_selectors(include, "include")
-    exclude_ = _check_selectors(exclude, "exclude")
+    include_ = check_selectors(include, "include")
+    exclude_ = check_selectors(exclude, "exclude")
     op_names = check_ops(ops)
     if not isinstance(backward, bool):
         raise TypeError(f"backward must be a bool, got {type(backward).__name__}")
@@ -248,50 +275,6 @@ def _check_options(depth: object, include: object, exclude: object, ops: object,
         raise TypeError(f"record_calls must be a file path (str or os.PathLike), False or None, "
                         f"got {type(record_calls).__name__}")
     return include_, exclude_, op_names
-
-
-def _check_selectors(value: object, argument: str) -> tuple[Selector, ...] | None:
-    if value is None:
-        return None
-    items = (value,) if isinstance(value, (str, type)) else value
-    if not isinstance(items, Iterable):
-        raise TypeError(f"{argument} must be a name pattern, a module type or an iterable of "
-                        f"them, got {type(value).__name__}")
-    selectors = tuple(items)
-    for item in selectors:
-        if not isinstance(item, (str, type)):
-            raise TypeError(f"{argument} must hold name patterns (str) or module types, "
-                            f"got {type(item).__name__}: {item!r}")
-    return selectors
-
-
-def _matches(name: str, module: nn.Module, selectors: tuple[Selector, ...]) -> bool:
-    for item in selectors:
-        if isinstance(item, str):
-            if fnmatch.fnmatchcase(name, item):
-                return True
-        elif isinstance(module, item):
-            return True
-    return False
-
-
-def _select(
-    model: nn.Module,
-    depth: int | None,
-    include: tuple[Selector, ...] | None,
-    exclude: tuple[Selector, ...] | None,
-) -> list[tuple[str, nn.Module]]:
-    chosen = []
-    for name, module in model.named_modules():  # shared modules: the first name only
-        level = name.count(".") + 1 if name else 0
-        if depth is not None and level > depth:
-            continue
-        if include is not None and not _matches(name, module, include):
-            continue
-        if exclude is not None and _matches(name, module, exclude):
-            continue
-        chosen.append((name, module))
-    return chosen
 
 
 def replication_requested(environ: Mapping[str, str] | None = None) -> bool:
@@ -309,6 +292,48 @@ def default_emitter() -> RangeEmitter:
 
         return RecordFunctionEmitter()
     return NvtxEmitter()
+
+
+def _apply_requested_fixes(model: nn.Module) -> None:
+    """Under ``torch-nsight profile --verify``, apply the fixes it asks for (before any
+    hook)."""
+    if os.environ.get(APPLY_ENV):
+        from torch_nsight.capture.switches import apply_requested_fixes
+
+        apply_requested_fixes(model)
+
+
+def _declined(model: nn.Module, on: bool, reason: str, record_calls: object
+              ) -> Instrumentation | None:
+    """The inactive handle :func:`instrument` returns when it installs nothing (not
+    enabled, or ``model`` already instrumented: with a warning), else None."""
+    if not on:
+        logger.info("torch_nsight: not instrumenting %s: %s", type(model).__name__, reason)
+        if record_calls:
+            logger.info("torch_nsight: not recording the calls table %s either (instrument() "
+                        "is off: pass enabled=True to record it without a profiler)",
+                        record_calls)
+        return Instrumentation(model, reason)
+    owner = registry.owner(model)
+    if owner is not None:
+        reason = f"{type(model).__name__} is already instrumented by {owner!r}"
+        warnings.warn(f"torch_nsight: {reason}; not instrumenting it again (remove() the "
+                      "first instrumentation to change its options)",
+                      stacklevel=3)  # instrument()'s caller
+        return Instrumentation(model, reason)
+    return None
+
+
+def _unclaimed(selected: list[tuple[str, nn.Module]]) -> list[tuple[str, nn.Module]]:
+    """``selected`` without the modules another instrumentation holds (with a warning)."""
+    taken = [name for name, module in selected if registry.owner(module) is not None]
+    if taken:
+        warnings.warn(f"torch_nsight: {len(taken)} submodule(s) are already instrumented by "
+                      f"another instrumentation and keep its ranges: {taken[:5]}",
+                      stacklevel=3)  # instrument()'s caller
+        selected = [(name, module) for name, module in selected
+                    if registry.owner(module) is None]
+    return selected
 
 
 def instrument(
@@ -363,11 +388,6 @@ def instrument(
             first iteration, the file then written when the instrumentation is removed or
             the process exits); False records nothing.
 
-    Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.APPLY_ENV` set),
-    the fixes it asks for are applied to ``model`` first, also when nothing is installed
-    (see :mod:`torch_nsight.capture.switches`): a fix that fails is logged and reported to
-    the command, the model left as it was.
-
     Returns:
         The :class:`Instrumentation` handle. Instrumenting a model that is already
         instrumented installs nothing and returns an inactive handle, with a warning.
@@ -376,60 +396,18 @@ def instrument(
         TypeError: If ``model`` is not an ``nn.Module`` or an option has the wrong type.
         ValueError: If ``depth`` is negative or an op name is empty.
 
-    Notes:
-        * Each instrumented module gets an instance attribute ``forward`` (removed again by
-          :meth:`Instrumentation.remove`) that opens its range around the original
-          forward; no module hook is registered. The range covers the module's forward
-          itself, not the forward hooks other tools registered on it.
-        * Backward ranges come from autograd node pre-hooks set, when gradients are
-          enabled, on the nodes that produce a module call's outputs (open) and inputs
-          (close); no tensor is wrapped, so in-place ops on inputs and outputs
-          (``nn.ReLU(inplace=True)``, ``out += identity``) work as without instrumentation.
-          Tensors in the inputs count when passed directly, positionally or by keyword.
-        * A backward range also closes when the backward range of a module call outside it
-          opens: this closes the ranges of modules none of whose inputs needs a gradient
-          (the root, an embedding), the rest when the backward pass ends; on a CUDA device
-          thread, whose backward ends elsewhere, they stay open until that thread opens
-          its next range.
-        * Under ``torch.compile`` the wrappers stand aside (no graph break, no recompile);
-          each call of a compiled graph gets one range instead, and its kernels their
-          modules when the report is read (see :mod:`torch_nsight.capture.compiled`):
-          instrument before the model's first compiled call.
-        * ``torch.save(model)`` and ``copy.deepcopy(model)`` work; in the copies
-          ``forward`` is the plain bound method (an instance attribute): they are not
-          instrumented.
+    How the ranges are put on (forward wrappers, autograd node hooks, ``torch.compile``,
+    copies of the model) and ``--verify``'s fixes: see :mod:`torch_nsight.capture.instrument`.
     """
     model = unwrap_compiled(_checked_model(model))  # torch.compile(model): its modules
     include_, exclude_, op_names = _check_options(depth, include, exclude, ops, backward,
                                                   emitter, record_calls)
-    if os.environ.get(APPLY_ENV):  # torch-nsight profile --verify: before any hook
-        from torch_nsight.capture.switches import apply_requested_fixes
-
-        apply_requested_fixes(model)
+    _apply_requested_fixes(model)
     on, reason = resolve_enabled(enabled)
-    if not on:
-        logger.info("torch_nsight: not instrumenting %s: %s", type(model).__name__, reason)
-        if record_calls:
-            logger.info("torch_nsight: not recording the calls table %s either (instrument() "
-                        "is off: pass enabled=True to record it without a profiler)",
-                        record_calls)
-        return Instrumentation(model, reason)
-
-    owner = registry.owner(model)
-    if owner is not None:
-        reason = f"{type(model).__name__} is already instrumented by {owner!r}"
-        warnings.warn(f"torch_nsight: {reason}; not instrumenting it again (remove() the "
-                      "first instrumentation to change its options)", stacklevel=2)
-        return Instrumentation(model, reason)
-
-    selected = _select(model, depth, include_, exclude_)
-    taken = [name for name, module in selected if registry.owner(module) is not None]
-    if taken:
-        warnings.warn(f"torch_nsight: {len(taken)} submodule(s) are already instrumented by "
-                      f"another instrumentation and keep its ranges: {taken[:5]}",
-                      stacklevel=2)
-        selected = [(name, module) for name, module in selected
-                    if registry.owner(module) is None]
+    declined = _declined(model, on, reason, record_calls)
+    if declined is not None:
+        return declined
+    selected = _unclaimed(select_modules(model, depth, include_, exclude_))
     handle = Instrumentation(model, reason)
     handle.install(model, selected, emitter=emitter, record_calls=record_calls,
                    op_names=op_names, backward=backward)

@@ -13,7 +13,9 @@ and reported (logged, and written with the step times), never left half-way.
 * ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``;
 * ``pad_linear``: a ``Linear``'s output features padded once, in place, to a multiple,
   its output sliced back (:mod:`torch_nsight.capture.padded`);
-* ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward.
+* ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward;
+* ``gelu_tanh``: an activation module that computes the tanh GELU by its formula (checked on
+  a probe first) computes it with ``F.gelu(x, approximate="tanh")``, one kernel.
 """
 
 from __future__ import annotations
@@ -143,6 +145,35 @@ def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) 
     def do(module: nn.Module) -> Undo:
         pad_linear(module, multiple)  # type: ignore[arg-type]
         return lambda: unpad_linear(module)  # type: ignore[arg-type]
+    return _each(targets, do)
+
+
+#: Where the tanh GELU formula and the fused op must agree for ``gelu_tanh`` to apply.
+_GELU_PROBE = (-6.0, 6.0, 97)
+
+
+def _tanh_gelu(x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.gelu(x, approximate="tanh")
+
+
+@switch("gelu_tanh")
+def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+    probe = torch.linspace(*_GELU_PROBE)
+    for name, module in targets:
+        label = name or type(module).__name__
+        if any(True for _ in module.parameters()) or any(True for _ in module.children()):
+            raise ValueError(f"{label} ({type(module).__name__}) has parameters or "
+                             "submodules: not an activation to replace")
+        with torch.no_grad():
+            out = module(probe)
+        if not (isinstance(out, torch.Tensor) and out.shape == probe.shape and torch.allclose(
+                out.float(), _tanh_gelu(probe), rtol=1e-4, atol=1e-5)):
+            raise ValueError(f"{label} ({type(module).__name__}) does not compute the tanh "
+                             "GELU: F.gelu(x, approximate='tanh') would change the model")
+
+    def do(module: nn.Module) -> Undo:
+        module.forward = _tanh_gelu
+        return lambda: module.__dict__.pop("forward", None)
     return _each(targets, do)
 
 

@@ -223,6 +223,63 @@ def run_plainly(command: Sequence[str]) -> int:
         raise UsageError(f"command not found: {command[0]}") from None
 
 
+def _profiles_rank(ranks: set[int] | None, rank: int | None) -> bool:
+    """Whether this process runs under ncu: always without ``--ranks``, else when its rank
+    is among ``ranks``.
+
+    Raises:
+        UsageError: ``--ranks`` outside torchrun (no ``RANK`` or ``LOCAL_RANK``).
+    """
+    if ranks is None:
+        return True
+    if rank is None:
+        raise UsageError("--ranks needs RANK or LOCAL_RANK: run torch-nsight inside "
+                         "torchrun, e.g. `torchrun --nproc-per-node 2 --no-python "
+                         "torch-nsight profile --ranks 0 -- python train.py`")
+    return rank in ranks
+
+
+def _checked_ncu(path: str | None) -> str:
+    """The ncu executable (``--ncu``, else found), its version checked.
+
+    Raises:
+        NcuNotFoundError: no usable ncu (with what to do without it).
+    """
+    from torch_nsight.collect.shared import ncu as ncu_cli
+
+    try:
+        ncu = ncu_cli.find_ncu(path)
+    except NcuNotFoundError as err:
+        raise ncu_advice(err, "without Nsight Compute, `torch-nsight profile --timeline "
+                              "--steps A:B -- COMMAND` takes the first look with PyTorch's "
+                              "profiler") from None
+    ncu_cli.ncu_version(ncu)
+    return ncu
+
+
+def _warn_what_is_profiled(args: argparse.Namespace) -> None:
+    """Warn before the run of what it leaves out (NCCL kernels) or takes long on (every
+    kernel, without ``--steps``)."""
+    from torch_nsight.collect.parent import script
+
+    if script.leaves_out_nccl(args.metric_set, os.environ):
+        logger.warning("%s", NCCL_NOTE if not args.kernel_name else
+                       "NCCL kernels hang under replay when other ranks do not replay them: "
+                       "make sure -k leaves them out, or use --metric-set duration")
+    if args.steps is None:
+        logger.warning("no --steps: every kernel the command launches is profiled (slow for "
+                       "a whole training run); %s", MARKER_HINT)
+
+
+def _say_where_and_how_long(report: Path, log: Path, record: dict[str, Any]) -> None:
+    """The report's path, ncu's log and the run's time by phase, on stderr."""
+    phases = record["phases_s"]
+    say(f"report: {report} (ncu's output: {log})", sys.stderr)
+    say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
+        f"until its first profiled kernel) + profiling {record['kernels_profiled']} "
+        f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight profile``.
 
@@ -241,14 +298,9 @@ def run(args: argparse.Namespace) -> int:
     check_stalls(args, world_size(os.environ))
     ranks = parse_ranks(args.ranks)
     rank = current_rank(os.environ)
-    if ranks is not None:
-        if rank is None:
-            raise UsageError("--ranks needs RANK or LOCAL_RANK: run torch-nsight inside "
-                             "torchrun, e.g. `torchrun --nproc-per-node 2 --no-python "
-                             "torch-nsight profile --ranks 0 -- python train.py`")
-        if rank not in ranks:
-            logger.info("rank %d is not profiled: running it plainly", rank)
-            return run_plainly(command)
+    if not _profiles_rank(ranks, rank):
+        logger.info("rank %d is not profiled: running it plainly", rank)
+        return run_plainly(command)
     verify = verify_plan(args, command, args.steps) if args.verify else None
     if args.timeline:
         return run_timeline(args, command)
@@ -263,25 +315,13 @@ def run(args: argparse.Namespace) -> int:
                    timeout=args.timeout)
     if args.dry_run:
         return dry_run(args, command, report, options, verify)
-    try:
-        ncu = ncu_cli.find_ncu(args.ncu)
-    except NcuNotFoundError as err:
-        raise ncu_advice(err, "without Nsight Compute, `torch-nsight profile --timeline "
-                              "--steps A:B -- COMMAND` takes the first look with PyTorch's "
-                              "profiler") from None
-    ncu_cli.ncu_version(ncu)
+    ncu = _checked_ncu(args.ncu)
     check_out_folder(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     plan = script.plan_script(command, report, ncu=ncu, known=ncu_cli.known_metric_bases(ncu),
                               **options)
-    if script.leaves_out_nccl(args.metric_set, os.environ):
-        logger.warning("%s", NCCL_NOTE if not args.kernel_name else
-                       "NCCL kernels hang under replay when other ranks do not replay them: "
-                       "make sure -k leaves them out, or use --metric-set duration")
-    if args.steps is None:
-        logger.warning("no --steps: every kernel the command launches is profiled (slow for "
-                       "a whole training run); %s", MARKER_HINT)
+    _warn_what_is_profiled(args)
     with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
         forget_old_pass(report)
         ran = script.run_script(plan)
@@ -299,13 +339,8 @@ def run(args: argparse.Namespace) -> int:
     if verify is not None:
         table = run_verify(profile.finding_table(fold=args.fold), verify)
         print_verified(table, profile.kernels, args.n or 10, args.fmt)
-    phases = ran.record["phases_s"]
-    say(f"report: {report} (ncu's output: {plan.log})", sys.stderr)
-    say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
-        f"until its first profiled kernel) + profiling {ran.record['kernels_profiled']} "
-        f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
+    _say_where_and_how_long(report, plan.log, ran.record)
     return ran.exit_status
-
 
 
 def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,

@@ -1,10 +1,10 @@
 """``--verify`` on the user's own steps: the options ``profile`` (and ``findings`` given a
 command) share, and the table they print.
 
-After the profile, the command runs bare (no ncu, no hooks) once without any fix and once
-with each of the top findings' switch fixes (:mod:`torch_nsight.collect.parent.measure`),
-the same steps timed each time; the findings table then shows the measured gain beside the
-predicted one.
+After the profile, the command runs bare (no ncu, no hooks) without any fix and with each of
+the top findings' switch fixes, in rounds (:mod:`torch_nsight.collect.parent.measure`), the
+same steps timed each time; the findings table then shows the measured gain beside the
+predicted one, and a line per fix the sum of its rows' predictions beside what it measured.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch_nsight.collect.parent.measure import VerifyPlan
 
 __all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
-           "verify_named_fixes"]
+           "verified_lines", "verify_named_fixes"]
 
 
 def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) -> None:
@@ -45,7 +45,7 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
     parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
                         help="measure this fix instead of the findings' (repeat for several): "
                              "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
-                             "channels_last, tf32, pad_linear, sdpa_backend (e.g. "
+                             "channels_last, tf32, pad_linear, sdpa_backend, gelu_tanh (e.g. "
                              "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
     parser.add_argument("--verify-rounds", type=int, default=None, metavar="R",
                         help="run the baseline and every fix this many times, alternating, "
@@ -123,9 +123,34 @@ def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int 
     print(render_findings(shown.reset_index(drop=True),
                           "markdown" if fmt == "markdown" else "plain", kernels))
     print()
-    for _, row in table[tried].iterrows():
-        print(f"verified: {row['finding']} in {row['module']}: {row['verify_status']}: "
-              f"{row['verify_detail']}")
+    for line in verified_lines(table[tried]):
+        print(line)
+
+
+def verified_lines(tried: pd.DataFrame) -> list[str]:
+    """One line per fix measured: its first finding, the other rows it stands for, the
+    predicted gain of all of them beside the measured one, and the verdict."""
+    import pandas as pd
+
+    from torch_nsight.units import format_duration
+
+    lines = []
+    for _, rows in tried.groupby(tried["verify_fix"].fillna(""), sort=False):
+        first = rows.iloc[0]
+        others = f" (and {len(rows) - 1} more rows)" if len(rows) > 1 else ""
+        head = (f"verified: {first['finding']} in {first['module']}{others}: "
+                f"{first['verify_status']}: ")
+        predicted = rows["est_gain_ns"].sum(min_count=1)
+        gain = first.get("measured_gain_ns")
+        if first["verify_status"] == "measured" and pd.notna(gain):
+            head += (f"{first['verify_fix']}: predicted "
+                     f"{format_duration(predicted, largest='ms', decimals=2, missing='n/a')}, "
+                     f"measured {format_duration(gain, largest='ms', decimals=2)} ± "
+                     f"{format_duration(first['measured_spread_ns'], largest='ms', decimals=2)}"
+                     + (f" ({gain / predicted:.2g}x the prediction)"
+                        if pd.notna(predicted) and predicted > 0 else "") + "; ")
+        lines.append(head + str(first["verify_detail"]))
+    return lines
 
 
 def verify_named_fixes(plan: VerifyPlan, fmt: str) -> None:

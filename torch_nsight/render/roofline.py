@@ -213,6 +213,57 @@ def _shapes(kernels: pd.DataFrame) -> list[str]:
     return [str(s) for s in dict.fromkeys(kernels["shape"].tolist()) if isinstance(s, str)]
 
 
+def _shape_kernels(kernels: pd.DataFrame, shape: str | None,
+                   shapes: list[str]) -> pd.DataFrame:
+    """The kernels of ``shape`` (all of them for None).
+
+    Raises:
+        ValueError: ``shape`` is not among ``shapes``, or there is no kernel to plot.
+    """
+    if shape is not None:
+        if shape not in shapes:
+            raise ValueError(f"shape {shape!r} is not in the profile; it holds: "
+                             f"{', '.join(shapes) or 'no labelled shapes'}")
+        kernels = kernels[kernels["shape"] == shape]
+    if kernels.empty:
+        raise ValueError("the profile has no kernels to plot")
+    return kernels
+
+
+def _draw_chart(ax: Axes, placed: pd.DataFrame, bandwidth: float, colors: dict[str, str],
+                longest: float) -> list[Line2D]:
+    """The log-log chart on ``ax``: limits, roofs, the placed kernels, labels and grid;
+    return the roofs' lines (for the legend)."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    peaks = compute_roofs(placed)
+    ridges = [p / bandwidth for p in peaks.values()] if np.isfinite(bandwidth) else []
+    xlim = _limits([*placed["intensity"].astype(float), *ridges], 0.5, 3.0)
+    ylim = _limits([*placed["achieved_flops_per_s"].astype(float)], 0.5, 1.0)
+    ylim = (ylim[0], max([ylim[1], *(2.5 * p for p in peaks.values())]))
+    ax.set_xlim(xlim)
+    ax.set_ylim(ylim)
+    roofs = _draw_roofs(ax, bandwidth, peaks, xlim)
+    _scatter(ax, placed, placed["intensity"].astype(float),
+             placed["achieved_flops_per_s"].astype(float), colors, longest, "kernel-points")
+    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", places=0))
+    ax.xaxis.set_major_locator(LogLocator(base=10))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.grid(which="major", alpha=0.3)
+    ax.grid(which="minor", alpha=0.08)
+    return roofs
+
+
+def _directions(directions: pd.Series) -> list[str]:
+    """The legend's markers: the directions present (``other`` for the rest), in
+    :data:`DIRECTION_MARKERS` order."""
+    present = {d if isinstance(d, str) and d in DIRECTION_MARKERS else "other"
+               for d in directions}
+    return [d for d in (*DIRECTION_MARKERS, "other") if d in present]
+
+
 def raise_unplaceable(profile: Profile) -> None:
     """Raise if no kernel of ``profile`` can be placed on the roofline (say what to record).
 
@@ -273,13 +324,7 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     target = check_figure_path(path)
     kernels = profile.kernels
     shapes = _shapes(kernels)
-    if shape is not None:
-        if shape not in shapes:
-            raise ValueError(f"shape {shape!r} is not in the profile; it holds: "
-                             f"{', '.join(shapes) or 'no labelled shapes'}")
-        kernels = kernels[kernels["shape"] == shape]
-    if kernels.empty:
-        raise ValueError("the profile has no kernels to plot")
+    kernels = _shape_kernels(kernels, shape, shapes)
     rows = kernels.assign(_group=kernels["module_path"].map(top_level_module),
                           _marker=kernels["direction"].map(_marker))
     shown = set(rows["_group"])
@@ -297,28 +342,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
         ax, strip = figure.subplots(2, 1, gridspec_kw={"height_ratios": [6, 1]})
     else:
         ax, strip = figure.subplots(1, 1), None
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-
     bandwidth = float(pd.to_numeric(rows["peak_bytes_per_s"], errors="coerce").max())
-    peaks = compute_roofs(placed)
-    ridges = [p / bandwidth for p in peaks.values()] if np.isfinite(bandwidth) else []
-    xlim = _limits([*placed["intensity"].astype(float), *ridges], 0.5, 3.0)
-    ylim = _limits([*placed["achieved_flops_per_s"].astype(float)], 0.5, 1.0)
-    ylim = (ylim[0], max([ylim[1], *(2.5 * p for p in peaks.values())]))
-    ax.set_xlim(xlim)
-    ax.set_ylim(ylim)
-    roofs = _draw_roofs(ax, bandwidth, peaks, xlim)
-    _scatter(ax, placed, placed["intensity"].astype(float),
-             placed["achieved_flops_per_s"].astype(float), colors, longest, "kernel-points")
-    ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
-    ax.set_ylabel("achieved FLOP/s")
-    ax.yaxis.set_major_formatter(EngFormatter(unit="FLOP/s", places=0))
-    ax.xaxis.set_major_locator(LogLocator(base=10))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    ax.grid(which="major", alpha=0.3)
-    ax.grid(which="minor", alpha=0.08)
-
+    roofs = _draw_chart(ax, placed, bandwidth, colors, longest)
     title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
     ax.set_title(f"Roofline: {_gpu(profile)}, shape {title_shapes}\n"
                  f"{len(placed)} of {len(rows)} kernels placed; roofs from the report's "
@@ -327,9 +352,6 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
         _draw_strip(strip, unplaced, colors, longest, float(rows["duration_ns"].sum()))
         logger.info("%d kernel(s) without FLOPs or bytes drawn in the strip under the "
                     "roofline", len(unplaced))
-    present = {d if isinstance(d, str) and d in DIRECTION_MARKERS else "other"
-               for d in rows["direction"]}
-    directions = [d for d in (*DIRECTION_MARKERS, "other") if d in present]
-    _legends(figure, colors, directions, roofs)
+    _legends(figure, colors, _directions(rows["direction"]), roofs)
     save_figure(figure, target)
     return figure

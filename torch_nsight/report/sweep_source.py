@@ -1,7 +1,7 @@
 """The reader of a sweep's output directory (:func:`torch_nsight.sweep`; see
 :mod:`torch_nsight.formats`): every child's report, the replicated sibling groups, the calls
 table and how each (variant, shape) ended, from its manifest; a focused sweep's timeline
-rows for the kernels ncu skipped (:mod:`torch_nsight.report.focus`)."""
+rows for the kernels ncu skipped (:mod:`torch_nsight.report.focused_kernels`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import Source, SweepRecord
 from torch_nsight.report.calls_table import calls_frame
-from torch_nsight.report.focus import TIMELINE_FOLDER, stand_in_rows
+from torch_nsight.report.focused_kernels import TIMELINE_FOLDER, stand_in_rows
 from torch_nsight.report.ncu_source import attribute_compiled, report_source
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside
 from torch_nsight.report.table import empty_raw_table, read_report

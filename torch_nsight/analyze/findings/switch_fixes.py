@@ -14,10 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_nsight.analyze.findings.gemm_misaligned import PAD_TO
+from torch_nsight.analyze.findings.wording import FIX
 from torch_nsight.switches import FixSpec
 from torch_nsight.vocabulary import PATH_SEP, UNATTRIBUTED, path_leaf
 
-__all__ = ["SWITCH_FIXES", "fix_target", "switch_fix"]
+__all__ = ["FUSED_OP_SWITCHES", "SWITCH_FIXES", "fix_target", "switch_fix"]
 
 _REDUCE_OVERHEAD = {"mode": "reduce-overhead"}
 #: Finding kind -> its switch, from the target module's name (``""``: the whole model).
@@ -37,6 +38,12 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     "small_kernels": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
 }
 
+#: An elementwise chain whose fix names one fused op (its ``fix`` text): that op as the switch,
+#: so that what is measured is what the finding advises, not a compile of the module.
+FUSED_OP_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
+    FIX["chain_gelu"]: lambda target: FixSpec("gelu_tanh", target),
+}
+
 
 def fix_target(module_path: object) -> str:
     """The module name a fix targets: the innermost module of ``module_path``, a folded
@@ -51,5 +58,7 @@ def fix_target(module_path: object) -> str:
 
 def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
     """The switch that applies a finding row's fix, or None when it has none."""
-    make = SWITCH_FIXES.get(str(finding.get("finding")))
+    make = (FUSED_OP_SWITCHES.get(str(finding.get("fix")))
+            if finding.get("finding") == "elementwise_chain" else None
+            ) or SWITCH_FIXES.get(str(finding.get("finding")))
     return None if make is None else make(fix_target(finding.get("module_path")))

@@ -198,11 +198,12 @@ def _baseline(plan: VerifyPlan, n_steps: int, say: Callable[[str], None], number
     return base
 
 
-def _record(table: pd.DataFrame, positions: list[int], status: str, detail: str,
-            gain: StepGain | None) -> None:
+def _record(table: pd.DataFrame, positions: list[int], spec: FixSpec, status: str,
+            detail: str, gain: StepGain | None) -> None:
     for position in positions:
         index = table.index[position]
-        table.loc[index, ["verify_status", "verify_detail"]] = [status, detail]
+        table.loc[index, ["verify_status", "verify_detail", "verify_fix"]] = [
+            status, detail, spec.describe()]
         if gain is not None:
             table.loc[index, ["measured_gain_ns", "measured_spread_ns", "before_ns",
                               "after_ns", "steps_timed"]] = [
@@ -243,7 +244,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
     bases, runs = _run_rounds(plan, chosen, table, n_steps, tell)
     for positions, spec in chosen:
         status, detail, gain = _judge(bases, runs[spec.describe()], plan.loss_tolerance)
-        _record(table, positions, status, detail, gain)
+        _record(table, positions, spec, status, detail, gain)
         tell(f"verify: {spec.describe()}: " + (
             f"{_ms(gain.before_ns)} -> {_ms(gain.after_ns)} per step, gain "
             f"{_ms(gain.gain_ns)} ± {_ms(gain.spread_ns)}; {detail}"
@@ -291,7 +292,8 @@ def _with_columns(table: pd.DataFrame) -> pd.DataFrame:
     out["verify_status"] = [None if switch_fix(r) is not None or r["finding"] == "asked"
                             else "no_switch" for _, r in out.iterrows()]
     out["verify_detail"] = None
-    return out.astype({"verify_status": object, "verify_detail": object})
+    out["verify_fix"] = None
+    return out.astype({"verify_status": object, "verify_detail": object, "verify_fix": object})
 
 
 def verify_summary(table: pd.DataFrame) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.report.focus import focus_set, kernel_filter
+from torch_nsight.report.focused_kernels import focus_set, kernel_filter
 from torch_nsight.report.trace import function_name
 
 DATA = Path(__file__).resolve().parents[1] / "data"
