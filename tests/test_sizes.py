@@ -18,10 +18,7 @@ MAX_FILE_LINES = 450
 MAX_FUNCTION_LINES = 80
 #: ``path::function`` (path relative to the repository) allowed over MAX_FUNCTION_LINES
 #: until they are split; empty it as they are.
-ALLOWED: frozenset[str] = frozenset({
-    "torch_nsight/collect/parent/sweep.py::sweep",
-    "torch_nsight/collect/timeline.py::timeline",
-})
+ALLOWED: frozenset[str] = frozenset()
 
 
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:

@@ -3,11 +3,11 @@ that carry the time.
 
 1. The timeline runs in a child process (the parent never imports the user's model):
    ``python -m torch_nsight.collect.child.first_look JOB DIR/timeline``.
-2. :func:`~torch_nsight.report.focus.focus_set` picks, per (variant, shape), the kernel
-   functions that carry ``focus`` of the GPU time; ncu's ``-k`` keeps only them.
+2. :func:`~torch_nsight.report.focused_kernels.focus_set` picks, per (variant, shape), the
+   kernel functions that carry ``focus`` of the GPU time; ncu's ``-k`` keeps only them.
 3. The sweep's plan is rewritten (:func:`focused`, the engine's rewrite phase) and runs as
    usual into ``DIR``, its manifest recording the focus; reading ``DIR`` adds the
-   timeline's rows for every other kernel (:mod:`torch_nsight.report.focus`).
+   timeline's rows for every other kernel (:mod:`torch_nsight.report.focused_kernels`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,11 @@ def focused(plan: SweepPlan) -> SweepPlan:
         ShapeFailedError: the timeline pass failed (its output is in the message).
     """
     from torch_nsight.loading import load
-    from torch_nsight.report.focus import TIMELINE_FOLDER, focus_set, kernel_filter
+    from torch_nsight.report.focused_kernels import (
+        TIMELINE_FOLDER,
+        focus_set,
+        kernel_filter,
+    )
 
     assert plan.focus is not None
     folder = plan.work / TIMELINE_FOLDER

@@ -68,7 +68,7 @@ class SweepOptions:
             then profile under ``ncu`` only the kernels (by function name) that carry this
             share (0-1, e.g. 0.9) of each shape's GPU time; the other kernels keep the
             timeline's module and duration, with ``deep_profiled`` False (see
-            :mod:`torch_nsight.report.focus`). None profiles every kernel.
+            :mod:`torch_nsight.report.focused_kernels`). None profiles every kernel.
         executor: run the children as jobs of this executor (one per shape, all variants):
             anything with ``submit(fn, *args)`` returning an object with ``done()`` and
             ``result()`` - ``concurrent.futures.ProcessPoolExecutor``, dask's
