@@ -104,6 +104,19 @@ def _ncu_free(kernels: Any) -> Any:
     return kernels[kernels["duration_ns"].notna()]
 
 
+def latency_top10(kernels: Any) -> dict[str, int]:
+    """Of the top 10 hotspots (folded, by headroom), the latency-bound rows and how many of
+    them name their limiter (a cause with numbers, not "check occupancy and stalls")."""
+    from torch_nsight.analyze import hotspots
+    from torch_nsight.analyze.hotspots import LIMITER_FIX
+
+    top = hotspots(kernels, n=10)
+    latency = top[top["bound"] == "latency"]
+    return {"top10_latency_rows": len(latency),
+            "top10_latency_named": int(latency["next_step"].isin(
+                set(LIMITER_FIX.values())).sum())}
+
+
 def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool = False
             ) -> dict[str, Any]:
     import torch_nsight
@@ -137,6 +150,7 @@ def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool =
     if "bound" in kernels:
         record["bound_pct"] = {str(b): round(100.0 * t / total, 1) for b, t in
                                kernels.groupby("bound")["duration_ns"].sum().items()}
+        record.update(latency_top10(kernels))
     for line in ran["text"].splitlines():
         if line.startswith("time:"):
             record["phases"] = line
