@@ -14,7 +14,7 @@ import torch_nsight
 from torch_nsight import formats
 from torch_nsight.analyze import derive_columns
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
-from torch_nsight.collect.parent.outcomes import replication_groups, settle
+from torch_nsight.collect.parent.outcomes import judge_sweep, replication_groups
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared.ncu import NcuOutput
 from torch_nsight.errors import NothingProfiledError, ReportError, ShapeFailedError
@@ -56,7 +56,7 @@ def test_items_children_and_problems(tmp_path: Path) -> None:
                                                  item("3x8", "failed")]),
                 outcome(tmp_path, "sweep-gpu1", [item("2x8")], report=False,
                         lines=("==WARNING== No kernels were profiled.",))]
-    items, children, problems, fatal = settle(outcomes, dry_run=False)
+    items, children, problems, fatal = judge_sweep(outcomes, dry_run=False)
     assert fatal is None
     assert [i["shape"] for i in items] == ["1x8", "3x8", "2x8"]
     assert [c["report"] for c in children] == ["sweep-gpu0.ncu-rep", None]
@@ -72,19 +72,19 @@ def test_items_children_and_problems(tmp_path: Path) -> None:
 def test_nothing_profiled_anywhere(tmp_path: Path) -> None:
     outcomes = [outcome(tmp_path, "sweep", [item("1x8")], report=False,
                         lines=("==WARNING== No kernels were profiled.",))]
-    *_, fatal = settle(outcomes, dry_run=False)
+    *_, fatal = judge_sweep(outcomes, dry_run=False)
     assert isinstance(fatal, NothingProfiledError) and "no CUDA kernel launched" in str(fatal)
 
 
 def test_every_shape_failed_and_a_dead_child(tmp_path: Path, caplog) -> None:
     outcomes = [outcome(tmp_path, "sweep", [item("1x8", "failed"), item("2x8", "failed")],
                         report=False)]
-    *_, fatal = settle(outcomes, dry_run=True)
+    *_, fatal = judge_sweep(outcomes, dry_run=True)
     assert isinstance(fatal, ShapeFailedError) and "1x8 (eager): CUDA out of memory" in str(fatal)
     running = item("1x8", "running")
     dead = outcome(tmp_path, "sweep", [item("2x8"), running], report=False, finished=False,
                    lines=("Segmentation fault",))
-    items, _, _, fatal = settle([dead], dry_run=True)
+    items, _, _, fatal = judge_sweep([dead], dry_run=True)
     assert fatal is None
     (failure,) = [i for i in items if i["status"] != "ok"]
     assert failure["shape"] == "1x8" and "Segmentation fault" in failure["error"]

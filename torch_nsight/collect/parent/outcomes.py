@@ -182,9 +182,6 @@ def judge_sweep(outcomes: Sequence[ChildOutcome], *, dry_run: bool
     return items, children, problems, fatal
 
 
-#: The name callers knew :func:`judge_sweep` by.
-settle = judge_sweep
-
 
 def warm_the_reader() -> None:
     """Import the report reader and the analysis in a thread while the children run (the
