@@ -40,7 +40,8 @@ FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gai
                    "gain_basis", "confidence")
 #: What ``profile --verify`` adds to a finding table: the basis of the prediction
 #: (``est_gain_ns`` keeps it), the gain measured on the user's steps with its spread (half the
-#: quartile range), the median step before and after, the steps timed on each side, and
+#: quartile range), the median step before and after, the steps timed (the fewer of the two
+#: sides, every round pooled), and
 #: whether the measurement counts (``verify_status``) with why (``verify_detail``), and the
 #: switch that was measured (``verify_fix``: one fix may stand for several rows).
 MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns", "before_ns",

@@ -172,8 +172,15 @@ def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -
                              "GELU: F.gelu(x, approximate='tanh') would change the model")
 
     def do(module: nn.Module) -> Undo:
+        saved = vars(module).get("forward")
         module.forward = _tanh_gelu
-        return lambda: module.__dict__.pop("forward", None)
+
+        def undo() -> None:
+            if saved is None:
+                module.__dict__.pop("forward", None)
+            else:
+                module.forward = saved
+        return undo
     return _each(targets, do)
 
 

@@ -56,7 +56,7 @@ def focused(plan: SweepPlan) -> SweepPlan:
                                      str(private / "result"), jobs.parent_sys_path(),
                                      "first-look")
         path = jobs.write_job(jobs.serialize_job(plan.job, private), assignment, private)
-        visible = None if plan.devices is None else str(list(plan.devices)[0])
+        visible = plan.visible[0] if plan.visible else None
         if not plan.quiet:
             logger.warning("torch_nsight: focus=%s: recording a timeline first", plan.focus)
         items = max(len(plan.job.shapes) * len(plan.job.variants), 1)

@@ -150,9 +150,11 @@ def _judge(bases: Sequence[BareRun], runs: Sequence[BareRun], tolerance: float
            ) -> tuple[str, str, StepGain | None]:
     """(verify_status, verify_detail, gain) of one fix's runs against the baseline's, all
     rounds pooled; the first run that failed decides when one did."""
-    for run in runs:
-        if run.error is not None or run.times is None:
-            return ("fix_failed" if run.fix_failed else "run_failed"), str(run.error), None
+    failed = [r for r in runs if r.error is not None or r.times is None]
+    if failed and (len(failed) == len(runs) or failed[0].fix_failed):
+        run = failed[0]
+        return ("fix_failed" if run.fix_failed else "run_failed"), str(run.error), None
+    runs = [r for r in runs if r not in failed]  # a later round's run that failed: left out
     after = _pooled(runs)
     gain = step_gain(_pooled(bases), after) if after else None
     change = max((c for c in (loss_change(bases[0].times.losses, r.times.losses)
@@ -175,6 +177,8 @@ def _judge(bases: Sequence[BareRun], runs: Sequence[BareRun], tolerance: float
                        f"({_ms(drift)})")
         if len(runs) > 1:
             detail += f"; {len(runs)} rounds"
+        if failed:
+            detail += f"; {len(failed)} run(s) failed and were left out: {failed[0].error}"
     return status, detail, gain
 
 
@@ -264,15 +268,18 @@ def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
     for round_number in range(plan.rounds):
         number += 1
         base = _baseline(plan, n_steps, tell, number, total)
-        if base is not None:
-            bases.append(base)
+        if base is None:  # the fixes of a round without a baseline would pool unpaired
+            tell(f"verify: round {round_number + 1}'s fixes are not run (no baseline)")
+            number += len(chosen)
+            continue
+        bases.append(base)
         order = chosen if round_number % 2 == 0 else chosen[::-1]
         for positions, spec in order:
             number += 1
             done = runs[spec.describe()]
-            if done and done[-1].error is not None:
+            if done and (done[-1].fix_failed or all(r.error is not None for r in done)):
                 tell(f"verify: run {number} of {total}: {spec.describe()}: not run again "
-                     "(its first run failed)")
+                     "(its run in an earlier round failed)")
                 continue
             row = table.iloc[positions[0]]
             tell(f"verify: run {number} of {total}: {spec.describe()}" + (

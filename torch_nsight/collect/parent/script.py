@@ -198,7 +198,11 @@ class ScriptPlan(Plan):
         return ScriptRun(0 if status is None else status, loaded, manifest.document())
 
     def interrupted(self, outcomes: list[ChildOutcome]) -> None:
-        logger.warning("interrupted: what ncu profiled until then is in %s", self.report)
+        if self.timeline:
+            logger.warning("interrupted: no timeline was written (%s holds the command's "
+                           "output)", self.report.parent)
+        else:
+            logger.warning("interrupted: what ncu profiled until then is in %s", self.report)
 
 
 @dataclass(frozen=True)
