@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 from collections.abc import Callable, Iterator, Sequence
@@ -236,13 +237,18 @@ def load(path: str) -> Loaded:
 
 #: This checkout's folder, as the readers write it at the head of the paths they resolve.
 CHECKOUT = f"{ROOT}{os.sep}"
+#: A recording's own stored path to tests/data, from whichever checkout recorded it.
+RECORDED = re.compile(r"^/(?:[^/\s]+/)+tests/data/")
 
 
 def _portable(value: Any) -> Any:
     """``value`` (a path, or a record holding some) with this checkout's folder written
     ``<repo>/``."""
     if isinstance(value, str):
-        return f"<repo>/{value[len(CHECKOUT):]}" if value.startswith(CHECKOUT) else value
+        if value.startswith(CHECKOUT):
+            return f"<repo>/{value[len(CHECKOUT):]}"
+        # a path stored inside a recording, written where it was recorded
+        return RECORDED.sub("<repo>/tests/data/", value, count=1)
     if isinstance(value, dict):
         return {key: _portable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -258,7 +264,7 @@ def _portable_frame(frame: pd.DataFrame | None) -> pd.DataFrame | None:
         if not (pd.api.types.is_object_dtype(frame[column])
                 or pd.api.types.is_string_dtype(frame[column])):
             continue
-        absolute = frame[column].map(lambda v: isinstance(v, str) and v.startswith(CHECKOUT))
+        absolute = frame[column].map(lambda v: isinstance(v, str) and (v.startswith(CHECKOUT) or bool(RECORDED.match(v))))
         if absolute.any():
             frame.loc[absolute, column] = frame.loc[absolute, column].map(_portable)
     return frame

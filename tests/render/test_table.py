@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -11,23 +10,20 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.golden import diff_against_golden
 from torch_nsight.profile import Profile
 from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
 from torch_nsight.render.columns import REASON_WIDTH
 from torch_nsight.render.units import format_count, format_giga, format_rate, format_us, shorten
 
 GOLDEN = Path(__file__).parent / "golden"
-REGENERATE = os.environ.get("TORCH_NSIGHT_REGEN_GOLDEN") == "1"
 GOLDEN_FORMATS = ("plain", "github", "markdown")
 
 
 def check_golden(name: str, text: str) -> None:
     """Compare with tests/render/golden/<name>; TORCH_NSIGHT_REGEN_GOLDEN=1 rewrites it."""
-    path = GOLDEN / name
-    if REGENERATE:
-        path.write_text(text + "\n", encoding="utf-8")
-    assert path.is_file(), f"{path} missing: run with TORCH_NSIGHT_REGEN_GOLDEN=1"
-    assert text + "\n" == path.read_text(encoding="utf-8")
+    difference = diff_against_golden(name, text + "\n", GOLDEN)
+    assert difference is None, difference
 
 
 @pytest.mark.parametrize("fmt", GOLDEN_FORMATS)
