@@ -17,6 +17,8 @@ machine, every process timed from outside:
 * **timeline**: ``profile --timeline --steps 12:15`` of 26 steps: the verdict, the busy share
   it judged against the busy share of the bare step (the recorded GPU work over the bare
   script's own step), and a launch-bound gain against the measured effect of compiling;
+* **stalls**: ``profile --steps 12:13 --stalls`` (the focused second pass), its wall time
+  beside the fast default's, and the second pass's line;
 * **compiled profile** (``--compiled-profile``): ``profile --steps 12:13`` of the compiled
   script: it must exit 0 with its own output, its kernels attributed to modules.
 
@@ -114,17 +116,19 @@ def latency_top10(kernels: Any) -> dict[str, int]:
     latency = top[top["bound"] == "latency"]
     return {"top10_latency_rows": len(latency),
             "top10_latency_named": int(latency["next_step"].isin(
-                set(LIMITER_FIX.values())).sum())}
+                set(LIMITER_FIX.values())).sum()),
+            "top10_latency_limiters": [str(v) for v in latency.get("limiter", [])]}
 
 
-def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool = False
-            ) -> dict[str, Any]:
+def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool = False,
+            stalls: bool = False) -> dict[str, Any]:
     import torch_nsight
 
-    folder = out / f"{model}_{metric_set}{'_compiled' if compiled else ''}"
+    folder = out / (f"{model}_{metric_set}{'_compiled' if compiled else ''}"
+                    f"{'_stalls' if stalls else ''}")
     ran = _run([*_launcher(model), sys.executable, "-m", "torch_nsight", "profile", "--steps",
                 "12:13", *_ranked(model), "--metric-set", metric_set, "--out", str(folder),
-                "--force", "--",
+                "--force", *(["--stalls"] if stalls else []), "--",
                 sys.executable, str(APP), model, "--steps", "14",
                 *(["--compile"] if compiled else [])], timeout=540)
     record: dict[str, Any] = {"rc": ran["rc"], "wall_s": ran["wall_s"],
@@ -154,6 +158,8 @@ def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool =
     for line in ran["text"].splitlines():
         if line.startswith("time:"):
             record["phases"] = line
+        if line.startswith("second pass (--stalls):"):
+            record["second_pass"] = line
     if KEEP.get("reports") and metric_set == "fast" and not compiled:
         for report in folder.glob("*.ncu-rep"):  # kept for the CPU tests (xz-compressed)
             kept = out / f"{model}_profile.ncu-rep"
@@ -242,6 +248,7 @@ def run_model(model: str, out: Path, compiled_profile: bool, phases: set[str] | 
             ("bare_compiled", lambda: bare(model, out, compiled=True)),
             ("profile", lambda: profile(model, out)),
             ("duration", lambda: profile(model, out, metric_set="duration")),
+            ("stalls", lambda: profile(model, out, stalls=True)),
             ("sol", lambda: sol_sample(model, out)),
             ("timeline", lambda: timeline(model, out, result["bare"].get("step_ms"))),
             *((("profile_compiled", lambda: profile(model, out, compiled=True)),)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 MetricKind = Literal["counter", "percent", "busy", "peak", "clock", "launch", "device",
-                     "warp_state"]
+                     "scheduler", "warp_state"]
 
 
 @dataclass(frozen=True)
@@ -146,14 +146,17 @@ METRICS: tuple[Metric, ...] = (
            "Occupancy", "blocks per SM the warp slots allow (Nsight Compute)"),
     Metric("launch__occupancy_limit_blocks", "ncu_block_limit_blocks", "block", "launch",
            "Occupancy", "blocks per SM the hardware allows (Nsight Compute)"),
-    # what a latency-bound kernel waits on: collected by the focused second pass only
-    # (``profile --stalls``; absent from every metric set: NaN where not collected)
+    # how busy the schedulers keep: in the fast set's one replay pass at no extra cost
+    # (measured on an H200 with ncu 2025.3.1: bench/warp_state_passes.py), else NaN
     Metric("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy_pct", "%",
-           "warp_state", "Occupancy", "achieved occupancy: active warps, % of the SM's maximum"),
+           "scheduler", "Occupancy", "achieved occupancy: active warps, % of the SM's maximum"),
     Metric("smsp__warps_eligible.avg.per_cycle_active", "eligible_warps_per_scheduler", "warp",
-           "warp_state", "SchedulerStats", "warps ready to issue per scheduler per cycle"),
+           "scheduler", "SchedulerStats", "warps ready to issue per scheduler per cycle"),
     Metric("smsp__issue_active.avg.per_cycle_active", "issued_warps_per_scheduler", "warp",
-           "warp_state", "SchedulerStats", "instructions issued per scheduler per cycle"),
+           "scheduler", "SchedulerStats", "instructions issued per scheduler per cycle"),
+    # what a latency-bound kernel waits on: collected by the focused second pass only
+    # (``profile --stalls``; each takes the fast pass from 1 replay pass to 3: NaN where not
+    # collected)
     Metric("smsp__warps_active.avg.per_cycle_active", "active_warps_per_scheduler", "warp",
            "warp_state", "SchedulerStats", "warps resident per scheduler per cycle"),
     *(_stall(reason) for reason in STALL_REASONS),
@@ -194,9 +197,10 @@ class MetricSet:
     description: str = ""
 
 
-#: Optional columns, read where a report has them and never asked for by a metric set: the
-#: focused second pass collects them (:data:`STALL_PASS`).
-OPTIONAL_KINDS = frozenset({"warp_state"})
+#: Optional columns, read where a report has them and never listed as missing: the focused
+#: second pass collects them (:data:`STALL_PASS`), and the fast set the scheduler's three
+#: since 2026-11-27 (its earlier reports lack them).
+OPTIONAL_KINDS = frozenset({"scheduler", "warp_state"})
 #: The sets with the SOL section or counters leave the one-pass stand-ins out.
 _ALL_NAMES = tuple(m.name for m in METRICS if m.kind not in ("busy", *OPTIONAL_KINDS))
 _NO_SOL = tuple(m.name for m in METRICS
@@ -206,7 +210,8 @@ _ONE_PASS = tuple(m.name for m in METRICS
                   if m.kind in ("peak", "launch", "device") or m.column == "duration_ns")
 #: The cheap tier: time, DRAM bytes, clocks and the SOL stand-ins; FLOPs come from the calls
 #: table.
-_FAST = tuple(m.name for m in METRICS if m.kind in ("peak", "launch", "device", "clock", "busy")
+_FAST = tuple(m.name for m in METRICS
+              if m.kind in ("peak", "launch", "device", "clock", "busy", "scheduler")
               or m.column in ("duration_ns", "dram_bytes"))
 
 METRIC_SETS: dict[str, MetricSet] = {
@@ -225,8 +230,8 @@ METRIC_SETS: dict[str, MetricSet] = {
         "the roofline set plus Nsight Compute's main analysis sections (many more passes)"),
     "fast": MetricSet(
         "fast", _FAST, (),
-        "durations, DRAM bytes, clocks and four busy counters that stand in for the SOL "
-        "percentages: FLOPs come from the calls table's analytic counts (flops_basis "
+        "durations, DRAM bytes, clocks, four busy counters that stand in for the SOL "
+        "percentages and the schedulers' achieved occupancy, eligible and issued warps: FLOPs come from the calls table's analytic counts (flops_basis "
         "'calls'), so every kernel is placed on the roofline and gets a bound with a "
         "fraction of the replay passes"),
     "duration": MetricSet(
@@ -250,7 +255,7 @@ DEFAULT_PROFILE_METRIC_SET = "fast"
 #: 2025.3.1: these metrics are 8 replay passes per kernel beside the fast set's 1 (the four
 #: sections Occupancy, LaunchStats, WarpStateStats and SchedulerStats: 9).
 STALL_PASS = MetricSet(
-    "stalls", tuple(m.name for m in METRICS if m.kind == "warp_state" or m.column ==
-                    "duration_ns"), (),
+    "stalls", tuple(m.name for m in METRICS
+                    if m.kind in ("scheduler", "warp_state") or m.column == "duration_ns"), (),
     "achieved occupancy, eligible, issued and active warps per scheduler and the warp stall "
     "reasons: what a latency-bound kernel waits on")

@@ -170,9 +170,10 @@ def test_the_second_pass_targets_on_the_vit_report(kernels, vit_names) -> None:
     assert covered >= TARGET_COVER_PCT
     assert by_name[chosen[:-1]].sum() / by_name.sum() * 100 < TARGET_COVER_PCT
     assert list(by_name.index[:len(chosen)]) == chosen
-    # the -k filter takes exactly those names, and the second pass profiles every launch
-    # of them that the first profiled (replicas are not in the report), plus instrument()'s
-    # carrier kernels of those names (its messages: calls table, replicated groups)
+    # the -k filter takes exactly those names, and the second pass profiles one launch per
+    # launch configuration of those the first profiled (replicas are not in the report),
+    # plus instrument()'s carrier kernels of those names (its messages: calls table,
+    # replicated groups)
     pattern = re.compile(kernel_filter(chosen).removeprefix("regex:"))
     matched = [f for f in vit_functions if pattern.search(f)]
     assert set(matched) == set(chosen)
@@ -183,5 +184,49 @@ def test_the_second_pass_targets_on_the_vit_report(kernels, vit_names) -> None:
     carried = sum(pattern.search(f) is not None for f, carrier in
                   zip(vit_functions, carriers, strict=True) if carrier)
     assert carried == carriers.sum() == 2
-    assert int(targets["profiled_launches"].sum()) == len(matched) - carried
+    configs = {(f, grid, block, shared) for f, grid, block, shared, carrier in zip(
+        vit_functions, raw["grid"], raw["block"], raw["shared_dynamic_bytes"], carriers,
+        strict=True) if pattern.search(f) and not carrier}
+    assert len(configs) < len(matched) - carried  # fewer launches than every one
+    assert int(targets["profiled_launches"].sum()) == len(configs)
     assert math.isclose(targets["cumulative_pct"].iloc[-1], covered)
+
+
+def without_stall_reasons(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same kernels as the fast set records them since it holds the scheduler's
+    figures: no stall reason, verdicts made again."""
+    from torch_nsight.analyze import classify
+    from torch_nsight.analyze.limiter import add_limiter
+
+    return add_limiter(classify(frame.drop(columns=["limiter"]).assign(
+        **{c: math.nan for c in STALLS})))
+
+
+@pytest.mark.parametrize("model", ["vit_s", "resnet50"])
+def test_the_scheduler_figures_alone_name_a_cause(kernels, model: str) -> None:
+    """What the fast set's one pass gives (achieved occupancy, eligible and issued warps):
+    every verdict that needs no stall reason is the one the stall reasons give, and a kernel
+    whose warps wait is one the stall reasons call memory latency."""
+    full = kernels[model]
+    fast = without_stall_reasons(full)
+    rows = fast["bound"] == "latency"
+    verdicts = pd.DataFrame({"fast": fast.loc[rows, "limiter"], "full": full.loc[rows, "limiter"],
+                             "ns": full.loc[rows, "duration_ns"]})
+    waiting = verdicts[verdicts["fast"] == "waiting_warps"]
+    assert len(waiting) > 0
+    assert set(waiting["full"]) == {"memory_latency"}  # measured: the two recorded steps
+    launch_only = verdicts["fast"].isin(["launch_overhead", "small_grid", "tail", "registers",
+                                         "shared_memory", "block_size", "blocks_per_sm"])
+    same = verdicts[launch_only]
+    assert (same["fast"] == same["full"]).mean() > 0.9
+    for row in fast[rows].to_dict("records"):
+        if row["limiter"] == "waiting_warps":
+            assert row["eligible_warps_per_scheduler"] < 1
+            assert warps_text(row) + ": warps wait on memory or a dependency" in row["reason"]
+            issued = 100 * row["issued_warps_per_scheduler"]
+            assert f"schedulers issue on {issued:.0f}% of cycles" in row["reason"]
+            assert not re.search(r"% of stalls", row["reason"])
+    top = hotspots(fast, n=10)
+    top = top[top["bound"] == "latency"]
+    assert len(top) > 0
+    assert top["next_step"].isin(CAUSE_OF_FIX).all(), list(top["reason"])

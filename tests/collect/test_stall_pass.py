@@ -13,7 +13,7 @@ from torch_nsight.collect.parent import stall_pass
 from torch_nsight.collect.parent.script import plan_script
 from torch_nsight.collect.parent.stall_pass import kernel_filter, plan_stall_pass, run_stall_pass
 from torch_nsight.errors import TorchNsightError
-from torch_nsight.metrics import METRIC_SETS, STALL_PASS
+from torch_nsight.metrics import METRIC_SETS, METRICS, STALL_PASS
 from torch_nsight.status import STATUS_ENV, STEPS_ENV
 
 VIT = Path(__file__).resolve().parents[1] / "data" / "latency" / "vit_s.ncu-rep.xz"
@@ -49,8 +49,14 @@ def test_the_second_pass_is_the_first_on_fewer_kernels_with_other_metrics(
     assert command.count("-k") == 1 and _option(command, "-k") == kernel_filter(names)
     assert _option(command, "--kernel-name-base") == "function"
     assert _option(command, "--metrics").split(",") == list(STALL_PASS.metrics)
-    assert not set(METRIC_SETS["fast"].metrics) - {"gpu__time_duration.sum"} & set(
-        second.metrics)
+    # nothing of the fast set again but the duration and the scheduler's three figures
+    # (free in any pass; a first pass of another set lacks them)
+    scheduler = {m.name for m in METRICS if m.kind == "scheduler"}
+    assert len(scheduler) == 3
+    assert not (set(METRIC_SETS["fast"].metrics) - {"gpu__time_duration.sum"} - scheduler
+                ) & set(second.metrics)
+    assert _option(command, "--filter-mode") == "per-launch-config"
+    assert _option(command, "-c") == "1"
     assert second.metric_set == "stalls" and "--section" not in command
 
 

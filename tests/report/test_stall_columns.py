@@ -117,3 +117,27 @@ def test_the_second_pass_beside_a_report_is_merged_not_loaded_alone(tmp_path: Pa
     assert len(folder.kernels) == len(alone.kernels)
     pd.testing.assert_frame_equal(folder.kernels[list(STALL_COLUMNS)],
                                   alone.kernels[list(STALL_COLUMNS)])
+
+
+def test_one_launch_per_configuration_gives_its_values_to_every_launch_of_it(
+        vit_raw: pd.DataFrame) -> None:
+    """The second pass as ncu records it with ``--filter-mode per-launch-config -c 1``: the
+    first launch of each configuration of the target names; every launch of the first pass
+    with that name, grid, block and dynamic shared memory gets that launch's values."""
+    frame = _carriers_out(vit_raw)
+    functions = set(stall_targets(torch_nsight.load(VIT).kernels)["function"])
+    chosen = _function_rows(frame, functions)
+    config = ["kernel_full", "grid", "block", "shared_dynamic_bytes"]
+    ordered = frame[chosen].sort_values(["range_index", "kernel_index"], kind="stable")
+    second = ordered.drop_duplicates(config)
+    assert len(second) < chosen.sum()  # some configurations launch more than once
+    first = frame.assign(**{c: math.nan for c in STALL_COLUMNS})
+    merged = merge_stall_pass(first, second.iloc[::-1])
+    assert merged.loc[~chosen, list(STALL_COLUMNS)].isna().all().all()
+    expected = frame.loc[chosen, config].merge(
+        second[config + list(STALL_COLUMNS)], on=config, how="left").set_axis(
+        frame.index[chosen])
+    pd.testing.assert_frame_equal(merged.loc[chosen, list(STALL_COLUMNS)],
+                                  expected[list(STALL_COLUMNS)].astype("float64"))
+    pd.testing.assert_frame_equal(merged.loc[second.index, list(STALL_COLUMNS)],
+                                  frame.loc[second.index, list(STALL_COLUMNS)])

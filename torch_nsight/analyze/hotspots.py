@@ -54,6 +54,8 @@ LIMITER_FIX = {
                        "fuse it with its neighbours (torch.compile): a launch of a few µs",
     "few_warps": "give it more work (a larger batch) or fuse it (torch.compile): achieved "
                  "occupancy far below theoretical",
+    "waiting_warps": "fuse it with its neighbours (torch.compile), feed it contiguous or "
+                     "channels-last tensors: its warps wait (profile --stalls tells on what)",
     "memory_latency": "fuse it with its neighbours (torch.compile), feed it contiguous or "
                       "channels-last tensors: warps wait on global memory",
     "synchronization": "try another kernel or backend (torch.compile, cudnn.benchmark, SDPA "

@@ -23,9 +23,9 @@ Nsight Compute's WarpStateStats section to tell); docs/roofline.md lists every f
 hotspot's ``next_step`` turns the verdict into a PyTorch-level fix
 (:func:`torch_nsight.analyze.hotspots.next_step`).
 
-Where the row also holds its warp states (the focused pass, ``profile --stalls``:
-:mod:`~torch_nsight.analyze.stalls`), :func:`latency_cause` names one cause instead, the
-first that holds:
+Where the row also holds its scheduler's figures or its warp states (the fast set, the
+focused pass of ``profile --stalls``: :mod:`~torch_nsight.analyze.stalls`),
+:func:`latency_cause` names one cause instead, the first that holds:
 
 * ``launch_overhead``: the launch lasts under ``LAUNCH_OVERHEAD_NS`` (5 µs);
 * ``small_grid``: under one wave;
@@ -36,9 +36,15 @@ first that holds:
   one stall group (``STALL_GROUPS``) holds ``DOMINANT_STALL_PCT`` (40%) of the stalls;
 * ``few_warps``: achieved occupancy under half the theoretical one;
 * ``instruction_issue``: the schedulers issue on half their cycles or more;
+* ``waiting_warps``: without stall reasons (the fast set holds the scheduler's figures
+  alone), under ``FEW_ELIGIBLE`` eligible warp per scheduler: the warps are there and wait,
+  on memory or a dependency (which one takes the stall reasons of ``--stalls``);
 * the occupancy resource (any occupancy under 100%), else None;
 
-and its clause ends with the evidence: ``long scoreboard 62% of stalls: waits on global
+The fast set collects achieved occupancy and the eligible and issued warps per scheduler
+in its one replay pass, so every latency-bound kernel of a fast profile gets this verdict;
+the focused pass adds the stall reasons that split ``waiting_warps`` into memory latency,
+synchronization, instruction issue or shared memory. Its clause ends with the evidence: ``long scoreboard 62% of stalls: waits on global
 memory; achieved occupancy 31% of 50% theoretical; 1.9 eligible warps per scheduler``.
 """
 
@@ -62,6 +68,7 @@ from torch_nsight.analyze.stalls import (
     achieved_ratio,
     dominant_group,
     group_shares,
+    has_scheduler,
     has_stalls,
     top_reason,
 )
@@ -151,6 +158,8 @@ def latency_cause(row: dict[str, object],
         return "few_warps"
     if _number(row.get("issued_warps_per_scheduler")) >= ISSUE_BUSY:
         return "instruction_issue"
+    if not has_stalls(row) and eligible < FEW_ELIGIBLE:
+        return "waiting_warps"
     return launch if launch in _RESOURCES else None
 
 
@@ -278,6 +287,13 @@ def describe_cause(row: dict[str, object], kind: LimiterKind | CauseKind | None)
         head = (f"{duration} launch: too short to fill the GPU (under "
                 f"{LAUNCH_OVERHEAD_NS / 1e3:g} µs)")
         tail = "; ".join(p for p in (_warps(row), _stall_share(row)) if p)
+    elif kind == "waiting_warps":
+        issued = 100 * _number(row.get("issued_warps_per_scheduler"))
+        head = (f"{_warps(row)}: warps wait on memory or a dependency (--stalls tells "
+                "which)")
+        tail = "" if math.isnan(issued) else f"schedulers issue on {issued:.0f}% of cycles"
+    elif kind is None and not has_stalls(row):
+        head, tail = describe_limiter(row, None), _warps(row)
     elif kind is None:
         head = f"no single cause: {_stall_share(row)}"
         tail = _warps(row)
@@ -316,7 +332,7 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
         rows = out[[c for c in _INPUTS if c in out]].iloc[latency].to_dict("records")
         for at, row in zip(latency, rows, strict=True):  # the latency-bound rows alone
             kind: LimiterKind | CauseKind | None = launch_limiter(row)
-            if has_stalls(row):
+            if has_stalls(row) or has_scheduler(row):
                 kind = latency_cause(row, kind)  # type: ignore[arg-type]
                 words = describe_cause(row, kind)
             else:

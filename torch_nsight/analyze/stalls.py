@@ -29,7 +29,7 @@ from torch_nsight.report.names import function_name
 
 StallGroup = Literal["memory", "synchronization", "issue", "shared_memory"]
 CauseKind = Literal["launch_overhead", "memory_latency", "synchronization", "instruction_issue",
-                    "shared_memory_access", "few_warps"]
+                    "shared_memory_access", "few_warps", "waiting_warps"]
 
 #: Stall reasons by what the warp waits for (Nsight Compute's "Warp Stall Reasons"):
 #: global/local memory through L1TEX (long scoreboard, its queues, the stores drained at
@@ -63,6 +63,17 @@ ISSUE_BUSY = 0.5
 def has_stalls(row: dict[str, object]) -> bool:
     """Whether a kernel row holds the stall reasons (the focused pass ran on it)."""
     return stall_total(row) > 0
+
+
+#: The scheduler's figures the fast set collects in its one pass (no stall reasons).
+SCHEDULER_COLUMNS = ("achieved_occupancy_pct", "eligible_warps_per_scheduler",
+                     "issued_warps_per_scheduler")
+
+
+def has_scheduler(row: dict[str, object]) -> bool:
+    """Whether a kernel row holds the scheduler's figures (the fast set since 2026-11-27, or
+    the focused pass)."""
+    return any(not math.isnan(_number(row.get(c))) for c in SCHEDULER_COLUMNS)
 
 
 def stall_total(row: dict[str, object]) -> float:
@@ -117,7 +128,7 @@ def dominant_group(row: dict[str, object]) -> StallGroup | None:
 #: latency-bound time, the largest first ...
 TARGET_COVER_PCT = 80.0
 #: ... and at most this many names (ncu's ``-k`` regex stays short; each name is profiled
-#: at every one of its launches in the chosen steps).
+#: once per launch configuration).
 TARGET_NAMES = 20
 
 
@@ -138,9 +149,10 @@ def stall_targets(df: pd.DataFrame, cover_pct: float = TARGET_COVER_PCT,
             function         latency_ns  pct_of_latency  cumulative_pct  profiled_launches
             reduce_kernel    1297024.0   15.4            15.4            52
 
-        ``profiled_launches`` counts the first pass's profiled launches (replicas left out)
-        of that name, every bound: what the second pass will profile again (with, for
-        ``vectorized_elementwise_kernel``, the carrier kernels of ``instrument()``'s
+        ``profiled_launches`` counts the launch configurations (grid, block, dynamic shared
+        memory) of that name among the first pass's profiled launches (replicas left out),
+        every bound: the second pass profiles one launch of each (and, for
+        ``vectorized_elementwise_kernel``, of the carrier kernels of ``instrument()``'s
         messages, which are no rows of the table).
     """
     columns = ["function", "latency_ns", "pct_of_latency", "cumulative_pct",
@@ -161,6 +173,8 @@ def stall_targets(df: pd.DataFrame, cover_pct: float = TARGET_COVER_PCT,
     out = out[before < cover_pct].head(most)
     profiled = (df["replicated_from"].isna() if "replicated_from" in df
                 else pd.Series(True, index=df.index))
-    counts = functions[profiled].value_counts()
+    configs = pd.DataFrame({"function": functions}).assign(
+        **{c: df[c].map(str) for c in ("grid", "block", "shared_dynamic_bytes") if c in df})
+    counts = configs[profiled.to_numpy()].drop_duplicates()["function"].value_counts()
     out["profiled_launches"] = [int(counts.get(f, 0)) for f in out["function"]]
     return out.reset_index(drop=True).loc[:, columns]

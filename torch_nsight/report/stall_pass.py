@@ -5,9 +5,11 @@ kernels whose names carry most of the latency-bound time (``-k``) and the warp-s
 metrics (:data:`torch_nsight.metrics.STALL_PASS`); its report lies in
 :data:`~torch_nsight.formats.STALL_FOLDER` beside the first. Reading the first report
 (:class:`~torch_nsight.report.ncu_source.NcuReport`) copies the second's warp-state
-columns onto its rows: a launch of the second pass matches the launch of the first with
-the same step (the ``sweep;...;run=N`` range around it), the same demangled name and the
-same position among that name's launches in that step. Rows without a match keep NaN; a
+columns onto its rows. The second pass profiles one launch per launch configuration
+(``--filter-mode per-launch-config -c 1``): its values go to every launch of the first with
+the same demangled name, grid, block and dynamic shared memory, in every step. (A second
+pass that profiled every launch matches each by the same step, the ``sweep;...;run=N``
+range around it, and its position among that name's launches in that step.) Rows without a match keep NaN; a
 value the first pass measured itself is kept.
 
 Table (first pass, second pass -> merged)::
@@ -31,7 +33,7 @@ from torch_nsight.metrics import METRICS
 logger = logging.getLogger(__name__)
 
 #: The columns the second pass brings.
-STALL_COLUMNS = tuple(m.column for m in METRICS if m.kind == "warp_state")
+STALL_COLUMNS = tuple(m.column for m in METRICS if m.kind in ("scheduler", "warp_state"))
 _SUFFIXES = (".ncu-rep", ".ncu-rep.xz")
 
 
@@ -70,8 +72,29 @@ def launch_keys(frame: pd.DataFrame) -> pd.MultiIndex:
     return pd.MultiIndex.from_frame(keys.reindex(frame.index))
 
 
+#: What makes two launches of one kernel the same launch configuration for ncu's
+#: ``--filter-mode per-launch-config``.
+_CONFIG = ("grid", "block", "shared_dynamic_bytes")
+
+
+def config_keys(frame: pd.DataFrame) -> pd.MultiIndex:
+    """Per row of ``frame``: (demangled name, grid, block, dynamic shared memory), as text:
+    ncu profiles a configuration once, in the first chosen step it runs in."""
+    keys = pd.DataFrame({"kernel_full": frame["kernel_full"].map(
+        lambda n: n if isinstance(n, str) else "")})
+    for column in _CONFIG:
+        keys[column] = (frame[column].map(str) if column in frame
+                        else pd.Series("", index=frame.index))
+    return pd.MultiIndex.from_frame(keys)
+
+
 def merge_stall_pass(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     """The first pass's raw table with the second pass's warp-state columns where it had none.
+
+    A second pass that profiled one launch per launch configuration (``--filter-mode
+    per-launch-config -c 1``) gives its values to every launch of that configuration, in
+    every step; one that profiled every launch gives each
+    launch its own, matched by position.
 
     Args:
         first: the first pass's raw kernel table (carried messages already taken out).
@@ -85,13 +108,16 @@ def merge_stall_pass(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     columns = [c for c in STALL_COLUMNS if c in second and second[c].notna().any()]
     if out.empty or second.empty or not columns:
         return out
-    found = second[columns].set_axis(launch_keys(second))
+    per_config = not config_keys(second).duplicated().any()
+    keys = config_keys if per_config else launch_keys
+    found = second[columns].set_axis(keys(second))
     found = found[~found.index.duplicated()]
-    matched = found.reindex(launch_keys(out))
+    matched = found.reindex(keys(out))
     for column in columns:
         values = pd.Series(matched[column].to_numpy(), index=out.index, dtype="float64")
         out[column] = out[column].astype("float64").fillna(values) if column in out else values
     hits = int(matched[columns].notna().any(axis=1).sum())
-    logger.info("the second pass (%d kernels) gave warp states to %d of the %d kernels of the "
-                "first", len(second), hits, len(out))
+    logger.info("the second pass (%d kernels%s) gave warp states to %d of the %d kernels of "
+                "the first", len(second), ", one per launch configuration" if per_config
+                else "", hits, len(out))
     return out

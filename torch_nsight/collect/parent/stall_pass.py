@@ -4,7 +4,8 @@ wait on.
 After the first pass, :func:`~torch_nsight.analyze.stalls.stall_targets` names the kernels
 (Nsight Compute's function names) that hold most of the latency-bound time of the chosen
 steps, replicas counted; :func:`plan_stall_pass` builds the same command under ncu again,
-with the same steps, NVTX filters and replicas left out, only those names (``-k``) and the
+with the same steps, NVTX filters and replicas left out, only those names (``-k``), one
+launch per launch configuration (``--filter-mode per-launch-config -c 1``) and the
 warp-state metrics (:data:`~torch_nsight.metrics.STALL_PASS`: 8 replay passes a kernel),
 its report in :data:`~torch_nsight.formats.STALL_FOLDER` beside the first;
 :func:`run_stall_pass` runs it and loads the first report again, which merges the second
@@ -89,6 +90,7 @@ def plan_stall_pass(first: ScriptPlan, functions: Sequence[str], *, ncu: str,
         ncu, report=report.with_suffix(""), metric_set=STALL_PASS, app=first.command,
         metrics=metrics, exclude_replicas=first.replicate,
         extra_args=["-k", kernel_filter(functions), "--kernel-name-base", "function",
+                    "--filter-mode", "per-launch-config", "-c", "1",
                     *ncu_cli.check_extra_args(ncu_args)],
         measured_only=first.steps is not None)
     env = {**first.env, STATUS_ENV: str(report.with_suffix(formats.STATUS_SUFFIX))}
