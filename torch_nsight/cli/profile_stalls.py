@@ -106,6 +106,6 @@ def second_pass(first: ScriptPlan, profile: Profile, *, ncu: str, ncu_args: Sequ
                        "results are shown", done.failed)
         return done.profile
     say(f"second pass (--stalls): {len(done.functions)} kernel names, "
-        f"{done.kernels_profiled} kernels profiled in {done.seconds:.1f} s; warp states on "
+        f"{done.kernels_profiled} kernels profiled in {done.seconds:.1f} s; stall reasons on "
         f"{done.merged} kernel rows ({stall_report_of(first.report)})", sys.stderr)
     return done.profile

@@ -49,7 +49,7 @@ class StallPass:
         functions: the kernel names it profiled (empty: it did not run).
         kernels_profiled: the launches ncu profiled in it.
         seconds: its whole time (start-up, profiling, loading).
-        merged: kernel rows of the profile that now hold warp states.
+        merged: kernel rows of the profile that now hold stall reasons.
         failed: why it did not run or gave nothing, or None.
     """
 
@@ -145,8 +145,8 @@ def run_stall_pass(first: ScriptPlan, profile: Profile, *, ncu: str,
 
 
 def _with_stalls(profile: Profile) -> int:
-    """Kernel rows holding warp states."""
-    from torch_nsight.report.stall_pass import STALL_COLUMNS
+    """Kernel rows holding stall reasons (the scheduler's figures come with the fast set)."""
+    from torch_nsight.metrics import STALL_REASONS, stall_column
 
-    columns = [c for c in STALL_COLUMNS if c in profile.kernels]
+    columns = [c for c in map(stall_column, STALL_REASONS) if c in profile.kernels]
     return int(profile.kernels[columns].notna().any(axis=1).sum()) if columns else 0
