@@ -248,12 +248,6 @@ class StepTimes:
         """The times of the steps that ended without an exception."""
         return [float(s["time_ns"]) for s in self.steps if s.get("status") == "ok"]
 
-    @property
-    def losses(self) -> dict[int, float]:
-        """The loss each step passed, by step index (steps without one left out)."""
-        return {int(s["index"]): float(s["loss"]) for s in self.steps
-                if isinstance(s.get("loss"), (int, float))}
-
 
 def read_timing(path: str | os.PathLike[str]) -> StepTimes:
     """Read a step-times file.

@@ -68,7 +68,8 @@ def test_the_chosen_steps_are_timed_with_their_losses(tmp_path: Path) -> None:
     assert [s["index"] for s in times.steps] == list(range(3, 9))  # 3 warm-up steps before
     assert len(times.times_ns) == 6 and all(t > 0 for t in times.times_ns)
     assert times.clock == "perf_counter"  # no CUDA here
-    assert times.losses == {i: pytest.approx(losses[i]) for i in range(3, 9)}
+    assert {s["index"]: s["loss"] for s in times.steps} == {
+        i: pytest.approx(losses[i]) for i in range(3, 9)}
     assert times.fixes == [] and times.requested == []
     ended = [e for e in StatusReader(status).poll() if e["event"] == "item_end"]
     assert [e["index"] for e in ended] == list(range(3, 9))  # what stops the bare run
@@ -149,4 +150,4 @@ def test_a_file_of_schema_1_is_still_read(tmp_path: Path) -> None:
         {"index": 3, "time_ns": 10.0, "status": "ok", "loss": 1.5}]}))
     times = read_timing(path)
     assert times.steps[0]["fix_on"] is None and times.toggle_error is None
-    assert times.times_ns == [10.0] and times.losses == {3: 1.5}
+    assert times.times_ns == [10.0] and times.steps[0]["loss"] == 1.5
