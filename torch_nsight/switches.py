@@ -2,7 +2,7 @@
 (``torch-nsight profile --verify``). Stage-neutral: the command writes what the script reads,
 and reads what it writes, without torch.
 
-The command sets two variables for the script it runs bare (no ncu):
+The command sets these variables for the script it runs bare (no ncu):
 
 * :data:`APPLY_ENV`: the fixes :func:`torch_nsight.instrument` applies to the model it is
   given, before anything else (also when it installs no hooks). JSON, a list of objects
@@ -15,13 +15,24 @@ The command sets two variables for the script it runs bare (no ncu):
   ``TARGET`` is a module's name as in ``model.named_modules()`` (``""`` or absent: the
   whole model), each dotted part an fnmatch glob (``layers.*.mlp`` matches
   ``layers.3.mlp``, not ``layers.3.x.mlp``).
+* :data:`ALTERNATE_ENV` (``1``): the fixes applied are switched off and on at every step
+  boundary, in the ABBA order :func:`fix_on_at` gives (off, on, on, off, off, on, on, off
+  ..., counted from the first timed step, over the warm-up too), so that each pair of
+  timed steps (first, second; third, fourth; ...) holds one step with the fix and one
+  without, and a linear drift of the step time weighs on both alike.
 * :data:`TIMING_ENV`: the JSON file the chosen steps' times go to
   (:mod:`torch_nsight.capture.step_timer`), read back by :func:`read_timing`::
 
-      {"schema": 1, "clock": "cuda_events" | "perf_counter", "steps": [{"index": 10,
-       "time_ns": 1234.0, "status": "ok", "loss": 2.31 | null}, ...],
+      {"schema": 2, "clock": "cuda_events" | "perf_counter", "steps": [{"index": 10,
+       "time_ns": 1234.0, "status": "ok", "loss": 2.31 | null,
+       "fix_on": true | false | null}, ...],
        "requested": [fix, ...], "fixes": [{"fix": ..., "target": ..., "options": {...},
-       "status": "applied" | "failed", "error": null | "...", "modules": [...]}, ...]}
+       "status": "applied" | "failed", "error": null | "...", "modules": [...]}, ...],
+       "toggle_error": null | "..."}
+
+  ``fix_on`` is null when the fixes are not alternated; ``toggle_error`` says why switching
+  them off or on failed (the steps after it are not alternated). Schema 1 (no ``fix_on``,
+  no ``toggle_error``) is still read.
 """
 
 from __future__ import annotations
@@ -35,15 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APPLY_ENV", "TIMING_ENV", "FIX_OPTIONS", "FixSpec", "StepTimes", "check_fix",
-           "target_matches",
-           "format_fixes", "parse_fixes", "read_timing", "TIMING_SCHEMA"]
+__all__ = ["APPLY_ENV", "ALTERNATE_ENV", "TIMING_ENV", "FIX_OPTIONS", "FixSpec", "StepTimes",
+           "check_fix", "fix_on_at", "target_matches", "format_fixes", "parse_fixes",
+           "read_timing", "TIMING_SCHEMA"]
 
 #: The fixes ``instrument()`` applies (JSON or the compact form above).
 APPLY_ENV = "TORCH_NSIGHT_APPLY"
+#: Set (``1``): the fixes applied are switched off and on step by step (:func:`fix_on_at`).
+ALTERNATE_ENV = "TORCH_NSIGHT_VERIFY_ALTERNATE"
 #: The JSON file the chosen steps' times are written to.
 TIMING_ENV = "TORCH_NSIGHT_TIMING"
-TIMING_SCHEMA = 1
+TIMING_SCHEMA = 2
+#: The step-times files :func:`read_timing` reads (1: before the fixes alternated).
+_READ_SCHEMAS = (1, TIMING_SCHEMA)
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -215,26 +230,23 @@ class StepTimes:
 
     Attributes:
         clock: ``cuda_events`` or ``perf_counter``.
-        steps: one dict per timed step (``index``, ``time_ns``, ``status``, ``loss``).
+        steps: one dict per timed step (``index``, ``time_ns``, ``status``, ``loss``,
+            ``fix_on``: None when the fixes did not alternate).
         requested: the fixes asked for (:data:`APPLY_ENV`), as JSON objects.
         fixes: how each was applied (``status`` ``applied`` or ``failed``, ``error``).
+        toggle_error: why switching the fixes off or on failed, or None.
     """
 
     clock: str
     steps: list[dict[str, Any]]
     requested: list[dict[str, Any]]
     fixes: list[dict[str, Any]]
+    toggle_error: str | None = None
 
     @property
     def times_ns(self) -> list[float]:
         """The times of the steps that ended without an exception."""
         return [float(s["time_ns"]) for s in self.steps if s.get("status") == "ok"]
-
-    @property
-    def losses(self) -> dict[int, float]:
-        """The loss each step passed, by step index (steps without one left out)."""
-        return {int(s["index"]): float(s["loss"]) for s in self.steps
-                if isinstance(s.get("loss"), (int, float))}
 
 
 def read_timing(path: str | os.PathLike[str]) -> StepTimes:
@@ -248,12 +260,22 @@ def read_timing(path: str | os.PathLike[str]) -> StepTimes:
         loaded = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not JSON: {err}") from None
-    if not isinstance(loaded, dict) or loaded.get("schema") != TIMING_SCHEMA:
-        raise ValueError(f"{path} is not a step-times file of schema {TIMING_SCHEMA}")
+    if not isinstance(loaded, dict) or loaded.get("schema") not in _READ_SCHEMAS:
+        raise ValueError(f"{path} is not a step-times file of schema "
+                         f"{' or '.join(map(str, _READ_SCHEMAS))}")
     steps = loaded.get("steps")
     if not isinstance(steps, list) or not all(
             isinstance(s, dict) and isinstance(s.get("time_ns"), (int, float))
             and isinstance(s.get("index"), int) for s in steps):
         raise ValueError(f"{path}: steps must be a list of objects with index and time_ns")
-    return StepTimes(str(loaded.get("clock")), steps, list(loaded.get("requested") or []),
-                     list(loaded.get("fixes") or []))
+    toggle_error = loaded.get("toggle_error")
+    return StepTimes(str(loaded.get("clock")), [{"fix_on": None, **s} for s in steps],
+                     list(loaded.get("requested") or []), list(loaded.get("fixes") or []),
+                     None if toggle_error is None else str(toggle_error))
+
+
+def fix_on_at(index: int, first: int) -> bool:
+    """Whether the fixes are on for step ``index`` when they alternate: ABBA from step
+    ``first`` (the first timed step, off), extended back over the warm-up (step
+    ``first - 1`` off, ``first - 2`` and ``first - 3`` on, ...)."""
+    return (index - first) % 4 in (1, 2)

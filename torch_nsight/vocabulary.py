@@ -39,9 +39,10 @@ KERNEL_KEYS = (*SITE_KEYS, "kernel")
 FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
                    "gain_basis", "confidence")
 #: What ``profile --verify`` adds to a finding table: the basis of the prediction
-#: (``est_gain_ns`` keeps it), the gain measured on the user's steps with its spread (half the
-#: quartile range), the median step before and after, the steps timed (the fewer of the two
-#: sides, every round pooled), and
+#: (``est_gain_ns`` keeps it), the gain measured on the user's steps (the median difference
+#: of adjacent steps without and with the fix) with its spread (half its 95% interval), the
+#: median step without and with the fix, the steps timed on each side (the pairs, every run
+#: pooled), and
 #: whether the measurement counts (``verify_status``) with why (``verify_detail``), and the
 #: switch that was measured (``verify_fix``: one fix may stand for several rows).
 MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns", "before_ns",

@@ -1,5 +1,5 @@
 """Findings whose fix is a switch, mapped to the switch profile --verify applies (on recorded
-reports), and the numbers and rule of a measured gain."""
+reports)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
-from torch_nsight.analyze.measured import loss_change, measured_status, step_gain
 from torch_nsight.switches import FIX_OPTIONS, check_fix, target_matches
 from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
 
@@ -71,30 +70,6 @@ def test_the_whole_model_where_no_module_is_named() -> None:
     assert switch_fix({"finding": "ncu_CPIStall", "module_path": "M/a"}) is None
     assert switch_fix({"finding": "launch_bound", "module_path": None}).options == {
         "mode": "reduce-overhead"}
-
-
-def test_the_gain_is_the_difference_of_medians_with_the_quartile_range() -> None:
-    before = [10.0, 11.0, 12.0, 13.0, 40.0]
-    after = [5.0, 6.0, 7.0, 8.0, 9.0]
-    gain = step_gain(before, after)
-    assert (gain.before_ns, gain.after_ns, gain.gain_ns) == (12.0, 7.0, 5.0)
-    assert (gain.low_ns, gain.high_ns) == (11.0 - 8.0, 13.0 - 6.0)
-    assert gain.spread_ns == 2.0 and not gain.within_noise and gain.steps == (5, 5)
-    assert step_gain([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]).within_noise
-    with pytest.raises(ValueError, match="both sides"):
-        step_gain([], [1.0])
-
-
-def test_a_changed_loss_or_too_few_steps_does_not_count() -> None:
-    assert loss_change({1: 2.0, 2: 1.0}, {1: 2.01, 2: 1.5, 3: 9.0}) == pytest.approx(0.5)
-    assert loss_change({1: 2.0}, {2: 2.0}) is None
-    gain = step_gain([2.0] * 6, [1.0] * 6)
-    assert measured_status(gain, 0.001) == "measured"
-    assert measured_status(gain, None) == "measured"
-    assert measured_status(gain, 0.5) == "loss_changed"
-    assert measured_status(gain, 0.5, tolerance=1.0) == "measured"
-    assert measured_status(step_gain([2.0] * 4, [1.0] * 6), None) == "too_few_steps"
-    assert measured_status(None, None) == "too_few_steps"
 
 
 def test_a_folded_index_names_only_its_blocks() -> None:

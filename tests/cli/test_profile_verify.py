@@ -1,9 +1,11 @@
-"""profile --verify on the CPU: the command run bare without and with each fix, the fixes
-switched on in the script by TORCH_NSIGHT_APPLY, the gains measured on its own steps beside
-the predicted ones; fixes that fail or change the loss reported, not counted."""
+"""profile --verify on the CPU: the command run bare once per fix, the fix switched on in the
+script by TORCH_NSIGHT_APPLY and off and on again at every step
+(TORCH_NSIGHT_VERIFY_ALTERNATE), the gains measured on pairs of its own steps beside the
+predicted ones; fixes that fail or change the loss reported, not counted."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -24,11 +26,11 @@ model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 37))
 torch_nsight.instrument(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(8, 16), torch.randn(8, 37)
-for _ in range(int(sys.argv[1]) if sys.argv[1:] else 14):
+for _ in range(int(sys.argv[1]) if sys.argv[1:] else 24):
     with torch_nsight.step() as step:
         loss = (model(x) - y).square().mean()
         if "{scaled}" and torch.backends.cuda.matmul.allow_tf32:
-            loss = loss * 2  # a fix that changes the loss
+            loss = loss * 2  # a fix that changes the loss (in the steps it is on)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
@@ -48,26 +50,32 @@ def findings_section(out: str) -> list[str]:
 @pytest.mark.slow
 def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None:
     script(tmp_path)
-    proc = cli("--dry-run", "--steps", "3:5", "--verify", "--verify-fix", "pad_linear@2",
-               "--verify-fix", "tf32", "--verify-fix", "compile@0:backend=eager",
-               "--verify-fix", "pad_linear@nowhere", "--", sys.executable, "train.py",
-               cwd=tmp_path)
+    proc = cli("--dry-run", "--steps", "3:5", "--verify", "--verify-rounds", "2",
+               "--verify-fix", "pad_linear@2", "--verify-fix", "tf32", "--verify-fix",
+               "compile@0:backend=eager", "--verify-fix", "pad_linear@nowhere", "--",
+               sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # one line when each run starts and ends, the 2 steps lengthened to 5; two rounds, the
-    # second in reverse order, a fix that failed to apply not run again
+    # one line when each run starts and ends, the 2 steps lengthened to 16 (8 pairs); one
+    # process per fix and round, no run without a fix, a fix that failed to apply not run
+    # again
     started = [line.split(": ", 2)[1:] for line in proc.stderr.splitlines()
                if line.startswith("verify: run ")]
-    assert [s for s, _ in started] == [f"run {n} of 10" for n in range(1, 11)]
-    assert [what.split(" (")[0] for _, what in started] == [
-        "no fix, steps 3:8", "pad_linear@2", "tf32", "compile@0:backend=eager",
-        "pad_linear@nowhere", "no fix, steps 3:8",
-        "pad_linear@nowhere: not run again", "compile@0:backend=eager", "tf32",
-        "pad_linear@2"]
+    assert [s for s, _ in started] == [f"run {n} of 8" for n in range(1, 9)]
+    fixes = ["pad_linear@2", "tf32", "compile@0:backend=eager", "pad_linear@nowhere"]
+    assert [what for _, what in started] == [
+        *(f"{fix}, off and on in turn over steps 3:19" for fix in fixes),
+        *(f"{fix}, off and on in turn over steps 3:19" for fix in fixes[:3]),
+        "pad_linear@nowhere: not run again (its run in an earlier round failed)"]
+    ended = [line for line in proc.stderr.splitlines()
+             if line.startswith("verify: tf32: ") and "pairs of steps (" in line]
+    assert len(ended) == 2 and all("8 pairs of steps (perf_counter)" in e for e in ended)
     rows = findings_section(proc.stdout)
     assert "predicted µs" in rows[0] and "measured µs" in rows[0]
     verdicts = [line for line in proc.stdout.splitlines() if line.startswith("verified:")]
     assert [v.split(": ")[2] for v in verdicts] == ["measured", "measured", "measured",
                                                     "fix_failed"]
+    assert all("over 16 pairs of steps" in v for v in verdicts[:3])  # two runs pooled
+    assert all("2 runs pooled" in v for v in verdicts[:3])
     assert "Sequential has no module named 'nowhere'" in verdicts[3]
     assert "loss within 2%" in verdicts[0]  # the padded Linear computes the same loss
     assert "NOT applied" in proc.stderr  # the script's own warning
@@ -76,12 +84,15 @@ def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None
 @pytest.mark.slow
 def test_a_fix_that_changes_the_loss_is_not_counted(tmp_path: Path) -> None:
     script(tmp_path, scaled=True)
-    proc = cli("--dry-run", "--steps", "2:7", "--verify", "--verify-rounds", "1",
-               "--verify-fix", "tf32", "--",
+    proc = cli("--dry-run", "--steps", "2:7", "--verify", "--verify-fix", "tf32", "--",
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "verify: tf32: NOT counted (loss_changed)" in proc.stderr
-    assert "loss_changed: the loss changed by" in proc.stdout
+    # the steps with the fix doubled the loss, from the adjacent ones without it
+    (changed,) = re.findall(r"loss_changed: the loss changed by \+([0-9.]+)% \(tolerance 2%, "
+                            r"steps with the fix against the adjacent ones without\)",
+                            proc.stdout)
+    assert 90 < float(changed) < 110
 
 
 @pytest.mark.slow
@@ -96,13 +107,15 @@ def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
     proc = cli("--ncu", str(ncu), "--steps", "4:10", "--verify", "--verify-rounds", "1", "--",
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "verify: run 2 of 2: tf32 (the fix of fp32_no_tensor_cores in Linear)" in proc.stderr
+    assert ("verify: run 1 of 1: tf32 (the fix of fp32_no_tensor_cores in Linear), off and on "
+            "in turn over steps 4:20") in proc.stderr
     (row,) = [r for r in findings_section(proc.stdout) if "fp32_no_tensor_cores" in r]
     assert "±" in row  # the gain measured on the steps, beside the predicted one
     (line,) = [v for v in proc.stdout.splitlines() if v.startswith("verified:")]
     # one line per fix: every row it stands for predicted together, beside what it measured
     assert line.startswith("verified: fp32_no_tensor_cores in Linear")
     assert ": measured: tf32: predicted " in line and "x the prediction" in line
+    assert "over 8 pairs of steps" in line
 
 
 def test_a_script_that_never_instruments_cannot_have_its_fix_applied(
@@ -123,7 +136,9 @@ def test_a_script_that_never_instruments_cannot_have_its_fix_applied(
     (["--verify", "--steps", "3:", "--dry-run", "--", "python", "x.py"],
      "a closed window of steps"),
     (["--verify", "--steps", "3", "--verify-steps", "3:5", "--dry-run", "--", "python",
-      "x.py"], "time at least 5 steps"),
+      "x.py"], "time at least 10 steps"),
+    (["--verify", "--steps", "3", "--verify-steps", "1:20", "--dry-run", "--", "python",
+      "x.py"], "after at least 2 to warm up (e.g. 2:12)"),
     (["--verify", "--steps", "3", "--verify-fix", "fuse", "--dry-run", "--", "python",
       "x.py"], "unknown fix 'fuse'"),
     (["--verify", "--steps", "3", "--verify-top", "0", "--", "python", "x.py"],
@@ -150,14 +165,19 @@ def test_nothing_to_verify_is_a_verify_error() -> None:
                            "est_gain_ns": 1.0, "gain_basis": "ncu_rule"}],
                          columns=list(FINDING_COLUMNS))
     with pytest.raises(VerifyError, match="none of the findings has a fix that is a switch"):
-        verify_on_steps(found, VerifyPlan(["python", "x.py"], "2:7"))
+        verify_on_steps(found, VerifyPlan(["python", "x.py"], "2:12"))
 
 
 def test_a_fix_that_makes_the_loss_nan_is_not_counted() -> None:
-    from torch_nsight.analyze.measured import loss_change, measured_status, step_gain
+    from torch_nsight.analyze.measured import (
+        StepPair,
+        loss_change,
+        measured_status,
+        paired_gain,
+    )
 
-    gain = step_gain([10.0] * 5, [9.0] * 5)
-    for after in ({12: float("nan")}, {12: 2.0, 13: float("nan")}):
-        change = loss_change({12: 2.0, 13: 2.0}, after)
+    gain = paired_gain([StepPair(10.0, 9.0)] * 5)
+    for on in ([float("nan")], [2.0, float("nan")]):
+        change = loss_change([StepPair(10.0, 9.0, 2.0, loss) for loss in on])
         assert measured_status(gain, change) == "loss_changed"
-    assert measured_status(gain, loss_change({12: 2.0}, {12: 2.01})) == "measured"
+    assert measured_status(gain, loss_change([StepPair(10.0, 9.0, 2.0, 2.01)])) == "measured"

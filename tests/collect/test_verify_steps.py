@@ -1,9 +1,11 @@
 """Fixes measured on the script's own steps (collect/parent/measure.py), from a recorded
-report's findings, on a small model run bare on the CPU; and `findings --verify --command`."""
+report's findings, on a small model run bare on the CPU, the fix off and on in turn in one
+process; and `findings --verify --command`."""
 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -11,8 +13,11 @@ import pytest
 
 import torch_nsight
 from torch_nsight.cli.main import main
+from torch_nsight.collect.parent import measure
+from torch_nsight.collect.parent.bare import BareRun, run_bare
 from torch_nsight.collect.parent.measure import VerifyPlan, verify_on_steps, verify_window
 from torch_nsight.errors import VerifyError
+from torch_nsight.switches import fix_on_at
 from torch_nsight.vocabulary import STEPS_BASIS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +37,7 @@ torch.manual_seed(0)
 model = Projection()
 torch_nsight.instrument(model)
 x = torch.randn(16, 32)
-for _ in range(10):
+for _ in range(24):
     with torch_nsight.step() as step:
         loss = model(x).logsumexp(-1).mean()
         loss.backward()
@@ -51,23 +56,45 @@ def projection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_recorded_finding_is_measured_with_its_switch(projection: list[str]) -> None:
+def test_the_recorded_finding_is_measured_with_its_switch(
+        projection: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[BareRun] = []
+
+    def kept(*args: object, **kwargs: object) -> BareRun:
+        runs.append(run_bare(*args, **kwargs))  # type: ignore[arg-type]
+        return runs[-1]
+
+    monkeypatch.setattr(measure, "run_bare", kept)  # the runs, kept to check the gain
     found = torch_nsight.load(DATA / "findings_gemm", cache=False).finding_table()
     lines: list[str] = []
-    table = verify_on_steps(found, VerifyPlan(projection, "3:8", quiet=True), say=lines.append)
+    table = verify_on_steps(found, VerifyPlan(projection, "3:19", quiet=True),
+                            say=lines.append)
     row = table.iloc[0]
     assert row["finding"] == "gemm_misaligned" and row["verify_status"] == "measured", row
     assert row["gain_basis"] == STEPS_BASIS
     assert row["predicted_basis"] == found.iloc[0]["gain_basis"]
     assert row["est_gain_ns"] == found.iloc[0]["est_gain_ns"]  # the prediction stays
-    assert row["measured_gain_ns"] == pytest.approx(row["before_ns"] - row["after_ns"])
-    # two rounds pooled: 5 steps a run
-    assert row["steps_timed"] == 10 and row["measured_spread_ns"] >= 0
-    assert "2 rounds" in row["verify_detail"]
-    assert lines[0] == "verify: run 1 of 4: no fix, steps 3:8"
-    assert lines[2] == ("verify: run 2 of 4: pad_linear@proj:multiple=64 (the fix of "
-                        "gemm_misaligned in proj)")
-    assert lines[3] == "verify: run 3 of 4: no fix, steps 3:8"
+    # one process, the fix off and on in turn, ABBA from the first timed step
+    (run,) = runs
+    assert run.times is not None and run.error is None
+    timed = run.times.steps
+    assert [s["index"] for s in timed] == list(range(3, 19))
+    assert [s["fix_on"] for s in timed] == [fix_on_at(i, 3) for i in range(3, 19)]
+    assert [s["fix_on"] for s in timed[:8]] == [False, True, True, False] * 2
+    # the gain is the median difference of the 8 pairs of adjacent steps (3, 4), (5, 6), ...
+    differences = []
+    for first, second in zip(timed[::2], timed[1::2], strict=True):
+        off, on = (first, second) if not first["fix_on"] else (second, first)
+        differences.append(off["time_ns"] - on["time_ns"])
+    assert row["measured_gain_ns"] == statistics.median(differences)
+    assert row["before_ns"] == statistics.median(
+        s["time_ns"] for s in timed if not s["fix_on"])
+    assert row["steps_timed"] == 8 and row["measured_spread_ns"] >= 0
+    assert lines[0] == ("verify: run 1 of 1: pad_linear@proj:multiple=64 (the fix of "
+                        "gemm_misaligned in proj), off and on in turn over steps 3:19")
+    assert lines[1].startswith("verify: pad_linear@proj:multiple=64: 8 pairs of steps "
+                               "(perf_counter): median ")
+    assert "over 8 pairs; loss within 2%" in lines[2]
 
 
 @pytest.mark.slow
@@ -81,13 +108,17 @@ def test_findings_verify_times_the_fixes_on_the_command_given(
     assert "measured µs" in out
 
 
-def test_the_window_is_the_profiles_lengthened_to_five_steps() -> None:
-    assert verify_window("10:12") == "10:15"
-    assert verify_window("10") == "10:15"
+def test_the_window_is_the_profiles_lengthened_to_eight_pairs_after_a_warm_up() -> None:
+    assert verify_window("10:12") == "10:26"
+    assert verify_window("10") == "10:26"
     assert verify_window("10:30") == "10:30"
-    assert verify_window("10:12", "20:26") == "20:26"
+    assert verify_window("10:27") == "10:28"  # an even number of steps: whole pairs
+    assert verify_window("0:1") == "2:18"  # a step without the fix and one with it first
+    assert verify_window("10:12", "20:30") == "20:30"
     with pytest.raises(VerifyError, match="pass --steps"):
         verify_window(None)
+    with pytest.raises(VerifyError, match="at least 10 steps"):
+        verify_window("10:12", "20:26")
 
 
 def test_a_command_that_does_not_parse_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,9 @@ profiler attached, a step costs a few environment lookups and a counter incremen
 
 Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.TIMING_ENV` set) the
 chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with the loss
-each passes to :meth:`step.record_loss`.
+each passes to :meth:`step.record_loss`; the fixes it applied are switched off or on before
+each step's work (:func:`~torch_nsight.capture.step_timer.switch_fixes`), outside the timed
+region.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.capture.compiled import close_window, open_window
 from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
 from torch_nsight.capture.ranged_forward import pause_ranges
-from torch_nsight.capture.step_timer import StepTimer, timer_for
+from torch_nsight.capture.step_timer import StepTimer, switch_fixes, timer_for
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
 from torch_nsight.switches import TIMING_ENV
@@ -200,10 +202,11 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                 replication.check_started()
         if status is not None and not self._window and rehearsing(self._environ):
             status.emit("step", index=self.index)  # how far the script got, for the dry run
+        fix_on = switch_fixes(self.index)  # profile --verify: the fixes off or on, untimed
         timer = timer_for(self._environ) if TIMING_ENV in self._environ else None
         if timer is not None and timer.times(self.index):  # profile --verify: last thing
             self._timer = timer
-            timer.started(self.index)
+            timer.started(self.index, fix_on=fix_on)
         return self
 
     def record_loss(self, loss: object) -> None:

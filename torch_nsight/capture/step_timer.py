@@ -11,7 +11,13 @@ its status line (the command stops the script on that line), and at exit if the 
 not all run. It also holds the loss each step passed (:meth:`torch_nsight.step.record_loss`)
 and what became of the fixes :func:`torch_nsight.instrument` was asked to apply.
 
-In a run of several processes only rank 0 (``RANK``, else ``LOCAL_RANK``) times its steps.
+Under :data:`~torch_nsight.switches.ALTERNATE_ENV` the fixes applied are switched off and on
+before each step's work (:class:`Alternation`, in the ABBA order of
+:func:`~torch_nsight.switches.fix_on_at`, the warm-up included: both forms are warm when
+timed), outside the timed region, and each timed step says whether they were on.
+
+In a run of several processes only rank 0 (``RANK``, else ``LOCAL_RANK``) times its steps;
+every rank alternates its fixes, in the same order.
 """
 
 from __future__ import annotations
@@ -22,15 +28,97 @@ import logging
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from torch_nsight.files import atomic_output
 from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, current_rank, parse_steps
-from torch_nsight.switches import APPLY_ENV, TIMING_ENV, TIMING_SCHEMA, parse_fixes
+from torch_nsight.switches import (
+    ALTERNATE_ENV,
+    APPLY_ENV,
+    TIMING_ENV,
+    TIMING_SCHEMA,
+    fix_on_at,
+    parse_fixes,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepTimer", "timer_for"]
+__all__ = ["Alternation", "StepTimer", "alternate", "stop_alternating", "switch_fixes",
+           "timer_for"]
+
+
+class Toggle(Protocol):
+    """Fixes applied that switch off and on (:class:`torch_nsight.capture.switches.Toggle`)."""
+
+    def on(self) -> None: ...
+
+    def off(self) -> None: ...
+
+
+class Alternation:
+    """The fixes switched off and on before each step, in the ABBA order of
+    :func:`~torch_nsight.switches.fix_on_at` counted from the first chosen step; on after
+    the last. A switch that raises is logged and kept (:attr:`error`, written with the step
+    times), and the fixes stay as they are from then on.
+
+    Args:
+        toggle: the fixes, on when given.
+        chosen: the steps timed.
+    """
+
+    def __init__(self, toggle: Toggle, chosen: range) -> None:
+        self.toggle = toggle
+        self.chosen = chosen
+        self.error: str | None = None
+        self._on = True
+
+    def switch(self, index: int) -> bool | None:
+        """Switch the fixes for step ``index`` (before its work); whether they are on
+        (None: no longer alternating)."""
+        if self.error is not None or not self.chosen:
+            return None
+        wanted = index > self.chosen[-1] or fix_on_at(index, self.chosen.start)
+        if wanted != self._on:
+            try:
+                (self.toggle.on if wanted else self.toggle.off)()
+            except Exception as err:  # noqa: BLE001 - reported, the script goes on
+                self.error = f"{type(err).__name__}: {err}"
+                logger.warning("torch_nsight: could not switch the fixes %s before step %d "
+                               "(they stay as they are): %s", "on" if wanted else "off",
+                               index, self.error)
+                return None
+            self._on = wanted
+        return wanted
+
+
+#: This process's alternation (at most one: the fixes apply to the first model only).
+_ALTERNATION: list[Alternation] = []
+
+
+def alternate(toggle: Toggle, environ: Mapping[str, str]) -> Alternation | None:
+    """Switch ``toggle`` off and on before each step from now on, when ``environ`` asks for
+    it (:data:`~torch_nsight.switches.ALTERNATE_ENV`, with steps chosen); else None."""
+    if not environ.get(ALTERNATE_ENV):
+        return None
+    try:
+        chosen = parse_steps(environ.get(STEPS_ENV, ""))
+    except ValueError as err:
+        logger.warning("torch_nsight: not alternating the fixes (%s is set): %s",
+                       ALTERNATE_ENV, err)
+        return None
+    _ALTERNATION[:] = [Alternation(toggle, chosen)]
+    return _ALTERNATION[0]
+
+
+def switch_fixes(index: int) -> bool | None:
+    """Before step ``index``'s work: the fixes switched for it, and whether they are on
+    (None: they do not alternate)."""
+    return _ALTERNATION[0].switch(index) if _ALTERNATION else None
+
+
+def stop_alternating() -> None:
+    """Leave the fixes as they are from now on (for tests: a fresh process)."""
+    _ALTERNATION.clear()
 
 
 class StepTimer:
@@ -54,6 +142,7 @@ class StepTimer:
         self._clock: str | None = None
         self._open: dict[int, Any] = {}
         self._steps: dict[int, dict[str, Any]] = {}
+        self._fix_on: dict[int, bool | None] = {}
         self._losses: dict[int, Any] = {}
         self._last = -1
 
@@ -75,10 +164,12 @@ class StepTimer:
         event.record()
         return event
 
-    def started(self, index: int) -> None:
-        """Step ``index`` starts (call last thing before the step's own work)."""
+    def started(self, index: int, *, fix_on: bool | None = None) -> None:
+        """Step ``index`` starts (call last thing before the step's own work), the fixes
+        on or off for it (None: not alternating)."""
         if self.status is not None:
             self.status.emit("item_start", index=index, shape=f"step {index}")
+        self._fix_on[index] = fix_on
         self._open[index] = self._mark()
 
     def ended(self, index: int, *, failed: bool) -> None:
@@ -127,7 +218,8 @@ class StepTimer:
     def document(self) -> dict[str, Any]:
         """The file's content (reads the CUDA events: synchronizes once)."""
         steps = [{"index": i, "time_ns": self._elapsed_ns(s), "status": s["status"],
-                  "loss": self._loss(i)} for i, s in sorted(self._steps.items())]
+                  "loss": self._loss(i), "fix_on": self._fix_on.get(i)}
+                 for i, s in sorted(self._steps.items())]
         requested: list[dict[str, Any]] = []
         if self.requested:
             try:
@@ -136,7 +228,8 @@ class StepTimer:
                 requested = [{"error": str(err)}]
         return {"schema": TIMING_SCHEMA, "clock": self._clock or "perf_counter",
                 "pid": os.getpid(), "steps": steps, "requested": requested,
-                "fixes": self.fixes}
+                "fixes": self.fixes,
+                "toggle_error": _ALTERNATION[0].error if _ALTERNATION else None}
 
     def write(self) -> None:
         """Write the file whole (once); a failure is logged, never raised into the script."""

@@ -3,19 +3,27 @@
 :func:`torch_nsight.instrument` to the model it is given, before it instruments anything.
 
 One small function per fix kind (the registry :data:`SWITCHES`); each checks everything
-first, then changes the model, and gives back how to undo it: a fix that fails is undone
-and reported (logged, and written with the step times), never left half-way.
+first, then changes the model, and gives back a :class:`Toggle` that switches the fix off
+and on again, cheaply enough to do between two steps (nothing is compiled, checked or padded
+again): ``profile --verify`` alternates the fix with the model as it was, step by step
+(:mod:`torch_nsight.capture.step_timer`). A fix that fails is undone and reported (logged,
+and written with the step times), never left half-way.
 
 * ``compile``: ``module.compile(**options)`` (in place: names, parameters and the optimizer
-  holding them stay), of each target or the whole model;
+  holding them stay), of each target or the whole model; off and on set the module's
+  compiled callable aside and back (the same one: no new wrapper, no recompilation);
 * ``channels_last``: the target's 4-D parameters and buffers channels-last, and its 4-D
-  tensor inputs through a forward pre-hook;
+  tensor inputs through a forward pre-hook; off converts them back and removes the hook;
 * ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``;
+  off restores what they were;
 * ``pad_linear``: a ``Linear``'s output features padded once, in place, to a multiple,
-  its output sliced back (:mod:`torch_nsight.capture.padded`);
-* ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward;
+  its output sliced back (:mod:`torch_nsight.capture.padded`); it stays padded, and off runs
+  ``F.linear`` on the parameters' first ``out_features`` rows (:func:`_unpadded_forward`);
+* ``sdpa_backend``: ``torch.nn.attention.sdpa_kernel(backend)`` around the target's forward
+  (hooks, removed when off);
 * ``gelu_tanh``: an activation module that computes the tanh GELU by its formula (checked on
-  a probe first) computes it with ``F.gelu(x, approximate="tanh")``, one kernel.
+  a probe first) computes it with ``F.gelu(x, approximate="tanh")``, one kernel; off gives
+  it its own forward back.
 """
 
 from __future__ import annotations
@@ -24,23 +32,74 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MethodType
 from typing import Any
 
 import torch
-from torch import nn
+import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
+from torch import Tensor, nn
 
-from torch_nsight.capture.padded import check_paddable, pad_linear, unpad_linear
-from torch_nsight.capture.step_timer import timer_for
+from torch_nsight.capture.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
+from torch_nsight.capture.step_timer import alternate, timer_for
 from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes, target_matches
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FixOutcome", "SWITCHES", "apply_fixes", "apply_requested_fixes", "find_targets"]
+__all__ = ["FixOutcome", "SWITCHES", "Toggle", "apply_fixes", "apply_requested_fixes",
+           "find_targets"]
 
 Targets = list[tuple[str, nn.Module]]
-Undo = Callable[[], None]
-Switch = Callable[[nn.Module, Targets, Mapping[str, Any]], Undo]
+Action = Callable[[], None]
+
+
+class Toggle:
+    """A fix applied, on; :meth:`off` and :meth:`on` switch it (each does nothing when it is
+    so already), :meth:`undo` takes it away for good (a fix that failed half-way).
+
+    Args:
+        on: puts the fix back after ``off``.
+        off: leaves the model computing as it did without the fix.
+        undo: takes the fix away (default: ``off``).
+    """
+
+    def __init__(self, on: Action, off: Action, undo: Action | None = None) -> None:
+        self._on, self._off, self._undo = on, off, undo
+        self.is_on = True
+
+    def on(self) -> None:
+        """Switch the fix on."""
+        if not self.is_on:
+            self._on()
+            self.is_on = True
+
+    def off(self) -> None:
+        """Switch the fix off."""
+        if self.is_on:
+            self._off()
+            self.is_on = False
+
+    def undo(self) -> None:
+        """Take the fix away (it is not switched on again)."""
+        if self._undo is None:
+            self.off()
+        else:
+            self._undo()
+            self.is_on = False
+
+
+def together(toggles: list[Toggle]) -> Toggle:
+    """One toggle for several: on in their order, off and undone in reverse."""
+    def each(name: str, order: list[Toggle]) -> Action:
+        def action() -> None:
+            for toggle in order:
+                getattr(toggle, name)()
+        return action
+    backwards = toggles[::-1]
+    return Toggle(each("on", toggles), each("off", backwards), each("undo", backwards))
+
+
+Switch = Callable[[nn.Module, Targets, Mapping[str, Any]], Toggle]
 #: The function that applies each fix kind; it raises before changing anything it cannot.
 SWITCHES: dict[str, Switch] = {}
 #: Fix kinds that act on the whole process, not on a module.
@@ -55,6 +114,7 @@ class FixOutcome:
     status: str
     error: str | None = None
     modules: tuple[str, ...] = ()
+    toggle: Toggle | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         """The outcome as written with the step times."""
@@ -71,33 +131,32 @@ def switch(kind: str) -> Callable[[Switch], Switch]:
     return register
 
 
-def _each(targets: Targets, do: Callable[[nn.Module], Undo]) -> Undo:
-    """``do`` on every target; if one raises, the ones done are undone first."""
-    undos: list[Undo] = []
+def _each(targets: Targets, do: Callable[[nn.Module], Toggle]) -> Toggle:
+    """``do`` on every target, one toggle for all; if one raises, the ones done are undone
+    first."""
+    toggles: list[Toggle] = []
     try:
         for _, module in targets:
-            undos.append(do(module))
+            toggles.append(do(module))
     except BaseException:
-        for undo in reversed(undos):
-            undo()
+        for toggle in reversed(toggles):
+            toggle.undo()
         raise
-
-    def undo_all() -> None:
-        for undo in reversed(undos):
-            undo()
-    return undo_all
+    return together(toggles)
 
 
 @switch("compile")
-def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     compiled = [name or type(m).__name__ for name, m in targets
                 if getattr(m, "_compiled_call_impl", None) is not None]
     if compiled:
         raise ValueError(f"already compiled: {', '.join(compiled)}")
 
-    def do(module: nn.Module) -> Undo:
+    def do(module: nn.Module) -> Toggle:
         module.compile(**dict(options))
-        return lambda: setattr(module, "_compiled_call_impl", None)
+        kept = module._compiled_call_impl  # compiled on its first call, kept when off
+        return Toggle(lambda: setattr(module, "_compiled_call_impl", kept),
+                      lambda: setattr(module, "_compiled_call_impl", None))
     return _each(targets, do)
 
 
@@ -110,41 +169,68 @@ def _to_channels_last(value: Any) -> Any:
 
 
 @switch("channels_last")
-def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     def inputs(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
                ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return _to_channels_last(args), {k: _to_channels_last(v) for k, v in kwargs.items()}
 
-    def do(module: nn.Module) -> Undo:
-        module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        hook = module.register_forward_pre_hook(inputs, with_kwargs=True)
+    def do(module: nn.Module) -> Toggle:
+        hooks: list[Any] = []
 
-        def undo() -> None:
-            hook.remove()
+        def on() -> None:  # the parameters converted in place (the same Parameter objects)
+            module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            hooks.append(module.register_forward_pre_hook(inputs, with_kwargs=True))
+
+        def off() -> None:
+            hooks.pop().remove()
             module.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
-        return undo
+        on()
+        return Toggle(on, off)
     return _each(targets, do)
 
 
 @switch("tf32")
-def _tf32(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _tf32(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
 
-    def undo() -> None:
+    def on() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    def off() -> None:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-    return undo
+    on()
+    return Toggle(on, off)
+
+
+def _unpadded_forward(self: PaddedLinear, input: Tensor) -> Tensor:  # noqa: A002
+    """A padded Linear switched off: ``F.linear`` on its parameters' first ``out_features``
+    rows (views: no copy), the GEMM the Linear ran before it was padded, with the same
+    outputs. Its backward writes the gradient of those rows into the padded parameter's
+    (zeros in the padded rows: a small extra copy the unpadded Linear does not make), so
+    the optimizer goes on updating the same parameters and the padded rows stay zero."""
+    rows = self.out_features
+    return F.linear(input, self.weight[:rows], None if self.bias is None else self.bias[:rows])
 
 
 @switch("pad_linear")
-def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     multiple = int(options.get("multiple", 64))
     check_paddable(model, targets, multiple)
 
-    def do(module: nn.Module) -> Undo:
+    def do(module: nn.Module) -> Toggle:
         pad_linear(module, multiple)  # type: ignore[arg-type]
-        return lambda: unpad_linear(module)  # type: ignore[arg-type]
+
+        def on() -> None:  # the padded class's forward again
+            module.__dict__.pop("forward", None)
+
+        def off() -> None:  # it stays padded: padding again would refuse a stepped optimizer
+            module.forward = MethodType(_unpadded_forward, module)
+
+        def undo() -> None:
+            on()
+            unpad_linear(module)  # type: ignore[arg-type]
+        return Toggle(on, off, undo)
     return _each(targets, do)
 
 
@@ -157,7 +243,7 @@ def _tanh_gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 @switch("gelu_tanh")
-def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     probe = torch.linspace(*_GELU_PROBE)
     for name, module in targets:
         label = name or type(module).__name__
@@ -171,21 +257,24 @@ def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -
             raise ValueError(f"{label} ({type(module).__name__}) does not compute the tanh "
                              "GELU: F.gelu(x, approximate='tanh') would change the model")
 
-    def do(module: nn.Module) -> Undo:
+    def do(module: nn.Module) -> Toggle:
         saved = vars(module).get("forward")
-        module.forward = _tanh_gelu
 
-        def undo() -> None:
+        def on() -> None:
+            module.forward = _tanh_gelu
+
+        def off() -> None:
             if saved is None:
                 module.__dict__.pop("forward", None)
             else:
                 module.forward = saved
-        return undo
+        on()
+        return Toggle(on, off)
     return _each(targets, do)
 
 
 @switch("sdpa_backend")
-def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Undo:
+def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH,
@@ -203,14 +292,18 @@ def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]
         if stack:
             stack.pop().__exit__(None, None, None)
 
-    def do(module: nn.Module) -> Undo:
-        hooks = [module.register_forward_pre_hook(enter),
-                 module.register_forward_hook(leave, always_call=True)]
+    def do(module: nn.Module) -> Toggle:
+        hooks: list[Any] = []
 
-        def undo() -> None:
-            for hook in hooks:
-                hook.remove()
-        return undo
+        def on() -> None:
+            hooks.extend([module.register_forward_pre_hook(enter),
+                          module.register_forward_hook(leave, always_call=True)])
+
+        def off() -> None:
+            while hooks:
+                hooks.pop().remove()
+        on()
+        return Toggle(on, off)
     return _each(targets, do)
 
 
@@ -241,20 +334,20 @@ def apply_fixes(model: nn.Module, specs: list[FixSpec]) -> list[FixOutcome]:
         specs: the fixes, checked (:func:`~torch_nsight.switches.parse_fixes`).
 
     Returns:
-        One outcome per fix, in order.
+        One outcome per fix, in order; an applied one holds its :class:`Toggle`.
     """
     outcomes = []
     for spec in specs:
         try:
             targets = ([("", model)] if spec.fix in GLOBAL_KINDS
                        else find_targets(model, spec.target))
-            SWITCHES[spec.fix](model, targets, spec.options)
+            toggle = SWITCHES[spec.fix](model, targets, spec.options)
         except Exception as err:  # noqa: BLE001 - reported, the script goes on without it
             outcomes.append(FixOutcome(spec, "failed", f"{type(err).__name__}: {err}"))
             logger.warning("torch_nsight: fix %s NOT applied: %s", spec.describe(), err)
             continue
         names = tuple(n for n, _ in targets) if spec.fix not in GLOBAL_KINDS else ()
-        outcomes.append(FixOutcome(spec, "applied", modules=names))
+        outcomes.append(FixOutcome(spec, "applied", modules=names, toggle=toggle))
         logger.info("torch_nsight: applied fix %s%s", spec.describe(),
                     f" to {len(names)} module(s)" if names and names != ("",) else "")
     return outcomes
@@ -266,7 +359,9 @@ _DONE: set[str] = set()
 def apply_requested_fixes(model: nn.Module,
                           environ: Mapping[str, str] | None = None) -> list[FixOutcome]:
     """Apply the fixes :data:`~torch_nsight.switches.APPLY_ENV` asks for, once per process
-    (to the first model instrumented), and note the outcomes with the step times.
+    (to the first model instrumented), and note the outcomes with the step times; under
+    :data:`~torch_nsight.switches.ALTERNATE_ENV` the fixes applied are then switched off
+    and on step by step (:func:`~torch_nsight.capture.step_timer.alternate`).
 
     Args:
         model: the model :func:`torch_nsight.instrument` was given.
@@ -295,4 +390,7 @@ def apply_requested_fixes(model: nn.Module,
     timer = timer_for(env)
     if timer is not None:
         timer.note_fixes(written)
+    toggles = [o.toggle for o in outcomes if o.toggle is not None]
+    if toggles:
+        alternate(together(toggles), env)
     return outcomes

@@ -1,10 +1,12 @@
 """``--verify`` on the user's own steps: the options ``profile`` (and ``findings`` given a
 command) share, and the table they print.
 
-After the profile, the command runs bare (no ncu, no hooks) without any fix and with each of
-the top findings' switch fixes, in rounds (:mod:`torch_nsight.collect.parent.measure`), the
-same steps timed each time; the findings table then shows the measured gain beside the
-predicted one, and a line per fix the sum of its rows' predictions beside what it measured.
+After the profile, the command runs bare (no ncu, no hooks) once for each of the top
+findings' switch fixes, the fix switched off and on in turn at every step
+(:mod:`torch_nsight.collect.parent.measure`); the gain is the median difference of adjacent
+steps without and with it. The findings table then shows the measured gain beside the
+predicted one, and a line per fix the sum of its rows' predictions beside what it measured,
+over how many pairs of steps.
 """
 
 from __future__ import annotations
@@ -31,29 +33,31 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
     """Add ``--verify`` (when ``flag``) and its ``--verify-*`` options."""
     if flag:
         parser.add_argument("--verify", action="store_true",
-                            help="after the profile, run the command bare without and with "
-                                 "each of the top findings' switch fixes (torch.compile, "
-                                 "channels-last, TF32, a padded Linear), alternating, and "
-                                 "show the gain measured on your steps beside the predicted "
-                                 "one (rounds x (1 + N) more runs of the command)")
+                            help="after the profile, run the command bare once for each "
+                                 "of the top findings' switch fixes (torch.compile, "
+                                 "channels-last, TF32, a padded Linear), the fix switched off "
+                                 "and on at every step, and show the gain measured on your "
+                                 "steps beside the predicted one (rounds x N more runs of "
+                                 "the command)")
     parser.add_argument("--verify-top", type=int, default=None, metavar="N",
                         help="measure the switches of the top N findings that have one "
                              "(default 3)")
     parser.add_argument("--verify-steps", default=None, metavar="A:B",
-                        help="the steps each bare run times (default: --steps, lengthened "
-                             "to 5 steps; the steps before A warm up)")
+                        help="the steps each bare run times, the fix off and on in turn "
+                             "(at least 10, after at least 2; default: --steps, lengthened "
+                             "to 16 steps, 8 pairs; the steps before A warm up)")
     parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
                         help="measure this fix instead of the findings' (repeat for several): "
                              "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
                              "channels_last, tf32, pad_linear, sdpa_backend, gelu_tanh (e.g. "
                              "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
     parser.add_argument("--verify-rounds", type=int, default=None, metavar="R",
-                        help="run the baseline and every fix this many times, alternating, "
-                             "so that drift of the GPU's speed weighs on both sides "
-                             "(default 2)")
+                        help="run each fix in this many processes and pool their pairs of "
+                             "steps (default 1)")
     parser.add_argument("--verify-loss-tolerance", type=float, default=None, metavar="X",
-                        help="a fix that changes a step's loss (step.record_loss) by more "
-                             "than this fraction is not counted (default 0.02)")
+                        help="a fix that changes the loss (step.record_loss) by more than "
+                             "this fraction, from the adjacent steps without it, is not "
+                             "counted (default 0.02)")
 
 
 def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | None
@@ -102,7 +106,7 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan) -> pd.DataFrame:
 
     Raises:
         UsageError: the command cannot be started.
-        VerifyError: nothing to measure, or the run without fixes unusable.
+        VerifyError: nothing to measure.
     """
     from torch_nsight.collect.parent.measure import verify_on_steps
 
@@ -129,7 +133,8 @@ def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int 
 
 def verified_lines(tried: pd.DataFrame) -> list[str]:
     """One line per fix measured: its first finding, the other rows it stands for, the
-    predicted gain of all of them beside the measured one, and the verdict."""
+    predicted gain of all of them beside the measured one (over how many pairs of steps),
+    and the verdict."""
     import pandas as pd
 
     from torch_nsight.units import format_duration
@@ -147,6 +152,7 @@ def verified_lines(tried: pd.DataFrame) -> list[str]:
                      f"{format_duration(predicted, largest='ms', decimals=2, missing='n/a')}, "
                      f"measured {format_duration(gain, largest='ms', decimals=2)} ± "
                      f"{format_duration(first['measured_spread_ns'], largest='ms', decimals=2)}"
+                     f" over {int(first['steps_timed'])} pairs of steps"
                      + (f" ({gain / predicted:.2g}x the prediction)"
                         if pd.notna(predicted) and predicted > 0 else "") + "; ")
         lines.append(head + str(first["verify_detail"]))

@@ -1,12 +1,14 @@
 """One bare run of the user's command (no ncu, no hooks): its chosen steps timed in the
-script, with or without fixes switched on (``torch-nsight profile --verify``).
+script, a fix switched off and on in turn, step by step (``torch-nsight profile --verify``).
 
 The command runs as it is (the same processes, the same arguments) with
 :data:`~torch_nsight.status.STEPS_ENV` (the steps to time, those before them the warm-up),
 :data:`~torch_nsight.switches.TIMING_ENV` (where the script writes their times),
-:data:`~torch_nsight.switches.APPLY_ENV` (the fixes :func:`torch_nsight.instrument` applies)
-and ``TORCH_NSIGHT_INSTRUMENT=0`` (no ranges: the step as the user runs it). It is stopped
-once its timed steps have ended, as a dry run is.
+:data:`~torch_nsight.switches.APPLY_ENV` (the fixes :func:`torch_nsight.instrument` applies),
+:data:`~torch_nsight.switches.ALTERNATE_ENV` (switched off and on at each step boundary,
+ABBA, each timed step noting which) and ``TORCH_NSIGHT_INSTRUMENT=0`` (no ranges: the step
+as the user runs it). It is stopped once its timed steps have ended, as a dry run is; a
+script that ends before gives the steps it ran.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch_nsight.status import (
     STEPS_ENV,
 )
 from torch_nsight.switches import (
+    ALTERNATE_ENV,
     APPLY_ENV,
     TIMING_ENV,
     FixSpec,
@@ -38,7 +41,7 @@ from torch_nsight.switches import (
 __all__ = ["BareRun", "bare_env", "run_bare"]
 
 #: What a bare run must not inherit from the profile's environment.
-_DROPPED = (REHEARSAL_ENV, REPLICATE_ENV, APPLY_ENV, TIMING_ENV, STATUS_ENV)
+_DROPPED = (REHEARSAL_ENV, REPLICATE_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, STATUS_ENV)
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,14 @@ class BareRun:
     """How one bare run went.
 
     Attributes:
-        fixes: the fixes asked for (empty: the baseline).
+        fixes: the fixes asked for.
         times: what the script wrote (None: nothing, see ``error``).
         exit_status: the command's exit status; None when it was stopped after its steps.
         stopped: why it was stopped before its steps ended, or None.
         seconds: how long it ran.
         error: why the run cannot be used (the script wrote no times, a step raised, a fix
-            was not applied), or None.
-        fix_failed: that reason is a fix the script did not apply.
+            was not applied or could not be switched off and on), or None.
+        fix_failed: that reason is a fix the script did not apply or switch.
     """
 
     fixes: tuple[FixSpec, ...]
@@ -64,15 +67,11 @@ class BareRun:
     error: str | None
     fix_failed: bool = False
 
-    @property
-    def times_ns(self) -> list[float]:
-        """The times of the steps that ended without an exception."""
-        return [] if self.times is None else self.times.times_ns
-
 
 def bare_env(environ: Mapping[str, str], steps: str, fixes: Sequence[FixSpec],
-             timing: Path, status: Path) -> dict[str, str]:
-    """The environment of a bare run (see the module's docstring).
+             timing: Path, status: Path, *, alternate: bool = False) -> dict[str, str]:
+    """The environment of a bare run (see the module's docstring); the fixes switched off
+    and on step by step when ``alternate``, else on throughout.
 
     Raises:
         ValueError: a fix :func:`~torch_nsight.switches.check_fix` refuses.
@@ -82,41 +81,42 @@ def bare_env(environ: Mapping[str, str], steps: str, fixes: Sequence[FixSpec],
                 INSTRUMENT_ENV: "0"})
     if fixes:
         env[APPLY_ENV] = format_fixes(fixes)
+    if fixes and alternate:
+        env[ALTERNATE_ENV] = "1"
     return env
 
 
 def _fix_not_applied(times: StepTimes, fixes: Sequence[FixSpec]) -> str | None:
-    """Why a fix asked for was not applied, or None."""
+    """Why a fix asked for was not applied, or not switched off and on, or None."""
     failed = [f for f in times.fixes if f.get("status") != "applied"]
     if failed:
         return "; ".join(f"fix {f.get('fix')} not applied: {f.get('error')}" for f in failed)
     if fixes and not times.fixes:
         return ("the fix was not applied: the script never called "
                 "torch_nsight.instrument(model), which applies it")
+    if times.toggle_error is not None:
+        return f"the fix could not be switched off and on between steps: {times.toggle_error}"
     return None
 
 
-def _why_unusable(times: StepTimes, n_steps: int) -> str | None:
+def _why_unusable(times: StepTimes) -> str | None:
     raised = [str(s["index"]) for s in times.steps if s.get("status") != "ok"]
     if raised:
         return f"step(s) {', '.join(raised)} raised an exception"
-    if len(times.steps) < n_steps:
-        return (f"only {len(times.steps)} of the {n_steps} steps to time ran: the command "
-                "ended before them")
     return None
 
 
-def run_bare(command: Sequence[str], steps: str, n_steps: int, *,
-             fixes: Sequence[FixSpec] = (), name: str = "bare run",
-             timeout: float | None = None, quiet: bool = False,
+def run_bare(command: Sequence[str], steps: str, n_steps: int, fixes: Sequence[FixSpec], *,
+             name: str = "bare run", timeout: float | None = None, quiet: bool = False,
              environ: Mapping[str, str] | None = None) -> BareRun:
-    """Run ``command`` bare once and read its step times.
+    """Run ``command`` bare once, ``fixes`` switched off and on step by step, and read its
+    step times.
 
     Args:
         command: the user's command.
         steps: the steps to time (``A:B``).
         n_steps: how many that is.
-        fixes: the fixes to switch on (none: the baseline).
+        fixes: the fixes to alternate.
         name: the run's name in logs.
         timeout: seconds it may run (None: no limit).
         quiet: no progress bar.
@@ -132,7 +132,7 @@ def run_bare(command: Sequence[str], steps: str, n_steps: int, *,
     with tempfile.TemporaryDirectory(prefix="torch_nsight-verify-") as folder:
         timing, status = Path(folder) / "steps.json", Path(folder) / "status.jsonl"
         env = bare_env(os.environ if environ is None else environ, steps, fixes, timing,
-                       status)
+                       status, alternate=True)
         outcome = run_until_steps_end(name, command, env, Path(folder), steps=n_steps,
                                       timeout=timeout, quiet=quiet)
         times: StepTimes | None
@@ -146,7 +146,7 @@ def run_bare(command: Sequence[str], steps: str, n_steps: int, *,
         except ValueError as err:
             times, failure = None, str(err)
         else:
-            failure = error or _why_unusable(times, n_steps)
+            failure = error or _why_unusable(times)
     ours = outcome.completed
     return BareRun(tuple(fixes), times, None if ours else outcome.returncode,
                    None if ours else outcome.stopped, outcome.seconds, failure,

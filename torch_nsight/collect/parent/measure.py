@@ -1,37 +1,41 @@
 """Fixes measured on the user's own steps: ``torch-nsight profile --verify`` (and
 ``findings --verify --command``).
 
-Choose -> rounds of (baseline, each fix) -> merge. For the top findings whose fix is a switch
+Choose -> run each fix (in rounds) -> judge. For the top findings whose fix is a switch
 (:mod:`torch_nsight.analyze.findings.switch_fixes`; or the fixes asked for by name), the
-user's command runs bare (:mod:`torch_nsight.collect.parent.bare`) once without any fix and
-once with each, timing the same steps, and does so again for each round: the runs alternate
-(baseline, fixes; the fixes in reverse order on even rounds) so that a GPU whose speed
-drifts between runs (clocks, power, other tenants) weighs on both sides alike. Each fix's
-gain is the median of its steps over all rounds minus the baseline's
-(:mod:`torch_nsight.analyze.measured`); the baseline's round-to-round drift is reported,
-and a gain inside it is said to be. A fix that fails to apply, a run whose steps
-raise or end early, or a fix that changes the loss beyond the tolerance is reported in
-``verify_status`` and not counted. The finding table keeps its prediction in
-``est_gain_ns`` and gains :data:`~torch_nsight.vocabulary.MEASURED_COLUMNS`; a measured
+user's command runs bare (:mod:`torch_nsight.collect.parent.bare`) once per fix, the fix
+switched off and on inside that one process at every step boundary, in the ABBA order
+(off, on, on, off, ...: the warm-up too, so that both forms are warm when timed), and again
+in each of ``rounds`` rounds, pooled. There is no separate run without the fix: the bare
+step's time drifts between processes, and within one process shifts for several steps at a
+time, by more than a fix's gain. Each adjacent pair of timed steps, one without the fix and
+one with it, gives one difference; the gain is their median, with the 95% interval of that
+median (:mod:`torch_nsight.analyze.measured`), and an interval holding 0 is said to be within
+the noise. A fix that fails to apply or to switch, a run whose steps raise, or a fix that
+changes the loss beyond the tolerance is reported in ``verify_status`` and not counted. The
+finding table keeps its prediction in ``est_gain_ns`` and gains
+:data:`~torch_nsight.vocabulary.MEASURED_COLUMNS` (``steps_timed``: the pairs); a measured
 row's ``gain_basis`` becomes :data:`~torch_nsight.vocabulary.STEPS_BASIS`.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
 from torch_nsight.analyze.measured import (
+    DEFAULT_PAIRS,
     LOSS_TOLERANCE,
-    MIN_STEPS,
-    StepGain,
+    MIN_PAIRS,
+    LossChange,
+    PairedGain,
     loss_change,
     measured_status,
-    step_gain,
+    paired_gain,
+    step_pairs,
 )
 from torch_nsight.collect.parent.bare import BareRun, run_bare
 from torch_nsight.errors import VerifyError
@@ -49,8 +53,10 @@ __all__ = ["VerifyPlan", "verify_on_steps", "verify_window"]
 
 #: The fixes measured by default: the top findings that have a switch.
 DEFAULT_TOP = 3
-#: Rounds of bare runs by default (each round: the baseline, then every fix).
-DEFAULT_ROUNDS = 2
+#: Bare runs of each fix by default (one process each, the fix switched off and on).
+DEFAULT_ROUNDS = 1
+#: Steps before the first timed one, at the least: one without the fix, one with it.
+MIN_WARMUP = 2
 
 
 @dataclass(frozen=True)
@@ -59,11 +65,12 @@ class VerifyPlan:
 
     Attributes:
         command: the user's command, run as it is.
-        steps: the steps to time (``A:B``, at least :data:`MIN_STEPS`; those before A warm).
+        steps: the steps to time (``A:B``, at least ``2 * MIN_PAIRS``; those before A, at
+            least :data:`MIN_WARMUP`, warm up).
         top: how many of the ranked findings' distinct switches to measure.
         fixes: fixes asked for by name: measured instead of the findings' own.
-        loss_tolerance: the largest relative change of a step's loss a fix may cause.
-        rounds: how many times the baseline and every fix run (alternating).
+        loss_tolerance: the largest relative change of the loss a fix may cause.
+        rounds: how many processes each fix runs in (pooled).
         timeout: seconds each run may take (None: no limit).
         quiet: no progress bar.
     """
@@ -80,10 +87,12 @@ class VerifyPlan:
 
 def verify_window(steps: str | None, chosen: str | None = None) -> str:
     """The steps ``--verify`` times: ``chosen`` if given, else the profile's ``--steps``
-    window lengthened to :data:`MIN_STEPS` steps (``10:12`` -> ``10:15``).
+    window lengthened to :data:`DEFAULT_PAIRS` pairs of steps (an even number of steps,
+    ``10:12`` -> ``10:26``) and started after :data:`MIN_WARMUP` steps (``0:1`` -> ``2:18``).
 
     Raises:
-        VerifyError: no steps, a malformed or open-ended selection, or too few steps.
+        VerifyError: no steps, a malformed or open-ended selection, too few steps, or too
+            short a warm-up.
     """
     text = chosen or steps
     if text is None:
@@ -93,15 +102,20 @@ def verify_window(steps: str | None, chosen: str | None = None) -> str:
         window = parse_steps(text)
     except ValueError as err:
         raise VerifyError(f"--verify-steps: {err}") from None
+    least = 2 * MIN_PAIRS
     if window.stop >= 2**62:
         raise VerifyError(f"--verify times a closed window of steps, not {text!r}: pass "
-                          f"--verify-steps {window.start}:{window.start + MIN_STEPS}")
+                          f"--verify-steps {window.start}:{window.start + 2 * DEFAULT_PAIRS}")
     if chosen is not None:
-        if len(window) < MIN_STEPS:
-            raise VerifyError(f"--verify-steps {chosen}: time at least {MIN_STEPS} steps "
-                              f"(e.g. {window.start}:{window.start + MIN_STEPS})")
+        if len(window) < least or window.start < MIN_WARMUP:
+            first = max(window.start, MIN_WARMUP)
+            raise VerifyError(f"--verify-steps {chosen}: time at least {least} steps ("
+                              f"{MIN_PAIRS} pairs, the fix off and on) after at least "
+                              f"{MIN_WARMUP} to warm up (e.g. {first}:{first + least})")
         return chosen
-    return f"{window.start}:{window.start + max(len(window), MIN_STEPS)}"
+    start = max(window.start, MIN_WARMUP)
+    length = max(len(window), 2 * DEFAULT_PAIRS)
+    return f"{start}:{start + length + length % 2}"
 
 
 def _choose(found: pd.DataFrame, plan: VerifyPlan) -> list[tuple[list[int], FixSpec]]:
@@ -136,74 +150,49 @@ def _ms(value_ns: float) -> str:
     return format_duration(value_ns, largest="ms", decimals=2)
 
 
-def _pooled(runs: Sequence[BareRun]) -> list[float]:
-    return [t for run in runs for t in run.times_ns]
+def _loss_words(change: LossChange | None, tolerance: float) -> str:
+    if change is None:
+        return "loss not recorded (step.record_loss): not compared"
+    if abs(change.change) <= tolerance:
+        return f"loss within {100 * tolerance:.2g}%"
+    return (f"the loss changed by {100 * change.change:+.3g}%, within its own noise between "
+            f"steps ({100 * change.low:+.3g}% to {100 * change.high:+.3g}%)")
 
 
-def _drift(bases: Sequence[BareRun]) -> float:
-    """The range of the baseline's median step over its rounds (0 with one round)."""
-    medians = [statistics.median(b.times_ns) for b in bases if b.times_ns]
-    return max(medians) - min(medians) if len(medians) > 1 else 0.0
-
-
-def _judge(bases: Sequence[BareRun], runs: Sequence[BareRun], tolerance: float
-           ) -> tuple[str, str, StepGain | None]:
-    """(verify_status, verify_detail, gain) of one fix's runs against the baseline's, all
-    rounds pooled; the first run that failed decides when one did."""
+def _judge(runs: Sequence[BareRun], tolerance: float, n_steps: int
+           ) -> tuple[str, str, PairedGain | None]:
+    """(verify_status, verify_detail, gain) of one fix's runs, their pairs pooled; the first
+    run that failed decides when one did."""
     failed = [r for r in runs if r.error is not None or r.times is None]
     if failed and (len(failed) == len(runs) or failed[0].fix_failed):
         run = failed[0]
         return ("fix_failed" if run.fix_failed else "run_failed"), str(run.error), None
     runs = [r for r in runs if r not in failed]  # a later round's run that failed: left out
-    after = _pooled(runs)
-    gain = step_gain(_pooled(bases), after) if after else None
-    change = max((c for c in (loss_change(bases[0].times.losses, r.times.losses)
-                              for r in runs if bases[0].times and r.times)
-                  if c is not None), default=None)
+    pairs = [p for r in runs if r.times for p in step_pairs(r.times.steps)]
+    gain = paired_gain(pairs) if pairs else None
+    change = loss_change(pairs)
     status = measured_status(gain, change, tolerance=tolerance)
-    if status == "loss_changed":
-        detail = (f"the loss changed by {100 * (change or 0):.2g}% (tolerance "
-                  f"{100 * tolerance:.2g}%): not counted")
-    elif status == "too_few_steps":
-        detail = f"fewer than {MIN_STEPS} steps timed"
-    else:
-        detail = ("loss not recorded (step.record_loss): not compared" if change is None
-                  else f"loss within {100 * tolerance:.2g}%")
-        drift = _drift(bases)
-        if gain is not None and gain.within_noise:
-            detail += "; the gain is within the step-to-step noise"
-        elif gain is not None and abs(gain.gain_ns) <= drift:
-            detail += (f"; the gain is within the baseline's drift between rounds "
-                       f"({_ms(drift)})")
-        if len(runs) > 1:
-            detail += f"; {len(runs)} rounds"
-        if failed:
-            detail += f"; {len(failed)} run(s) failed and were left out: {failed[0].error}"
+    if status == "loss_changed" and change is not None:
+        return status, (f"the loss changed by {100 * change.change:+.3g}% (tolerance "
+                        f"{100 * tolerance:.2g}%, steps with the fix against the adjacent "
+                        "ones without): not counted"), gain
+    if status == "too_few_steps":
+        timed = sum(len(r.times.steps) for r in runs if r.times)
+        short = (f": the command ended after {timed} of the {n_steps * len(runs)} steps to "
+                 "time" if timed < n_steps * len(runs) else "")
+        return status, f"{len(pairs)} pairs of steps timed, fewer than {MIN_PAIRS}{short}", gain
+    detail = _loss_words(change, tolerance)
+    if gain is not None and gain.within_noise:
+        detail += "; the gain's 95% interval holds 0: within the noise"
+    if len(runs) > 1:
+        detail += f"; {len(runs)} runs pooled"
+    if failed:
+        detail += f"; {len(failed)} run(s) failed and were left out: {failed[0].error}"
     return status, detail, gain
 
 
-def _baseline(plan: VerifyPlan, n_steps: int, say: Callable[[str], None], number: int,
-              total: int) -> BareRun | None:
-    """One baseline run; None when a later round's is unusable (the first round's raises)."""
-    say(f"verify: run {number} of {total}: no fix, steps {plan.steps}")
-    base = run_bare(plan.command, plan.steps, n_steps, name="verify baseline",
-                    timeout=plan.timeout, quiet=plan.quiet)
-    problem = base.error or (None if len(base.times_ns) >= MIN_STEPS else
-                             f"it timed {len(base.times_ns)} steps; at least {MIN_STEPS} "
-                             "are needed")
-    if problem is not None:
-        if number == 1:
-            raise VerifyError(f"--verify: the run without any fix is unusable: {problem}")
-        say(f"verify: this run without a fix is left out: {problem}")
-        return None
-    times = base.times_ns
-    say(f"verify: no fix: median step {_ms(statistics.median(times))} over "
-        f"{len(times)} steps ({base.times.clock if base.times else '?'})")
-    return base
-
-
 def _record(table: pd.DataFrame, positions: list[int], spec: FixSpec, status: str,
-            detail: str, gain: StepGain | None) -> None:
+            detail: str, gain: PairedGain | None) -> None:
     for position in positions:
         index = table.index[position]
         table.loc[index, ["verify_status", "verify_detail", "verify_fix"]] = [
@@ -211,7 +200,7 @@ def _record(table: pd.DataFrame, positions: list[int], spec: FixSpec, status: st
         if gain is not None:
             table.loc[index, ["measured_gain_ns", "measured_spread_ns", "before_ns",
                               "after_ns", "steps_timed"]] = [
-                gain.gain_ns, gain.spread_ns, gain.before_ns, gain.after_ns, min(gain.steps)]
+                gain.gain_ns, gain.spread_ns, gain.before_ns, gain.after_ns, gain.pairs]
         if status == "measured":
             table.loc[index, "gain_basis"] = STEPS_BASIS
 
@@ -232,7 +221,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
         ``no_switch`` (a finding whose fix is not a switch) or None (not tried).
 
     Raises:
-        VerifyError: a bad window, nothing to measure, or the run without fixes unusable.
+        VerifyError: a bad window, or nothing to measure.
         KeyboardInterrupt: interrupted.
         FileNotFoundError: the command does not exist.
     """
@@ -245,36 +234,40 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
                           "(torch.compile, channels-last, TF32, a padded Linear, an SDPA "
                           "backend); name one with --verify-fix")
     table = _with_columns(table)
-    bases, runs = _run_rounds(plan, chosen, table, n_steps, tell)
+    runs = _run_rounds(plan, chosen, table, n_steps, tell)
     for positions, spec in chosen:
-        status, detail, gain = _judge(bases, runs[spec.describe()], plan.loss_tolerance)
+        status, detail, gain = _judge(runs[spec.describe()], plan.loss_tolerance, n_steps)
         _record(table, positions, spec, status, detail, gain)
         tell(f"verify: {spec.describe()}: " + (
             f"{_ms(gain.before_ns)} -> {_ms(gain.after_ns)} per step, gain "
-            f"{_ms(gain.gain_ns)} ± {_ms(gain.spread_ns)}; {detail}"
+            f"{_ms(gain.gain_ns)} ± {_ms(gain.spread_ns)} over {gain.pairs} pairs; {detail}"
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     return table
 
 
+def _ran(run: BareRun, spec: FixSpec) -> str:
+    """The progress line of a run that ended."""
+    if run.error is not None or run.times is None:
+        return f"verify: {spec.describe()}: this run is unusable: {run.error}"
+    pairs = step_pairs(run.times.steps)
+    if not pairs:
+        return (f"verify: {spec.describe()}: no pair of adjacent steps with the fix off and "
+                f"on among {len(run.times.steps)} timed")
+    gain = paired_gain(pairs)
+    return (f"verify: {spec.describe()}: {len(pairs)} pairs of steps ({run.times.clock}): "
+            f"median {_ms(gain.before_ns)} off, {_ms(gain.after_ns)} on")
+
+
 def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
                 table: pd.DataFrame, n_steps: int, tell: Callable[[str], None]
-                ) -> tuple[list[BareRun], dict[str, list[BareRun]]]:
-    """The baseline's runs and each fix's (by ``describe()``), round after round; a fix whose
-    run failed is not run again."""
-    total = plan.rounds * (len(chosen) + 1)
-    bases: list[BareRun] = []
+                ) -> dict[str, list[BareRun]]:
+    """Each fix's runs (by ``describe()``), round after round; a fix whose run failed is not
+    run again."""
+    total = plan.rounds * len(chosen)
     runs: dict[str, list[BareRun]] = {spec.describe(): [] for _, spec in chosen}
     number = 0
-    for round_number in range(plan.rounds):
-        number += 1
-        base = _baseline(plan, n_steps, tell, number, total)
-        if base is None:  # the fixes of a round without a baseline would pool unpaired
-            tell(f"verify: round {round_number + 1}'s fixes are not run (no baseline)")
-            number += len(chosen)
-            continue
-        bases.append(base)
-        order = chosen if round_number % 2 == 0 else chosen[::-1]
-        for positions, spec in order:
+    for _ in range(plan.rounds):
+        for positions, spec in chosen:
             number += 1
             done = runs[spec.describe()]
             if done and (done[-1].fix_failed or all(r.error is not None for r in done)):
@@ -283,11 +276,13 @@ def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
                 continue
             row = table.iloc[positions[0]]
             tell(f"verify: run {number} of {total}: {spec.describe()}" + (
-                "" if plan.fixes else f" (the fix of {row['finding']} in {row['module']})"))
-            done.append(run_bare(plan.command, plan.steps, n_steps, fixes=(spec,),
+                "" if plan.fixes else f" (the fix of {row['finding']} in {row['module']})")
+                + f", off and on in turn over steps {plan.steps}")
+            done.append(run_bare(plan.command, plan.steps, n_steps, (spec,),
                                  name=f"verify {spec.fix}", timeout=plan.timeout,
                                  quiet=plan.quiet))
-    return bases, runs
+            tell(_ran(done[-1], spec))
+    return runs
 
 
 def _with_columns(table: pd.DataFrame) -> pd.DataFrame:

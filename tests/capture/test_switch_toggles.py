@@ -1,0 +1,217 @@
+"""Every fix switches off and on between steps (profile --verify alternates them): on a small
+real model, off computes bit for bit what the model computed before the fix, on what it
+computed with it, toggle after toggle; compile keeps its compiled code (no recompilation),
+a padded Linear toggles after the optimizer stepped."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+from torch_nsight.capture import switches
+from torch_nsight.capture.padded import PaddedLinear
+from torch_nsight.capture.switches import Toggle, apply_fixes
+from torch_nsight.switches import FixSpec
+
+TOGGLES = 5
+
+
+class TanhGelu(nn.Module):
+    """The tanh GELU written out, as Hugging Face's GPT-2 has it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+class Attend(nn.Module):
+    """Self-attention over 3 tokens of 2 heads; notes whether flash attention was allowed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(37, 3 * 48)
+        self.flash: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            self.flash.append(torch.backends.cuda.flash_sdp_enabled())
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 3, 8)).unbind(1)
+        return F.scaled_dot_product_attention(q, k, v).flatten(1)
+
+
+def build() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(144, 37),
+                         TanhGelu(), Attend(), nn.Linear(48, 5))
+
+
+@pytest.fixture(autouse=True)
+def _tf32_as_it_was() -> Iterator[None]:
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _flash_off(model: nn.Sequential) -> bool:
+    model[4].flash.clear()
+    model(torch.randn(1, 3, 6, 6))
+    return not model[4].flash[-1]
+
+
+#: Each fix, and how to tell it is in force.
+FIXES: dict[str, tuple[FixSpec, Callable[[nn.Sequential], bool]]] = {
+    "compile": (FixSpec("compile", "4", {"backend": "eager"}),
+                lambda m: m[4]._compiled_call_impl is not None),
+    "channels_last": (FixSpec("channels_last", "0"), lambda m: m[0].weight.is_contiguous(
+        memory_format=torch.channels_last) and bool(m[0]._forward_pre_hooks)),
+    "tf32": (FixSpec("tf32"), lambda m: torch.backends.cuda.matmul.allow_tf32
+             and torch.backends.cudnn.allow_tf32),
+    "pad_linear": (FixSpec("pad_linear", "2", {"multiple": 64}),
+                   lambda m: isinstance(m[2], PaddedLinear) and "forward" not in vars(m[2])),
+    "gelu_tanh": (FixSpec("gelu_tanh", "3"), lambda m: "forward" in vars(m[3])),
+    "sdpa_backend": (FixSpec("sdpa_backend", "4", {"backend": "math"}), _flash_off),
+}
+
+
+def applied(model: nn.Module, spec: FixSpec) -> Toggle:
+    (outcome,) = apply_fixes(model, [spec])
+    assert outcome.status == "applied", outcome.error
+    assert outcome.toggle is not None and outcome.toggle.is_on
+    return outcome.toggle
+
+
+@pytest.mark.parametrize("kind", list(FIXES))
+@torch.no_grad()
+def test_off_is_the_model_without_the_fix_and_on_the_model_with_it(kind: str) -> None:
+    spec, in_force = FIXES[kind]
+    model = build().eval()
+    x = torch.randn(4, 3, 6, 6)
+    without = model(x)
+    toggle = applied(model, spec)
+    fixed = model(x)
+    assert in_force(model)
+    for _ in range(TOGGLES):
+        toggle.off()
+        assert not in_force(model) and not toggle.is_on
+        assert torch.equal(model(x), without)
+        toggle.off()  # switching it off twice changes nothing
+        toggle.on()
+        assert in_force(model) and toggle.is_on
+        assert torch.equal(model(x), fixed)
+
+
+def test_gelu_tanh_changes_the_bits_its_toggle_restores() -> None:
+    """(So that the test above would see a toggle that did not switch.)"""
+    model = build().eval()
+    x = torch.randn(64, 144)
+    before = model[3](x)
+    toggle = applied(model, FIXES["gelu_tanh"][0])
+    assert not torch.equal(model[3](x), before)
+    toggle.off()
+    assert torch.equal(model[3](x), before)
+
+
+def test_compile_switches_without_compiling_again() -> None:
+    compiled: list[int] = []
+
+    def counting(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+        compiled.append(len(graph.graph.nodes))
+        return graph.forward
+
+    torch._dynamo.reset()
+    model = build().eval()
+    x = torch.randn(4, 3, 6, 6)
+    # the backend as a callable, which the switch passes to module.compile as it is
+    toggle = applied(model, FixSpec("compile", "4", {"backend": counting}))
+    wrapper = model[4]._compiled_call_impl
+    model(x)
+    first = len(compiled)
+    assert first >= 1
+    for _ in range(TOGGLES):
+        toggle.off()
+        model(x)
+        toggle.on()
+        assert model[4]._compiled_call_impl is wrapper  # the same wrapper, not a new one
+        model(x)
+    assert len(compiled) == first
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    model(x).square().mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def unpadded_copy(model: nn.Sequential) -> nn.Sequential:
+    """The model as it would be without the padding, with its current weights."""
+    reference = build()
+    reference.load_state_dict({k: v[:reference.state_dict()[k].shape[0]]
+                               for k, v in model.state_dict().items()})
+    return reference
+
+
+def test_a_padded_linear_toggles_after_the_optimizer_stepped() -> None:
+    model = build()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    toggle = applied(model, FixSpec("pad_linear", "2", {"multiple": 64}))
+    x = torch.randn(4, 3, 6, 6)
+    for index in range(6):  # trained with the fix off and on, as --verify alternates it
+        (toggle.on if index % 4 in (1, 2) else toggle.off)()
+        train_step(model, optimizer, x)
+    weight, bias = model[2].weight, model[2].bias
+    assert weight.shape == (64, 144) and not weight[37:].any() and not bias[37:].any()
+    # padding again would be refused (the optimizer holds state of the padded shape) ...
+    (again,) = apply_fixes(copy.deepcopy(model), [FixSpec("pad_linear", "2")])
+    assert again.status == "failed"
+    with torch.no_grad():  # ... switching it is not
+        reference = unpadded_copy(model)(x)
+        toggle.on()
+        fixed = model(x)
+        for _ in range(TOGGLES):
+            toggle.off()
+            assert torch.equal(model(x), reference)
+            toggle.on()
+            assert torch.equal(model(x), fixed)
+    toggle.off()  # the off form's gradient lands in the padded parameter's first rows
+    model(x).square().mean().backward()
+    assert weight.grad is not None and weight.grad.shape == (64, 144)
+    assert weight.grad[:37].any() and not weight.grad[37:].any()
+
+
+def test_a_fix_that_fails_half_way_is_undone_for_good() -> None:
+    model = nn.Sequential(nn.Linear(8, 37), nn.Linear(37, 37))
+    calls: list[str] = []
+
+    def failing(module: nn.Module, targets: Any, options: Any) -> Toggle:
+        def do(target: nn.Module) -> Toggle:
+            if len(calls) == 1:
+                raise RuntimeError("out of memory")
+            calls.append("done")
+            return Toggle(lambda: calls.append("on"), lambda: calls.append("off"),
+                          lambda: calls.append("undo"))
+        return switches._each(targets, do)
+
+    switches.SWITCHES["failing"] = failing
+    try:
+        (outcome,) = apply_fixes(model, [FixSpec("failing", "*")])
+    finally:
+        del switches.SWITCHES["failing"]
+    assert outcome.status == "failed" and outcome.toggle is None
+    assert calls == ["done", "undo"]
+
+
+def test_several_toggles_switch_together() -> None:
+    seen: list[str] = []
+    toggles = [Toggle(lambda n=n: seen.append(f"on {n}"), lambda n=n: seen.append(f"off {n}"))
+               for n in range(2)]
+    both = switches.together(toggles)
+    both.off()
+    both.on()
+    both.undo()
+    assert seen == ["off 1", "off 0", "on 0", "on 1", "off 1", "off 0"]
