@@ -3,9 +3,10 @@ applied in the script and timed on its own steps, predicted against measured (GP
 
     PYTHONPATH=/tmp/site:$PWD python bench/zoo_verify.py --out OUT [--models a,b] [--top N]
 
-For each model, ``torch-nsight profile --steps 12:13 --verify --verify-steps 12:22
---verify-top N -- python bench/zoo_app.py MODEL --steps 30`` (the fast default, then the
-bare runs: one without a fix and one per fix), timed from outside. Keeps each command's
+For each model, ``torch-nsight profile --steps 12:13 --verify --verify-steps 12:28
+--verify-top N -- python bench/zoo_app.py MODEL --steps 30`` (the fast default, then one
+bare run per fix, the fix switched off and on step by step: 8 pairs of steps), timed from
+outside. Keeps each command's
 output and, per fix tried, the ``verified:`` line (status, predicted and measured gain) in
 ``OUT/zoo_verify.json``.
 """
@@ -26,7 +27,7 @@ APP = ROOT / "bench" / "zoo_app.py"
 
 def verify(model: str, out: Path, top: int) -> dict[str, object]:
     command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
-               "--verify-steps", "12:22", "--verify-top", str(top), "--out",
+               "--verify-steps", "12:28", "--verify-top", str(top), "--out",
                str(out / f"{model}_verify"), "--force",
                "--", sys.executable, str(APP), model, "--steps", "30"]
     started = time.time()
