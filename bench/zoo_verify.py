@@ -5,8 +5,8 @@ applied in the script and timed on its own steps, predicted against measured (GP
 
 For each model, ``torch-nsight profile --steps 12:13 --verify --verify-steps 12:28
 --verify-top N -- python bench/zoo_app.py MODEL --steps 30`` (the fast default, then one
-bare run per fix, the fix switched off and on step by step: 8 pairs of steps), timed from
-outside. Keeps each command's
+bare run per fix, the fix switched off and on step by step: ``--pairs`` pairs of steps, 8 by
+default), timed from outside. Keeps each command's
 output and, per fix tried, the ``verified:`` line (status, predicted and measured gain) in
 ``OUT/zoo_verify.json``.
 """
@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "bench" / "zoo_app.py"
 
 
-def verify(model: str, out: Path, top: int) -> dict[str, object]:
+def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]:
+    end = 12 + 2 * pairs
     command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
-               "--verify-steps", "12:28", "--verify-top", str(top), "--out",
+               "--verify-steps", f"12:{end}", "--verify-top", str(top), "--out",
                str(out / f"{model}_verify"), "--force",
-               "--", sys.executable, str(APP), model, "--steps", "30"]
+               "--", sys.executable, str(APP), model, "--steps", str(end + 2)]
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     text = done.stdout + done.stderr
@@ -46,11 +47,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("zoo_verify_out"))
     parser.add_argument("--models", default="gpt2,convnext_t,resnet50,llama_decode")
     parser.add_argument("--top", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=8, help="pairs of timed steps per fix")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
     for model in args.models.split(","):
-        records.append(verify(model, args.out, args.top))
+        records.append(verify(model, args.out, args.top, args.pairs))
         print(json.dumps(records[-1], indent=1), flush=True)
         (args.out / "zoo_verify.json").write_text(json.dumps(records, indent=1))
     return 0
