@@ -142,6 +142,45 @@ def test_compile_switches_without_compiling_again() -> None:
     assert len(compiled) == first
 
 
+@pytest.mark.parametrize("target", ["0", "2", "5", ""])
+def test_compiling_a_built_in_module_compiles_it(target: str) -> None:
+    """``module.compile()`` on nn.Conv2d, nn.Linear or an nn.Sequential hands TorchDynamo no
+    graph (torch.nn's own frame is skipped): the switch compiles a forward of the instance,
+    which gives one, switches without compiling again, and keeps the module's parameters."""
+    compiled: list[int] = []
+
+    def counting(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
+        compiled.append(len(graph.graph.nodes))
+        return graph.forward
+
+    torch._dynamo.reset()
+    model = build().eval()
+    module = model.get_submodule(target) if target else model
+    x = torch.randn(4, 3, 6, 6)
+    inputs = {"0": x, "2": torch.randn(4, 144), "5": torch.randn(4, 48), "": x}[target]
+    with torch.no_grad():
+        without = module(inputs)
+        module.compile(backend=counting)  # what the switch did before
+        assert torch.equal(module(inputs), without)
+        # no graph for a leaf built-in; the Sequential's own frame skipped (only its custom
+        # children's frames compiled, apart)
+        assert len(compiled) == (2 if not target else 0)
+        module._compiled_call_impl = None
+        torch._dynamo.reset()
+        compiled.clear()
+        keys = list(model.state_dict())
+        toggle = applied(model, FixSpec("compile", target, {"backend": counting}))
+        assert torch.equal(module(inputs), without)
+        first = len(compiled)
+        assert first >= 1
+        for _ in range(TOGGLES):
+            toggle.off()
+            assert "forward" not in vars(module) and torch.equal(module(inputs), without)
+            toggle.on()
+            assert torch.equal(module(inputs), without)
+        assert len(compiled) == first and list(model.state_dict()) == keys
+
+
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
     model(x).square().mean().backward()
     optimizer.step()

@@ -51,6 +51,10 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     return chains
 
 
+#: The direction of an optimizer's step (:mod:`torch_nsight.capture.optimizers`).
+OPTIMIZER_STEP = "step"
+
+
 def chain_kind(rows: pd.DataFrame) -> str | None:
     """What an elementwise chain computes (:data:`CHAIN_KINDS`), None when not known.
 
@@ -60,6 +64,8 @@ def chain_kind(rows: pd.DataFrame) -> str | None:
     words = " ".join([*rows.get("kernel_full", pd.Series(dtype=object)).dropna().astype(str),
                       *rows.get("aten_ops", pd.Series(dtype=object)).dropna().astype(str)])
     words = words.lower()
+    if "direction" in rows and (rows["direction"] == OPTIMIZER_STEP).any():
+        return "optimizer"  # an optimizer's step: its own fused implementation
     for kind, groups in CHAIN_KINDS:
         if all(any(w in words for w in group) for group in groups):
             return kind

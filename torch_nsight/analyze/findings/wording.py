@@ -32,6 +32,9 @@ FIX = {
     "chain_loss": "Fuse the loss: torch.compile the function that computes it from the "
                   "logits (the upcast, log-softmax and NLL become a few kernels), or compute "
                   "it over chunks of the logits.",
+    "chain_optimizer": "Use the optimizer's fused implementation: e.g. torch.optim.AdamW(..., "
+                       "fused=True) (one kernel per step for all parameters), or "
+                       "torch.compile the optimizer's step.",
     "chain_softmax": "Use F.scaled_dot_product_attention (masking, scaling and softmax fused "
                      "into attention), or at least F.softmax over the masked scores; or "
                      "torch.compile the module.",
@@ -51,7 +54,8 @@ SAID = {"tokens": "batch x sequence", "out_features": "output features",
 CHAIN_SAID = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm written "
               "out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU written out)",
               "softmax": " (masking and softmax)",
-              "loss": " (the loss: upcast, log-softmax, NLL)"}
+              "loss": " (the loss: upcast, log-softmax, NLL)",
+              "optimizer": " (the optimizer's update, parameter by parameter)"}
 
 
 def _time(duration_ns: float) -> str:
