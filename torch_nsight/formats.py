@@ -151,23 +151,6 @@ def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:
         temp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
 
 
-def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
-    """Write a sweep's manifest into its output directory.
-
-    Args:
-        directory: the sweep's output directory.
-        manifest: ``record`` (a :class:`~torch_nsight.record.SweepRecord` as a dict),
-            ``children`` (name, report file name or None), ``replication`` (sibling groups
-            with their variant and shape), ``calls`` (rows), ``settings``.
-
-    Returns:
-        The manifest's path.
-    """
-    path = Path(directory) / SWEEP_MANIFEST
-    write_json(path, {"kind": SWEEP_KIND, "format": SWEEP_FORMAT, **manifest})
-    return path
-
-
 def read_tagged(path: str | os.PathLike[str], kind: str, newest: int) -> dict[str, Any]:
     """Read a JSON file written with a ``kind`` and ``format`` tag.
 

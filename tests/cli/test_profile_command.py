@@ -426,3 +426,22 @@ def test_both_ranks_with_their_nccl_kernels_attributed() -> None:
                      if found.action_by_idx(i).name().startswith("nccl"))
     assert table.loc[table["rank"] == 1, "nccl_ns"].item() == pytest.approx(direct)
     assert profile.meta.sources[0].metric_set == "duration"
+
+
+@pytest.mark.parametrize(("exit_status", "expected"), [(0, 30), (1, None), (-2, None),
+                                                       (None, None)])
+def test_the_eta_counts_on_a_last_run_that_ended_well(tmp_path: Path, exit_status: int | None,
+                                                      expected: int | None) -> None:
+    """The record is written also when a run fails or is interrupted: only a run that ended
+    well tells how many kernels a whole run profiles."""
+    import json
+
+    from torch_nsight import formats
+    from torch_nsight.collect.parent.script import _expected
+
+    report = tmp_path / "report.ncu-rep"
+    command = [sys.executable, "train.py"]
+    report.with_suffix(formats.RUN_SUFFIX).write_text(json.dumps({
+        "command": command, "metric_set": "fast", "replicate": True,
+        "kernels_per_step": 15.0, "exit_status": exit_status}))
+    assert _expected(report, command, "fast", 2, True) == expected

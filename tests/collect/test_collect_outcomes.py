@@ -104,7 +104,8 @@ def write_sweep_dir(directory: Path) -> Path:
                   "error": "OutOfMemoryError: CUDA out of memory", "child": "sweep"})
     record = SweepRecord(shapes=(*SWEEP_SHAPES, "8x4096x1024"), items=tuple(items),
                          options={"metric_set": "roofline"}, output_dir=str(directory))
-    formats.write_manifest(directory, {
+    formats.write_json(directory / formats.SWEEP_MANIFEST, {
+        "kind": formats.SWEEP_KIND, "format": formats.SWEEP_FORMAT,
         "record": record.to_dict(),
         "children": [{"name": "sweep", "report": "sweep.ncu-rep.xz"}],
         "replication": replication_groups(items), "calls": [],

@@ -325,9 +325,10 @@ def _status_path(report: Path) -> Path:
 
 def _expected(report: Path, command: Sequence[str], metric_set: str, n_steps: int | None,
               replicate: bool) -> int | None:
-    """Kernels to expect from the last run of the same command into the same folder."""
+    """Kernels to expect from the last run of the same command into the same folder (one
+    that ended well: a failed or interrupted run's count says nothing of a whole run)."""
     last = engine.last_run(report.with_suffix(formats.RUN_SUFFIX))
-    if last is None:
+    if last is None or last.get("exit_status") != 0:
         return None
     per_step = last.get("kernels_per_step")
     if (not per_step or not n_steps or last.get("command") != list(command)
