@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.ncu_kernel_cost import APP as COST_APP
 from torch_nsight.metrics import METRIC_SETS, METRICS
 
 NCU = "/usr/local/cuda/bin/ncu"
@@ -42,17 +43,6 @@ with nvtx.annotate("tn_measure", domain="torch_nsight"):
     torch.nn.functional.conv2d(x, w, padding=1)
 torch.cuda.synchronize()
 """
-COST_APP = """
-import torch, nvtx
-big = [torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda") for _ in range(16)]
-x = torch.randn(4096, 4096, device="cuda")
-torch.cuda.synchronize()
-with nvtx.annotate("tn_measure", domain="torch_nsight"):
-    for _ in range(100):
-        x = torch.relu(x * 1.0001 + 0.5)  # 3 kernels
-torch.cuda.synchronize()
-"""
-KERNELS = 300
 #: Stall reasons first by how often they lead on latency-bound kernels (docs/findings.md).
 ORDER = ("long_scoreboard", "barrier", "short_scoreboard", "wait", "mio_throttle",
          "math_pipe_throttle", "lg_throttle", "not_selected", "no_instruction", "membar",

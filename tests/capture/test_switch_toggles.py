@@ -117,7 +117,9 @@ def test_gelu_tanh_changes_the_bits_its_toggle_restores() -> None:
     assert torch.equal(model[3](x), before)
 
 
-def test_compile_switches_without_compiling_again() -> None:
+def counting_backend() -> tuple[list[int], Callable[..., Any]]:
+    """A compile backend that counts the graphs it is handed (their node counts), with
+    TorchDynamo's caches emptied first."""
     compiled: list[int] = []
 
     def counting(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
@@ -125,6 +127,11 @@ def test_compile_switches_without_compiling_again() -> None:
         return graph.forward
 
     torch._dynamo.reset()
+    return compiled, counting
+
+
+def test_compile_switches_without_compiling_again() -> None:
+    compiled, counting = counting_backend()
     model = build().eval()
     x = torch.randn(4, 3, 6, 6)
     # the backend as a callable, which the switch passes to module.compile as it is
@@ -147,13 +154,7 @@ def test_compiling_a_built_in_module_compiles_it(target: str) -> None:
     """``module.compile()`` on nn.Conv2d, nn.Linear or an nn.Sequential hands TorchDynamo no
     graph (torch.nn's own frame is skipped): the switch compiles a forward of the instance,
     which gives one, switches without compiling again, and keeps the module's parameters."""
-    compiled: list[int] = []
-
-    def counting(graph: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
-        compiled.append(len(graph.graph.nodes))
-        return graph.forward
-
-    torch._dynamo.reset()
+    compiled, counting = counting_backend()
     model = build().eval()
     module = model.get_submodule(target) if target else model
     x = torch.randn(4, 3, 6, 6)
