@@ -255,3 +255,48 @@ def test_several_toggles_switch_together() -> None:
     both.on()
     both.undo()
     assert seen == ["off 1", "off 0", "on 0", "on 1", "off 1", "off 0"]
+
+
+@pytest.mark.parametrize("optimizer_kind", [torch.optim.AdamW, torch.optim.SGD])
+def test_channels_last_switches_the_optimizer_state_with_the_parameters(
+        optimizer_kind: type[torch.optim.Optimizer]) -> None:
+    """A fused optimizer on CUDA refuses parameters and moments of different layouts: the
+    state of the target's 4-D parameters follows each switch."""
+    model = build()
+    options = {"momentum": 0.9} if optimizer_kind is torch.optim.SGD else {}
+    optimizer = optimizer_kind(model.parameters(), lr=1e-3, **options)
+    x = torch.randn(4, 3, 6, 6)
+    train_step(model, optimizer, x)  # the state exists, in the parameters' layout
+    toggle = applied(model, FixSpec("channels_last", "0"))
+    weight = model[0].weight
+    for turn in range(TOGGLES):
+        for switch in (toggle.off, toggle.on):
+            switch()
+            train_step(model, optimizer, x)
+            held = [v for v in optimizer.state[weight].values()
+                    if isinstance(v, torch.Tensor) and v.dim() == 4]
+            assert held, turn
+            assert all(v.stride() == weight.stride() for v in held), (turn, switch)
+
+
+def test_compile_refuses_a_module_another_fix_gave_a_forward() -> None:
+    model = build()
+    outcomes = apply_fixes(model, [FixSpec("gelu_tanh", "3"), FixSpec("compile", "3"),
+                                   FixSpec("compile", "2"), FixSpec("pad_linear", "2")])
+    assert [o.status for o in outcomes] == ["applied", "failed", "applied", "failed"]
+    assert "forward set on the instance" in str(outcomes[1].error)
+    assert "forward set on the instance" in str(outcomes[3].error)
+
+
+def test_a_subclass_keeping_a_built_in_forward_is_compiled_through_its_instance() -> None:
+    class Net(nn.Sequential):
+        pass
+
+    compiled, counting = counting_backend()
+    model = Net(nn.Linear(4, 4), nn.GELU())
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        expected = model(x)
+        applied(model, FixSpec("compile", "", {"backend": counting}))
+        assert torch.equal(model(x), expected)
+    assert compiled

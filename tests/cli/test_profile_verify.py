@@ -55,7 +55,7 @@ def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None
                "compile@0:backend=eager", "--verify-fix", "pad_linear@nowhere", "--",
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    # one line when each run starts and ends, the 2 steps lengthened to 16 (8 pairs); one
+    # one line when each run starts and ends, the 2 steps lengthened to 20 (10 pairs); one
     # process per fix and round, no run without a fix, a fix that failed to apply not run
     # again
     started = [line.split(": ", 2)[1:] for line in proc.stderr.splitlines()
@@ -63,18 +63,18 @@ def test_a_dry_run_measures_the_fixes_named_on_the_steps(tmp_path: Path) -> None
     assert [s for s, _ in started] == [f"run {n} of 8" for n in range(1, 9)]
     fixes = ["pad_linear@2", "tf32", "compile@0:backend=eager", "pad_linear@nowhere"]
     assert [what for _, what in started] == [
-        *(f"{fix}, off and on in turn over steps 3:19" for fix in fixes),
-        *(f"{fix}, off and on in turn over steps 3:19" for fix in fixes[:3]),
+        *(f"{fix}, off and on in turn over steps 3:23" for fix in fixes),
+        *(f"{fix}, off and on in turn over steps 3:23" for fix in fixes[:3]),
         "pad_linear@nowhere: not run again (its run in an earlier round failed)"]
     ended = [line for line in proc.stderr.splitlines()
              if line.startswith("verify: tf32: ") and "pairs of steps (" in line]
-    assert len(ended) == 2 and all("8 pairs of steps (perf_counter)" in e for e in ended)
+    assert len(ended) == 2 and all("10 pairs of steps (perf_counter)" in e for e in ended)
     rows = findings_section(proc.stdout)
     assert "predicted µs" in rows[0] and "measured µs" in rows[0]
     verdicts = [line for line in proc.stdout.splitlines() if line.startswith("verified:")]
     assert [v.split(": ")[2] for v in verdicts] == ["measured", "measured", "measured",
                                                     "fix_failed"]
-    assert all("over 16 pairs of steps" in v for v in verdicts[:3])  # two runs pooled
+    assert all("over 20 pairs of steps" in v for v in verdicts[:3])  # two runs pooled
     assert all("2 runs pooled" in v for v in verdicts[:3])
     assert "Sequential has no module named 'nowhere'" in verdicts[3]
     assert "loss within 2%" in verdicts[0]  # the padded Linear computes the same loss
@@ -108,14 +108,14 @@ def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert ("verify: run 1 of 1: tf32 (the fix of fp32_no_tensor_cores in Linear), off and on "
-            "in turn over steps 4:20") in proc.stderr
+            "in turn over steps 4:24") in proc.stderr
     (row,) = [r for r in findings_section(proc.stdout) if "fp32_no_tensor_cores" in r]
     assert "±" in row  # the gain measured on the steps, beside the predicted one
     (line,) = [v for v in proc.stdout.splitlines() if v.startswith("verified:")]
     # one line per fix: every row it stands for predicted together, beside what it measured
     assert line.startswith("verified: fp32_no_tensor_cores in Linear")
     assert ": measured: tf32: predicted " in line and "x the prediction" in line
-    assert "over 8 pairs of steps" in line
+    assert "over 10 pairs of steps" in line
 
 
 def test_a_script_that_never_instruments_cannot_have_its_fix_applied(

@@ -127,13 +127,18 @@ def test_one_launch_per_configuration_gives_its_values_to_every_launch_of_it(
     frame = _carriers_out(vit_raw)
     functions = set(stall_targets(torch_nsight.load(VIT).kernels)["function"])
     chosen = _function_rows(frame, functions)
-    config = ["kernel_full", "grid", "block", "shared_dynamic_bytes"]
+    frame = frame.assign(function=frame["kernel_full"].map(function_name))
+    config = ["function", "grid", "block", "shared_dynamic_bytes"]
     ordered = frame[chosen].sort_values(["range_index", "kernel_index"], kind="stable")
     second = ordered.drop_duplicates(config)
+    # as many launches as stall_targets says the second pass profiles
+    targets = stall_targets(torch_nsight.load(VIT).kernels)
+    assert len(second) == int(targets["profiled_launches"].sum())
     assert len(second) < chosen.sum()  # some configurations launch more than once
     first = frame.assign(**{c: math.nan for c in STALL_COLUMNS})
     merged = merge_stall_pass(first, second.iloc[::-1])
     assert merged.loc[~chosen, list(STALL_COLUMNS)].isna().all().all()
+    assert merged.loc[chosen, list(STALL_COLUMNS)].notna().all().all()  # every target row
     expected = frame.loc[chosen, config].merge(
         second[config + list(STALL_COLUMNS)], on=config, how="left").set_axis(
         frame.index[chosen])

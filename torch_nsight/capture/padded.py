@@ -138,6 +138,9 @@ def check_paddable(model: nn.Module, targets: list[tuple[str, nn.Module]],
         if not isinstance(module, nn.Linear) or isinstance(module, PaddedLinear):
             raise ValueError(f"{label} is a {type(module).__name__}, not an nn.Linear "
                              "(or one padded already)")
+        if "forward" in vars(module):
+            raise ValueError(f"{label} has a forward set on the instance (another fix?): "
+                             "not padded")
         if type(module).forward is not nn.Linear.forward:  # its own forward would be lost
             raise ValueError(f"{label} is a {type(module).__name__} with a forward of its own "
                              "(not nn.Linear's): padding it would change what it computes")

@@ -28,6 +28,7 @@ and written with the step times), never left half-way.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -152,6 +153,11 @@ def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> 
     if compiled:
         raise ValueError(f"already compiled: {', '.join(compiled)}")
 
+    own = [name or type(m).__name__ for name, m in targets if "forward" in vars(m)]
+    if own:
+        raise ValueError(f"{', '.join(own)} has a forward set on the instance (another fix?): "
+                         "not compiled")
+
     def do(module: nn.Module) -> Toggle:
         if _built_in(module):
             return _compile_forward(module, options)
@@ -163,9 +169,10 @@ def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> 
 
 
 def _built_in(module: nn.Module) -> bool:
-    """Whether the module's class is one of torch.nn's own (``nn.Linear``, ``nn.GELU``,
-    ``nn.Sequential`` ...)."""
-    return type(module).__module__.startswith("torch.nn.")
+    """Whether the module's ``forward`` is one of torch.nn's own (``nn.Linear``, ``nn.GELU``,
+    ``nn.Sequential`` ..., or a subclass that keeps their forward)."""
+    forward = getattr(type(module), "forward", None)
+    return str(getattr(forward, "__module__", "")).startswith("torch.nn.")
 
 
 def _compile_forward(module: nn.Module, options: Mapping[str, Any]) -> Toggle:
@@ -210,17 +217,49 @@ def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any
 
     def do(module: nn.Module) -> Toggle:
         hooks: list[Any] = []
+        state = _OptimizerState(module)
 
         def on() -> None:  # the parameters converted in place (the same Parameter objects)
             module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            state.convert(torch.channels_last)
             hooks.append(module.register_forward_pre_hook(inputs, with_kwargs=True))
 
         def off() -> None:
             hooks.pop().remove()
             module.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
+            state.convert(torch.contiguous_format)
         on()
         return Toggle(on, off)
     return _each(targets, do)
+
+
+class _OptimizerState:
+    """The optimizers' state of a module's 4-D parameters, converted with them: a fused
+    optimizer (``AdamW(fused=True)`` on CUDA) refuses parameters and moments of other
+    layouts, a ``foreach`` one falls back to its slow path for them."""
+
+    #: Switches that look among the live objects for the optimizers while none is found.
+    SEARCHES = 3
+
+    def __init__(self, module: nn.Module) -> None:
+        self.params = {id(p) for p in module.parameters() if p.dim() == 4}
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.searches = 0
+
+    def convert(self, memory_format: torch.memory_format) -> None:
+        if not self.params:
+            return
+        if not self.optimizers and self.searches < self.SEARCHES:
+            self.searches += 1
+            self.optimizers = [o for o in gc.get_objects()
+                               if issubclass(type(o), torch.optim.Optimizer)]
+        for optimizer in self.optimizers:
+            for param, held in optimizer.state.items():
+                if id(param) not in self.params or not isinstance(held, dict):
+                    continue
+                for key, value in list(held.items()):
+                    if isinstance(value, torch.Tensor) and value.dim() == 4:
+                        held[key] = value.contiguous(memory_format=memory_format)
 
 
 @switch("tf32")

@@ -45,7 +45,7 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
     parser.add_argument("--verify-steps", default=None, metavar="A:B",
                         help="the steps each bare run times, the fix off and on in turn "
                              "(at least 10, after at least 2; default: --steps, lengthened "
-                             "to 16 steps, 8 pairs; the steps before A warm up)")
+                             "to 20 steps, 10 pairs; the steps before A warm up)")
     parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
                         help="measure this fix instead of the findings' (repeat for several): "
                              "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
@@ -150,8 +150,7 @@ def verified_lines(tried: pd.DataFrame) -> list[str]:
         if first["verify_status"] == "measured" and pd.notna(gain):
             head += (f"{first['verify_fix']}: predicted "
                      f"{format_duration(predicted, largest='ms', decimals=2, missing='n/a')}, "
-                     f"measured {format_duration(gain, largest='ms', decimals=2)} ± "
-                     f"{format_duration(first['measured_spread_ns'], largest='ms', decimals=2)}"
+                     f"measured {format_duration(gain, largest='ms', decimals=2)}"
                      f" over {int(first['steps_timed'])} pairs of steps"
                      + (f" ({gain / predicted:.2g}x the prediction)"
                         if pd.notna(predicted) and predicted > 0 else "") + "; ")

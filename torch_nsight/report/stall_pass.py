@@ -7,7 +7,7 @@ metrics (:data:`torch_nsight.metrics.STALL_PASS`); its report lies in
 (:class:`~torch_nsight.report.ncu_source.NcuReport`) copies the second's warp-state
 columns onto its rows. The second pass profiles one launch per launch configuration
 (``--filter-mode per-launch-config -c 1``): its values go to every launch of the first with
-the same demangled name, grid, block and dynamic shared memory, in every step. (A second
+the same function name, grid, block and dynamic shared memory, in every step. (A second
 pass that profiled every launch matches each by the same step, the ``sweep;...;run=N``
 range around it, and its position among that name's launches in that step.) Rows without a match keep NaN; a
 value the first pass measured itself is kept.
@@ -29,6 +29,7 @@ import pandas as pd
 from torch_nsight import naming
 from torch_nsight.formats import stall_report_of
 from torch_nsight.metrics import METRICS
+from torch_nsight.report.names import function_name
 
 logger = logging.getLogger(__name__)
 
@@ -72,16 +73,21 @@ def launch_keys(frame: pd.DataFrame) -> pd.MultiIndex:
     return pd.MultiIndex.from_frame(keys.reindex(frame.index))
 
 
+#: A second pass whose launches repeat a configuration at most this often was recorded one
+#: launch per configuration (two compiled graphs' kernels may share a name and a shape); one
+#: that profiled every launch repeats most of them.
+MOSTLY_ONCE = 0.1
 #: What makes two launches of one kernel the same launch configuration for ncu's
 #: ``--filter-mode per-launch-config``.
 _CONFIG = ("grid", "block", "shared_dynamic_bytes")
 
 
 def config_keys(frame: pd.DataFrame) -> pd.MultiIndex:
-    """Per row of ``frame``: (demangled name, grid, block, dynamic shared memory), as text:
-    ncu profiles a configuration once, in the first chosen step it runs in."""
-    keys = pd.DataFrame({"kernel_full": frame["kernel_full"].map(
-        lambda n: n if isinstance(n, str) else "")})
+    """Per row of ``frame``: (function name, grid, block, dynamic shared memory), as text:
+    ncu profiles a configuration once, in the first chosen step it runs in (its launch
+    configuration goes by the function name: template arguments do not part two)."""
+    keys = pd.DataFrame({"function": frame["kernel_full"].map(
+        lambda n: function_name(n) if isinstance(n, str) else "")})
     for column in _CONFIG:
         keys[column] = (frame[column].map(str) if column in frame
                         else pd.Series("", index=frame.index))
@@ -108,7 +114,7 @@ def merge_stall_pass(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     columns = [c for c in STALL_COLUMNS if c in second and second[c].notna().any()]
     if out.empty or second.empty or not columns:
         return out
-    per_config = not config_keys(second).duplicated().any()
+    per_config = config_keys(second).duplicated().mean() <= MOSTLY_ONCE
     keys = config_keys if per_config else launch_keys
     found = second[columns].set_axis(keys(second))
     found = found[~found.index.duplicated()]

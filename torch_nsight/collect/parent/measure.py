@@ -88,7 +88,7 @@ class VerifyPlan:
 def verify_window(steps: str | None, chosen: str | None = None) -> str:
     """The steps ``--verify`` times: ``chosen`` if given, else the profile's ``--steps``
     window lengthened to :data:`DEFAULT_PAIRS` pairs of steps (an even number of steps,
-    ``10:12`` -> ``10:26``) and started after :data:`MIN_WARMUP` steps (``0:1`` -> ``2:18``).
+    ``10:12`` -> ``10:30``) and started after :data:`MIN_WARMUP` steps (``0:1`` -> ``2:22``).
 
     Raises:
         VerifyError: no steps, a malformed or open-ended selection, too few steps, or too
@@ -105,7 +105,8 @@ def verify_window(steps: str | None, chosen: str | None = None) -> str:
     least = 2 * MIN_PAIRS
     if window.stop >= 2**62:
         raise VerifyError(f"--verify times a closed window of steps, not {text!r}: pass "
-                          f"--verify-steps {window.start}:{window.start + 2 * DEFAULT_PAIRS}")
+                          f"--verify-steps {max(window.start, MIN_WARMUP)}:"
+                          f"{max(window.start, MIN_WARMUP) + 2 * DEFAULT_PAIRS}")
     if chosen is not None:
         if len(window) < least or window.start < MIN_WARMUP:
             first = max(window.start, MIN_WARMUP)
@@ -182,8 +183,10 @@ def _judge(runs: Sequence[BareRun], tolerance: float, n_steps: int
                  "time" if timed < n_steps * len(runs) else "")
         return status, f"{len(pairs)} pairs of steps timed, fewer than {MIN_PAIRS}{short}", gain
     detail = _loss_words(change, tolerance)
-    if gain is not None and gain.within_noise:
-        detail += "; the gain's 95% interval holds 0: within the noise"
+    if gain is not None:  # the interval as it is: it need not be even around the median
+        detail = (f"the gain's 95% interval {_ms(gain.low_ns)} to {_ms(gain.high_ns)}"
+                  + (" holds 0: within the noise" if gain.within_noise else "")
+                  + f"; {detail}")
     if len(runs) > 1:
         detail += f"; {len(runs)} runs pooled"
     if failed:
@@ -240,7 +243,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
         _record(table, positions, spec, status, detail, gain)
         tell(f"verify: {spec.describe()}: " + (
             f"{_ms(gain.before_ns)} -> {_ms(gain.after_ns)} per step, gain "
-            f"{_ms(gain.gain_ns)} ± {_ms(gain.spread_ns)} over {gain.pairs} pairs; {detail}"
+            f"{_ms(gain.gain_ns)} over {gain.pairs} pairs; {detail}"
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     return table
 
