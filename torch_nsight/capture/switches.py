@@ -28,7 +28,6 @@ and written with the step times), never left half-way.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import threading
@@ -43,6 +42,7 @@ from torch import Tensor, nn
 
 from torch_nsight.capture.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.step_timer import alternate, timer_for
+from torch_nsight.capture.toggle import OptimizerState, Toggle, built_in, compile_forward, together
 from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes, target_matches
 
 logger = logging.getLogger(__name__)
@@ -51,53 +51,6 @@ __all__ = ["FixOutcome", "SWITCHES", "Toggle", "apply_fixes", "apply_requested_f
            "find_targets"]
 
 Targets = list[tuple[str, nn.Module]]
-Action = Callable[[], None]
-
-
-class Toggle:
-    """A fix applied, on; :meth:`off` and :meth:`on` switch it (each does nothing when it is
-    so already), :meth:`undo` takes it away for good (a fix that failed half-way).
-
-    Args:
-        on: puts the fix back after ``off``.
-        off: leaves the model computing as it did without the fix.
-        undo: takes the fix away (default: ``off``).
-    """
-
-    def __init__(self, on: Action, off: Action, undo: Action | None = None) -> None:
-        self._on, self._off, self._undo = on, off, undo
-        self.is_on = True
-
-    def on(self) -> None:
-        """Switch the fix on."""
-        if not self.is_on:
-            self._on()
-            self.is_on = True
-
-    def off(self) -> None:
-        """Switch the fix off."""
-        if self.is_on:
-            self._off()
-            self.is_on = False
-
-    def undo(self) -> None:
-        """Take the fix away (it is not switched on again)."""
-        if self._undo is None:
-            self.off()
-        else:
-            self._undo()
-            self.is_on = False
-
-
-def together(toggles: list[Toggle]) -> Toggle:
-    """One toggle for several: on in their order, off and undone in reverse."""
-    def each(name: str, order: list[Toggle]) -> Action:
-        def action() -> None:
-            for toggle in order:
-                getattr(toggle, name)()
-        return action
-    backwards = toggles[::-1]
-    return Toggle(each("on", toggles), each("off", backwards), each("undo", backwards))
 
 
 Switch = Callable[[nn.Module, Targets, Mapping[str, Any]], Toggle]
@@ -159,46 +112,13 @@ def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> 
                          "not compiled")
 
     def do(module: nn.Module) -> Toggle:
-        if _built_in(module):
-            return _compile_forward(module, options)
+        if built_in(module):
+            return compile_forward(module, options)
         module.compile(**dict(options))
         kept = module._compiled_call_impl  # compiled on its first call, kept when off
         return Toggle(lambda: setattr(module, "_compiled_call_impl", kept),
                       lambda: setattr(module, "_compiled_call_impl", None))
     return _each(targets, do)
-
-
-def _built_in(module: nn.Module) -> bool:
-    """Whether the module's ``forward`` is one of torch.nn's own (``nn.Linear``, ``nn.GELU``,
-    ``nn.Sequential`` ..., or a subclass that keeps their forward)."""
-    forward = getattr(type(module), "forward", None)
-    return str(getattr(forward, "__module__", "")).startswith("torch.nn.")
-
-
-def _compile_forward(module: nn.Module, options: Mapping[str, Any]) -> Toggle:
-    """Compile a torch.nn built-in through a forward of its instance.
-
-    ``module.compile()`` on a built-in compiles nothing: TorchDynamo does not trace a frame
-    of torch.nn's own code it is handed first (checked with a counting backend, torch 2.11 and
-    2.13: no graph). A forward defined here that calls the module's own is traced, the
-    built-in's code inlined. Its ``state_dict``, hooks and parameters are unchanged.
-    """
-    saved = vars(module).get("forward")
-    original = module.forward
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return original(*args, **kwargs)
-
-    compiled = torch.compile(forward, **dict(options))
-
-    def restore() -> None:
-        if saved is None:
-            module.__dict__.pop("forward", None)
-        else:
-            module.forward = saved
-
-    module.forward = compiled
-    return Toggle(lambda: setattr(module, "forward", compiled), restore)
 
 
 def _to_channels_last(value: Any) -> Any:
@@ -217,7 +137,7 @@ def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any
 
     def do(module: nn.Module) -> Toggle:
         hooks: list[Any] = []
-        state = _OptimizerState(module)
+        state = OptimizerState(module)
 
         def on() -> None:  # the parameters converted in place (the same Parameter objects)
             module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -231,35 +151,6 @@ def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any
         on()
         return Toggle(on, off)
     return _each(targets, do)
-
-
-class _OptimizerState:
-    """The optimizers' state of a module's 4-D parameters, converted with them: a fused
-    optimizer (``AdamW(fused=True)`` on CUDA) refuses parameters and moments of other
-    layouts, a ``foreach`` one falls back to its slow path for them."""
-
-    #: Switches that look among the live objects for the optimizers while none is found.
-    SEARCHES = 3
-
-    def __init__(self, module: nn.Module) -> None:
-        self.params = {id(p) for p in module.parameters() if p.dim() == 4}
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.searches = 0
-
-    def convert(self, memory_format: torch.memory_format) -> None:
-        if not self.params:
-            return
-        if not self.optimizers and self.searches < self.SEARCHES:
-            self.searches += 1
-            self.optimizers = [o for o in gc.get_objects()
-                               if issubclass(type(o), torch.optim.Optimizer)]
-        for optimizer in self.optimizers:
-            for param, held in optimizer.state.items():
-                if id(param) not in self.params or not isinstance(held, dict):
-                    continue
-                for key, value in list(held.items()):
-                    if isinstance(value, torch.Tensor) and value.dim() == 4:
-                        held[key] = value.contiguous(memory_format=memory_format)
 
 
 @switch("tf32")
