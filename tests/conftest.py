@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,17 +45,33 @@ def _slow_modules_first(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path not in slow)  # stable: False (slow) first
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _report_caches_in_a_temporary_folder(
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Send the report caches of every test (and of the CLI's subprocesses, which inherit
-    the variable) to a folder of this run: none lands beside the fixtures in tests/data, so
-    every run reads the recorded reports with the real reader."""
+_CACHES: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Send the report caches of the whole run (collection, fixtures of every scope, the
+    CLI's subprocesses, which inherit the variable) to a folder of this run: none lands
+    beside the fixtures in tests/data, so every run reads the recorded reports with the
+    real reader."""
     from torch_nsight.report.cache import CACHE_DIR_ENV
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("report-caches")))
-        yield
+    folder = tempfile.mkdtemp(prefix="tn-report-caches-")
+    _CACHES.append(os.environ.get(CACHE_DIR_ENV, ""))
+    os.environ[CACHE_DIR_ENV] = folder
+    _CACHES.append(folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Put the variable back and remove the run's caches."""
+    from torch_nsight.report.cache import CACHE_DIR_ENV
+
+    if len(_CACHES) == 2:
+        before, folder = _CACHES
+        if before:
+            os.environ[CACHE_DIR_ENV] = before
+        else:
+            os.environ.pop(CACHE_DIR_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
