@@ -107,17 +107,19 @@ def _ncu_free(kernels: Any) -> Any:
 
 
 def latency_top10(kernels: Any) -> dict[str, int]:
-    """Of the top 10 hotspots (folded, by headroom), the latency-bound rows and how many of
-    them name their limiter (a cause with numbers, not "check occupancy and stalls")."""
+    """Of the top 10 hotspots (folded, by headroom), the latency-bound rows, how many of them
+    name their limiter (a cause with numbers, not "check occupancy and stalls"), and the
+    cause each names (``unnamed`` where its next step names none)."""
     from torch_nsight.analyze import hotspots
     from torch_nsight.analyze.hotspots import LIMITER_FIX
 
     top = hotspots(kernels, n=10)
     latency = top[top["bound"] == "latency"]
+    cause_of = {fix: kind for kind, fix in LIMITER_FIX.items()}
+    causes = [cause_of.get(step, "unnamed") for step in latency["next_step"]]
     return {"top10_latency_rows": len(latency),
-            "top10_latency_named": int(latency["next_step"].isin(
-                set(LIMITER_FIX.values())).sum()),
-            "top10_latency_limiters": [str(v) for v in latency.get("limiter", [])]}
+            "top10_latency_named": sum(cause != "unnamed" for cause in causes),
+            "top10_latency_causes": causes}
 
 
 def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool = False,

@@ -16,8 +16,7 @@ import json
 from pathlib import Path
 
 import torch_nsight
-from torch_nsight.analyze import hotspots
-from torch_nsight.analyze.hotspots import LIMITER_FIX
+from bench.zoo import latency_top10
 from torch_nsight.analyze.stalls import SCHEDULER_COLUMNS
 
 
@@ -26,18 +25,13 @@ def limiters(report: Path) -> dict[str, object]:
     kernels = kernels[kernels["duration_ns"].notna()]
     latency = kernels[kernels["bound"] == "latency"]
     by_cause = latency.groupby(latency["limiter"].fillna("none"))["duration_ns"].sum()
-    top = hotspots(kernels, n=10)
-    top = top[top["bound"] == "latency"]
-    cause_of = {fix: kind for kind, fix in LIMITER_FIX.items()}
-    named = [cause_of.get(step, "unnamed") for step in top["next_step"]]
     return {"latency_pct_of_gpu": round(100 * latency["duration_ns"].sum()
                                         / kernels["duration_ns"].sum(), 1),
             "with_scheduler_figures_pct": round(100 * float(
                 latency[list(SCHEDULER_COLUMNS)].notna().all(axis=1).mean()), 1),
             "latency_time_by_cause_pct": {str(k): round(100 * v / by_cause.sum(), 1)
                                           for k, v in by_cause.items()},
-            "top10_latency_rows": len(top), "top10_latency_named": sum(
-                n != "unnamed" for n in named), "top10_latency_causes": named}
+            **latency_top10(kernels)}
 
 
 def main() -> None:

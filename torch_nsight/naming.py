@@ -35,6 +35,8 @@ COMPILED_PREFIX = "compiled:"
 #: An optimizer's step (``step:AdamW``): a module of the optimizer's class name, direction
 #: ``step``.
 STEP_PREFIX = "step:"
+#: The direction of the kernels an optimizer's ``step()`` launches.
+OPTIMIZER_DIRECTION = "step"
 #: Prefix of the PyTorch profiler ranges that stand in for the NVTX domain in a timeline
 #: trace (``torch_nsight/h.0.attn``); the trace reader keeps only ranges named so.
 RECORD_PREFIX = f"{DOMAIN}/"
@@ -86,7 +88,7 @@ def parse_message(message: str) -> RangeKind:
     if message.startswith(BACKWARD_PREFIX):
         return RangeKind("module", message[len(BACKWARD_PREFIX) :], "bwd")
     if message.startswith(STEP_PREFIX):
-        return RangeKind("module", message[len(STEP_PREFIX) :], "step")
+        return RangeKind("module", message[len(STEP_PREFIX) :], OPTIMIZER_DIRECTION)
     return RangeKind("module", message, "fwd")
 
 

@@ -26,6 +26,7 @@ import pandas as pd
 from torch_nsight.analyze.occupancy import as_number as _number
 from torch_nsight.metrics import STALL_REASONS, stall_column
 from torch_nsight.report.names import function_name
+from torch_nsight.report.stall_pass import config_keys
 
 StallGroup = Literal["memory", "synchronization", "issue", "shared_memory"]
 CauseKind = Literal["launch_overhead", "memory_latency", "synchronization", "instruction_issue",
@@ -173,8 +174,7 @@ def stall_targets(df: pd.DataFrame, cover_pct: float = TARGET_COVER_PCT,
     out = out[before < cover_pct].head(most)
     profiled = (df["replicated_from"].isna() if "replicated_from" in df
                 else pd.Series(True, index=df.index))
-    configs = pd.DataFrame({"function": functions}).assign(
-        **{c: df[c].map(str) for c in ("grid", "block", "shared_dynamic_bytes") if c in df})
+    configs = config_keys(df.assign(kernel_full=names)).to_frame(index=False)
     counts = configs[profiled.to_numpy()].drop_duplicates()["function"].value_counts()
     out["profiled_launches"] = [int(counts.get(f, 0)) for f in out["function"]]
     return out.reset_index(drop=True).loc[:, columns]

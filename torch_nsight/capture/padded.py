@@ -22,11 +22,11 @@ a module other than an ``nn.Embedding``, a module inside a ``DistributedDataPara
 
 from __future__ import annotations
 
-import gc
-
 import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch import Tensor, nn
+
+from torch_nsight.capture.toggle import live_instances
 
 __all__ = ["PaddedLinear", "check_paddable", "pad_linear", "padded_size", "unpad_linear"]
 
@@ -104,14 +104,13 @@ def _check_elsewhere(labelled: list[tuple[str, nn.Linear, list[nn.Parameter]]]) 
     modules a ``DistributedDataParallel`` wraps (found among the live objects, once)."""
     modules = {id(module): label for label, module, _ in labelled}
     owners = {id(p): (label, p) for label, _, params in labelled for p in params}
-    for found in gc.get_objects():
-        if issubclass(type(found), nn.parallel.DistributedDataParallel):
+    for found in live_instances(nn.parallel.DistributedDataParallel, torch.optim.Optimizer):
+        if isinstance(found, nn.parallel.DistributedDataParallel):
             wrapped = [modules[id(m)] for m in found.modules() if id(m) in modules]
             if wrapped:
                 raise ValueError(f"{wrapped[0]} is inside a DistributedDataParallel, whose "
                                  "gradient buckets hold the unpadded shapes: call "
                                  "instrument() before wrapping the model")
-        if not issubclass(type(found), torch.optim.Optimizer):
             continue
         for param, state in list(found.state.items()):
             if id(param) not in owners or not isinstance(state, dict):

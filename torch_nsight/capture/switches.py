@@ -42,7 +42,14 @@ from torch import Tensor, nn
 
 from torch_nsight.capture.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.step_timer import alternate, timer_for
-from torch_nsight.capture.toggle import OptimizerState, Toggle, built_in, compile_forward, together
+from torch_nsight.capture.toggle import (
+    OptimizerState,
+    Toggle,
+    built_in,
+    compile_forward,
+    forward_swap,
+    together,
+)
 from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes, target_matches
 
 logger = logging.getLogger(__name__)
@@ -184,17 +191,15 @@ def _pad_linear(model: nn.Module, targets: Targets, options: Mapping[str, Any]) 
 
     def do(module: nn.Module) -> Toggle:
         pad_linear(module, multiple)  # type: ignore[arg-type]
-
-        def on() -> None:  # the padded class's forward again
-            module.__dict__.pop("forward", None)
-
-        def off() -> None:  # it stays padded: padding again would refuse a stepped optimizer
-            module.forward = MethodType(_unpadded_forward, module)
+        # it stays padded (padding again would refuse a stepped optimizer): off is the
+        # unpadded GEMM set on the instance, on the padded class's forward again
+        unpadded = forward_swap(module, MethodType(_unpadded_forward, module))
+        unpadded.off()
 
         def undo() -> None:
-            on()
+            unpadded.off()
             unpad_linear(module)  # type: ignore[arg-type]
-        return Toggle(on, off, undo)
+        return Toggle(unpadded.off, unpadded.on, undo)
     return _each(targets, do)
 
 
@@ -221,20 +226,7 @@ def _gelu_tanh(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -
             raise ValueError(f"{label} ({type(module).__name__}) does not compute the tanh "
                              "GELU: F.gelu(x, approximate='tanh') would change the model")
 
-    def do(module: nn.Module) -> Toggle:
-        saved = vars(module).get("forward")
-
-        def on() -> None:
-            module.forward = _tanh_gelu
-
-        def off() -> None:
-            if saved is None:
-                module.__dict__.pop("forward", None)
-            else:
-                module.forward = saved
-        on()
-        return Toggle(on, off)
-    return _each(targets, do)
+    return _each(targets, lambda module: forward_swap(module, _tanh_gelu))
 
 
 @switch("sdpa_backend")

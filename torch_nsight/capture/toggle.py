@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["OptimizerState", "Toggle", "built_in", "compile_forward", "together"]
+__all__ = ["OptimizerState", "Toggle", "built_in", "compile_forward", "forward_swap",
+           "live_instances", "together"]
 
 Action = Callable[[], None]
 
@@ -78,22 +79,34 @@ def compile_forward(module: nn.Module, options: Mapping[str, Any]) -> Toggle:
     2.13: no graph). A forward defined here that calls the module's own is traced, the
     built-in's code inlined. Its ``state_dict``, hooks and parameters are unchanged.
     """
-    saved = vars(module).get("forward")
     original = module.forward
 
     def forward(*args: Any, **kwargs: Any) -> Any:
         return original(*args, **kwargs)
 
-    compiled = torch.compile(forward, **dict(options))
+    return forward_swap(module, torch.compile(forward, **dict(options)))
 
-    def restore() -> None:
+
+def forward_swap(module: nn.Module, forward: Callable[..., Any]) -> Toggle:
+    """``forward`` set on the module's instance, on; off puts back what the instance had
+    (its class's forward, or an instance forward set before)."""
+    saved = vars(module).get("forward")
+
+    def on() -> None:
+        module.forward = forward
+
+    def off() -> None:
         if saved is None:
             module.__dict__.pop("forward", None)
         else:
             module.forward = saved
+    on()
+    return Toggle(on, off)
 
-    module.forward = compiled
-    return Toggle(lambda: setattr(module, "forward", compiled), restore)
+
+def live_instances(*classes: type) -> list[Any]:
+    """The live objects (garbage collector's view) of these classes or their subclasses."""
+    return [found for found in gc.get_objects() if issubclass(type(found), classes)]
 
 
 class OptimizerState:
@@ -114,8 +127,7 @@ class OptimizerState:
             return
         if not self.optimizers and self.searches < self.SEARCHES:
             self.searches += 1
-            self.optimizers = [o for o in gc.get_objects()
-                               if issubclass(type(o), torch.optim.Optimizer)]
+            self.optimizers = live_instances(torch.optim.Optimizer)
         for optimizer in self.optimizers:
             for param, held in optimizer.state.items():
                 if id(param) not in self.params or not isinstance(held, dict):

@@ -11,6 +11,7 @@ import torch_nsight.analyze.findings.wording as wording
 from torch_nsight.analyze.findings.prepare import contains, per_run
 from torch_nsight.analyze.findings.registry import Context, Found, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
+from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 #: This many qualifying kernels in a row, in one module.
@@ -51,10 +52,6 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     return chains
 
 
-#: The direction of an optimizer's step (:mod:`torch_nsight.capture.optimizers`).
-OPTIMIZER_STEP = "step"
-
-
 def chain_kind(rows: pd.DataFrame) -> str | None:
     """What an elementwise chain computes (:data:`CHAIN_KINDS`), None when not known.
 
@@ -64,7 +61,7 @@ def chain_kind(rows: pd.DataFrame) -> str | None:
     words = " ".join([*rows.get("kernel_full", pd.Series(dtype=object)).dropna().astype(str),
                       *rows.get("aten_ops", pd.Series(dtype=object)).dropna().astype(str)])
     words = words.lower()
-    if "direction" in rows and (rows["direction"] == OPTIMIZER_STEP).any():
+    if "direction" in rows and (rows["direction"] == OPTIMIZER_DIRECTION).any():
         return "optimizer"  # an optimizer's step: its own fused implementation
     for kind, groups in CHAIN_KINDS:
         if all(any(w in words for w in group) for group in groups):

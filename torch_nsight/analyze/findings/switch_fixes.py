@@ -39,9 +39,12 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
 }
 
 #: An elementwise chain whose fix names one fused op (its ``fix`` text): that op as the switch,
-#: so that what is measured is what the finding advises, not a compile of the module.
-FUSED_OP_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
+#: so that what is measured is what the finding advises, not a compile of the module; None:
+#: no switch (an optimizer's fused step is set where the user's script makes the optimizer,
+#: and a compile of the model would measure something else).
+FUSED_OP_SWITCHES: dict[str, Callable[[str], FixSpec] | None] = {
     FIX["chain_gelu"]: lambda target: FixSpec("gelu_tanh", target),
+    FIX["chain_optimizer"]: None,
 }
 
 
@@ -56,16 +59,9 @@ def fix_target(module_path: object) -> str:
     return path_leaf(module_path)
 
 
-#: Fix texts that no switch applies: an optimizer's fused step is set where the user's
-#: script makes the optimizer (a compile of the model would measure something else).
-NO_SWITCH = frozenset({FIX["chain_optimizer"]})
-
-
 def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
     """The switch that applies a finding row's fix, or None when it has none."""
-    if str(finding.get("fix")) in NO_SWITCH:
-        return None
-    make = (FUSED_OP_SWITCHES.get(str(finding.get("fix")))
-            if finding.get("finding") == "elementwise_chain" else None
-            ) or SWITCH_FIXES.get(str(finding.get("finding")))
+    fix, kind = str(finding.get("fix")), str(finding.get("finding"))
+    make = (FUSED_OP_SWITCHES[fix] if kind == "elementwise_chain" and fix in FUSED_OP_SWITCHES
+            else SWITCH_FIXES.get(kind))
     return None if make is None else make(fix_target(finding.get("module_path")))
