@@ -32,10 +32,11 @@ Step = Callable[[int], object]  # returns the step's loss (None when it has none
 MakeStep = Callable[[Callable[..., object]], Step]
 
 
-def _train(model: nn.Module, batch: Callable[[int], tuple], loss_of: Callable[..., torch.Tensor]
-           ) -> MakeStep:
+def _train(model: nn.Module, batch: Callable[[int], tuple], loss_of: Callable[..., torch.Tensor],
+           make_optimizer: Callable[..., torch.optim.Optimizer] | None = None) -> MakeStep:
     def make(run: Callable[..., object]) -> Step:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        optimizer = (make_optimizer(model.parameters()) if make_optimizer is not None
+                     else torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True))
 
         def step(i: int) -> torch.Tensor:
             inputs = batch(i)
@@ -51,7 +52,98 @@ def _train(model: nn.Module, batch: Callable[[int], tuple], loss_of: Callable[..
     return make
 
 
-def _vision(name: str, size: int, batch: int, *, timm_model: bool) -> tuple[nn.Module, MakeStep]:
+def _loop(model: nn.Module, batch: Callable[[int], tuple], forward: Callable[..., torch.Tensor],
+          *, optimizer: Callable[..., torch.optim.Optimizer], dtype: torch.dtype | None,
+          scaler: bool = False, clip: float | None = None) -> MakeStep:
+    """A training loop as most are written: the model returns logits; the loss, the
+    GradScaler's scaling and unscaling and the gradient clipping run outside the model."""
+
+    def make(run: Callable[..., object]) -> Step:
+        opt = optimizer(model.parameters())
+        grad_scaler = torch.amp.GradScaler("cuda") if scaler else None
+
+        def step(i: int) -> torch.Tensor:
+            inputs, target = batch(i)
+            with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
+                out = forward(run, *inputs)
+            loss = nn.functional.cross_entropy(out.float().flatten(0, -2), target.flatten())
+            if grad_scaler is not None:
+                grad_scaler.scale(loss).backward()
+                grad_scaler.unscale_(opt)
+            else:
+                loss.backward()
+            if clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if grad_scaler is not None:
+                grad_scaler.step(opt)
+                grad_scaler.update()
+            else:
+                opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        return step
+
+    return make
+
+
+class _RecurrentLM(nn.Module):
+    """Embedding, a recurrent stack (``nn.LSTM`` or ``nn.GRU``), a vocabulary head."""
+
+    def __init__(self, cell: type[nn.Module], vocab: int, embed: int, hidden: int,
+                 layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.rnn = cell(embed, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.rnn(self.embed(ids))
+        return self.head(out)
+
+
+def _recurrent_lm(cell: type[nn.Module], vocab: int, embed: int, hidden: int, batch: int,
+                  seq: int, optimizer: Callable[..., torch.optim.Optimizer]
+                  ) -> tuple[nn.Module, MakeStep]:
+    model = _RecurrentLM(cell, vocab, embed, hidden, 2).cuda()
+    ids = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
+    return model, _loop(model, lambda i: ((ids[:, :-1],), ids[:, 1:]), lambda m, a: m(a),
+                        optimizer=optimizer, dtype=torch.float16, scaler=True, clip=0.25)
+
+
+class _Graph(nn.Module):
+    """Two message-passing layers of torch_geometric (``GATConv`` or ``SAGEConv``)."""
+
+    def __init__(self, conv: str, features: int, hidden: int, classes: int) -> None:
+        super().__init__()
+        import torch_geometric.nn as gnn
+
+        if conv == "gat":
+            self.conv1 = gnn.GATConv(features, hidden // 4, heads=4)
+            self.conv2 = gnn.GATConv(hidden, classes, heads=1)
+        else:
+            self.conv1 = gnn.SAGEConv(features, hidden)
+            self.conv2 = gnn.SAGEConv(hidden, classes)
+
+    def forward(self, x: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
+        return self.conv2(nn.functional.elu(self.conv1(x, edges)), edges)
+
+
+def _graph(conv: str, nodes: int, edges: int) -> tuple[nn.Module, MakeStep]:
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    model = _Graph(conv, 128, 256, 40).cuda()
+    x = torch.randn(nodes, 128, device="cuda")
+    index = torch.randint(0, nodes, (2, edges), device="cuda")
+    y = torch.randint(0, 40, (nodes,), device="cuda")
+    return model, _loop(model, lambda i: ((x, index), y), lambda m, a, b: m(a, b),
+                        optimizer=lambda p: torch.optim.Adam(p, lr=1e-3), dtype=None,
+                        clip=1.0 if conv == "sage" else None)
+
+
+def _vision(name: str, size: int, batch: int, *, timm_model: bool, nchw: bool = False,
+            optimizer: Callable[..., torch.optim.Optimizer] | None = None
+            ) -> tuple[nn.Module, MakeStep]:
     if timm_model:
         import timm
 
@@ -60,11 +152,12 @@ def _vision(name: str, size: int, batch: int, *, timm_model: bool) -> tuple[nn.M
         import torchvision
 
         model = getattr(torchvision.models, name)(num_classes=1000)
-    model = model.cuda().to(memory_format=torch.channels_last)
-    x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=torch.channels_last)
+    layout = torch.contiguous_format if nchw else torch.channels_last
+    model = model.cuda().to(memory_format=layout)
+    x = torch.randn(batch, 3, size, size, device="cuda").to(memory_format=layout)
     y = torch.randint(0, 1000, (batch,), device="cuda")
     return model, _train(model, lambda i: (x, y),
-                         lambda m, a, b: nn.functional.cross_entropy(m(a), b))
+                         lambda m, a, b: nn.functional.cross_entropy(m(a), b), optimizer)
 
 
 def _causal_lm(config: object, batch: int, seq: int, vocab: int) -> tuple[nn.Module, MakeStep]:
@@ -88,6 +181,45 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         return _vision("resnet50", 224, 32, timm_model=False)
     if name == "efficientnet_b0":
         return _vision("efficientnet_b0", 224, 32, timm_model=False)
+    if name == "efficientnet_nchw":  # NCHW, as torchvision's examples train it
+        return _vision("efficientnet_b0", 224, 32, timm_model=False, nchw=True)
+    if name == "mobilenet_v3":  # NCHW, SGD with momentum (torchvision's recipe)
+        return _vision("mobilenet_v3_large", 224, 64, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    if name == "lstm_lm":  # loss, GradScaler and clipping outside the model; plain SGD
+        return _recurrent_lm(nn.LSTM, 10000, 512, 1024, 32, 128,
+                             lambda p: torch.optim.SGD(p, lr=1.0))
+    if name == "gru_lm":  # the same loop; Adam (its default, foreach, implementation)
+        return _recurrent_lm(nn.GRU, 16000, 384, 768, 16, 96,
+                             lambda p: torch.optim.Adam(p, lr=1e-3))
+    if name == "gat":
+        return _graph("gat", 100_000, 1_000_000)
+    if name == "sage":
+        return _graph("sage", 50_000, 500_000)
+    if name == "mixtral_moe":
+        from transformers import MixtralConfig
+
+        return _causal_lm(MixtralConfig(hidden_size=512, intermediate_size=1024,
+                                        num_hidden_layers=4, num_attention_heads=8,
+                                        num_key_value_heads=8, num_local_experts=8,
+                                        num_experts_per_tok=2, vocab_size=32000), 8, 256, 32000)
+    if name == "whisper_s":
+        from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+        model = WhisperForConditionalGeneration(WhisperConfig(
+            d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+            decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536)).cuda()
+        features = torch.randn(8, 80, 3000, device="cuda")
+        labels = torch.randint(0, 51865, (8, 128), device="cuda")
+        return model, _train(model, lambda i: (features, labels),
+                             lambda m, a, b: m(input_features=a, labels=b).loss)
+    if name == "wav2vec2":  # torchaudio's; CTC loss and clipping outside the model
+        import torchaudio
+
+        model = torchaudio.models.wav2vec2_base(aux_num_out=32).cuda()
+        wave = torch.randn(8, 32000, device="cuda")
+        targets = torch.randint(1, 32, (8, 40), device="cuda")
+        return model, _ctc(model, wave, targets)
     if name in ("gpt2", "gpt2_ddp"):  # gpt2_ddp: under torchrun, DistributedDataParallel
         from transformers import GPT2Config
 
@@ -127,6 +259,30 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         model = LlamaForCausalLM(config).cuda().to(torch.bfloat16).eval()
         return model, _decode(model)
     raise SystemExit(f"zoo_app.py: unknown model {name}")
+
+
+def _ctc(model: nn.Module, wave: torch.Tensor, targets: torch.Tensor) -> MakeStep:
+    """A speech loop: the model gives frame logits; CTC loss and clipping outside it."""
+
+    def make(run: Callable[..., object]) -> Step:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i: int) -> torch.Tensor:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits, _ = run(wave)  # type: ignore[misc]
+            log_probs = logits.float().log_softmax(-1).transpose(0, 1)
+            frames = torch.full((wave.shape[0],), log_probs.shape[0], dtype=torch.long)
+            lengths = torch.full((wave.shape[0],), targets.shape[1], dtype=torch.long)
+            loss = nn.functional.ctc_loss(log_probs, targets, frames, lengths)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        return step
+
+    return make
 
 
 def _decode(model: nn.Module) -> MakeStep:
