@@ -271,8 +271,10 @@ def _ctc(model: nn.Module, wave: torch.Tensor, targets: torch.Tensor) -> MakeSte
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 logits, _ = run(wave)  # type: ignore[misc]
             log_probs = logits.float().log_softmax(-1).transpose(0, 1)
-            frames = torch.full((wave.shape[0],), log_probs.shape[0], dtype=torch.long)
-            lengths = torch.full((wave.shape[0],), targets.shape[1], dtype=torch.long)
+            frames = torch.full((wave.shape[0],), log_probs.shape[0], dtype=torch.long,
+                                device="cuda")
+            lengths = torch.full((wave.shape[0],), targets.shape[1], dtype=torch.long,
+                                 device="cuda")
             loss = nn.functional.ctc_loss(log_probs, targets, frames, lengths)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
