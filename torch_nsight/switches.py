@@ -70,6 +70,8 @@ FIX_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "pad_linear": {"multiple": int},
     "sdpa_backend": {"backend": str},
     "gelu_tanh": {},
+    "cudnn_benchmark": {},
+    "fused_optimizer": {},
 }
 #: The options a kind must be given.
 REQUIRED = {"sdpa_backend": ("backend",)}

@@ -52,10 +52,13 @@ def build() -> nn.Sequential:
 
 @pytest.fixture(autouse=True)
 def _tf32_as_it_was() -> Iterator[None]:
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.benchmark)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
     yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.benchmark) = saved
 
 
 def _flash_off(model: nn.Sequential) -> bool:
@@ -76,6 +79,7 @@ FIXES: dict[str, tuple[FixSpec, Callable[[nn.Sequential], bool]]] = {
                    lambda m: isinstance(m[2], PaddedLinear) and "forward" not in vars(m[2])),
     "gelu_tanh": (FixSpec("gelu_tanh", "3"), lambda m: "forward" in vars(m[3])),
     "sdpa_backend": (FixSpec("sdpa_backend", "4", {"backend": "math"}), _flash_off),
+    "cudnn_benchmark": (FixSpec("cudnn_benchmark"), lambda m: torch.backends.cudnn.benchmark),
 }
 
 
@@ -300,3 +304,33 @@ def test_a_subclass_keeping_a_built_in_forward_is_compiled_through_its_instance(
         applied(model, FixSpec("compile", "", {"backend": counting}))
         assert torch.equal(model(x), expected)
     assert compiled
+
+
+@pytest.mark.parametrize("optimizer_kind", [torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD])
+def test_fused_optimizer_switches_the_flag_and_trains_as_the_unfused_step(
+        optimizer_kind: type[torch.optim.Optimizer]) -> None:
+    """Made after the fix was applied (as a script makes its optimizer after instrument()),
+    the optimizer steps fused while on and with its own flags while off; the step counts
+    follow, and the parameters stay those of the same training without the fix."""
+    options = {"momentum": 0.9} if optimizer_kind is torch.optim.SGD else {}
+    reference, model = build(), build()
+    toggle = applied(model, FixSpec("fused_optimizer"))
+    optimizers = [optimizer_kind(m.parameters(), lr=1e-3, **options) for m in (reference, model)]
+    flags = [(g.get("fused"), g.get("foreach")) for g in optimizers[1].param_groups]
+    x = torch.randn(4, 3, 6, 6)
+    for turn in range(TOGGLES):
+        for switch, fused in ((toggle.on, True), (toggle.off, False)):
+            switch()
+            for m, optimizer in zip((reference, model), optimizers, strict=True):
+                train_step(m, optimizer, x)
+            group = optimizers[1].param_groups[0]
+            assert (group["fused"], group["foreach"]) == ((True, False) if fused else flags[0])
+            for a, b in zip(reference.parameters(), model.parameters(), strict=True):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=str(turn))
+    steps = [held["step"] for held in optimizers[1].state.values() if "step" in held]
+    assert all(int(step) == 2 * TOGGLES for step in steps)
+    toggle.on()
+    toggle.undo()  # the flags as they were, at once, and the hook gone
+    assert [(g.get("fused"), g.get("foreach")) for g in optimizers[1].param_groups] == flags
+    train_step(model, optimizers[1], x)
+    assert [(g.get("fused"), g.get("foreach")) for g in optimizers[1].param_groups] == flags

@@ -23,7 +23,10 @@ and written with the step times), never left half-way.
   (hooks, removed when off);
 * ``gelu_tanh``: an activation module that computes the tanh GELU by its formula (checked on
   a probe first) computes it with ``F.gelu(x, approximate="tanh")``, one kernel; off gives
-  it its own forward back.
+  it its own forward back;
+* ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark``; off restores what it was;
+* ``fused_optimizer``: the optimizers of the model's parameters step with their fused
+  implementation (:class:`~torch_nsight.capture.toggle.FusedFlag`); off restores their flags.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from torch import Tensor, nn
 from torch_nsight.capture.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.step_timer import alternate, timer_for
 from torch_nsight.capture.toggle import (
+    FusedFlag,
     OptimizerState,
     Toggle,
     built_in,
@@ -64,7 +68,7 @@ Switch = Callable[[nn.Module, Targets, Mapping[str, Any]], Toggle]
 #: The function that applies each fix kind; it raises before changing anything it cannot.
 SWITCHES: dict[str, Switch] = {}
 #: Fix kinds that act on the whole process, not on a module.
-GLOBAL_KINDS = frozenset({"tf32"})
+GLOBAL_KINDS = frozenset({"tf32", "cudnn_benchmark", "fused_optimizer"})
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,25 @@ def _tf32(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Tog
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     on()
     return Toggle(on, off)
+
+
+@switch("cudnn_benchmark")
+def _cudnn_benchmark(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
+    saved = torch.backends.cudnn.benchmark
+
+    def on() -> None:
+        torch.backends.cudnn.benchmark = True
+
+    def off() -> None:
+        torch.backends.cudnn.benchmark = saved
+    on()
+    return Toggle(on, off)
+
+
+@switch("fused_optimizer")
+def _fused_optimizer(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
+    flag = FusedFlag(model)
+    return Toggle(lambda: flag.set(True), lambda: flag.set(False), flag.remove)
 
 
 def _unpadded_forward(self: PaddedLinear, input: Tensor) -> Tensor:  # noqa: A002

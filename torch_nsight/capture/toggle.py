@@ -6,13 +6,15 @@ module's parameters (:class:`OptimizerState`)."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-__all__ = ["OptimizerState", "Toggle", "built_in", "compile_forward", "forward_swap",
+__all__ = ["FusedFlag", "OptimizerState", "Toggle", "built_in", "compile_forward", "forward_swap",
            "live_instances", "together"]
 
 Action = Callable[[], None]
@@ -135,3 +137,72 @@ class OptimizerState:
                 for key, value in list(held.items()):
                     if isinstance(value, torch.Tensor) and value.dim() == 4:
                         held[key] = value.contiguous(memory_format=memory_format)
+
+
+#: The optimizers whose ``step`` has a fused implementation (``fused=True``).
+FUSED_OPTIMIZERS = ("Adam", "AdamW", "SGD")
+try:  # where torch has fused optimizer kernels (CUDA, and the CPU since torch 2.4)
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    _FUSED_DEVICES = frozenset(_get_fused_kernels_supported_devices())
+except ImportError:  # pragma: no cover - an older torch
+    _FUSED_DEVICES = frozenset({"cuda"})
+
+
+class FusedFlag:
+    """The ``fused`` flag of the optimizers that hold a model's parameters, switched between
+    steps: on, every parameter group of such an optimizer (:data:`FUSED_OPTIMIZERS`) steps
+    fused (its parameters floating-point on a device with fused kernels), its ``step`` counts
+    on the parameters' device as the fused kernel keeps them; off, the flags and counts as
+    they were.
+
+    The optimizer is usually made after :func:`torch_nsight.instrument`: a global optimizer
+    step pre-hook sets the flag wanted on each optimizer of the model before its step, so it
+    holds from the first step of an optimizer made later. :meth:`remove` restores the flags
+    and takes the hook away.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = {id(p) for p in model.parameters()}
+        self.wanted = True
+        self.seen: dict[int, list[dict[str, Any]]] = {}  # optimizer id -> its groups to switch
+        self.optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
+        self.saved: dict[int, tuple[Any, Any]] = {}  # group id -> (fused, foreach) as made
+        self.hook = register_optimizer_step_pre_hook(self._before_step)
+
+    def _groups(self, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+        if id(optimizer) not in self.seen:
+            fits = type(optimizer).__name__ in FUSED_OPTIMIZERS
+            groups = [g for g in optimizer.param_groups if fits and "fused" in g and g["params"]
+                      and any(id(p) in self.params for p in g["params"])
+                      and all(p.is_floating_point() and p.device.type in _FUSED_DEVICES
+                              for p in g["params"])]
+            self.saved.update({id(g): (g.get("fused"), g.get("foreach")) for g in groups})
+            self.seen[id(optimizer)] = groups
+            self.optimizers.add(optimizer)
+        return self.seen[id(optimizer)]
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for group in self._groups(optimizer):
+            was_fused, foreach = self.saved[id(group)]
+            flags = (True, False) if self.wanted else (was_fused, foreach)
+            if (group["fused"], group.get("foreach")) == flags:
+                continue
+            group["fused"], group["foreach"] = flags
+            on_device = bool(group["fused"]) or bool(group.get("capturable"))
+            for param in group["params"]:
+                held = optimizer.state.get(param)
+                step = held.get("step") if isinstance(held, dict) else None
+                if isinstance(held, dict) and isinstance(step, torch.Tensor):
+                    held["step"] = step.to(param.device if on_device else "cpu", torch.float32)
+
+    def set(self, fused: bool) -> None:
+        """Fused (``True``) or the flags as they were, from each optimizer's next step."""
+        self.wanted = fused
+
+    def remove(self) -> None:
+        """The flags (and step counts) as they were, and the hook gone."""
+        self.wanted = False
+        for optimizer in list(self.optimizers):
+            self._before_step(optimizer, (), {})
+        self.hook.remove()
