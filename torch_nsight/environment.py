@@ -108,16 +108,16 @@ class Steps:
             StepsError: the text is not of that form, or chooses no step (the message
                 quotes it and says what is expected).
         """
-        start, sep, stop = text.strip().partition(":")
-        if not start and not sep:
+        head, sep, tail = text.strip().partition(":")
+        if not head and not sep:
             raise StepsError(f"steps {text!r}: {_FORM}")
         try:
-            first = int(start) if start else 0
-            last = (int(stop) if stop else None) if sep else first + 1
+            first = int(head) if head else 0
+            stop = (int(tail) if tail else None) if sep else first + 1
         except ValueError:
             raise StepsError(f"steps {text!r}: {_FORM}") from None
-        _check(first, last, repr(text))
-        return cls(first, last)
+        _check(first, stop, repr(text))
+        return cls(first, stop)
 
     def __str__(self) -> str:
         return f"{self.first}:{'' if self.stop is None else self.stop}"

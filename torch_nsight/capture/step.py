@@ -16,16 +16,15 @@ steps are recorded by PyTorch's profiler instead (see
 
 Under ``profile`` the chosen steps also write status lines (started, ended, how) to the file
 :attr:`~torch_nsight.environment.ScriptEnv.status` names, which the command's progress line
-reads, and
-the step before the first chosen one checks the identical siblings that the chosen ones then
-leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`). Without a
-profiler attached, a step costs a few environment lookups and a counter increment.
+reads, and the step before the first chosen one checks the identical siblings that the chosen
+ones then leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`).
+Without a profiler attached, a step costs a few environment lookups and a counter increment.
 
 Under ``torch-nsight profile --verify`` (:attr:`~torch_nsight.environment.ScriptEnv.timing`
-set) the chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with the loss
-each passes to :meth:`step.record_loss`; the fixes it applied are switched off or on before
-each step's work (:func:`~torch_nsight.capture.step_timer.switch_fixes`), outside the timed
-region.
+set) the chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with
+the loss each passes to :meth:`step.record_loss`; the fixes it applied are switched off or on
+before each step's work (:func:`~torch_nsight.capture.step_timer.switch_fixes`), outside the
+timed region.
 """
 
 from __future__ import annotations
@@ -153,7 +152,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
     def _read(self) -> ScriptEnv:
         """What ``torch-nsight profile`` tells this step (read when it starts)."""
-        return self._script or ScriptEnv.from_env(self._environ)
+        return self._script if self._script is not None else ScriptEnv.from_env(self._environ)
 
     def _timer_for(self, script: ScriptEnv) -> StepTimer | None:
         return timer_for(script, current_rank(self._environ))
