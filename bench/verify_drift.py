@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from torch_nsight.collect.parent.bare import bare_env
+from torch_nsight.environment import Steps
 from torch_nsight.switches import parse_fixes, read_timing
 
 APP = Path(__file__).resolve().parent / "zoo_app.py"
@@ -39,7 +40,7 @@ CASES = [
 def case(model: str, fix: str) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as folder:
         timing, status = Path(folder) / "t.json", Path(folder) / "s.jsonl"
-        env = bare_env(os.environ, "12:22", parse_fixes(fix) if fix else [], timing, status)
+        env = bare_env(os.environ, Steps(12, 22), parse_fixes(fix) if fix else [], timing, status)
         env["TORCH_LOGS"] = "recompiles,graph_breaks"
         started = time.time()
         done = subprocess.run([sys.executable, str(APP), model, "--steps", "24"], env=env,

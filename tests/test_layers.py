@@ -24,7 +24,7 @@ from typing import TypeVar
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("version", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file", "units", "status", "switches", "checks", "files")
+           "calls_file", "units", "status", "switches", "checks", "files", "environment")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process

@@ -18,6 +18,7 @@ __all__ = [
     "OutputWriteError",
     "OutputBusyError",
     "VerifyError",
+    "StepsError",
 ]
 
 
@@ -73,3 +74,8 @@ class OutputBusyError(TorchNsightError):
 class VerifyError(TorchNsightError):
     """``--verify`` could not measure a fix on the user's steps: a bad choice of steps or
     fixes, or the run without any fix timed no step."""
+
+
+class StepsError(TorchNsightError, ValueError):
+    """A step selection (``--steps``, ``--verify-steps``, ``$TORCH_NSIGHT_STEPS``) is not
+    ``N``, ``A:B`` or ``A:`` with step indices from 0 and ``A < B``."""

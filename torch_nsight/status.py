@@ -3,9 +3,8 @@ parent tails it.
 
 The writer is a sweep's child (:mod:`torch_nsight.collect.child.worker`) or, under
 ``torch-nsight profile``, the user's own script (:func:`torch_nsight.step` writes where
-:data:`STATUS_ENV` says). Events: ``start`` (pid, items, device), ``item_start`` /
-``item_end`` (index, variant, shape, status, elapsed_s), ``done``. Also the step selection
-that both sides read (:func:`parse_steps`): the ``profile`` command never imports torch.
+:attr:`~torch_nsight.environment.ScriptEnv.status` says). Events: ``start`` (pid, items,
+device), ``item_start`` / ``item_end`` (index, variant, shape, status, elapsed_s), ``done``.
 """
 
 from __future__ import annotations
@@ -20,22 +19,6 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-# What ``torch-nsight profile`` tells the script it runs, read by torch_nsight.step() and
-# torch_nsight.instrument():
-#: the steps to profile (``10:12``);
-STEPS_ENV = "TORCH_NSIGHT_STEPS"
-#: the status file the chosen steps write to;
-STATUS_ENV = "TORCH_NSIGHT_STATUS"
-#: ``1``: identical siblings are checked on the step before the chosen ones and profiled once.
-REPLICATE_ENV = "TORCH_NSIGHT_REPLICATE"
-#: ``1``: a rehearsal (``profile --dry-run``): the script runs as under ncu but without it (the
-#: steps, the calls table and the sibling check run, nothing is carried), and its steps say
-#: what they did in their status lines.
-REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
-#: ``1``/``0``: instrument() installs its hooks, or not, whatever else the environment says
-#: (``0`` in ``profile --verify``'s bare runs: the step as the user runs it).
-INSTRUMENT_ENV = "TORCH_NSIGHT_INSTRUMENT"
-
 
 def current_rank(environ: Mapping[str, str]) -> int | None:
     """This process's rank as torchrun sets it (``RANK``, else ``LOCAL_RANK``), or None."""
@@ -44,32 +27,6 @@ def current_rank(environ: Mapping[str, str]) -> int | None:
         if value is not None and value.strip().isdigit():
             return int(value)
     return None
-
-
-def parse_steps(text: str) -> range:
-    """Read a step selection: ``12`` (one step), ``10:12`` (10 and 11), ``10:`` (10 on).
-
-    Raises:
-        ValueError: the text is not of that form (the message quotes it).
-    """
-    start, sep, stop = text.strip().partition(":")
-    if not start and not sep:
-        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
-                         "B excluded)")
-    try:
-        first = int(start) if start else 0
-        if not sep and first >= 0:
-            return range(first, first + 1)
-        last = int(stop) if stop else 2**62 if sep else first + 1
-    except ValueError:
-        raise ValueError(f"steps {text!r}: expected N, A:B or A: (step indices from 0, "
-                         "B excluded)") from None
-    if first < 0:
-        raise ValueError(f"steps {text!r}: step indices start at 0 (torch_nsight.step() "
-                         "numbers the loop's steps 0, 1, 2...); there is no step from the end")
-    if last <= first:
-        raise ValueError(f"steps {text!r}: need 0 <= A < B")
-    return range(first, last)
 
 
 class StatusWriter:

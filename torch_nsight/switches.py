@@ -2,10 +2,12 @@
 (``torch-nsight profile --verify``). Stage-neutral: the command writes what the script reads,
 and reads what it writes, without torch.
 
-The command sets these variables for the script it runs bare (no ncu):
+The command sets these variables for the script it runs bare (no ncu; their names and the
+typed whole, :class:`~torch_nsight.environment.ScriptEnv`, are in
+:mod:`torch_nsight.environment`):
 
-* :data:`APPLY_ENV`: the fixes :func:`torch_nsight.instrument` applies to the model it is
-  given, before anything else (also when it installs no hooks). JSON, a list of objects
+* :data:`~torch_nsight.environment.APPLY_ENV`: the fixes :func:`torch_nsight.instrument`
+  applies to the model it is given, before anything else (also when it installs no hooks). JSON, a list of objects
   ``{"fix": KIND, "target": NAME, ...options}`` (:func:`format_fixes`), or by hand the
   compact form ``KIND[@TARGET][:KEY=VALUE,...]``, several joined by ``;``::
 
@@ -15,12 +17,12 @@ The command sets these variables for the script it runs bare (no ncu):
   ``TARGET`` is a module's name as in ``model.named_modules()`` (``""`` or absent: the
   whole model), each dotted part an fnmatch glob (``layers.*.mlp`` matches
   ``layers.3.mlp``, not ``layers.3.x.mlp``).
-* :data:`ALTERNATE_ENV` (``1``): the fixes applied are switched off and on at every step
-  boundary, in the ABBA order :func:`fix_on_at` gives (off, on, on, off, off, on, on, off
+* :data:`~torch_nsight.environment.ALTERNATE_ENV` (``1``): the fixes applied are switched
+  off and on at every step boundary, in the ABBA order :func:`fix_on_at` gives (off, on, on, off, off, on, on, off
   ..., counted from the first timed step, over the warm-up too), so that each pair of
   timed steps (first, second; third, fourth; ...) holds one step with the fix and one
   without, and a linear drift of the step time weighs on both alike.
-* :data:`TIMING_ENV`: the JSON file the chosen steps' times go to
+* :data:`~torch_nsight.environment.TIMING_ENV`: the JSON file the chosen steps' times go to
   (:mod:`torch_nsight.capture.step_timer`), read back by :func:`read_timing`::
 
       {"schema": 2, "clock": "cuda_events" | "perf_counter", "steps": [{"index": 10,
@@ -46,16 +48,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APPLY_ENV", "ALTERNATE_ENV", "TIMING_ENV", "FIX_OPTIONS", "FixSpec", "StepTimes",
-           "check_fix", "fix_on_at", "target_matches", "format_fixes", "parse_fixes",
-           "read_timing", "TIMING_SCHEMA"]
+__all__ = ["FIX_OPTIONS", "FixSpec", "StepTimes", "check_fix", "fix_on_at", "target_matches",
+           "format_fixes", "parse_fixes", "read_timing", "TIMING_SCHEMA"]
 
-#: The fixes ``instrument()`` applies (JSON or the compact form above).
-APPLY_ENV = "TORCH_NSIGHT_APPLY"
-#: Set (``1``): the fixes applied are switched off and on step by step (:func:`fix_on_at`).
-ALTERNATE_ENV = "TORCH_NSIGHT_VERIFY_ALTERNATE"
-#: The JSON file the chosen steps' times are written to.
-TIMING_ENV = "TORCH_NSIGHT_TIMING"
 TIMING_SCHEMA = 2
 #: The step-times files :func:`read_timing` reads (1: before the fixes alternated).
 _READ_SCHEMAS = (1, TIMING_SCHEMA)
@@ -100,7 +95,7 @@ class FixSpec:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        """The fix as one object of :data:`APPLY_ENV`'s JSON list."""
+        """The fix as one object of the fixes' JSON list (:func:`format_fixes`)."""
         return {"fix": self.fix, "target": self.target, **dict(self.options)}
 
 
@@ -200,7 +195,7 @@ def _part_matches(wanted: str, part: str) -> bool:
 
 
 def parse_fixes(text: str) -> list[FixSpec]:
-    """Read :data:`APPLY_ENV`: a JSON list (or one object), or the compact form.
+    """Read fixes: a JSON list (or one object), or the compact form.
 
     Raises:
         ValueError: malformed text, or a fix :func:`check_fix` refuses (the message names it).
@@ -210,7 +205,7 @@ def parse_fixes(text: str) -> list[FixSpec]:
         try:
             loaded = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{APPLY_ENV} is not valid JSON: {err}") from None
+            raise ValueError(f"the fixes are not valid JSON: {err}") from None
         specs = [_from_json(i) for i in (loaded if isinstance(loaded, list) else [loaded])]
     else:
         specs = [_compact(p) for p in text.split(";") if p.strip()]
@@ -218,7 +213,7 @@ def parse_fixes(text: str) -> list[FixSpec]:
 
 
 def format_fixes(specs: Iterable[FixSpec]) -> str:
-    """The JSON of :data:`APPLY_ENV` for ``specs`` (each checked).
+    """The fixes' JSON (what :func:`parse_fixes` reads) for ``specs`` (each checked).
 
     Raises:
         ValueError: a fix :func:`check_fix` refuses.
@@ -228,13 +223,13 @@ def format_fixes(specs: Iterable[FixSpec]) -> str:
 
 @dataclass(frozen=True)
 class StepTimes:
-    """What a script wrote to :data:`TIMING_ENV`'s file.
+    """What a script wrote to its step-times file (``ScriptEnv.timing``).
 
     Attributes:
         clock: ``cuda_events`` or ``perf_counter``.
         steps: one dict per timed step (``index``, ``time_ns``, ``status``, ``loss``,
             ``fix_on``: None when the fixes did not alternate).
-        requested: the fixes asked for (:data:`APPLY_ENV`), as JSON objects.
+        requested: the fixes asked for (``ScriptEnv.fixes``), as JSON objects.
         fixes: how each was applied (``status`` ``applied`` or ``failed``, ``error``).
         toggle_error: why switching the fixes off or on failed, or None.
     """

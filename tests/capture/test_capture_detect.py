@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from torch_nsight.capture import ENV_SWITCH, detect_profiler, resolve_enabled
+from torch_nsight.capture import detect_profiler, resolve_enabled
+from torch_nsight.environment import INSTRUMENT_ENV
 
 
 @pytest.mark.parametrize(
@@ -40,12 +41,12 @@ def test_empty_injection_path_is_ignored() -> None:
     ("enabled", "env", "expected"),
     [
         (True, {}, True),
-        (False, {"NV_TPS_LAUNCH_TOKEN": "x", ENV_SWITCH: "1"}, False),
-        (True, {ENV_SWITCH: "0"}, True),
-        (None, {ENV_SWITCH: "1"}, True),
-        (None, {ENV_SWITCH: " ON "}, True),
-        (None, {ENV_SWITCH: "0", "NSYS_PROFILING_SESSION_ID": "3"}, False),
-        (None, {ENV_SWITCH: "false", "NV_TPS_LAUNCH_TOKEN": "x"}, False),
+        (False, {"NV_TPS_LAUNCH_TOKEN": "x", INSTRUMENT_ENV: "1"}, False),
+        (True, {INSTRUMENT_ENV: "0"}, True),
+        (None, {INSTRUMENT_ENV: "1"}, True),
+        (None, {INSTRUMENT_ENV: " ON "}, True),
+        (None, {INSTRUMENT_ENV: "0", "NSYS_PROFILING_SESSION_ID": "3"}, False),
+        (None, {INSTRUMENT_ENV: "false", "NV_TPS_LAUNCH_TOKEN": "x"}, False),
         (None, {"NV_TPS_LAUNCH_TOKEN": "x"}, True),
         (None, {}, False),
     ],
@@ -58,12 +59,12 @@ def test_resolve_enabled_precedence(enabled: bool | None, env: dict, expected: b
 
 def test_reason_names_the_variable_found() -> None:
     assert "NV_TPS_LAUNCH_TOKEN" in resolve_enabled(None, {"NV_TPS_LAUNCH_TOKEN": "x"})[1]
-    assert ENV_SWITCH in resolve_enabled(None, {})[1]
+    assert INSTRUMENT_ENV in resolve_enabled(None, {})[1]
 
 
 def test_unknown_switch_value_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="torch_nsight"):
-        on, _ = resolve_enabled(None, {ENV_SWITCH: "maybe", "NV_TPS_LAUNCH_TOKEN": "x"})
+        on, _ = resolve_enabled(None, {INSTRUMENT_ENV: "maybe", "NV_TPS_LAUNCH_TOKEN": "x"})
     assert on
     assert "maybe" in caplog.text
 

@@ -19,12 +19,12 @@ from torch import nn
 
 import torch_nsight
 from torch_nsight.capture import (
-    ENV_SWITCH,
     Instrumentation,
     RecordingEmitter,
     active_instrumentations,
     instrument,
 )
+from torch_nsight.environment import INSTRUMENT_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 HOOK_DICTS = (
@@ -213,7 +213,7 @@ PROFILER_VARIABLES = (
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in list(os.environ):
-        if name in PROFILER_VARIABLES or name == ENV_SWITCH or name.startswith(
+        if name in PROFILER_VARIABLES or name == INSTRUMENT_ENV or name.startswith(
             ("NVIDIA_PROCESS_INJECTION_", "NV_NSIGHT_INJECTION_", "NSYS_")
         ):
             monkeypatch.delenv(name)
@@ -241,10 +241,10 @@ def test_not_profiled_installs_nothing(
     [
         ({"NSYS_PROFILING_SESSION_ID": "1"}, None, True),
         ({"NV_TPS_LAUNCH_TOKEN": "x"}, None, True),
-        ({ENV_SWITCH: "1"}, None, True),
-        ({ENV_SWITCH: "0", "NVTX_INJECTION64_PATH": "/x/libToolsInjection64.so"}, None, False),
-        ({ENV_SWITCH: "0"}, True, True),
-        ({ENV_SWITCH: "1"}, False, False),
+        ({INSTRUMENT_ENV: "1"}, None, True),
+        ({INSTRUMENT_ENV: "0", "NVTX_INJECTION64_PATH": "/x/libToolsInjection64.so"}, None, False),
+        ({INSTRUMENT_ENV: "0"}, True, True),
+        ({INSTRUMENT_ENV: "1"}, False, False),
         ({"NV_TPS_LAUNCH_TOKEN": "x"}, False, False),
     ],
 )

@@ -6,7 +6,8 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.attribute import attribute_ranges
-from torch_nsight.capture.step import STEPS_ENV, parse_steps, reset_steps, step
+from torch_nsight.capture.step import reset_steps, step
+from torch_nsight.environment import STEPS_ENV
 from torch_nsight.naming import MEASURE_MESSAGE
 
 UNDER_NCU = {"NVTX_INJECTION64_PATH": "/opt/nvidia/libnvtx-injection.so"}
@@ -32,19 +33,6 @@ def _fresh_count():
     reset_steps()
     yield
     reset_steps()
-
-
-@pytest.mark.parametrize(("text", "chosen"), [("3", [3]), ("10:12", [10, 11]),
-                                              ("0:1", [0])])
-def test_parse_steps(text: str, chosen: list[int]) -> None:
-    assert list(parse_steps(text)) == chosen
-    assert 10**9 in parse_steps("5:")
-
-
-@pytest.mark.parametrize("text", ["a", "3:2", "-1:4", "1:x", ""])
-def test_parse_steps_refuses(text: str) -> None:
-    with pytest.raises(ValueError, match="steps"):
-        parse_steps(text)
 
 
 def test_only_the_chosen_steps_open_the_measured_ranges() -> None:

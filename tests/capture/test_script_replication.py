@@ -13,7 +13,7 @@ from torch import nn
 import torch_nsight
 from torch_nsight.capture.detect import NCU_VARIABLE
 from torch_nsight.capture.step import reset_steps
-from torch_nsight.status import REPLICATE_ENV, STATUS_ENV, STEPS_ENV
+from torch_nsight.environment import REPLICATE_ENV, STATUS_ENV, STEPS_ENV
 
 
 class Block(nn.Module):

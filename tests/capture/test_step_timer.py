@@ -16,8 +16,9 @@ from torch_nsight.capture import switches
 from torch_nsight.capture.step import reset_steps, step
 from torch_nsight.capture.step_timer import stop_alternating
 from torch_nsight.capture.switches import Toggle, apply_requested_fixes
-from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusReader
-from torch_nsight.switches import ALTERNATE_ENV, APPLY_ENV, TIMING_ENV, fix_on_at, read_timing
+from torch_nsight.environment import ALTERNATE_ENV, APPLY_ENV, STATUS_ENV, STEPS_ENV, TIMING_ENV
+from torch_nsight.status import StatusReader
+from torch_nsight.switches import fix_on_at, read_timing
 
 
 @pytest.fixture(autouse=True)

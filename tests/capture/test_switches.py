@@ -17,8 +17,8 @@ from torch_nsight.capture import switches
 from torch_nsight.capture.padded import PaddedLinear
 from torch_nsight.capture.step import reset_steps
 from torch_nsight.capture.switches import apply_fixes, find_targets
-from torch_nsight.status import STEPS_ENV
-from torch_nsight.switches import APPLY_ENV, TIMING_ENV, FixSpec, parse_fixes
+from torch_nsight.environment import APPLY_ENV, STEPS_ENV, TIMING_ENV
+from torch_nsight.switches import FixSpec, parse_fixes
 
 
 class ConvNet(nn.Module):

@@ -16,6 +16,7 @@ import pytest
 from torch_nsight.cli.main import main
 from torch_nsight.collect.parent import doctor
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.environment import NCU_ENV
 
 from .conftest import FIXTURE
 
@@ -82,7 +83,7 @@ def run_doctor(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     empty = tmp_path / "empty bin"
     empty.mkdir(exist_ok=True)
     env = {**os.environ, "PATH": str(empty), "CUDA_VISIBLE_DEVICES": "",
-           ncu_cli.ENV_NCU: str(tmp_path / "no such folder" / "ncu")}
+           NCU_ENV: str(tmp_path / "no such folder" / "ncu")}
     return subprocess.run([sys.executable, "-m", "torch_nsight", "doctor", *args], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
@@ -93,7 +94,7 @@ def no_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv(ncu_cli.ENV_NCU, raising=False)
+    monkeypatch.delenv(NCU_ENV, raising=False)
     monkeypatch.setattr(ncu_cli, "DEFAULT_NCU", str(tmp_path / "missing" / "ncu"))
     monkeypatch.setattr(doctor, "USUAL_NCU_GLOBS", (str(tmp_path / "opt" / "*" / "ncu"),))
     return tmp_path
@@ -125,9 +126,9 @@ def test_no_gpu_fails_with_fixes_and_skips_later_checks(tmp_path: Path) -> None:
     gpu, _driver, ncu, counters, reader, report, nvtx, ranges, pyarrow, verdict = lines
     assert gpu.startswith("[FAIL] no CUDA GPU visible to torch ")
     assert " — fix: " in gpu and ("CUDA_VISIBLE_DEVICES" in gpu or "CUDA build" in gpu)
-    assert ncu.startswith(f"[FAIL] ${ncu_cli.ENV_NCU}=")
+    assert ncu.startswith(f"[FAIL] ${NCU_ENV}=")
     assert "is not an executable" in ncu
-    assert ncu.endswith(f"— fix: point ${ncu_cli.ENV_NCU} at the ncu binary "
+    assert ncu.endswith(f"— fix: point ${NCU_ENV} at the ncu binary "
                         "(e.g. /usr/local/cuda/bin/ncu) or unset it")
     for line in (counters, report, ranges):
         assert line.startswith("[skip] ") and line.endswith("(needs a GPU)")
@@ -201,7 +202,7 @@ def test_no_driver(no_ncu: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_ncu_found_with_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = write_fake_ncu(tmp_path / "cuda bin")
-    monkeypatch.setenv(ncu_cli.ENV_NCU, str(script))
+    monkeypatch.setenv(NCU_ENV, str(script))
     result = doctor.check_ncu()
     assert result.status == "ok"
     assert result.detail == f"ncu 2025.3.1 at {script}"
@@ -209,7 +210,7 @@ def test_ncu_found_with_its_version(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_ncu_too_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ncu_cli.ENV_NCU, str(write_fake_ncu(tmp_path / "b", version="2019.5.0.0")))
+    monkeypatch.setenv(NCU_ENV, str(write_fake_ncu(tmp_path / "b", version="2019.5.0.0")))
     result = doctor.check_ncu()
     assert result.status == "fail" and "ncu 2019.5.0" in result.detail
     assert "older than 2023.1.0" in result.detail and "2023.1.0 or newer" in result.fix
@@ -219,14 +220,14 @@ def test_ncu_missing(no_ncu: Path) -> None:
     result = doctor.check_ncu()
     assert result.status == "fail"
     assert result.detail.startswith("Nsight Compute (ncu) not found on PATH")
-    assert "CUDA toolkit" in result.fix and ncu_cli.ENV_NCU in result.fix
+    assert "CUDA toolkit" in result.fix and NCU_ENV in result.fix
 
 
 def test_ncu_in_a_usual_folder(no_ncu: Path) -> None:
     script = write_fake_ncu(no_ncu / "opt" / "2025.3.1")
     result = doctor.check_ncu()
     assert result.status == "fail"
-    assert result.fix == f"found {script}: export {ncu_cli.ENV_NCU}={script}"
+    assert result.fix == f"found {script}: export {NCU_ENV}={script}"
 
 
 def test_tiny_command() -> None:
@@ -322,7 +323,7 @@ def test_everything_ok_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     write_fake_smi(folder)
     write_fake_ncu(folder, [CONNECTED_LINE, PROFILING_LINE, REPORT_LINE], write_report=True)
     monkeypatch.setenv("PATH", str(folder))
-    monkeypatch.delenv(ncu_cli.ENV_NCU, raising=False)
+    monkeypatch.delenv(NCU_ENV, raising=False)
     # The recorded report has no `doctor` range: look for one of its module ranges instead.
     monkeypatch.setattr(doctor, "DOCTOR_RANGE", "self_attn")
     assert main(["doctor"]) == 0

@@ -226,6 +226,12 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path, monkeypatch: pytest.
     # refused at once, not after running the whole script
     (["--steps", "-1", "--", "python", "x.py"], "step indices start at 0"),
     (["--steps", "-1", "--dry-run", "--", "python", "x.py"], "step indices start at 0"),
+    # one line naming the option, not argparse's "expected one argument"
+    (["--steps", "-1:2", "--", "python", "x.py"],
+     "--steps: steps '-1:2': step indices start at 0"),
+    (["--steps", "5:3", "--", "python", "x.py"], "--steps: steps '5:3': need 0 <= A < B"),
+    (["--steps", "abc", "--", "python", "x.py"],
+     "--steps: steps 'abc': expected N, A:B or A:"),
     (["--dry-run", "--out", "a_file/out", "--", "python", "x.py"],
      "a_file is a file, not a folder"),
     (["--dry-run", "--timeline", "--steps", "1", "--out", "a_file", "--", "python", "x.py"],

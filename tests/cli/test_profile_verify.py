@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from torch_nsight.environment import Steps
 from torch_nsight.errors import VerifyError
 
 from .conftest import run_main
@@ -141,6 +142,8 @@ def test_a_script_that_never_instruments_cannot_have_its_fix_applied(
       "x.py"], "after at least 2 to warm up (e.g. 2:12)"),
     (["--verify", "--steps", "3", "--verify-fix", "fuse", "--dry-run", "--", "python",
       "x.py"], "unknown fix 'fuse'"),
+    (["--verify", "--steps", "3", "--verify-steps", "-2:20", "--", "python", "x.py"],
+     "--verify-steps: steps '-2:20': step indices start at 0"),
     (["--verify", "--steps", "3", "--verify-top", "0", "--", "python", "x.py"],
      "--verify-top must be at least 1"),
     (["--verify", "--steps", "3", "--timeline", "--", "python", "x.py"], "nor --timeline"),
@@ -165,7 +168,7 @@ def test_nothing_to_verify_is_a_verify_error() -> None:
                            "est_gain_ns": 1.0, "gain_basis": "ncu_rule"}],
                          columns=list(FINDING_COLUMNS))
     with pytest.raises(VerifyError, match="none of the findings has a fix that is a switch"):
-        verify_on_steps(found, VerifyPlan(["python", "x.py"], "2:12"))
+        verify_on_steps(found, VerifyPlan(["python", "x.py"], Steps(2, 12)))
 
 
 def test_a_fix_that_makes_the_loss_nan_is_not_counted() -> None:

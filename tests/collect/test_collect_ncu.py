@@ -11,6 +11,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.environment import NCU_ENV
 from torch_nsight.errors import (
     CounterPermissionError,
     NcuNotFoundError,
@@ -81,13 +82,13 @@ def test_extra_args_checked() -> None:
 
 def test_find_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_ncu) -> None:
     script, _ = fake_ncu([])
-    monkeypatch.delenv(ncu_cli.ENV_NCU, raising=False)
+    monkeypatch.delenv(NCU_ENV, raising=False)
     assert ncu_cli.find_ncu(script) == str(script)
     with pytest.raises(NcuNotFoundError, match="not an executable"):
         ncu_cli.find_ncu(tmp_path / "no-such-ncu")
-    monkeypatch.setenv(ncu_cli.ENV_NCU, str(script))
+    monkeypatch.setenv(NCU_ENV, str(script))
     assert ncu_cli.find_ncu() == str(script)
-    monkeypatch.delenv(ncu_cli.ENV_NCU)
+    monkeypatch.delenv(NCU_ENV)
     monkeypatch.setenv("PATH", str(script.parent))
     assert ncu_cli.find_ncu() == str(script)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
@@ -97,7 +98,7 @@ def test_find_ncu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_ncu) -> 
 
 
 def test_missing_ncu_fails_before_any_child(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delenv(ncu_cli.ENV_NCU, raising=False)
+    monkeypatch.delenv(NCU_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(ncu_cli, "DEFAULT_NCU", str(tmp_path / "ncu"))
     with pytest.raises(NcuNotFoundError):

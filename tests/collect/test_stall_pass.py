@@ -12,9 +12,9 @@ from torch_nsight.analyze.stalls import stall_targets
 from torch_nsight.collect.parent import stall_pass
 from torch_nsight.collect.parent.script import plan_script
 from torch_nsight.collect.parent.stall_pass import kernel_filter, plan_stall_pass, run_stall_pass
+from torch_nsight.environment import STATUS_ENV, STEPS_ENV, Steps
 from torch_nsight.errors import TorchNsightError
 from torch_nsight.metrics import METRIC_SETS, METRICS, STALL_PASS
-from torch_nsight.status import STATUS_ENV, STEPS_ENV
 
 VIT = Path(__file__).resolve().parents[1] / "data" / "latency" / "vit_s.ncu-rep.xz"
 COMMAND = ["python", "train.py", "--lr", "3e-4"]
@@ -32,7 +32,7 @@ def _option(command: list[str], name: str) -> str:
 def test_the_second_pass_is_the_first_on_fewer_kernels_with_other_metrics(
         tmp_path: Path, vit: torch_nsight.Profile) -> None:
     report = tmp_path / "out" / "report.ncu-rep"
-    first = plan_script(COMMAND, report, ncu="ncu", metric_set="fast", steps="12:13",
+    first = plan_script(COMMAND, report, ncu="ncu", metric_set="fast", steps=Steps(12, 13),
                         kernel_name="gemm", ncu_args=["--cache-control", "none"])
     names = list(stall_targets(vit.kernels)["function"])
     second = plan_stall_pass(first, names, ncu="ncu", ncu_args=["--cache-control", "none"])
@@ -63,7 +63,7 @@ def test_the_second_pass_is_the_first_on_fewer_kernels_with_other_metrics(
 def test_a_failed_second_pass_keeps_the_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                               vit: torch_nsight.Profile) -> None:
     first = plan_script(COMMAND, tmp_path / "report.ncu-rep", ncu="ncu", metric_set="fast",
-                        steps="12:13")
+                        steps=Steps(12, 13))
 
     def fails(plan: object) -> None:
         raise TorchNsightError("ncu wrote no report (exit status 1)")
@@ -84,7 +84,7 @@ def test_a_failed_second_pass_keeps_the_first(monkeypatch: pytest.MonkeyPatch, t
 def test_nothing_latency_bound_runs_no_second_pass(tmp_path: Path,
                                                    vit: torch_nsight.Profile) -> None:
     first = plan_script(COMMAND, tmp_path / "report.ncu-rep", ncu="ncu", metric_set="fast",
-                        steps="12:13")
+                        steps=Steps(12, 13))
     busy = torch_nsight.Profile(vit.kernels.assign(bound="compute"), vit.meta, vit.calls)
     done = run_stall_pass(first, busy, ncu="ncu")
     assert done.profile is busy and done.failed == "no latency-bound kernel in the first pass"

@@ -16,6 +16,7 @@ from torch_nsight.cli.main import main
 from torch_nsight.collect.parent import measure
 from torch_nsight.collect.parent.bare import BareRun, run_bare
 from torch_nsight.collect.parent.measure import VerifyPlan, verify_on_steps, verify_window
+from torch_nsight.environment import Steps
 from torch_nsight.errors import VerifyError
 from torch_nsight.switches import fix_on_at
 from torch_nsight.vocabulary import STEPS_BASIS
@@ -67,7 +68,7 @@ def test_the_recorded_finding_is_measured_with_its_switch(
     monkeypatch.setattr(measure, "run_bare", kept)  # the runs, kept to check the gain
     found = torch_nsight.load(DATA / "findings_gemm", cache=False).finding_table()
     lines: list[str] = []
-    table = verify_on_steps(found, VerifyPlan(projection, "3:19", quiet=True),
+    table = verify_on_steps(found, VerifyPlan(projection, Steps(3, 19), quiet=True),
                             say=lines.append)
     row = table.iloc[0]
     assert row["finding"] == "gemm_misaligned" and row["verify_status"] == "measured", row
@@ -110,16 +111,22 @@ def test_findings_verify_times_the_fixes_on_the_command_given(
 
 
 def test_the_window_is_the_profiles_lengthened_to_ten_pairs_after_a_warm_up() -> None:
-    assert verify_window("10:12") == "10:30"
-    assert verify_window("10") == "10:30"
-    assert verify_window("10:34") == "10:34"
-    assert verify_window("10:31") == "10:32"  # an even number of steps: whole pairs
-    assert verify_window("0:1") == "2:22"  # a step without the fix and one with it first
-    assert verify_window("10:12", "20:30") == "20:30"
+    def window(steps: str | None, chosen: str | None = None) -> str:
+        return str(verify_window(steps and Steps.parse(steps), chosen and Steps.parse(chosen)))
+
+    assert window("10:12") == "10:30"
+    assert window("10") == "10:30"
+    assert window("10:34") == "10:34"
+    assert window("10:31") == "10:32"  # an even number of steps: whole pairs
+    assert window("0:1") == "2:22"  # a step without the fix and one with it first
+    assert window("10:12", "20:30") == "20:30"
     with pytest.raises(VerifyError, match="pass --steps"):
-        verify_window(None)
+        window(None)
     with pytest.raises(VerifyError, match="at least 10 steps"):
-        verify_window("10:12", "20:26")
+        window("10:12", "20:26")
+    with pytest.raises(VerifyError, match="a closed window of steps, not '3:': pass "
+                                          "--verify-steps 3:23"):
+        window("3:")
 
 
 def test_a_command_that_does_not_parse_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

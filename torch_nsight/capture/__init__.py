@@ -5,7 +5,7 @@ Imports torch and nvtx, never pandas. Most users only call :func:`instrument`.
 
 from __future__ import annotations
 
-from torch_nsight.capture.detect import ENV_SWITCH, detect_profiler, resolve_enabled
+from torch_nsight.capture.detect import detect_profiler, resolve_enabled
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter, RecordingEmitter
 from torch_nsight.capture.instrument import Instrumentation, instrument
 from torch_nsight.capture.ops import DEFAULT_OPS, normalize_op_name
@@ -20,7 +20,6 @@ __all__ = [
     "RecordingEmitter",
     "DEFAULT_OPS",
     "normalize_op_name",
-    "ENV_SWITCH",
     "detect_profiler",
     "resolve_enabled",
 ]

@@ -6,19 +6,12 @@ import logging
 import os
 from collections.abc import Mapping
 
-from torch_nsight.status import INSTRUMENT_ENV, REHEARSAL_ENV
+from torch_nsight.environment import INSTRUMENT_ENV, REHEARSAL_ENV, TIMELINE_ENV, ScriptEnv
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ENV_SWITCH", "NCU_VARIABLE", "TIMELINE_ENV", "detect_profiler", "rehearsing",
-           "resolve_enabled", "under_nsight_compute"]
-
-ENV_SWITCH = INSTRUMENT_ENV
-"""Environment variable forcing instrumentation on (``1``) or off (``0``)."""
-TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
-"""Set by ``torch-nsight profile --timeline`` to the folder the steps' trace goes to: the
-process records its chosen steps with PyTorch's profiler, and its ranges go to that
-profiler (see :mod:`torch_nsight.capture.profiler_steps`)."""
+__all__ = ["NCU_VARIABLE", "detect_profiler", "rehearsing", "resolve_enabled",
+           "under_nsight_compute"]
 
 #: Set in processes Nsight Compute (``ncu``) starts, and only there.
 NCU_VARIABLE = "NV_COMPUTE_PROFILER_PERFWORKS_DIR"
@@ -31,8 +24,6 @@ _PROFILER_VARIABLES = (
     NCU_VARIABLE,
 )
 _PROFILER_PREFIXES = ("NVIDIA_PROCESS_INJECTION_", "NV_NSIGHT_INJECTION_", "NSYS_")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
@@ -48,8 +39,8 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
       none of the injection paths above;
     * any variable starting with ``NVIDIA_PROCESS_INJECTION_`` or ``NV_NSIGHT_INJECTION_``
       (Nsight launchers) or ``NSYS_`` (Nsight Systems);
-    * :data:`~torch_nsight.status.REHEARSAL_ENV` (``torch-nsight profile --dry-run``: the
-      script runs as under ncu, without it).
+    * :data:`~torch_nsight.environment.REHEARSAL_ENV` (``torch-nsight profile --dry-run``:
+      the script runs as under ncu, without it).
 
     Args:
         environ: The environment to inspect (default ``os.environ``).
@@ -70,8 +61,7 @@ def detect_profiler(environ: Mapping[str, str] | None = None) -> str | None:
 def rehearsing(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process is a rehearsal (``torch-nsight profile --dry-run``): it runs as
     under Nsight Compute, without it."""
-    env = os.environ if environ is None else environ
-    return env.get(REHEARSAL_ENV) == "1"
+    return ScriptEnv.from_env(os.environ if environ is None else environ).rehearsal
 
 
 def under_nsight_compute(environ: Mapping[str, str] | None = None) -> bool:
@@ -86,8 +76,10 @@ def resolve_enabled(
 ) -> tuple[bool, str]:
     """Decide whether :func:`torch_nsight.instrument` installs hooks, and say why.
 
-    Precedence: the ``enabled`` argument, then ``TORCH_NSIGHT_INSTRUMENT`` (``1``/``0``,
-    also ``true``/``false``, ``yes``/``no``, ``on``/``off``), then :func:`detect_profiler`.
+    Precedence: the ``enabled`` argument, then
+    :attr:`~torch_nsight.environment.ScriptEnv.instrument` (``TORCH_NSIGHT_INSTRUMENT``:
+    ``1``/``0``, also ``true``/``false``, ``yes``/``no``, ``on``/``off``), then
+    :attr:`~torch_nsight.environment.ScriptEnv.timeline`, then :func:`detect_profiler`.
 
     Args:
         enabled: True or False to decide outright, None to look at the environment.
@@ -104,15 +96,11 @@ def resolve_enabled(
     if enabled is not None:
         return enabled, f"enabled={enabled} was passed"
     env = os.environ if environ is None else environ
-    switch = env.get(ENV_SWITCH, "").strip().lower()
-    if switch in _TRUE:
-        return True, f"{ENV_SWITCH}={env[ENV_SWITCH]} forces instrumentation on"
-    if switch in _FALSE:
-        return False, f"{ENV_SWITCH}={env[ENV_SWITCH]} forces instrumentation off"
-    if switch:
-        logger.warning("torch_nsight: ignoring %s=%r (expected 1 or 0)", ENV_SWITCH,
-                       env[ENV_SWITCH])
-    if env.get(TIMELINE_ENV):
+    script = ScriptEnv.from_env(env)  # a value other than 1/0 is ignored with a warning
+    if script.instrument is not None:
+        return script.instrument, (f"{INSTRUMENT_ENV}={int(script.instrument)} forces "
+                                   f"instrumentation {'on' if script.instrument else 'off'}")
+    if script.timeline is not None:
         return True, f"{TIMELINE_ENV} is set: the timeline of PyTorch's profiler is recorded"
     found = detect_profiler(env)
     if found == REHEARSAL_ENV:
@@ -121,5 +109,5 @@ def resolve_enabled(
         return True, f"an NVIDIA profiler is attached ({found} is set)"
     return False, (
         "no NVIDIA profiler detected (no NVTX/CUDA injection or Nsight variable is set); "
-        f"pass enabled=True or set {ENV_SWITCH}=1 to instrument anyway"
+        f"pass enabled=True or set {INSTRUMENT_ENV}=1 to instrument anyway"
     )

@@ -12,7 +12,7 @@ beside the report.
 When the table is recorded:
 
 * with a step selection (``torch-nsight profile --steps A:B`` sets
-  :data:`~torch_nsight.capture.step.STEPS_ENV`): over the first chosen step, forward,
+  :attr:`~torch_nsight.environment.ScriptEnv.steps`): over the first chosen step, forward,
   backward and optimizer, and carried at that step's end, inside the range ncu profiles;
 * otherwise: over the model's first iteration (its first forward and the backward after it),
   and carried when the next iteration starts, when the instrumentation is removed, or at

@@ -24,7 +24,7 @@ How the ranges are put on:
   ``forward`` is the plain bound method (an instance attribute): they are not
   instrumented.
 
-Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.APPLY_ENV` set), the
+Under ``torch-nsight profile --verify`` (:attr:`~torch_nsight.environment.ScriptEnv.fixes`), the
 fixes it asks for are applied to the model first, also when nothing is installed (see
 :mod:`torch_nsight.capture.switches`): a fix that fails is logged and reported to the
 command, the model left as it was.
@@ -50,7 +50,7 @@ from torch_nsight.capture.compiled import (
     untrack_compiles,
     unwrap_compiled,
 )
-from torch_nsight.capture.detect import TIMELINE_ENV, resolve_enabled, under_nsight_compute
+from torch_nsight.capture.detect import resolve_enabled, under_nsight_compute
 from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
@@ -59,9 +59,8 @@ from torch_nsight.capture.ranges import Range
 from torch_nsight.capture.registry import active_instrumentations
 from torch_nsight.capture.selection import Selector, check_selectors, select_modules
 from torch_nsight.capture.stack import STACK, RangeStack
+from torch_nsight.environment import APPLY_ENV, ScriptEnv
 from torch_nsight.naming import backward_message, op_message
-from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
-from torch_nsight.switches import APPLY_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +162,7 @@ class Instrumentation:
             from torch_nsight.capture.calls import CallRecorder
             from torch_nsight.capture.embed import CallsCarrier
 
-            per_step = carry and bool(os.environ.get(STEPS_ENV))
+            per_step = carry and ScriptEnv.from_env(os.environ).steps is not None
             sink = CallRecorder(sink, first_iteration=not per_step,
                                 on_done=lambda _recorder: self._finish_calls(),
                                 refuse=lambda: compiled_refusal(model))
@@ -279,15 +278,16 @@ def _check_options(depth: object, include: object, exclude: object, ops: object,
 
 def replication_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``torch-nsight profile`` asked for identical siblings to be profiled once
-    (:data:`~torch_nsight.status.REPLICATE_ENV`, with chosen steps, under Nsight Compute)."""
+    (:attr:`~torch_nsight.environment.ScriptEnv.replicate`, with chosen steps, under Nsight
+    Compute)."""
     env = os.environ if environ is None else environ
-    return (env.get(REPLICATE_ENV) == "1" and bool(env.get(STEPS_ENV))
-            and under_nsight_compute(env))
+    script = ScriptEnv.from_env(env)
+    return script.replicate and script.steps is not None and under_nsight_compute(env)
 
 
 def default_emitter() -> RangeEmitter:
     """NVTX ranges, or PyTorch profiler ranges under ``torch-nsight profile --timeline``."""
-    if os.environ.get(TIMELINE_ENV):
+    if ScriptEnv.from_env(os.environ).timeline is not None:
         from torch_nsight.capture.emitter import RecordFunctionEmitter
 
         return RecordFunctionEmitter()
@@ -297,7 +297,8 @@ def default_emitter() -> RangeEmitter:
 def _apply_requested_fixes(model: nn.Module) -> None:
     """Under ``torch-nsight profile --verify``, apply the fixes it asks for (before any
     hook)."""
-    if os.environ.get(APPLY_ENV):
+    script = ScriptEnv.from_env(os.environ)
+    if script.fixes or script.refusal(APPLY_ENV) is not None:
         from torch_nsight.capture.switches import apply_requested_fixes
 
         apply_requested_fixes(model)

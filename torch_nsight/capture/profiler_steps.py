@@ -1,7 +1,7 @@
 """The chosen steps of a user's own script under PyTorch's profiler (``profile --timeline``).
 
 ``torch-nsight profile --timeline --steps 10:12 -- python train.py`` runs the script plainly
-with :data:`~torch_nsight.capture.detect.TIMELINE_ENV` set to the output folder. Then
+with :data:`~torch_nsight.environment.TIMELINE_ENV` set to the output folder. Then
 :func:`torch_nsight.instrument` sends its ranges to PyTorch's profiler (not NVTX), and
 :class:`torch_nsight.step` drives one :class:`TimelineSession` per process: the profiler
 starts when the first chosen step starts; each chosen step runs inside its labelled range
@@ -126,10 +126,11 @@ class TimelineSession:
 
     Args:
         folder: where the trace and the manifest go.
-        last: the index of the last chosen step (the trace is written after it).
+        last: the index of the last chosen step (the trace is written after it); None: no
+            last one (``--steps A:``: the trace is written at exit).
     """
 
-    def __init__(self, folder: Path, last: int) -> None:
+    def __init__(self, folder: Path, last: int | None) -> None:
         self.folder = folder
         self.last = last
         self.trace = folder / _trace_name(os.environ)
@@ -159,7 +160,8 @@ class TimelineSession:
             self._profiler = profile(activities=activities)
             self._profiler.__enter__()
             self._emitter = RecordFunctionEmitter()
-            logger.info("torch_nsight: recording the timeline of steps up to %d", self.last)
+            logger.info("torch_nsight: recording the timeline of steps up to %s",
+                        "the end" if self.last is None else self.last)
         self._emitter.push(format_measure_range(run=index))
 
     def exit(self, index: int) -> None:
@@ -171,7 +173,7 @@ class TimelineSession:
         self._emitter.pop()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        if index >= self.last:
+        if self.last is not None and index >= self.last:
             self.finish()
 
     def finish(self) -> None:
@@ -257,7 +259,7 @@ def after_window(folder: str, index: int) -> None:
         found.after(index)
 
 
-def session(folder: str, last: int) -> TimelineSession:
+def session(folder: str, last: int | None) -> TimelineSession:
     """This process's session for ``folder`` (made on first use)."""
     with _LOCK:
         found = _SESSIONS.get(folder)

@@ -130,7 +130,7 @@ class ScriptReplication:
     """Identical siblings profiled once in a user's script (``torch-nsight profile``).
 
     :func:`torch_nsight.instrument` instruments the model with :class:`ReplicaMarkers` when
-    the profile command asks for it (:data:`~torch_nsight.status.REPLICATE_ENV`), and
+    the profile command asks for it (:attr:`~torch_nsight.environment.ScriptEnv.replicate`), and
     :func:`torch_nsight.step` drives this: the step just before the first chosen one runs
     inside a :class:`~torch_nsight.capture.siblings.SiblingCheck` (un-profiled), each chosen
     step marks the verified replicas (``ncu --nvtx-exclude`` leaves them out), and the first

@@ -8,21 +8,23 @@ Under ``torch-nsight profile --steps 10:12 -- python train.py`` the chosen steps
 the start/end range ``measure`` that ``ncu --nvtx-include torch_nsight@measure`` profiles
 (start/end ranges, unlike push/pop ones, also cover the kernels autograd launches from its
 own thread), with a label range that gives their rows ``run`` = the step's index. The steps
-to measure come from :data:`STEPS_ENV` (set by the ``profile`` command). Under ``profile
---timeline`` (:data:`~torch_nsight.capture.detect.TIMELINE_ENV` set) the chosen steps are
-recorded by PyTorch's profiler instead (see :mod:`torch_nsight.capture.profiler_steps`).
+to measure, and everything else the ``profile`` command tells the script, come from its
+environment as one :class:`~torch_nsight.environment.ScriptEnv`, read once per step. Under
+``profile --timeline`` (:attr:`~torch_nsight.environment.ScriptEnv.timeline` set) the chosen
+steps are recorded by PyTorch's profiler instead (see
+:mod:`torch_nsight.capture.profiler_steps`).
 
 Under ``profile`` the chosen steps also write status lines (started, ended, how) to the file
-:data:`~torch_nsight.status.STATUS_ENV` names, which the command's progress line reads, and
-the step before the first chosen one checks the identical siblings that the chosen ones then
-leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`). Without a
-profiler attached, a step costs a few environment lookups and a counter increment.
+:attr:`~torch_nsight.environment.ScriptEnv.status` names, which the command's progress line
+reads, and the step before the first chosen one checks the identical siblings that the chosen
+ones then leave out of profiling (:class:`~torch_nsight.capture.replica.ScriptReplication`).
+Without a profiler attached, a step costs a few environment lookups and a counter increment.
 
-Under ``torch-nsight profile --verify`` (:data:`~torch_nsight.switches.TIMING_ENV` set) the
-chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with the loss
-each passes to :meth:`step.record_loss`; the fixes it applied are switched off or on before
-each step's work (:func:`~torch_nsight.capture.step_timer.switch_fixes`), outside the timed
-region.
+Under ``torch-nsight profile --verify`` (:attr:`~torch_nsight.environment.ScriptEnv.timing`
+set) the chosen steps are timed bare instead (:mod:`torch_nsight.capture.step_timer`), with
+the loss each passes to :meth:`step.record_loss`; the fixes it applied are switched off or on
+before each step's work (:func:`~torch_nsight.capture.step_timer.switch_fixes`), outside the
+timed region.
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from torch_nsight.capture.compiled import close_window, open_window
-from torch_nsight.capture.detect import TIMELINE_ENV, detect_profiler, rehearsing
+from torch_nsight.capture.detect import detect_profiler
 from torch_nsight.capture.ranged_forward import pause_ranges
 from torch_nsight.capture.step_timer import StepTimer, switch_fixes, timer_for
+from torch_nsight.environment import ScriptEnv
 from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, format_measure_range
-from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, parse_steps
-from torch_nsight.switches import TIMING_ENV
+from torch_nsight.status import StatusWriter, current_rank
 
 if TYPE_CHECKING:
     from torch_nsight.capture.embed import CallsCarrier
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["step", "STEPS_ENV", "parse_steps", "reset_steps"]
+__all__ = ["step", "reset_steps"]
 
 
 _COUNTER = {"next": 0}
@@ -63,26 +65,15 @@ def reset_steps() -> None:
         _COUNTER["next"] = 0
 
 
-def _chosen(environ: Mapping[str, str]) -> range | None:
-    text = environ.get(STEPS_ENV)
-    if text is None:
-        return None
-    try:
-        return parse_steps(text)
-    except ValueError as err:
-        logger.warning("torch_nsight: ignoring %s: %s", STEPS_ENV, err)
-        return None
-
-
 _STATUS: dict[str, StatusWriter | None] = {}
 
 
-def _status(environ: Mapping[str, str]) -> StatusWriter | None:
+def _status(script: ScriptEnv) -> StatusWriter | None:
     """Where this process's steps report to ``torch-nsight profile`` (None: nowhere); the
     first call announces the process (its pid, for a gentle stop)."""
-    path = environ.get(STATUS_ENV)
-    if not path:
+    if script.status is None:
         return None
+    path = str(script.status)
     if path not in _STATUS:
         writer = _STATUS[path] = StatusWriter(path)
         writer.emit("start", pid=os.getpid())
@@ -120,7 +111,7 @@ def _replications() -> list[ScriptReplication]:
 
 class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     """Mark one step of a loop; the steps chosen by ``torch-nsight profile --steps`` (or
-    :data:`STEPS_ENV`) run inside the ranges that Nsight Compute profiles.
+    ``$TORCH_NSIGHT_STEPS``) run inside the ranges that Nsight Compute profiles.
 
     Steps are numbered from 0 in the order they start, across the whole process.
 
@@ -131,8 +122,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             handle and ``end_range(handle)`` (default: the ``nvtx`` package; for tests).
     """
 
-    __slots__ = ("index", "_handles", "_environ", "_emitter", "_session", "_window", "_began",
-                 "_checking", "_timer")
+    __slots__ = ("index", "_handles", "_environ", "_script", "_emitter", "_session", "_window",
+                 "_began", "_checking", "_timer")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -146,6 +137,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         self.index = index
         self._handles: list[object] = []
         self._environ = os.environ if environ is None else environ
+        self._script: ScriptEnv | None = None  # read when the step starts
         self._emitter = emitter
         self._session: TimelineSession | None = None
         self._window = False
@@ -156,18 +148,26 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     @property
     def measured(self) -> bool:
         """Whether this step runs inside the profiled ranges."""
-        return self._in_window(_chosen(self._environ))
+        return self._in_window(self._read())
 
-    def _in_window(self, chosen: range | None) -> bool:
-        return chosen is not None and self.index in chosen and (
-            self._emitter is not None or bool(self._environ.get(TIMELINE_ENV))
+    def _read(self) -> ScriptEnv:
+        """What ``torch-nsight profile`` tells this step (read when it starts)."""
+        return self._script if self._script is not None else ScriptEnv.from_env(self._environ)
+
+    def _timer_for(self, script: ScriptEnv) -> StepTimer | None:
+        return timer_for(script, current_rank(self._environ))
+
+    def _in_window(self, script: ScriptEnv) -> bool:
+        return script.steps is not None and self.index in script.steps and (
+            self._emitter is not None or script.timeline is not None
             or detect_profiler(self._environ) is not None)
 
     def __enter__(self) -> step:
-        folder = self._environ.get(TIMELINE_ENV)
-        chosen = _chosen(self._environ)  # read once per step
-        status = _status(self._environ)
-        self._window = self._in_window(chosen)
+        script = self._script = ScriptEnv.from_env(self._environ)  # read once per step
+        folder = None if script.timeline is None else str(script.timeline)
+        chosen = script.steps
+        status = _status(script)
+        self._window = self._in_window(script)
         if folder:  # the steps timed for the verdict run as they would without torch_nsight
             pause_ranges(not self._window)
         if self._window:
@@ -175,16 +175,17 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._window and status is not None:
             self._began = time.time()
             status.emit("item_start", index=self.index, shape=f"step {self.index}")
-        if folder and self._window:
+        if folder and self._window and chosen is not None:
             from torch_nsight.capture.profiler_steps import session
 
-            self._session = session(folder, chosen[-1] if chosen else self.index)
+            self._session = session(folder, chosen.last)
             self._session.enter(self.index)
-        elif folder and chosen and self.index < chosen[0]:  # timed unprofiled, for the verdict
-            from torch_nsight.capture.profiler_steps import pace
+        elif folder and chosen is not None and self.index < chosen.first:  # timed unprofiled,
+            from torch_nsight.capture.profiler_steps import pace  # for the verdict
 
             pace(folder, self.index)
-        elif folder and chosen and self.index > chosen[-1]:  # and after the window
+        elif (folder and chosen is not None and chosen.last is not None
+              and self.index > chosen.last):  # and after the window
             from torch_nsight.capture.profiler_steps import after_window
 
             after_window(folder, self.index)
@@ -196,14 +197,14 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                 carrier.step_started()
             for replication in _replications():
                 replication.step_started()
-        elif chosen is not None and self.index == chosen[0] - 1:  # before the first chosen
+        elif chosen is not None and self.index == chosen.first - 1:  # before the first chosen
             self._checking = _replications()
             for replication in self._checking:
                 replication.check_started()
-        if status is not None and not self._window and rehearsing(self._environ):
+        if status is not None and not self._window and script.rehearsal:
             status.emit("step", index=self.index)  # how far the script got, for the dry run
         fix_on = switch_fixes(self.index)  # profile --verify: the fixes off or on, untimed
-        timer = timer_for(self._environ) if TIMING_ENV in self._environ else None
+        timer = self._timer_for(script)
         if timer is not None and timer.times(self.index):  # profile --verify: last thing
             self._timer = timer
             timer.started(self.index, fix_on=fix_on)
@@ -218,7 +219,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         per step), and a fix that changes them beyond the tolerance is not counted;
         otherwise this does nothing.
         """
-        timer = timer_for(self._environ) if TIMING_ENV in self._environ else None
+        timer = self._timer_for(self._read())
         if timer is not None and self.index in timer.chosen:
             timer.record_loss(self.index, loss)
 
@@ -232,7 +233,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             self._session = None
         for replication in self._checking:
             replication.check_ended(failed=kind is not None)
-        if self._checking and (checked := _status(self._environ)) is not None:
+        if self._checking and (checked := _status(self._read())) is not None:
             checked.emit("siblings_checked", index=self.index, failed=kind is not None,
                          groups=sum(len(r.groups) for r in self._checking),
                          replicas=sum(r.replicas for r in self._checking),
@@ -247,13 +248,14 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                 replication.step_ended()
         for handle in reversed(self._handles):
             self._end_range(handle)
-        status = _status(self._environ) if self._began else None
+        status = _status(self._read()) if self._began else None
         if status is not None:
             status.emit("item_end", index=self.index, shape=f"step {self.index}",
                         status="ok" if kind is None else "error",
                         elapsed_s=round(time.time() - self._began, 3), **_what_was_recorded())
             self._began = 0.0
         self._handles = []
+        self._script = None
         if self._window:
             self._window = False
             close_window()

@@ -1,18 +1,18 @@
 """Bare step times: the chosen steps timed in the user's own script, for
 ``torch-nsight profile --verify``.
 
-When :data:`~torch_nsight.switches.TIMING_ENV` names a file and
-:data:`~torch_nsight.status.STEPS_ENV` chooses steps, :func:`torch_nsight.step` times each
-chosen step (the steps before them are the warm-up): with CUDA events on the current stream
-when CUDA is in use (their elapsed times read once, after the last chosen step), else with
-``time.perf_counter`` (a CPU run, where the plumbing is tested). The file
+When the command names a file (:attr:`~torch_nsight.environment.ScriptEnv.timing`) and
+chooses steps (:attr:`~torch_nsight.environment.ScriptEnv.steps`), :func:`torch_nsight.step`
+times each chosen step (the steps before them are the warm-up): with CUDA events on the
+current stream when CUDA is in use (their elapsed times read once, after the last chosen
+step), else with ``time.perf_counter`` (a CPU run, where the plumbing is tested). The file
 (:func:`~torch_nsight.switches.read_timing`) is written when the last chosen step ends, before
 its status line (the command stops the script on that line), and at exit if the steps did
 not all run. It also holds the loss each step passed (:meth:`torch_nsight.step.record_loss`)
 and what became of the fixes :func:`torch_nsight.instrument` was asked to apply.
 
-Under :data:`~torch_nsight.switches.ALTERNATE_ENV` the fixes applied are switched off and on
-before each step's work (:class:`Alternation`, in the ABBA order of
+Under :attr:`~torch_nsight.environment.ScriptEnv.alternate` the fixes applied are switched
+off and on before each step's work (:class:`Alternation`, in the ABBA order of
 :func:`~torch_nsight.switches.fix_on_at`, the warm-up included: both forms are warm when
 timed), outside the timed region, and each timed step says whether they were on.
 
@@ -27,19 +27,12 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
 from typing import Any, Protocol
 
+from torch_nsight.environment import APPLY_ENV, ScriptEnv, Steps
 from torch_nsight.files import atomic_output
-from torch_nsight.status import STATUS_ENV, STEPS_ENV, StatusWriter, current_rank, parse_steps
-from torch_nsight.switches import (
-    ALTERNATE_ENV,
-    APPLY_ENV,
-    TIMING_ENV,
-    TIMING_SCHEMA,
-    fix_on_at,
-    parse_fixes,
-)
+from torch_nsight.status import StatusWriter
+from torch_nsight.switches import TIMING_SCHEMA, fix_on_at
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +59,7 @@ class Alternation:
         chosen: the steps timed.
     """
 
-    def __init__(self, toggle: Toggle, chosen: range) -> None:
+    def __init__(self, toggle: Toggle, chosen: Steps) -> None:
         self.toggle = toggle
         self.chosen = chosen
         self.error: str | None = None
@@ -75,9 +68,10 @@ class Alternation:
     def switch(self, index: int) -> bool | None:
         """Switch the fixes for step ``index`` (before its work); whether they are on
         (None: no longer alternating)."""
-        if self.error is not None or not self.chosen:
+        if self.error is not None:
             return None
-        wanted = index > self.chosen[-1] or fix_on_at(index, self.chosen.start)
+        last = self.chosen.last
+        wanted = (last is not None and index > last) or fix_on_at(index, self.chosen.first)
         if wanted != self._on:
             try:
                 (self.toggle.on if wanted else self.toggle.off)()
@@ -95,18 +89,17 @@ class Alternation:
 _ALTERNATION: list[Alternation] = []
 
 
-def alternate(toggle: Toggle, environ: Mapping[str, str]) -> Alternation | None:
-    """Switch ``toggle`` off and on before each step from now on, when ``environ`` asks for
-    it (:data:`~torch_nsight.switches.ALTERNATE_ENV`, with steps chosen); else None."""
-    if not environ.get(ALTERNATE_ENV):
+def alternate(toggle: Toggle, script: ScriptEnv) -> Alternation | None:
+    """Switch ``toggle`` off and on before each step from now on, when the command asks for
+    it (:attr:`~torch_nsight.environment.ScriptEnv.alternate`, with steps chosen); else
+    None."""
+    if not script.alternate:
         return None
-    try:
-        chosen = parse_steps(environ.get(STEPS_ENV, ""))
-    except ValueError as err:
-        logger.warning("torch_nsight: not alternating the fixes (%s is set): %s",
-                       ALTERNATE_ENV, err)
+    if script.steps is None:
+        logger.warning("torch_nsight: not alternating the fixes: asked to, with no steps "
+                       "chosen")
         return None
-    _ALTERNATION[:] = [Alternation(toggle, chosen)]
+    _ALTERNATION[:] = [Alternation(toggle, script.steps)]
     return _ALTERNATION[0]
 
 
@@ -128,15 +121,16 @@ class StepTimer:
         path: the file to write.
         chosen: the steps to time.
         status: where the timed steps' status lines go (None: nowhere).
-        requested: :data:`~torch_nsight.switches.APPLY_ENV`'s text (None: no fix asked for).
+        requested: the fixes asked for, as JSON objects (``{"error": ...}``: what the
+            command asked for could not be read).
     """
 
-    def __init__(self, path: str, chosen: range, status: StatusWriter | None = None,
-                 requested: str | None = None) -> None:
+    def __init__(self, path: str, chosen: Steps, status: StatusWriter | None = None,
+                 requested: list[dict[str, Any]] | None = None) -> None:
         self.path = path
         self.chosen = chosen
         self.status = status
-        self.requested = requested
+        self.requested = requested or []
         self.fixes: list[dict[str, Any]] = []
         self.written = False
         self._clock: str | None = None
@@ -181,7 +175,7 @@ class StepTimer:
         self._steps[index] = {"index": index, "start": start, "end": self._mark(),
                               "status": "error" if failed else "ok"}
         self._last = index
-        last = index == self.chosen[-1]
+        last = index == self.chosen.last
         if last:
             self.write()
         if self.status is not None:
@@ -220,14 +214,8 @@ class StepTimer:
         steps = [{"index": i, "time_ns": self._elapsed_ns(s), "status": s["status"],
                   "loss": self._loss(i), "fix_on": self._fix_on.get(i)}
                  for i, s in sorted(self._steps.items())]
-        requested: list[dict[str, Any]] = []
-        if self.requested:
-            try:
-                requested = [f.to_json() for f in parse_fixes(self.requested)]
-            except ValueError as err:
-                requested = [{"error": str(err)}]
         return {"schema": TIMING_SCHEMA, "clock": self._clock or "perf_counter",
-                "pid": os.getpid(), "steps": steps, "requested": requested,
+                "pid": os.getpid(), "steps": steps, "requested": self.requested,
                 "fixes": self.fixes,
                 "toggle_error": _ALTERNATION[0].error if _ALTERNATION else None}
 
@@ -247,27 +235,30 @@ class StepTimer:
 _TIMERS: dict[str, StepTimer | None] = {}
 
 
-def timer_for(environ: Mapping[str, str]) -> StepTimer | None:
-    """This process's timer, made on first use from ``environ``; None when no file is
-    asked for, no steps are chosen, or this is not rank 0."""
-    path = environ.get(TIMING_ENV)
-    if not path:
+def timer_for(script: ScriptEnv, rank: int | None = None) -> StepTimer | None:
+    """This process's timer, made on first use from what the command told it; None when no
+    file is asked for, no steps are chosen, or this is not rank 0 (``rank``, as
+    :func:`~torch_nsight.status.current_rank` reads it)."""
+    if script.timing is None:
         return None
+    path = str(script.timing)
     if path not in _TIMERS:
-        _TIMERS[path] = _make(path, environ)
+        _TIMERS[path] = _make(path, script, rank)
     return _TIMERS[path]
 
 
-def _make(path: str, environ: Mapping[str, str]) -> StepTimer | None:
-    if current_rank(environ):
+def _make(path: str, script: ScriptEnv, rank: int | None) -> StepTimer | None:
+    if rank:
         return None
-    try:
-        chosen = parse_steps(environ.get(STEPS_ENV, ""))
-    except ValueError as err:
-        logger.warning("torch_nsight: not timing steps (%s is set): %s", TIMING_ENV, err)
+    if script.steps is None:
+        logger.warning("torch_nsight: not timing steps: a file for their times is given "
+                       "(%s), no steps are chosen", path)
         return None
-    status_path = environ.get(STATUS_ENV)
-    timer = StepTimer(path, chosen, StatusWriter(status_path) if status_path else None,
-                      environ.get(APPLY_ENV))
+    refused = script.refusal(APPLY_ENV)
+    requested = ([{"error": refused}] if refused is not None
+                 else [f.to_json() for f in script.fixes])
+    timer = StepTimer(path, script.steps,
+                      None if script.status is None else StatusWriter(script.status),
+                      requested)
     atexit.register(timer.write)  # the steps did not all run: what ran, and the fixes
     return timer

@@ -1,5 +1,5 @@
 """Fixes switched on in the user's script, asked for by the command that runs it
-(:data:`~torch_nsight.switches.APPLY_ENV`, ``torch-nsight profile --verify``), applied by
+(:attr:`~torch_nsight.environment.ScriptEnv.fixes`, ``torch-nsight profile --verify``), applied by
 :func:`torch_nsight.instrument` to the model it is given, before it instruments anything.
 
 One small function per fix kind (the registry :data:`SWITCHES`); each checks everything
@@ -54,7 +54,9 @@ from torch_nsight.capture.toggle import (
     forward_swap,
     together,
 )
-from torch_nsight.switches import APPLY_ENV, FixSpec, parse_fixes, target_matches
+from torch_nsight.environment import APPLY_ENV, ScriptEnv
+from torch_nsight.status import current_rank
+from torch_nsight.switches import FixSpec, format_fixes, target_matches
 
 logger = logging.getLogger(__name__)
 
@@ -337,10 +339,10 @@ _DONE: set[str] = set()
 
 def apply_requested_fixes(model: nn.Module,
                           environ: Mapping[str, str] | None = None) -> list[FixOutcome]:
-    """Apply the fixes :data:`~torch_nsight.switches.APPLY_ENV` asks for, once per process
-    (to the first model instrumented), and note the outcomes with the step times; under
-    :data:`~torch_nsight.switches.ALTERNATE_ENV` the fixes applied are then switched off
-    and on step by step (:func:`~torch_nsight.capture.step_timer.alternate`).
+    """Apply the fixes the command asks for (:attr:`~torch_nsight.environment.ScriptEnv.fixes`),
+    once per process (to the first model instrumented), and note the outcomes with the step
+    times; under :attr:`~torch_nsight.environment.ScriptEnv.alternate` the fixes applied are
+    then switched off and on step by step (:func:`~torch_nsight.capture.step_timer.alternate`).
 
     Args:
         model: the model :func:`torch_nsight.instrument` was given.
@@ -350,26 +352,27 @@ def apply_requested_fixes(model: nn.Module,
         The outcomes (empty when nothing is asked for, or already applied).
     """
     env = os.environ if environ is None else environ
-    text = env.get(APPLY_ENV, "").strip()
-    if not text:
+    script = ScriptEnv.from_env(env)
+    unread = script.refusal(APPLY_ENV)  # malformed: logged by from_env, no fix applied
+    if not script.fixes and unread is None:
         return []
-    if text in _DONE:
-        logger.info("torch_nsight: the fixes of %s were applied to the first model "
-                    "instrumented; not to %s", APPLY_ENV, type(model).__name__)
+    asked = format_fixes(script.fixes) if unread is None else unread
+    if asked in _DONE:
+        logger.info("torch_nsight: the fixes asked for were applied to the first model "
+                    "instrumented; not to %s", type(model).__name__)
         return []
-    _DONE.add(text)
-    try:
-        outcomes = apply_fixes(model, parse_fixes(text))
+    _DONE.add(asked)
+    if unread is None:
+        outcomes = apply_fixes(model, list(script.fixes))
         written = [o.to_json() for o in outcomes]
-    except ValueError as err:
-        logger.warning("torch_nsight: no fix applied: %s=%r: %s", APPLY_ENV, text, err)
+    else:
         outcomes = []
         written = [{"fix": None, "target": None, "options": {}, "status": "failed",
-                    "error": str(err), "modules": []}]
-    timer = timer_for(env)
+                    "error": unread, "modules": []}]
+    timer = timer_for(script, current_rank(env))
     if timer is not None:
         timer.note_fixes(written)
     toggles = [o.toggle for o in outcomes if o.toggle is not None]
     if toggles:
-        alternate(together(toggles), env)
+        alternate(together(toggles), script)
     return outcomes

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from torch_nsight.cli.arguments import accept_dashed_values, read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
 from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
@@ -28,6 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "findings", help="the fixes worth making, each with the time it recovers",
         description="The fixes worth making, each with the time it recovers, for anything "
                     "`report` reads; --verify times the top fixes on this GPU.")
+    accept_dashed_values(parser)  # --steps -1:2 is refused by read_steps, in one line
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
                         help="what `report` reads: reports, saved profiles, sweep or "
                              "timeline directories, traces")
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             command = shlex.split(args.command)
         except ValueError as err:
             raise UsageError(f"--command {args.command!r}: {err}") from None
-        plan = verify_plan(args, command, args.steps)
+        plan = verify_plan(args, command, read_steps(args.steps, "--steps"))
         say(profile.describe())
         print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
                        profile.kernels, args.n, args.fmt)

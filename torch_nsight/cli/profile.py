@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.arguments import at_least
+from torch_nsight.cli.arguments import accept_dashed_values, at_least, read_steps
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
@@ -65,10 +65,11 @@ from torch_nsight.cli.verify import (
     verify_named_fixes,
     verify_plan,
 )
+from torch_nsight.environment import NCU_ENV, Steps
 from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.files import locked_folder
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
-from torch_nsight.status import REPLICATE_ENV, STEPS_ENV, current_rank, parse_steps
+from torch_nsight.status import current_rank
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.measure import VerifyPlan
@@ -91,6 +92,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "profile", help="run your own script under ncu and print its hotspots",
         description=description(__doc__),
         usage="%(prog)s [options] -- COMMAND [ARGS...]")
+    accept_dashed_values(parser)  # --steps -1:2 is refused by read_steps, in one line
     parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_profile"),
                         metavar="DIR", help="folder for the report(s) (default: "
                         "./torch_nsight_profile)")
@@ -183,27 +185,25 @@ def _command(args: argparse.Namespace) -> list[str]:
 def ncu_advice(err: NcuNotFoundError, fallback: str) -> NcuNotFoundError:
     """The error of a missing ``ncu`` in command-line terms (``--ncu PATH``), with what to
     do without it; other ``ncu`` errors unchanged."""
-    from torch_nsight.collect.shared.ncu import ENV_NCU, NCU_MISSING
+    from torch_nsight.collect.shared.ncu import NCU_MISSING
 
     if not err.missing:
         return err
-    return NcuNotFoundError(f"{NCU_MISSING}: pass --ncu PATH or set ${ENV_NCU}; {fallback}",
+    return NcuNotFoundError(f"{NCU_MISSING}: pass --ncu PATH or set ${NCU_ENV}; {fallback}",
                             missing=True)
 
 
 def _check(args: argparse.Namespace) -> None:
+    """Check the options; ``args.steps`` becomes the :class:`Steps` chosen (or None)."""
     settle_table_options(args)
-    if args.steps is not None:
-        try:
-            chosen = parse_steps(args.steps)
-        except ValueError as err:
-            raise UsageError(f"--steps: {err}") from None
+    chosen = args.steps = read_steps(args.steps, "--steps")
+    if chosen is not None:
         if args.runs is not None:
-            if len(chosen) != 1:
+            if chosen.count != 1:
                 raise UsageError(f"--runs {args.runs} counts the steps from --steps A: give "
-                                 f"one step (--steps {chosen.start} --runs {args.runs}), or "
+                                 f"one step (--steps {chosen.first} --runs {args.runs}), or "
                                  f"--steps A:B without --runs")
-            args.steps = f"{chosen.start}:{chosen.start + args.runs}"
+            args.steps = Steps(chosen.first, chosen.first + args.runs)
     elif args.runs is not None:
         raise UsageError(f"--runs {args.runs} profiles that many steps from the one --steps "
                          f"names: pass --steps A too (e.g. --steps 10 --runs {args.runs})")
@@ -362,10 +362,8 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
         ncu = args.ncu or "ncu"
     plan = script.plan_script(command, report, ncu=ncu, **options)
-    shown = {k: plan.env[k] for k in (STEPS_ENV, REPLICATE_ENV)
-             if k in plan.env}
-    print(shell_command(plan.ncu_command,
-                        quoted=[f"{k}={shlex.quote(v)}" for k, v in shown.items()]))
+    print(shell_command(plan.ncu_command, quoted=[
+        f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]))
     say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
     if args.stalls:
         show_dry_run(plan, ncu, args.ncu_arg)
@@ -381,7 +379,7 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     """``profile --timeline``: the command runs plainly, its chosen steps recorded by
     PyTorch's profiler (see :mod:`torch_nsight.capture.profiler_steps`); then the verdict."""
-    from torch_nsight.capture.detect import TIMELINE_ENV
+    from torch_nsight.collect.parent import script
     from torch_nsight.formats import TIMELINE_MANIFEST
 
     if args.steps is None:
@@ -389,9 +387,9 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
                          f"10:12); {MARKER_HINT}")
     if args.dry_run:
         check_out_folder(args.out, writable=True)
+        plan = script.plan_timeline(command, args.out, steps=args.steps)
         print(shell_command(command, quoted=[
-            f"{TIMELINE_ENV}={shlex.quote(str(args.out.resolve()))}",
-            f"{STEPS_ENV}={shlex.quote(args.steps)}"]))
+            f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]))
         return 0
     check_out_folder(args.out)
     manifest = args.out / TIMELINE_MANIFEST
@@ -400,7 +398,6 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     for old in [*args.out.glob("trace*.json.gz"), manifest] if args.force else ():
         old.unlink(missing_ok=True)
     from torch_nsight.cli.report import emit
-    from torch_nsight.collect.parent import script
 
     args.out.mkdir(parents=True, exist_ok=True)
     plan = script.plan_timeline(command, args.out, steps=args.steps, timeout=args.timeout)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.formats import stall_report_of
-from torch_nsight.status import REPLICATE_ENV, STEPS_ENV
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan
@@ -84,8 +83,7 @@ def show_dry_run(first: ScriptPlan, ncu: str, ncu_args: Sequence[str]) -> None:
     say_comment(f"# then the second pass (--stalls), {NAMES_PLACEHOLDER} = the kernel names "
                 f"holding {TARGET_COVER_PCT:.0f}% of the first pass's latency-bound time (at "
                 f"most {TARGET_NAMES}):")
-    shown = [f"{k}={shlex.quote(plan.env[k])}" for k in (STEPS_ENV, REPLICATE_ENV)
-             if k in plan.env]
+    shown = [f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]
     print(shell_command(plan.ncu_command, quoted=shown))
     say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
 from torch_nsight.switches import FixSpec, parse_fixes
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from torch_nsight.collect.parent.measure import VerifyPlan
+    from torch_nsight.environment import Steps
 
 __all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
            "verified_lines", "verify_named_fixes"]
@@ -60,9 +62,10 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
                              "counted (default 0.02)")
 
 
-def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | None
+def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: Steps | None
                 ) -> VerifyPlan:
-    """The checked plan of ``--verify`` from the options.
+    """The checked plan of ``--verify`` from the options (``steps``: the command's
+    ``--steps``, read).
 
     Raises:
         UsageError: a bad option (one line, naming it).
@@ -96,7 +99,8 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: str | N
             fixes += parse_fixes(text)
         except ValueError as err:
             raise UsageError(f"--verify-fix {text!r}: {err}") from None
-    return VerifyPlan(list(command), verify_window(steps, args.verify_steps), top=top,
+    window = verify_window(steps, read_steps(args.verify_steps, "--verify-steps"))
+    return VerifyPlan(list(command), window, top=top,
                       fixes=tuple(fixes), loss_tolerance=tolerance, rounds=rounds,
                       timeout=getattr(args, "timeout", None))
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.environment import CACHE_DIR_ENV
 from torch_nsight.errors import OutputWriteError
 from torch_nsight.files import atomic_output
 
 logger = logging.getLogger(__name__)
 
 CACHE_SUFFIX = ".tn-cache.parquet"
-CACHE_DIR_ENV = "TORCH_NSIGHT_CACHE_DIR"
 _META_KEY = b"torch_nsight.report_cache"
 
 

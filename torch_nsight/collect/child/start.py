@@ -23,7 +23,8 @@ import os
 import threading
 import time
 
-EARLY_CUDA_ENV = "TORCH_NSIGHT_EARLY_CUDA"
+from torch_nsight.environment import EARLY_CUDA_ENV  # the standard library alone (and switches)
+
 #: When the early start ended and how (``ok`` or the step that failed): the worker copies
 #: it into its timing.
 OUTCOME: dict[str, object] = {}

@@ -1,13 +1,12 @@
 """One bare run of the user's command (no ncu, no hooks): its chosen steps timed in the
 script, a fix switched off and on in turn, step by step (``torch-nsight profile --verify``).
 
-The command runs as it is (the same processes, the same arguments) with
-:data:`~torch_nsight.status.STEPS_ENV` (the steps to time, those before them the warm-up),
-:data:`~torch_nsight.switches.TIMING_ENV` (where the script writes their times),
-:data:`~torch_nsight.switches.APPLY_ENV` (the fixes :func:`torch_nsight.instrument` applies),
-:data:`~torch_nsight.switches.ALTERNATE_ENV` (switched off and on at each step boundary,
-ABBA, each timed step noting which) and ``TORCH_NSIGHT_INSTRUMENT=0`` (no ranges: the step
-as the user runs it). It is stopped once its timed steps have ended, as a dry run is; a
+The command runs as it is (the same processes, the same arguments), told
+(:class:`~torch_nsight.environment.ScriptEnv`, and nothing the profile's environment held of
+it) the steps to time (those before them the warm-up), where the script writes their times,
+the fixes :func:`torch_nsight.instrument` applies, to switch them off and on at each step
+boundary (ABBA, each timed step noting which), and not to instrument (no ranges: the step as
+the user runs it). It is stopped once its timed steps have ended, as a dry run is; a
 script that ends before gives the steps it ran.
 """
 
@@ -21,27 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight.collect.parent.script import run_until_steps_end
-from torch_nsight.status import (
-    INSTRUMENT_ENV,
-    REHEARSAL_ENV,
-    REPLICATE_ENV,
-    STATUS_ENV,
-    STEPS_ENV,
-)
-from torch_nsight.switches import (
-    ALTERNATE_ENV,
-    APPLY_ENV,
-    TIMING_ENV,
-    FixSpec,
-    StepTimes,
-    format_fixes,
-    read_timing,
-)
+from torch_nsight.environment import ScriptEnv, Steps
+from torch_nsight.switches import FixSpec, StepTimes, check_fix, read_timing
 
 __all__ = ["BareRun", "bare_env", "run_bare"]
-
-#: What a bare run must not inherit from the profile's environment.
-_DROPPED = (REHEARSAL_ENV, REPLICATE_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, STATUS_ENV)
 
 
 @dataclass(frozen=True)
@@ -68,22 +50,19 @@ class BareRun:
     fix_failed: bool = False
 
 
-def bare_env(environ: Mapping[str, str], steps: str, fixes: Sequence[FixSpec],
+def bare_env(environ: Mapping[str, str], steps: Steps, fixes: Sequence[FixSpec],
              timing: Path, status: Path, *, alternate: bool = False) -> dict[str, str]:
-    """The environment of a bare run (see the module's docstring); the fixes switched off
-    and on step by step when ``alternate``, else on throughout.
+    """The environment of a bare run (see the module's docstring): ``environ`` without what
+    it held for a script, and the bare run's own; the fixes switched off and on step by
+    step when ``alternate``, else on throughout.
 
     Raises:
         ValueError: a fix :func:`~torch_nsight.switches.check_fix` refuses.
     """
-    env = {k: v for k, v in environ.items() if k not in _DROPPED}
-    env.update({STEPS_ENV: steps, TIMING_ENV: str(timing), STATUS_ENV: str(status),
-                INSTRUMENT_ENV: "0"})
-    if fixes:
-        env[APPLY_ENV] = format_fixes(fixes)
-    if fixes and alternate:
-        env[ALTERNATE_ENV] = "1"
-    return env
+    script = ScriptEnv(steps=steps, timing=timing, status=status, instrument=False,
+                       fixes=tuple(check_fix(f) for f in fixes),
+                       alternate=bool(fixes) and alternate)
+    return script.environment(environ, inherit=False)
 
 
 def _fix_not_applied(times: StepTimes, fixes: Sequence[FixSpec]) -> str | None:
@@ -106,7 +85,7 @@ def _why_unusable(times: StepTimes) -> str | None:
     return None
 
 
-def run_bare(command: Sequence[str], steps: str, n_steps: int, fixes: Sequence[FixSpec], *,
+def run_bare(command: Sequence[str], steps: Steps, fixes: Sequence[FixSpec], *,
              name: str = "bare run", timeout: float | None = None, quiet: bool = False,
              environ: Mapping[str, str] | None = None) -> BareRun:
     """Run ``command`` bare once, ``fixes`` switched off and on step by step, and read its
@@ -114,8 +93,7 @@ def run_bare(command: Sequence[str], steps: str, n_steps: int, fixes: Sequence[F
 
     Args:
         command: the user's command.
-        steps: the steps to time (``A:B``).
-        n_steps: how many that is.
+        steps: the steps to time (a closed window).
         fixes: the fixes to alternate.
         name: the run's name in logs.
         timeout: seconds it may run (None: no limit).
@@ -133,7 +111,7 @@ def run_bare(command: Sequence[str], steps: str, n_steps: int, fixes: Sequence[F
         timing, status = Path(folder) / "steps.json", Path(folder) / "status.jsonl"
         env = bare_env(os.environ if environ is None else environ, steps, fixes, timing,
                        status, alternate=True)
-        outcome = run_until_steps_end(name, command, env, Path(folder), steps=n_steps,
+        outcome = run_until_steps_end(name, command, env, Path(folder), steps=steps.count,
                                       timeout=timeout, quiet=quiet)
         times: StepTimes | None
         error: str | None = None

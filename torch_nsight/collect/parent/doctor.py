@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.environment import NCU_ENV
 from torch_nsight.errors import NcuNotFoundError, TorchNsightError
 from torch_nsight.naming import DOMAIN
 
@@ -194,18 +195,18 @@ def check_ncu(timeout: float = QUICK_TIMEOUT_S) -> CheckResult:
     try:
         path = ncu_cli.find_ncu()
     except NcuNotFoundError:
-        env = os.environ.get(ncu_cli.ENV_NCU)
+        env = os.environ.get(NCU_ENV)
         elsewhere = _usual_ncu()
         if env:
-            detail = f"${ncu_cli.ENV_NCU}={env!r} is not an executable Nsight Compute CLI"
-            fix = (f"point ${ncu_cli.ENV_NCU} at the ncu binary (e.g. {ncu_cli.DEFAULT_NCU}) "
+            detail = f"${NCU_ENV}={env!r} is not an executable Nsight Compute CLI"
+            fix = (f"point ${NCU_ENV} at the ncu binary (e.g. {ncu_cli.DEFAULT_NCU}) "
                    "or unset it")
         else:
             detail = f"Nsight Compute (ncu) not found on PATH nor at {ncu_cli.DEFAULT_NCU}"
             fix = (f"install Nsight Compute {minimum} or newer (it ships with the CUDA "
-                   f"toolkit) and put ncu on PATH, or set ${ncu_cli.ENV_NCU}=/path/to/ncu")
+                   f"toolkit) and put ncu on PATH, or set ${NCU_ENV}=/path/to/ncu")
         if elsewhere:
-            fix = f"found {elsewhere[-1]}: export {ncu_cli.ENV_NCU}={elsewhere[-1]}"
+            fix = f"found {elsewhere[-1]}: export {NCU_ENV}={elsewhere[-1]}"
         return _fail("ncu", detail, fix, candidates=elsewhere)
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True,
@@ -222,7 +223,7 @@ def check_ncu(timeout: float = QUICK_TIMEOUT_S) -> CheckResult:
     if version < ncu_cli.MIN_VERSION:
         return _fail("ncu", f"ncu {shown} at {path} is older than {minimum}",
                      f"install Nsight Compute {minimum} or newer and put its ncu first on PATH "
-                     f"(or set ${ncu_cli.ENV_NCU})", path=path, version=shown)
+                     f"(or set ${NCU_ENV})", path=path, version=shown)
     return _ok("ncu", f"ncu {shown} at {path}", path=path, version=shown)
 
 

@@ -41,13 +41,13 @@ from typing import IO, Any
 
 from torch_nsight.collect.parent.progress import Progress, describe_current
 from torch_nsight.collect.shared.ncu import NcuOutput
+from torch_nsight.environment import SILENCE_ENV
 from torch_nsight.files import write_error
 from torch_nsight.status import StatusReader
 
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.1
-SILENCE_ENV = "TORCH_NSIGHT_SILENCE_S"
 SILENCE_S = 600.0
 CHILD_LOG_PREFIX = "torch_nsight child:"  # the worker's log format: shown as warnings
 #: ncu's lines of progress, which a progress bar replaces (they stay in the log file).

@@ -38,8 +38,8 @@ from torch_nsight.analyze.measured import (
     step_pairs,
 )
 from torch_nsight.collect.parent.bare import BareRun, run_bare
+from torch_nsight.environment import Steps
 from torch_nsight.errors import VerifyError
-from torch_nsight.status import parse_steps
 from torch_nsight.switches import FixSpec
 from torch_nsight.units import format_duration
 from torch_nsight.vocabulary import FINDING_COLUMNS, MEASURED_COLUMNS, STEPS_BASIS
@@ -66,7 +66,7 @@ class VerifyPlan:
     Attributes:
         command: the user's command, run as it is.
         steps: the steps to time (``A:B``, at least ``2 * MIN_PAIRS``; those before A, at
-            least :data:`MIN_WARMUP`, warm up).
+            least :data:`MIN_WARMUP`, warm up): :func:`verify_window` chooses them.
         top: how many of the ranked findings' distinct switches to measure.
         fixes: fixes asked for by name: measured instead of the findings' own.
         loss_tolerance: the largest relative change of the loss a fix may cause.
@@ -76,7 +76,7 @@ class VerifyPlan:
     """
 
     command: list[str]
-    steps: str
+    steps: Steps
     top: int = DEFAULT_TOP
     fixes: tuple[FixSpec, ...] = ()
     loss_tolerance: float = LOSS_TOLERANCE
@@ -85,38 +85,32 @@ class VerifyPlan:
     quiet: bool = False
 
 
-def verify_window(steps: str | None, chosen: str | None = None) -> str:
-    """The steps ``--verify`` times: ``chosen`` if given, else the profile's ``--steps``
-    window lengthened to :data:`DEFAULT_PAIRS` pairs of steps (an even number of steps,
-    ``10:12`` -> ``10:30``) and started after :data:`MIN_WARMUP` steps (``0:1`` -> ``2:22``).
+def verify_window(steps: Steps | None, chosen: Steps | None = None) -> Steps:
+    """The steps ``--verify`` times: ``chosen`` (``--verify-steps``) if given, else the
+    profile's ``--steps`` window lengthened to :data:`DEFAULT_PAIRS` pairs of steps (an even
+    number of steps, ``10:12`` -> ``10:30``) and started after :data:`MIN_WARMUP` steps
+    (``0:1`` -> ``2:22``).
 
     Raises:
-        VerifyError: no steps, a malformed or open-ended selection, too few steps, or too
-            short a warm-up.
+        VerifyError: no steps, an open-ended window, too few steps, or too short a warm-up.
     """
-    text = chosen or steps
-    if text is None:
+    window = chosen or steps
+    if window is None:
         raise VerifyError("--verify times the steps the loop marks with torch_nsight.step(): "
                           "pass --steps A:B (the steps before A warm up)")
-    try:
-        window = parse_steps(text)
-    except ValueError as err:
-        raise VerifyError(f"--verify-steps: {err}") from None
     least = 2 * MIN_PAIRS
-    if window.stop >= 2**62:
-        raise VerifyError(f"--verify times a closed window of steps, not {text!r}: pass "
-                          f"--verify-steps {max(window.start, MIN_WARMUP)}:"
-                          f"{max(window.start, MIN_WARMUP) + 2 * DEFAULT_PAIRS}")
+    start = max(window.first, MIN_WARMUP)
+    if window.count is None:
+        raise VerifyError(f"--verify times a closed window of steps, not '{window}': pass "
+                          f"--verify-steps {start}:{start + 2 * DEFAULT_PAIRS}")
     if chosen is not None:
-        if len(window) < least or window.start < MIN_WARMUP:
-            first = max(window.start, MIN_WARMUP)
+        if window.count < least or window.first < MIN_WARMUP:
             raise VerifyError(f"--verify-steps {chosen}: time at least {least} steps ("
                               f"{MIN_PAIRS} pairs, the fix off and on) after at least "
-                              f"{MIN_WARMUP} to warm up (e.g. {first}:{first + least})")
+                              f"{MIN_WARMUP} to warm up (e.g. {start}:{start + least})")
         return chosen
-    start = max(window.start, MIN_WARMUP)
-    length = max(len(window), 2 * DEFAULT_PAIRS)
-    return f"{start}:{start + length + length % 2}"
+    length = max(window.count, 2 * DEFAULT_PAIRS)
+    return Steps(start, start + length + length % 2)
 
 
 def _choose(found: pd.DataFrame, plan: VerifyPlan) -> list[tuple[list[int], FixSpec]]:
@@ -229,7 +223,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
         FileNotFoundError: the command does not exist.
     """
     tell = say or (lambda line: logger.info("%s", line))
-    n_steps = len(parse_steps(verify_window(None, plan.steps)))  # (checked again)
+    n_steps = verify_window(None, plan.steps).count or 0  # (checked again: a closed window)
     table, chosen = (_asked(found, plan.fixes) if plan.fixes
                      else (found.copy(), _choose(found, plan)))
     if not chosen:
@@ -237,7 +231,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
                           "(torch.compile, channels-last, TF32, a padded Linear, an SDPA "
                           "backend); name one with --verify-fix")
     table = _with_columns(table)
-    runs = _run_rounds(plan, chosen, table, n_steps, tell)
+    runs = _run_rounds(plan, chosen, table, tell)
     for positions, spec in chosen:
         status, detail, gain = _judge(runs[spec.describe()], plan.loss_tolerance, n_steps)
         _record(table, positions, spec, status, detail, gain)
@@ -262,7 +256,7 @@ def _ran(run: BareRun, spec: FixSpec) -> str:
 
 
 def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
-                table: pd.DataFrame, n_steps: int, tell: Callable[[str], None]
+                table: pd.DataFrame, tell: Callable[[str], None]
                 ) -> dict[str, list[BareRun]]:
     """Each fix's runs (by ``describe()``), round after round; a fix whose run failed is not
     run again."""
@@ -281,7 +275,7 @@ def _run_rounds(plan: VerifyPlan, chosen: list[tuple[list[int], FixSpec]],
             tell(f"verify: run {number} of {total}: {spec.describe()}" + (
                 "" if plan.fixes else f" (the fix of {row['finding']} in {row['module']})")
                 + f", off and on in turn over steps {plan.steps}")
-            done.append(run_bare(plan.command, plan.steps, n_steps, (spec,),
+            done.append(run_bare(plan.command, plan.steps, (spec,),
                                  name=f"verify {spec.fix}", timeout=plan.timeout,
                                  quiet=plan.quiet))
             tell(_ran(done[-1], spec))

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,17 +34,11 @@ from torch_nsight.collect.parent.engine import Manifest, Plan, Profiler, Settled
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import ncu as ncu_cli
+from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, TorchNsightError
 from torch_nsight.metrics import SINGLE_PASS_SETS
 from torch_nsight.record import SweepRecord
-from torch_nsight.status import (
-    REHEARSAL_ENV,
-    REPLICATE_ENV,
-    STATUS_ENV,
-    STEPS_ENV,
-    StatusReader,
-    parse_steps,
-)
+from torch_nsight.status import StatusReader
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -67,14 +61,12 @@ class ScriptPlan(Plan):
         metric_set: the metric set's name; ``metrics`` the names passed to ncu.
         report: the ``.ncu-rep`` to write, or a timeline's manifest (its ``.log``,
             ``.run.json`` and status file beside it).
-        steps: the chosen steps (``10:12``), or None for every kernel.
-        n_steps: how many steps that is (None: open-ended or no ``--steps``).
-        env: the command's environment.
+        script: what the command is told (the steps, the status file, the replicas, the
+            timeline's folder), written into its environment.
+        environ: the environment it starts from (``script`` is written over it: see
+            :attr:`env`).
         timeout: seconds the command may run (None: no limit).
         expected_kernels: kernels the run should profile, when known before it starts.
-        replicate: identical siblings are profiled once.
-        timeline: no ncu: the chosen steps are recorded by PyTorch's profiler into the
-            report's folder (``profile --timeline``).
         quiet: no progress line.
     """
 
@@ -83,15 +75,38 @@ class ScriptPlan(Plan):
     metric_set: str
     metrics: list[str]
     report: Path
-    steps: str | None
-    n_steps: int | None
-    env: dict[str, str]
+    script: ScriptEnv
+    environ: dict[str, str]
     timeout: float | None
     expected_kernels: int | None
-    replicate: bool = False
     quiet: bool = False
-    timeline: bool = False
     entered: float = field(default_factory=time.time)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The command's whole environment."""
+        return self.script.environment(self.environ)
+
+    @property
+    def steps(self) -> Steps | None:
+        """The chosen steps, or None for every kernel."""
+        return self.script.steps
+
+    @property
+    def n_steps(self) -> int | None:
+        """How many steps are chosen (None: open-ended or no ``--steps``)."""
+        return None if self.steps is None else self.steps.count
+
+    @property
+    def replicate(self) -> bool:
+        """Identical siblings are profiled once."""
+        return self.script.replicate
+
+    @property
+    def timeline(self) -> bool:
+        """No ncu: the chosen steps are recorded by PyTorch's profiler into the report's
+        folder (``profile --timeline``)."""
+        return self.script.timeline is not None
 
     @property
     def manifest(self) -> Path:
@@ -169,7 +184,8 @@ class ScriptPlan(Plan):
         ran = [s for s in settled.items if s["status"] == "ok"]
         ended = outcome.ended_at or stamps.settled
         first = outcome.output.first_profiled_at or ended
-        summary = {"command": self.command, "steps": self.steps,
+        steps = None if self.steps is None else str(self.steps)
+        summary = {"command": self.command, "steps": steps,
                    "metric_set": self.metric_set, "replicate": self.replicate,
                    "metrics": self.metrics, "ncu_command": self.ncu_command,
                    "exit_status": outcome.returncode, "kernels_profiled": kernels,
@@ -182,7 +198,7 @@ class ScriptPlan(Plan):
                    "created": settled.created}
         record = SweepRecord(
             options={"profiler": self.profiler, "metric_set": self.metric_set,
-                     "steps": self.steps, "replicate": self.replicate},
+                     "steps": steps, "replicate": self.replicate},
             items=tuple(settled.items), commands={outcome.spec.name: outcome.spec.command},
             output_dir=str(self.work), created=settled.created, timing=timing)
         return Manifest(self.manifest, record, settled.children, summary=summary,
@@ -227,16 +243,8 @@ def leaves_out_nccl(metric_set: str, environ: Mapping[str, str]) -> bool:
     return world_size(environ) > 1 and metric_set not in SINGLE_PASS_SETS
 
 
-def count_steps(steps: str | None) -> int | None:
-    """How many steps ``--steps`` chooses (None: none given, or open-ended)."""
-    if steps is None:
-        return None
-    chosen = parse_steps(steps)
-    return len(chosen) if chosen.stop < 2**62 else None
-
-
 def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: str,
-                steps: str | None = None, kernel_name: str | None = None,
+                steps: Steps | None = None, kernel_name: str | None = None,
                 launch_skip: int | None = None, launch_count: int | None = None,
                 ncu_args: Sequence[str] = (), replicate: bool = True,
                 known: frozenset[str] | None = None, timeout: float | None = None,
@@ -248,7 +256,7 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         report: the report to write.
         ncu: the ``ncu`` executable.
         metric_set: the metric set's name.
-        steps: the steps to profile (``A:B``), or None for every kernel.
+        steps: the steps to profile, or None for every kernel.
         kernel_name: only kernels whose name matches this regex (ncu ``-k``).
         launch_skip, launch_count: ncu's ``--launch-skip`` / ``--launch-count``.
         ncu_args: more ncu arguments.
@@ -258,9 +266,6 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         timeout: seconds the command may run.
         quiet: no progress line.
         environ: the environment to start from (default ``os.environ``).
-
-    Raises:
-        ValueError: a bad ``--steps``.
     """
     environ = dict(os.environ if environ is None else environ)
     chosen = ncu_cli.resolve_metric_set(metric_set)
@@ -277,41 +282,33 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
     metrics = (list(chosen.metrics) if known is None
                else ncu_cli.filter_metrics(chosen.metrics, known))
     replicate = replicate and steps is not None
-    if replicate and steps is not None and steps.strip().split(":")[0] in ("", "0"):
+    if replicate and steps is not None and steps.first == 0:
         logger.info("--steps %s starts at step 0: identical blocks are checked on the step "
                     "before the first chosen one, so every kernel is profiled", steps)
     built = ncu_cli.build_command(ncu, report=report.with_suffix(""), metric_set=chosen,
                                   app=list(command), metrics=metrics,
                                   exclude_replicas=replicate, extra_args=extra,
                                   measured_only=steps is not None)
-    n_steps = count_steps(steps)
-    env = {**environ, STATUS_ENV: str(_status_path(report))}
-    if steps is not None:
-        env[STEPS_ENV] = steps
-    if replicate:
-        env[REPLICATE_ENV] = "1"
+    script = ScriptEnv(steps=steps, status=_status_path(report), replicate=replicate)
+    n_steps = None if steps is None else steps.count
     expected = (launch_count if launch_count is not None
                 else _expected(report, command, metric_set, n_steps, replicate))
     return ScriptPlan(command=list(command), ncu_command=built, metric_set=chosen.name,
-                      metrics=metrics, report=report, steps=steps, n_steps=n_steps, env=env,
-                      timeout=timeout, expected_kernels=expected, replicate=replicate,
-                      quiet=quiet)
+                      metrics=metrics, report=report, script=script, environ=environ,
+                      timeout=timeout, expected_kernels=expected, quiet=quiet)
 
 
-def plan_timeline(command: Sequence[str], folder: Path, *, steps: str,
+def plan_timeline(command: Sequence[str], folder: Path, *, steps: Steps,
                   timeout: float | None = None, quiet: bool = False,
                   environ: Mapping[str, str] | None = None) -> ScriptPlan:
     """The command run without ncu, its chosen steps recorded by PyTorch's profiler into
     ``folder`` (``profile --timeline``, :mod:`torch_nsight.capture.profiler_steps`)."""
-    from torch_nsight.capture.detect import TIMELINE_ENV
-
     report = folder / formats.TIMELINE_MANIFEST
-    env = {**(os.environ if environ is None else environ), TIMELINE_ENV: str(folder.resolve()),
-           STEPS_ENV: steps, STATUS_ENV: str(_status_path(report))}
+    script = ScriptEnv(timeline=folder.resolve(), steps=steps, status=_status_path(report))
     return ScriptPlan(command=list(command), ncu_command=list(command), metric_set="timeline",
-                      metrics=[], report=report, steps=steps, n_steps=count_steps(steps),
-                      env=env, timeout=timeout, expected_kernels=None, quiet=quiet,
-                      timeline=True)
+                      metrics=[], report=report, script=script,
+                      environ=dict(os.environ if environ is None else environ),
+                      timeout=timeout, expected_kernels=None, quiet=quiet)
 
 
 def _echo(line: str) -> None:
@@ -391,7 +388,7 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
     """
     with tempfile.TemporaryDirectory(prefix="torch_nsight-dry-run-") as folder:
         status = Path(folder) / "status.jsonl"
-        env = {**plan.env, STATUS_ENV: str(status), REHEARSAL_ENV: "1"}
+        env = replace(plan.script, status=status, rehearsal=True).environment(plan.environ)
         outcome = run_until_steps_end("dry run", plan.command, env, Path(folder),
                                       steps=plan.n_steps, timeout=plan.timeout,
                                       quiet=plan.quiet)
@@ -407,7 +404,7 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
                      stopped=None if ours else outcome.stopped)
 
 
-def why_nothing(steps: str | None) -> str:
+def why_nothing(steps: Steps | None) -> str:
     """The likely reason a run chose no kernel (``steps``: its ``--steps``)."""
     if steps is not None:
         return (f"No kernel ran inside a step chosen by --steps {steps}: does the loop "

@@ -29,7 +29,6 @@ from torch_nsight.collect.parent.script import ScriptPlan, run_script
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.errors import TorchNsightError
 from torch_nsight.metrics import STALL_PASS
-from torch_nsight.status import STATUS_ENV
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -93,9 +92,9 @@ def plan_stall_pass(first: ScriptPlan, functions: Sequence[str], *, ncu: str,
                     "--filter-mode", "per-launch-config", "-c", "1",
                     *ncu_cli.check_extra_args(ncu_args)],
         measured_only=first.steps is not None)
-    env = {**first.env, STATUS_ENV: str(report.with_suffix(formats.STATUS_SUFFIX))}
+    script = dataclasses.replace(first.script, status=report.with_suffix(formats.STATUS_SUFFIX))
     return dataclasses.replace(first, ncu_command=command, metric_set=STALL_PASS.name,
-                               metrics=metrics, report=report, env=env,
+                               metrics=metrics, report=report, script=script,
                                expected_kernels=expected, entered=time.time())
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
-from torch_nsight.collect.child.start import EARLY_CUDA_ENV
 from torch_nsight.collect.parent.engine import Manifest, Settled, child_env
 from torch_nsight.collect.parent.launch import ChildSpec
 from torch_nsight.collect.parent.outcomes import replication_groups
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
+from torch_nsight.environment import EARLY_CUDA_ENV
 from torch_nsight.record import SweepRecord, now
 
 if TYPE_CHECKING:

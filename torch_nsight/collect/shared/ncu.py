@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from torch_nsight.environment import NCU_ENV
 from torch_nsight.errors import (
     CounterPermissionError,
     NcuNotFoundError,
@@ -37,7 +38,6 @@ from torch_nsight.naming import DOMAIN, MEASURE_MESSAGE, REPLICA_MESSAGE
 
 logger = logging.getLogger(__name__)
 
-ENV_NCU = "TORCH_NSIGHT_NCU"
 DEFAULT_NCU = "/usr/local/cuda/bin/ncu"
 # Oldest release accepted. The project's tooling (report reader, metric names, start/end
 # NVTX filters) was checked with 2025.3.1; releases before 2023.1 predate the Hopper metric
@@ -75,7 +75,7 @@ def find_ncu(ncu: str | os.PathLike[str] | None = None) -> str:
     Raises:
         NcuNotFoundError: the named file does not exist, or no ``ncu`` was found.
     """
-    for origin, value in (("ncu=", ncu), (f"${ENV_NCU}", os.environ.get(ENV_NCU))):
+    for origin, value in (("ncu=", ncu), (f"${NCU_ENV}", os.environ.get(NCU_ENV))):
         if value:
             path = shutil.which(os.fspath(value)) or None
             if path is None:
@@ -89,7 +89,7 @@ def find_ncu(ncu: str | os.PathLike[str] | None = None) -> str:
     if os.access(DEFAULT_NCU, os.X_OK):
         return DEFAULT_NCU
     raise NcuNotFoundError(
-        f"{NCU_MISSING}: pass sweep(..., ncu='/path/to/ncu') or set ${ENV_NCU}; to check a job "
+        f"{NCU_MISSING}: pass sweep(..., ncu='/path/to/ncu') or set ${NCU_ENV}; to check a job "
         "without profiling, sweep(..., profiler=None)", missing=True)
 
 
@@ -121,7 +121,7 @@ def ncu_version(ncu: str) -> tuple[int, int, int] | None:
         raise NcuVersionError(
             f"{ncu} is Nsight Compute {'.'.join(map(str, version))}; torch_nsight needs "
             f"{'.'.join(map(str, MIN_VERSION))} or newer. Install a newer CUDA toolkit or "
-            f"Nsight Compute and pass its ncu (ncu=... or ${ENV_NCU}).")
+            f"Nsight Compute and pass its ncu (ncu=... or ${NCU_ENV}).")
     return version
 
 
