@@ -23,6 +23,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "bench" / "zoo_app.py"
+#: ``--candidates``: every switch fix that applies to each model, measured on its own steps
+#: without a profile (``profile --dry-run --verify --verify-fix ...``), so that the fix that
+#: measures largest is known whatever the findings rank first.
+CANDIDATES = {
+    "mobilenet_v3": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "efficientnet_nchw": ["channels_last", "cudnn_benchmark"],
+    "gru_lm": ["fused_optimizer", "cudnn_benchmark"],
+    "lstm_lm": ["fused_optimizer", "cudnn_benchmark"],
+    "sage": ["fused_optimizer"],
+    "gat": ["fused_optimizer"],
+    "wav2vec2": ["fused_optimizer", "cudnn_benchmark"],
+}
 
 
 def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]:
@@ -42,17 +54,37 @@ def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]
             "tail": "\n".join(text.strip().splitlines()[-30:])}
 
 
+def candidates(model: str, out: Path, pairs: int = 8) -> dict[str, object]:
+    """Each of :data:`CANDIDATES`' fixes of ``model`` timed on its steps (no profile)."""
+    end = 12 + 2 * pairs
+    fixes = [arg for fix in CANDIDATES[model] for arg in ("--verify-fix", fix)]
+    command = [sys.executable, "-m", "torch_nsight", "profile", "--dry-run", "--steps", "12:13",
+               "--verify", "--verify-steps", f"12:{end}", *fixes,
+               "--", sys.executable, str(APP), model, "--steps", str(end + 2)]
+    started = time.time()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
+    text = done.stdout + done.stderr
+    (out / f"{model}_candidates.log").write_text(text)
+    return {"model": model, "rc": done.returncode, "wall_s": round(time.time() - started, 1),
+            "fixes": CANDIDATES[model],
+            "verified": [line for line in text.splitlines() if line.startswith("verified:")],
+            "tail": "\n".join(text.strip().splitlines()[-30:])}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("zoo_verify_out"))
     parser.add_argument("--models", default="gpt2,convnext_t,resnet50,llama_decode")
     parser.add_argument("--top", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=8, help="pairs of timed steps per fix")
+    parser.add_argument("--candidates", action="store_true",
+                        help="time every candidate switch of each model (CANDIDATES) instead")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     records = []
     for model in args.models.split(","):
-        records.append(verify(model, args.out, args.top, args.pairs))
+        records.append(candidates(model, args.out, args.pairs) if args.candidates
+                       else verify(model, args.out, args.top, args.pairs))
         print(json.dumps(records[-1], indent=1), flush=True)
         (args.out / "zoo_verify.json").write_text(json.dumps(records, indent=1))
     return 0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
-from torch_nsight.switches import FixSpec, parse_fixes
+from torch_nsight.switches import FIX_OPTIONS, FixSpec, parse_fixes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +37,8 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
         parser.add_argument("--verify", action="store_true",
                             help="after the profile, run the command bare once for each "
                                  "of the top findings' switch fixes (torch.compile, "
-                                 "channels-last, TF32, a padded Linear), the fix switched off "
+                                 "channels-last, TF32, cudnn.benchmark, a fused optimizer, a "
+                                 "padded Linear), the fix switched off "
                                  "and on at every step, and show the gain measured on your "
                                  "steps beside the predicted one (rounds x N more runs of "
                                  "the command)")
@@ -50,8 +51,8 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
                              "to 20 steps, 10 pairs; the steps before A warm up)")
     parser.add_argument("--verify-fix", action="append", default=[], metavar="FIX",
                         help="measure this fix instead of the findings' (repeat for several): "
-                             "KIND[@MODULE][:KEY=VALUE,...], KIND one of compile, "
-                             "channels_last, tf32, pad_linear, sdpa_backend, gelu_tanh (e.g. "
+                             f"KIND[@MODULE][:KEY=VALUE,...], KIND one of "
+                             f"{', '.join(FIX_OPTIONS)} (e.g. "
                              "pad_linear@lm_head:multiple=64, compile:mode=reduce-overhead)")
     parser.add_argument("--verify-rounds", type=int, default=None, metavar="R",
                         help="run each fix in this many processes and pool their pairs of "
