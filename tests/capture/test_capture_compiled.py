@@ -12,6 +12,7 @@ from capture_models import Recorder
 from torch import nn
 
 from torch_nsight import formats
+from torch_nsight.calls_file import read_call_rows
 from torch_nsight.capture.compiled import compiled_support
 from torch_nsight.capture.compiled_records import module_path, parse_graph_source
 
@@ -113,11 +114,16 @@ def test_per_block_compile_gives_each_call_its_block_and_backward_its_forward(
     recorder.instrument(model)
     for block in model.blocks:
         block.compile()
-    for _ in range(2):  # the first call of each graph is its warm-up
+    # the first call of each graph is its warm-up: the blocks share one forward graph and
+    # one backward graph (as without instrument()), so the first iteration has 2 warm-ups
+    for _ in range(2):
         model(torch.randn(8, 32, requires_grad=True)).sum().backward()
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    pushes = [m for _, kind, m in recorder.events if kind == "push"]
+    assert pushes.count("warmup") == 2
     roots = [m.split("@", 1)[1] for m in _ranges(recorder)]
     # forward blocks.0, blocks.1; backward in reverse order, each to its own block
-    assert roots == ["blocks.0", "blocks.1", "blocks.1", "blocks.0"]
+    assert roots[-4:] == ["blocks.0", "blocks.1", "blocks.1", "blocks.0"]
     for name, launches in _maps(recorder).items():
         root = name.split("@", 1)[1]
         for _, chain, *_ in launches:
@@ -162,20 +168,26 @@ def test_removing_the_last_instrumentation_restores_inductor(fresh_compiler: Non
     assert (config.trace.provenance_tracking_level, config.post_grad_custom_post_pass) == before
 
 
-def test_a_compiled_model_is_not_recorded_so_it_stays_compiled(
+def test_a_compiled_model_is_recorded_and_stays_compiled(
         recorder: Recorder, fresh_compiler: None, tmp_path: Path) -> None:
-    # A TorchDispatchMode (the calls recorder) makes a compiled model run eagerly from then
-    # on: record_calls must not switch it on for a model that holds compiled modules.
+    # The calls recorder's dispatch mode tells Dynamo to ignore it: the blocks stay
+    # compiled while the first iteration is recorded, and their Inductor graphs are left
+    # out of the table (their kernels take their FLOPs from the kernel map).
     model = Net()
     recorder.instrument(model, record_calls=tmp_path / "run.calls.json")
     for block in model.blocks:
         block.compile()
     for _ in range(2):
         model(torch.randn(8, 32, requires_grad=True)).sum().backward()
-    # both iterations ran compiled: the first warmed each graph up (two blocks, forward and
-    # backward), the second ran in their ranges
+    # both iterations ran compiled: the first warmed the blocks' graphs up (forward and
+    # backward), every later call ran in its range
     pushes = [m for _, kind, m in recorder.events if kind == "push"]
-    assert pushes.count("warmup") == 4 and len(_ranges(recorder)) == 4
+    assert pushes.count("warmup") == 2 and len(_ranges(recorder)) == 6
+    rows = read_call_rows(tmp_path / "run.calls.json")
+    stacks = {(tuple(row["range_stack"]), row["op"]) for row in rows}
+    assert (("Net", "head"), "addmm") in stacks and (("bwd:Net", "bwd:head"), "mm") in stacks
+    assert not [s for s, _ in stacks if any(m.removeprefix("bwd:").startswith("blocks")
+                                             for m in s)]
 
 
 @pytest.mark.slow

@@ -216,6 +216,16 @@ class CallRecorder:
         """Whether ops are being recorded now."""
         return self._recording
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside the block: the call of an Inductor graph, whose kernels take
+        their FLOPs from the graph's kernel map (:mod:`torch_nsight.capture.compiled`)."""
+        recording, self._recording = self._recording, False
+        try:
+            yield
+        finally:
+            self._recording = recording and self._mode is not None
+
     def _on_push(self, message: str, stack: list[str]) -> None:
         """A module forward pushed on an empty stack (first_iteration), or a pending exit."""
         try:
@@ -362,6 +372,12 @@ def _mode_class() -> type:
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
             return dynamo_loaded
+
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            # Dynamo compiles with the mode on the stack (else it runs the frame eagerly
+            # from then on) and runs compiled code under it: the model stays compiled.
+            return True
 
         def __init__(self, recorder: CallRecorder) -> None:
             super().__init__()

@@ -2,7 +2,8 @@
 modules they came from, forward and backward.
 
 Inside a compiled region the forward wrappers of :func:`~torch_nsight.instrument` stand
-aside (a range pushed from traced code would break the graph), so the region's kernels ran
+aside (a range pushed from traced code would break the graph; Dynamo never compiles the
+wrappers themselves: :mod:`torch_nsight.capture.compiling`), so the region's kernels ran
 outside every module range. Three parts give them their modules back:
 
 * **Compile time.** Inductor knows, for each kernel it generates, the FX nodes it fused,
@@ -39,7 +40,9 @@ the hooks into Inductor, and says whether a model runs compiled; the process's t
 state is :data:`torch_nsight.capture.compiled_tracker.TRACKER`.
 
 What this costs: nothing without an active instrumentation (the graph's call checks one
-flag); with one, a walk up the Python stack per compiled graph call and a range.
+flag); with one, a walk up the Python stack per compiled graph call and a range. While the
+calls table is recorded, an Inductor graph's call is not (its kernels take their FLOPs from
+the kernel map; the ops the model runs eagerly are recorded).
 What a torch without these Inductor hooks cannot give is said once, in a warning.
 """
 
@@ -142,17 +145,35 @@ def _install() -> None:
         except Exception as err:  # noqa: BLE001 - never into the user's step
             tracker.warn_once(f"compiled graph not attributed: {type(err).__name__}: {err}")
             entered = None
-        if entered is None:
-            return call(self, inputs)
-        emitter, message = entered
-        emitter.push(message)
-        try:
-            return call(self, inputs)
-        finally:
-            emitter.pop()
+        with _calls_paused():  # the kernel map gives this graph's kernels their FLOPs
+            if entered is None:
+                return call(self, inputs)
+            emitter, message = entered
+            emitter.push(message)
+            try:
+                return call(self, inputs)
+            finally:
+                emitter.pop()
 
     CompiledFxGraph.__call__ = call_graph  # type: ignore[method-assign]
     tracker.installed = True
+
+
+@contextlib.contextmanager
+def _calls_paused() -> Iterator[None]:
+    """The calls recorders recording now record nothing inside the block (an Inductor
+    graph's call: its ops would be counted twice, in the calls table and the kernel map)."""
+    from torch_nsight.capture.registry import active_instrumentations
+
+    recorders = [recorder for handle in active_instrumentations()
+                 if (recorder := handle.calls_recorder) is not None and recorder.is_recording]
+    if not recorders:
+        yield
+        return
+    with contextlib.ExitStack() as paused:
+        for recorder in recorders:
+            paused.enter_context(recorder.paused())
+        yield
 
 
 def is_compiled(model: Any) -> bool:
@@ -173,13 +194,26 @@ def runs_compiled(model: Any) -> bool:
 
 
 def compiled_refusal(model: Any) -> str | None:
-    """Why no dispatch mode may record ``model``'s calls now, or None: a compiled model,
-    once run under a ``TorchDispatchMode``, keeps running eagerly (seen on torch 2.13: its
-    compiled graph is not called again), so its calls are never recorded."""
+    """Why no dispatch mode may record ``model``'s calls now, or None.
+
+    The calls recorder's mode tells Dynamo to ignore it (``ignore_compile_internals``):
+    Dynamo then compiles and runs compiled code with it on the stack, and the model stays
+    compiled. A torch without that runs a frame it first meets under a dispatch mode
+    eagerly from then on (its compiled graph is not called again), so a compiled model's
+    calls are not recorded there."""
+    if _dynamo_ignores_the_recorder():
+        return None
     if is_compiled(model) or compiled_graphs_seen():
         return ("the model runs compiled (a dispatch mode would make it run eagerly from "
                 "then on); no FLOPs from the calls table")
     return None
+
+
+def _dynamo_ignores_the_recorder() -> bool:
+    """Whether this torch lets a dispatch mode stand aside from ``torch.compile``."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    return hasattr(TorchDispatchMode, "ignore_compile_internals")
 
 
 def unwrap_compiled(model: Any) -> Any:

@@ -29,6 +29,7 @@ Every hook stays reachable while its node lives (:data:`NODE_HOOKS`, weakly), so
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import types
@@ -40,6 +41,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
+from torch_nsight.capture.compiling import skip_frames
 from torch_nsight.capture.ops import OpNamer
 from torch_nsight.capture.ranged_forward import RangedForward
 from torch_nsight.capture.ranges import BackwardFrame, Range
@@ -73,18 +75,22 @@ def install_forward(
         namer: The op-naming mode to activate while it runs, or None.
 
     Returns:
-        The wrapper; its :meth:`~InstrumentedForward.remove` restores ``module.forward``.
+        The wrapper (``module.forward`` is its bound
+        :meth:`~torch_nsight.capture.ranged_forward.RangedForward.as_forward`); its
+        :meth:`~InstrumentedForward.remove` restores ``module.forward``.
     """
     wrapper = InstrumentedForward(module, forward, backward, namer)
-    module.__dict__["forward"] = wrapper
+    module.__dict__["forward"] = wrapper.as_forward()
     return wrapper
 
 
 def _plain_forward(module: nn.Module, previous: Any) -> Any:
-    """What a pickled or deep-copied wrapper becomes: the copy is not instrumented."""
-    if previous is not None:
-        return previous
-    return types.MethodType(type(module).forward, module)
+    """What a pickled wrapper becomes: an object whose ``__call__`` attribute is the plain
+    forward (the instance's ``forward``, a bound method, is unpickled as
+    ``getattr(wrapper, "__call__")``), so the copy is not instrumented."""
+    forward = previous if previous is not None else types.MethodType(type(module).forward,
+                                                                     module)
+    return types.SimpleNamespace(__call__=forward)
 
 
 class InstrumentedForward(RangedForward):
@@ -92,8 +98,9 @@ class InstrumentedForward(RangedForward):
 
     The forward range is :class:`~torch_nsight.capture.ranged_forward.RangedForward`'s; this class
     adds the backward range (:meth:`call_with_backward`). Holds the module weakly. A
-    pickled or deep-copied model (``torch.save(model)``, ``copy.deepcopy``) gets the plain
-    bound ``forward`` in its place: the copy is not instrumented.
+    pickled model (``torch.save(model)``) gets the plain bound ``forward`` in its place, a
+    deep copy (``copy.deepcopy``) a wrapper of its own that stands aside: the copy is not
+    instrumented.
     """
 
     __slots__ = ("previous",)
@@ -113,21 +120,22 @@ class InstrumentedForward(RangedForward):
         self.forward_range = forward
         self.backward_range = backward
 
-    def call_with_backward(self, module: Any, args: tuple[Any, ...],
-                           kwargs: dict[str, Any]) -> Any:
-        """Call with gradients enabled: the forward range, and hooks for the backward one."""
+    def call_with_backward(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                           body: Callable[..., Any]) -> Any:
+        """Call ``body`` with gradients enabled: the forward range, and hooks for the
+        backward one."""
         backward: Range = self.backward_range  # type: ignore[assignment]  # __call__ checked
         # Nodes that produced the inputs, taken before forward runs: an in-place op on an
         # input inside forward gives the tensor a new node.
         if kwargs or len(args) != 1:
             sources = _sources(args, kwargs)
             frame, output = _call_with_backward(self.forward_range, backward,
-                                                self.body, module, args, kwargs)
+                                                body, module, args, kwargs)
             _watch(frame, output, sources)
             return output
         arg = args[0]  # the common single-input call
         source = arg.grad_fn if isinstance(arg, _Tensor) else None
-        frame, output = _call_with_backward(self.forward_range, backward, self.body,
+        frame, output = _call_with_backward(self.forward_range, backward, body,
                                             module, args, kwargs)
         if not isinstance(output, _Tensor):
             _watch(frame, output, [(source, arg)] if source is not None else [])
@@ -144,8 +152,9 @@ class InstrumentedForward(RangedForward):
 
     def remove(self, module: nn.Module) -> None:
         """Put back the ``forward`` this wrapper replaced, or make it a pass-through."""
-        self.__class__ = _RemovedForward  # calls through from now on, wherever it is left
-        if module.__dict__.get("forward") is not self:
+        self.stand_aside()  # calls through from now on, wherever it is left
+        current = module.__dict__.get("forward")
+        if getattr(current, "__self__", None) is not self:
             logger.warning(
                 "torch_nsight: %s.forward was replaced after instrument(); left in place "
                 "(this wrapper now only calls through)", type(module).__name__)
@@ -159,17 +168,23 @@ class InstrumentedForward(RangedForward):
         previous = None if self.previous is _MISSING else self.previous
         return (_plain_forward, (self.module(), previous))
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> InstrumentedForward:
+        """The wrapper of the copy of the module (``copy.deepcopy`` of the module's bound
+        ``forward`` binds ``__call__`` to it), standing aside: the copy is not
+        instrumented."""
+        copied = object.__new__(type(self))
+        module = copy.deepcopy(self.module(), memo)
+        if self.previous is _MISSING:
+            copied.previous, copied.function = _MISSING, type(module).forward
+        else:
+            copied.previous = copy.deepcopy(self.previous, memo)
+            copied.function = _call_previous(copied.previous)
+        copied.module = weakref.ref(module)
+        copied.stand_aside()
+        return copied
+
     def __repr__(self) -> str:
         return f"<torch_nsight forward of {self.forward_range.message!r}>"
-
-
-class _RemovedForward(InstrumentedForward):
-    """A removed wrapper that another tool's ``forward`` still calls: no ranges, no hooks."""
-
-    __slots__ = ()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.function(self.module(), *args, **kwargs)
 
 
 def _call_previous(previous: Any) -> Callable[..., Any]:
@@ -177,6 +192,11 @@ def _call_previous(previous: Any) -> Callable[..., Any]:
         return previous(*args, **kwargs)
 
     return call
+
+
+# Dynamo compiles the forward this frame calls, never the frame itself (see
+# torch_nsight.capture.compiling)
+skip_frames(_call_previous(None))
 
 
 def _with_op_names(function: Callable[..., Any], namer: OpNamer) -> Callable[..., Any]:

@@ -16,10 +16,16 @@ How the ranges are put on:
   (the root, an embedding), the rest when the backward pass ends; on a CUDA device
   thread, whose backward ends elsewhere, they stay open until that thread opens
   its next range.
-* Under ``torch.compile`` the wrappers stand aside (no graph break, no recompile);
-  each call of a compiled graph gets one range instead, and its kernels their
+* Under ``torch.compile`` the compiled program is the user's program: Dynamo compiles
+  the frames it compiles without torch_nsight, never a wrapper (no graph break,
+  recompile or eager fallback of its own: :mod:`torch_nsight.capture.compiling`).
+  Inside a traced region the wrappers stand aside; a module called eagerly around
+  compiled code (the one where compiling starts, one called after a graph break) keeps
+  its ranges. Each call of a compiled graph gets one range, and its kernels their
   modules when the report is read (see :mod:`torch_nsight.capture.compiled`):
-  instrument before the model's first compiled call.
+  instrument before the model's first compiled call. The calls table is recorded as
+  for an eager model, less the ops of Inductor's graphs (their kernel maps carry their
+  FLOPs).
 * ``torch.save(model)`` and ``copy.deepcopy(model)`` work; in the copies
   ``forward`` is the plain bound method (an instance attribute): they are not
   instrumented.
@@ -201,6 +207,12 @@ class Instrumentation:
                            "thread (remove() was called inside a forward or backward?)", closed)
         logger.debug("torch_nsight: removed instrumentation of %d modules (%d autograd hooks "
                      "detached)", len(self.names), detached)
+
+    @property
+    def calls_recorder(self) -> Any:
+        """The :class:`~torch_nsight.capture.calls.CallRecorder` while a calls table is
+        recorded, or None."""
+        return self._calls[0] if self._calls is not None else None
 
     @property
     def carrier(self) -> Any:
