@@ -34,6 +34,7 @@ import pandas as pd
 from torch_nsight import naming
 from torch_nsight.checks import number
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
+from torch_nsight.report.launch_ops import launch_message
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
 from torch_nsight.report.trace_events import (
@@ -228,6 +229,7 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
     labels.sort()
     label_starts = [label[0] for label in labels]
     stacks, others = _by_thread(ranges), _by_thread(events.annotations)
+    ops = _LazyThreads(events.ops)  # asked only for activities outside every range
 
     def label_at(t: float) -> tuple[float, float, str] | None:
         index = bisect.bisect_right(label_starts, t) - 1
@@ -247,6 +249,12 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
                  if call is not None and thread in stacks else ())
         other = (tuple(others[thread].open_at(launch))
                  if call is not None and thread in others else ())
+        if call is not None and not _names_kernel(stack):
+            launched_in = ops.get(thread)
+            message = launch_message(other, launched_in.open_at(launch)
+                                     if launched_in is not None else ())
+            if message is not None:
+                stack = (*stack, message)
         if call is not None and call.name == "cudaGraphLaunch":
             other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
         label = label_at(launch) if call is not None else None
@@ -305,6 +313,12 @@ def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
         return pd.DataFrame.from_records(rows, columns=_FRAME_COLUMNS)
     given = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
     return pd.DataFrame({c: given.get(c, np.nan) for c in _FRAME_COLUMNS})
+
+
+def _names_kernel(stack: tuple[str, ...]) -> bool:
+    """Whether a range of ``stack`` names what launched a kernel (a module, op, step or
+    compiled graph's range; not a warm-up's)."""
+    return any(message != naming.WARMUP_MESSAGE for message in stack)
 
 
 def _module_of(stack: tuple[str, ...]) -> str | None:
