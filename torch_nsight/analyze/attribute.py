@@ -55,7 +55,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
     measure: dict[str, str] | None = None
     modules: list[naming.RangeKind] = []
     op = None
-    op_direction = None
+    op_direction: str | None = None
     context: list[str] = []
     for message in start_end:
         parsed = _measure(message)
@@ -81,6 +81,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
     context.extend(other)
     if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
+    direction: str | None
     if modules:
         module, direction = modules[-1].name, modules[-1].direction
         path = join_path(m.name for m in modules)

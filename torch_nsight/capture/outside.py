@@ -152,7 +152,7 @@ class _Watch:
 
     def ranges(self) -> _Ranges | None:
         """The ranges to open now, or None (off, paused, nested, no active instrumentation)."""
-        if self.failed or PAUSE.on or getattr(self.inside, "depth", 0):
+        if self.failed or PAUSE.on or getattr(self.inside, "depth", 0) > 0:
             return None
         for handle, ranges in list(self.users.items()):
             if handle.active:

@@ -251,10 +251,10 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
                  if call is not None and thread in others else ())
         if call is not None and not _names_kernel(stack):
             launched_in = ops.get(thread)
-            message = launch_message(other, launched_in.open_at(launch)
-                                     if launched_in is not None else ())
-            if message is not None:
-                stack = (*stack, message)
+            launcher = launch_message(other, launched_in.open_at(launch)
+                                      if launched_in is not None else ())
+            if launcher is not None:
+                stack = (*stack, launcher)
         if call is not None and call.name == "cudaGraphLaunch":
             other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
         label = label_at(launch) if call is not None else None
