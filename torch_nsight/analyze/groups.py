@@ -120,7 +120,8 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     """
     keys = list(LABELS)
     work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
-    work["_inside"] = work["duration_ns"].where(work["module"].map(in_module_range), 0.0)
+    inside = work["module"].map(in_module_range).astype(bool)
+    work["_inside"] = work["duration_ns"].where(inside, 0.0)
     for bound in BOUNDS:
         work[f"_{bound}"] = work["duration_ns"].where(work["bound"] == bound, 0.0)
     groups = work.groupby(keys, sort=False)

@@ -61,7 +61,7 @@ def coverage(df: pd.DataFrame) -> float:
     total = df["duration_ns"].sum()
     if not total or pd.isna(total):
         return float("nan")
-    inside = df.loc[df["module"].map(in_module_range), "duration_ns"].sum()
+    inside = df.loc[df["module"].map(in_module_range).astype(bool), "duration_ns"].sum()
     return float(inside / total)
 
 

@@ -149,7 +149,8 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
     root = activity.assign(_root=module_paths(activity, 0))
-    model = _most(root[root["_root"].map(in_module_range)], "_root", "duration_ns")
+    in_model = root["_root"].map(in_module_range).astype(bool)
+    model = _most(root[in_model], "_root", "duration_ns")
     if is_launch_bound(shape):
         add("launch_bound", model, "root", gain, idle_pct=idle_pct)
     elif idle_pct >= FINDING_PCT:
