@@ -73,6 +73,14 @@ def test_an_op_range_outside_every_module_names_the_kernel_row() -> None:
     assert in_module_range(got["module"])
 
 
+def test_an_op_of_the_step_phase_outside_every_module_is_a_step_row() -> None:
+    assert naming.parse_message("step:op:clip_grad_norm_") == naming.RangeKind(
+        "op", "clip_grad_norm_", naming.OPTIMIZER_DIRECTION)
+    got = as_dict(attribute_ranges((naming.step_op_message("clip_grad_norm_"),), (), ()))
+    assert (got["module"], got["direction"], got["op"]) == (
+        outside_module("clip_grad_norm_"), naming.OPTIMIZER_DIRECTION, "clip_grad_norm_")
+
+
 def test_a_backward_op_range_inside_a_module_backward_is_its_op() -> None:
     assert naming.parse_message("bwd:op:cross_entropy") == naming.RangeKind(
         "op", "cross_entropy", "bwd")

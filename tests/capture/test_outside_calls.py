@@ -19,7 +19,13 @@ import torch_nsight
 from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.calls_file import read_call_rows
 from torch_nsight.capture import RecordingEmitter, outside
-from torch_nsight.naming import backward_op_message, op_message, step_message
+from torch_nsight.naming import (
+    OPTIMIZER_DIRECTION,
+    backward_op_message,
+    op_message,
+    step_message,
+    step_op_message,
+)
 from torch_nsight.vocabulary import outside_module
 
 instrument_module = importlib.import_module("torch_nsight.capture.instrument")
@@ -91,10 +97,11 @@ EXPECTED_STEP = [
     backward_op_message("GradScaler.scale"),
     backward_op_message("cross_entropy"),
     "bwd:LSTMLanguageModel", "  bwd:head", "  bwd:lstm", "  bwd:embed",
-    op_message("GradScaler.unscale_"),
-    op_message("clip_grad_norm_"),
+    # the optimizer's step phase: the optimizer's range and the calls around it
+    step_op_message("GradScaler.unscale_"),
+    step_op_message("clip_grad_norm_"),
     step_message("AdamW"),  # GradScaler.step: the optimizer's own range, nothing around it
-    op_message("GradScaler.update"),
+    step_op_message("GradScaler.update"),
 ]
 
 
@@ -118,7 +125,7 @@ def test_the_loss_module_and_the_deprecated_clipping_call_the_named_functions(
     profiled.clear()
     with pytest.warns(FutureWarning):  # clip_grad_norm calls clip_grad_norm_: one range
         torch.nn.utils.clip_grad_norm(model.parameters(), 1.0)
-    assert profiled.lines() == [op_message("clip_grad_norm_")]
+    assert profiled.lines() == [step_op_message("clip_grad_norm_")]
 
 
 def test_the_results_are_those_of_the_uninstrumented_loop(profiled: Recorder) -> None:
@@ -190,6 +197,34 @@ def test_paused_ranges_and_a_compiled_trace_call_straight_through(profiled: Reco
     assert profiled.events == []
 
 
+def test_a_compiled_model_computing_its_loss_runs_as_without_the_ranges(profiled: Recorder
+                                                                         ) -> None:
+    """Dynamo may take the wrapper for PyTorch's own function (it reads its rule map by
+    name) and trace it into the graph: the graph's tracing calls straight through (fake
+    tensors), and the compiled loss and gradients are those of the plain model."""
+
+    class Classifier(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(8, 5)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(self.linear(x), y)
+
+    torch.manual_seed(0)
+    plain, model = Classifier(), Classifier()
+    model.load_state_dict(plain.state_dict())
+    x, y = torch.randn(4, 8), torch.randint(0, 5, (4,))
+    expected = plain(x, y)
+    expected.backward()
+    instrumented(profiled, model)
+    got = torch.compile(model, backend="aot_eager", fullgraph=True)(x, y)
+    got.backward()
+    assert torch.allclose(got, expected)
+    assert torch.allclose(model.linear.weight.grad, plain.linear.weight.grad)
+    assert not any(m.startswith(("op:", "bwd:op:")) for _, _, m in profiled.events)
+
+
 def test_a_loss_inside_a_module_names_the_op_of_that_module(profiled: Recorder) -> None:
     class WithLoss(nn.Module):
         def __init__(self) -> None:
@@ -230,21 +265,23 @@ def test_the_calls_table_files_the_loss_forward_and_backward_under_its_row(
     loss_backward = by_stack[(backward_op_message("cross_entropy"),)]
     assert loss_forward == {"_log_softmax", "nll_loss_forward"}
     assert loss_backward == {"nll_loss_backward", "_log_softmax_backward_data"}
-    assert by_stack[(op_message("clip_grad_norm_"),)] >= {"_foreach_norm", "_foreach_mul_"}
+    assert by_stack[(step_op_message("clip_grad_norm_"),)] >= {"_foreach_norm",
+                                                               "_foreach_mul_"}
     assert "_amp_foreach_non_finite_check_and_unscale_" in by_stack[
-        (op_message("GradScaler.unscale_"),)]
-    for stack, direction in (((op_message("cross_entropy"),), "fwd"),
-                             ((backward_op_message("cross_entropy"),), "bwd")):
+        (step_op_message("GradScaler.unscale_"),)]
+    for stack, module, direction in (
+            ((op_message("cross_entropy"),), "cross_entropy", "fwd"),
+            ((backward_op_message("cross_entropy"),), "cross_entropy", "bwd"),
+            ((step_op_message("clip_grad_norm_"),), "clip_grad_norm_", OPTIMIZER_DIRECTION)):
         row = dict(zip(ATTRIBUTION_COLUMNS, attribute_ranges(stack, (), ()), strict=True))
-        assert (row["module"], row["direction"]) == (outside_module("cross_entropy"),
-                                                     direction)
+        assert (row["module"], row["direction"]) == (outside_module(module), direction)
 
 
 def test_a_failing_range_never_breaks_the_loop(monkeypatch: pytest.MonkeyPatch,
                                                caplog: pytest.LogCaptureFixture) -> None:
     class OpRangesFail(RecordingEmitter):
         def push(self, message: str) -> None:
-            if message.startswith("op:"):
+            if message.startswith(("op:", "step:op:")):
                 raise RuntimeError("no range today")
             super().push(message)
 
@@ -264,4 +301,4 @@ def test_a_failing_range_never_breaks_the_loop(monkeypatch: pytest.MonkeyPatch,
         failed = outside._WATCH.failed
         outside._WATCH.failed = False
     assert failed and "are off for this process" in caplog.text
-    assert not any(m.startswith(("op:", "bwd:op:")) for _, _, m in emitter.events)
+    assert not any(m.startswith(("op:", "bwd:op:", "step:op:")) for _, _, m in emitter.events)

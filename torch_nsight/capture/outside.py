@@ -4,14 +4,18 @@ model: the loss, the gradient clipping, the GradScaler's scale, unscale and upda
 Their kernels ran in no module range and were left unattributed: 16% of the GPU time of an
 LSTM language model's training step (the cross-entropy forward and backward, the unscale's
 ``multi_tensor_apply_kernel``, the clipping's norms). While an instrumentation is active,
-each call of one of :data:`TARGETS` opens the op range of its name (``op:cross_entropy``,
-``op:clip_grad_norm_``, ``op:GradScaler.unscale_``), like the optimizer's step range
-(:mod:`torch_nsight.capture.optimizers`); with gradients on, the autograd nodes it made
-open the backward range ``bwd:op:cross_entropy`` where they run, by the node hooks the
-module calls use (:func:`torch_nsight.capture.hooks.call_with_backward_ranges`). Outside
-every module the analysis names the kernels of both ``(outside) cross_entropy``
-(:func:`torch_nsight.vocabulary.outside_module`); called inside a module's forward, the
-range names the kernel's op there.
+each call of one of :data:`TARGETS` opens the op range of its name, like the optimizer's
+step range (:mod:`torch_nsight.capture.optimizers`):
+
+* a loss or ``GradScaler.scale``: ``op:cross_entropy``; with gradients on, the autograd
+  nodes it made open the backward range ``bwd:op:cross_entropy`` where they run, by the
+  node hooks the module calls use (:func:`torch_nsight.capture.hooks.call_with_backward_ranges`);
+* a call of the optimizer's step phase (the clipping, ``GradScaler.unscale_`` and
+  ``update``): ``step:op:clip_grad_norm_``, direction ``step`` like the optimizer's.
+
+Outside every module the analysis names the kernels ``(outside) cross_entropy`` (forward
+and backward), ``(outside) clip_grad_norm_`` (:func:`torch_nsight.vocabulary.outside_module`);
+called inside a module's forward, the range names the kernel's op there.
 
 How: the functions are replaced, where users and PyTorch look them up (``torch.nn.functional``
 for the losses, which ``nn.CrossEntropyLoss`` and the others call too; ``torch.nn.utils``
@@ -48,7 +52,7 @@ from torch_nsight.capture.hooks import NODE_HOOKS, call_with_backward_ranges
 from torch_nsight.capture.ranged_forward import PAUSE
 from torch_nsight.capture.ranges import Range
 from torch_nsight.capture.stack import STACK
-from torch_nsight.naming import backward_op_message, op_message
+from torch_nsight.naming import backward_op_message, op_message, step_op_message
 
 if TYPE_CHECKING:
     from torch_nsight.capture.emitter import RangeEmitter
@@ -77,11 +81,14 @@ class Target:
             (``torch.amp.grad_scaler:GradScaler``) holding it.
         attribute: its name there.
         name: the op name of its range (``GradScaler.unscale_``).
+        step: whether it belongs to the optimizer's step phase (``step:op:`` range, no
+            backward), else to the loss (``op:`` range, ``bwd:op:`` around its backward).
     """
 
     owner: str
     attribute: str
     name: str
+    step: bool = False
 
 
 _CLIPPING = ("clip_grad_norm_", "clip_grad_value_")
@@ -91,12 +98,13 @@ _SCALER = "torch.amp.grad_scaler:GradScaler"
 #: (``GradScaler.step`` is not named: the optimizer's step inside it has its range).
 TARGETS: tuple[Target, ...] = (
     *(Target("torch.nn.functional", loss, loss) for loss in LOSSES),
-    *(Target(owner, name, name) for name in _CLIPPING
+    *(Target(owner, name, name, step=True) for name in _CLIPPING
       for owner in ("torch.nn.utils", "torch.nn.utils.clip_grad")),
-    Target("torch.nn.utils", "clip_grads_with_norm_", "clip_grads_with_norm_"),
-    Target("torch.nn.utils", "get_total_norm", "get_total_norm"),
-    *(Target(_SCALER, method, f"GradScaler.{method}") for method in ("scale", "unscale_",
-                                                                     "update")),
+    Target("torch.nn.utils", "clip_grads_with_norm_", "clip_grads_with_norm_", step=True),
+    Target("torch.nn.utils", "get_total_norm", "get_total_norm", step=True),
+    Target(_SCALER, "scale", "GradScaler.scale"),
+    *(Target(_SCALER, method, f"GradScaler.{method}", step=True)
+      for method in ("unscale_", "update")),
 )
 
 _PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
@@ -110,13 +118,17 @@ class _Ranges:
 
     def __init__(self, sink: RangeEmitter) -> None:
         self.sink = sink
-        self.by_name: dict[str, tuple[Range, Range]] = {}
+        self.by_target: dict[Target, tuple[Range, Range | None]] = {}
 
-    def of(self, name: str) -> tuple[Range, Range]:
-        found = self.by_name.get(name)
+    def of(self, target: Target) -> tuple[Range, Range | None]:
+        """The forward (or step) range of ``target`` and its backward range (None for a
+        call of the step phase)."""
+        found = self.by_target.get(target)
         if found is None:
-            found = self.by_name[name] = (self._range(op_message(name)),
-                                          self._range(backward_op_message(name)))
+            name = target.name
+            found = self.by_target[target] = (
+                (self._range(step_op_message(name)), None) if target.step
+                else (self._range(op_message(name)), self._range(backward_op_message(name))))
         return found
 
     def _range(self, message: str) -> Range:
@@ -174,7 +186,7 @@ class _Watch:
                 continue  # not in this PyTorch
             wrapper = wrappers.get(id(original))
             if wrapper is None:
-                wrapper = wrappers[id(original)] = _wrap(original, target.name)
+                wrapper = wrappers[id(original)] = _wrap(original, target)
             setattr(owner, target.attribute, wrapper)
             self.replaced.append((owner, target.attribute, original, wrapper))
 
@@ -210,8 +222,8 @@ def _plain(args: tuple[Any, ...]) -> bool:
     return True
 
 
-def _wrap(original: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """The function that stands in for ``original``: it inside the range of ``name``."""
+def _wrap(original: Callable[..., Any], target: Target) -> Callable[..., Any]:
+    """The function that stands in for ``original``: it inside the ranges of ``target``."""
 
     @functools.wraps(original)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -220,11 +232,11 @@ def _wrap(original: Callable[..., Any], name: str) -> Callable[..., Any]:
         ranges = _WATCH.ranges()
         if ranges is None or not _plain(args):
             return original(*args, **kwargs)
-        forward, backward = ranges.of(name)
+        forward, backward = ranges.of(target)
         inside = _WATCH.inside
         inside.depth = getattr(inside, "depth", 0) + 1
         try:
-            if torch.is_grad_enabled():
+            if backward is not None and torch.is_grad_enabled():
                 return call_with_backward_ranges(forward, backward, original, args, kwargs)
             STACK.push(forward)
             try:
