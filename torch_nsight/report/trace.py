@@ -44,6 +44,7 @@ from torch_nsight.report.trace_events import (
     is_compiled_map,
     read_trace,
 )
+from torch_nsight.vocabulary import outside_module
 
 logger = logging.getLogger(__name__)
 
@@ -322,11 +323,16 @@ def _names_kernel(stack: tuple[str, ...]) -> bool:
 
 
 def _module_of(stack: tuple[str, ...]) -> str | None:
+    """The innermost module of ``stack``; else, outside every module, the row of its
+    innermost op (``(outside) cross_entropy``), as the analysis names the kernel."""
+    op = None
     for message in reversed(stack):
         parsed = naming.parse_message(message)
         if parsed.kind == "module":
             return parsed.name
-    return None
+        if parsed.kind == "op" and op is None:
+            op = parsed.name
+    return outside_module(op) if op is not None else None
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
