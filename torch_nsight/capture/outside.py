@@ -28,8 +28,8 @@ the originals come back when the last one is removed; a wrapper that another too
 turn is left in place, passing straight through. A wrapper stands aside, calling through,
 while Dynamo or export traces, while the ranges are paused (``profile --timeline`` outside
 its window), for a tensor subclass's input (FakeTensor, FunctionalTensor: a compiled graph
-being traced), and inside another of these calls (``GradScaler.step`` calls ``unscale_``:
-one range). A range that fails to open turns them all off for the process, once, with a
+being traced), and inside another of these calls (one range: a tensor subclass or torch
+function mode that PyTorch hands the wrapper as the function calls it again). A range that fails to open turns them all off for the process, once, with a
 warning; the user's call always runs.
 """
 
