@@ -225,6 +225,22 @@ def test_a_compiled_model_computing_its_loss_runs_as_without_the_ranges(profiled
     assert not any(m.startswith(("op:", "bwd:op:")) for _, _, m in profiled.events)
 
 
+def scripted_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, target, label_smoothing=0.1)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_torchscript_compiles_a_function_calling_a_named_loss(profiled: Recorder) -> None:
+    """TorchScript compiles the original's source against its own globals, as without the
+    wrapper, and the scripted function runs PyTorch's loss, no range."""
+    instrumented(profiled, LSTMLanguageModel())
+    logits, target = torch.randn(4, VOCAB), torch.randint(0, VOCAB, (4,))
+    scripted = torch.jit.script(scripted_loss)
+    assert torch.equal(scripted(logits, target), F.cross_entropy.__wrapped__(
+        logits, target, label_smoothing=0.1))
+    assert profiled.events == []
+
+
 def test_a_loss_inside_a_module_names_the_op_of_that_module(profiled: Recorder) -> None:
     class WithLoss(nn.Module):
         def __init__(self) -> None:

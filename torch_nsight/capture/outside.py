@@ -39,6 +39,7 @@ import functools
 import importlib
 import logging
 import threading
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,30 +224,40 @@ def _plain(args: tuple[Any, ...]) -> bool:
 
 
 def _wrap(original: Callable[..., Any], target: Target) -> Callable[..., Any]:
-    """The function that stands in for ``original``: it inside the ranges of ``target``."""
+    """The function that stands in for ``original``: it inside the ranges of ``target``.
 
-    @functools.wraps(original)
+    The wrapper looks nothing up in its module's globals (everything it uses is in its
+    closure) and carries ``original``'s globals, name and ``__wrapped__``: TorchScript,
+    scripting a function that calls it, compiles ``original``'s source (``inspect`` follows
+    ``__wrapped__``) against those globals, as without the wrapper."""
+    _tn_watch, _tn_plain, _tn_compiling = _WATCH, _plain, is_compiling
+    _tn_with_backward, _tn_stack, _tn_grad = call_with_backward_ranges, STACK, torch.is_grad_enabled
+
     def call(*args: Any, **kwargs: Any) -> Any:
-        if is_compiling():
+        if _tn_compiling():
             return original(*args, **kwargs)
-        ranges = _WATCH.ranges()
-        if ranges is None or not _plain(args):
+        ranges = _tn_watch.ranges()
+        if ranges is None or not _tn_plain(args):
             return original(*args, **kwargs)
         forward, backward = ranges.of(target)
-        inside = _WATCH.inside
+        inside = _tn_watch.inside
         inside.depth = getattr(inside, "depth", 0) + 1
         try:
-            if backward is not None and torch.is_grad_enabled():
-                return call_with_backward_ranges(forward, backward, original, args, kwargs)
-            STACK.push(forward)
+            if backward is not None and _tn_grad():
+                return _tn_with_backward(forward, backward, original, args, kwargs)
+            _tn_stack.push(forward)
             try:
                 return original(*args, **kwargs)
             finally:
-                STACK.pop(forward)
+                _tn_stack.pop(forward)
         finally:
             inside.depth -= 1
 
-    return call
+    globals_ = getattr(original, "__globals__", None)
+    if isinstance(globals_, dict):
+        call = types.FunctionType(call.__code__, globals_, call.__name__, call.__defaults__,
+                                  call.__closure__)
+    return functools.update_wrapper(call, original)
 
 
 def watch_outside_calls(handle: Any, sink: RangeEmitter) -> None:
