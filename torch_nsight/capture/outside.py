@@ -27,8 +27,9 @@ instrumentation that sends its ranges to the profiler (no test emitter) is insta
 the originals come back when the last one is removed; a wrapper that another tool wrapped in
 turn is left in place, passing straight through. A wrapper stands aside, calling through,
 while Dynamo or export traces, while the ranges are paused (``profile --timeline`` outside
-its window), for a tensor subclass's input (FakeTensor, FunctionalTensor: a compiled graph
-being traced), and inside another of these calls (one range: a tensor subclass or torch
+its window), for a tensor subclass's input (FakeTensor, FunctionalTensor: Dynamo, whose
+rules go by qualified name, keeps the wrapper in its graph as PyTorch's own function, and
+AOTAutograd traces it with fake tensors), and inside another of these calls (one range: a tensor subclass or torch
 function mode that PyTorch hands the wrapper as the function calls it again). A range that fails to open turns them all off for the process, once, with a
 warning; the user's call always runs.
 """
