@@ -7,6 +7,12 @@ Conventions, all in the NVTX domain :data:`DOMAIN`:
   ``model.named_modules()`` (the root module's message is its class name);
 * backward of a module: the same name behind :data:`BACKWARD_PREFIX` (``bwd:layers.0.mlp``);
 * a named functional op inside a module: :data:`OP_PREFIX` + op name (``op:silu``);
+* a training-loop call that may run outside every module (the loss, the gradient clipping,
+  the GradScaler's unscale: see :mod:`torch_nsight.capture.outside`): the same op range
+  (``op:cross_entropy``), the backward of its autograd nodes behind :data:`BACKWARD_PREFIX`
+  (``bwd:op:cross_entropy``), and behind :data:`STEP_PREFIX` for a call of the optimizer's
+  step phase (``step:op:clip_grad_norm_``, ``step:op:GradScaler.unscale_``); outside every
+  module the analysis names its kernels by :func:`torch_nsight.vocabulary.outside_module`;
 * one call of a ``torch.compile`` graph: :data:`COMPILED_PREFIX` + graph + ``@`` + the
   qualified name of the instrumented module it ran for (``compiled:g2@blocks.0``; see
   :mod:`torch_nsight.capture.compiled`), replaced by the module ranges of each kernel when
@@ -35,7 +41,8 @@ COMPILED_PREFIX = "compiled:"
 #: An optimizer's step (``step:AdamW``): a module of the optimizer's class name, direction
 #: ``step``.
 STEP_PREFIX = "step:"
-#: The direction of the kernels an optimizer's ``step()`` launches.
+#: The direction of the kernels an optimizer's ``step()`` launches, and those of the calls
+#: of its phase around it (the gradient clipping, the GradScaler's unscale and update).
 OPTIMIZER_DIRECTION = "step"
 #: Prefix of the PyTorch profiler ranges that stand in for the NVTX domain in a timeline
 #: trace (``torch_nsight/h.0.attn``); the trace reader keeps only ranges named so.
@@ -63,6 +70,18 @@ def op_message(op: str) -> str:
     return OP_PREFIX + op
 
 
+def backward_op_message(op: str) -> str:
+    """Return the range message for the backward of the op ``op`` (``bwd:op:cross_entropy``):
+    the autograd nodes its forward made, run on the thread that runs backward."""
+    return BACKWARD_PREFIX + OP_PREFIX + op
+
+
+def step_op_message(op: str) -> str:
+    """Return the range message of the op ``op`` of the optimizer's step phase, called
+    outside the optimizer (``step:op:clip_grad_norm_``)."""
+    return STEP_PREFIX + OP_PREFIX + op
+
+
 def compiled_message(graph: str, root: str) -> str:
     """Return the range message of one call of compiled graph ``graph`` made for the
     instrumented module ``root`` (qualified name, ``""`` for the root module)."""
@@ -75,7 +94,7 @@ class RangeKind:
 
     kind: str  # "module", "op" or "compiled"
     name: str
-    direction: str  # "fwd", "bwd" or "step" (an optimizer's)
+    direction: str  # "fwd", "bwd" or "step" (an optimizer's, or an op of its phase)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a message recurs in the stack of every kernel under it
@@ -86,9 +105,15 @@ def parse_message(message: str) -> RangeKind:
     if message.startswith(COMPILED_PREFIX):
         return RangeKind("compiled", message[len(COMPILED_PREFIX) :], "fwd")
     if message.startswith(BACKWARD_PREFIX):
-        return RangeKind("module", message[len(BACKWARD_PREFIX) :], "bwd")
+        name = message[len(BACKWARD_PREFIX) :]
+        if name.startswith(OP_PREFIX):
+            return RangeKind("op", name[len(OP_PREFIX) :], "bwd")
+        return RangeKind("module", name, "bwd")
     if message.startswith(STEP_PREFIX):
-        return RangeKind("module", message[len(STEP_PREFIX) :], OPTIMIZER_DIRECTION)
+        name = message[len(STEP_PREFIX) :]
+        if name.startswith(OP_PREFIX):
+            return RangeKind("op", name[len(OP_PREFIX) :], OPTIMIZER_DIRECTION)
+        return RangeKind("module", name, OPTIMIZER_DIRECTION)
     return RangeKind("module", message, "fwd")
 
 

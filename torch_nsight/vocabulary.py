@@ -8,8 +8,9 @@ first, with :data:`PATH_SEP`::
     GPT2LMHeadModel/transformer/transformer.h.0/transformer.h.0.attn
 
 (the root range is the model's class name; every other part is the module's name in
-``model.named_modules()``). A kernel outside every module range has the path
-:data:`UNATTRIBUTED`.
+``model.named_modules()``). A kernel outside every module range is named after the call
+that launched it where one is known (:func:`outside_module`: ``(outside) cross_entropy``,
+its forward and its backward alike), else has the path :data:`UNATTRIBUTED`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-#: The module path (and module) of kernels that ran outside every module range.
+#: The module path (and module) of kernels that ran outside every module range, launched
+#: by no call known by name.
 UNATTRIBUTED = "(unattributed)"
+#: Starts the module path (and module) of kernels that ran outside every module range,
+#: launched by a known call (:func:`outside_module`).
+OUTSIDE_PREFIX = "(outside) "
 #: Joins the module names of a module path.
 PATH_SEP = "/"
 #: Joins the non-module ranges around a kernel into its ``context`` text.
@@ -49,6 +54,20 @@ MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns",
                     "after_ns", "steps_timed", "verify_status", "verify_detail", "verify_fix")
 #: ``gain_basis`` of a finding whose fix was measured on the user's steps.
 STEPS_BASIS = "steps"
+
+
+def outside_module(call: str) -> str:
+    """The module path (and module) of the kernels that ``call`` launched outside every
+    module range: ``cross_entropy`` -> ``(outside) cross_entropy``; ``GradScaler.unscale_``,
+    ``clip_grad_norm_``, a PyTorch op (``ones_like``) alike. One level: its depth is 0."""
+    return OUTSIDE_PREFIX + call.replace(PATH_SEP, "_")
+
+
+def in_module_range(module: object) -> bool:
+    """Whether a kernel of ``module`` (a module name or path) ran inside a module range:
+    not :data:`UNATTRIBUTED`, not a call outside every module (:func:`outside_module`)."""
+    return (isinstance(module, str) and module != UNATTRIBUTED
+            and not module.startswith(OUTSIDE_PREFIX))
 
 
 def join_path(parts: Iterable[str]) -> str:

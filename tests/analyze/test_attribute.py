@@ -9,6 +9,7 @@ from torch_nsight import naming
 from torch_nsight.analyze import UNATTRIBUTED, attribute, label_shapes
 from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.errors import MissingMetricError
+from torch_nsight.vocabulary import in_module_range, outside_module
 
 LABEL = naming.format_measure_range(variant="eager", shape="1x512", run=2)
 
@@ -55,6 +56,43 @@ def test_kernel_outside_module_ranges_is_kept_unattributed() -> None:
     got = as_dict(attribute_ranges((), (), ("user",)))
     assert got["module"] == UNATTRIBUTED and got["module_path"] == UNATTRIBUTED
     assert got["direction"] is None and got["depth"] == 0
+
+
+def test_an_op_range_outside_every_module_names_the_kernel_row() -> None:
+    forward = as_dict(attribute_ranges((naming.op_message("cross_entropy"),), (), ()))
+    backward = as_dict(attribute_ranges((naming.backward_op_message("cross_entropy"),), (), ()))
+    for got, direction in ((forward, "fwd"), (backward, "bwd")):
+        assert got["module"] == got["module_path"] == outside_module("cross_entropy")
+        assert (got["direction"], got["depth"], got["op"]) == (direction, 0, "cross_entropy")
+    assert outside_module("cross_entropy") == "(outside) cross_entropy"
+    assert not in_module_range(forward["module"]) and not in_module_range(UNATTRIBUTED)
+    # an optimizer's step stays its own row, a call inside it is its op
+    got = as_dict(attribute_ranges((naming.step_message("AdamW"),
+                                    naming.op_message("cross_entropy")), (), ()))
+    assert (got["module"], got["direction"], got["op"]) == ("AdamW", "step", "cross_entropy")
+    assert in_module_range(got["module"])
+
+
+def test_an_op_of_the_step_phase_outside_every_module_is_a_step_row() -> None:
+    assert naming.parse_message("step:op:clip_grad_norm_") == naming.RangeKind(
+        "op", "clip_grad_norm_", naming.OPTIMIZER_DIRECTION)
+    got = as_dict(attribute_ranges((naming.step_op_message("clip_grad_norm_"),), (), ()))
+    assert (got["module"], got["direction"], got["op"]) == (
+        outside_module("clip_grad_norm_"), naming.OPTIMIZER_DIRECTION, "clip_grad_norm_")
+
+
+def test_a_backward_op_range_inside_a_module_backward_is_its_op() -> None:
+    assert naming.parse_message("bwd:op:cross_entropy") == naming.RangeKind(
+        "op", "cross_entropy", "bwd")
+    got = as_dict(attribute_ranges(("bwd:Model", naming.backward_op_message("mse_loss")),
+                                   (), ()))
+    assert (got["module"], got["direction"], got["op"]) == ("Model", "bwd", "mse_loss")
+
+
+def test_a_collective_outside_every_module_is_named_after_it() -> None:
+    got = as_dict(attribute_ranges((), (), ("ncclAllReduce",)))
+    assert (got["module"], got["op"], got["direction"]) == (
+        outside_module("ncclAllReduce"), "ncclAllReduce", None)
 
 
 def test_attribute_adds_columns_and_keeps_every_row() -> None:

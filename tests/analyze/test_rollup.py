@@ -9,6 +9,7 @@ import pytest
 
 from torch_nsight.analyze import UNATTRIBUTED, coverage, module_tree
 from torch_nsight.errors import MissingMetricError
+from torch_nsight.vocabulary import outside_module
 
 
 def by_path(tree: pd.DataFrame) -> dict[str, pd.Series]:
@@ -98,4 +99,7 @@ def test_module_tables_list_modules_in_model_order() -> None:
     stack = torch_nsight.load(data / "sweep_stack").modules(depth=1)
     for direction in ("fwd", "bwd"):
         rows = stack[(stack["shape"] == "2x128x256") & (stack["direction"] == direction)]
-        assert rows["module_path"].tolist() == ["Sequential", *(f"Sequential/{i}" for i in range(4))]
+        # the loss gradient, made after the forward outside the model, is its own row
+        loss = [outside_module("loss")] if direction == "fwd" else []
+        assert rows["module_path"].tolist() == ["Sequential",
+                                                *(f"Sequential/{i}" for i in range(4)), *loss]

@@ -19,7 +19,7 @@ from torch_nsight.collect.child.steps import LOSS_MESSAGE
 from torch_nsight.collect.child.worker import JobRunner
 from torch_nsight.collect.shared.job import Assignment, Job
 from torch_nsight.naming import MEASURE_MESSAGE
-from torch_nsight.vocabulary import UNATTRIBUTED
+from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range, outside_module
 
 ROOT = Path(__file__).resolve().parents[2]
 Event = tuple[int, str, str]  # (thread, push/pop/start/end/op, message or op name)
@@ -122,8 +122,10 @@ def test_every_op_of_a_measured_iteration_has_a_module_or_the_loss_range(
             seen.setdefault(tuple(stack), attribute_ranges(tuple(stack), (), ()))
     columns = {key: dict(zip(ATTRIBUTION_COLUMNS, values, strict=True))
                for key, values in seen.items()}
-    unattributed = {key: c for key, c in columns.items() if c["module"] == UNATTRIBUTED}
-    # the loss gradient, made outside the model, is the only thing outside a module range
-    assert list(unattributed) == [(LOSS_MESSAGE,)]
-    assert unattributed[(LOSS_MESSAGE,)]["op"] == "loss"
+    outside = {key: c for key, c in columns.items() if not in_module_range(c["module"])}
+    # the loss gradient, made outside the model, is the only thing outside a module range,
+    # and its row is named after its op range
+    assert list(outside) == [(LOSS_MESSAGE,)]
+    assert outside[(LOSS_MESSAGE,)]["op"] == "loss"
+    assert outside[(LOSS_MESSAGE,)]["module"] == outside_module("loss") != UNATTRIBUTED
     assert any(stack and stack[-1].startswith("bwd:") for stack in columns)

@@ -13,6 +13,7 @@ import torch_nsight
 from torch_nsight.analyze import UNATTRIBUTED
 from torch_nsight.errors import ReportError
 from torch_nsight.report.cache import CACHE_DIR_ENV, CACHE_SUFFIX
+from torch_nsight.vocabulary import in_module_range, outside_module
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SWEEP = DATA / "sweep_stack"
@@ -43,8 +44,9 @@ def seq_of(shape: str) -> int:
 def test_the_directory_gives_every_block_its_rows(sweep, raw) -> None:
     k = sweep.kernels
     assert sweep.shapes == ["2x128x256", "2x512x256"] and sweep.failures == []
-    # every kernel is in a module range but the loss's (op:loss, outside the model)
-    assert set(k.loc[k["module"] == UNATTRIBUTED, "op"]) == {"loss"}
+    # every kernel is in a module range but the loss's (op:loss, outside the model: its row)
+    assert UNATTRIBUTED not in set(k["module"])
+    assert set(k.loc[~k["module"].map(in_module_range), "module"]) == {outside_module("loss")}
     assert len(k) == len(raw.kernels) + sweep.replicated_rows and sweep.replicated_rows > 0
     for group in MANIFEST["replication"]:
         here = k[k["shape"] == group["shape"]]

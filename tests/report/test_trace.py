@@ -15,6 +15,7 @@ import torch_nsight
 from torch_nsight.analyze import UNATTRIBUTED
 from torch_nsight.errors import ReportError
 from torch_nsight.profile import Profile
+from torch_nsight.vocabulary import in_module_range, outside_module
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -85,8 +86,10 @@ def test_step_numbers_match_a_plain_reading_of_the_trace(name: str, run: int) ->
 def test_every_training_kernel_is_attributed_forward_and_backward(train: Profile) -> None:
     k = train.kernels
     assert len(k) == 1653 and set(k["run"]) == {0, 1, 2}  # 3 steps, warm-ups left out
-    outside = k[k["module"] == UNATTRIBUTED]
-    assert set(outside["op"]) == {"loss"}  # only the loss gradient, in its op range
+    outside = k[~k["module"].map(in_module_range)]
+    # only the loss gradient, named after its op range
+    assert set(outside["module"]) == {outside_module("loss")}
+    assert set(outside["op"]) == {"loss"} and set(outside["direction"]) == {"fwd"}
     assert set(k["direction"].dropna()) == {"fwd", "bwd"}
     backward = k[k["direction"] == "bwd"]
     forward = k[k["direction"] == "fwd"]

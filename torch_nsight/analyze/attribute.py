@@ -5,8 +5,10 @@ module (see :mod:`torch_nsight.naming`); its op is the innermost ``op:`` range, 
 own range (``ncclAllReduce``) for a communication kernel. The sweep's label range
 (``sweep;variant=..;shape=..;run=..``) gives ``variant``, ``shape`` and ``run``; the bare
 ``measure`` marker range is dropped. Every other enclosing range (another domain's, a
-``warmup`` range, a user's own) becomes ``context``. Kernels outside
-any module range are kept, as :data:`UNATTRIBUTED`.
+``warmup`` range, a user's own) becomes ``context``. A kernel outside every module range
+is named after its op where it has one (:func:`~torch_nsight.vocabulary.outside_module`:
+``(outside) cross_entropy``, direction that of its op range: ``bwd`` inside
+``bwd:op:cross_entropy``); the others are kept, as :data:`UNATTRIBUTED`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pandas as pd
 
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
-from torch_nsight.vocabulary import CONTEXT_SEP, UNATTRIBUTED, join_path
+from torch_nsight.vocabulary import CONTEXT_SEP, UNATTRIBUTED, join_path, outside_module
 
 ATTRIBUTION_COLUMNS = ("variant", "shape", "run", "module", "module_path", "depth",
                        "direction", "op", "context")
@@ -53,6 +55,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
     measure: dict[str, str] | None = None
     modules: list[naming.RangeKind] = []
     op = None
+    op_direction: str | None = None
     context: list[str] = []
     for message in start_end:
         parsed = _measure(message)
@@ -70,7 +73,7 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
             continue
         kind = naming.parse_message(message)
         if kind.kind == "op":
-            op = kind.name
+            op, op_direction = kind.name, kind.direction
         elif kind.kind == "compiled":  # a compiled graph whose kernel map was not carried
             context.append(message)
         else:
@@ -78,10 +81,14 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
     context.extend(other)
     if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
+    direction: str | None
     if modules:
         module, direction = modules[-1].name, modules[-1].direction
         path = join_path(m.name for m in modules)
         depth = len(modules) - 1
+    elif op is not None:  # outside every module: the row of the call that launched it
+        module = path = outside_module(op)
+        direction, depth = op_direction, 0
     else:
         module, direction, path, depth = UNATTRIBUTED, None, UNATTRIBUTED, 0
     measure = measure or {}
@@ -102,7 +109,8 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with ``variant``, ``shape``, ``run`` (from the innermost sweep label range),
         ``module``, ``module_path`` (module names outermost first, joined by ``/``),
-        ``depth`` (0 for the root), ``direction`` (``fwd``/``bwd``), ``op`` and ``context``.
+        ``depth`` (0 for the root), ``direction`` (``fwd``/``bwd``/``step``), ``op`` and
+        ``context``.
     """
     out = df.copy()
     empty: tuple[str, ...] = ()

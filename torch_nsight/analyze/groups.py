@@ -14,7 +14,7 @@ from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.analyze.frames import blank_to_none, filled, keyed, known_sums, per_run
 from torch_nsight.analyze.rollup import BOUNDS, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
-from torch_nsight.vocabulary import LABELS, UNATTRIBUTED
+from torch_nsight.vocabulary import LABELS, UNATTRIBUTED, in_module_range
 
 KERNEL_GROUP_COLUMNS = (
     "variant", "shape", "kernel", "launches", "duration_ns", "mean_ns", "pct_of_total",
@@ -120,8 +120,8 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     """
     keys = list(LABELS)
     work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
-    work["_inside"] = work["duration_ns"].mask(work["module"].isna()
-                                               | (work["module"] == UNATTRIBUTED), 0.0)
+    inside = work["module"].map(in_module_range).astype(bool)
+    work["_inside"] = work["duration_ns"].where(inside, 0.0)
     for bound in BOUNDS:
         work[f"_{bound}"] = work["duration_ns"].where(work["bound"] == bound, 0.0)
     groups = work.groupby(keys, sort=False)

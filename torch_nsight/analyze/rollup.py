@@ -19,6 +19,7 @@ from torch_nsight.vocabulary import (
     LABELS,
     UNATTRIBUTED,
     ancestors,
+    in_module_range,
     join_path,
     path_depth,
     path_leaf,
@@ -48,7 +49,8 @@ def whole_counts(table: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 @needs("module", "duration_ns")
 def coverage(df: pd.DataFrame) -> float:
-    """Return the share of GPU time (0..1) spent in kernels inside a module range.
+    """Return the share of GPU time (0..1) spent in kernels inside a module range (an
+    optimizer's step counts; a named call outside every module, such as the loss, does not).
 
     Args:
         df: an attributed kernel table (``module``, ``duration_ns``).
@@ -59,7 +61,7 @@ def coverage(df: pd.DataFrame) -> float:
     total = df["duration_ns"].sum()
     if not total or pd.isna(total):
         return float("nan")
-    inside = df.loc[df["module"] != UNATTRIBUTED, "duration_ns"].sum()
+    inside = df.loc[df["module"].map(in_module_range).astype(bool), "duration_ns"].sum()
     return float(inside / total)
 
 

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InstrumentedForward", "install_forward", "NodeHook", "NodeHookRegistry",
-           "NODE_HOOKS", "HOOKS_KEY"]
+__all__ = ["InstrumentedForward", "install_forward", "call_with_backward_ranges", "NodeHook",
+           "NodeHookRegistry", "NODE_HOOKS", "HOOKS_KEY"]
 
 _Tensor = torch.Tensor
 _call_with_backward = STACK.call_with_backward
@@ -82,6 +82,26 @@ def install_forward(
     wrapper = InstrumentedForward(module, forward, backward, namer)
     module.__dict__["forward"] = wrapper.as_forward()
     return wrapper
+
+
+def call_with_backward_ranges(forward: Range, backward: Range, function: Callable[..., Any],
+                              args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Call ``function(*args, **kwargs)`` inside ``forward``, and hook ``backward`` onto the
+    autograd nodes it made, as a module call's: a function called outside the model (the
+    loss: :mod:`torch_nsight.capture.outside`).
+
+    Returns:
+        What ``function`` returned.
+    """
+    sources = _sources(args, kwargs)
+    frame, output = _call_with_backward(forward, backward, _call_function, function, args,
+                                        kwargs)
+    _watch(frame, output, sources)
+    return output
+
+
+def _call_function(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return function(*args, **kwargs)
 
 
 def _plain_forward(module: nn.Module, previous: Any) -> Any:

@@ -61,6 +61,7 @@ from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.hooks import NODE_HOOKS, InstrumentedForward, install_forward
 from torch_nsight.capture.ops import OpNamer, check_ops, is_torch_leaf
 from torch_nsight.capture.optimizers import watch_optimizer_steps
+from torch_nsight.capture.outside import unwatch_outside_calls, watch_outside_calls
 from torch_nsight.capture.ranges import Range
 from torch_nsight.capture.registry import active_instrumentations
 from torch_nsight.capture.selection import Selector, check_selectors, select_modules
@@ -114,7 +115,9 @@ class Instrumentation:
                 op_names: frozenset[str] | None, backward: bool) -> None:
         """Put ranges on ``selected`` (name, module) of ``model`` and become active: the
         emitter chain (replication markers, the calls recorder), one wrapper per module,
-        the registry and the optimizer's step range. On failure nothing stays installed."""
+        the registry, the optimizer's step range and the ranges of the training loop's calls
+        outside the model (:mod:`~torch_nsight.capture.outside`). On failure nothing stays
+        installed."""
         sink = self._emitter_chain(model, emitter, record_calls)
 
         def make_range(message: str, name: str, *, is_module: bool = True,
@@ -147,6 +150,7 @@ class Instrumentation:
         registry.activate(self)
         if emitter is None:  # a test's own emitter sees only its model's ranges
             watch_optimizer_steps(registry.step_emitter)
+            watch_outside_calls(self, sink)  # through the calls recorder: the calls join
 
     def _emitter_chain(self, model: nn.Module, emitter: RangeEmitter | None,
                        record_calls: object) -> RangeEmitter:
@@ -199,6 +203,7 @@ class Instrumentation:
             self._tracks_compiles = False
             untrack_compiles()
         self._finish_calls()
+        unwatch_outside_calls(self)
         detached = NODE_HOOKS.detach(self)
         registry.deactivate(self)
         closed = self._stack.close_owned(self)

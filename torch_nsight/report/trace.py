@@ -34,15 +34,18 @@ import pandas as pd
 from torch_nsight import naming
 from torch_nsight.checks import number
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
+from torch_nsight.report.launch_ops import launch_message
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.table import RAW_COLUMNS
 from torch_nsight.report.trace_events import (
+    Call,
     Span,
     TraceEvents,
     collector_paused,
     is_compiled_map,
     read_trace,
 )
+from torch_nsight.vocabulary import outside_module
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +179,33 @@ def _by_thread(spans: Mapping[Any, list[Span]]) -> dict[Any, _Intervals]:
     return {tid: _Intervals(items) for tid, items in spans.items()}
 
 
+class _OpenAtLaunch:
+    """What was open on a launch call's thread when it started: torch_nsight's ranges, and
+    where none was, the range of the PyTorch call that launched it
+    (:mod:`~torch_nsight.report.launch_ops`); the other annotations."""
+
+    def __init__(self, ranges: Mapping[Any, list[Span]], annotations: Mapping[Any, list[Span]],
+                 ops: Mapping[Any, list[Span]]) -> None:
+        self.stacks, self.others = _by_thread(ranges), _by_thread(annotations)
+        self.ops = _LazyThreads(ops)  # asked only for activities outside every range
+
+    def at(self, call: Call) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(range stack, other annotations) of an activity launched by ``call``."""
+        thread, launch, cut = call.tid, call.start, len(naming.RECORD_PREFIX)
+        stack = (tuple(m[cut:] for m in self.stacks[thread].open_at(launch))
+                 if thread in self.stacks else ())
+        other = tuple(self.others[thread].open_at(launch)) if thread in self.others else ()
+        if not _names_kernel(stack):
+            launched_in = self.ops.get(thread)
+            launcher = launch_message(other, launched_in.open_at(launch)
+                                      if launched_in is not None else ())
+            if launcher is not None:
+                stack = (*stack, launcher)
+        if call.name == "cudaGraphLaunch":
+            other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
+        return stack, other
+
+
 def trace_tables(path: Path, steps: Mapping[str, Mapping[str, Any]] | None = None, *,
                  measured_only: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
     """:func:`parse_trace` of :func:`~torch_nsight.report.trace_events.read_trace` of
@@ -227,7 +257,7 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
             ranges[tid].append(span)
     labels.sort()
     label_starts = [label[0] for label in labels]
-    stacks, others = _by_thread(ranges), _by_thread(events.annotations)
+    opened = _OpenAtLaunch(ranges, events.annotations, events.ops)
 
     def label_at(t: float) -> tuple[float, float, str] | None:
         index = bisect.bisect_right(label_starts, t) - 1
@@ -243,12 +273,7 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
         call = calls.get(activity.correlation)  # type: ignore[arg-type]
         launch = call.start if call is not None else float("nan")
         thread = call.tid if call is not None else None
-        stack = (tuple(m[len(prefix):] for m in stacks[thread].open_at(launch))
-                 if call is not None and thread in stacks else ())
-        other = (tuple(others[thread].open_at(launch))
-                 if call is not None and thread in others else ())
-        if call is not None and call.name == "cudaGraphLaunch":
-            other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
+        stack, other = opened.at(call) if call is not None else ((), ())
         label = label_at(launch) if call is not None else None
         if measured_only and label is None:
             continue
@@ -307,12 +332,23 @@ def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return pd.DataFrame({c: given.get(c, np.nan) for c in _FRAME_COLUMNS})
 
 
+def _names_kernel(stack: tuple[str, ...]) -> bool:
+    """Whether a range of ``stack`` names what launched a kernel (a module, op, step or
+    compiled graph's range; not a warm-up's)."""
+    return any(message != naming.WARMUP_MESSAGE for message in stack)
+
+
 def _module_of(stack: tuple[str, ...]) -> str | None:
+    """The innermost module of ``stack``; else, outside every module, the row of its
+    innermost op (``(outside) cross_entropy``), as the analysis names the kernel."""
+    op = None
     for message in reversed(stack):
         parsed = naming.parse_message(message)
         if parsed.kind == "module":
             return parsed.name
-    return None
+        if parsed.kind == "op" and op is None:
+            op = parsed.name
+    return outside_module(op) if op is not None else None
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:

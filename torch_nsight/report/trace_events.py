@@ -132,6 +132,8 @@ class TraceEvents:
         ranges: events named with :data:`~torch_nsight.naming.RECORD_PREFIX`
             (``user_annotation`` or ``cpu_op``), in file order, with their thread.
         annotations: other ``user_annotation`` events, per thread in file order.
+        ops: ``cpu_op`` events not named with the prefix (PyTorch's ops), per thread in
+            file order.
         cpu: CPU ops, annotations and CUDA calls not named with the prefix, per thread.
         origin: the earliest start (ns), 0.0 when none.
         gpus: GPU names by device id (``deviceProperties``).
@@ -141,6 +143,7 @@ class TraceEvents:
     calls: dict[int, Call] = field(default_factory=dict)
     ranges: list[tuple[Span, int | str | None]] = field(default_factory=list)
     annotations: dict[Any, list[Span]] = field(default_factory=lambda: defaultdict(list))
+    ops: dict[Any, list[Span]] = field(default_factory=lambda: defaultdict(list))
     cpu: dict[Any, list[Span]] = field(default_factory=lambda: defaultdict(list))
     origin: float = 0.0
     gpus: dict[int, str] = field(default_factory=dict)
@@ -347,6 +350,8 @@ def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
             continue
         if cat == "user_annotation":
             out.annotations[tid].append(span)
+        elif cat == "cpu_op":
+            out.ops[tid].append(span)
         if cat in _CPU_OR_CALL:
             out.cpu[tid].append(span)
     left.warn()
