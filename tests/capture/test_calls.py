@@ -375,3 +375,29 @@ def test_a_convolutions_backward_counts_what_its_forward_does(groups: int) -> No
     (backward,) = [r for r in rows_where(rows, "convolution_backward", "bwd:0")]
     assert forward["flops"] == 2 * 2 * 14 * 14 * 32 * (32 // groups) * 7 * 7
     assert 1.5 * forward["flops"] < backward["flops"] <= 2 * forward["flops"]
+
+
+def test_ops_outside_every_range_get_their_own_range_when_asked() -> None:
+    """Under Nsight Compute (``name_outside``), a cast and a reduction the training loop
+    writes as tensor methods, outside the model, and their backward, each get an op range
+    whose calls are filed under it; inside the model nothing changes, and without the
+    option no range is added."""
+    def loop(name_outside: bool) -> tuple[list[str], list[dict[str, Any]]]:
+        model = make_mlp()
+        emitter = RecordingEmitter()
+        recorder = CallRecorder(emitter, name_outside=name_outside)
+        with instrument(model, enabled=True, emitter=recorder), recorder.recording():
+            model(torch.randn(BATCH, model[0].in_features)).double().square().sum().backward()
+        return [m for _, kind, m in emitter.events if kind == "push"], recorder.rows()
+
+    plain_pushes, plain_rows = loop(False)
+    pushes, rows = loop(True)
+    assert not any(p.startswith(("op:", "bwd:op:")) for p in plain_pushes)
+    assert [p for p in pushes if not p.startswith(("op:", "bwd:op:"))] == plain_pushes
+    assert {"op:_to_copy", "op:pow", "op:sum", "bwd:op:mul", "bwd:op:_to_copy"} <= set(pushes)
+    # the calls join their range: the cast's row is under op:_to_copy, not the empty stack
+    (cast,) = [r for r in rows if r["op"] == "_to_copy" and r["range_stack"]
+               and r["range_stack"][0] == "op:_to_copy"]
+    assert cast["output_dtypes"] == ("float64",)
+    assert not [r for r in rows if r["range_stack"] == ()]
+    assert [r for r in plain_rows if r["range_stack"] == () and r["op"] == "_to_copy"]

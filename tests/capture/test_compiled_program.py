@@ -27,7 +27,8 @@ import torch_nsight
 from torch_nsight.capture import embed
 from torch_nsight.capture.compiled import compiled_support
 from torch_nsight.capture.detect import NCU_VARIABLE
-from torch_nsight.capture.step import STEPS_ENV, reset_steps, step
+from torch_nsight.capture.step import reset_steps, step
+from torch_nsight.environment import STEPS_ENV
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -22,7 +22,7 @@ def test_a_step_is_a_range_named_by_its_optimizer() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     handle = torch_nsight.instrument(model, enabled=True)
     recording = RecordingEmitter()
-    handle.emitter = recording  # where the optimizer's range goes: the active handle's
+    handle.step_sink = recording  # where the optimizer's range goes: the active handle's chain
     try:
         _train(model, optimizer)
     finally:
@@ -49,7 +49,7 @@ def test_a_failing_emitter_never_breaks_the_step() -> None:
     model = nn.Linear(8, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     handle = torch_nsight.instrument(model, enabled=True)
-    handle.emitter = Broken()  # type: ignore[assignment]
+    handle.step_sink = Broken()  # type: ignore[assignment]
     before = model.weight.detach().clone()
     try:
         _train(model, optimizer)  # the step runs and updates the weights

@@ -52,7 +52,7 @@ from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.capture.call_table import CallTable
 from torch_nsight.capture.emitter import NvtxEmitter, OpenRanges, RangeEmitter
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
-from torch_nsight.naming import parse_message
+from torch_nsight.naming import backward_op_message, op_message, parse_message
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class CallRecorder:
         first_iteration: Record the first iteration by itself (see above).
         on_done: Called with the recorder once the first iteration is recorded (on the
             thread that starts the next one; errors it raises are logged).
+        name_outside: While recording, give each aten op run outside every range its own
+            range (``op:_to_copy``; ``bwd:op:...`` in a backward pass), so that its kernels
+            are named (a cast or a sum written as tensor methods in the training loop).
 
     Raises:
         TypeError: If ``inner`` has no ``push`` and ``pop`` methods.
@@ -103,7 +106,8 @@ class CallRecorder:
     def __init__(self, inner: RangeEmitter | None = None, *,
                  first_iteration: bool = False,
                  on_done: Callable[[CallRecorder], None] | None = None,
-                 refuse: Callable[[], str | None] | None = None) -> None:
+                 refuse: Callable[[], str | None] | None = None,
+                 name_outside: bool = False) -> None:
         if inner is None:
             inner = NvtxEmitter()
         if not (callable(getattr(inner, "push", None)) and callable(getattr(inner, "pop", None))):
@@ -123,6 +127,7 @@ class CallRecorder:
         self._done = False  # first_iteration: the iteration was recorded, or close()d
         self._warned_record = False
         self.on_done = on_done  # called once the first iteration is recorded
+        self.name_outside = name_outside
         # why recording must not start now (None: it may), asked before each start
         self.refuse = refuse
 
@@ -307,6 +312,26 @@ class CallRecorder:
 
     # -- the table ---------------------------------------------------------------------------
 
+    def outside_message(self, func: Any) -> str | None:
+        """The range to open around ``func``: an op range when it runs outside every range
+        while recording (:attr:`name_outside`), else None."""
+        if not (self.name_outside and self._recording) or self._local.stack:
+            return None
+        name = getattr(getattr(func, "overloadpacket", func), "__name__", str(func))
+        in_backward = torch._C._current_graph_task_id() != -1
+        return backward_op_message(name) if in_backward else op_message(name)
+
+    def _record_safely(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """:meth:`_record`, whose errors are logged (once) and never reach the op."""
+        try:
+            self._record(func, args, kwargs, out)
+        except Exception as err:  # keep the op's result whatever happens
+            if not self._warned_record:
+                self._warned_record = True
+                logger.warning("torch_nsight: could not record a call of %s (%s: %s); "
+                               "calls like it are missing from the calls table",
+                               func, type(err).__name__, err)
+
     def _record(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
         """File one aten op call under the calling thread's open ranges."""
         self._table.add(self._local.stack, func, args, kwargs, out)
@@ -391,16 +416,16 @@ def _mode_class() -> type:
                 if recorder._recording:
                     recorder._record_higher_order(func)
                 return func(*args, **kwargs)
-            out = func(*args, **kwargs)
-            if recorder._recording:
-                try:
-                    recorder._record(func, args, kwargs, out)
-                except Exception as err:  # keep the op's result whatever happens
-                    if not recorder._warned_record:
-                        recorder._warned_record = True
-                        logger.warning("torch_nsight: could not record a call of %s (%s: %s); "
-                                       "calls like it are missing from the calls table",
-                                       func, type(err).__name__, err)
+            message = recorder.outside_message(func)
+            if message is not None:  # named: its kernels, and its row of the calls table
+                recorder.push(message)
+            try:
+                out = func(*args, **kwargs)
+                if recorder._recording:
+                    recorder._record_safely(func, args, kwargs, out)
+            finally:
+                if message is not None:
+                    recorder.pop()
             return out
 
     return _CallRecordingMode

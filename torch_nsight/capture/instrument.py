@@ -103,6 +103,9 @@ class Instrumentation:
         self._stack: RangeStack = STACK
         #: Where this handle's ranges go (None when inactive); compiled graphs use it too.
         self.emitter: RangeEmitter | None = None
+        #: Where the optimizer step's range goes: the whole chain, the calls recorder
+        #: included (its ops filed under the step's row, none named as outside the ranges).
+        self.step_sink: RangeEmitter | None = None
         self._tracks_compiles = False
         # (CallRecorder, file or None, CallsCarrier or None) while a calls table is recorded
         self._calls: tuple[Any, Path | None, Any] | None = None
@@ -119,6 +122,7 @@ class Instrumentation:
         outside the model (:mod:`~torch_nsight.capture.outside`). On failure nothing stays
         installed."""
         sink = self._emitter_chain(model, emitter, record_calls)
+        self.step_sink = sink
 
         def make_range(message: str, name: str, *, is_module: bool = True,
                        names_ops: bool = True) -> Range:
@@ -175,7 +179,7 @@ class Instrumentation:
             per_step = carry and ScriptEnv.from_env(os.environ).steps is not None
             sink = CallRecorder(sink, first_iteration=not per_step,
                                 on_done=lambda _recorder: self._finish_calls(),
-                                refuse=lambda: compiled_refusal(model))
+                                refuse=lambda: compiled_refusal(model), name_outside=carry)
             self._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
             atexit.register(self._finish_calls)  # a script that never removes the handle
         return sink

@@ -70,8 +70,9 @@ def instrumented_name(module: object) -> tuple[Instrumentation, str] | None:
 
 
 def step_emitter() -> RangeEmitter | None:
-    """Where an optimizer step's range goes: the emitter of an active instrumentation."""
-    return next((h.emitter for h in list(_ACTIVE) if h.active and h.emitter is not None),
+    """Where an optimizer step's range goes: the emitter chain of an active instrumentation
+    (through its calls recorder, when it records)."""
+    return next((h.step_sink for h in list(_ACTIVE) if h.active and h.step_sink is not None),
                 None)
 
 
