@@ -20,6 +20,7 @@ from torch_nsight.cli.arguments import accept_dashed_values, read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
 from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
+from torch_nsight.render.units import printable
 from torch_nsight.units import format_duration
 
 
@@ -109,12 +110,13 @@ def run(args: argparse.Namespace) -> int:
         found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
+        from torch_nsight.render.table import frame_text
+
         say(profile.describe(), sys.stderr)
-        sys.stdout.write(found.to_csv(index=False) if args.fmt == "csv" else
-                         found.to_json(orient="records", force_ascii=False) + "\n")
+        sys.stdout.write(frame_text(found, args.fmt))
         return 0
     if args.fmt == "markdown":
-        print(profile.describe())
+        print(printable(profile.describe()))
     else:
         say(profile.describe())
     print()
@@ -123,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verify and "verified" in found and found["verified"].any():
         print()
         for _, row in found[found["verified"]].iterrows():
-            print(f"measured: {row['finding']} in {row['module']}: "
-                  f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
-                  f"{format_duration(row['after_ns'], unit='µs', decimals=1)}")
+            print(printable(f"measured: {row['finding']} in {row['module']}: "
+                            f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
+                            f"{format_duration(row['after_ns'], unit='µs', decimals=1)}"))
     return 0

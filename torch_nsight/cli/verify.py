@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
+from torch_nsight.render.units import printable
 from torch_nsight.switches import FixSpec, parse_fixes
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int 
                           "markdown" if fmt == "markdown" else "plain", kernels))
     print()
     for line in verified_lines(table[tried]):
-        print(line)
+        print(printable(line))
 
 
 def verified_lines(tried: pd.DataFrame) -> list[str]:
