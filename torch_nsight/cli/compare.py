@@ -194,6 +194,31 @@ def _footer(shown: int, changed: int, args: argparse.Namespace) -> str:
     return ""
 
 
+def load_side(side: str, path: Path) -> Profile:
+    """One side of the comparison, read strictly: a damaged file (a report cut short,
+    events or rows left out) is an error naming the side, never a run that looks faster.
+
+    Args:
+        side: ``baseline`` or ``current``.
+        path: what the command line named.
+
+    Returns:
+        The profile.
+
+    Raises:
+        TorchNsightError: the side cannot be read, or is damaged; the message opens with
+            the side (``the current profile (CURRENT): ...``).
+    """
+    from torch_nsight.errors import TorchNsightError
+    from torch_nsight.loading import load
+
+    try:
+        return load(path, strict=True)
+    except TorchNsightError as err:
+        raise type(err)(f"the {side} profile ({side.upper()}) cannot be compared: {err}"
+                        ) from err
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight compare``.
 
@@ -205,14 +230,13 @@ def run(args: argparse.Namespace) -> int:
         two profiles matched; 0 otherwise.
 
     Raises:
-        TorchNsightError: a profile is missing or unreadable (``ReportError``), or lacks
-            the columns the comparison needs.
+        TorchNsightError: a profile is missing, unreadable or damaged (``ReportError``,
+            naming the side), or lacks the columns the comparison needs.
     """
     from torch_nsight.analyze.regress import compare_profiles
-    from torch_nsight.loading import load
 
-    baseline = load(args.baseline)
-    current = load(args.current)
+    baseline = load_side("baseline", args.baseline)
+    current = load_side("current", args.current)
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]

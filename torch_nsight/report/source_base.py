@@ -31,10 +31,14 @@ class ReadOptions:
     Attributes:
         cache: keep each report's tidy table in a cache (see :mod:`~torch_nsight.report.cache`).
         cache_dir: where caches go (None: beside each report, or ``$TORCH_NSIGHT_CACHE_DIR``).
+        strict: a damaged source, one whose reader leaves records out (a report cut short,
+            events or rows with invalid numbers), is a :class:`ReportError` instead of a
+            warning (``compare``: a file cut short must not read as a faster run).
     """
 
     cache: bool = True
     cache_dir: str | os.PathLike[str] | None = None
+    strict: bool = False
 
 
 @dataclass
@@ -104,6 +108,28 @@ def inside(folder: Path, name: str, where: str) -> Path:
                           f"{candidate.resolve()}): torch_nsight reads only files inside the "
                           "folder it is given; copy that file into it")
     return candidate
+
+
+def refuse_repeats(files: list[Path], what: str, where: str) -> None:
+    """Refuse a manifest that names one file more than once: each of its times would count
+    twice, or three times, silently.
+
+    Args:
+        files: the files its entries name (as :func:`inside` gives them).
+        what: what an entry is (``child``, ``item``).
+        where: the manifest, for the message.
+
+    Raises:
+        ReportError: a file is named more than once.
+    """
+    counts: dict[Path, int] = {}
+    for file in files:
+        counts[file.resolve()] = counts.get(file.resolve(), 0) + 1
+    repeated = [f"{file.name} {n} times" for file, n in counts.items() if n > 1]
+    if repeated:
+        raise ReportError(f"{where} lists the same {what} more than once "
+                          f"({', '.join(repeated[:3])}{', ...' if len(repeated) > 3 else ''}):"
+                          f" its times would count more than once; {DAMAGED}")
 
 
 #: The kernel table's columns that hold numbers (its metrics); ``duration_ns`` is required.

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from torch_nsight import formats
+from torch_nsight.checks import damage_refused
 from torch_nsight.errors import ReportError
 from torch_nsight.report.expand import EXPANSION_ERRORS, open_compressed
 from torch_nsight.report.ncu_source import NcuReport, is_report
@@ -67,14 +68,15 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
         if reader.accepts(path):
             logger.debug("reading %s as %s", path, reader.name)
             try:
-                data = reader.read(path, options)
+                with damage_refused(options.strict):
+                    data = reader.read(path, options)
+                    if not data.analyzed:  # a saved profile's reader checked its own
+                        data.kernels = check_times(data.kernels, str(path), missing_ok=True)
             except ReportError as err:
                 hint = _misnamed(path)
                 if hint is None:
                     raise
                 raise type(err)(f"{err}; {hint}") from err  # the same kind of error
-            if not data.analyzed:  # a saved profile's reader checked its own
-                data.kernels = check_times(data.kernels, str(path), missing_ok=True)
             return data
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
                       "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
