@@ -19,7 +19,13 @@ from typing import Any
 from torch_nsight.cli.arguments import accept_dashed_values, read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
-from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
+from torch_nsight.cli.verify import (
+    add_verify_options,
+    print_verified,
+    run_verify,
+    verify_options_given,
+    verify_plan,
+)
 from torch_nsight.render.units import printable
 from torch_nsight.units import format_duration
 
@@ -76,11 +82,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.command is not None and not args.verify:
         raise UsageError("--command is the script --verify times its fixes on: add --verify")
-    on_steps = [option for option, given in (
-        ("--steps", args.steps is not None), ("--verify-top", args.verify_top is not None),
-        ("--verify-steps", args.verify_steps is not None), ("--verify-fix", args.verify_fix),
-        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None),
-        ("--verify-rounds", args.verify_rounds is not None)) if given]
+    on_steps = [*(["--steps"] if args.steps is not None else []),
+                *verify_options_given(args)]
     if on_steps and args.command is None:
         raise UsageError(f"{', '.join(on_steps)} time fixes on your own steps: add --verify "
                          "--command \"python train.py\"")

@@ -289,7 +289,7 @@ def check_arguments(args: argparse.Namespace) -> None:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.shape is not None and args.roofline is None:
         raise UsageError("--shape picks the shape drawn by --plot; pass --plot too")
-    check_outputs(outputs(args), args.force)
+    check_outputs(outputs(args), args.force, inputs=args.reports)
 
 
 def run(args: argparse.Namespace) -> int:
