@@ -9,10 +9,13 @@ torch, no pandas.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from torch_nsight.errors import ReportError
@@ -20,7 +23,7 @@ from torch_nsight.errors import ReportError
 logger = logging.getLogger(__name__)
 
 __all__ = ["number", "whole", "loads_json", "field", "check_schema", "LeftOut", "NUMBER",
-           "WHOLE"]
+           "WHOLE", "damage_refused", "say_left_out"]
 
 #: The advice of a damaged file's error.
 DAMAGED = "the file is damaged: record it again, or restore it from a copy"
@@ -181,4 +184,34 @@ class LeftOut:
     def warn(self) -> None:
         """Log what was left out, in one warning (nothing when nothing was)."""
         if self.counts:
-            logger.warning("%s", self.describe())
+            say_left_out(self.describe())
+
+
+#: Within :func:`damage_refused`: what a reader left out is an error, not a warning.
+_REFUSING: ContextVar[bool] = ContextVar("torch_nsight_refusing_damage", default=False)
+
+
+@contextlib.contextmanager
+def damage_refused(refuse: bool = True) -> Iterator[None]:
+    """Within it (with ``refuse``), a reader that leaves records of a damaged file out
+    (:func:`say_left_out`) raises instead of warning: a comparison, a gate, must not read
+    a file cut short as a faster run. Scoped to the reading that asks it
+    (:attr:`~torch_nsight.report.source_base.ReadOptions.strict`); contexts apart (threads,
+    tasks) are not affected."""
+    token = _REFUSING.set(refuse)
+    try:
+        yield
+    finally:
+        _REFUSING.reset(token)
+
+
+def say_left_out(sentence: str, log: logging.Logger = logger) -> None:
+    """Warn of what a reader left out of a damaged file (``sentence`` names it) on ``log``;
+    within :func:`damage_refused`, refuse it.
+
+    Raises:
+        ReportError: within :func:`damage_refused`.
+    """
+    if _REFUSING.get():
+        raise ReportError(f"{sentence}: {DAMAGED}")
+    log.warning("%s", sentence)

@@ -28,7 +28,7 @@ T = TypeVar("T")
 __all__ = ["ScriptEnv", "Steps", "SCRIPT_VARIABLES", "STEPS_ENV", "STATUS_ENV",
            "REPLICATE_ENV", "REHEARSAL_ENV", "INSTRUMENT_ENV", "TIMELINE_ENV", "APPLY_ENV",
            "ALTERNATE_ENV", "TIMING_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
-           "EARLY_CUDA_ENV"]
+           "EARLY_CUDA_ENV", "MAX_EXPANDED_ENV"]
 
 # What ``torch-nsight profile`` tells the script it runs (one field of ScriptEnv each):
 #: ``--timeline``: the folder the chosen steps' trace goes to (PyTorch's profiler records
@@ -67,6 +67,9 @@ SILENCE_ENV = "TORCH_NSIGHT_SILENCE_S"
 #: ``0``: the sweep's child does not start CUDA while it imports
 #: (:mod:`torch_nsight.collect.child.start`).
 EARLY_CUDA_ENV = "TORCH_NSIGHT_EARLY_CUDA"
+#: the most bytes a compressed report or trace may expand to (``4G``, ``800M``; default
+#: 1G): a decompression bomb is refused past it (:mod:`torch_nsight.report.expand`).
+MAX_EXPANDED_ENV = "TORCH_NSIGHT_MAX_EXPANDED"
 
 _FORM = "expected N, A:B or A: (step indices from 0, B excluded)"
 _FROM_ZERO = ("step indices start at 0 (torch_nsight.step() numbers the loop's steps 0, 1, "

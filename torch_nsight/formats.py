@@ -98,6 +98,11 @@ class FormatError(ValueError):
     """A file is not of the kind or format its reader expects."""
 
 
+#: The most bytes a range message's document may expand to (a calls table of 100,000 calls
+#: is ~20 MiB).
+MESSAGE_LIMIT = 256 << 20
+
+
 def pack_message(prefix: str, document: Mapping[str, Any]) -> str:
     """A range message carrying ``document``: ``prefix`` + base64 of zlib-compressed JSON."""
     packed = zlib.compress(json.dumps(document, separators=(",", ":")).encode(), 6)
@@ -115,9 +120,14 @@ def unpack_message(message: str, prefix: str, kind: str) -> dict[str, Any]:
         raise FormatError(f"not a {what} message")
     try:
         packed = base64.b64decode(message[len(prefix):], validate=True)
-        document = json.loads(zlib.decompress(packed))
+        expanding = zlib.decompressobj()
+        text = expanding.decompress(packed, MESSAGE_LIMIT)
+        bomb = bool(expanding.unconsumed_tail)  # refused before it fills the memory
+        document = None if bomb else json.loads(text)
     except (ValueError, zlib.error) as err:
         raise FormatError(f"a damaged {what} message ({err})") from err
+    if bomb:
+        raise FormatError(f"a {what} message that expands past {MESSAGE_LIMIT >> 20} MiB")
     if not isinstance(document, dict) or document.get("kind") != kind:
         raise FormatError(f"a {what} message that holds no {what} document")
     return document

@@ -68,7 +68,8 @@ def _check_labels(labels: Any, files: list[Path]) -> list[str] | None:
 
 def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = None,
          shapes: Sequence[str] | None = None, calls: PathArg | None = None,
-         cache: bool = True, cache_dir: PathArg | None = None) -> Profile:
+         cache: bool = True, cache_dir: PathArg | None = None, strict: bool = False
+         ) -> Profile:
     """Read reports, saved profiles and sweep directories into one analyzed :class:`Profile`.
 
     Args:
@@ -88,6 +89,8 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
             (see :mod:`torch_nsight.report.cache`).
         cache_dir: where caches go; default beside each report (skipped quietly where that
             folder is read-only), or ``$TORCH_NSIGHT_CACHE_DIR`` when set.
+        strict: refuse a damaged source (its reader would leave records out, with a
+            warning) with :class:`ReportError`: what a comparison or a gate should do.
 
     Returns:
         The profile.
@@ -96,13 +99,14 @@ def load(paths: PathArg | Iterable[PathArg], *, labels: Sequence[str] | None = N
         TypeError: an argument has the wrong type.
         ValueError: ``paths`` is empty, ``labels`` has a different length, or ``calls`` is
             given with more than one path.
-        ReportError: a file is missing, unreadable, or not a source torch_nsight reads.
+        ReportError: a file is missing, unreadable, or not a source torch_nsight reads (or,
+            with ``strict``, damaged).
         MissingMetricError: a source lacks a column the analysis needs.
     """
     if labels is not None and shapes is not None:
         raise TypeError("pass labels or shapes (its former name), not both")
     files, given = _files_and_labels(paths, labels if labels is not None else shapes)
-    parts = _read(files, ReadOptions(cache=cache, cache_dir=cache_dir), calls)
+    parts = _read(files, ReadOptions(cache=cache, cache_dir=cache_dir, strict=strict), calls)
     tables = [_analyzed(part) for part in parts]
     call_tables = [None if p.calls is None or p.calls.empty
                    else p.calls if p.analyzed else analysis.attribute_calls(p.calls)

@@ -107,8 +107,8 @@ def test_a_duration_only_report_gets_gains_from_known_peaks(
 def test_the_table_agrees_with_the_reports_own_peaks() -> None:
     """On every report with peaks of its own: Nsight Compute's per-cycle peaks are the
     table's per-SM rates times the SMs, its DRAM peak at the measured clock the table's,
-    and 95% of kernels ran at or under
-    the table's boost clock."""
+    and 95% of kernels ran at or under the table's boost clock (within the 1% a clock
+    measured over short kernels overshoots)."""
     checked = 0
     for source in [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz")]:
         try:
@@ -127,8 +127,9 @@ def test_the_table_agrees_with_the_reports_own_peaks() -> None:
                 assert table is not None, (source, name)
                 assert per_cycle == pytest.approx(table / (gpu.boost_mhz * 1e6), rel=1e-3), (
                     source, name)
-        # (a clock measured over a short kernel can overshoot: 2.09 GHz on one ViT kernel)
-        assert own["sm_clock_hz"].quantile(0.95) <= gpu.boost_mhz * 1e6
+        # (a clock measured over a short kernel can overshoot: 2.09 GHz on one ViT kernel,
+        # 1.99 GHz at the 95th percentile of an H100 of tests/data/zoo_families)
+        assert own["sm_clock_hz"].quantile(0.95) <= gpu.boost_mhz * 1e6 * 1.01
         dram = (own["peak_dram_bytes_per_cycle"] * own["dram_clock_hz"]).median()
         assert dram == pytest.approx(gpu.dram_bytes_per_s, rel=0.03)
         checked += 1
@@ -144,4 +145,5 @@ def test_names_match_the_right_entry() -> None:
         gpu = known_gpu(name)
         assert gpu is not None and gpu.dram_bytes_per_s == dram, name
     assert known_gpu("NVIDIA A10G") is None and known_gpu(None) is None
-    assert len({gpu.pattern for gpu in KNOWN_GPUS}) == len(KNOWN_GPUS)
+    names = [name for gpu in KNOWN_GPUS for name in gpu.names]
+    assert len(set(names)) == len(names)

@@ -139,7 +139,7 @@ def test_a_childs_log_on_a_full_disk_is_one_warning_not_a_dead_thread(
 
     died: list[BaseException] = []
     previous = threading.excepthook
-    threading.excepthook = lambda hook: died.append(hook.exc_value)  # type: ignore[assignment]
+    threading.excepthook = lambda hook: died.append(hook.exc_value)  # type: ignore[arg-type]
     command = [sys.executable, "-c", "for i in range(20000): print('line', i)"]
     spec = ChildSpec("sweep", command, dict(os.environ), tmp_path / "s", tmp_path / "r",
                      None, Path("/dev/full"), 1)  # every write to /dev/full: no space left
@@ -152,3 +152,37 @@ def test_a_childs_log_on_a_full_disk_is_one_warning_not_a_dead_thread(
     assert died == [] and outcome.returncode == 0  # its output was read to the end
     (line,) = [r.getMessage() for r in caplog.records if "/dev/full" in r.getMessage()]
     assert "cannot write /dev/full: No space left" in line and "not kept" in line
+
+
+@pytest.mark.parametrize("output", ["--parquet in.parquet", "--parquet ./link.parquet",
+                                    "--json sweep/sweep.json"])
+def test_force_never_writes_over_an_input(
+        output: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """(issue 45) ``--force`` once replaced the profile it read by the table it wrote."""
+    import shutil
+
+    source = tmp_path / "in.parquet"
+    shutil.copy(SAVED, source)
+    (tmp_path / "link.parquet").symlink_to(source)
+    folder = tmp_path / "sweep"
+    shutil.copytree(ROOT / "tests" / "data" / "sweep_stack", folder,
+                    ignore=shutil.ignore_patterns("*.tn-cache.parquet"))
+    before = {p: p.read_bytes() for p in (source, folder / "sweep.json")}
+    read = "sweep" if output.startswith("--json sweep") else "in.parquet"
+    status, out, err = run_main(["report", read, *output.split(), "--force"], tmp_path,
+                                monkeypatch, capsys)
+    assert status == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "is an input of this command" in line and "--force never writes over" in line
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_force_still_replaces_an_output_beside_the_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "table.csv").write_text("old")
+    status, _, err = run_main(["report", str(SAVED), "--csv", "table.csv", "--force"],
+                              tmp_path, monkeypatch, capsys)
+    assert status == 0, err
+    assert (tmp_path / "table.csv").read_text() != "old"

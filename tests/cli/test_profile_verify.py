@@ -147,6 +147,11 @@ def test_a_script_that_never_instruments_cannot_have_its_fix_applied(
     (["--verify", "--steps", "3", "--verify-top", "0", "--", "python", "x.py"],
      "--verify-top must be at least 1"),
     (["--verify", "--steps", "3", "--timeline", "--", "python", "x.py"], "nor --timeline"),
+    # (issue 45) ignored before: the fix named was never timed, the run exited 0
+    (["--steps", "3", "--verify-fix", "tf32", "--dry-run", "--", "python", "x.py"],
+     "--verify-fix tunes --verify, which was not given: add --verify"),
+    (["--steps", "3", "--verify-top", "2", "--verify-rounds", "2", "--", "python", "x.py"],
+     "--verify-top, --verify-rounds tune --verify, which was not given"),
 ])
 def test_bad_verify_options_are_one_line(tmp_path: Path, args: list[str], message: str,
                                          monkeypatch: pytest.MonkeyPatch,

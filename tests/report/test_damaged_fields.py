@@ -236,13 +236,13 @@ def test_a_full_temporary_folder_is_one_error_and_leaves_nothing(
 
     from torch_nsight.report import reader
 
-    def full(source: Any, target: Any, length: int = 0) -> None:
-        target.write(source.read(1000))  # what fitted before the disk filled up
+    def full(source: Any, target: Any, *args: Any) -> None:
+        target.write(b"\0" * 1000)  # what fitted before the disk filled up
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
-    monkeypatch.setattr(reader.shutil, "copyfileobj", full)
+    monkeypatch.setattr(reader, "expand_into", full)
     with pytest.raises(ReportError, match="cannot decompress .*hand_s128.ncu-rep.xz into .*"
                                           "No space left .* free there.*set TMPDIR"):
         torch_nsight.load(DATA / "hand_s128.ncu-rep.xz", cache=False)

@@ -34,10 +34,10 @@ PER_SM_CYCLE: dict[tuple[int, int], dict[str, float]] = {
 
 @dataclass(frozen=True)
 class KnownGpu:
-    """One GPU model: how its name reads, its compute capability, SMs, boost clock and DRAM
-    bandwidth."""
+    """One GPU model: the names its driver gives it, its compute capability, SMs, boost
+    clock and DRAM bandwidth."""
 
-    pattern: str
+    names: tuple[str, ...]
     capability: tuple[int, int]
     sms: int
     boost_mhz: float
@@ -50,27 +50,43 @@ class KnownGpu:
         return None if rate is None else rate * self.sms * self.boost_mhz * 1e6
 
 
-#: First match wins: the more specific names first (an H100 PCIe before the SXM part).
+#: Each model by the exact names its driver reports (``cudaDeviceProp.name``, Nsight
+#: Compute's device name), with or without the ``NVIDIA`` its older drivers left out. A name
+#: is matched whole, never by a part of it: "RTX A1000 6" is no A100, "NVIDIA H200 NVL" (a
+#: lower clock) no H200; a name not listed gets no peaks from the table (no ceiling, no
+#: gain), never those of a bigger GPU.
 KNOWN_GPUS: tuple[KnownGpu, ...] = (
-    KnownGpu(r"H100.*PCIe", (9, 0), 114, 1755, 2.0e12),
-    KnownGpu(r"H100.*NVL", (9, 0), 132, 1785, 3.9e12),
-    KnownGpu(r"H100|H800", (9, 0), 132, 1980, 3.35e12),
-    KnownGpu(r"H200", (9, 0), 132, 1980, 4.8e12),
-    KnownGpu(r"A100.*80GB.*PCIe", (8, 0), 108, 1410, 1.935e12),
-    KnownGpu(r"A100.*80GB", (8, 0), 108, 1410, 2.039e12),
-    KnownGpu(r"A100", (8, 0), 108, 1410, 1.555e12),
-    KnownGpu(r"L40S", (8, 9), 142, 2520, 0.864e12),
-    KnownGpu(r"\bL4\b", (8, 9), 58, 2040, 0.3e12),
-    KnownGpu(r"\bA10\b", (8, 6), 72, 1695, 0.6e12),
+    KnownGpu(("NVIDIA H100 PCIe",), (9, 0), 114, 1755, 2.0e12),
+    KnownGpu(("NVIDIA H100 NVL",), (9, 0), 132, 1785, 3.9e12),
+    KnownGpu(("NVIDIA H100 80GB HBM3", "NVIDIA H800"), (9, 0), 132, 1980, 3.35e12),
+    KnownGpu(("NVIDIA H200",), (9, 0), 132, 1980, 4.8e12),
+    KnownGpu(("NVIDIA A100 80GB PCIe",), (8, 0), 108, 1410, 1.935e12),
+    KnownGpu(("NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM-80GB"), (8, 0), 108, 1410,
+             2.039e12),
+    KnownGpu(("NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB"), (8, 0), 108, 1410,
+             1.555e12),
+    KnownGpu(("NVIDIA L40S",), (8, 9), 142, 2520, 0.864e12),
+    KnownGpu(("NVIDIA L4",), (8, 9), 58, 2040, 0.3e12),
+    KnownGpu(("NVIDIA A10",), (8, 6), 72, 1695, 0.6e12),
 )
 
 
+def _key(name: str) -> str:
+    """A device name as the table is looked up: case and runs of spaces aside, without the
+    leading ``NVIDIA``."""
+    words = name.casefold().split()
+    return " ".join(words[1:] if words[:1] == ["nvidia"] else words)
+
+
+_BY_NAME: dict[str, KnownGpu] = {_key(name): gpu for gpu in KNOWN_GPUS for name in gpu.names}
+
+
 def known_gpu(name: object) -> KnownGpu | None:
-    """The table's entry for a device name such as ``NVIDIA H100 80GB HBM3``; None when the
-    name is not one of :data:`KNOWN_GPUS`."""
+    """The table's entry for a device name such as ``NVIDIA H100 80GB HBM3``, matched
+    whole; None when the name is not one of :data:`KNOWN_GPUS`' names."""
     if not isinstance(name, str):
         return None
-    return next((gpu for gpu in KNOWN_GPUS if re.search(gpu.pattern, name)), None)
+    return _BY_NAME.get(_key(name))
 
 
 #: Names whose peaks the table does not hold, by compute capability only (the occupancy

@@ -154,6 +154,8 @@ def _verdict(row: pd.Series, threshold: float, alpha: float) -> str:
     if pd.isna(row["baseline_ns"]):
         return "only in current"
     change = row["change_pct"]
+    if pd.isna(change):  # time from none (or to none): beyond any percentage
+        change = math.copysign(math.inf, row["current_ns"] - row["baseline_ns"])
     if change == 0 or abs(change) <= threshold:
         return "unchanged"
     if not pd.isna(row["p_value"]) and row["p_value"] >= alpha:
@@ -251,11 +253,12 @@ def _matched_sides(baseline: pd.DataFrame, current: pd.DataFrame, by: CompareLev
 
 
 def _add_changes(out: pd.DataFrame) -> None:
-    """Add ``change_ns``, ``change_pct`` (0 where nothing changed) and ``p_value``
+    """Add ``change_ns``, ``change_pct`` (0 where nothing changed, NaN where the baseline
+    took no time) and ``p_value``
     (:func:`welch_p` of the per-run times, NaN where a side has none)."""
     out["change_ns"] = out["current_ns"] - out["baseline_ns"]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        change = 100.0 * out["change_ns"] / out["baseline_ns"]
+    # no percentage of no time: NaN (not inf) where the baseline took none
+    change = 100.0 * out["change_ns"] / out["baseline_ns"].where(out["baseline_ns"] > 0)
     out["change_pct"] = change.where(out["change_ns"] != 0, 0.0).mask(out["change_ns"].isna())
     out["p_value"] = [welch_p(b, c) if isinstance(b, np.ndarray) and isinstance(c, np.ndarray)
                       else math.nan for b, c in zip(out[f"baseline_{RUNS_COLUMN}"],

@@ -100,10 +100,12 @@ def _judged_step(row: pd.Series) -> str:
 
 
 def _counts(row: pd.Series, *, final_and: bool = False) -> str:
-    """``1234 kernels, 88% of them under 10 µs, [and ]12.3 launches per ms``."""
-    return (f"{row['kernels']:g} kernels, {row['small_kernel_pct']:.0f}% of them under "
-            f"{SMALL_KERNEL_NS / 1e3:g} µs, {'and ' if final_and else ''}"
-            f"{row['launches_per_ms']:.1f} launches per ms")
+    """``1234 kernels, 88% of them under 10 µs, [and ]12.3 launches per ms``; ``no kernel
+    (copies and memsets only), ...`` for a step without kernels (no share of none)."""
+    kernels = (f"{row['kernels']:g} kernels, {row['small_kernel_pct']:.0f}% of them under "
+               f"{SMALL_KERNEL_NS / 1e3:g} µs" if row["kernels"] > 0 else
+               "no kernel (copies and memsets only)")
+    return f"{kernels}, {'and ' if final_and else ''}{row['launches_per_ms']:.1f} launches per ms"
 
 
 def _busy(row: pd.Series, *, only: bool = False, under: bool = True) -> str:
@@ -142,6 +144,8 @@ def _launch_bound(row: pd.Series) -> str:
 
 
 def _cpu_bound(row: pd.Series) -> str:
+    if not row["kernels"] > 0:
+        return f"{_busy(row, only=True)}, with {_counts(row)}: the CPU side sets the pace."
     return (f"{_busy(row, only=True)} although most of its kernels are long "
             f"({_counts(row)}): the CPU side sets the pace.")
 

@@ -24,6 +24,7 @@ from torch_nsight.render.comparison import (
     verdict_line,
 )
 from torch_nsight.render.fit import terminal_width, wrap_text
+from torch_nsight.render.units import printable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -126,17 +127,17 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
         stream: where it goes.
     """
     from torch_nsight.analyze.changes import changed_rows, largest_change
+    from torch_nsight.render.table import frame_text, json_escaped
 
     if args.fmt == "csv":
-        rows.to_csv(stream, index=False)
+        stream.write(frame_text(rows, "csv"))
         return
     if args.fmt == "json":
         document = {"baseline": str(args.baseline), "current": str(args.current),
                     "by": args.by, "threshold_pct": args.threshold, "notes": notes,
                     "verdicts": count_verdicts(rows),
                     "rows": json.loads(rows.to_json(orient="records", force_ascii=False))}
-        json.dump(document, stream, indent=2, ensure_ascii=False)
-        stream.write("\n")
+        stream.write(json_escaped(json.dumps(document, indent=2, ensure_ascii=False)) + "\n")
         return
     changed = changed_rows(rows)
     verdict = verdict_line(rows, largest_change(changed), args.threshold, args.by)
@@ -151,14 +152,15 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
     else:
         table = ""
     footer = _footer(len(shown), len(changed), args)
+    # the lines hold names read from the files (GPUs, modules, paths): escaped, one line each
     if markdown:
-        lines = [f"### torch-nsight compare: {verdict}", ""]
-        lines += [f"- {line}" for line in [*header, summary]]
-        lines += [f"- **warning:** {note}" for note in notes]
+        lines = [printable(f"### torch-nsight compare: {verdict}"), ""]
+        lines += [printable(f"- {line}") for line in [*header, summary]]
+        lines += [printable(f"- **warning:** {note}") for note in notes]
         lines += ["", table] if table else []
         lines += ["", footer] if footer else []
     else:
-        lines = [wrap_text(line, width) for line in
+        lines = [wrap_text(printable(line), width) for line in
                  [verdict, *header, *(f"warning: {note}" for note in first_notes(notes)),
                   summary]]
         lines += ["", table] if table else []
@@ -192,6 +194,31 @@ def _footer(shown: int, changed: int, args: argparse.Namespace) -> str:
     return ""
 
 
+def load_side(side: str, path: Path) -> Profile:
+    """One side of the comparison, read strictly: a damaged file (a report cut short,
+    events or rows left out) is an error naming the side, never a run that looks faster.
+
+    Args:
+        side: ``baseline`` or ``current``.
+        path: what the command line named.
+
+    Returns:
+        The profile.
+
+    Raises:
+        TorchNsightError: the side cannot be read, or is damaged; the message opens with
+            the side (``the current profile (CURRENT): ...``).
+    """
+    from torch_nsight.errors import TorchNsightError
+    from torch_nsight.loading import load
+
+    try:
+        return load(path, strict=True)
+    except TorchNsightError as err:
+        raise type(err)(f"the {side} profile ({side.upper()}) cannot be compared: {err}"
+                        ) from err
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight compare``.
 
@@ -203,19 +230,18 @@ def run(args: argparse.Namespace) -> int:
         two profiles matched; 0 otherwise.
 
     Raises:
-        TorchNsightError: a profile is missing or unreadable (``ReportError``), or lacks
-            the columns the comparison needs.
+        TorchNsightError: a profile is missing, unreadable or damaged (``ReportError``,
+            naming the side), or lacks the columns the comparison needs.
     """
     from torch_nsight.analyze.regress import compare_profiles
-    from torch_nsight.loading import load
 
-    baseline = load(args.baseline)
-    current = load(args.current)
+    baseline = load_side("baseline", args.baseline)
+    current = load_side("current", args.current)
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
     for note in first_notes(notes):
-        print(wrap_text(f"torch-nsight: warning: {note}"), file=sys.stderr)
+        print(wrap_text(printable(f"torch-nsight: warning: {note}")), file=sys.stderr)
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout)

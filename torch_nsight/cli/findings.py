@@ -19,7 +19,14 @@ from typing import Any
 from torch_nsight.cli.arguments import accept_dashed_values, read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say
-from torch_nsight.cli.verify import add_verify_options, print_verified, run_verify, verify_plan
+from torch_nsight.cli.verify import (
+    add_verify_options,
+    print_verified,
+    run_verify,
+    verify_options_given,
+    verify_plan,
+)
+from torch_nsight.render.units import printable
 from torch_nsight.units import format_duration
 
 
@@ -75,11 +82,8 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.command is not None and not args.verify:
         raise UsageError("--command is the script --verify times its fixes on: add --verify")
-    on_steps = [option for option, given in (
-        ("--steps", args.steps is not None), ("--verify-top", args.verify_top is not None),
-        ("--verify-steps", args.verify_steps is not None), ("--verify-fix", args.verify_fix),
-        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None),
-        ("--verify-rounds", args.verify_rounds is not None)) if given]
+    on_steps = [*(["--steps"] if args.steps is not None else []),
+                *verify_options_given(args)]
     if on_steps and args.command is None:
         raise UsageError(f"{', '.join(on_steps)} time fixes on your own steps: add --verify "
                          "--command \"python train.py\"")
@@ -109,12 +113,13 @@ def run(args: argparse.Namespace) -> int:
         found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
+        from torch_nsight.render.table import frame_text
+
         say(profile.describe(), sys.stderr)
-        sys.stdout.write(found.to_csv(index=False) if args.fmt == "csv" else
-                         found.to_json(orient="records", force_ascii=False) + "\n")
+        sys.stdout.write(frame_text(found, args.fmt))
         return 0
     if args.fmt == "markdown":
-        print(profile.describe())
+        print(printable(profile.describe()))
     else:
         say(profile.describe())
     print()
@@ -123,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verify and "verified" in found and found["verified"].any():
         print()
         for _, row in found[found["verified"]].iterrows():
-            print(f"measured: {row['finding']} in {row['module']}: "
-                  f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
-                  f"{format_duration(row['after_ns'], unit='µs', decimals=1)}")
+            print(printable(f"measured: {row['finding']} in {row['module']}: "
+                            f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
+                            f"{format_duration(row['after_ns'], unit='µs', decimals=1)}"))
     return 0

@@ -50,19 +50,28 @@ def add_force(parser: argparse.ArgumentParser) -> None:
                         help="overwrite output files that already exist")
 
 
-def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
-    """Refuse, before any work, to overwrite existing outputs unless ``force``.
+def check_outputs(paths: Iterable[Path | None], force: bool,
+                  inputs: Iterable[Path] = ()) -> None:
+    """Refuse, before any work, to overwrite an input (even with ``force``), or existing
+    outputs unless ``force``.
 
     Args:
         paths: the outputs (None entries are skipped).
         force: overwrite anyway.
+        inputs: the files and folders the command reads: an output may not be one of them,
+            nor a file that exists inside one (a sweep's manifest, a report).
 
     Raises:
-        UsageError: an output is a folder, or an output's folder does not exist or is not
+        UsageError: an output is an input, a folder, or its folder does not exist or is not
             writable.
         OutputExistsError: some outputs exist and ``force`` is False.
     """
     chosen = [p for p in paths if p is not None]
+    clobbered = [str(p) for p in chosen if _overwrites_input(p, list(inputs))]
+    if clobbered:
+        raise UsageError(f"{', '.join(clobbered)}: is an input of this command (or a file "
+                         "in an input folder); --force never writes over what it reads: "
+                         "name another output file")
     folders = [str(p) for p in chosen if p.is_dir()]
     if folders:
         raise UsageError(f"{', '.join(folders)}: is a folder; name a file to write")
@@ -81,6 +90,21 @@ def check_outputs(paths: Iterable[Path | None], force: bool) -> None:
     if closed:
         raise UsageError(f"output folder {', '.join(closed)} is not writable; choose "
                          "another or fix its permissions")
+
+
+def _overwrites_input(output: Path, inputs: list[Path]) -> bool:
+    """Whether writing ``output`` would replace an input, or a file inside an input folder
+    (links followed)."""
+    target = output.resolve()
+    for source in inputs:
+        if not source.exists():
+            continue
+        if source.is_dir():
+            if output.exists() and target.is_relative_to(source.resolve()):
+                return True
+        elif target == source.resolve():
+            return True
+    return False
 
 
 def check_out_folder(out: Path, option: str = "--out", *, writable: bool = False) -> None:

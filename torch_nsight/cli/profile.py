@@ -60,6 +60,7 @@ from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
     add_verify_options,
+    check_verify_options,
     print_verified,
     run_verify,
     verify_named_fixes,
@@ -196,6 +197,7 @@ def ncu_advice(err: NcuNotFoundError, fallback: str) -> NcuNotFoundError:
 def _check(args: argparse.Namespace) -> None:
     """Check the options; ``args.steps`` becomes the :class:`Steps` chosen (or None)."""
     settle_table_options(args)
+    check_verify_options(args)
     chosen = args.steps = read_steps(args.steps, "--steps")
     if chosen is not None:
         if args.runs is not None:

@@ -212,12 +212,12 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
         raise_unplaceable(profile)
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
+        from torch_nsight.render.table import frame_text
 
         frame = table_frame(profile, args.table, n=args.n, order=args.order, depth=args.depth,
                             fold=getattr(args, "fold", True))
         say(describe(profile), sys.stderr)
-        stream.write(frame.to_csv(index=False) if args.fmt == "csv" else
-                     frame.to_json(orient="records", force_ascii=False) + "\n")
+        stream.write(frame_text(frame, args.fmt))
     else:
         table = render_table(profile, args.table, args.fmt, args.n, order=args.order,
                              depth=args.depth, fold=getattr(args, "fold", True))
@@ -260,7 +260,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
                          depth=args.depth if args.depth is not None else 1)
         written.append(args.scaling)
     for path in written:  # beside csv/json on standard output, they go to standard error
-        print(f"wrote {path}", file=sys.stderr if args.fmt in DATA_FORMATS else stream)
+        say(f"wrote {path}", sys.stderr if args.fmt in DATA_FORMATS else stream)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -289,7 +289,7 @@ def check_arguments(args: argparse.Namespace) -> None:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.shape is not None and args.roofline is None:
         raise UsageError("--shape picks the shape drawn by --plot; pass --plot too")
-    check_outputs(outputs(args), args.force)
+    check_outputs(outputs(args), args.force, inputs=args.reports)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,7 +1,12 @@
 """One width for everything the command line prints: prose lines and log records wrap at
 spaces to ``$COLUMNS`` / the terminal / 120 (:func:`torch_nsight.render.fit.terminal_width`),
 never inside a word; tables fit themselves (:mod:`torch_nsight.render.fit`); csv, json and
-markdown are written whole by their commands, never through here.
+markdown are written whole by their commands, never through here
+(:func:`torch_nsight.render.table.frame_text`).
+
+Every line said here is escaped first (:func:`~torch_nsight.render.units.printable`): a
+GPU, module or file name read from a file cannot move the cursor, set the window title,
+open a link or reverse the text of the terminal it is printed to.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from torch_nsight.render.fit import terminal_width, wrap_text
+from torch_nsight.render.units import printable
 
 __all__ = ["say", "say_comment", "shell_command", "joined_command", "LogFormatter",
            "log_handler", "LOG_FORMAT"]
@@ -21,9 +27,10 @@ LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
 def say(text: str = "", stream: TextIO | None = None) -> None:
-    """Print ``text`` wrapped to the terminal's width (continuation lines indented by two
-    spaces) to ``stream`` (default: standard output)."""
-    print(wrap_text(text, terminal_width()) if text else text,
+    """Print ``text`` escaped (one line: a newline in it shows as ``\\n``) and wrapped to
+    the terminal's width (continuation lines indented by two spaces) to ``stream`` (default:
+    standard output)."""
+    print(wrap_text(printable(text), terminal_width()) if text else text,
           file=stream if stream is not None else sys.stdout)
 
 
@@ -32,7 +39,7 @@ def say_comment(text: str, stream: TextIO | None = None) -> None:
     to the terminal's width, so that a block of them pastes into a shell as it is."""
     import textwrap
 
-    lines = textwrap.wrap(text.removeprefix("# "), terminal_width(), initial_indent="# ",
+    lines = textwrap.wrap(printable(text.removeprefix("# ")), terminal_width(), initial_indent="# ",
                           subsequent_indent="#   ", break_long_words=False,
                           break_on_hyphens=False) or ["#"]
     print("\n".join(lines), file=stream if stream is not None else sys.stdout)
@@ -97,8 +104,6 @@ class LogFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         # names quoted from files escaped: no escape codes, no forged lines
-        from torch_nsight.render.units import printable
-
         return printable(super().formatMessage(record))
 
     def format(self, record: logging.LogRecord) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
+from torch_nsight.render.units import printable
 from torch_nsight.switches import FIX_OPTIONS, FixSpec, parse_fixes
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from torch_nsight.environment import Steps
 
 __all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
-           "verified_lines", "verify_named_fixes"]
+           "verified_lines", "verify_named_fixes", "verify_options_given",
+           "check_verify_options"]
 
 
 def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) -> None:
@@ -61,6 +63,30 @@ def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) ->
                         help="a fix that changes the loss (step.record_loss) by more than "
                              "this fraction, from the adjacent steps without it, is not "
                              "counted (default 0.02)")
+
+
+def verify_options_given(args: argparse.Namespace) -> list[str]:
+    """The ``--verify-*`` options given on the command line, by their spelling."""
+    return [option for option, given in (
+        ("--verify-top", args.verify_top is not None),
+        ("--verify-steps", args.verify_steps is not None), ("--verify-fix", args.verify_fix),
+        ("--verify-loss-tolerance", args.verify_loss_tolerance is not None),
+        ("--verify-rounds", args.verify_rounds is not None)) if given]
+
+
+def check_verify_options(args: argparse.Namespace) -> None:
+    """Refuse ``--verify-*`` options without ``--verify``: they would be ignored, and the
+    fix named by ``--verify-fix`` never timed (they do not imply ``--verify``, which runs
+    the command again once per fix: that is asked for, never assumed).
+
+    Raises:
+        UsageError: one was given without ``--verify``.
+    """
+    given = verify_options_given(args)
+    if given and not args.verify:
+        raise UsageError(f"{', '.join(given)} {'tunes' if len(given) == 1 else 'tune'} "
+                         "--verify, which was not given: add --verify (it runs the command "
+                         "again, bare, once per fix)")
 
 
 def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: Steps | None
@@ -133,7 +159,7 @@ def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int 
                           "markdown" if fmt == "markdown" else "plain", kernels))
     print()
     for line in verified_lines(table[tried]):
-        print(line)
+        print(printable(line))
 
 
 def verified_lines(tried: pd.DataFrame) -> list[str]:

@@ -87,8 +87,10 @@ def verdict_line(rows: pd.DataFrame, largest: pd.Series | None, threshold: float
         where = module_cell(largest)
         if by == "kernel":
             where += f" {shorten(_text(largest['kernel']), 30)}"
+        change = ("from no time" if is_missing(largest["change_pct"]) else
+                  f"{_change(largest)}%")  # a baseline of 0 ns has no percentage
         line += (f"; largest: {where} {_text(largest['direction'])} "
-                 f"{float(largest['change_ns']) / 1e3:+,.2f} µs ({_change(largest)}%)")
+                 f"{float(largest['change_ns']) / 1e3:+,.2f} µs ({change})")
     return line
 
 

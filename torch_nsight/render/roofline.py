@@ -128,7 +128,8 @@ def compute_roofs(kernels: pd.DataFrame) -> dict[tuple[str, ...], float]:
     peaks: dict[str, float] = {}
     for precision, part in kernels.groupby("precision", sort=False):
         peak = pd.to_numeric(part["peak_flops_per_s"], errors="coerce").max()
-        if isinstance(precision, str) and precision != "none" and np.isfinite(peak):
+        if isinstance(precision, str) and precision != "none" and np.isfinite(peak) \
+                and peak > 0:  # a peak of zero is no roof
             peaks[precision] = float(peak)
     roofs: dict[tuple[str, ...], float] = {}
     for precision, peak in sorted(peaks.items(), key=lambda item: -item[1]):
@@ -343,6 +344,7 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     else:
         ax, strip = figure.subplots(1, 1), None
     bandwidth = float(pd.to_numeric(rows["peak_bytes_per_s"], errors="coerce").max())
+    bandwidth = bandwidth if bandwidth > 0 else float("nan")  # zero: no DRAM roof to draw
     roofs = _draw_chart(ax, placed, bandwidth, colors, longest)
     title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
     ax.set_title(f"Roofline: {_gpu(profile)}, shape {title_shapes}\n"

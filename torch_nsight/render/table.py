@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from tabulate import tabulate, tabulate_formats
 
@@ -31,7 +32,7 @@ from torch_nsight.render.kinds import (
     TableKind,
     TableSpec,
 )
-from torch_nsight.render.units import printable_rows
+from torch_nsight.render.units import CONTROL, printable, printable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +43,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["FORMATS", "SUFFIXES", "KERNEL_WIDTH", "DEFAULT_ROWS", "TABLE_KINDS", "TABLES",
-           "TableKind", "table_frame", "render_table", "write_table"]
+           "TableKind", "table_frame", "render_table", "write_table", "frame_text", "csv_frame",
+           "csv_cell", "json_escaped"]
 
 PathArg = Union[str, "os.PathLike[str]"]
 
@@ -225,10 +227,71 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
         frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
         with atomic_output(target) as temp:
             if suffix == ".csv":
-                frame.to_csv(temp, index=False)
+                csv_frame(frame).to_csv(temp, index=False)
             elif suffix == ".parquet":
                 frame.to_parquet(temp, index=False)
             else:
-                frame.to_json(temp, orient="records", indent=2, force_ascii=False)
+                temp.write_text(frame_text(frame, "json", indent=2), encoding="utf-8")
     logger.info("wrote %s table to %s", what, target)
     return target
+
+
+#: What a spreadsheet takes for a formula at the start of a cell (tab and CR then show
+#: escaped, after the quote).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A csv cell safe to open in a spreadsheet and to print: text escaped
+    (:func:`~torch_nsight.render.units.printable`) and, where it would start a formula
+    (``=``, ``+``, ``-``, ``@``, a tab, a CR), after a ``'``; numbers, and text that is a plain
+    number (``-1.5``), unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = printable(value)
+    if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        return "'" + text
+    return text
+
+
+def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the cells of its text columns through :func:`csv_cell`; numeric and
+    boolean columns are left as they are (``-1.5`` stays a number)."""
+    import pandas as pd
+
+    safe = frame.copy(deep=False)
+    for column in frame.columns:
+        if not (pd.api.types.is_numeric_dtype(frame[column])
+                or pd.api.types.is_bool_dtype(frame[column])):
+            safe[column] = frame[column].map(csv_cell)
+    return safe
+
+
+def json_escaped(text: str) -> str:
+    """JSON text with every control character of :data:`~torch_nsight.render.units.CONTROL`
+    written as its JSON escape (``\\u001b``, ``\\u202e``): the same document to a reader,
+    nothing a terminal acts on. (A serializer writes such characters only inside strings,
+    where the escape means the same; the newlines and spaces of its layout are kept.)"""
+    return CONTROL.sub(lambda m: m.group() if m.group() in "\n\r\t" else
+                       f"\\u{ord(m.group()):04x}", text)
+
+
+def frame_text(frame: pd.DataFrame, fmt: Literal["csv", "json"], *,
+               indent: int | None = None) -> str:
+    """The rows of ``frame`` as csv (a header line, cells through :func:`csv_cell`) or
+    as a JSON list of records (through :func:`json_escaped`): what ``--format csv|json``
+    prints and ``--csv``/``--json`` write.
+
+    Args:
+        frame: raw numbers (:func:`table_frame`), findings or a comparison's rows.
+        fmt: ``csv`` or ``json``.
+        indent: the JSON's indentation (None: one line).
+
+    Returns:
+        The text, ending in a newline.
+    """
+    if fmt == "csv":
+        return str(csv_frame(frame).to_csv(index=False))
+    return json_escaped(str(frame.to_json(orient="records", force_ascii=False,
+                                          indent=indent))) + "\n"

@@ -96,14 +96,18 @@ def shorten(text: Any, width: int) -> str:
 
 
 #: Characters a terminal acts on instead of showing (C0 and C1 controls, escape sequences,
-#: bidirectional overrides): a file or kernel name holding them is shown escaped.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: bidirectional marks and overrides, line and paragraph separators): a file or kernel name
+#: holding them is shown escaped.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                     "\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
-    """``text`` with every control character escaped (``\\x1b``, ``\\n``): what a table
-    or an error line shows of a name read from a file."""
-    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    """``text`` with every control character escaped (``\\x1b``, ``\\n``, ``\\u202e``):
+    what any text the command line prints (a table, a line, a csv cell, an error) shows of
+    a name read from a file. The one sanitiser: every edge where text leaves goes through it
+    (json, which has escapes of its own, through :data:`CONTROL` as ``\\u001b``)."""
+    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def printable_rows(rows: list[list[Any]]) -> list[list[str]]:

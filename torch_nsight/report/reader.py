@@ -1,7 +1,7 @@
 """Open ``.ncu-rep`` files with NVIDIA's ``ncu_report`` and read one flat record per kernel.
 
-A compressed report is decompressed to a temporary file, a damaged or empty one refused in
-one line; each kernel becomes the record :func:`~torch_nsight.report.kernel_record.read_action`
+A compressed report is decompressed to a temporary file (refused once it passes the cap
+of :mod:`~torch_nsight.report.expand`), a damaged or empty one refused in one line; each kernel becomes the record :func:`~torch_nsight.report.kernel_record.read_action`
 makes. Large reports are read by several processes at once, forked from this one with the
 report it opened. No pandas here: records are plain dicts.
 """
@@ -15,7 +15,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import re
-import shutil
 import sys
 import tempfile
 import warnings
@@ -25,6 +24,7 @@ from typing import Any, cast
 
 from torch_nsight.errors import ReportError
 from torch_nsight.files import free_space, is_full
+from torch_nsight.report.expand import expand_into
 from torch_nsight.report.kernel_record import read_action
 from torch_nsight.report.ncu_import import import_reader
 
@@ -49,7 +49,8 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
         The path to hand to ``ncu_report.load_report``; a temporary file is removed after.
 
     Raises:
-        ReportError: the file does not exist or is not valid xz.
+        ReportError: the file does not exist, is not valid xz, or expands past the cap
+            (:func:`~torch_nsight.report.expand.expansion_limit`).
     """
     source = Path(path)
     if not source.is_file():
@@ -60,8 +61,8 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
         return
     handle, name = tempfile.mkstemp(suffix=".ncu-rep", prefix="torch_nsight-")
     try:
-        with os.fdopen(handle, "wb") as out, lzma.open(source) as compressed:
-            shutil.copyfileobj(compressed, out, length=1 << 20)
+        with os.fdopen(handle, "wb") as out:
+            expand_into(source, out)  # refused past the cap, before the disk fills
     except BaseException as err:
         os.unlink(name)  # nothing left behind, whatever stopped it
         if isinstance(err, (lzma.LZMAError, EOFError)):

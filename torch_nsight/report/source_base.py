@@ -7,6 +7,7 @@ The readers (``*_source.py``) import this module and the registry
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from torch_nsight.errors import ReportError
 from torch_nsight.metrics import METRICS
 from torch_nsight.record import Source, SweepRecord
 
+logger = logging.getLogger(__name__)
 _RANK_NAME = re.compile(r"rank(\d+)$")
 
 
@@ -31,10 +33,14 @@ class ReadOptions:
     Attributes:
         cache: keep each report's tidy table in a cache (see :mod:`~torch_nsight.report.cache`).
         cache_dir: where caches go (None: beside each report, or ``$TORCH_NSIGHT_CACHE_DIR``).
+        strict: a damaged source, one whose reader leaves records out (a report cut short,
+            events or rows with invalid numbers), is a :class:`ReportError` instead of a
+            warning (``compare``: a file cut short must not read as a faster run).
     """
 
     cache: bool = True
     cache_dir: str | os.PathLike[str] | None = None
+    strict: bool = False
 
 
 @dataclass
@@ -106,6 +112,28 @@ def inside(folder: Path, name: str, where: str) -> Path:
     return candidate
 
 
+def refuse_repeats(files: list[Path], what: str, where: str) -> None:
+    """Refuse a manifest that names one file more than once: each of its times would count
+    twice, or three times, silently.
+
+    Args:
+        files: the files its entries name (as :func:`inside` gives them).
+        what: what an entry is (``child``, ``item``).
+        where: the manifest, for the message.
+
+    Raises:
+        ReportError: a file is named more than once.
+    """
+    counts: dict[Path, int] = {}
+    for file in files:
+        counts[file.resolve()] = counts.get(file.resolve(), 0) + 1
+    repeated = [f"{file.name} {n} times" for file, n in counts.items() if n > 1]
+    if repeated:
+        raise ReportError(f"{where} lists the same {what} more than once "
+                          f"({', '.join(repeated[:3])}{', ...' if len(repeated) > 3 else ''}):"
+                          f" its times would count more than once; {DAMAGED}")
+
+
 #: The kernel table's columns that hold numbers (its metrics); ``duration_ns`` is required.
 NUMBER_COLUMNS = tuple(m.column for m in METRICS if m.column != "gpu")
 
@@ -114,8 +142,9 @@ def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
                 ) -> pd.DataFrame:
     """A kernel table with its number columns checked and its invalid values left out.
 
-    Rows whose ``duration_ns`` is negative (or missing, unless ``missing_ok``: a report may
-    lack the metric), or with a number that is infinite or beyond
+    Rows whose ``duration_ns`` is zero or negative (no kernel runs in no time: every time
+    share, speed and roofline place would divide by it), or missing (unless ``missing_ok``:
+    a report may lack the metric), or with a number that is infinite or beyond
     :data:`~torch_nsight.checks.LARGEST`, are left out with one counted warning.
 
     Args:
@@ -140,15 +169,35 @@ def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
                                   f"numbers; {DAMAGED}")
             frame[column] = numbers.astype("float64")
     duration = frame["duration_ns"].astype("float64")
-    bad = duration < 0
+    bad = duration <= 0
     if not missing_ok:
         bad |= duration.isna()
     numbers = frame.select_dtypes("number").astype("float64")
     huge = (numbers.abs() > LARGEST).any(axis=1)  # inf too
     left = LeftOut(where, "kernels")
-    left.add("", "invalid durations (negative or missing)", int(bad.sum()))
+    left.add("", "invalid durations (zero, negative or missing)", int(bad.sum()))
     left.add("", "infinite or out-of-range numbers", int((huge & ~bad).sum()))
     if left:
         left.warn()
         frame = frame.loc[~(bad | huge)].reset_index(drop=True)
+    return _unknown_zero_peaks(frame, where)
+
+
+#: The device's peaks and clocks: a roofline multiplies them, and divides by them.
+RATE_COLUMNS = tuple(m.column for m in METRICS if m.kind in ("peak", "clock"))
+
+
+def _unknown_zero_peaks(frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    """``frame`` with peaks and clocks of zero or less read as unknown (NaN): no device
+    runs at no clock, and a ceiling of zero would put every kernel above it. The rows stay
+    (their times are good); their peaks come from the table of known GPUs, or none."""
+    columns = [c for c in RATE_COLUMNS if c in frame]
+    if not columns or frame.empty:
+        return frame
+    rates = frame[columns].astype("float64")
+    zero = rates <= 0
+    if zero.to_numpy().any():
+        logger.warning("%s: %d kernels with peaks or clocks of zero or less: read as unknown "
+                       "(no roofline from them)", where, int(zero.any(axis=1).sum()))
+        frame[columns] = rates.mask(zero)
     return frame

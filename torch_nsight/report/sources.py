@@ -21,18 +21,18 @@ order; :func:`register_reader` adds one. One module per reader:
 from __future__ import annotations
 
 import logging
-import lzma
 from collections.abc import Sequence
 from pathlib import Path
 
 from torch_nsight import formats
+from torch_nsight.checks import damage_refused
 from torch_nsight.errors import ReportError
+from torch_nsight.report.expand import EXPANSION_ERRORS, open_compressed
 from torch_nsight.report.ncu_source import NcuReport, is_report
 from torch_nsight.report.saved_source import SavedProfile
 from torch_nsight.report.source_base import ReadOptions, SourceData, SourceReader, check_times
 from torch_nsight.report.sweep_source import SweepDirectory
 from torch_nsight.report.timeline_source import TimelineDirectory
-from torch_nsight.report.trace_events import trace_opener
 from torch_nsight.report.trace_source import TraceFile
 
 logger = logging.getLogger(__name__)
@@ -68,14 +68,15 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
         if reader.accepts(path):
             logger.debug("reading %s as %s", path, reader.name)
             try:
-                data = reader.read(path, options)
+                with damage_refused(options.strict):
+                    data = reader.read(path, options)
+                    if not data.analyzed:  # a saved profile's reader checked its own
+                        data.kernels = check_times(data.kernels, str(path), missing_ok=True)
             except ReportError as err:
                 hint = _misnamed(path)
                 if hint is None:
                     raise
                 raise type(err)(f"{err}; {hint}") from err  # the same kind of error
-            if not data.analyzed:  # a saved profile's reader checked its own
-                data.kernels = check_times(data.kernels, str(path), missing_ok=True)
             return data
     raise ReportError(f"{path} is not a source torch_nsight reads: pass an Nsight Compute "
                       "report (.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a "
@@ -112,9 +113,9 @@ def expand_paths(paths: Sequence[Path]) -> list[Path]:
 def _holds_trace_events(path: Path, window: int = 1 << 20) -> bool:
     """Whether the first MiB of a JSON file (plain, gzip or xz) names ``traceEvents``."""
     try:
-        with trace_opener(path)(path, "rb") as handle:
+        with open_compressed(path) as handle:  # one window: no bomb goes off
             return b'"traceEvents"' in handle.read(window)
-    except (OSError, EOFError, lzma.LZMAError):
+    except EXPANSION_ERRORS:
         return True  # damaged: let its reader say so
 
 

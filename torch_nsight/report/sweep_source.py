@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ from torch_nsight.record import Source, SweepRecord
 from torch_nsight.report.calls_table import calls_frame
 from torch_nsight.report.focused_kernels import TIMELINE_FOLDER, stand_in_rows
 from torch_nsight.report.ncu_source import attribute_compiled, report_source
-from torch_nsight.report.source_base import ReadOptions, SourceData, inside
+from torch_nsight.report.source_base import ReadOptions, SourceData, inside, refuse_repeats
 from torch_nsight.report.table import empty_raw_table, read_report
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class SweepDirectory:
         frames, sources = [], []
         missing: list[str] = []
         where = f"{path / formats.SWEEP_MANIFEST}"
+        children: list[tuple[dict[str, Any], str]] = []
         for child in manifest.get("children") or []:
             report = child.get("report")
             if not report:
@@ -53,6 +55,9 @@ class SweepDirectory:
             if not inside(path, report, where).is_file() and (path / f"{report}.xz").is_file():
                 report = f"{report}.xz"  # compressed after the sweep (as tests/data keeps it)
                 inside(path, report, where)
+            children.append((child, report))
+        refuse_repeats([path / report for _, report in children], "child report", where)
+        for child, report in children:
             if not (path / report).is_file():
                 missing.append(f"{child.get('name')} ({report})")
                 continue

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.checks import say_left_out
 from torch_nsight.metrics import METRIC_SETS, METRICS, OPTIONAL_KINDS
 from torch_nsight.report import cache as report_cache
 from torch_nsight.report import reader
@@ -116,7 +117,7 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
             frame, meta = cached
             frame["source"] = str(source)
             if meta.get("left_out"):  # the damage is said on every read, not only the first
-                logger.warning("%s", meta["left_out"])
+                say_left_out(meta["left_out"], logger)
             return frame, meta
     with reader.local_report(source) as local:
         context = reader.open_context(local, path)
@@ -125,7 +126,7 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
         meta = describe(frame, local, context)
         meta["left_out"] = reader.left_out(context, records, Path(path).name)
     if meta["left_out"]:
-        logger.warning("%s", meta["left_out"])
+        say_left_out(meta["left_out"], logger)
     if meta["missing_metrics"]:
         logger.info("%s lacks %d of the declared metrics (set: %s); their columns are NaN",
                     source.name, len(meta["missing_metrics"]), meta["metric_set"])

@@ -14,7 +14,13 @@ from torch_nsight import formats
 from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import SweepRecord
-from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
+from torch_nsight.report.source_base import (
+    ReadOptions,
+    SourceData,
+    inside,
+    rank_in_name,
+    refuse_repeats,
+)
 from torch_nsight.report.trace import trace_tables
 from torch_nsight.report.trace_source import trace_source
 
@@ -38,10 +44,12 @@ class TimelineDirectory:
             raise ReportError(f"{err}: the timeline directory {path} cannot be read") from err
         check_schema(manifest, formats.TIMELINE_SCHEMA, str(path / formats.TIMELINE_MANIFEST))
         frames, timelines, sources = [], [], []
-        for item in manifest.get("items") or []:
-            trace = item.get("trace")
-            if not trace or not inside(path, trace, str(path / formats.TIMELINE_MANIFEST)
-                                       ).is_file():
+        where = str(path / formats.TIMELINE_MANIFEST)
+        items = [(item, item.get("trace")) for item in manifest.get("items") or []]
+        refuse_repeats([inside(path, trace, where) for _, trace in items if trace],
+                       "trace", where)
+        for item, trace in items:
+            if not trace or not inside(path, trace, where).is_file():
                 continue
             steps = {f"{item.get('variant', '')}|{item.get('shape', '')}": item}
             frame, timeline, gpu = trace_tables(path / trace, steps, measured_only=True)

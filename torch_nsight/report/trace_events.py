@@ -22,11 +22,8 @@ from __future__ import annotations
 import codecs
 import contextlib
 import gc
-import gzip
 import json
 import logging
-import lzma
-import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +35,7 @@ import msgspec
 from torch_nsight import formats, naming
 from torch_nsight.checks import DAMAGED, LeftOut, number, whole
 from torch_nsight.errors import ReportError
+from torch_nsight.report.expand import EXPANSION_ERRORS, read_expanded
 
 logger = logging.getLogger(__name__)
 
@@ -149,9 +147,6 @@ class TraceEvents:
     gpus: dict[int, str] = field(default_factory=dict)
 
 
-def trace_opener(path: Path) -> Any:
-    """The ``open`` for a trace file: gzip's, xz's or the plain one, by its suffix."""
-    return {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
 
 
 def read_trace(path: Path, where: str | None = None, *, fast: bool = True) -> TraceEvents:
@@ -169,11 +164,10 @@ def read_trace(path: Path, where: str | None = None, *, fast: bool = True) -> Tr
         ReportError: it is not a readable trace of PyTorch's profiler.
     """
     try:
-        with trace_opener(path)(path, "rb") as handle:
-            data = handle.read()
+        data = read_expanded(path, where)  # a bomb refused before it fills the memory
     except FileNotFoundError:
         raise ReportError(f"{path} does not exist") from None
-    except (OSError, EOFError, lzma.LZMAError, zlib.error) as err:
+    except EXPANSION_ERRORS as err:
         raise _unreadable(path, err) from err
     with collector_paused():
         trace = _decode_fast(data) if fast else None

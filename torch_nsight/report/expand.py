@@ -1,0 +1,142 @@
+"""Compressed files (``.xz``, ``.gz``) expanded with a cap checked as they stream.
+
+A few MiB of xz or gzip can expand to many GiB (a decompression bomb). Every reader expands
+through here, a MiB at a time, and refuses a file once what came out of it passes the cap
+(:func:`expansion_limit`): before it fills the memory or the disk. The cap is
+:data:`DEFAULT_LIMIT` (4 times the largest real report or trace seen), raised by
+``$TORCH_NSIGHT_MAX_EXPANDED`` (:data:`~torch_nsight.environment.MAX_EXPANDED_ENV`:
+``4G``, ``800M``, a byte count), which the refusal names.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import os
+import re
+import zlib
+from pathlib import Path
+from typing import IO, Any
+
+from torch_nsight.environment import MAX_EXPANDED_ENV
+from torch_nsight.errors import ReportError
+
+__all__ = ["DEFAULT_LIMIT", "CHUNK", "expansion_limit", "is_compressed", "open_compressed",
+           "read_expanded", "expand_into", "EXPANSION_ERRORS"]
+
+#: The most bytes a compressed file may expand to: 1 GiB (real reports and traces are up
+#: to ~250 MB).
+DEFAULT_LIMIT = 1 << 30
+#: What is expanded at a time.
+CHUNK = 1 << 20
+#: What a damaged compressed file raises while it is expanded.
+EXPANSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+_OPENERS: dict[str, Any] = {".gz": gzip.open, ".xz": lzma.open}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def expansion_limit() -> int:
+    """The most bytes a compressed file may expand to: ``$TORCH_NSIGHT_MAX_EXPANDED`` or
+    :data:`DEFAULT_LIMIT`.
+
+    Raises:
+        ReportError: the variable is set to something that is not a size.
+    """
+    text = os.environ.get(MAX_EXPANDED_ENV, "").strip()
+    if not text:
+        return DEFAULT_LIMIT
+    match = _SIZE.fullmatch(text)
+    limit = int(float(match.group(1)) * _SCALE[match.group(2).lower()]) if match else 0
+    if limit <= 0:
+        raise ReportError(f"{MAX_EXPANDED_ENV}={text!r} is not a size: set it to a byte count "
+                          "or a size such as 4G or 800M")
+    return limit
+
+
+def is_compressed(path: Path) -> bool:
+    """Whether ``path`` is expanded before it is read (its name ends in ``.xz`` or ``.gz``)."""
+    return path.suffix in _OPENERS
+
+
+def open_compressed(path: Path) -> IO[bytes]:
+    """``path`` opened for reading its expanded bytes (xz or gzip by its suffix, else the
+    file itself). Read it with :func:`read_expanded` or :func:`expand_into`, which cap it."""
+    opener = _OPENERS.get(path.suffix, open)
+    return opener(path, "rb")
+
+
+def _refusal(shown: str | os.PathLike[str], limit: int) -> ReportError:
+    return ReportError(f"{shown} expands to more than {_size(limit)} (a decompression bomb, "
+                       "or a file larger than the cap on expanding): refused; if it is a real "
+                       f"report or trace, set {MAX_EXPANDED_ENV} to a larger size (e.g. "
+                       f"{MAX_EXPANDED_ENV}={_size(limit * 4, short=True)}) and run again")
+
+
+def _size(count: int, *, short: bool = False) -> str:
+    for unit in ("T", "G", "M", "K"):
+        scale = _SCALE[unit.lower()]
+        if count >= scale and count % scale == 0:
+            return f"{count // scale}{unit}" if short else f"{count // scale} {unit}iB"
+    return f"{count}" if short else f"{count} bytes"
+
+
+def read_expanded(path: Path, shown: str | os.PathLike[str] | None = None,
+                  limit: int | None = None) -> bytes:
+    """The expanded bytes of ``path`` (a plain file is read as it is).
+
+    Args:
+        path: a ``.xz``, ``.gz`` or plain file.
+        shown: its name in the error (default: ``path``).
+        limit: the most bytes it may expand to (default: :func:`expansion_limit`).
+
+    Returns:
+        The bytes.
+
+    Raises:
+        ReportError: it expands past ``limit`` (what was read is dropped at once).
+        OSError, EOFError, lzma.LZMAError, zlib.error: it is damaged or unreadable.
+    """
+    if not is_compressed(path):
+        return path.read_bytes()  # its size is what it holds
+    limit = expansion_limit() if limit is None else limit
+    parts: list[bytes] = []
+    total = 0
+    with open_compressed(path) as handle:
+        while part := handle.read(min(CHUNK, limit + 1 - total)):
+            total += len(part)
+            if total > limit:
+                parts.clear()
+                raise _refusal(shown if shown is not None else path, limit)
+            parts.append(part)
+    return b"".join(parts)
+
+
+def expand_into(path: Path, out: IO[bytes], shown: str | os.PathLike[str] | None = None,
+                limit: int | None = None) -> int:
+    """Write the expanded bytes of ``path`` into ``out``, a chunk at a time.
+
+    Args:
+        path: a ``.xz``, ``.gz`` or plain file.
+        out: an open binary file.
+        shown: its name in the error (default: ``path``).
+        limit: the most bytes it may expand to (default: :func:`expansion_limit`).
+
+    Returns:
+        The bytes written.
+
+    Raises:
+        ReportError: it expands past ``limit``; at most ``limit`` bytes were written (the
+            caller removes the file).
+        OSError, EOFError, lzma.LZMAError, zlib.error: it is damaged, unreadable, or ``out``
+            cannot be written.
+    """
+    limit = expansion_limit() if limit is None else limit
+    total = 0
+    with open_compressed(path) as handle:
+        while part := handle.read(min(CHUNK, limit + 1 - total)):
+            total += len(part)
+            if total > limit:
+                raise _refusal(shown if shown is not None else path, limit)
+            out.write(part)
+    return total
