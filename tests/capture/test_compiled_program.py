@@ -41,7 +41,7 @@ class Compiled:
     recompiles: int
     graph_breaks: int
     graphs: int
-    frames: tuple[str, ...]  # the frames it compiled, as file:function
+    frames: tuple[str, ...]  # the frames it compiled, as file:function (with recompiles)
     runs: tuple[int, ...]  # compiled graphs run in each step
 
 
@@ -176,7 +176,8 @@ def _run(case: Case, backend: str, *, instrumented: bool) -> tuple[Compiled, int
         recompiles=sum(m.recompile_reason is not None for m in metrics),
         graph_breaks=sum(counters["graph_break"].values()),
         graphs=counters["stats"]["unique_graphs"],
-        frames=tuple(sorted(f"{Path(m.co_filename or '').name}:{m.co_name}" for m in metrics)),
+        frames=tuple(sorted(f"{Path(m.co_filename or '').name}:{m.co_name}" for m in metrics
+                            if m.co_name)),  # (Inductor's cache misses count no frame)
         runs=tuple(runs)), (carrier.rows if carrier is not None else None)
 
 
