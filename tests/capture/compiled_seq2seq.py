@@ -30,7 +30,8 @@ def main() -> int:
         recompiles = sum(m.recompile_reason is not None for m in metrics)
         print(f"step {index}: instrumented {handle.active}, recompiles {recompiles}, "
               f"graph breaks {sum(counters['graph_break'].values())}, "
-              f"graphs {counters['stats']['unique_graphs']}, frames {len(metrics)}", flush=True)
+              f"graphs {counters['stats']['unique_graphs']}, "
+              f"frames {sum(1 for m in metrics if m.co_name)}", flush=True)
     return 0
 
 

@@ -73,6 +73,7 @@ def _ranges(recorder: Recorder) -> list[str]:
     ("getattr(L['self'].blocks, '1').act", "blocks.1.act"),
     ("L['fn'].0.norm", "0.norm"),
     ("L['self'].module().blocks.0.forward.module().norm", "blocks.0.norm"),
+    ("L['self'].self_attn.forward.__self__.module().q", "self_attn.q"),
     ("L['self']", ""),
 ])
 def test_module_paths_read_from_dynamo_sources(text: str, expected: str) -> None:

@@ -26,6 +26,7 @@ from torch._dynamo.utils import clear_compilation_metrics, counters, get_compila
 import torch_nsight
 from torch_nsight.capture import embed
 from torch_nsight.capture.compiled import compiled_support
+from torch_nsight.capture.compiled_tracker import TRACKER
 from torch_nsight.capture.detect import NCU_VARIABLE
 from torch_nsight.capture.step import reset_steps, step
 from torch_nsight.environment import STEPS_ENV
@@ -42,7 +43,7 @@ class Compiled:
     recompiles: int
     graph_breaks: int
     graphs: int
-    frames: tuple[str, ...]  # the frames it compiled, as file:function
+    frames: tuple[str, ...]  # the frames it compiled, as file:function (with recompiles)
     runs: tuple[int, ...]  # compiled graphs run in each step
 
 
@@ -177,7 +178,8 @@ def _run(case: Case, backend: str, *, instrumented: bool) -> tuple[Compiled, int
         recompiles=sum(m.recompile_reason is not None for m in metrics),
         graph_breaks=sum(counters["graph_break"].values()),
         graphs=counters["stats"]["unique_graphs"],
-        frames=tuple(sorted(f"{Path(m.co_filename or '').name}:{m.co_name}" for m in metrics)),
+        frames=tuple(sorted(f"{Path(m.co_filename or '').name}:{m.co_name}" for m in metrics
+                            if m.co_name)),  # (Inductor's cache misses count no frame)
         runs=tuple(runs)), (carrier.rows if carrier is not None else None)
 
 
@@ -212,6 +214,11 @@ def test_with_inductor_too(under_profile: list[dict[str, Any]], tmp_path: Path,
              if row["op"] in ("mm", "addmm", "bmm") and row["range_stack"]}
     assert "encoder.layers.0.mlp.0" in gemms and "bwd:encoder.layers.0.mlp.0" in gemms
     assert not [stack for stack in gemms if stack.removeprefix("bwd:").startswith("decoder.")]
+    # the kernel maps name the modules themselves, not the hops through the wrappers
+    paths = {path for graph in TRACKER.graphs.values() if graph is not None
+             for path in graph.modules}
+    assert any(path.endswith("self_attn.q") for path in paths), paths
+    assert not [path for path in paths if "forward" in path or "__self__" in path], paths
 
 
 @pytest.mark.slow

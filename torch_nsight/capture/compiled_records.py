@@ -37,9 +37,11 @@ def module_path(text: str) -> str:
     ``"L['self'].blocks[0].attn"``, ``"L['self']._modules['blocks']._modules['0'].attn"`` and
     ``"getattr(L['self'].blocks, '0').attn"`` all read ``"blocks.0.attn"`` (relative to the
     compiled root). The hops through :func:`~torch_nsight.instrument`'s wrappers
-    (``L['self'].module().blocks.0.forward.module().attn``) are dropped.
+    (``L['self'].blocks.0.forward.__self__.module().attn``: a module's ``forward`` is its
+    wrapper's bound ``__call__``; ``.forward.module()`` where it was the wrapper itself, and
+    ``L['self'].module()`` where the wrapper's frame was compiled) are dropped.
     """
-    text = re.sub(r"(\.forward)?\.module\(\)", "", text)
+    text = re.sub(r"(\.forward(\.__self__)?)?\.module\(\)", "", text)
     previous = None
     while previous != text:
         previous = text

@@ -1,11 +1,13 @@
 """The per-module wrapper behind :func:`torch_nsight.instrument`, and its autograd hooks.
 
-Each instrumented module gets an instance attribute ``forward`` holding an
-:class:`InstrumentedForward`, a :class:`~torch_nsight.capture.ranged_forward.RangedForward` that
-opens the module's range around the module's own forward (closed in ``finally``, so ranges
-balance when forward raises). No PyTorch module hook is registered, so
-``nn.Module.__call__`` stays on its fast path; the wrapper sees positional and keyword
-inputs alike. While Dynamo compiles, it falls straight through to the original forward.
+Each instrumented module gets an instance attribute ``forward`` holding the bound
+``__call__`` of an :class:`InstrumentedForward`, a
+:class:`~torch_nsight.capture.ranged_forward.RangedForward` that opens the module's range
+around the module's own forward (closed in ``finally``, so ranges balance when forward
+raises). No PyTorch module hook is registered, so ``nn.Module.__call__`` stays on its fast
+path; the wrapper sees positional and keyword inputs alike. While Dynamo traces, it falls
+straight through to the original forward; Dynamo never compiles it
+(:mod:`torch_nsight.capture.compiling`).
 
 Backward ranges use autograd node pre-hooks set on the graph the forward built, only when
 gradients are enabled and an output needs one (the decode path pays nothing for them):
