@@ -120,6 +120,8 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     if timeline is not None and len(kernels):  # a trace without GPU rows has no GPU to judge
         rows += _timeline_rows(kernels, timeline)
     out = pd.DataFrame(rows, columns=list(FINDING_RECORD_COLUMNS))
+    for column in FINDING_CODE_COLUMNS:  # codes as they were made: 49, not 49.0
+        out[column] = pd.Series([row[column] for row in rows], index=out.index, dtype=object)
     out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
     out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
     for column in (*SITE_KEYS, "kernels"):
