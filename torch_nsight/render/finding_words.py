@@ -210,9 +210,9 @@ def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
         waves = _number(facts.get("waves"))
         clause = (f"a grid of {waves:.2f} waves (under one: SMs left idle)" if waves < 1
                   else "a small grid")
-    return (f"{facts['kernel']} is latency-bound: {clause}{_at_roof(facts.get('roof_pct'))}; "
-            f"{_time(facts['time_ns'])} per run, {facts['share_pct']:.1f}% of the run's GPU "
-            "time.")
+    return (f"{facts['kernel']} is latency-bound: {clause}; it ran"
+            f"{_at_roof(facts.get('roof_pct'))} ({_time(facts['time_ns'])} per run, "
+            f"{facts['share_pct']:.1f}% of the run's GPU time).")
 
 
 EVIDENCE: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
@@ -280,9 +280,9 @@ def _channels_last(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
 def _compile_module(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     facts = row.get("facts")
     if isinstance(facts, Mapping) and "sites" in facts:
-        kind = KIND_SAID.get(str(_given(row, "module_kind")), "each")
-        return (f"Fuse each {kind} module with its neighbours: torch.compile the model "
-                "(their launches, not their work, are the limit).")
+        kind = KIND_SAID.get(str(_given(row, "module_kind")))
+        return (f"Fuse each {kind + ' ' if kind else ''}module with its neighbours: "
+                "torch.compile the model (their launches, not their work, are the limit).")
     if row.get("finding") == "elementwise_chain":
         return "Fuse them: torch.compile the module (one kernel for the chain)."
     return ("Fuse it with its neighbours: torch.compile the module (the launch is the limit, "
