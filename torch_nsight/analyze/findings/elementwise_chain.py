@@ -59,7 +59,8 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     tensor = work[list(TENSOR_COLUMNS)].sum(axis=1).fillna(0.0)
     plain = ((work["bound"] == "memory") & (work["roofline_side"] != "compute")
              & (tensor == 0) & ~work["is_gemm"] & ~work["is_conv"])
-    ok = (named | plain) & ~work["is_optimizer"]
+    # (an optimizer's kernels are optimizer_step's; Inductor's were fused by torch.compile)
+    ok = (named | plain) & ~work["is_optimizer"] & ~work["is_compiled"]
     chains = []
     for _, sequence in work.groupby(["source", "run", *LABELS], sort=False):
         place = (sequence["module_path"].astype(str) + "|" + sequence["direction"].astype(str)

@@ -2,10 +2,11 @@
 
 :func:`prepare` keeps the kernel rows (no copies or memsets), blanks missing keys to ``""``,
 reads numbers as floats and adds each row's ``runs``, whether it is a GEMM or a
-convolution (by name) and whether an optimizer's step launched it::
+convolution (by name), whether torch.compile generated it (Inductor's ``triton_`` kernels)
+and whether an optimizer's step launched it::
 
-    variant shape module_path direction op source run kernel ... duration_ns ... runs is_gemm is_conv is_optimizer
-    eager   s128  lm_head     fwd       ""  r.ncu-rep 0 nvjet_... ... 1.2e6      ... 1.0  True    False   False
+    variant shape module_path direction op source run kernel ... duration_ns ... runs is_gemm is_conv is_compiled is_optimizer
+    eager   s128  lm_head     fwd       ""  r.ncu-rep 0 nvjet_... ... 1.2e6      ... 1.0  True    False   False       False
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     work["is_gemm"] = contains(work["kernel"], GEMM_NAMES) & ~contains(work["kernel"],
                                                                        CONV_NAMES)
     work["is_conv"] = contains(work["kernel"], CONV_NAMES) & ~attention
+    # Inductor's own kernels: torch.compile has fused these already
+    work["is_compiled"] = work["kernel"].astype(str).str.startswith("triton_")
     # an optimizer's step: its range, or its multi-tensor kernels outside one
     work["is_optimizer"] = ((work["direction"] == OPTIMIZER_DIRECTION)
                             | contains(work["kernel"], ("multi_tensor_apply",)))

@@ -52,9 +52,10 @@ KIND_BY_KERNELS: tuple[tuple[ModuleKind, re.Pattern[str]], ...] = (
     ("attention", re.compile(r"fmha|flash|sdpa|attention", re.I)),
     ("conv", re.compile(r"conv|fprop|dgrad|wgrad", re.I)),
     ("recurrent", re.compile(r"rnn|lstm", re.I)),
+    # a GEMM before the norms: a compiled region's fused kernels name a norm beside it
+    ("gemm", re.compile(r"gemm|nvjet|cutlass|xmma|gemv", re.I)),
     ("batch_norm", re.compile(r"batch_norm", re.I)),
     ("layer_norm", re.compile(r"layer_norm|LayerNorm|GammaBeta", re.I)),
-    ("gemm", re.compile(r"gemm|nvjet|cutlass|xmma|gemv", re.I)),
     ("embedding", re.compile(r"embedding", re.I)),
     ("indexing", re.compile(r"gather|scatter|index|radix|sort", re.I)),
     ("pool", re.compile(r"pool", re.I)),

@@ -35,7 +35,7 @@ SMALL_GRID_PCT = 5.0
 
 
 def latency_fix(site: Site, cause: Cause | None, settings: Mapping[str, Any],
-                attributed: bool, library: bool) -> FixCode:
+                attributed: bool, library: bool, compiled: bool = False) -> FixCode:
     """The fix for a latency-bound launch of this site and cause (the module docstring).
 
     Args:
@@ -45,10 +45,14 @@ def latency_fix(site: Site, cause: Cause | None, settings: Mapping[str, Any],
         attributed: whether the kernel ran inside a module range.
         library: whether the kernel is the site's GEMM or convolution (not the casts,
             bias reductions and adds beside it, which fuse).
+        compiled: whether torch.compile generated the kernel (Inductor's): no fusion to
+            advise, it fused already.
     """
     kind = site.kind
     if cause == "launch_overhead":
         return "cuda_graphs"
+    if compiled and not library:
+        return "none_known"
     if not attributed:
         return "none_known" if kind in ("indexing", "embedding") else "compile_function"
     if kind in ("conv", "linear", "matmul", "gemm") and not library:
@@ -103,7 +107,8 @@ def small_grid(context: Context) -> list[Finding]:
         site = context.site(rows)
         attributed = rows["module_path"].iat[0] not in ("", UNATTRIBUTED)
         library = bool((rows["is_gemm"] | rows["is_conv"]).any())
-        code = latency_fix(site, cause, context.settings, attributed, library)
+        code = latency_fix(site, cause, context.settings, attributed, library,
+                           bool(rows["is_compiled"].all()))
         if share < SMALL_GRID_PCT:
             if attributed and code != "none_known":
                 rest.append((rows, cause, code, site.kind))
