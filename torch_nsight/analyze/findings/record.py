@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.findings.codes import (
@@ -85,8 +86,20 @@ class Finding:
         kernel table writes them)."""
         return {"cause": self.cause, "module_kind": self.module_kind,
                 "module_class": self.module_class,
-                "aten_ops": ", ".join(self.aten_ops) or None, "shapes": self.shapes,
-                "dim": self.dim, "dim_role": self.dim_role, "dim_value": self.dim_value,
+                "aten_ops": ", ".join(self.aten_ops) or None, "shapes": plain(self.shapes),
+                "dim": self.dim, "dim_role": self.dim_role, "dim_value": plain(self.dim_value),
                 "layout": self.layout, "dtype": self.dtype, "optimizer": self.optimizer,
                 "optimizer_impl": self.optimizer_impl, "fix_code": self.fix_code,
-                "fix_params": dict(self.fix_params), "facts": dict(self.facts)}
+                "fix_params": plain(self.fix_params), "facts": plain(self.facts)}
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy's scalars as Python's, through dicts, lists and tuples: codes
+    that print, compare and serialize as the numbers they are."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(item) for item in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
