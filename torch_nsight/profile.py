@@ -251,11 +251,17 @@ class Profile:
         return readable(self.finding_table(fold), FINDING_COLUMNS)
 
     def finding_table(self, fold: bool = True) -> pd.DataFrame:
-        """:meth:`findings` with every column, in the analysis' order (for renderers)."""
+        """:meth:`findings` with every column (for renderers): the finding table's
+        (:data:`~torch_nsight.vocabulary.FINDING_COLUMNS`, ``evidence`` and ``fix`` worded by
+        render from the codes), then the codes
+        (:data:`~torch_nsight.vocabulary.FINDING_CODE_COLUMNS`), then ``blocks`` where
+        folded."""
         if fold not in self._findings:
             found = analysis.findings(self.kernels, self.calls, self.meta.settings,
                                       self.timeline)
-            self._findings[fold] = analysis.fold_findings(found) if fold else found
+            if fold:
+                found = analysis.fold_findings(found, self.kernels)
+            self._findings[fold] = word_findings(found)
         return self._findings[fold].copy()
 
     def by_kernel(self) -> pd.DataFrame:
@@ -407,6 +413,28 @@ _HTML_RENDERER: list[Callable[[Profile], str]] = []
 def set_html_renderer(render: Callable[[Profile], str]) -> None:
     """Make ``render`` what :meth:`Profile._repr_html_` returns (the last one set wins)."""
     _HTML_RENDERER[:] = [render]
+
+
+#: How a finding's codes become words: render registers it
+#: (:mod:`torch_nsight.render.finding_words`, imported with the package's ``load``,
+#: ``sweep``, ``timeline`` and ``Profile``): this module never imports render.
+_FINDING_WORDS: list[Callable[[pd.DataFrame], pd.DataFrame]] = []
+
+
+def set_finding_words(words: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    """Make ``words`` what writes a finding table's ``evidence`` and ``fix`` from its codes
+    (the last one set wins)."""
+    _FINDING_WORDS[:] = [words]
+
+
+def word_findings(found: pd.DataFrame) -> pd.DataFrame:
+    """``found`` worded by the registered function; without one (render not imported),
+    ``evidence`` and ``fix`` are None beside the codes."""
+    if _FINDING_WORDS:
+        return _FINDING_WORDS[0](found)
+    logger.warning("the findings' words come from torch_nsight.render.finding_words, which "
+                   "is not imported: evidence and fix are left empty beside their codes")
+    return found.assign(evidence=None, fix=None)
 
 
 def warn_if_mixed(profile: Profile) -> None:

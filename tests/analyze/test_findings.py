@@ -19,11 +19,13 @@ import pytest
 import torch_nsight
 from torch_nsight.analyze import add_flops, add_peaks, add_roofline, classify
 from torch_nsight.analyze import findings as findings_step
-from torch_nsight.analyze.findings import findings, gemm_dims
+from torch_nsight.analyze.findings import findings as coded_findings
+from torch_nsight.analyze.findings import gemm_dims
 from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
 from torch_nsight.analyze.timeline_analysis import timeline_findings
 from torch_nsight.errors import MissingMetricError
-from torch_nsight.vocabulary import FINDING_COLUMNS
+from torch_nsight.render.finding_words import word_findings
+from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kernels",
@@ -32,6 +34,11 @@ COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kern
 
 def load(name: str) -> torch_nsight.Profile:
     return torch_nsight.load(DATA / name, cache=False)
+
+
+def findings(*args: object) -> pd.DataFrame:
+    """The analysis' findings (codes), worded as the Profile words them."""
+    return word_findings(coded_findings(*args))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -78,15 +85,20 @@ def within_2x(estimate: float, measured: float) -> bool:
 
 def test_columns_are_the_documented_ones(gemm: torch_nsight.Profile) -> None:
     assert FINDING_COLUMNS == COLUMNS
-    assert tuple(gemm.finding_table(fold=False).columns) == COLUMNS
-    assert tuple(gemm.finding_table().columns) == (*COLUMNS, "blocks")  # how many rows it folds
+    # the words first, then the codes they were written from
+    assert tuple(gemm.finding_table(fold=False).columns) == (*COLUMNS, *FINDING_CODE_COLUMNS)
+    assert tuple(gemm.finding_table().columns) == (*COLUMNS, *FINDING_CODE_COLUMNS,
+                                                   "blocks")  # how many rows it folds
+    # the analysis' own table has the codes and no words
+    coded = coded_findings(gemm.kernels, gemm.calls)
+    assert "evidence" not in coded and "fix" not in coded and "fix_code" in coded
 
 
 def test_profile_findings_passes_calls_settings_and_timeline(
         fp32_off: torch_nsight.Profile) -> None:
     expected = findings_step(fp32_off.kernels, fp32_off.calls, fp32_off.meta.settings,
                              fp32_off.timeline)
-    pd.testing.assert_frame_equal(fp32_off.finding_table(fold=False), expected)
+    pd.testing.assert_frame_equal(fp32_off.finding_table(fold=False), word_findings(expected))
 
 
 def test_gemm_misaligned_fires_on_the_odd_vocabulary(gemm: torch_nsight.Profile) -> None:
@@ -206,10 +218,15 @@ def test_small_grid_is_low_confidence_headroom(conv: torch_nsight.Profile) -> No
     kernel = k[(k["variant"] == "channels_last") & (k["module"] == "stem.1")
                & (k["kernel"] == "batch_norm_transform_input_channels_last_kernel")]
     assert row["est_gain_ns"] == pytest.approx(kernel["headroom_ns"].sum())
-    assert "CUDA graphs" in row["fix"] and "larger batch" in row["fix"]
-    # every small_grid row holds at least 5% of its run's time
-    assert all(float(e.split("per run, ")[1].split("%")[0]) >= 5.0
-               for e in rows["evidence"])
+    # a batch norm's kernel under one wave: fused with its neighbours, never "a larger
+    # batch" (its grid follows the channels, not the batch)
+    assert (row["module_kind"], row["cause"], row["fix_code"]) == (
+        "batch_norm", "small_grid", "compile_module")
+    assert "torch.compile" in row["fix"] and "batch" not in row["fix"]
+    # every small_grid row holds at least 5% of its run's time (a site alone, or the
+    # sites of one kind together)
+    assert all(facts["share_pct"] >= 5.0 for facts in rows["facts"])
+    assert f"{row['facts']['share_pct']:.1f}% of the run's GPU time" in row["evidence"]
 
 
 def test_kernels_flagged_by_a_fix_are_not_small_grid_again(
@@ -258,8 +275,12 @@ def without_flop_counters(profile: torch_nsight.Profile) -> pd.DataFrame:
 def test_a_report_without_flop_counters_gives_fewer_findings(
         gemm: torch_nsight.Profile, fp32_off: torch_nsight.Profile,
         chain: torch_nsight.Profile, conv: torch_nsight.Profile) -> None:
-    assert findings(without_flop_counters(fp32_off), fp32_off.calls,
-                    fp32_off.meta.settings).empty
+    # the fp32 GEMM by its name (a CUDA-core ffma kernel), its gain unknown without FLOPs
+    blind_fp32 = findings(without_flop_counters(fp32_off), fp32_off.calls,
+                          fp32_off.meta.settings).squeeze()
+    assert (blind_fp32["finding"], blind_fp32["fix_code"]) == ("fp32_no_tensor_cores",
+                                                               "tf32_matmul")
+    assert blind_fp32["facts"]["by_name"] and pd.isna(blind_fp32["est_gain_ns"])
     row = of(findings(without_flop_counters(gemm), gemm.calls), "gemm_misaligned").squeeze()
     assert row["variant"] == "n50257" and pd.isna(row["est_gain_ns"])
     blind = findings(without_flop_counters(chain), chain.calls)

@@ -144,3 +144,22 @@ def test_the_first_block_that_skips_work_folds_apart() -> None:
     names = set(tree.loc[tree["direction"] == "bwd", "module"])
     assert "0.input_layernorm" in names and "{1-3}.input_layernorm" in names
     assert "{0-3}.mlp" in names  # the rest of the blocks are alike
+
+
+def test_a_conv_a_batch_norm_and_a_relu_never_share_a_row() -> None:
+    """SmallConvNet's ``stem`` is a Sequential of a Conv2d, a BatchNorm2d and a ReLU:
+    ``stem.0``, ``stem.1`` and ``stem.2`` read as one block repeated three times, which
+    they are not. Recorded with Nsight Compute's rules (findings_rules), its findings once
+    folded into ``stem.{0-2} ×3``; the kernel table's top module of the NCHW conversion
+    kernels (launched by ``stem.0``, ``stage1.0`` and ``stage2.0`` alone) read
+    ``stem.{0-2} ×3`` too."""
+    profile = torch_nsight.load(DATA / "findings_rules", cache=False)
+    for fold in (True, False):
+        found = profile.finding_table(fold=fold)
+        assert not found["module"].str.contains("stem.{", regex=False).any(), fold
+    by_kernel = profile.by_kernel().set_index("kernel")
+    assert by_kernel.loc["nchwToNhwcKernel", "top_module"] == "stem.0"
+    assert not by_kernel["top_module"].str.contains("{", regex=False).any()
+    k = profile.kernels
+    launched = k.loc[k["kernel"] == "nchwToNhwcKernel", "module"]
+    assert set(launched) == {"stem.0", "stage1.0", "stage2.0"}

@@ -46,39 +46,39 @@ def test_bad_arguments(block: pd.DataFrame, kwargs: dict) -> None:
 
 
 def test_next_step_hints() -> None:
-    assert next_step("latency", "small grid (0.2 waves), SOL memory 5%, compute 5%",
-                     "fp32").startswith("fuse it or give it more blocks")
+    # Nsight Compute's Small Grid verdict, as a code: the reason's words are not read
+    assert next_step("latency", True, "fp32").startswith("fuse it or give it more blocks")
     # no launch limiter: the stalls are what is left to look at
-    assert "launch is not the limit" in next_step("latency", "SOL memory 40%, compute 30%, "
-                                                  "both < 60%", None)
+    assert "launch is not the limit" in next_step("latency", False, None)
     # a launch limiter: its fix, action first, then its name
-    assert next_step("latency", "SOL memory 40%", None, limiter="registers").endswith(
+    assert next_step("latency", False, None, limiter="registers").endswith(
         "occupancy limited by registers")
-    assert next_step("latency", "SOL memory 40%", None, limiter="small_grid").startswith(
+    assert next_step("latency", True, None, limiter="small_grid").startswith(
         "give it more work")
-    assert next_step("memory", "", None, limiter="registers").startswith("cut memory traffic")
-    assert "tensor cores" in next_step("compute", "", "fp32", "compute", 85.0)
-    assert "near the FLOP roof" in next_step("compute", "", "tensor_bf16", "compute", 85.0)
-    assert "near" not in next_step("compute", "", "tensor_bf16", "compute", 30.0)
-    assert "profile it under Nsight Compute" in next_step(None, "", None)
+    assert next_step("memory", False, None, limiter="registers").startswith(
+        "cut memory traffic")
+    assert "tensor cores" in next_step("compute", False, "fp32", "compute", 85.0)
+    assert "near the FLOP roof" in next_step("compute", False, "tensor_bf16", "compute", 85.0)
+    assert "near" not in next_step("compute", False, "tensor_bf16", "compute", 30.0)
+    assert "profile it under Nsight Compute" in next_step(None, False, None)
 
 
 def test_dram_advice_only_on_the_memory_side_of_the_dram_roofline() -> None:
     # memory-bound by ncu's SOL and below the ridge: DRAM traffic is what to cut
-    assert next_step("memory", "", "fp32", "memory", 80.0).startswith("cut DRAM traffic")
+    assert next_step("memory", False, "fp32", "memory", 80.0).startswith("cut DRAM traffic")
     # memory-bound by ncu's SOL (L1/L2/DRAM) but above the ridge: DRAM is not the limit
-    on_chip = next_step("memory", "", "fp32", "compute", 10.0, "my_stencil_kernel")
+    on_chip = next_step("memory", False, "fp32", "compute", 10.0, "my_stencil_kernel")
     assert on_chip.startswith("cut L1/L2 traffic")
     assert "DRAM roofline is not the limit" in on_chip
-    gemm = next_step("memory", "", "tensor_bf16", "compute", 10.0,
+    gemm = next_step("memory", False, "tensor_bf16", "compute", 10.0,
                      "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_32x2_tn_align1")
     assert gemm.startswith("check shapes, alignment and dtype")
     assert "DRAM roofline is not the limit" in gemm
     # the same GEMM near its roof: the shapes are not the suspect, on-chip traffic is
-    assert next_step("memory", "", "tensor_bf16", "compute", 75.0, "cutlass_gemm").startswith(
+    assert next_step("memory", False, "tensor_bf16", "compute", 75.0, "cutlass_gemm").startswith(
         "cut L1/L2 traffic")
     # side unknown (no roofline): no claim about DRAM either way
-    unknown = next_step("memory", "", None)
+    unknown = next_step("memory", False, None)
     assert "DRAM" not in unknown and unknown.startswith("cut memory traffic")
     for step in (on_chip, gemm, unknown):
         assert "cut DRAM" not in step
@@ -86,7 +86,7 @@ def test_dram_advice_only_on_the_memory_side_of_the_dram_roofline() -> None:
 
 def test_compute_bound_below_the_ridge_is_not_told_to_use_tensor_cores() -> None:
     # SM busy but few FLOPs per DRAM byte (a layout transform): the FLOPs are not the work
-    step = next_step("compute", "", "fp32", "memory", 8.0, "nchwToNhwcKernel")
+    step = next_step("compute", False, "fp32", "memory", 8.0, "nchwToNhwcKernel")
     assert step.startswith("cut instructions") and "tensor" not in step
 
 

@@ -17,7 +17,11 @@ Only structurally identical blocks fold. Given the kernel table, each module get
 :data:`STRUCTURE_COLUMN`: the set of kernels (name, grid, block) its subtree launched. Two
 stages of a CNN of different widths launch their kernels on other grids, so
 ``features.5.{0-8}.block.0`` and ``features.6.{0-2}.block.0`` stay two rows instead of one
-``features.{5-6}.{0-8}.block.0`` that says nowhere where it is.
+``features.{5-6}.{0-8}.block.0`` that says nowhere where it is. A Sequential's children
+(``stem.0``, ``stem.1``, ``stem.2``: a Conv2d, a BatchNorm and a ReLU) read like a repeated
+block too, and launch different kernels: every table that folds module names passes the
+structure (hotspots, the module tree, findings with their codes, the top module of
+``by_kernel``/``by_shape``), so they never share a row.
 """
 
 from __future__ import annotations

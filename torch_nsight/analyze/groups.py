@@ -10,7 +10,12 @@ from __future__ import annotations
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.fold import folded_name, index_template
+from torch_nsight.analyze.fold import (
+    STRUCTURE_COLUMN,
+    folded_name,
+    index_template,
+    with_structure,
+)
 from torch_nsight.analyze.frames import blank_to_none, filled, keyed, known_sums, per_run
 from torch_nsight.analyze.rollup import BOUNDS, whole_counts
 from torch_nsight.analyze.spread import SPREAD_COLUMNS, add_runs, with_spread
@@ -32,28 +37,43 @@ RANK_COLUMNS = (
 NCCL_PREFIX = "nccl"
 
 
-def _top(work: pd.DataFrame, keys: list[str], column: str) -> pd.DataFrame:
+def _top(work: pd.DataFrame, keys: list[str], column: str,
+         kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per group, the value of ``column`` holding the most time, and its share (%). Module
     names that differ only by a block index count as one (``h.{0-11}.mlp.act ×12``): the
-    twelve blocks' time together, not one twelfth of it."""
+    twelve blocks' time together, not one twelfth of it; given the kernel table, only blocks
+    that launched the same kernels count as one (a Conv2d, a BatchNorm and a ReLU at
+    ``stem.0``, ``stem.1`` and ``stem.2`` are three modules, not one repeated three times)."""
     values = filled(work[column], UNATTRIBUTED)
     if column == "module":
-        values = values.map(lambda v: index_template(v)[0])
+        templates = values.map(lambda v: index_template(v)[0])
+        if kernels is not None and "module_path" in work:
+            # what each module launched, in every pass: its forward and backward count as one
+            structure = with_structure(work, kernels)[STRUCTURE_COLUMN]
+            paths = [work[c] for c in (*LABELS, "module_path")]
+            launched = structure.groupby(paths, sort=False).transform(
+                lambda s: "|".join(sorted(set(s))))
+            indexed = templates != values
+            templates = templates.where(~indexed, templates + "\0" + launched)
+        values = templates
     sums = (work.assign(_v=values).groupby([*keys, "_v"], sort=False)["duration_ns"].sum()
             .reset_index())
     totals = sums.groupby(keys, sort=False)["duration_ns"].transform("sum")
     sums["share"] = 100.0 * sums["duration_ns"] / totals
     best = sums.sort_values("duration_ns", ascending=False, kind="stable")
     best = best.drop_duplicates(subset=keys)
-    if column == "module":  # the template named by the blocks it stands for
+    if column == "module":  # the template named by the blocks it stands for, in its group
         names = filled(work[column], UNATTRIBUTED)
         found = {}
-        for template, group in names.groupby(values, sort=False):
+        for key, group in names.groupby([*(work[k] for k in keys), values], sort=False):
             members = sorted(set(group), key=str)
             indices = [index_template(m)[1] for m in members]
-            found[template] = (members[0] if len(members) == 1 else
-                               f"{folded_name(template, indices)} ×{len(members)}")
-        best["_v"] = best["_v"].map(found)
+            template = index_template(members[0])[0]  # the name's, without the structure
+            found[key if isinstance(key, tuple) else (key,)] = (
+                members[0] if len(members) == 1
+                else f"{folded_name(template, indices)} ×{len(members)}")
+        best["_v"] = [found[key] for key in best[[*keys, "_v"]].itertuples(index=False,
+                                                                             name=None)]
     return best.rename(columns={"_v": f"top_{column}", "share": f"top_{column}_pct"})[
         [*keys, f"top_{column}", f"top_{column}_pct"]]
 
@@ -78,12 +98,13 @@ def by_kernel(df: pd.DataFrame) -> pd.DataFrame:
         and the spread of its time over the runs (:mod:`torch_nsight.analyze.spread`).
     """
     keys = [*LABELS, "kernel"]
-    work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    work = keyed(df, keys, ["module", "module_path", "direction", "duration_ns", "headroom_ns",
+                            "bound"])
     groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns"]] = known_sums(groups, ["headroom_ns"])
     out = out.assign(modules=groups["module"].nunique()).reset_index()
-    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
+    out = out.merge(_top(work, keys, "module", df), on=keys, how="left")
     out = out.merge(_top(work, keys,
                          "bound").rename(columns={"top_bound": "bound"}), on=keys, how="left")
     out["bound"] = out["bound"].where(out["bound"] != UNATTRIBUTED)
@@ -119,7 +140,8 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
         time per bound, headroom, and the spread of the time over the runs.
     """
     keys = list(LABELS)
-    work = keyed(df, keys, ["module", "duration_ns", "headroom_ns", "bound"])
+    work = keyed(df, keys, ["module", "module_path", "direction", "duration_ns", "headroom_ns",
+                            "bound"])
     inside = work["module"].map(in_module_range).astype(bool)
     work["_inside"] = work["duration_ns"].where(inside, 0.0)
     for bound in BOUNDS:
@@ -132,7 +154,7 @@ def by_shape(df: pd.DataFrame) -> pd.DataFrame:
     out["coverage_pct"] = 100.0 * out["inside"] / out["duration_ns"]
     for bound in BOUNDS:
         out[f"{bound}_pct"] = 100.0 * out[f"{bound}_pct"] / out["duration_ns"]
-    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
+    out = out.merge(_top(work, keys, "module", df), on=keys, how="left")
     out = per_run(out, df, keys, ["launches", "duration_ns", "headroom_ns"])
     out = with_spread(add_runs(out.drop(columns="runs"), df, keys))
     return _finish(out, keys, SHAPE_COLUMNS)
@@ -162,15 +184,17 @@ def by_rank(df: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("no kernel has a rank: load the report-rank<R> files that "
                          "`torch-nsight profile --ranks` writes")
     keys = ["rank", *LABELS]
-    work = keyed(df[df["rank"].notna()], keys, ["kernel", "module", "duration_ns"])
+    ranked = df[df["rank"].notna()]
+    work = keyed(ranked, keys, ["kernel", "module", "module_path", "direction",
+                                "duration_ns"])
     is_nccl = work["kernel"].astype(str).str.lower().str.startswith(NCCL_PREFIX)
     work["_nccl"] = work["duration_ns"].where(is_nccl, 0.0)
     out = work.groupby(keys, sort=False).agg(
         launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
         nccl_ns=("_nccl", "sum")).reset_index()
     out["nccl_pct"] = 100.0 * out["nccl_ns"] / out["duration_ns"]
-    out = out.merge(_top(work, keys, "module"), on=keys, how="left")
-    out = per_run(out, df[df["rank"].notna()], keys, ["launches", "duration_ns", "nccl_ns"])
+    out = out.merge(_top(work, keys, "module", ranked), on=keys, how="left")
+    out = per_run(out, ranked, keys, ["launches", "duration_ns", "nccl_ns"])
     out["rank"] = out["rank"].astype(int)
     out = out.sort_values("rank", kind="stable")
     return _finish(out, list(LABELS), RANK_COLUMNS)

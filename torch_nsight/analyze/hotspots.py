@@ -13,6 +13,7 @@ from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
+from torch_nsight.analyze.limiter import small_grid_title
 from torch_nsight.analyze.rollup import (
     module_tree,
     path_keys,
@@ -68,7 +69,7 @@ LIMITER_FIX = {
 }
 
 
-def next_step(bound: object, reason: object, precision: object, side: object = None,
+def next_step(bound: object, small_grid: bool, precision: object, side: object = None,
               pct_of_roof: float = math.nan, kernel: object = None, basis: object = None,
               limiter: object = None) -> str:
     """Return a short hint of what to look at next for a kernel of this class.
@@ -79,7 +80,8 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
 
     Args:
         bound: ``memory``, ``compute``, ``latency`` or None.
-        reason: the classification's reason.
+        small_grid: whether the classification was Nsight Compute's ``Small Grid`` verdict
+            (:func:`~torch_nsight.analyze.limiter.small_grid_title`).
         precision: the kernel's dominant precision.
         side: ``roofline_side`` (``compute``/``memory``), None when unknown.
         pct_of_roof: ``pct_of_roof``, NaN when unknown.
@@ -91,13 +93,12 @@ def next_step(bound: object, reason: object, precision: object, side: object = N
     Returns:
         One line of advice, the action first.
     """
-    reason = reason if isinstance(reason, str) else ""
     low = not pd.isna(pct_of_roof) and pct_of_roof < LATENCY_PCT
     library = isinstance(kernel, str) and LIBRARY_MATMUL.search(kernel) is not None
     if bound == "latency":
         if isinstance(limiter, str) and limiter in LIMITER_FIX:
             return LIMITER_FIX[limiter]
-        if reason.startswith("small grid"):
+        if small_grid is True:
             return "fuse it or give it more blocks (batch, split-K): under one wave"
         if basis == "roofline":  # judged from the roofline alone: no speed-of-light data
             if library:
@@ -161,7 +162,10 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     """
     keys = list(KERNEL_KEYS)
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
-                            "reason", "basis", "roofline_side", "limiter"])
+                            "reason", "basis", "roofline_side", "limiter", "sol_bottleneck",
+                            "sm_pct", "mem_pct", "waves"])
+    work["small_grid"] = [small_grid_title(row) for row in work[
+        ["bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
     groups = work.groupby(keys, sort=False)
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
@@ -171,7 +175,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     # reasons differ by a percent must not outvote the bound with one repeated reason
     agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
         pd.MultiIndex.from_frame(work[keys])).to_numpy()
-    for column in ("reason", "basis", "limiter"):
+    for column in ("reason", "basis", "limiter", "small_grid"):
         out[column] = blank_to_none(dominant(work[agrees], keys, column))
     out["fused_modules"] = _first_fused(df, work, keys)
     out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
@@ -183,8 +187,8 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
     out["next_step"] = [next_step(*row) for row in zip(
-        out["bound"], out["reason"], out["precision"], out["roofline_side"], out["pct_of_roof"],
-        out["kernel"], out["basis"], out["limiter"], strict=True)]
+        out["bound"], out["small_grid"], out["precision"], out["roofline_side"],
+        out["pct_of_roof"], out["kernel"], out["basis"], out["limiter"], strict=True)]
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     out = whole_counts(with_spread(out, keep_runs=keep_runs), ("launches",))
@@ -249,7 +253,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         keys = [*LABELS, "direction", "module_path"]
         table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "module_path"],
                                      group_keys=path_keys(df, keys)))
-        table["next_step"] = [next_step(b, "", None) for b in table["bound"]]
+        table["next_step"] = [next_step(b, False, None) for b in table["bound"]]
         key = "exclusive_headroom_ns" if order == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"
     table = table.sort_values([key, time], ascending=False, na_position="last", kind="stable")

@@ -55,7 +55,7 @@ from typing import Literal
 
 import pandas as pd
 
-from torch_nsight.analyze.classify import ROOF_CLAUSE
+from torch_nsight.analyze.classify import ROOF_CLAUSE, SMALL_GRID
 from torch_nsight.analyze.occupancy import as_number as _number
 from torch_nsight.analyze.stalls import (
     FEW_ELIGIBLE,
@@ -82,11 +82,13 @@ LOW_OCCUPANCY_PCT = 50.0
 #: A partial last wave is named when it can leave the SMs idle this share (%) of the time.
 TAIL_PCT = 25.0
 _RESOURCES = ("registers", "shared_memory", "block_size", "blocks_per_sm")
-_INPUTS = ("bound", "waves", "grid_size", "block_size", "sm_count", "blocks_per_sm",
-           "occupancy_pct", "occupancy_limiter", "registers_per_thread", "shared_static_bytes",
-           "shared_dynamic_bytes", "sm_blocks", "duration_ns", "achieved_occupancy_pct",
-           "eligible_warps_per_scheduler", "issued_warps_per_scheduler",
-           *(stall_column(r) for r in STALL_REASONS))
+#: The columns the verdict and its words read (a kernel row's; absent ones unknown).
+LIMITER_INPUTS = ("bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves",
+                  "grid_size", "block_size", "sm_count", "blocks_per_sm", "occupancy_pct",
+                  "occupancy_limiter", "registers_per_thread", "shared_static_bytes",
+                  "shared_dynamic_bytes", "sm_blocks", "duration_ns", "achieved_occupancy_pct",
+                  "eligible_warps_per_scheduler", "issued_warps_per_scheduler",
+                  *(stall_column(r) for r in STALL_REASONS))
 #: What each stall group's warps wait for, in the reason.
 _WAITS_ON: dict[StallGroup, str] = {
     "memory": "waits on global memory",
@@ -104,6 +106,22 @@ def tail_idle_pct(waves: float) -> float:
         return 0.0 if waves == waves else math.nan
     whole = math.ceil(waves - 1e-9)
     return 100.0 * (whole - waves) / whole
+
+
+def small_grid_title(row: dict[str, object]) -> bool:
+    """Whether the kernel's bound was Nsight Compute's ``Small Grid`` verdict (the stored rule
+    title, or the rule re-applied to the SOL percentages or their stand-ins, which gives it
+    under one wave): the verdict :mod:`~torch_nsight.analyze.classify` words with the waves.
+
+    Args:
+        row: a classified kernel row (``basis``, ``sol_bottleneck``, ``waves``).
+    """
+    basis = row.get("basis")
+    if basis == "ncu_rule":  # without the percentages classify says the title alone
+        return row.get("sol_bottleneck") == SMALL_GRID and not any(
+            math.isnan(_number(row.get(c))) for c in ("sm_pct", "mem_pct", "waves"))
+    return basis in ("sol_pct", "sol_estimate") and row.get("bound") == "latency" \
+        and _number(row.get("waves")) < 1
 
 
 def launch_limiter(row: dict[str, object]) -> LimiterKind | None:
@@ -329,7 +347,7 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
     reasons = out["reason"].tolist() if "reason" in out else [None] * len(out)
     if "bound" in out:
         latency = [at for at, bound in enumerate(out["bound"].tolist()) if bound == "latency"]
-        rows = out[[c for c in _INPUTS if c in out]].iloc[latency].to_dict("records")
+        rows = out[[c for c in LIMITER_INPUTS if c in out]].iloc[latency].to_dict("records")
         for at, row in zip(latency, rows, strict=True):  # the latency-bound rows alone
             kind: LimiterKind | CauseKind | None = launch_limiter(row)
             if has_stalls(row) or has_scheduler(row):
@@ -338,7 +356,7 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
             else:
                 words = describe_limiter(row, kind)  # type: ignore[arg-type]
             limiters[at] = kind
-            if kind == "small_grid" and "small grid (" in str(reasons[at]):
+            if kind == "small_grid" and small_grid_title(row):
                 words = words.partition(": ")[2]  # the reason has the waves already
             if words:
                 reasons[at] = with_clause(reasons[at], words)

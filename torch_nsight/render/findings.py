@@ -89,6 +89,10 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     """
     from tabulate import tabulate
 
+    if "facts" in frame:  # worded from the codes here too: a table folded after its words
+        from torch_nsight.render.finding_words import word_findings
+
+        frame = word_findings(frame)
     markdown = fmt in ("markdown", "github")
     title = "## Findings" if markdown else "Findings (ranked by the time they recover):"
     if frame.empty:

@@ -1,14 +1,16 @@
 """The HTML a :class:`~torch_nsight.Profile` shows in a notebook (``_repr_html_``): what it
 holds, its notes, and the answers (top folded hotspots, findings) in readable units.
 Everything is escaped. Importing this module registers :func:`profile_html` with the Profile
-record (:func:`torch_nsight.profile.set_html_renderer`); the package imports it along with
-``load``, ``sweep``, ``timeline`` and ``Profile``."""
+record (:func:`torch_nsight.profile.set_html_renderer`), and with it the findings' words
+(:mod:`torch_nsight.render.finding_words`); the package imports it along with ``load``,
+``sweep``, ``timeline`` and ``Profile``."""
 
 from __future__ import annotations
 
 import html
 from typing import TYPE_CHECKING, Any
 
+import torch_nsight.render.finding_words  # noqa: F401 - registers the findings' words
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.profile import set_html_renderer
 

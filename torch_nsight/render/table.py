@@ -186,6 +186,20 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     return "\n".join([table, *(wrap_text(line, width) for line in notes)])
 
 
+def _nested_as_json(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each column of dicts, lists or tuples (a finding's ``fix_params``,
+    ``facts``, ``shapes``) as JSON text: Parquet holds no column of mixed nested values."""
+    import json
+
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].map(lambda v: isinstance(v, (dict, list, tuple))).any():
+            out[column] = out[column].map(
+                lambda v: None if v is None or (isinstance(v, float) and v != v)
+                else json.dumps(v, default=str))
+    return out
+
+
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
                 n: int | None = None, *, order: HotspotOrder = "headroom",
                 depth: int | None = None, fold: bool = True,
@@ -229,7 +243,7 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
             if suffix == ".csv":
                 csv_frame(frame).to_csv(temp, index=False)
             elif suffix == ".parquet":
-                frame.to_parquet(temp, index=False)
+                _nested_as_json(frame).to_parquet(temp, index=False)
             else:
                 temp.write_text(frame_text(frame, "json", indent=2), encoding="utf-8")
     logger.info("wrote %s table to %s", what, target)

@@ -17,8 +17,13 @@ ALIGNMENT = {"bfloat16": 8, "float16": 8, "float32": 4}
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul"})
 #: What a GEMM dimension is, by the forward GEMM of the same module (M tokens, N output
 #: features, K input features): a backward GEMM's M can be the output features (the weight
-#: gradient of an lm_head has M = the vocabulary).
-ROLES = {"M": "tokens", "N": "out_features", "K": "in_features"}
+#: gradient of an lm_head has M = the vocabulary); and a convolution's.
+ROLES = {"M": "tokens", "N": "out_features", "K": "in_features", "C_in": "in_channels",
+         "C_out": "out_channels", "HxW": "spatial"}
+#: The roles that are a GEMM's strides (leading dimensions). Row-major ``(M, K) @ (K, N)``
+#: has strides K and N, and so have the two GEMMs of its backward (their operands are views
+#: of the same tensors): the rows (tokens) never set an operand's alignment.
+STRIDE_ROLES = frozenset({"out_features", "in_features"})
 Roles = dict[str, dict[str, int]]
 CallsOf = Callable[[pd.DataFrame], pd.DataFrame]
 
@@ -35,28 +40,53 @@ def gemm_dims(op: str, shapes: Any) -> tuple[int, int, int] | None:
         return None
 
 
+def conv_dims(shapes: Any, outputs: Any) -> dict[str, int] | None:
+    """A convolution call's channels and output positions: ``C_in`` (per group, as the
+    weight holds them), ``C_out`` and ``HxW`` (the output's spatial positions, the GEMM
+    dimension a 1x1 convolution runs over in NCHW); None when the shapes do not say."""
+    try:
+        x, w = [tuple(int(d) for d in s) for s in shapes[:2]]
+        out = tuple(int(d) for d in outputs[0]) if outputs else ()
+        if len(x) < 3 or len(w) < 3:
+            return None
+        spatial = math.prod(out[2:]) if len(out) >= 3 else math.prod(x[2:])
+        return {"C_in": w[1], "C_out": w[0], "HxW": spatial}
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
     """The GEMM and convolution calls: join keys, ``aten_op``, ``dtype`` (of the last input;
-    of the first for a convolution), ``dims`` (M, N, K by name, None for a convolution) and
-    ``bad`` (the dimensions off their dtype's alignment)."""
-    columns = [*JOIN_KEYS, "aten_op", "dtype", "dims", "bad"]
+    of the first for a convolution), ``dims`` (M, N, K of a GEMM; ``C_in``, ``C_out``,
+    ``HxW`` of a forward convolution; None otherwise), ``shapes`` (the input shapes) and
+    ``bad`` (the dimensions off their dtype's alignment: a GEMM's three, a convolution's
+    channels)."""
+    columns = [*JOIN_KEYS, "aten_op", "dtype", "dims", "shapes", "bad"]
     if calls is None or "aten_op" not in calls or "input_dtypes" not in calls:
         return pd.DataFrame(columns=columns)
     rows = []
     ops = calls["aten_op"].astype(str)
     chosen = calls[ops.isin(GEMM_OPS) | ops.str.contains("conv", regex=False)]
     for _, call in chosen.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes",
-                                           "input_dtypes"]).iterrows():
+                                           "input_dtypes", "output_shapes"]).iterrows():
         op, dtypes = str(call["aten_op"]), call["input_dtypes"]
         if not isinstance(dtypes, (tuple, list)):
             continue
-        dims = gemm_dims(op, call["input_shapes"]) if op in GEMM_OPS else None
-        named = dict(zip("MNK", dims, strict=True)) if dims else {}
-        dtype = str(dtypes[-1] if named else dtypes[0]) if dtypes else ""
+        gemm = op in GEMM_OPS
+        if gemm:
+            found = gemm_dims(op, call["input_shapes"])
+            named = dict(zip("MNK", found, strict=True)) if found else {}
+        else:  # a forward convolution: (input, weight, ...) -> output
+            named = (conv_dims(call["input_shapes"], call["output_shapes"])
+                     if "backward" not in op else None) or {}
+        dtype = str(dtypes[-1] if gemm and named else dtypes[0]) if dtypes else ""
         align = ALIGNMENT.get(dtype, 0)
+        checked = named if gemm else {d: v for d, v in named.items() if d != "HxW"}
+        shapes = call["input_shapes"]
         rows.append({**{k: call[k] for k in JOIN_KEYS}, "aten_op": op, "dtype": dtype,
                      "dims": named or None,
-                     "bad": [(d, v) for d, v in named.items() if align and v % align]})
+                     "shapes": tuple(shapes) if isinstance(shapes, (tuple, list)) else None,
+                     "bad": [(d, v) for d, v in checked.items() if align and v % align]})
     out = pd.DataFrame(rows, columns=columns)
     for column in JOIN_KEYS:
         out[column] = filled(out[column])
@@ -73,10 +103,11 @@ def calls_where(heavy: pd.DataFrame) -> CallsOf:
 
 
 def forward_roles(heavy: pd.DataFrame) -> Roles:
-    """Per module path, its forward GEMM's dimensions by role (the first such call)."""
+    """Per module path, its forward GEMM's (or convolution's) dimensions by role (the first
+    such call)."""
     roles: Roles = {}
     for _, call in heavy[heavy["direction"] == "fwd"].iterrows():
-        if call["dims"] and call["aten_op"] in GEMM_OPS:
+        if call["dims"]:
             roles.setdefault(str(call["module_path"]),
                              {ROLES[d]: v for d, v in call["dims"].items()})
     return roles

@@ -1,5 +1,13 @@
 """``elementwise_chain``: at least :data:`CHAIN_LENGTH` memory-bound elementwise kernels in a
-row in one module; gain: their time minus one fused pass over their data."""
+row in one module; gain: their time minus one fused pass over their data.
+
+The fix is the fused op for what the chain computes (:func:`chain_kind`), recognised by the
+ops that ran at the site (the calls table's aten ops, else the functors in the kernels'
+names): a rotary embedding only where its ops ran (``sin`` and ``cos``, or rotate-half's
+``neg`` and ``cat``), a tanh GELU only where ``tanh`` ran without ``sigmoid`` (an LSTM cell
+has both), attention's softmax only beside attention's batched matmuls. An optimizer's
+step is :mod:`.optimizer_step`'s.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +15,41 @@ from typing import Any
 
 import pandas as pd
 
-import torch_nsight.analyze.findings.wording as wording
+from torch_nsight.analyze.findings.codes import Cause, FixCode
 from torch_nsight.analyze.findings.prepare import contains, per_run
-from torch_nsight.analyze.findings.registry import Context, Found, finding_check
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
-from torch_nsight.naming import OPTIMIZER_DIRECTION
-from torch_nsight.vocabulary import LABELS, SITE_KEYS
+from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED
 
 #: This many qualifying kernels in a row, in one module.
 CHAIN_LENGTH = 3
-#: What a chain computes, from the functors in its kernels' full names (``rsqrt_kernel_cuda``,
-#: ``MeanOps``, ``sin_kernel_cuda``...) and its aten ops: the first kind whose every group
-#: of words has one present names the fix.
-CHAIN_KINDS: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = (
+#: What a chain computes, from the words of its site (aten ops, kernel functors; lower case):
+#: the first kind whose every group of words has one present, and none of its ``absent``
+#: words, names the fix.
+CHAIN_KINDS: tuple[tuple[Cause, tuple[tuple[str, ...], ...], tuple[str, ...]], ...] = (
     # a loss first: its log-softmax is no attention's softmax
-    ("loss", (("nll_loss", "cross_entropy", "log_softmax"),)),
+    ("loss", (("nll_loss", "cross_entropy", "log_softmax"),), ()),
     # attention advice only where attention's batched matmuls ran
     ("softmax", (("softmax", "masked_fill", "where_kernel", "exp_kernel"),
-                 ("bmm", "baddbmm", "einsum"))),
-    ("layer_norm", (("rsqrt", "sqrt"), ("meanops", "mean", "var"), ("sub",))),
-    ("rms_norm", (("rsqrt",), ("meanops", "mean"))),
-    ("gelu", (("tanh",),)),
-    ("rotary", (("sin_kernel", "cos_kernel", "sin,", "cos,", "neg"),)),
+                 ("bmm", "baddbmm", "einsum")), ()),
+    ("layer_norm", (("rsqrt", "sqrt"), ("meanops", "mean", "var"), ("sub",)), ()),
+    ("rms_norm", (("rsqrt",), ("meanops", "mean")), ()),
+    # the tanh formula: tanh and a cube (pow, or x * x * x); an LSTM cell's tanh comes with
+    # its gates' sigmoid
+    ("gelu", (("tanh",), ("pow", "mul")), ("sigmoid",)),
+    # the embedding's cos and sin, or rotate_half's negation and concatenation with the
+    # products that apply it
+    ("rotary", (("sin_kernel", "sin,", " sin ", "cos_kernel", "cos,", " cos "),
+                ("cos_kernel", "cos,", " cos ")), ()),
+    ("rotary", (("neg_kernel", " neg ", "neg,"), ("cat", "catarraybatchedcopy"),
+                ("mul",)), ()),
 )
+#: The fix for what the chain computes; anything else is fused by torch.compile.
+CHAIN_FIX: dict[str, FixCode] = {
+    "loss": "compile_loss", "softmax": "use_sdpa", "layer_norm": "use_layer_norm",
+    "rms_norm": "use_rms_norm", "gelu": "use_gelu_tanh", "rotary": "compile_rotary",
+}
 
 
 def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
@@ -39,7 +59,8 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     tensor = work[list(TENSOR_COLUMNS)].sum(axis=1).fillna(0.0)
     plain = ((work["bound"] == "memory") & (work["roofline_side"] != "compute")
              & (tensor == 0) & ~work["is_gemm"] & ~work["is_conv"])
-    ok = named | plain
+    # (an optimizer's kernels are optimizer_step's; Inductor's were fused by torch.compile)
+    ok = (named | plain) & ~work["is_optimizer"] & ~work["is_compiled"]
     chains = []
     for _, sequence in work.groupby(["source", "run", *LABELS], sort=False):
         place = (sequence["module_path"].astype(str) + "|" + sequence["direction"].astype(str)
@@ -52,25 +73,33 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     return chains
 
 
-def chain_kind(rows: pd.DataFrame) -> str | None:
+def site_words(rows: pd.DataFrame, ops: tuple[str, ...] = ()) -> str:
+    """The words a chain's kind is read from: its site's kernel functors (full names), its
+    aten ops (the kernel table's and the calls table's), lower case, space-separated."""
+    words = [*rows.get("kernel_full", pd.Series(dtype=object)).dropna().astype(str),
+             *rows.get("kernel", pd.Series(dtype=object)).dropna().astype(str),
+             *rows.get("aten_ops", pd.Series(dtype=object)).dropna().astype(str), *ops]
+    return " " + " ".join(w.replace(",", " , ") for w in words).lower() + " "
+
+
+def chain_kind(rows: pd.DataFrame, ops: tuple[str, ...] = ()) -> Cause | None:
     """What an elementwise chain computes (:data:`CHAIN_KINDS`), None when not known.
 
     Args:
         rows: the kernels of the chain's module, direction and op (its reductions too: an
-            RMSNorm's mean is a reduce kernel between its elementwise ones)."""
-    words = " ".join([*rows.get("kernel_full", pd.Series(dtype=object)).dropna().astype(str),
-                      *rows.get("aten_ops", pd.Series(dtype=object)).dropna().astype(str)])
-    words = words.lower()
-    if "direction" in rows and (rows["direction"] == OPTIMIZER_DIRECTION).any():
-        return "optimizer"  # an optimizer's step: its own fused implementation
-    for kind, groups in CHAIN_KINDS:
-        if all(any(w in words for w in group) for group in groups):
+            RMSNorm's mean is a reduce kernel between its elementwise ones).
+        ops: the aten ops the calls table records at the site.
+    """
+    words = site_words(rows, ops)
+    for kind, groups, absent in CHAIN_KINDS:
+        if all(any(w in words for w in group) for group in groups) \
+                and not any(w in words for w in absent):
             return kind
     return None
 
 
-@finding_check("elementwise_chain", says=wording.elementwise_chain)
-def elementwise_chain(context: Context) -> list[Found]:
+@finding_check("elementwise_chain")
+def elementwise_chain(context: Context) -> list[Finding]:
     """Gain per chain: its time minus one pass over its data at the chain's own achieved
     bandwidth; one pass = the DRAM bytes of the chain's largest kernel (a fused kernel reads
     the activation once and writes it once; a chain with a reduction also has kernels on
@@ -82,16 +111,23 @@ def elementwise_chain(context: Context) -> list[Found]:
     grouped: dict[tuple[Any, ...], list[pd.DataFrame]] = {}
     for chain in chains:
         grouped.setdefault(tuple(chain.iloc[0][list(SITE_KEYS)]), []).append(chain)
-    found: list[Found] = []
+    found: list[Finding] = []
     sites = work.groupby(list(SITE_KEYS), sort=False).indices if grouped else {}
     for key, parts in grouped.items():
         rows = pd.concat(parts)
+        site = context.site(rows)
         saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].max()
                                                      / c["dram_bytes"].sum())
                            / c["runs"].iloc[0] for c in parts])
-        found.append(Found(rows, float(saved.sum()), "roofline", "medium", {
-            "kernels_per_run": len(rows) / rows["runs"].iloc[0],
-            "kind": chain_kind(work.iloc[sites[key]]), "time_ns": per_run(rows),
-            "traffic_bytes": per_run(rows, rows["dram_bytes"]),
-            "one_pass_bytes": max(c["dram_bytes"].max() for c in parts)}))
+        kind = chain_kind(work.iloc[sites[key]], site.ops)
+        outside = rows["module_path"].iat[0] in ("", UNATTRIBUTED)
+        fix: FixCode = CHAIN_FIX.get(kind or "", "compile_function" if outside
+                                     else "compile_module")
+        found.append(Finding(
+            "elementwise_chain", rows, float(saved.sum()), "roofline", "medium", fix,
+            cause=kind, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
+            facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
+                   "time_ns": per_run(rows),
+                   "traffic_bytes": per_run(rows, rows["dram_bytes"]),
+                   "one_pass_bytes": max(c["dram_bytes"].max() for c in parts)}))
     return found

@@ -1,21 +1,31 @@
 """``fp32_no_tensor_cores``: fp32 GEMMs and convolutions on CUDA cores with TF32 off (or
 unknown); gain: their time above the TF32 tensor roof reached at
-:data:`~.prepare.ATTAINABLE_FRACTION`."""
+:data:`~.prepare.ATTAINABLE_FRACTION`.
+
+The kernel's precision says so where the FLOP counters were recorded (``fp32`` with no
+tensor-core FLOPs); without them (a timeline trace, the duration set), its name does: CUTLASS's
+``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 
-import torch_nsight.analyze.findings.wording as wording
 from torch_nsight.analyze.findings.calls import CallsOf
-from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, per_run
-from torch_nsight.analyze.findings.registry import Context, Found, finding_check
+from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.vocabulary import SITE_KEYS, tf32_enabled
 
 #: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
 #: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
 HALF_SHARE = 0.01
+#: CUDA-core fp32 GEMM kernels by name: CUTLASS's SIMT SGEMMs, cuBLAS's FFMA kernels.
+CUDA_CORE_NAMES = ("simt_sgemm", "_ffma_", "sgemm")
+#: 16-bit data in a kernel's name or template arguments (cuDNN's ``implicit_convolve_sgemm``
+#: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
+SIXTEEN_BIT = ("tf32", "hmma", "bf16", "f16", "bfloat16", "__half", "half")
 
 
 def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
@@ -27,19 +37,24 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
-@finding_check("fp32_no_tensor_cores", says=wording.fp32_no_tensor_cores)
-def fp32_no_tensor_cores(context: Context) -> list[Found]:
+@finding_check("fp32_no_tensor_cores")
+def fp32_no_tensor_cores(context: Context) -> list[Finding]:
     """One finding per site and kind (GEMM or convolution) whose fp32 kernels ran no
     tensor-core FLOPs while its TF32 switch is off or unknown."""
     work = context.work
     tensor = work[list(TENSOR_COLUMNS)].sum(axis=1, min_count=1)
-    candidates = work[(work["is_gemm"] | work["is_conv"]) & (work["precision"] == "fp32")
-                      & (tensor == 0)]
-    found: list[Found] = []
+    counted = (work["precision"] == "fp32") & (tensor == 0)
+    # no FLOP counters: the CUDA-core kernels by name, fp32 by construction
+    by_name = ((work["precision"] == "") & contains(work["kernel"], CUDA_CORE_NAMES)
+               & ~contains(work["kernel"], SIXTEEN_BIT)
+               & ~contains(work["kernel_full"], SIXTEEN_BIT))
+    candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name)]
+    found: list[Finding] = []
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
         conv = bool(rows.iloc[0]["is_conv"])
         tf32 = tf32_enabled(context.settings, "conv" if conv else "matmul")
-        if tf32 or not _fp32_data(rows, context.calls_of):
+        named = bool(by_name[rows.index].all())
+        if tf32 or not (named or _fp32_data(rows, context.calls_of)):
             continue
         peak = rows["peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
         tf32_ns = 1e9 * pd.concat([rows["flops"] / peak,
@@ -49,10 +64,15 @@ def fp32_no_tensor_cores(context: Context) -> list[Found]:
                        .clip(lower=0.0))
         if gain <= 0:
             continue
-        found.append(Found(rows, gain, "roofline", "high" if tf32 is False else "medium",
-                           {"conv": conv, "tf32": tf32,
-                            "flops_per_run": per_run(rows, rows["flops"]),
-                            "flops_per_ns": rows["flops"].sum() / rows["duration_ns"].sum(),
-                            "peak_flops_per_s": peak.max(),
-                            "tf32_roof_ns": per_run(rows, tf32_ns)}))
+        site = context.site(rows)
+        found.append(Finding(
+            "fp32_no_tensor_cores", rows, gain, "roofline", "high" if tf32 is False else "medium",
+            "tf32_conv" if conv else "tf32_matmul", module_kind=site.kind, aten_ops=site.ops,
+            layout=site.layout, dtype="float32",
+            fix_params={"setting": "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"},
+            facts={"conv": conv, "tf32": tf32, "by_name": named,
+                   "kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
+                   "flops_per_run": per_run(rows, rows["flops"]),
+                   "flops_per_ns": rows["flops"].sum() / rows["duration_ns"].sum(),
+                   "peak_flops_per_s": peak.max(), "tf32_roof_ns": per_run(rows, tf32_ns)}))
     return found

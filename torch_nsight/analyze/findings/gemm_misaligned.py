@@ -1,20 +1,38 @@
-"""``gemm_misaligned``: 16-bit (or TF32) GEMMs with a dimension off alignment; gain: their
-time above their roofline ceiling reached at :data:`~.prepare.ATTAINABLE_FRACTION`."""
+"""``gemm_misaligned``: a GEMM whose operands are off their dtype's alignment, named by the
+op that ran it; gain: its time above its roofline ceiling reached at
+:data:`~.prepare.ATTAINABLE_FRACTION`.
+
+What is at fault, and so the fix, depends on the op:
+
+* a Linear's GEMM (``mm``, ``addmm``, ``linear``): its input or output features, the
+  dimensions that are the operands' strides (the rows never are, forward or backward), padded
+  to :data:`PAD_TO` with a wider ``nn.Linear``;
+* another matmul (``bmm``, ``matmul``): the misaligned stride, padded in the operands;
+* a convolution that cuBLAS or cuDNN ran with an ``align1``/``align2`` kernel: its channels
+  where they are off (padded to a multiple of 8), else the output positions a 1x1
+  convolution in NCHW runs its GEMM over (H x W = 49, 196): channels-last;
+* from kernel names alone (no call at the site): some dimension, which the calls table would
+  name. CUDA-core ``simt`` kernels are aligned to one element by design: not a misalignment
+  (``fp32_no_tensor_cores`` names them).
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pandas as pd
 
-import torch_nsight.analyze.findings.wording as wording
 from torch_nsight.analyze.findings.calls import (
     ALIGNMENT,
+    GEMM_OPS,
     ROLES,
+    STRIDE_ROLES,
     calls_where,
     forward_roles,
     role_of,
 )
+from torch_nsight.analyze.findings.codes import Layout
 from torch_nsight.analyze.findings.prepare import (
     contains,
     in_groups_with,
@@ -22,63 +40,143 @@ from torch_nsight.analyze.findings.prepare import (
     roof_pct,
     roofline_gain,
 )
-from torch_nsight.analyze.findings.registry import Context, Found, finding_check
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, finding_check
+from torch_nsight.analyze.findings.sites import Site
 from torch_nsight.vocabulary import JOIN_KEYS
 
-#: A misaligned dimension is padded up to a multiple of this.
+#: A misaligned GEMM dimension is padded up to a multiple of this.
 PAD_TO = 64
+#: A convolution's channels are padded up to a multiple of this (cuDNN's tensor-core
+#: kernels take channels in multiples of 8 for 16-bit data).
+CHANNELS_TO = 8
 OLD_ARCH_NAMES = ("cutlass_75", "s1688", "sm75")
 HOPPER_GPUS = ("H100", "H200", "H800", "GH200")
 _SMALL_ALIGN = re.compile(r"align[12](?!\d)")
+#: CUDA-core kernels: one-element alignment is how they work, not a misalignment.
+SIMT = ("simt",)
+_LINEAR_OPS = frozenset({"mm", "addmm", "linear"})
 
 
-def _from_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, int]) -> list[Found]:
-    """One module's finding from its GEMM calls' shapes, if a dimension is off; ``known``:
-    the module's forward dimensions by role (:func:`~.calls.forward_roles`)."""
+def _padded(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _from_gemm_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, int],
+                     site: Site) -> list[Finding]:
+    """One site's finding from its GEMM calls' shapes, if a stride is off; ``known``: the
+    module's forward dimensions by role (:func:`~.calls.forward_roles`)."""
     rows = group[group["is_gemm"]]
     rows = rows if len(rows) else group[group["precision"].str.startswith("tensor_")]
     tf32 = (rows["precision"] == "tensor_tf32").any()  # fp32 alignment matters only there
-    bad = [(c, d, v) for _, c in gemms.iterrows() for d, v in c["bad"]
+    if not known:  # a module without a forward GEMM: each call's own dimensions
+        first = gemms["dims"].iloc[0]
+        known = {ROLES[d]: v for d, v in first.items()}
+    bad = [(c, d, v, role_of(d, v, known)) for _, c in gemms.iterrows() for d, v in c["bad"]
            if c["dtype"] != "float32" or tf32]
+    bad = [(c, d, v, role) for c, d, v, role in bad if role in STRIDE_ROLES]
     gain = roofline_gain(rows) if len(rows) else 0.0
     if not bad or gain <= 0:
         return []
-    if not known:  # a module without a forward GEMM: each call's own dimensions
-        known = {ROLES[d]: v for d, v in bad[0][0]["dims"].items()}
     said = [{"dtype": c["dtype"], "op": c["aten_op"], **c["dims"], "dim": d, "value": v,
-             "role": role_of(d, v, known), "align": ALIGNMENT[c["dtype"]],
-             "padded": -(-v // PAD_TO) * PAD_TO} for c, d, v in bad]
+             "role": role, "align": ALIGNMENT[c["dtype"]], "padded": _padded(v, PAD_TO)}
+            for c, d, v, role in bad]
+    call, dim, value, role = bad[0]
+    linear = site.kind == "linear" and all(b["op"] in _LINEAR_OPS for b in said)
+    pads = list({b["role"]: {"role": b["role"], "value": b["value"], "padded": b["padded"]}
+                 for b in said}.values())
+    params: dict[str, Any] = {"pads": pads}
+    if linear:
+        params.update({k: known[k] for k in ("in_features", "out_features") if k in known})
     single = len(gemms) == 1 and rows["kernel"].nunique() == 1
-    return [Found(rows, gain, "roofline", "high" if single else "medium",
-                  {"bad": said, "known": known, "kernel": rows.iloc[0]["kernel"],
-                   "roof_pct": roof_pct(rows), "time_ns": per_run(rows)})]
+    return [Finding("gemm_misaligned", rows, gain, "roofline", "high" if single else "medium",
+                    "pad_features" if linear else "pad_operands", module_kind=site.kind,
+                    aten_ops=site.ops, shapes=call["shapes"], dim=dim, dim_role=role,
+                    dim_value=int(value), layout=site.layout, dtype=call["dtype"],
+                    fix_params=params,
+                    facts={"bad": said, "kernel": rows.iloc[0]["kernel"],
+                           "roof_pct": roof_pct(rows), "time_ns": per_run(rows)})]
 
 
-@finding_check("gemm_misaligned", says=wording.gemm_misaligned)
-def gemm_misaligned(context: Context) -> list[Found]:
-    """From the calls table where it has the module's GEMMs, else from kernel names
-    (``align1``/``align2``, or a pre-Hopper kernel on a Hopper GPU)."""
+def _from_conv(group: pd.DataFrame, evidence: pd.Series, convs: pd.DataFrame,
+               known: dict[str, int], site: Site) -> list[Finding]:
+    """A convolution's site whose GEMM or convolution kernel is an ``align1``/``align2`` (or
+    pre-Hopper) one: its channels where they are off, else the output positions of an NCHW
+    1x1 convolution."""
+    rows = group[evidence[group.index] & (group["is_gemm"] | group["is_conv"])]
+    gain = roofline_gain(rows) if len(rows) else 0.0
+    if rows.empty or gain <= 0:
+        return []
+    call = convs.iloc[0] if len(convs) else None
+    dtype = str(call["dtype"]) if call is not None else None
+    shapes = call["shapes"] if call is not None else None
+    align = ALIGNMENT.get(dtype or "", 8)
+    off = [(d, known[role]) for d, role in (("C_in", "in_channels"), ("C_out", "out_channels"))
+           if role in known and known[role] % align]
+    facts = {"kernel": rows.iloc[0]["kernel"], "roof_pct": roof_pct(rows),
+             "time_ns": per_run(rows), "align": align, "dims": dict(known)}
+    if off:
+        dim, value = off[0]
+        return [Finding("gemm_misaligned", rows, gain, "roofline", "medium", "pad_channels",
+                        module_kind=site.kind, aten_ops=site.ops, shapes=shapes, dim=dim,
+                        dim_role=ROLES[dim], dim_value=int(value), layout=site.layout,
+                        dtype=dtype,
+                        fix_params={"pads": [{"role": ROLES[d], "value": v,
+                                              "padded": _padded(v, CHANNELS_TO)}
+                                             for d, v in off]},
+                        facts=facts)]
+    if "spatial" not in known:
+        return []  # neither the channels nor the positions known: nothing to name
+    # aligned channels: the GEMM runs over the output positions, which only NCHW does
+    layout: Layout = "channels_last" if site.layout == "channels_last" else "nchw"
+    return [Finding("gemm_misaligned", rows, gain, "roofline", "medium",
+                    "channels_last" if layout == "nchw" else "none_known",
+                    module_kind=site.kind, aten_ops=site.ops, shapes=shapes, dim="HxW",
+                    dim_role="spatial", dim_value=int(known["spatial"]), layout=layout,
+                    dtype=dtype, facts=facts)]
+
+
+@finding_check("gemm_misaligned")
+def gemm_misaligned(context: Context) -> list[Finding]:
+    """From the calls table where it has the site's GEMM or convolution calls, else from
+    kernel names (``align1``/``align2``, or a pre-Hopper kernel on a Hopper GPU)."""
     work, heavy = context.work, context.heavy
-    found: list[Found] = []
-    gemms_of = calls_where(heavy[heavy["dims"].notna()])
-    roles = forward_roles(heavy[heavy["dims"].notna()])
-    work = work[in_groups_with(work, JOIN_KEYS, work["is_gemm"] | work["precision"]
-                               .astype(str).str.startswith("tensor_"))]
+    found: list[Finding] = []
+    shaped = heavy[heavy["dims"].notna()]
+    gemms_of, heavy_of = calls_where(shaped), calls_where(heavy)
+    roles = forward_roles(shaped)
     hopper = work["gpu"].map(lambda g: any(h in str(g) for h in HOPPER_GPUS)).astype(bool)
     old_arch = contains(work["kernel"], OLD_ARCH_NAMES) & hopper
     small_align = work["kernel"].map(lambda k: bool(_SMALL_ALIGN.search(str(k)))).astype(bool)
+    named = (old_arch | small_align) & ~contains(work["kernel"], SIMT)
+    work = work[in_groups_with(work, JOIN_KEYS, work["is_gemm"] | work["is_conv"] | named
+                               | work["precision"].astype(str).str.startswith("tensor_"))]
     for _, group in work.groupby(list(JOIN_KEYS), sort=False):
+        site = context.site(group)
+        path = str(group["module_path"].iat[0])
         mine = gemms_of(group)
-        if len(mine):
-            found += _from_calls(group, mine, roles.get(str(group["module_path"].iat[0]), {}))
-            continue
-        old, small = old_arch[group.index], small_align[group.index]
-        rows = group[group["is_gemm"] & (old | small)]
-        gain = roofline_gain(rows) if len(rows) else 0.0
-        if rows.empty or gain <= 0:  # an unknown gain (no roofline) is still said
-            continue
-        found.append(Found(rows, gain, "roofline", "medium",
-                           {"kernel": rows.iloc[0]["kernel"], "gpu": rows.iloc[0]["gpu"],
-                            "old_arch": bool(old[rows.index].any()),
-                            "roof_pct": roof_pct(rows), "time_ns": per_run(rows)}))
+        gemm_calls = mine[mine["aten_op"].isin(GEMM_OPS)]
+        convs = heavy_of(group)
+        convs = convs[~convs["aten_op"].isin(GEMM_OPS)]
+        if len(gemm_calls):
+            found += _from_gemm_calls(group, gemm_calls, roles.get(path, {}), site)
+        elif site.kind == "conv" or len(convs):
+            found += _from_conv(group, named, convs[convs["dims"].notna()],
+                                roles.get(path, {}), site)
+        elif not site.recorded:  # no call at this site: the kernel's name is all there is
+            found += _from_names(group, named, old_arch, context.has_calls, site)
     return found
+
+
+def _from_names(group: pd.DataFrame, named: pd.Series, old_arch: pd.Series,
+                has_calls: bool, site: Site) -> list[Finding]:
+    rows = group[group["is_gemm"] & named[group.index]]
+    gain = roofline_gain(rows) if len(rows) else 0.0
+    if rows.empty or gain <= 0:  # an unknown gain (no roofline) is still said
+        return []
+    return [Finding("gemm_misaligned", rows, gain, "roofline", "medium", "pad_gemm_dims",
+                    module_kind=site.kind, layout=site.layout,
+                    fix_params={"multiple": PAD_TO, "calls_recorded": has_calls},
+                    facts={"kernel": rows.iloc[0]["kernel"], "gpu": rows.iloc[0]["gpu"],
+                           "old_arch": bool(old_arch[rows.index].any()),
+                           "roof_pct": roof_pct(rows), "time_ns": per_run(rows)})]

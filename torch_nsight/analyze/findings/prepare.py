@@ -1,11 +1,12 @@
 """The kernel table every check reads, prepared once, and the sums the checks share.
 
 :func:`prepare` keeps the kernel rows (no copies or memsets), blanks missing keys to ``""``,
-reads numbers as floats and adds each row's ``runs`` and whether it is a GEMM or a
-convolution (by name)::
+reads numbers as floats and adds each row's ``runs``, whether it is a GEMM or a
+convolution (by name), whether torch.compile generated it (Inductor's ``triton_`` kernels)
+and whether an optimizer's step launched it::
 
-    variant shape module_path direction op source run kernel ... duration_ns ... runs is_gemm is_conv
-    eager   s128  lm_head     fwd       ""  r.ncu-rep 0 nvjet_... ... 1.2e6      ... 1.0  True    False
+    variant shape module_path direction op source run kernel ... duration_ns ... runs is_gemm is_conv is_compiled is_optimizer
+    eager   s128  lm_head     fwd       ""  r.ncu-rep 0 nvjet_... ... 1.2e6      ... 1.0  True    False   False       False
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Sequence
 import pandas as pd
 
 from torch_nsight.analyze.frames import keyed, runs_per_group
+from torch_nsight.analyze.limiter import LIMITER_INPUTS
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
+from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 #: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
@@ -25,11 +28,13 @@ from torch_nsight.vocabulary import LABELS, SITE_KEYS
 ATTAINABLE_FRACTION = 0.8
 GEMM_NAMES = ("gemm", "nvjet", "cutlass", "xmma")
 CONV_NAMES = ("conv", "fprop", "dgrad", "wgrad")
+#: cuDNN's attention kernels (``..._sdpa_sm90_flash_fprop_...``) say ``fprop`` too.
+ATTENTION_NAMES = ("sdpa", "fmha", "flash_attn", "flash_fwd", "flash_bwd", "attention")
 _NUMERIC = ("duration_ns", "roof_time_ns", "headroom_ns", "dram_bytes", "flops", "flops_fp32",
             "flops_fp16", "waves", "sm_clock_hz", "peak_tensor_tf32_per_cycle", "peak_bytes_per_s",
             *TENSOR_COLUMNS)
-_TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "reason", "roofline_side",
-         "gpu", "peak_basis", "roof_basis")
+_TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "roofline_side", "gpu",
+         "peak_basis", "roof_basis", "limiter", "ncu_rules", "sol_bottleneck", "basis")
 
 
 def contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:
@@ -42,7 +47,8 @@ def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     """Kernel rows (no copies or memsets) with blank keys ``""``, numbers as floats and each
     row's ``runs``: the number of (source, run) pairs of its (variant, shape)."""
     kernels = kernels.reset_index(drop=True)
-    work = keyed(kernels, [*SITE_KEYS, "source", "run", *_TEXT], _NUMERIC)
+    launch = [c for c in LIMITER_INPUTS if c in kernels and c not in (*_TEXT, *_NUMERIC)]
+    work = keyed(kernels, [*SITE_KEYS, "source", "run", *_TEXT], [*_NUMERIC, *launch])
     if "kind" in kernels:
         work = work[kernels["kind"].isna() | (kernels["kind"] == "kernel")]
     for column in _NUMERIC:
@@ -50,9 +56,15 @@ def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     work = work.join(runs_per_group(kernels, LABELS).astype({c: object for c in LABELS})
                      .set_index(list(LABELS)), on=list(LABELS))
     work["runs"] = work["runs"].astype("float64")
+    attention = contains(work["kernel"], ATTENTION_NAMES)
     work["is_gemm"] = contains(work["kernel"], GEMM_NAMES) & ~contains(work["kernel"],
                                                                        CONV_NAMES)
-    work["is_conv"] = contains(work["kernel"], CONV_NAMES)
+    work["is_conv"] = contains(work["kernel"], CONV_NAMES) & ~attention
+    # Inductor's own kernels: torch.compile has fused these already
+    work["is_compiled"] = work["kernel"].astype(str).str.startswith("triton_")
+    # an optimizer's step: its range, or its multi-tensor kernels outside one
+    work["is_optimizer"] = ((work["direction"] == OPTIMIZER_DIRECTION)
+                            | contains(work["kernel"], ("multi_tensor_apply",)))
     return work
 
 

@@ -1,14 +1,15 @@
 """The registry of finding checks, as ``torch/utils/flop_counter.py`` registers its formulas.
 
 A check is a small function of the prepared :class:`Context` that returns its findings as
-numbers (:class:`Found`: the kernel rows, the gain per run, the values its evidence cites);
-one decorator line registers it with the function that words it::
+typed records (:class:`~.record.Finding`: codes and numbers, no words); one decorator line
+registers it::
 
-    @finding_check("small_grid", says=wording.small_grid)
-    def small_grid(context: Context) -> list[Found]: ...
+    @finding_check("small_grid")
+    def small_grid(context: Context) -> list[Finding]: ...
 
 Checks run in the order they were registered; each sees in ``context.claimed`` the kernel
-rows the checks before it reported, so that a kernel is not reported twice.
+rows the checks before it reported, so that a kernel is not reported twice. Render words
+each record from its codes (:mod:`torch_nsight.render.finding_words`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.analyze.findings.calls import CallsOf
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.sites import Site
+from torch_nsight.vocabulary import JOIN_KEYS
+
+__all__ = ["Context", "Finding", "Site", "finding_check", "run_checks", "CHECKS"]
 
 
 @dataclass(frozen=True)
@@ -30,61 +36,47 @@ class Context:
     Attributes:
         work: the kernel table of :func:`~torch_nsight.analyze.findings.prepare.prepare`.
         heavy: the GEMM and convolution calls (:func:`~.calls.heavy_calls`).
-        calls_of: the calls made where a group of kernel rows ran.
-        settings: the PyTorch settings recorded with the profile (TF32 switches).
+        calls_of: the GEMM and convolution calls made where a group of kernel rows ran.
+        sites: each site's codes, by its join keys (missing keys ``""``).
+        has_calls: whether the profile has a calls table at all.
+        settings: the PyTorch settings recorded with the profile (TF32, cudnn.benchmark).
         claimed: the rows of ``work`` reported by the checks registered before this one.
     """
 
     work: pd.DataFrame
     heavy: pd.DataFrame
     calls_of: CallsOf
+    sites: Mapping[tuple[Any, ...], Site]
+    has_calls: bool
     settings: Mapping[str, Any]
     claimed: pd.Index
 
-
-@dataclass(frozen=True)
-class Found:
-    """One finding as numbers, before it is worded.
-
-    Attributes:
-        rows: the kernel rows it covers (the first names its site).
-        gain_ns: the GPU time per run it may recover (NaN when unknown).
-        basis: how the gain was estimated: ``roofline`` or ``measured``.
-        confidence: ``high``, ``medium`` or ``low``.
-        facts: the values its evidence and fix cite, by name (see the check's wording).
-    """
-
-    rows: pd.DataFrame
-    gain_ns: float
-    basis: str
-    confidence: str
-    facts: dict[str, Any]
+    def site(self, rows: pd.DataFrame) -> Site:
+        """The codes of the site where ``rows`` ran (its first row's join keys)."""
+        key = tuple(rows[k].iat[0] for k in JOIN_KEYS)
+        return self.sites.get(key, Site((), None, None, recorded=False))
 
 
-#: The words of a finding: its facts -> (evidence, fix).
-Says = Callable[[dict[str, Any]], tuple[str, str]]
-Check = Callable[[Context], list[Found]]
+Check = Callable[[Context], list[Finding]]
 
 
 @dataclass(frozen=True)
 class Registered:
-    """A registered check: its finding id, its function and its wording."""
+    """A registered check: its finding id and its function."""
 
     name: str
     check: Check
-    says: Says
 
 
 #: Every check by finding id, in the order they run.
 CHECKS: dict[str, Registered] = {}
 
 
-def finding_check(name: str, *, says: Says) -> Callable[[Check], Check]:
+def finding_check(name: str) -> Callable[[Check], Check]:
     """Register the decorated function as the check of finding ``name``.
 
     Args:
-        name: the finding's stable id (the ``finding`` column).
-        says: the function that turns a :class:`Found`'s facts into (evidence, fix).
+        name: the check's stable id (the ``finding`` of most of its records).
 
     Returns:
         The decorator, which returns the function unchanged.
@@ -96,17 +88,16 @@ def finding_check(name: str, *, says: Says) -> Callable[[Check], Check]:
         raise ValueError(f"finding check {name!r} is registered twice")
 
     def register(check: Check) -> Check:
-        CHECKS[name] = Registered(name, check, says)
+        CHECKS[name] = Registered(name, check)
         return check
 
     return register
 
 
-def run_checks(context: Context) -> list[tuple[Registered, Found]]:
+def run_checks(context: Context) -> list[Finding]:
     """Every registered check in order, each told the rows the ones before it claimed."""
-    found: list[tuple[Registered, Found]] = []
+    found: list[Finding] = []
     for registered in CHECKS.values():
-        claimed = pd.Index([i for _, f in found for i in f.rows.index])
-        found += [(registered, f) for f in
-                  registered.check(dataclasses.replace(context, claimed=claimed))]
+        claimed = pd.Index([i for f in found for i in f.rows.index])
+        found += registered.check(dataclasses.replace(context, claimed=claimed))
     return found

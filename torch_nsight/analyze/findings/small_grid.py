@@ -1,34 +1,161 @@
-"""``small_grid``: latency-bound kernels under one wave holding :data:`SMALL_GRID_PCT` of
-their label's time; gain: their roofline headroom. Registered last: a kernel an earlier
-check reported (``Context.claimed``) is not reported again here."""
+"""``small_grid`` and ``latency_bound``: latency-bound kernels holding :data:`SMALL_GRID_PCT`
+of their label's time, with the cause the launch gives (the kernel table's ``limiter``,
+:mod:`torch_nsight.analyze.limiter`: under one wave is ``small_grid``, anything else
+``latency_bound``); gain: their roofline headroom. Registered last: a kernel an earlier check
+reported (``Context.claimed``) is not reported again here, and an optimizer's kernels are
+:mod:`.optimizer_step`'s.
+
+The fix is the one that fits the op and its cause (:func:`latency_fix`), never "a larger
+batch" where the grid is small because of the op's own shape: a convolution in NCHW goes
+channels-last, in NHWC lets cuDNN time its algorithms (``cudnn.benchmark``); batch norm and
+pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call; attention
+tries another backend; a launch of a few µs goes into a CUDA graph; the casts, bias
+reductions and adds beside a GEMM or convolution fuse (torch.compile); gathers, scatters and
+index-adds have no PyTorch-level fix (their grid follows the indices), which the finding
+says.
+"""
 
 from __future__ import annotations
 
-import torch_nsight.analyze.findings.wording as wording
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.findings.codes import Cause, FixCode
 from torch_nsight.analyze.findings.prepare import per_run, roof_pct
-from torch_nsight.analyze.findings.registry import Context, Found, finding_check
-from torch_nsight.vocabulary import LABELS, SITE_KEYS
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, finding_check
+from torch_nsight.analyze.findings.sites import Site, layout_of
+from torch_nsight.analyze.limiter import LIMITER_INPUTS
+from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, split_path
 
 #: A kernel site holding at least this share (%) of its label's time.
 SMALL_GRID_PCT = 5.0
 
 
-@finding_check("small_grid", says=wording.small_grid)
-def small_grid(context: Context) -> list[Found]:
-    """One finding per site and kernel name."""
+def latency_fix(site: Site, cause: Cause | None, settings: Mapping[str, Any],
+                attributed: bool, library: bool, compiled: bool = False) -> FixCode:
+    """The fix for a latency-bound launch of this site and cause (the module docstring).
+
+    Args:
+        site: the site's codes (its module's kind, its layout).
+        cause: what limits the launch.
+        settings: the PyTorch settings recorded with the profile (``cudnn.benchmark``).
+        attributed: whether the kernel ran inside a module range.
+        library: whether the kernel is the site's GEMM or convolution (not the casts,
+            bias reductions and adds beside it, which fuse).
+        compiled: whether torch.compile generated the kernel (Inductor's): no fusion to
+            advise, it fused already.
+    """
+    kind = site.kind
+    if cause == "launch_overhead":
+        return "cuda_graphs"
+    if compiled and not library:
+        return "none_known"
+    if not attributed:
+        return "none_known" if kind in ("indexing", "embedding") else "compile_function"
+    if kind in ("conv", "linear", "matmul", "gemm") and not library:
+        return "compile_module"  # the elementwise work beside the GEMM or convolution
+    if kind == "conv":
+        if site.layout == "nchw":
+            return "channels_last"
+        if settings.get("cudnn.benchmark") is not True:
+            return "cudnn_benchmark"
+        return "larger_batch" if cause == "small_grid" else "none_known"
+    if kind in ("batch_norm", "group_norm", "pool") and site.layout == "nchw":
+        return "channels_last"
+    if kind in ("linear", "matmul", "gemm"):
+        return "larger_batch" if cause == "small_grid" else "none_known"
+    if kind == "attention":
+        return "sdpa_backend"
+    if kind in ("indexing", "embedding", "recurrent", "optimizer"):
+        return "none_known"
+    return "compile_module"
+
+
+def _launch(rows: pd.DataFrame) -> dict[str, Any]:
+    """The launch figures of the longest of ``rows`` (what limits it, in numbers)."""
+    largest = rows.loc[rows["duration_ns"].idxmax()]
+    return {c: (None if isinstance(largest[c], float) and largest[c] != largest[c]
+                else largest[c]) for c in LIMITER_INPUTS if c in rows}
+
+
+@finding_check("small_grid")
+def small_grid(context: Context) -> list[Finding]:
+    """One finding per site and kernel name holding :data:`SMALL_GRID_PCT` of its label's
+    time; then, of the rest, one per kind of module and fix whose sites hold that share
+    together (a ResNet's 53 batch norms, none of which holds 5% alone), at the model's
+    root."""
     work = context.work
     label_time = (work["duration_ns"] / work["runs"]).groupby(
         [work[c] for c in LABELS]).transform("sum")
-    small = (work["waves"] < 1) | work["reason"].str.startswith("small grid")
-    candidates = work[(work["bound"] == "latency") & small & ~work.index.isin(context.claimed)
-                      & work["headroom_ns"].notna()]
-    found: list[Found] = []
+    small = (work["waves"] < 1) | (work["limiter"] == "small_grid")
+    caused = small | work["limiter"].ne("")
+    candidates = work[(work["bound"] == "latency") & caused & ~work["is_optimizer"]
+                      & ~work.index.isin(context.claimed)]
+    found: list[Finding] = []
+    rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]] = []
     for _, rows in candidates.groupby([*SITE_KEYS, "kernel"], sort=False):
-        time, gain = per_run(rows), per_run(rows, rows["headroom_ns"])
+        time = per_run(rows)
         share = 100.0 * time / label_time[rows.index].iloc[0]
-        if share < SMALL_GRID_PCT or not gain > 0:
+        gain = per_run(rows, rows["headroom_ns"])
+        if not gain > 0:
+            continue  # without a roofline (no FLOPs or bytes) there is no headroom to judge
+        under_one = bool(small[rows.index].any())
+        cause: Cause | None = "small_grid" if under_one else rows["limiter"].iat[0] or None
+        site = context.site(rows)
+        attributed = rows["module_path"].iat[0] not in ("", UNATTRIBUTED)
+        library = bool((rows["is_gemm"] | rows["is_conv"]).any())
+        code = latency_fix(site, cause, context.settings, attributed, library,
+                           bool(rows["is_compiled"].all()))
+        if share < SMALL_GRID_PCT:
+            if attributed and code != "none_known":
+                rest.append((rows, cause, code, site.kind))
             continue
-        found.append(Found(rows, gain, "roofline", "low", {
-            "kernel": rows.iloc[0]["kernel"], "waves": rows["waves"].min(),
-            "roof_pct": roof_pct(rows), "time_ns": time, "share_pct": share}))
+        found.append(Finding(
+            "small_grid" if under_one else "latency_bound", rows, gain, "roofline", "low", code,
+            cause=cause, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
+            fix_params={"setting": "cudnn.benchmark"} if code == "cudnn_benchmark" else {},
+            facts={"kernel": rows.iloc[0]["kernel"], "waves": rows["waves"].min(),
+                   "roof_pct": roof_pct(rows), "time_ns": time, "share_pct": share,
+                   "launch": _launch(rows)}))
+    return found + _by_kind(rest, label_time)
+
+
+def _by_kind(rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]],
+             label_time: pd.Series) -> list[Finding]:
+    """The latency-bound sites under the share alone, gathered by label, kind of module and
+    fix: one finding at the model's root where they hold :data:`SMALL_GRID_PCT` together."""
+    gathered: dict[tuple[Any, ...], list[tuple[pd.DataFrame, Cause | None]]] = {}
+    for rows, cause, code, kind in rest:
+        key = (*(rows[c].iat[0] for c in LABELS), kind, code)
+        gathered.setdefault(key, []).append((rows, cause))
+    found: list[Finding] = []
+    for key, parts in gathered.items():
+        rows = pd.concat([r for r, _ in parts])
+        time = per_run(rows)
+        share = 100.0 * time / label_time[rows.index].iloc[0]
+        modules = rows["module_path"].nunique()
+        if share < SMALL_GRID_PCT or modules < 2:
+            continue
+        causes: dict[str, float] = {}
+        for part, cause in parts:
+            causes[str(cause)] = causes.get(str(cause), 0.0) + per_run(part)
+        top = max(causes, key=lambda c: causes[c])
+        root = split_path(str(rows["module_path"].iat[0]))[0]
+        kind, code = key[len(LABELS)], key[len(LABELS) + 1]
+        layouts = set(rows["kernel"].map(lambda k: layout_of([k])).dropna())
+        first = rows.iloc[:1].assign(module=root, module_path=root, direction="", op="")
+        found.append(Finding(
+            "small_grid" if top == "small_grid" else "latency_bound",
+            pd.concat([first, rows.iloc[1:]]), per_run(rows, rows["headroom_ns"]),
+            "roofline", "low", code, cause=None if top == "None" else top,  # type: ignore[arg-type]
+            module_kind=kind, layout=layouts.pop() if len(layouts) == 1 else None,
+            fix_params={"setting": "cudnn.benchmark"} if code == "cudnn_benchmark" else {},
+            facts={"kernel": rows.loc[rows["duration_ns"].idxmax(), "kernel"],
+                   "sites": int(modules), "time_ns": time, "share_pct": share,
+                   "roof_pct": roof_pct(rows),
+                   "causes": {c: 100.0 * t / time for c, t in sorted(
+                       causes.items(), key=lambda item: -item[1])}}))
     return found

@@ -2,10 +2,12 @@
 applies in the user's script (:mod:`torch_nsight.capture.switches`) to measure the fix on
 the user's own steps.
 
-One line per finding kind, from the module the finding names (its target: the innermost
-module of ``module_path``; a folded row's ``{0-7}`` becomes ``*``, every block). Findings
-whose fix is a code change (an RMSNorm written out, pinned memory, a larger batch) have no
-line; nor do Nsight Compute's rules.
+One line per fix code (the finding's ``fix_code``), from the module the finding names (its
+target: the innermost module of ``module_path``; a folded row's ``{0-7}`` names its blocks).
+Fixes that are code changes (an RMSNorm written out, a wider Linear's callers, a fused
+optimizer made where the script makes it, a larger batch) have no line: a switch must
+measure the fix the finding gives, not something near it (a compile of the whole model for
+an optimizer's step measured the model's compile).
 """
 
 from __future__ import annotations
@@ -14,37 +16,32 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_nsight.analyze.findings.gemm_misaligned import PAD_TO
-from torch_nsight.analyze.findings.wording import FIX
 from torch_nsight.switches import FixSpec
 from torch_nsight.vocabulary import PATH_SEP, UNATTRIBUTED, path_leaf
 
-__all__ = ["FUSED_OP_SWITCHES", "SWITCH_FIXES", "fix_target", "switch_fix"]
+__all__ = ["SWITCH_FIXES", "TIMELINE_SWITCHES", "fix_target", "switch_fix"]
 
 _REDUCE_OVERHEAD = {"mode": "reduce-overhead"}
-#: Finding kind -> its switch, from the target module's name (``""``: the whole model).
+#: Fix code -> its switch, from the target module's name (``""``: the whole model).
 SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     # the Linear's output features padded to the multiple the finding's fix names
-    "gemm_misaligned": lambda target: FixSpec("pad_linear", target, {"multiple": PAD_TO}),
+    "pad_features": lambda target: FixSpec("pad_linear", target, {"multiple": PAD_TO}),
     # TF32 tensor cores for matmuls and convolutions: the whole process
-    "fp32_no_tensor_cores": lambda target: FixSpec("tf32"),
+    "tf32_matmul": lambda target: FixSpec("tf32"),
+    "tf32_conv": lambda target: FixSpec("tf32"),
     # one kernel for the chain: torch.compile of the module it ran in
-    "elementwise_chain": lambda target: FixSpec("compile", target),
+    "compile_module": lambda target: FixSpec("compile", target),
+    # the tanh GELU as one op: the fused op the finding names, not a compile of the module
+    "use_gelu_tanh": lambda target: FixSpec("gelu_tanh", target),
     # channels-last model and inputs: conversions anywhere in the model go
-    "layout_conversion": lambda target: FixSpec("channels_last"),
-    # fused with its neighbours by torch.compile
-    "small_grid": lambda target: FixSpec("compile", target),
-    # timeline: the step in CUDA graphs
+    "channels_last": lambda target: FixSpec("channels_last"),
+    # a launch of a few µs: the module in CUDA graphs
+    "cuda_graphs": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
+}
+#: A timeline finding (worded by the timeline's analysis, no fix code) -> its switch.
+TIMELINE_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
     "launch_bound": lambda target: FixSpec("compile", "", _REDUCE_OVERHEAD),
     "small_kernels": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
-}
-
-#: An elementwise chain whose fix names one fused op (its ``fix`` text): that op as the switch,
-#: so that what is measured is what the finding advises, not a compile of the module; None:
-#: no switch (an optimizer's fused step is set where the user's script makes the optimizer,
-#: and a compile of the model would measure something else).
-FUSED_OP_SWITCHES: dict[str, Callable[[str], FixSpec] | None] = {
-    FIX["chain_gelu"]: lambda target: FixSpec("gelu_tanh", target),
-    FIX["chain_optimizer"]: None,
 }
 
 
@@ -60,8 +57,9 @@ def fix_target(module_path: object) -> str:
 
 
 def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
-    """The switch that applies a finding row's fix, or None when it has none."""
-    fix, kind = str(finding.get("fix")), str(finding.get("finding"))
-    make = (FUSED_OP_SWITCHES[fix] if kind == "elementwise_chain" and fix in FUSED_OP_SWITCHES
-            else SWITCH_FIXES.get(kind))
+    """The switch that applies a finding row's fix (by its ``fix_code``; a timeline
+    finding's by its ``finding``), or None when it has none."""
+    code = finding.get("fix_code")
+    make = (SWITCH_FIXES.get(code) if isinstance(code, str) and code
+            else TIMELINE_SWITCHES.get(str(finding.get("finding"))))
     return None if make is None else make(fix_target(finding.get("module_path")))

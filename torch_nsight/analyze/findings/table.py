@@ -1,5 +1,8 @@
-"""The front door: prepare the tables once, run every registered check in order, word each
-finding, add the timeline's and Nsight Compute's own, rank by gain."""
+"""The front door: prepare the tables once, run every registered check in order, attach
+Nsight Compute's rules as evidence, add the timeline's findings, rank by gain. The table is
+codes and numbers (:data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`); render words it
+(:func:`torch_nsight.render.finding_words.word_findings`, which
+:meth:`torch_nsight.Profile.findings` applies)."""
 
 from __future__ import annotations
 
@@ -11,24 +14,36 @@ import pandas as pd
 import torch_nsight.analyze.findings.elementwise_chain
 import torch_nsight.analyze.findings.fp32_no_tensor_cores
 
-# the checks register themselves on import, in this order (small_grid last: it skips the
-# kernels the others reported)
+# the checks register themselves on import, in this order (the optimizer's before the
+# chains, small_grid last: it skips the kernels the others reported)
 import torch_nsight.analyze.findings.gemm_misaligned
 import torch_nsight.analyze.findings.layout_conversion
+import torch_nsight.analyze.findings.optimizer_step
 import torch_nsight.analyze.findings.small_grid  # noqa: F401
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.findings.calls import calls_where, heavy_calls
 from torch_nsight.analyze.findings.prepare import prepare
-from torch_nsight.analyze.findings.registry import Context, Found, Registered, run_checks
-from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, run_checks
+from torch_nsight.analyze.findings.sites import describe_sites, root_class
+from torch_nsight.analyze.fold import FOLD_COLUMN, STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import blank_to_none, filled
-from torch_nsight.analyze.rules import rule_findings
+from torch_nsight.analyze.rules import rule_evidence
 from torch_nsight.analyze.timeline_analysis import timeline_findings
-from torch_nsight.vocabulary import FINDING_COLUMNS, LABELS, SITE_KEYS
+from torch_nsight.vocabulary import (
+    FINDING_CODE_COLUMNS,
+    FINDING_RECORD_COLUMNS,
+    LABELS,
+    SITE_KEYS,
+)
+
+#: What a timeline finding's words were made by (:mod:`torch_nsight.analyze.timeline_analysis`,
+#: which words its verdicts itself): carried in ``facts`` under this key, as said.
+SAID = "said"
 
 
-def _row(registered: Registered, found: Found) -> dict[str, Any]:
-    """A finding as a row of :data:`FINDING_COLUMNS`, worded."""
+def _row(found: Finding) -> dict[str, Any]:
+    """A finding as a row of :data:`FINDING_RECORD_COLUMNS`."""
     rows, basis = found.rows, found.basis
     first = rows.iloc[0]
     if basis == "roofline":  # say where a weaker ceiling stands in
@@ -36,15 +51,22 @@ def _row(registered: Registered, found: Found) -> dict[str, Any]:
             basis = "compute roof"
         if (rows["peak_basis"] == "table").any():
             basis += ", known-GPU peaks"
-    evidence, fix = registered.says(found.facts)
-    return {**{k: first[k] for k in SITE_KEYS}, "kernels": "; ".join(dict.fromkeys(rows["kernel"])),
-            "finding": registered.name, "evidence": evidence, "fix": fix,
-            "est_gain_ns": found.gain_ns, "gain_basis": basis, "confidence": found.confidence}
+    codes = found.codes()
+    if codes["module_class"] is None:
+        codes["module_class"] = root_class(first["module_path"])
+    rules = rule_evidence(rows)
+    if rules:  # Nsight Compute's own diagnosis of these kernels: evidence, never the fix
+        codes["facts"]["ncu_rules"] = rules
+    return {**{k: first[k] for k in SITE_KEYS},
+            "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": found.finding,
+            **codes, "est_gain_ns": found.gain_ns, "gain_basis": basis,
+            "confidence": found.confidence}
 
 
 def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[str, Any]]:
     """:func:`timeline_findings` rows in these columns (``module_path`` looked up where the
-    module's name is unique in its label)."""
+    module's name is unique in its label); their words, made by the timeline's analysis,
+    travel in ``facts``."""
     paths = kernels.reindex(columns=[*LABELS, "module", "module_path"]).dropna(
         subset=["module", "module_path"]).drop_duplicates()
     rows = []
@@ -56,44 +78,50 @@ def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[s
         rows.append({"variant": found["variant"], "shape": found["shape"],
                      "module": found["module"], "module_path": path, "direction": None,
                      "op": None, "kernels": None, "finding": found["finding"],
-                     "evidence": found["evidence"], "fix": found["fix"],
-                     "est_gain_ns": found["est_gain_ns"], "gain_basis": "timeline",
-                     "confidence": "medium"})
+                     **dict.fromkeys(FINDING_CODE_COLUMNS),
+                     "facts": {SAID: {"evidence": found["evidence"], "fix": found["fix"]}},
+                     "fix_params": {}, "est_gain_ns": found["est_gain_ns"],
+                     "gain_basis": "timeline", "confidence": "medium"})
     return rows
+
+
 @needs("variant", "shape", "module", "module_path", "direction", "kernel", "duration_ns")
 def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
              settings: Mapping[str, Any] | None = None,
              timeline: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The fixes worth making, ranked by the time per run each may recover.
+    """The fixes worth making, as codes, ranked by the time per run each may recover.
 
     Args:
         kernels: an analyzed kernel table (``Profile.kernels``); columns a source lacks
             (FLOP counters, waves, peaks) only silence the checks that read them.
-        calls: the calls table (``Profile.calls``), whose GEMM shapes name the misaligned
-            dimension; None falls back to kernel names.
+        calls: the calls table (``Profile.calls``): the ops that make a module's kind and
+            the shapes that name the dimension at fault; None falls back to kernel names.
         settings: the PyTorch settings recorded with the profile (``Profile.meta.settings``),
-            for the TF32 switches; None: unknown.
+            for the TF32 switches and ``cudnn.benchmark``; None: unknown.
         timeline: a timeline source's step and gap table (``Profile.timeline``): its
             findings are added with ``gain_basis`` ``timeline``.
 
     Returns:
-        :data:`FINDING_COLUMNS`, one row per finding, the largest ``est_gain_ns`` first
-        (unknown gains last). Times are per run of each (variant, shape). Gains of
-        findings on the same kernels or steps may overlap: do not add them up.
+        :data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`, one row per finding, the
+        largest ``est_gain_ns`` first (unknown gains last). Times are per run of each
+        (variant, shape). Gains of findings on the same kernels or steps may overlap: do
+        not add them up. No words: render writes ``evidence`` and ``fix`` from the codes
+        (:func:`torch_nsight.render.finding_words.word_findings`).
 
     Raises:
         MissingMetricError: ``kernels`` lacks a column every check needs.
     """
     heavy = heavy_calls(calls)
-    context = Context(prepare(kernels), heavy, calls_where(heavy), settings or {},
-                      claimed=pd.Index([]))
-    rows = [_row(registered, found) for registered, found in run_checks(context)]
+    work = prepare(kernels)
+    context = Context(work, heavy, calls_where(heavy), describe_sites(work, calls),
+                      calls is not None and "aten_op" in calls and len(calls) > 0,
+                      settings or {}, claimed=pd.Index([]))
+    rows = [_row(found) for found in run_checks(context)]
     if timeline is not None and len(kernels):  # a trace without GPU rows has no GPU to judge
         rows += _timeline_rows(kernels, timeline)
-    out = pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
-    rules = rule_findings(kernels)
-    if not rules.empty:  # Nsight Compute's own estimates, where its sections were recorded
-        out = pd.concat([out, rules], ignore_index=True) if len(out) else rules.copy()
+    out = pd.DataFrame(rows, columns=list(FINDING_RECORD_COLUMNS))
+    for column in FINDING_CODE_COLUMNS:  # codes as they were made: 49, not 49.0
+        out[column] = pd.Series([row[column] for row in rows], index=out.index, dtype=object)
     out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
     out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
     for column in (*SITE_KEYS, "kernels"):
@@ -101,25 +129,33 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     return out.reset_index(drop=True)
 
 
-def fold_findings(found: pd.DataFrame) -> pd.DataFrame:
+#: What must agree for findings in repeated blocks to fold into one row: the finding and
+#: what the codes say of its module and fix (a convolution's and a batch norm's findings
+#: never share a row).
+FOLD_KEYS = ("variant", "shape", "direction", "op", "finding", "cause", "module_kind",
+             "fix_code", "layout", "dim_role", "optimizer")
+
+
+def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row for a finding repeated in each block of a repeated structure: its gain the
-    sum of the blocks', its evidence (prefixed "In each of the N blocks") and fix those of
-    the block with the largest gain, and ``blocks`` how many it stands for (see
-    :mod:`torch_nsight.analyze.fold`).
+    sum of the blocks', its codes and facts those of the block with the largest gain, and
+    ``blocks`` how many it stands for (see :mod:`torch_nsight.analyze.fold`).
 
     Args:
-        found: :func:`findings` rows.
+        found: :func:`findings` rows (worded or not: words are render's, from the codes).
+        kernels: the kernel table they come from: with it, only blocks that launched the
+            same kernels fold (:func:`~torch_nsight.analyze.fold.with_structure`).
 
     Returns:
         The folded rows, the largest ``est_gain_ns`` first.
     """
-    folded = fold_rows(found, keys=("variant", "shape", "direction", "op", "finding"),
-                       sums=("est_gain_ns",), rank="est_gain_ns")
-    # the evidence is one block's; the gain is all of theirs: say so
-    several = folded[FOLD_COLUMN] > 1
-    folded.loc[several, "evidence"] = [
-        f"In each of the {n} blocks (the gain is theirs together): {text}"
-        for n, text in zip(folded.loc[several, FOLD_COLUMN], folded.loc[several, "evidence"],
-                           strict=True)]
+    keys = [k for k in FOLD_KEYS if k in found]
+    if kernels is not None and len(found):
+        found, keys = with_structure(found, kernels), [*keys, STRUCTURE_COLUMN]
+    folded = fold_rows(found, keys=keys, sums=("est_gain_ns",), rank="est_gain_ns")
+    folded = folded.drop(columns=[STRUCTURE_COLUMN], errors="ignore")
     return folded.sort_values("est_gain_ns", ascending=False, na_position="last",
                               kind="stable").reset_index(drop=True)
+
+
+__all__ = ["findings", "fold_findings", "FOLD_COLUMN", "FOLD_KEYS", "SAID"]

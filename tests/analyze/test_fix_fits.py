@@ -1,0 +1,129 @@
+"""On every recorded source in tests/data: no finding gives a fix for another kind of module
+or op (issue 43): a convolution given a Linear's fix, SGD told AdamW, a fused optimizer told
+to fuse, rotary advice where no rotary op ran, "a larger batch" for a gather or a norm, an
+aligned GEMM told to pad, Nsight Compute's rule text as a fix.
+
+The findings are read as the analysis returns them (codes) and as render words them; every
+expectation is read from the source's own tables (its calls, its kernels' names, its rules),
+never typed in."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from tests.test_golden_outputs import DATA, Source, find_sources
+from torch_nsight.analyze.findings.calls import ALIGNMENT
+from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
+from torch_nsight.naming import OPTIMIZER_DIRECTION
+from torch_nsight.vocabulary import JOIN_KEYS
+
+SOURCES = [s for s in find_sources() if s.kind != "demo"]
+#: What makes a rotary embedding: its cos and sin, or rotate-half's negation and cat (each
+#: an aten op, a kernel functor or a kernel).
+ROTARY = ((r"\bsin\b|sin_kernel", r"\bcos\b|cos_kernel"),
+          (r"\bneg\b|neg_kernel", r"\bcat\b|catarraybatchedcopy"))
+
+
+@lru_cache(maxsize=2)
+def _load(path: str) -> torch_nsight.Profile | None:
+    try:
+        return torch_nsight.load(DATA / path, cache=False)
+    except torch_nsight.TorchNsightError:
+        return None
+
+
+def _site_words(profile: torch_nsight.Profile, row: pd.Series) -> str:
+    """The ops that ran at a finding's site: the calls table's, its kernels' functors."""
+    keys = [k for k in JOIN_KEYS if k != "op"]
+    kernels = profile.kernels
+    mine = pd.Series(True, index=kernels.index)
+    for key in keys:
+        value = row[key]
+        mine &= kernels[key].isna() if value is None else kernels[key] == value
+    words = [*kernels.loc[mine, "kernel"].astype(str),
+             *kernels.loc[mine].get("kernel_full", pd.Series(dtype=object)).dropna().astype(str)]
+    calls = profile.calls
+    if calls is not None and "aten_op" in calls:
+        hit = pd.Series(True, index=calls.index)
+        for key in keys:
+            value = row[key]
+            hit &= calls[key].isna() if value is None else calls[key] == value
+        words += calls.loc[hit, "aten_op"].astype(str).tolist()
+    return " ".join(words).lower()
+
+
+def _rule_messages(profile: torch_nsight.Profile) -> set[str]:
+    if "ncu_rules" not in profile.kernels:
+        return set()
+    return {rule["message"].split(". ")[0].strip() for text in
+            profile.kernels["ncu_rules"].dropna() for rule in json.loads(text)} - {""}
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=[s.name for s in SOURCES])
+def test_every_fix_fits_its_module_and_op(source: Source) -> None:
+    profile = _load(source.path)
+    if profile is None:
+        pytest.skip(f"{source.path} does not load as a profile")
+    found = profile.finding_table(fold=False)
+    messages = _rule_messages(profile)
+    steps = profile.kernels[profile.kernels["direction"] == OPTIMIZER_DIRECTION]
+    fused_steps = set(steps.loc[steps["kernel_full"].astype(str).str.contains(
+        r"Fused\w*Functor"), "module"]) if "kernel_full" in steps else set()
+    for _, row in found.iterrows():
+        where = (source.path, row["finding"], row["module"], row["direction"])
+        assert not str(row["finding"]).startswith("ncu_"), where  # rules are evidence
+        assert not any(m in str(row["fix"]) for m in messages), where
+        code = row["fix_code"]
+        if row["gain_basis"] == "timeline":
+            continue  # the timeline's own verdicts: no module kind to fit
+        assert code in FIX_CODES, where
+        assert fix_fits(row["module_kind"], code), (*where, row["module_kind"], code)
+        params: dict[str, Any] = row["fix_params"]
+        fix = str(row["fix"])
+        # torch.compile's own kernels are not told to compile
+        kernels = str(row["kernels"]).split("; ")
+        if all(k.startswith("triton_") for k in kernels):
+            assert code not in ("compile_module", "compile_function"), where
+        # a convolution is never given a Linear's fix, in codes or in words
+        if row["module_kind"] == "conv":
+            assert "nn.Linear" not in fix, where
+        # an optimizer is told its own class's flag, and only where its step ran unfused
+        if code in ("optimizer_fused", "optimizer_foreach", "compile_optimizer_step"):
+            recorded = row["module"] if row["direction"] == OPTIMIZER_DIRECTION else None
+            assert params["optimizer"] == row["optimizer"] == recorded, where
+            assert row["optimizer_impl"] in ("foreach", "for_loop"), where
+            if code == "optimizer_fused" and recorded is not None:
+                assert recorded in FUSED_OPTIMIZERS, where
+            for other in sorted(FUSED_OPTIMIZERS - {recorded}):
+                assert f"torch.optim.{other}(" not in fix, where
+        if row["direction"] == OPTIMIZER_DIRECTION:
+            assert row["module"] not in fused_steps, where
+        # rotary advice only where a rotary embedding's ops ran
+        if code == "compile_rotary":
+            words = _site_words(profile, row)
+            assert any(all(re.search(w, words) for w in group) for group in ROTARY), where
+        # a misaligned GEMM names a dimension that is off its dtype's alignment
+        if row["finding"] == "gemm_misaligned" and row["dim_value"] is not None \
+                and not pd.isna(row["dim_value"]):
+            align = ALIGNMENT.get(str(row["dtype"]), 8)
+            assert int(row["dim_value"]) % align != 0, where
+            assert row["dim_role"] != "tokens", where  # the rows are no operand's stride
+
+
+def test_the_checks_cover_the_recorded_sources() -> None:
+    """The test above reads findings of every kind: it is not vacuous."""
+    seen: set[str] = set()
+    for path in ("latency/resnet50.ncu-rep.xz", "decoder_train/fast.ncu-rep.xz",
+                 "findings_conv", "profile_steps.ncu-rep.xz", "zoo_fast/llama_decode.ncu-rep.xz"):
+        profile = _load(path)
+        assert profile is not None
+        seen |= set(profile.finding_table(fold=False)["fix_code"].dropna())
+    assert {"pad_features", "channels_last", "cudnn_benchmark", "compile_module",
+            "optimizer_fused", "compile_rotary", "use_rms_norm"} <= seen

@@ -1,0 +1,215 @@
+"""What a site is, as codes: the kind of module (from the ops the calls table records there,
+else from its kernels' names), the layout of its 4-D tensors and, for an optimizer's step,
+how it ran. The checks choose their fix from these, not from the kernel's family alone.
+
+The profile records no module class (the root's and an optimizer's are range names); a
+module's kind is what it ran: ``convolution`` makes a ``conv``, ``addmm`` a ``linear``,
+``native_batch_norm`` a ``batch_norm``, a ``step`` range an ``optimizer``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.findings.codes import Layout, ModuleKind, OptimizerImpl
+from torch_nsight.naming import OPTIMIZER_DIRECTION
+from torch_nsight.vocabulary import JOIN_KEYS, PATH_SEP, UNATTRIBUTED
+
+#: Each kind by the aten ops that make it, first match wins (a block running a convolution
+#: and a residual add is a convolution's site).
+KIND_BY_OPS: tuple[tuple[ModuleKind, tuple[str, ...]], ...] = (
+    ("conv", ("conv",)),
+    ("recurrent", ("rnn", "lstm", "gru_cell", "_thnn_fused")),
+    ("attention", ("scaled_dot_product", "flash_attention", "efficient_attention",
+                   "cudnn_attention")),
+    ("linear", ("linear", "addmm")),
+    ("linear", ("mm",)),  # exactly mm (below): a Linear without bias, or its backward
+    ("matmul", ("bmm", "baddbmm", "matmul", "einsum")),
+    ("batch_norm", ("batch_norm",)),
+    ("layer_norm", ("layer_norm",)),
+    ("group_norm", ("group_norm",)),
+    ("rms_norm", ("rms_norm",)),
+    ("embedding", ("embedding",)),
+    ("indexing", ("index_select", "gather", "scatter", "index_add", "index_put", "index",
+                  "take", "index_copy")),
+    ("loss", ("nll_loss", "cross_entropy", "mse_loss", "l1_loss", "binary_cross_entropy",
+              "smooth_l1_loss", "kl_div")),
+    ("pool", ("pool",)),
+    ("activation", ("relu", "gelu", "silu", "sigmoid", "tanh", "threshold", "hardswish",
+                    "hardsigmoid", "elu", "softplus", "mish", "leaky_relu", "prelu")),
+)
+#: Ops matched whole, not as a part of a name (``mm`` is in ``addmm`` and ``bmm``; ``index``
+#: in ``index_select``).
+_WHOLE = frozenset({"mm", "index", "take"})
+#: Each kind by its kernels' names, where the calls table has nothing for the site.
+KIND_BY_KERNELS: tuple[tuple[ModuleKind, re.Pattern[str]], ...] = (
+    # cuDNN's attention kernels say fprop and bprop too: attention first
+    ("attention", re.compile(r"fmha|flash|sdpa|attention", re.I)),
+    ("conv", re.compile(r"conv|fprop|dgrad|wgrad", re.I)),
+    ("recurrent", re.compile(r"rnn|lstm", re.I)),
+    # a GEMM before the norms: a compiled region's fused kernels name a norm beside it
+    ("gemm", re.compile(r"gemm|nvjet|cutlass|xmma|gemv", re.I)),
+    ("batch_norm", re.compile(r"batch_norm", re.I)),
+    ("layer_norm", re.compile(r"layer_norm|LayerNorm|GammaBeta", re.I)),
+    ("embedding", re.compile(r"embedding", re.I)),
+    ("indexing", re.compile(r"gather|scatter|index|radix|sort", re.I)),
+    ("pool", re.compile(r"pool", re.I)),
+)
+
+
+def _has(ops: Iterable[str], words: tuple[str, ...]) -> bool:
+    for op in ops:
+        for word in words:
+            if (op == word) if word in _WHOLE else (word in op):
+                return True
+    return False
+
+
+def kind_of_ops(ops: Iterable[str]) -> ModuleKind | None:
+    """The kind of a site whose calls are ``ops`` (aten op names); None for no op, or only
+    copies and views; ``elementwise`` for other ops."""
+    ops = [str(o).lower().strip("_").rstrip("_") for o in ops if isinstance(o, str) and o]
+    for kind, words in KIND_BY_OPS:
+        if _has(ops, words):
+            return kind
+    plain = [o for o in ops if o not in ("to_copy", "copy", "clone", "view", "new_zeros",
+                                          "zeros", "empty", "fill", "arange", "scalar_tensor")]
+    return "elementwise" if plain else None
+
+
+def kind_of_kernels(kernels: Iterable[str]) -> ModuleKind | None:
+    """The kind of a site from its kernels' names alone (no calls for it); None when they
+    do not say (plain elementwise kernels say nothing of the module)."""
+    names = [str(k) for k in kernels if isinstance(k, str)]
+    for kind, pattern in KIND_BY_KERNELS:
+        if any(pattern.search(name) for name in names):
+            return kind
+    return None
+
+
+def site_kind(direction: object, module_path: object, ops: Iterable[str],
+              kernels: Iterable[str]) -> ModuleKind | None:
+    """The kind of one site: an optimizer's step, else its ops, else its kernels' names (an
+    optimizer's multi-tensor kernels left out: outside a step range they share the
+    unattributed site with whatever else ran there)."""
+    if direction == OPTIMIZER_DIRECTION:
+        return "optimizer"
+    kernels = [k for k in kernels if "multi_tensor_apply" not in str(k)]
+    return kind_of_ops(ops) or kind_of_kernels(kernels)
+
+
+_CHANNELS_LAST = re.compile(r"channels_last|nhwc(?!ToNchw)", re.I)
+_CONVERTED = re.compile(r"nchwToNhwc|nhwcToNchw")
+#: NCHW kernels by name: batch norm's kernels without ``channels_last``, cuDNN's NCHW
+#: convolutions.
+_NCHW = re.compile(r"^batch_norm_(?!.*channels_last)|implicit_convolve_sgemm|"
+                   r"explicit_convolve_sgemm|nchw(?!ToNhwc)", re.I)
+
+
+def layout_of(kernels: Iterable[str]) -> Layout | None:
+    """``nchw`` where a site's kernels convert an NCHW tensor or are NCHW kernels,
+    ``channels_last`` where they are NHWC kernels, None where their names do not say."""
+    names = [str(k) for k in kernels if isinstance(k, str)]
+    if any(_CONVERTED.search(n) for n in names) or any(_NCHW.search(n) for n in names):
+        return "nchw"
+    if any(_CHANNELS_LAST.search(n) for n in names):
+        return "channels_last"
+    return None
+
+
+_FUSED_FUNCTOR = re.compile(r"Fused\w*Functor")
+
+
+def optimizer_impl(kernels_full: Iterable[str], kernels: Iterable[str]) -> OptimizerImpl:
+    """How an optimizer's step ran, from its kernels (see
+    :data:`~torch_nsight.analyze.findings.codes.OptimizerImpl`)."""
+    full = [str(k) for k in kernels_full if isinstance(k, str)]
+    names = [str(k) for k in kernels if isinstance(k, str)]
+    if any(_FUSED_FUNCTOR.search(k) for k in full):
+        return "fused"
+    if any(n.startswith("triton") for n in names):
+        return "compiled"
+    if any("multi_tensor_apply" in n for n in names):
+        return "foreach"
+    return "for_loop"
+
+
+_DTYPES = re.compile(r"c10::\w+|\bfloat\b|\bdouble\b|\(int\)\d+|\(bool\)\d+|\(T1.*$")
+
+
+def foreach_ops(kernels_full: Iterable[str]) -> set[str]:
+    """The distinct ops of an optimizer's foreach kernels (its functor and math, whatever
+    the dtype: a step over bf16 and fp32 parameters launches each op twice): one op is one
+    pass over the parameters."""
+    found: set[str] = set()
+    for full in kernels_full:
+        if isinstance(full, str):
+            found.add(_DTYPES.sub("", full.partition("Metadata<")[2] or full))
+    return found
+
+
+def optimizer_class(direction: object, module: object) -> str | None:
+    """The optimizer's class where its step range names it (``step:AdamW`` reads back as
+    module ``AdamW``, direction ``step``); None outside a step range."""
+    if direction == OPTIMIZER_DIRECTION and isinstance(module, str) and module \
+            and module != UNATTRIBUTED:
+        return module
+    return None
+
+
+def root_class(module_path: object) -> str | None:
+    """The model's class (the root range is named after it), for a site at the root."""
+    if isinstance(module_path, str) and module_path and module_path != UNATTRIBUTED \
+            and PATH_SEP not in module_path:
+        return module_path
+    return None
+
+
+def ops_at(calls: pd.DataFrame) -> tuple[str, ...]:
+    """The distinct aten ops of a site's calls, in call order."""
+    if calls.empty or "aten_op" not in calls:
+        return ()
+    return tuple(dict.fromkeys(str(o) for o in calls["aten_op"] if isinstance(o, str)))
+
+
+@dataclass(frozen=True)
+class Site:
+    """What one site (labels, module path, direction, op) is, as codes.
+
+    Attributes:
+        ops: the aten ops the calls table records there, in call order.
+        kind: the kind of module (:func:`site_kind`).
+        layout: the layout of its 4-D tensors from its kernels' names, or None.
+        recorded: whether the calls table has any call at this site.
+    """
+
+    ops: tuple[str, ...]
+    kind: ModuleKind | None
+    layout: Layout | None
+    recorded: bool
+
+
+def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
+                   ) -> dict[tuple[Any, ...], Site]:
+    """Each site of ``work`` (the prepared kernel table, keys ``""`` where missing) as a
+    :class:`Site`, by its join keys."""
+    ops: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    if calls is not None and "aten_op" in calls and len(calls):
+        keyed_calls = calls.reindex(columns=[*JOIN_KEYS, "aten_op"]).astype(object)
+        keyed_calls[list(JOIN_KEYS)] = keyed_calls[list(JOIN_KEYS)].mask(
+            keyed_calls[list(JOIN_KEYS)].isna(), "")
+        for key, rows in keyed_calls.groupby(list(JOIN_KEYS), sort=False):
+            ops[tuple(key)] = ops_at(rows)
+    sites = {}
+    for key, rows in work.groupby(list(JOIN_KEYS), sort=False):
+        key = tuple(key)
+        mine = ops.get(key, ())
+        direction, path = key[JOIN_KEYS.index("direction")], key[JOIN_KEYS.index("module_path")]
+        sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist()),
+                          layout_of(rows["kernel"].tolist()), recorded=key in ops)
+    return sites

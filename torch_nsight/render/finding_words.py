@@ -1,0 +1,402 @@
+"""The words of each finding, written once, here, from its codes: its evidence sentence and
+its fix (:func:`word_findings`, which :meth:`torch_nsight.Profile.findings` applies).
+
+Analysis returns findings as codes and numbers (:class:`torch_nsight.analyze.findings.Finding`:
+what is wrong, the kind of module, why, the fix as a code with its parameters, ``facts``);
+nothing there reads these sentences back, so rewording one changes only what is printed.
+Importing this module registers :func:`word_findings` with the Profile record
+(:func:`torch_nsight.profile.set_finding_words`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.limiter import describe_cause
+from torch_nsight.profile import set_finding_words
+from torch_nsight.units import format_bytes, format_duration
+from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
+
+#: The key of a timeline finding's words in its ``facts``: the timeline's analysis words
+#: its verdicts itself (:data:`torch_nsight.analyze.findings.table.SAID`).
+SAID = "said"
+#: A GEMM or convolution dimension's role in words.
+ROLE_SAID = {"tokens": "batch x sequence", "out_features": "output features",
+             "in_features": "input features", "in_channels": "input channels",
+             "out_channels": "output channels", "spatial": "output positions H x W"}
+#: What an elementwise chain computes in words.
+CHAIN_SAID = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm written "
+              "out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU written out)",
+              "softmax": " (masking and softmax)",
+              "loss": " (the loss: upcast, log-softmax, NLL)"}
+#: How an optimizer's step ran, in words.
+IMPL_SAID = {"foreach": "one multi-tensor kernel per op (foreach)",
+             "for_loop": "kernels per parameter (a for-loop)"}
+#: Fixes that need no parameter.
+FIX = {
+    "tf32_matmul": "Turn on TF32 tensor cores with torch.backends.cuda.matmul.allow_tf32 = True "
+                   "/ torch.set_float32_matmul_precision('high'), or run the model in bf16 "
+                   "(torch.autocast('cuda', dtype=torch.bfloat16)).",
+    "tf32_conv": "Turn on TF32 tensor cores with torch.backends.cudnn.allow_tf32 = True, or run "
+                 "the model in bf16 (torch.autocast('cuda', dtype=torch.bfloat16)).",
+    "use_rms_norm": "Use one fused RMSNorm: torch.nn.functional.rms_norm(x, (d,), weight, "
+                    "eps) or nn.RMSNorm (torch >= 2.4) instead of pow/mean/rsqrt/mul, or "
+                    "torch.compile the module.",
+    "use_layer_norm": "Use torch.nn.functional.layer_norm / nn.LayerNorm (one fused kernel) "
+                      "instead of the mean/var arithmetic, or torch.compile the module.",
+    "compile_rotary": "Apply the rotary embedding in one kernel: torch.compile the function "
+                      "that applies it (and compute cos/sin once per sequence length, not per "
+                      "layer), or a fused RoPE kernel (e.g. flash-attn's apply_rotary_emb).",
+    "use_gelu_tanh": "Use F.gelu(approximate='tanh') (nn.GELU(approximate='tanh')): one kernel "
+                     "instead of the tanh formula's chain; or torch.compile the module.",
+    "compile_loss": "Fuse the loss: torch.compile the function that computes it from the "
+                    "logits (the upcast, log-softmax and NLL become a few kernels), or compute "
+                    "it over chunks of the logits.",
+    "use_sdpa": "Use F.scaled_dot_product_attention (masking, scaling and softmax fused "
+                "into attention), or at least F.softmax over the masked scores; or "
+                "torch.compile the module.",
+    "channels_last": "Go channels-last: model.to(memory_format=torch.channels_last) and "
+                     "channels-last inputs (x.to(memory_format=torch.channels_last)).",
+    "cudnn_benchmark": "Let cuDNN time its algorithms for these shapes: "
+                       "torch.backends.cudnn.benchmark = True (inputs of fixed shapes).",
+    "cuda_graphs": "Cut the launches: capture the module in CUDA graphs "
+                   "(torch.compile(module, mode='reduce-overhead')), or fuse it with its "
+                   "neighbours (torch.compile).",
+    "larger_batch": "Give the GEMM more rows: a larger batch, or more tokens per call (its "
+                    "grid is its output tiles, too few to fill the GPU).",
+    "sdpa_backend": "Try another attention backend: run it under "
+                    "torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (or "
+                    "EFFICIENT_ATTENTION, CUDNN_ATTENTION) and keep the fastest.",
+    "compile_function": "Fuse them: torch.compile the function that runs these ops (they ran "
+                        "outside every module range, so no module names them).",
+}
+
+
+def _time(duration_ns: Any) -> str:
+    """A duration as the evidence sentences write it: ``1.23 ms``, ``845.3 µs``, ``n/a``."""
+    return format_duration(duration_ns, largest="ms", decimals=2, missing="n/a")
+
+
+def _at_roof(pct: Any) -> str:
+    """`` at 12% of its roofline`` (nothing where the roofline is not known: no ``nan``)."""
+    return "" if not isinstance(pct, (int, float)) or pct != pct \
+        else f" at {pct:.0f}% of its roofline"
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _given(row: Mapping[str, Any], key: str) -> Any:
+    """``row[key]``, None where it is missing or NaN (a code column of a concatenated
+    table)."""
+    value = row.get(key)
+    return None if value is None or (isinstance(value, float) and value != value) else value
+
+
+# --- evidence, by finding ----------------------------------------------------------------
+
+def _gemm_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    ran = f"{_at_roof(facts.get('roof_pct'))} ({_time(facts.get('time_ns'))} per run)"
+    if "bad" in facts:  # a GEMM call's shapes
+        shapes = "; ".join(dict.fromkeys(
+            f"{b['dtype']} {b['op']} {b['M']}x{b['K']} @ {b['K']}x{b['N']}: {b['dim']} = "
+            f"{b['value']} ({ROLE_SAID.get(b['role'], b['role'])}) is not a multiple of "
+            f"{b['align']}" for b in facts["bad"]))
+        return f"{shapes}; the GEMM ran {facts['kernel']}{ran}."
+    if _given(row, "module_kind") == "conv" and _given(row, "dim"):
+        dim, value, role = row["dim"], row["dim_value"], row.get("dim_role")
+        if role == "spatial":
+            return (f"a 1x1 convolution in NCHW runs as a GEMM over the output's H x W = "
+                    f"{value} positions, not a multiple of {facts.get('align', 8)}: cuBLAS "
+                    f"chose {facts['kernel']}, a kernel for operands aligned to 1 or 2 "
+                    f"elements{ran}; its channels are aligned.")
+        return (f"{_given(row, 'dtype') or ''} convolution: {dim} = {value} "
+                f"({ROLE_SAID.get(str(role), role)}) is not a multiple of "
+                f"{facts.get('align', 8)}; it ran {facts['kernel']}{ran}.").lstrip()
+    why = (f"a pre-Hopper (sm75) kernel on {facts['gpu']}" if facts.get("old_arch")
+           else "a kernel for operands aligned to 1 or 2 elements")
+    return (f"cuBLAS chose {facts['kernel']}, {why}: a GEMM dimension is not a multiple of 8;"
+            f" it ran{ran}.")
+
+
+def _fp32_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    conv, tf32 = facts["conv"], facts["tf32"]
+    setting = "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"
+    state = "unknown" if tf32 is None else "False"
+    what = "convolution" if conv else "GEMM"
+    if facts.get("by_name"):
+        return (f"fp32 {what} on CUDA cores: {facts['kernel']} is a CUDA-core (SIMT/FFMA) "
+                f"kernel ({_time(facts.get('time_ns'))} per run; the profile has no FLOP "
+                f"counters to say more); {setting} is {state}.")
+    return (f"fp32 {what} on CUDA cores, no tensor-core FLOPs: "
+            f"{facts['flops_per_run'] / 1e9:.1f} GFLOP per run at "
+            f"{facts['flops_per_ns'] / 1e3:.1f} TFLOP/s; {setting} is {state}; at the TF32 "
+            f"tensor peak ({facts['peak_flops_per_s'] / 1e12:.0f} TFLOP/s) its roofline "
+            f"is {_time(facts['tf32_roof_ns'])} per run.")
+
+
+def _chain_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    time, traffic = facts["time_ns"], facts["traffic_bytes"]
+    return (f"{facts['kernels_per_run']:g} memory-bound elementwise kernels in a row per "
+            f"run{CHAIN_SAID.get(str(row.get('cause')), '')} ({_time(time)}, "
+            f"{format_bytes(traffic)} of DRAM traffic at {traffic / time / 1e3:.2f} TB/s); "
+            f"one fused pass moves about {format_bytes(facts['one_pass_bytes'])}, the "
+            "traffic of its largest kernel.")
+
+
+def _layout_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    gain, total = facts["gain_ns"], facts["module_ns"]
+    listed = ", ".join(f"{k} x{n:g}" if n != 1 else k for k, n in facts["counts"].items())
+    return (f"{facts['kernels_per_run']:g} layout conversions ({listed}) around the "
+            f"convolution take {_time(gain)} per run, {100 * gain / total:.0f}% of the "
+            f"module's {_time(total)}.")
+
+
+def _optimizer_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    who = f"{row['optimizer']}'s step" if _given(row, "optimizer") else \
+        "The optimizer's step (multi-tensor kernels outside a step range)"
+    traffic = facts.get("traffic_bytes")
+    moved = ("" if traffic is None else f", {format_bytes(traffic)} of DRAM traffic; one "
+             f"fused pass moves about {format_bytes(facts['one_pass_bytes'])}")
+    return (f"{who} ran {IMPL_SAID.get(str(row.get('optimizer_impl')), 'unfused')}: "
+            f"{facts['passes']:g} passes over the parameters, {facts['kernels_per_run']:g} "
+            f"kernels per run ({_time(facts['time_ns'])}{moved}).")
+
+
+#: A kind of module in words, for a finding over many of them.
+KIND_SAID = {"batch_norm": "batch norm", "layer_norm": "layer norm", "group_norm": "group norm",
+             "rms_norm": "RMSNorm", "conv": "convolution", "linear": "Linear",
+             "matmul": "matmul", "gemm": "GEMM", "attention": "attention",
+             "activation": "activation", "elementwise": "elementwise", "pool": "pooling",
+             "loss": "loss", "embedding": "embedding", "indexing": "indexing"}
+#: A launch's cause in words, for a finding over many launches.
+CAUSE_SAID = {"small_grid": "under one wave", "tail": "a partial last wave",
+              "registers": "occupancy limited by registers",
+              "shared_memory": "occupancy limited by shared memory",
+              "block_size": "occupancy limited by the block size",
+              "blocks_per_sm": "blocks too small to fill an SM",
+              "launch_overhead": "launches of a few µs", "few_warps": "too few warps",
+              "waiting_warps": "warps waiting on memory or a dependency",
+              "memory_latency": "warps waiting on global memory",
+              "synchronization": "warps waiting at barriers",
+              "instruction_issue": "instruction issue",
+              "shared_memory_access": "warps waiting on shared memory", "None": "no single cause"}
+
+
+def _many_sites_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    kind = KIND_SAID.get(str(_given(row, "module_kind")), "other")
+    causes = ", ".join(f"{CAUSE_SAID.get(c, c)} {pct:.0f}%"
+                       for c, pct in facts.get("causes", {}).items())
+    return (f"Latency-bound launches in {facts['sites']} {kind} modules, none 5% of the run "
+            f"alone, hold {facts['share_pct']:.1f}% of the run's GPU time together "
+            f"({_time(facts['time_ns'])} per run{_at_roof(facts.get('roof_pct'))}; the "
+            f"largest kernel {facts['kernel']}); by cause: {causes}.")
+
+
+def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    if "sites" in facts:
+        return _many_sites_evidence(row, facts)
+    cause, launch = _given(row, "cause"), facts.get("launch") or {}
+    clause = describe_cause(dict(launch), cause) if launch else ""
+    if not clause:
+        waves = _number(facts.get("waves"))
+        clause = (f"a grid of {waves:.2f} waves (under one: SMs left idle)" if waves < 1
+                  else "a small grid")
+    return (f"{facts['kernel']} is latency-bound: {clause}; it ran"
+            f"{_at_roof(facts.get('roof_pct'))} ({_time(facts['time_ns'])} per run, "
+            f"{facts['share_pct']:.1f}% of the run's GPU time).")
+
+
+EVIDENCE: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
+    "gemm_misaligned": _gemm_evidence, "fp32_no_tensor_cores": _fp32_evidence,
+    "elementwise_chain": _chain_evidence, "layout_conversion": _layout_evidence,
+    "optimizer_not_fused": _optimizer_evidence, "small_grid": _latency_evidence,
+    "latency_bound": _latency_evidence,
+}
+
+
+# --- fixes, by fix code ------------------------------------------------------------------
+
+def _pad_features(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    said = []
+    for pad in params.get("pads", ()):
+        value, padded = pad["value"], pad["padded"]
+        if pad["role"] == "out_features":
+            linear = (f"nn.Linear({params['in_features']}, {padded})"
+                      if "in_features" in params else "a wider nn.Linear")
+            said.append(f"pad the output features from {value} to {padded}: {linear} and "
+                        "slice the output, or pad the vocabulary")
+        else:
+            linear = (f"nn.Linear({padded}, {params['out_features']})"
+                      if "out_features" in params else "a wider nn.Linear")
+            said.append(f"pad the input features from {value} to {padded}: zero-pad the "
+                        f"input and use {linear}")
+    text = "; ".join(dict.fromkeys(said))
+    return text[:1].upper() + text[1:] + "."
+
+
+def _pad_operands(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    said = "; ".join(dict.fromkeys(
+        f"{pad['value']} ({ROLE_SAID.get(pad['role'], pad['role'])}) to {pad['padded']}"
+        for pad in params.get("pads", ())))
+    return f"Pad {said}: zero-pad the matmul's operands and slice the result."
+
+
+def _pad_gemm_dims(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    linear = (" (a Linear's output features: a wider nn.Linear and slice the output)"
+              if row.get("module_kind") == "linear" else "")
+    name = ("the calls table has no call at this site to name it (its kernels ran outside "
+            "every recorded op)" if params.get("calls_recorded") else
+            "record the calls table (sweep, or instrument(record_calls=...)) to name it")
+    return (f"Pad the GEMM's dimensions (features, vocabulary, sequence) to multiples of "
+            f"{params.get('multiple', 64)}{linear}; {name}.")
+
+
+def _pad_channels(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    said = "; ".join(dict.fromkeys(
+        f"the {ROLE_SAID.get(pad['role'], pad['role'])} from {pad['value']} to {pad['padded']}"
+        for pad in params.get("pads", ())))
+    return (f"Pad the convolution's channels to a multiple of 8: {said} (zero channels in "
+            "the weight and the input), and run it channels-last "
+            "(model.to(memory_format=torch.channels_last)).")
+
+
+def _channels_last(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    if row.get("finding") == "gemm_misaligned":
+        return ("Go channels-last: model.to(memory_format=torch.channels_last) and "
+                "channels-last inputs; in NHWC the convolution's GEMM runs over the batch x "
+                "positions and the channels, which are aligned.")
+    return FIX["channels_last"]
+
+
+def _compile_module(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    facts = row.get("facts")
+    if isinstance(facts, Mapping) and "sites" in facts:
+        kind = KIND_SAID.get(str(_given(row, "module_kind")))
+        return (f"Fuse each {kind + ' ' if kind else ''}module with its neighbours: "
+                "torch.compile the model (their launches, not their work, are the limit).")
+    if row.get("finding") == "elementwise_chain":
+        return "Fuse them: torch.compile the module (one kernel for the chain)."
+    return ("Fuse it with its neighbours: torch.compile the module (the launch is the limit, "
+            "not its work).")
+
+
+def _optimizer_fused(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    optimizer = params.get("optimizer")
+    if optimizer:
+        return (f"Make the optimizer with fused=True: torch.optim.{optimizer}(..., "
+                "fused=True) (one kernel per step for all its parameters).")
+    classes = ", ".join(f"torch.optim.{c}" for c in params.get("classes", ()))
+    return (f"Make the optimizer with fused=True if it is one of {classes} (one kernel per "
+            "step for all its parameters), else torch.compile its step; its class was not "
+            "recorded (instrument() names it with a step range).")
+
+
+def _optimizer_foreach(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    optimizer = params.get("optimizer")
+    return (f"Make the optimizer with foreach=True: torch.optim.{optimizer}(..., foreach=True) "
+            f"(one kernel per op for all parameters; {optimizer} has no fused "
+            "implementation), or torch.compile its step.")
+
+
+def _compile_step(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    optimizer = params.get("optimizer") or "the optimizer"
+    return (f"torch.compile the optimizer's step (torch.compile(optimizer.step)): {optimizer} "
+            "has no fused implementation to switch on.")
+
+
+def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    kind = row.get("module_kind")
+    if kind in ("indexing", "embedding"):
+        return ("No PyTorch-level fix known: a gather, scatter or index-add's grid and memory "
+                "accesses follow its indices, not the batch; its time is the op's own.")
+    if kind == "optimizer":
+        return "No PyTorch-level fix known: the step already runs fused."
+    return ("No PyTorch-level fix known for this cause: the kernel's launch and memory "
+            "accesses are the library's choice for this shape.")
+
+
+def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
+    """A fix without parameters: its one sentence."""
+    return lambda row, params: text
+
+
+FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
+    "pad_features": _pad_features, "pad_operands": _pad_operands,
+    "pad_gemm_dims": _pad_gemm_dims, "pad_channels": _pad_channels,
+    "channels_last": _channels_last, "compile_module": _compile_module,
+    "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
+    "compile_optimizer_step": _compile_step, "none_known": _none_known,
+    **{code: _said(text) for code, text in FIX.items()},
+}
+
+
+def _rules(facts: Mapping[str, Any]) -> str:
+    """Nsight Compute's own diagnosis, as evidence."""
+    rules = facts.get("ncu_rules") or ()
+    return "".join(f" Nsight Compute's {r['rule']} rule: {r['title']} (up to "
+                   f"{r['speedup_pct']:.0f}% of the kernel)." for r in rules)
+
+
+def word_finding(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The evidence and the fix of one finding row, from its codes and facts.
+
+    Args:
+        row: a row of :func:`torch_nsight.analyze.findings.findings` (or of a folded or
+            measured table), with ``blocks`` where folded.
+
+    Returns:
+        (evidence, fix); the timeline's own words for its findings; None for a row with
+        neither codes nor words.
+    """
+    facts = row.get("facts")
+    facts = facts if isinstance(facts, Mapping) else {}
+    if SAID in facts:
+        evidence, fix = facts[SAID]["evidence"], facts[SAID]["fix"]
+    elif _given(row, "finding") in EVIDENCE and isinstance(_given(row, "fix_code"), str):
+        params = row.get("fix_params")
+        params = params if isinstance(params, Mapping) else {}
+        evidence = EVIDENCE[str(row["finding"])](row, facts) + _rules(facts)
+        fix = FIXES[str(row["fix_code"])](row, params)
+    else:
+        return _given(row, "evidence"), _given(row, "fix")
+    blocks = _given(row, "blocks")
+    if isinstance(blocks, (int, float)) and blocks > 1:  # the evidence is one block's
+        evidence = (f"In each of the {int(blocks)} blocks (the gain is theirs together): "
+                    f"{evidence}")
+    return evidence, fix
+
+
+def word_findings(found: pd.DataFrame) -> pd.DataFrame:
+    """``found`` with ``evidence`` and ``fix`` written from its codes, in the columns of
+    :data:`~torch_nsight.vocabulary.FINDING_COLUMNS`, its codes after them (and ``blocks``
+    last, where folded)::
+
+        finding          fix_code      fix_params              ->  finding          evidence                       fix
+        gemm_misaligned  pad_features  {'pads': [...], ...}        gemm_misaligned  bf16 mm 4096x768 @ ...  Pad the output features ...
+
+    Args:
+        found: :func:`torch_nsight.analyze.findings.findings` rows (folded or not); rows
+            that already have words and no codes (a fix asked for by name) keep theirs.
+
+    Returns:
+        A new frame, the same rows.
+    """
+    out = found.copy()
+    words = [word_finding(row) for row in out.to_dict("records")]
+    out["evidence"] = pd.Series([evidence for evidence, _ in words], index=out.index,
+                                dtype=object)
+    out["fix"] = pd.Series([fix for _, fix in words], index=out.index, dtype=object)
+    first = [c for c in (*FINDING_COLUMNS, *FINDING_CODE_COLUMNS) if c in out]
+    return out.loc[:, [*first, *(c for c in out.columns if c not in first)]]
+
+
+set_finding_words(word_findings)
