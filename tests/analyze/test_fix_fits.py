@@ -22,7 +22,7 @@ from tests.test_golden_outputs import DATA, Source, find_sources
 from torch_nsight.analyze.findings.calls import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
 from torch_nsight.naming import OPTIMIZER_DIRECTION
-from torch_nsight.vocabulary import JOIN_KEYS
+from torch_nsight.vocabulary import JOIN_KEYS, OUTSIDE_PREFIX
 
 SOURCES = [s for s in find_sources() if s.kind != "demo"]
 #: What makes a rotary embedding: its cos and sin, or rotate-half's negation and cat (each
@@ -105,6 +105,10 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
                 assert f"torch.optim.{other}(" not in fix, where
         if row["direction"] == OPTIMIZER_DIRECTION:
             assert row["module"] not in fused_steps, where
+        # a call of the training loop beside the optimizer (clipping, GradScaler) is not it
+        if str(row["module"]).startswith(OUTSIDE_PREFIX):
+            assert code not in ("optimizer_fused", "optimizer_foreach",
+                                "compile_optimizer_step"), where
         # rotary advice only where a rotary embedding's ops ran
         if code == "compile_rotary":
             words = _site_words(profile, row)
@@ -127,3 +131,16 @@ def test_the_checks_cover_the_recorded_sources() -> None:
         seen |= set(profile.finding_table(fold=False)["fix_code"].dropna())
     assert {"pad_features", "channels_last", "cudnn_benchmark", "compile_module",
             "optimizer_fused", "compile_rotary", "use_rms_norm"} <= seen
+
+
+def test_channels_last_only_where_a_4d_tensor_ran() -> None:
+    """wav2vec 2.0's positional convolution is a grouped ``Conv1d`` (3-D input) that cuDNN
+    runs with NCHW kernels: its small grid is never told to go channels-last, which lays out
+    4-D tensors only; a 2-D convolution's NCHW small grid still is (MobileNetV3)."""
+    found = torch_nsight.load(DATA / "zoo_families" / "wav2vec2.ncu-rep.xz").finding_table(
+        fold=False)
+    conv1d = found[found["module"] == "encoder.transformer.pos_conv_embed.conv"]
+    assert len(conv1d) and not (conv1d["fix_code"] == "channels_last").any()
+    found = torch_nsight.load(DATA / "zoo_families" / "mobilenet_v3.ncu-rep.xz").finding_table(
+        fold=False)
+    assert (found.loc[found["module_kind"] == "conv", "fix_code"] == "channels_last").any()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
+from torch_nsight.analyze.findings.sites import takes_4d
 from torch_nsight.vocabulary import SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
@@ -27,9 +28,13 @@ def layout_conversion(context: Context) -> list[Finding]:
             continue
         gain = per_run(rows)
         counts = rows["kernel"].value_counts(sort=False) / rows["runs"].iloc[0]
+        # channels-last lays out 4-D tensors: a Conv1d or Conv3d cuDNN converts has no switch
+        calls = context.calls_of(group)
+        planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
         found.append(Finding(
-            "layout_conversion", rows, gain, "measured", "medium", "channels_last",
-            module_kind="conv", aten_ops=site.ops, layout="nchw",
+            "layout_conversion", rows, gain, "measured", "medium",
+            "channels_last" if planar else "none_known",
+            module_kind="conv", aten_ops=site.ops, layout="nchw" if planar else None,
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "counts": dict(counts.items()), "gain_ns": gain,
                    "module_ns": per_run(group)}))

@@ -21,7 +21,7 @@ from torch_nsight.analyze.frames import keyed, runs_per_group
 from torch_nsight.analyze.limiter import LIMITER_INPUTS
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.naming import OPTIMIZER_DIRECTION
-from torch_nsight.vocabulary import LABELS, SITE_KEYS
+from torch_nsight.vocabulary import LABELS, OUTSIDE_PREFIX, SITE_KEYS
 
 #: Share of its roofline ceiling a well-chosen tensor-core GEMM reaches: the recorded fixes
 #: reached 82% (bf16, findings_gemm n50304) and 90% (TF32, findings_fp32_on).
@@ -62,9 +62,11 @@ def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     work["is_conv"] = contains(work["kernel"], CONV_NAMES) & ~attention
     # Inductor's own kernels: torch.compile has fused these already
     work["is_compiled"] = work["kernel"].astype(str).str.startswith("triton_")
-    # an optimizer's step: its range, or its multi-tensor kernels outside one
+    # an optimizer's step: its range, or its multi-tensor kernels outside one; never a call
+    # of the loop's own that runs beside it (clipping, GradScaler: an "(outside)" row)
+    outside = work["module"].astype(str).str.startswith(OUTSIDE_PREFIX)
     work["is_optimizer"] = ((work["direction"] == OPTIMIZER_DIRECTION)
-                            | contains(work["kernel"], ("multi_tensor_apply",)))
+                            | contains(work["kernel"], ("multi_tensor_apply",))) & ~outside
     return work
 
 

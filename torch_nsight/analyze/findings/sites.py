@@ -18,7 +18,7 @@ import pandas as pd
 
 from torch_nsight.analyze.findings.codes import Layout, ModuleKind, OptimizerImpl
 from torch_nsight.naming import OPTIMIZER_DIRECTION
-from torch_nsight.vocabulary import JOIN_KEYS, PATH_SEP, UNATTRIBUTED
+from torch_nsight.vocabulary import JOIN_KEYS, OUTSIDE_PREFIX, PATH_SEP, UNATTRIBUTED
 
 #: Each kind by the aten ops that make it, first match wins (a block running a convolution
 #: and a residual add is a convolution's site).
@@ -97,7 +97,7 @@ def site_kind(direction: object, module_path: object, ops: Iterable[str],
     """The kind of one site: an optimizer's step, else its ops, else its kernels' names (an
     optimizer's multi-tensor kernels left out: outside a step range they share the
     unattributed site with whatever else ran there)."""
-    if direction == OPTIMIZER_DIRECTION:
+    if direction == OPTIMIZER_DIRECTION and not str(module_path).startswith(OUTSIDE_PREFIX):
         return "optimizer"
     kernels = [k for k in kernels if "multi_tensor_apply" not in str(k)]
     return kind_of_ops(ops) or kind_of_kernels(kernels)
@@ -157,7 +157,7 @@ def optimizer_class(direction: object, module: object) -> str | None:
     """The optimizer's class where its step range names it (``step:AdamW`` reads back as
     module ``AdamW``, direction ``step``); None outside a step range."""
     if direction == OPTIMIZER_DIRECTION and isinstance(module, str) and module \
-            and module != UNATTRIBUTED:
+            and module != UNATTRIBUTED and not module.startswith(OUTSIDE_PREFIX):
         return module
     return None
 
@@ -184,7 +184,9 @@ class Site:
     Attributes:
         ops: the aten ops the calls table records there, in call order.
         kind: the kind of module (:func:`site_kind`).
-        layout: the layout of its 4-D tensors from its kernels' names, or None.
+        layout: the layout of its 4-D tensors from its kernels' names, or None (also where
+            the calls table records the site's calls and none of them takes a 4-D tensor: a
+            ``Conv1d`` cuDNN runs as an NCHW convolution has no channels-last layout).
         recorded: whether the calls table has any call at this site.
     """
 
@@ -199,17 +201,28 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
     """Each site of ``work`` (the prepared kernel table, keys ``""`` where missing) as a
     :class:`Site`, by its join keys."""
     ops: dict[tuple[Any, ...], tuple[str, ...]] = {}
+    four_d: dict[tuple[Any, ...], bool] = {}  # whether any call there takes a 4-D tensor
     if calls is not None and "aten_op" in calls and len(calls):
-        keyed_calls = calls.reindex(columns=[*JOIN_KEYS, "aten_op"]).astype(object)
+        keyed_calls = calls.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes"]
+                                    ).astype(object)
         keyed_calls[list(JOIN_KEYS)] = keyed_calls[list(JOIN_KEYS)].mask(
             keyed_calls[list(JOIN_KEYS)].isna(), "")
         for key, rows in keyed_calls.groupby(list(JOIN_KEYS), sort=False):
             ops[tuple(key)] = ops_at(rows)
+            four_d[tuple(key)] = any(takes_4d(shapes) for shapes in rows["input_shapes"])
     sites = {}
     for key, rows in work.groupby(list(JOIN_KEYS), sort=False):
         key = tuple(key)
         mine = ops.get(key, ())
         direction, path = key[JOIN_KEYS.index("direction")], key[JOIN_KEYS.index("module_path")]
+        layout = layout_of(rows["kernel"].tolist()) if four_d.get(key, True) else None
         sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist()),
-                          layout_of(rows["kernel"].tolist()), recorded=key in ops)
+                          layout, recorded=key in ops)
     return sites
+
+
+def takes_4d(shapes: object) -> bool:
+    """Whether a call's input shapes hold a 4-D tensor (what channels-last lays out)."""
+    if not isinstance(shapes, (list, tuple)):
+        return False
+    return any(isinstance(s, (list, tuple)) and len(s) == 4 for s in shapes)
