@@ -31,6 +31,10 @@ def test_every_switch_is_a_valid_fix() -> None:
     # a tanh GELU written out: the fused op the finding names, not a compile
     ("findings_chain", "elementwise_chain", "gelu_tanh"),
     ("findings_conv", "layout_conversion", "channels_last"),
+    # an unfused Adam step (foreach: the default), and a 2-D convolution's small grids in
+    # NCHW: switches of their own, --verify measures them
+    ("zoo_families/gru_lm.ncu-rep.xz", "optimizer_not_fused", "fused_optimizer"),
+    ("zoo_families/wav2vec2.ncu-rep.xz", "small_grid", "cudnn_benchmark"),
 ])
 def test_the_recorded_findings_name_their_switch_and_its_module(
         fixture: str, finding: str, fix: str) -> None:

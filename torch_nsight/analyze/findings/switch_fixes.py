@@ -37,6 +37,10 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     "channels_last": lambda target: FixSpec("channels_last"),
     # a launch of a few µs: the module in CUDA graphs
     "cuda_graphs": lambda target: FixSpec("compile", target, _REDUCE_OVERHEAD),
+    # cuDNN times its algorithms for the step's shapes: the whole process
+    "cudnn_benchmark": lambda target: FixSpec("cudnn_benchmark"),
+    # the optimizer's own class made with fused=True: its flag set before each step
+    "optimizer_fused": lambda target: FixSpec("fused_optimizer"),
 }
 #: A timeline finding (worded by the timeline's analysis, no fix code) -> its switch.
 TIMELINE_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
