@@ -37,16 +37,18 @@ CANDIDATES = {
 }
 
 
-def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]:
+def _profile(model: str, out: Path, name: str, options: list[str], pairs: int
+             ) -> dict[str, object]:
+    """``torch-nsight profile --steps 12:13 --verify OPTIONS`` of ``model``'s script, timed
+    from outside, its output kept in ``OUT/MODEL_NAME.log``."""
     end = 12 + 2 * pairs
     command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
-               "--verify-steps", f"12:{end}", "--verify-top", str(top), "--out",
-               str(out / f"{model}_verify"), "--force",
+               "--verify-steps", f"12:{end}", *options,
                "--", sys.executable, str(APP), model, "--steps", str(end + 2)]
     started = time.time()
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
     text = done.stdout + done.stderr
-    (out / f"{model}_verify.log").write_text(text)
+    (out / f"{model}_{name}.log").write_text(text)
     return {"model": model, "rc": done.returncode, "wall_s": round(time.time() - started, 1),
             "verified": [line for line in text.splitlines() if line.startswith("verified:")],
             "table": "\n".join(line for line in done.stdout.splitlines()
@@ -54,21 +56,17 @@ def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]
             "tail": "\n".join(text.strip().splitlines()[-30:])}
 
 
+def verify(model: str, out: Path, top: int, pairs: int = 8) -> dict[str, object]:
+    """The profile, then the top findings' switch fixes timed on the script's steps."""
+    return _profile(model, out, "verify", ["--verify-top", str(top), "--out",
+                                           str(out / f"{model}_verify"), "--force"], pairs)
+
+
 def candidates(model: str, out: Path, pairs: int = 8) -> dict[str, object]:
     """Each of :data:`CANDIDATES`' fixes of ``model`` timed on its steps (no profile)."""
-    end = 12 + 2 * pairs
     fixes = [arg for fix in CANDIDATES[model] for arg in ("--verify-fix", fix)]
-    command = [sys.executable, "-m", "torch_nsight", "profile", "--dry-run", "--steps", "12:13",
-               "--verify", "--verify-steps", f"12:{end}", *fixes,
-               "--", sys.executable, str(APP), model, "--steps", str(end + 2)]
-    started = time.time()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
-    text = done.stdout + done.stderr
-    (out / f"{model}_candidates.log").write_text(text)
-    return {"model": model, "rc": done.returncode, "wall_s": round(time.time() - started, 1),
-            "fixes": CANDIDATES[model],
-            "verified": [line for line in text.splitlines() if line.startswith("verified:")],
-            "tail": "\n".join(text.strip().splitlines()[-30:])}
+    return {**_profile(model, out, "candidates", ["--dry-run", *fixes], pairs),
+            "fixes": CANDIDATES[model]}
 
 
 def main() -> int:
