@@ -50,3 +50,20 @@ def test_report_prints_findings_under_or_as_the_table(
     rows = pd.read_json(io.StringIO(capsys.readouterr().out))
     assert rows.loc[0, "finding"] == "layout_conversion" and rows.loc[0, "variant"] == "nchw"
     assert "channels_last" in rows.loc[0, "fix"]
+
+
+@pytest.mark.slow
+def test_the_command_words_its_findings_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """In a fresh process (no test module has imported render), the findings command still
+    gets its words from render: no warning that they are missing, and the fixes worded."""
+    import os
+    import subprocess
+    import sys
+
+    report = Path(__file__).resolve().parents[1] / "data" / "outside_lstm" / "profile.ncu-rep.xz"
+    done = subprocess.run([sys.executable, "-m", "torch_nsight", "findings", str(report)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TORCH_NSIGHT_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert "not imported" not in done.stderr
+    assert "fused=True" in done.stdout  # the AdamW step's fix, worded

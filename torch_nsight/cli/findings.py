@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--command {args.command!r}: {err}") from None
         plan = verify_plan(args, command, read_steps(args.steps, "--steps"))
         say(profile.describe())
+        import torch_nsight.render.finding_words  # noqa: F401 - the words
         print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
                        profile.kernels, args.n, args.fmt)
         return 0
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
             found = fold_findings(found)
     else:
+        import torch_nsight.render.finding_words  # noqa: F401 - the words
         found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):

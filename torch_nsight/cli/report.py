@@ -236,6 +236,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
+            import torch_nsight.render.finding_words  # noqa: F401 - the words
             print(render_findings(profile.finding_table(fold=getattr(args, "fold", True))
                                   .head(args.n or 10), args.fmt,
                                   profile.kernels), file=stream)

@@ -105,6 +105,7 @@ def _rank_rows(profile: Profile, rows: int | None, order: HotspotOrder,
 
 def _finding_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
+    import torch_nsight.render.finding_words  # noqa: F401 - the words
     return _head(profile.finding_table(fold=fold), rows)
 
 
