@@ -7,6 +7,8 @@ graphs N, frames F``)."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from encoder_decoder import EncoderDecoder, batch
 from torch._dynamo.utils import counters, get_compilation_metrics
@@ -15,14 +17,15 @@ import torch_nsight
 
 
 def main() -> int:
+    device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
     torch.manual_seed(0)
-    model = EncoderDecoder(graph_break=True)
+    model = EncoderDecoder(graph_break=True).to(device)
     handle = torch_nsight.instrument(model)
-    compiled = torch.compile(model, backend="aot_eager")
+    compiled = torch.compile(model, backend="inductor" if device == "cuda" else "aot_eager")
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     for index in range(6):
         with torch_nsight.step():
-            features, labels = batch(index)
+            features, labels = (t.to(device) for t in batch(index))
             compiled(input_features=features, labels=labels)["loss"].backward()
             optimizer.step()
             optimizer.zero_grad()

@@ -47,3 +47,40 @@ def test_a_sweep_of_a_compiled_factory_completes_and_is_attributed(tmp_path: Pat
                                  backward=True, dtype="bf16", output_dir=tmp_path / "sw",
                                  quiet=True, timeout=300)
     _check(profile, backward=True)
+
+
+@pytest.mark.gpu
+def test_profile_compiles_what_the_compiled_script_alone_compiles(tmp_path: Path) -> None:
+    """Issue 44: a model compiled whole (Inductor), called with keyword arguments, with graph
+    breaks of its own, under `torch-nsight profile` (Nsight Compute): Dynamo's recompiles,
+    graph breaks, graphs and frames at the profiled step equal the script's alone."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parents[1] / "capture"
+    root = here.parents[1]
+    script = [sys.executable, str(here / "compiled_seq2seq.py"), "cuda"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), str(here), os.environ.get("PYTHONPATH", "")])}
+    env.pop("TORCH_NSIGHT_INSTRUMENT", None)
+    alone = subprocess.run(script, capture_output=True, text=True, cwd=tmp_path, env=env,
+                           timeout=600)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    profiled = subprocess.run(
+        [sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4", "--out",
+         str(tmp_path / "out"), "--", *script],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    output = profiled.stdout + profiled.stderr
+    assert profiled.returncode == 0, output
+
+    def step_lines(text: str) -> dict[str, str]:
+        return dict(re.findall(r"^step (\d+): instrumented \w+, (.*)$", text, re.M))
+
+    assert step_lines(output)["3"] == step_lines(alone.stdout)["3"], output
+    assert "recompile_limit" not in output and "no calls table" not in output, output
+    profile = torch_nsight.load(tmp_path / "out", cache=False)
+    k = profile.kernels
+    named = k["module"].notna() & (k["module"] != UNATTRIBUTED)
+    assert k.loc[named, "duration_ns"].sum() >= 0.95 * k["duration_ns"].sum()
