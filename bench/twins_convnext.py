@@ -57,7 +57,7 @@ def check_here(model_name: str) -> dict[str, Any]:
     sys.path.insert(0, str(APP.parent))
     from zoo_app import build
 
-    from torch_nsight.capture.siblings import check_siblings
+    from torch_nsight.capture.replicas.siblings import check_siblings
 
     model, make = build(model_name)
     step = make(model)

@@ -37,6 +37,6 @@ def test_a_bad_fix_is_refused_naming_what_is_wrong(text: str, message: str) -> N
 
 
 def test_every_kind_has_a_switch_in_the_script() -> None:
-    from torch_nsight.capture.switches import SWITCHES
+    from torch_nsight.capture.fixes.switches import SWITCHES
 
     assert set(SWITCHES) == set(FIX_OPTIONS)

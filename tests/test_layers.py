@@ -8,6 +8,8 @@ Capture is a side branch: the stages that read and show profiles never import it
 Every import counts, also one inside a function: a lazy import still ties two modules.
 ``from a import b`` stands for module ``a.b`` where that is a module, for ``a`` otherwise.
 Only the imports that run count: the ones under ``if TYPE_CHECKING:`` are for mypy alone.
+Inside capture, the rooms (one folder per job, every module in exactly one) import each
+other one way: a room imports only the rooms before it in :data:`CAPTURE_ROOMS`.
 On top of the layers, the module graph has no cycle, no module inside the package imports
 the package root (whose names load lazily from their modules), and the child process
 (``collect/child``) reaches no parent-process code, not even through a module between.
@@ -37,6 +39,11 @@ FORBIDDEN = {"neutral": {"torch", "pandas"}, "capture": {"pandas"}, "report": {"
 WITHOUT_CAPTURE = ("report", "analyze", "profile", "loading", "render")
 #: The child process (under ``ncu``) and the parent-process code it must never reach.
 CHILD = "collect.child"
+#: Capture's rooms in their one-way order (docs/architecture.md): each imports only the
+#: rooms before it. The ranges are the base; the calls table, compiled graphs, a sweep's
+#: replicas, the script's steps and --verify's fixes build on them; the front door
+#: (``instrument()``) puts them all to work.
+CAPTURE_ROOMS = ("ranges", "calls", "compiled", "replicas", "script", "fixes", "front")
 PARENT_ONLY = ("collect.parent", "cli")
 T = TypeVar("T")
 
@@ -206,6 +213,46 @@ def _cycles(package: Path = PACKAGE) -> list[str]:
     return out
 
 
+def _room(module: str) -> str | None:
+    """The capture room of a dotted module name, None outside the rooms."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[1] == "capture" else None
+
+
+def _room_violations(package: Path = PACKAGE) -> list[str]:
+    """Imports from one capture room into a room after it, or into the capture package
+    itself (which imports every room)."""
+    out = []
+    capture = f"{package.name}.capture"
+    for module, imports in _graph(package).items():
+        room = _room(module)
+        if room is None:
+            continue
+        for found in imports:
+            target = _room(found.target)
+            if found.target == capture:
+                out.append(f"{module}:{found.line} imports the package {capture}, which "
+                           f"imports every room: import the module that defines the name")
+            elif target is not None and target != room and (
+                    room not in CAPTURE_ROOMS or target not in CAPTURE_ROOMS
+                    or CAPTURE_ROOMS.index(target) > CAPTURE_ROOMS.index(room)):
+                out.append(f"{module}:{found.line} in capture/{room}/ imports {found.target} "
+                           f"of capture/{target}/, which comes after it")
+    return out
+
+
+def _outside_the_rooms(package: Path = PACKAGE) -> list[str]:
+    """Capture modules not in exactly one room: a file directly in capture/ (but its
+    ``__init__.py``), in a folder that is no room, or nested deeper; rooms not there."""
+    capture = package / "capture"
+    out = [f"{path.relative_to(package.parent)}: not in one room of capture "
+           f"({', '.join(CAPTURE_ROOMS)})" for path in sorted(capture.rglob("*.py"))
+           if (parts := path.relative_to(capture).parts) != ("__init__.py",)
+           and (len(parts) != 2 or parts[0] not in CAPTURE_ROOMS)]
+    return out + [f"capture/{room}/ is no package (no __init__.py)" for room in CAPTURE_ROOMS
+                  if not (capture / room / "__init__.py").is_file()]
+
+
 def _root_imports(package: Path = PACKAGE) -> list[str]:
     """Modules inside the package that import the package root instead of a submodule."""
     root = package.name
@@ -251,6 +298,14 @@ def test_no_import_cycle() -> None:
     assert _cycles() == []
 
 
+def test_capture_rooms_import_only_the_rooms_before_them() -> None:
+    assert _room_violations() == []
+
+
+def test_every_capture_module_lives_in_one_room() -> None:
+    assert _outside_the_rooms() == []
+
+
 def test_nothing_inside_imports_the_package_root() -> None:
     assert _root_imports() == []
 
@@ -266,13 +321,13 @@ def test_the_rule_catches_an_upward_and_a_forbidden_import(tmp_path: Path) -> No
         "import pandas as pd\n\n\ndef f():\n    import torch\n"
         "    from torch_nsight.render.table import render_table\n"
         "    from torch_nsight.vocabulary import LABELS\n"
-        "    from torch_nsight.capture.settings import read_settings\n")
+        "    from torch_nsight.capture.calls.settings import read_settings\n")
     (package / "units.py").write_text("import pandas\n")
     assert _violations(package) == [
         "torch_nsight/analyze/late.py:5: the analyze stage imports torch",
         "torch_nsight/analyze/late.py:6: analyze imports torch_nsight.render.table of the "
         "render stage above it",
-        "torch_nsight/analyze/late.py:8: analyze imports torch_nsight.capture.settings of the "
+        "torch_nsight/analyze/late.py:8: analyze imports torch_nsight.capture.calls.settings of the "
         "capture stage (torch)",
         "torch_nsight/units.py:1: the neutral stage imports pandas",
     ]
@@ -323,3 +378,32 @@ def test_the_check_catches_the_root_and_a_child_reaching_the_parent(tmp_path: Pa
     (package / "collect" / "__init__.py").write_text(
         "def __getattr__(name):\n    from pkg.collect.parent.go import x\n")
     assert _child_reaches_parent(package) == []
+
+
+def test_the_room_checks_catch_an_import_after_and_a_module_outside(tmp_path: Path) -> None:
+    package = _plant(tmp_path / "pkg", {
+        "capture/__init__.py": "from pkg.capture.front.door import x\n",
+        "capture/ranges/__init__.py": "",
+        "capture/ranges/stack.py": "def f():\n    from pkg.capture.calls.table import y\n",
+        "capture/ranges/base.py": "from pkg.capture import x\n",
+        "capture/calls/__init__.py": "",
+        "capture/calls/table.py": "from pkg.capture.ranges.stack import f\ny = 1\n",
+        "capture/front/door.py": "from pkg.capture.calls.table import y\nx = 1\n",
+        "capture/loose.py": "",
+        "capture/calls/deep/inner.py": "",
+        "capture/extra/thing.py": "from pkg.capture.front.door import x\n",
+        **{f"capture/{room}/__init__.py": "" for room in ("compiled", "replicas", "script",
+                                                          "front")}})
+    assert _room_violations(package) == [
+        "pkg.capture.extra.thing:1 in capture/extra/ imports pkg.capture.front.door of "
+        "capture/front/, which comes after it",
+        "pkg.capture.ranges.base:1 imports the package pkg.capture, which imports every room: "
+        "import the module that defines the name",
+        "pkg.capture.ranges.stack:2 in capture/ranges/ imports pkg.capture.calls.table of "
+        "capture/calls/, which comes after it"]
+    rooms = ", ".join(CAPTURE_ROOMS)
+    assert _outside_the_rooms(package) == [
+        f"pkg/capture/calls/deep/inner.py: not in one room of capture ({rooms})",
+        f"pkg/capture/extra/thing.py: not in one room of capture ({rooms})",
+        f"pkg/capture/loose.py: not in one room of capture ({rooms})",
+        "capture/fixes/ is no package (no __init__.py)"]

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from torch_nsight.capture.settings import apply_settings, read_settings
+from torch_nsight.capture.calls.settings import apply_settings, read_settings
 from torch_nsight.vocabulary import (
     UNATTRIBUTED,
     ancestors,

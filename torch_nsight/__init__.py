@@ -25,8 +25,8 @@ from torch_nsight.version import __version__
 if TYPE_CHECKING:
     # from the defining module: in the import cycle mypy would take capture's `instrument`
     # for the submodule of that name
-    from torch_nsight.capture.instrument import Instrumentation, instrument
-    from torch_nsight.capture.step import step
+    from torch_nsight.capture.front.instrument import Instrumentation, instrument
+    from torch_nsight.capture.script.step import step
     from torch_nsight.collect import sweep
     from torch_nsight.collect.timeline import timeline
     from torch_nsight.loading import load
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 _LAZY = {"instrument": "torch_nsight.capture", "Instrumentation": "torch_nsight.capture",
-         "step": "torch_nsight.capture.step",
+         "step": "torch_nsight.capture.script.step",
          "sweep": "torch_nsight.collect", "timeline": "torch_nsight.collect.timeline",
          "load": "torch_nsight.loading",
          "Profile": "torch_nsight.profile"}

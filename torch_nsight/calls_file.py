@@ -1,6 +1,6 @@
 """A calls file (``*.calls.json``): written by capture, read by report.
 
-:class:`~torch_nsight.capture.calls.CallRecorder` records the torch-level ops of one
+:class:`~torch_nsight.capture.calls.recorder.CallRecorder` records the torch-level ops of one
 iteration and writes them here (:func:`calls_document`, :func:`write_calls`); the report
 stage reads them back (:func:`read_call_rows`), and checks the same document when a report
 carries it (:func:`check_call_rows`, after :func:`torch_nsight.formats.decode_calls`).
@@ -57,7 +57,7 @@ def write_calls(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Pa
 
 
 def read_call_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read the rows of a calls file (:meth:`torch_nsight.capture.calls.CallRecorder.write`).
+    """Read the rows of a calls file (:meth:`torch_nsight.capture.calls.recorder.CallRecorder.write`).
 
     Args:
         path: The JSON file.

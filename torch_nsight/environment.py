@@ -32,7 +32,7 @@ __all__ = ["ScriptEnv", "Steps", "SCRIPT_VARIABLES", "STEPS_ENV", "STATUS_ENV",
 
 # What ``torch-nsight profile`` tells the script it runs (one field of ScriptEnv each):
 #: ``--timeline``: the folder the chosen steps' trace goes to (PyTorch's profiler records
-#: them, and the ranges go to that profiler: :mod:`torch_nsight.capture.profiler_steps`).
+#: them, and the ranges go to that profiler: :mod:`torch_nsight.capture.script.profiler_steps`).
 TIMELINE_ENV = "TORCH_NSIGHT_TIMELINE"
 #: the steps to profile, or to time (``10:12``, ``10:``).
 STEPS_ENV = "TORCH_NSIGHT_STEPS"

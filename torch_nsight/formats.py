@@ -55,11 +55,11 @@ CALLS_ROW_KEYS = ("range_stack", "op", "input_shapes", "input_dtypes", "output_s
 #: into a report: this prefix, then the document as zlib-compressed JSON in base64.
 CALLS_MESSAGE_PREFIX = "calls:"
 #: The message of the range that carries the kernel map of one compiled graph call
-#: (:mod:`torch_nsight.capture.compiled`), packed like the calls table.
+#: (:mod:`torch_nsight.capture.compiled.inductor`), packed like the calls table.
 COMPILED_MAP_PREFIX = "compiled-map:"
 COMPILED_MAP_KIND = "torch_nsight.compiled_map"
 #: A profiled script's replicated siblings, carried in the report as a range message (the
-#: groups :class:`~torch_nsight.capture.replica.ScriptReplication` checked and left out).
+#: groups :class:`~torch_nsight.capture.replicas.replica.ScriptReplication` checked and left out).
 REPLICATION_PREFIX = "replication:"
 REPLICATION_KIND = "torch_nsight.replication"
 

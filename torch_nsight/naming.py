@@ -8,14 +8,14 @@ Conventions, all in the NVTX domain :data:`DOMAIN`:
 * backward of a module: the same name behind :data:`BACKWARD_PREFIX` (``bwd:layers.0.mlp``);
 * a named functional op inside a module: :data:`OP_PREFIX` + op name (``op:silu``);
 * a training-loop call that may run outside every module (the loss, the gradient clipping,
-  the GradScaler's unscale: see :mod:`torch_nsight.capture.outside`): the same op range
+  the GradScaler's unscale: see :mod:`torch_nsight.capture.ranges.outside`): the same op range
   (``op:cross_entropy``), the backward of its autograd nodes behind :data:`BACKWARD_PREFIX`
   (``bwd:op:cross_entropy``), and behind :data:`STEP_PREFIX` for a call of the optimizer's
   step phase (``step:op:clip_grad_norm_``, ``step:op:GradScaler.unscale_``); outside every
   module the analysis names its kernels by :func:`torch_nsight.vocabulary.outside_module`;
 * one call of a ``torch.compile`` graph: :data:`COMPILED_PREFIX` + graph + ``@`` + the
   qualified name of the instrumented module it ran for (``compiled:g2@blocks.0``; see
-  :mod:`torch_nsight.capture.compiled`), replaced by the module ranges of each kernel when
+  :mod:`torch_nsight.capture.compiled.inductor`), replaced by the module ranges of each kernel when
   the report is read;
 * one measured iteration of a sweep: two start/end ranges, :data:`MEASURE_MESSAGE`
   (fixed, so ``ncu --nvtx-include torch_nsight@measure`` selects it without a regex) and a

@@ -23,7 +23,7 @@ typed whole, :class:`~torch_nsight.environment.ScriptEnv`, are in
   timed steps (first, second; third, fourth; ...) holds one step with the fix and one
   without, and a linear drift of the step time weighs on both alike.
 * :data:`~torch_nsight.environment.TIMING_ENV`: the JSON file the chosen steps' times go to
-  (:mod:`torch_nsight.capture.step_timer`), read back by :func:`read_timing`::
+  (:mod:`torch_nsight.capture.script.step_timer`), read back by :func:`read_timing`::
 
       {"schema": 2, "clock": "cuda_events" | "perf_counter", "steps": [{"index": 10,
        "time_ns": 1234.0, "status": "ok", "loss": 2.31 | null,

@@ -146,7 +146,7 @@ def path_parent(path: str) -> str | None:
 #: Columns a compiled kernel gets from its graph's kernel map: its launch (one id per
 #: launch of one graph call; the kernels of one extern call share it), the FLOPs Inductor's
 #: nodes give that launch and their operand dtype
-#: (:mod:`torch_nsight.capture.compiled_flops`).
+#: (:mod:`torch_nsight.capture.compiled.flops`).
 INDUCTOR_LAUNCH = "inductor_launch"
 INDUCTOR_FLOPS = "inductor_flops"
 INDUCTOR_DTYPE = "inductor_dtype"
@@ -181,7 +181,7 @@ _PRECISION_NODES = {
 def tf32_enabled(settings: Mapping[str, Any], op: Literal["matmul", "conv", "rnn"]
                  ) -> bool | None:
     """Whether float32 ``op`` runs on TF32 tensor cores under the recorded ``settings``
-    (:func:`torch_nsight.capture.settings.read_settings`); None when they do not say.
+    (:func:`torch_nsight.capture.calls.settings.read_settings`); None when they do not say.
 
     Honours both PyTorch APIs: the ``fp32_precision`` tree (``"tf32"`` or ``"ieee"``,
     ``"none"`` inherits) and the legacy ``allow_tf32`` switches with

@@ -1,5 +1,5 @@
 """Compiled kernels on the roofline in the fast set: the FLOPs each launch's kernel map
-carries (:mod:`torch_nsight.capture.compiled_flops`) placed on the kernels that do them
+carries (:mod:`torch_nsight.capture.compiled.flops`) placed on the kernels that do them
 (:func:`torch_nsight.analyze.analytic.fill_flops_from_inductor`), on real recordings of a
 torch.compile'd timm ViT-S/16 training step (tests/data/compile/)."""
 

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from examples.models import LlamaBlock
 from torch_nsight.calls_file import read_call_rows as read_calls
 from torch_nsight.capture import RecordingEmitter, instrument
-from torch_nsight.capture.calls import CALLS_KIND, CallRecorder
+from torch_nsight.capture.calls.recorder import CALLS_KIND, CallRecorder
 from torch_nsight.errors import ReportError
 
 BATCH = 5
@@ -206,7 +206,7 @@ def test_first_iteration_mode_under_another_mode_leaves_later(
     with instrument(model, enabled=True, emitter=recorder):
         run_iteration(model, inputs)
         rows = recorder.rows()
-        with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.calls"), \
+        with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.calls.recorder"), \
                 PassThrough():
             run_iteration(model, inputs)  # the recorder's mode is under PassThrough
         assert "still active" in caplog.text
@@ -298,7 +298,7 @@ def test_recording_errors_do_not_reach_the_model(monkeypatch: pytest.MonkeyPatch
     expected = model(inputs)
     recorder = CallRecorder(RecordingEmitter())
     monkeypatch.setattr(recorder, "_record", broken)
-    with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.calls"), \
+    with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.calls.recorder"), \
             instrument(model, enabled=True, emitter=recorder), recorder.recording():
         got = model(inputs)
     torch.testing.assert_close(got, expected)

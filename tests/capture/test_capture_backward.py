@@ -24,7 +24,7 @@ from capture_models import (
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from torch_nsight.capture.stack import STACK
+from torch_nsight.capture.ranges.stack import STACK
 
 
 def layer_backward(i: int) -> list[str]:

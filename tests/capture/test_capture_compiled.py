@@ -13,8 +13,8 @@ from torch import nn
 
 from torch_nsight import formats
 from torch_nsight.calls_file import read_call_rows
-from torch_nsight.capture.compiled import compiled_support
-from torch_nsight.capture.compiled_records import module_path, parse_graph_source
+from torch_nsight.capture.compiled.inductor import compiled_support
+from torch_nsight.capture.compiled.records import module_path, parse_graph_source
 
 pytestmark = pytest.mark.skipif(compiled_support() is not None,
                                 reason=f"this torch cannot map compiled kernels: "

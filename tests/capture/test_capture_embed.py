@@ -1,4 +1,4 @@
-"""The calls table carried into the report (torch_nsight.capture.embed): which iteration is
+"""The calls table carried into the report (torch_nsight.capture.calls.embed): which iteration is
 recorded, when it is carried, and the message round trip. The carrier kernel itself needs a
 GPU (tests/report/test_carried_calls.py reads reports recorded with it)."""
 
@@ -10,9 +10,9 @@ from torch import nn
 
 import torch_nsight
 from torch_nsight import formats
-from torch_nsight.capture import embed
-from torch_nsight.capture.detect import NCU_VARIABLE
-from torch_nsight.capture.step import reset_steps, step
+from torch_nsight.capture.calls import embed
+from torch_nsight.capture.ranges.detect import NCU_VARIABLE
+from torch_nsight.capture.script.step import reset_steps, step
 from torch_nsight.environment import STEPS_ENV
 
 

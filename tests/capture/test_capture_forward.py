@@ -9,7 +9,7 @@ import torch
 from capture_models import MLP, STACK_FORWARD, Recorder, Stack
 from torch import nn
 
-from torch_nsight.capture.stack import STACK
+from torch_nsight.capture.ranges.stack import STACK
 
 
 def test_forward_ranges_nest_by_qualified_name(recorder: Recorder) -> None:

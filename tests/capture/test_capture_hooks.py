@@ -9,8 +9,8 @@ import torch
 from capture_models import STACK_FORWARD, Recorder, Stack
 from torch import nn
 
-from torch_nsight.capture.hooks import HOOKS_KEY, NODE_HOOKS
-from torch_nsight.capture.stack import STACK
+from torch_nsight.capture.ranges.hooks import HOOKS_KEY, NODE_HOOKS
+from torch_nsight.capture.ranges.stack import STACK
 
 
 def live_hooks_of(owner: object) -> list[object]:

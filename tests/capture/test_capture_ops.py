@@ -9,7 +9,7 @@ from capture_models import MLP, Block, Recorder
 from torch import nn
 
 from torch_nsight.capture import DEFAULT_OPS, normalize_op_name
-from torch_nsight.capture.ops import check_ops
+from torch_nsight.capture.ranges.ops import check_ops
 
 BLOCK_FORWARD_WITH_OPS = [
     "Block",

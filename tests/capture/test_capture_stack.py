@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from torch_nsight.capture.emitter import RecordingEmitter
-from torch_nsight.capture.ranges import BackwardFrame, Range
-from torch_nsight.capture.stack import RangeStack
+from torch_nsight.capture.ranges.emitter import RecordingEmitter
+from torch_nsight.capture.ranges.frames import BackwardFrame, Range
+from torch_nsight.capture.ranges.stack import RangeStack
 
 
 @pytest.fixture

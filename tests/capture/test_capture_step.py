@@ -6,7 +6,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.attribute import attribute_ranges
-from torch_nsight.capture.step import reset_steps, step
+from torch_nsight.capture.script.step import reset_steps, step
 from torch_nsight.environment import STEPS_ENV
 from torch_nsight.naming import MEASURE_MESSAGE
 

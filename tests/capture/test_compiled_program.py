@@ -24,11 +24,11 @@ from encoder_decoder import EncoderDecoder, batch
 from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
 
 import torch_nsight
-from torch_nsight.capture import embed
-from torch_nsight.capture.compiled import compiled_support
-from torch_nsight.capture.compiled_tracker import TRACKER
-from torch_nsight.capture.detect import NCU_VARIABLE
-from torch_nsight.capture.step import reset_steps, step
+from torch_nsight.capture.calls import embed
+from torch_nsight.capture.compiled.inductor import compiled_support
+from torch_nsight.capture.compiled.tracker import TRACKER
+from torch_nsight.capture.ranges.detect import NCU_VARIABLE
+from torch_nsight.capture.script.step import reset_steps, step
 from torch_nsight.environment import STEPS_ENV
 
 HERE = Path(__file__).resolve().parent

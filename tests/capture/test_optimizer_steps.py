@@ -7,7 +7,8 @@ from torch import nn
 
 import torch_nsight
 from torch_nsight.analyze.attribute import attribute_ranges
-from torch_nsight.capture import RecordingEmitter, optimizers
+from torch_nsight.capture import RecordingEmitter
+from torch_nsight.capture.ranges import optimizers
 from torch_nsight.naming import step_message
 
 

@@ -18,7 +18,8 @@ from torch import nn
 import torch_nsight
 from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.calls_file import read_call_rows
-from torch_nsight.capture import RecordingEmitter, outside
+from torch_nsight.capture import RecordingEmitter
+from torch_nsight.capture.ranges import outside
 from torch_nsight.naming import (
     OPTIMIZER_DIRECTION,
     backward_op_message,
@@ -28,7 +29,7 @@ from torch_nsight.naming import (
 )
 from torch_nsight.vocabulary import outside_module
 
-instrument_module = importlib.import_module("torch_nsight.capture.instrument")
+instrument_module = importlib.import_module("torch_nsight.capture.front.instrument")
 VOCAB, SEQ, BATCH = 40, 6, 3
 
 
@@ -179,7 +180,7 @@ def test_nothing_is_replaced_without_a_profiler_or_with_a_test_emitter(
 
 
 def test_paused_ranges_call_straight_through(profiled: Recorder) -> None:
-    from torch_nsight.capture.ranged_forward import pause_ranges
+    from torch_nsight.capture.ranges.ranged_forward import pause_ranges
 
     model = LSTMLanguageModel()
     instrumented(profiled, model)
@@ -305,7 +306,7 @@ def test_a_failing_range_never_breaks_the_loop(monkeypatch: pytest.MonkeyPatch,
     expected = train(plain, steps=2)
     handle = torch_nsight.instrument(model, enabled=True)
     try:
-        with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.outside"):
+        with caplog.at_level(logging.WARNING, logger="torch_nsight.capture.ranges.outside"):
             assert train(model, steps=2) == expected
     finally:
         handle.remove()

@@ -14,9 +14,9 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torch_nsight.capture import padded
-from torch_nsight.capture.padded import PaddedLinear, pad_linear
-from torch_nsight.capture.switches import apply_fixes
+from torch_nsight.capture.fixes import padded
+from torch_nsight.capture.fixes.padded import PaddedLinear, pad_linear
+from torch_nsight.capture.fixes.switches import apply_fixes
 from torch_nsight.switches import FixSpec
 
 VOCAB, DIM = 37, 24  # 37 output features: padded to 64

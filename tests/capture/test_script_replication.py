@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import torch_nsight
-from torch_nsight.capture.detect import NCU_VARIABLE
-from torch_nsight.capture.step import reset_steps
+from torch_nsight.capture.ranges.detect import NCU_VARIABLE
+from torch_nsight.capture.script.step import reset_steps
 from torch_nsight.environment import REPLICATE_ENV, STATUS_ENV, STEPS_ENV
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from torch_nsight.capture.settings import (
+from torch_nsight.capture.calls.settings import (
     SETTING_KEYS,
     apply_settings,
     describe_settings,
@@ -180,7 +180,7 @@ def test_arguments_are_checked() -> None:
 CHILD = """
 import json, sys
 import torch
-from torch_nsight.capture.settings import apply_settings, describe_settings, read_settings
+from torch_nsight.capture.calls.settings import apply_settings, describe_settings, read_settings
 parent = json.loads(sys.stdin.read())
 fresh = read_settings()
 skipped = apply_settings(parent)

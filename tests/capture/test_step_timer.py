@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch import nn
 
-from torch_nsight.capture import switches
-from torch_nsight.capture.step import reset_steps, step
-from torch_nsight.capture.step_timer import stop_alternating
-from torch_nsight.capture.switches import Toggle, apply_requested_fixes
+from torch_nsight.capture.fixes import switches
+from torch_nsight.capture.fixes.switches import Toggle, apply_requested_fixes
+from torch_nsight.capture.script.step import reset_steps, step
+from torch_nsight.capture.script.step_timer import stop_alternating
 from torch_nsight.environment import ALTERNATE_ENV, APPLY_ENV, STATUS_ENV, STEPS_ENV, TIMING_ENV
 from torch_nsight.status import StatusReader
 from torch_nsight.switches import fix_on_at, read_timing

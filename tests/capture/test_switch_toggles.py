@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from torch_nsight.capture import switches
-from torch_nsight.capture.padded import PaddedLinear
-from torch_nsight.capture.switches import Toggle, apply_fixes
+from torch_nsight.capture.fixes import switches
+from torch_nsight.capture.fixes.padded import PaddedLinear
+from torch_nsight.capture.fixes.switches import Toggle, apply_fixes
 from torch_nsight.switches import FixSpec
 
 TOGGLES = 5

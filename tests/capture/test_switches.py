@@ -13,10 +13,10 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 import torch_nsight
-from torch_nsight.capture import switches
-from torch_nsight.capture.padded import PaddedLinear
-from torch_nsight.capture.step import reset_steps
-from torch_nsight.capture.switches import apply_fixes, find_targets
+from torch_nsight.capture.fixes import switches
+from torch_nsight.capture.fixes.padded import PaddedLinear
+from torch_nsight.capture.fixes.switches import apply_fixes, find_targets
+from torch_nsight.capture.script.step import reset_steps
 from torch_nsight.environment import APPLY_ENV, STEPS_ENV, TIMING_ENV
 from torch_nsight.switches import FixSpec, parse_fixes
 
@@ -199,7 +199,7 @@ def test_an_already_aligned_linear_is_not_padded() -> None:
 
 
 def test_a_wrapper_is_named_when_the_target_is_inside_it() -> None:
-    from torch_nsight.capture.switches import find_targets
+    from torch_nsight.capture.fixes.switches import find_targets
 
     class Wrapper(nn.Module):  # as DistributedDataParallel names its model
         def __init__(self, module: nn.Module) -> None:

@@ -1,5 +1,5 @@
 """Twins are siblings of one class whose launches match, whatever their Python attributes
-(:mod:`torch_nsight.capture.launches`, :func:`~torch_nsight.capture.siblings.check_siblings`),
+(:mod:`torch_nsight.capture.replicas.launches`, :func:`~torch_nsight.capture.replicas.siblings.check_siblings`),
 on blocks written as torchvision and timm write them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 from twin_models import CNBlock, ConvNeXtStage, DropPath, Power, TimmStack
 
-from torch_nsight.capture.launches import launches_nothing, signature
-from torch_nsight.capture.siblings import check_siblings
+from torch_nsight.capture.replicas.launches import launches_nothing, signature
+from torch_nsight.capture.replicas.siblings import check_siblings
 
 
 def checked(model: nn.Module, x: torch.Tensor, *, train: bool) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_nsight.capture.compiled import compiled_support
+from torch_nsight.capture.compiled.inductor import compiled_support
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

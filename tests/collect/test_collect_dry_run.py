@@ -142,7 +142,7 @@ def cudnn_factory() -> torch.nn.Module:
 
 @pytest.fixture
 def tf32_on():
-    from torch_nsight.capture.settings import apply_settings, read_settings
+    from torch_nsight.capture.calls.settings import apply_settings, read_settings
 
     before = read_settings()
     torch.backends.cuda.matmul.allow_tf32 = True

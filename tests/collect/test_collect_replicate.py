@@ -8,9 +8,9 @@ import torch
 
 from torch_nsight.analyze import expand_replicas
 from torch_nsight.capture import RecordingEmitter, instrument
-from torch_nsight.capture import replica as replicate
-from torch_nsight.capture.replica import ReplicaMarkers
-from torch_nsight.capture.siblings import candidate_groups, check_siblings
+from torch_nsight.capture.replicas import replica as replicate
+from torch_nsight.capture.replicas.replica import ReplicaMarkers
+from torch_nsight.capture.replicas.siblings import candidate_groups, check_siblings
 
 from .models import Stack
 
@@ -65,7 +65,7 @@ CHECK_IN_A_FRESH_PROCESS = """
 import sys
 import torch
 from tests.collect.models import Stack
-from torch_nsight.capture.siblings import check_siblings
+from torch_nsight.capture.replicas.siblings import check_siblings
 
 model = Stack(3)
 x = torch.randn(2, 16)
@@ -215,7 +215,7 @@ def test_expand_without_matching_groups_adds_only_the_column(groups) -> None:
 
 def test_an_internal_failure_stops_the_check_and_never_reaches_the_step(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from torch_nsight.capture import siblings
+    from torch_nsight.capture.replicas import siblings
 
     def broken(value: object) -> object:
         raise TypeError("unhashable type: non-nested SymInt")

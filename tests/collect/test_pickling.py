@@ -203,7 +203,7 @@ def test_recording_calls_does_not_import_dynamo() -> None:
     code = textwrap.dedent("""
         import sys
         import torch
-        from torch_nsight.capture.calls import CallRecorder
+        from torch_nsight.capture.calls.recorder import CallRecorder
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
         recorder = CallRecorder()
         with recorder.recording():

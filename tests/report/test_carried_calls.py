@@ -1,5 +1,5 @@
 """Shapes inside the report: the calls table that ``instrument()`` records under Nsight
-Compute and carries in one NVTX range (torch_nsight.capture.embed), read back with no side
+Compute and carries in one NVTX range (torch_nsight.capture.calls.embed), read back with no side
 file. Real reports recorded on an H200 (tests/data/profile_fast):
 
 * ``vit_profile``: ``torch-nsight profile --steps 5:6`` (default metric set) of a timm ViT-S/16

@@ -12,7 +12,7 @@ its DRAM bytes). ``flops_basis`` says ``counters`` or ``calls``.
 
 A compiled model has no calls table (a dispatch mode would run it eagerly); its kernel maps
 carry instead each launch's FLOPs, counted by the same formulas on the FX nodes Inductor
-fused (:mod:`torch_nsight.capture.compiled_flops`): :func:`fill_flops_from_inductor` shares
+fused (:mod:`torch_nsight.capture.compiled.flops`): :func:`fill_flops_from_inductor` shares
 them among the kernels of the launch (``flops_basis`` ``inductor``).
 """
 

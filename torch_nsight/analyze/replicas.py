@@ -1,6 +1,6 @@
 """Copy the measured rows of a representative sibling to the siblings it stands for.
 
-The sweep's sibling check (:mod:`torch_nsight.capture.siblings`) leaves the replicas
+The sweep's sibling check (:mod:`torch_nsight.capture.replicas.siblings`) leaves the replicas
 out of replay;
 :func:`expand_replicas` gives each of them the representative's rows back, renamed, with
 ``replicated_from`` naming the module that was actually measured, so every kernel of the

@@ -5,11 +5,11 @@ Imports torch and nvtx, never pandas. Most users only call :func:`instrument`.
 
 from __future__ import annotations
 
-from torch_nsight.capture.detect import detect_profiler, resolve_enabled
-from torch_nsight.capture.emitter import NvtxEmitter, RangeEmitter, RecordingEmitter
-from torch_nsight.capture.instrument import Instrumentation, instrument
-from torch_nsight.capture.ops import DEFAULT_OPS, normalize_op_name
-from torch_nsight.capture.registry import active_instrumentations
+from torch_nsight.capture.front.instrument import Instrumentation, instrument
+from torch_nsight.capture.ranges.detect import detect_profiler, resolve_enabled
+from torch_nsight.capture.ranges.emitter import NvtxEmitter, RangeEmitter, RecordingEmitter
+from torch_nsight.capture.ranges.ops import DEFAULT_OPS, normalize_op_name
+from torch_nsight.capture.ranges.registry import active_instrumentations
 
 __all__ = [
     "instrument",

@@ -381,7 +381,7 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
 
 def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     """``profile --timeline``: the command runs plainly, its chosen steps recorded by
-    PyTorch's profiler (see :mod:`torch_nsight.capture.profiler_steps`); then the verdict."""
+    PyTorch's profiler (see :mod:`torch_nsight.capture.script.profiler_steps`); then the verdict."""
     from torch_nsight.collect.parent import script
     from torch_nsight.formats import TIMELINE_MANIFEST
 

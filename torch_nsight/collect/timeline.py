@@ -1,7 +1,7 @@
 """The first look: a few iterations per shape under PyTorch's profiler, in this process.
 
 No ``ncu``, no replay: Kineto/CUPTI records every kernel, copy and memset with its timing and
-the CUDA call that launched it, and :class:`~torch_nsight.capture.emitter.RecordFunctionEmitter`
+the CUDA call that launched it, and :class:`~torch_nsight.capture.ranges.emitter.RecordFunctionEmitter`
 puts the module ranges of :func:`~torch_nsight.instrument` into the same trace, so kernels
 are attributed to modules as in an Nsight Compute report (see
 :mod:`torch_nsight.report.trace`). Per (variant, shape), in order:
@@ -160,7 +160,7 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
     import torch
     from tqdm.auto import tqdm
 
-    from torch_nsight.capture.compiled import tracking_compiles
+    from torch_nsight.capture.compiled.inductor import tracking_compiles
     from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
@@ -200,9 +200,9 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from torch_nsight.capture.compiled import measured_window
-    from torch_nsight.capture.emitter import RecordFunctionEmitter
-    from torch_nsight.capture.instrument import instrument
+    from torch_nsight.capture.compiled.inductor import measured_window
+    from torch_nsight.capture.front.instrument import instrument
+    from torch_nsight.capture.ranges.emitter import RecordFunctionEmitter
 
     def sync() -> None:
         if device.type == "cuda":

@@ -1,7 +1,7 @@
 """Kernels of compiled graphs get their modules: the carried kernel maps joined to the
 kernels run inside each ``compiled:<graph>@<root>`` range.
 
-The capture side (:mod:`torch_nsight.capture.compiled`) runs each call of a compiled graph
+The capture side (:mod:`torch_nsight.capture.compiled.inductor`) runs each call of a compiled graph
 inside one push/pop range and carries, per range message, the graph's launches in wrapper
 order: ``[kernel, range messages of its module (outermost first), modules it fused]``.
 Here each kernel inside such a range is matched to one launch:
@@ -49,7 +49,7 @@ _INDUCTOR_PREFIX = "triton"
 
 def take_carried(frame: pd.DataFrame, prefix: str) -> tuple[pd.DataFrame, list[str]]:
     """Take out the carrier kernels of the start/end ranges whose message starts with
-    ``prefix`` (a fill kernel launched inside each: :mod:`torch_nsight.capture.embed`).
+    ``prefix`` (a fill kernel launched inside each: :mod:`torch_nsight.capture.calls.embed`).
 
     Returns:
         (the table without those carrier kernels, the distinct messages in order).

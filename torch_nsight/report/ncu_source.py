@@ -144,7 +144,7 @@ def _sweep_note(path: Path, frame: pd.DataFrame) -> str | None:
 
 def split_carried_calls(frame: pd.DataFrame, path: Path
                         ) -> tuple[pd.DataFrame, list[dict[str, Any]] | None]:
-    """Take the calls table a report carries (:mod:`torch_nsight.capture.embed`) out of it.
+    """Take the calls table a report carries (:mod:`torch_nsight.capture.calls.embed`) out of it.
 
     Returns:
         (the kernel table without the carrier kernels, the calls rows or None). A damaged
@@ -166,7 +166,7 @@ def split_carried_calls(frame: pd.DataFrame, path: Path
 def split_carried_replication(frame: pd.DataFrame, path: Path
                               ) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     """Take the replicated sibling groups a profiled script carries
-    (:class:`~torch_nsight.capture.replica.ScriptReplication`) out of the report.
+    (:class:`~torch_nsight.capture.replicas.replica.ScriptReplication`) out of the report.
 
     Returns:
         (the kernel table without the carrier kernel, the groups: ``representative``,

@@ -3,7 +3,7 @@
 PyTorch's profiler (Kineto, CUPTI underneath) records every GPU activity (``kernel``,
 ``gpu_memcpy``, ``gpu_memset``) with the correlation id of the CUDA call that launched it
 (``cuda_runtime`` / ``cuda_driver``, on the launching thread), and the ``record_function``
-ranges of :class:`~torch_nsight.capture.emitter.RecordFunctionEmitter` as
+ranges of :class:`~torch_nsight.capture.ranges.emitter.RecordFunctionEmitter` as
 ``user_annotation`` events on the thread that opened them. An activity's range stack is the
 annotations open on its launching thread when the launch call started: backward kernels,
 launched on autograd's thread, get the ``bwd:`` ranges opened there. The measured

@@ -1,5 +1,5 @@
 """The findings whose fix is a switch, and that switch: what ``torch-nsight profile --verify``
-applies in the user's script (:mod:`torch_nsight.capture.switches`) to measure the fix on
+applies in the user's script (:mod:`torch_nsight.capture.fixes.switches`) to measure the fix on
 the user's own steps.
 
 One line per fix code (the finding's ``fix_code``), from the module the finding names (its

@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m torch_nsight.collect.child.first_look JOB OUT_DIR",
               file=sys.stderr)
         return 2
-    from torch_nsight.capture.settings import apply_settings
+    from torch_nsight.capture.calls.settings import apply_settings
     from torch_nsight.collect.shared.job import read_job
     from torch_nsight.collect.timeline import timeline
 

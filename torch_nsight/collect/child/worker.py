@@ -4,11 +4,11 @@
 Run under ``ncu`` (or alone, for a dry run). It first applies the parent's global PyTorch
 settings (TF32, cuDNN, SDPA backends). For each variant it builds the model (factory or
 unpickled module), moves it to the device and dtype and instruments it (its range emitter is
-a :class:`~torch_nsight.capture.calls.CallRecorder` around a
-:class:`~torch_nsight.capture.replica.ReplicaMarkers`); for each of its shapes it builds the
+a :class:`~torch_nsight.capture.calls.recorder.CallRecorder` around a
+:class:`~torch_nsight.capture.replicas.replica.ReplicaMarkers`); for each of its shapes it builds the
 inputs, runs the warm-up iterations (outside any profiled range), records the calls table in
 one more un-profiled iteration, checks identical siblings (see
-:mod:`torch_nsight.capture.siblings`), then runs each measured
+:mod:`torch_nsight.capture.replicas.siblings`), then runs each measured
 iteration inside the start/end ranges ``measure`` and ``sweep;variant=...;shape=...;run=i``
 (domain ``torch_nsight``) that the ``ncu`` command's ``--nvtx-include`` selects.
 
@@ -36,11 +36,11 @@ import torch
 from torch import nn
 
 from torch_nsight.capture import instrument
-from torch_nsight.capture.calls import CallRecorder
-from torch_nsight.capture.compiled import is_compiled, measured_window
-from torch_nsight.capture.replica import ReplicaMarkers
-from torch_nsight.capture.settings import apply_settings, describe_settings, read_settings
-from torch_nsight.capture.siblings import check_siblings
+from torch_nsight.capture.calls.recorder import CallRecorder
+from torch_nsight.capture.calls.settings import apply_settings, describe_settings, read_settings
+from torch_nsight.capture.compiled.inductor import is_compiled, measured_window
+from torch_nsight.capture.replicas.replica import ReplicaMarkers
+from torch_nsight.capture.replicas.siblings import check_siblings
 from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
 from torch_nsight.collect.shared.job import Assignment, Job, read_job
 from torch_nsight.collect.shared.timing import process_start_time, timed

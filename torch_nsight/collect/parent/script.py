@@ -302,7 +302,7 @@ def plan_timeline(command: Sequence[str], folder: Path, *, steps: Steps,
                   timeout: float | None = None, quiet: bool = False,
                   environ: Mapping[str, str] | None = None) -> ScriptPlan:
     """The command run without ncu, its chosen steps recorded by PyTorch's profiler into
-    ``folder`` (``profile --timeline``, :mod:`torch_nsight.capture.profiler_steps`)."""
+    ``folder`` (``profile --timeline``, :mod:`torch_nsight.capture.script.profiler_steps`)."""
     report = folder / formats.TIMELINE_MANIFEST
     script = ScriptEnv(timeline=folder.resolve(), steps=steps, status=_status_path(report))
     return ScriptPlan(command=list(command), ncu_command=list(command), metric_set="timeline",

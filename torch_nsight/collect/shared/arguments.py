@@ -78,7 +78,7 @@ def user_settings() -> dict[str, Any]:
     torch's defaults and records what it ran with)."""
     if sys.modules.get("torch") is None:
         return {}
-    from torch_nsight.capture.settings import describe_settings, read_settings
+    from torch_nsight.capture.calls.settings import describe_settings, read_settings
 
     settings = read_settings()
     return {**settings, "summary": describe_settings(settings)}

@@ -54,7 +54,7 @@ class Job:
         ops: passed to :func:`torch_nsight.instrument` (name functional ops).
         replicate: detect identical siblings and profile one of each group.
         settings: the parent's global PyTorch settings (see
-            :func:`torch_nsight.capture.settings.read_settings`), applied in the child.
+            :func:`torch_nsight.capture.calls.settings.read_settings`), applied in the child.
         record_calls: record the calls table in one un-profiled iteration per shape.
     """
 

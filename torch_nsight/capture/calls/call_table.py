@@ -1,0 +1,132 @@
+"""What the calls recorder keeps of each aten op call: one row per distinct call.
+
+A call is filed under the range messages open on its thread, its op and the shapes and
+dtypes of its tensor inputs and outputs; repeats add to its count. Ops that launch no
+kernel (views, allocations without a fill, metadata queries) are not filed.
+
+FLOPs come from ``torch.utils.flop_counter.flop_registry``, called as ``FlopCounterMode``
+calls it (:func:`~torch_nsight.capture.calls.op_flops.op_flops`); ops without a formula
+(elementwise ops, the CPU flash-attention kernel) get ``None``. Bytes are the sum, over the
+distinct tensors among the op's inputs and outputs, of their element count times element
+size, counting a broadcast (stride 0) dimension once: an analytic lower bound on the memory
+traffic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from torch_nsight.capture.calls.op_flops import op_flops
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["CallTable"]
+
+# Ops that launch no kernel although their schema does not mark an alias.
+_NO_KERNEL_OPS = frozenset({
+    "_unsafe_view", "_reshape_alias", "lift_fresh",
+    "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "swapdims_", "swapaxes_",
+    "detach_",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "resize_",
+    "is_contiguous", "sym_is_contiguous", "is_strides_like_format",
+    "is_non_overlapping_and_dense", "size", "sym_size", "stride", "sym_stride",
+    "storage_offset", "sym_storage_offset", "numel", "sym_numel", "dim", "layout",
+})
+
+
+_Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
+             tuple[tuple[int, ...], ...], tuple[str, ...]]
+
+
+def _dims(tensor: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in tensor.shape)
+
+
+def _dtype_name(tensor: Any) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def _tensor_bytes(tensor: Any) -> int:
+    """Bytes of ``tensor``'s distinct elements: broadcast (stride 0) dimensions count once."""
+    try:
+        elements = 1
+        for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+            if stride != 0:
+                elements *= int(size)
+        if tensor.numel() == 0:
+            elements = 0
+        return elements * tensor.element_size()
+    except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested: no strides
+        try:
+            return int(tensor.numel()) * tensor.element_size()
+        except (RuntimeError, NotImplementedError, TypeError):
+            return 0
+
+
+def _flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
+    """FLOPs of one op call (:func:`~torch_nsight.capture.calls.op_flops.op_flops`), or None."""
+    try:
+        return op_flops(packet, args, kwargs, out)
+    except Exception as err:  # a formula that does not cover this overload's arguments
+        logger.debug("torch_nsight: no FLOPs for %s: %s: %s", packet, type(err).__name__, err)
+        return None
+
+
+class CallTable:
+    """The calls recorded so far, by (range stack, op, input shapes and dtypes, output
+    shapes and dtypes): count, FLOPs per call and bytes per call. Safe to fill from several
+    threads (autograd's backward threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[_Key, list[Any]] = {}  # key -> [count, flops, bytes]
+
+    def add(self, stack: Sequence[str], func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        """File one aten op call under ``stack``, the range messages open on its thread."""
+        packet = func._overloadpacket
+        name = packet.__name__
+        if func.is_view or name in _NO_KERNEL_OPS:
+            return
+        inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        key: _Key = (tuple(stack), name,
+                     tuple(_dims(t) for t in inputs), tuple(_dtype_name(t) for t in inputs),
+                     tuple(_dims(t) for t in outputs), tuple(_dtype_name(t) for t in outputs))
+        with self._lock:
+            entry = self._calls.get(key)
+            if entry is not None:
+                entry[0] += 1
+                return
+        distinct = {id(t): t for t in (*inputs, *outputs)}
+        nbytes = sum(_tensor_bytes(t) for t in distinct.values())
+        flops = _flops(packet, args, kwargs, out)
+        with self._lock:
+            entry = self._calls.setdefault(key, [0, flops, nbytes])
+            entry[0] += 1
+
+    def add_higher_order(self, stack: Sequence[str], func: Any) -> None:
+        """File a higher-order operator (its inner ops run without the recorder)."""
+        key: _Key = (tuple(stack), str(getattr(func, "_name", func)), (), (), (), ())
+        with self._lock:
+            self._calls.setdefault(key, [0, None, 0])[0] += 1
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per distinct call, in order of first appearance (see
+        :meth:`~torch_nsight.capture.calls.recorder.CallRecorder.rows`)."""
+        with self._lock:
+            items = [(key, list(entry)) for key, entry in self._calls.items()]
+        return [{"range_stack": key[0], "op": key[1], "input_shapes": key[2],
+                 "input_dtypes": key[3], "output_shapes": key[4], "output_dtypes": key[5],
+                 "flops": entry[1], "bytes": entry[2], "count": entry[0]}
+                for key, entry in items]
+
+    def clear(self) -> None:
+        """Forget the calls filed so far."""
+        with self._lock:
+            self._calls.clear()

@@ -1,0 +1,2 @@
+"""Compiled code keeps its modules: the kernels of ``torch.compile`` graphs attributed to
+the modules they came from (Inductor's hooks, the kernel maps, their ranges)."""

@@ -1,0 +1,2 @@
+"""The front door: :func:`torch_nsight.instrument` and its handle, which put every other
+room to work."""
