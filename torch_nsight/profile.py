@@ -404,9 +404,9 @@ class Profile:
         return joined
 
 
-#: How a notebook draws a Profile. The render stage, above this one, registers it
-#: (:mod:`torch_nsight.render.notebook`, imported by the package with ``load``, ``sweep``,
-#: ``timeline`` and ``Profile``): this module never imports render.
+#: How a notebook draws a Profile, and below how findings are worded: render, above this
+#: stage, registers both (the package imports it with ``load``, ``sweep``, ``timeline``,
+#: ``Profile``; the command line where it shows findings): this module never imports render.
 _HTML_RENDERER: list[Callable[[Profile], str]] = []
 
 
@@ -415,21 +415,17 @@ def set_html_renderer(render: Callable[[Profile], str]) -> None:
     _HTML_RENDERER[:] = [render]
 
 
-#: How a finding's codes become words: render registers it
-#: (:mod:`torch_nsight.render.finding_words`, imported with the package's ``load``,
-#: ``sweep``, ``timeline`` and ``Profile``): this module never imports render.
+#: How a finding's codes become words (:mod:`torch_nsight.render.finding_words` registers it).
 _FINDING_WORDS: list[Callable[[pd.DataFrame], pd.DataFrame]] = []
 
 
 def set_finding_words(words: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
-    """Make ``words`` what writes a finding table's ``evidence`` and ``fix`` from its codes
-    (the last one set wins)."""
+    """Make ``words`` what writes findings' ``evidence`` and ``fix`` (the last set wins)."""
     _FINDING_WORDS[:] = [words]
 
 
 def word_findings(found: pd.DataFrame) -> pd.DataFrame:
-    """``found`` worded by the registered function; without one (render not imported),
-    ``evidence`` and ``fix`` are None beside the codes."""
+    """``found`` worded by the registered function (None beside the codes without one)."""
     if _FINDING_WORDS:
         return _FINDING_WORDS[0](found)
     logger.warning("the findings' words come from torch_nsight.render.finding_words, which "

@@ -63,6 +63,26 @@ def _precision(dtype: str, settings: Mapping[str, Any]) -> str:
     return "tensor_tf32" if tf32_enabled(settings, "matmul") else "fp32"
 
 
+#: GEMM kernels whose names say they run float32 data on TF32 tensor cores: cuBLAS's
+#: ``..._tf32f32_...`` and CUTLASS's ``tensorop_s1688``/``s16816`` (single precision through
+#: the tensor cores' 16x8x8 and 16x8x16 TF32 instructions).
+_TF32_KERNEL = re.compile(r"tf32|tensorop_s168", re.IGNORECASE)
+
+
+def _tf32_where_it_ran(group: pd.DataFrame, heavy_kernels: pd.Series,
+                       settings: Mapping[str, Any]) -> pd.DataFrame:
+    """``group`` (a site's calls: ``precision`` per heavy kernel, in the same order) with
+    float32 work put on the TF32 tensor roof where the settings do not say whether TF32 was
+    on (a ``profile`` of a script that switched it itself) and the kernel that ran is a TF32
+    one: under the FP32 roof such a GEMM would sit above its ceiling."""
+    if tf32_enabled(settings, "matmul") is not None:
+        return group
+    ran = heavy_kernels.astype(str).map(lambda name: bool(_TF32_KERNEL.search(name)))
+    precision = group["precision"].to_numpy().copy()
+    precision[(precision == "fp32") & ran.to_numpy()] = "tensor_tf32"
+    return group.assign(precision=precision)
+
+
 def _spread_over_iterations(out: pd.DataFrame, mine: pd.Series, site: pd.Series,
                             heavy: pd.Series, group: pd.DataFrame, run: pd.Series) -> None:
     """A report recorded by hand (no step label) profiles every iteration under one site, but
@@ -161,7 +181,8 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         has_arithmetic = arithmetic.groupby(site).transform("any")
         weight = duration.where(arithmetic | ~has_arithmetic, -1.0)[mine]
         heavy = weight.groupby(site[mine], sort=False).idxmax()
-        group = per_group.loc[key.loc[heavy.to_numpy()]]
+        group = _tf32_where_it_ran(per_group.loc[key.loc[heavy.to_numpy()]],
+                                   out.loc[heavy.to_numpy(), "kernel"], settings or {})
         share = _shares(duration, arithmetic, site, heavy)
         for precision, rows in group.groupby("precision", sort=False):
             sites = heavy.index[np.flatnonzero(group["precision"].to_numpy() == precision)]

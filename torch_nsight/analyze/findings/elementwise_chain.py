@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.findings.codes import Cause, FixCode
+from torch_nsight.analyze.findings.codes import Cause, FixCode, fix_fits
 from torch_nsight.analyze.findings.prepare import contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
@@ -121,8 +121,12 @@ def elementwise_chain(context: Context) -> list[Finding]:
                            / c["runs"].iloc[0] for c in parts])
         kind = chain_kind(work.iloc[sites[key]], site.ops)
         outside = rows["module_path"].iat[0] in ("", UNATTRIBUTED)
-        fix: FixCode = CHAIN_FIX.get(kind or "", "compile_function" if outside
-                                     else "compile_module")
+        default: FixCode = "compile_function" if outside else "compile_module"
+        fix: FixCode = CHAIN_FIX.get(kind or "", default)
+        if not fix_fits(site.kind, fix):  # the ops of a rotary embedding in a gather's or
+            kind, fix = None, default      # a MoE gate's backward are no rotary embedding
+            if not fix_fits(site.kind, fix):
+                fix = "none_known"
         found.append(Finding(
             "elementwise_chain", rows, float(saved.sum()), "roofline", "medium", fix,
             cause=kind, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
