@@ -404,9 +404,7 @@ class Profile:
         return joined
 
 
-#: How a notebook draws a Profile, and below how findings are worded: render, above this
-#: stage, registers both (the package imports it with ``load``, ``sweep``, ``timeline``,
-#: ``Profile``; the command line where it shows findings): this module never imports render.
+#: How a notebook draws a Profile, and findings' words below: render registers both.
 _HTML_RENDERER: list[Callable[[Profile], str]] = []
 
 
@@ -428,8 +426,8 @@ def word_findings(found: pd.DataFrame) -> pd.DataFrame:
     """``found`` worded by the registered function (None beside the codes without one)."""
     if _FINDING_WORDS:
         return _FINDING_WORDS[0](found)
-    logger.warning("the findings' words come from torch_nsight.render.finding_words, which "
-                   "is not imported: evidence and fix are left empty beside their codes")
+    logger.warning("torch_nsight.render.finding_words is not imported: evidence and fix "
+                   "are left empty beside their codes")
     return found.assign(evidence=None, fix=None)
 
 
@@ -445,8 +443,7 @@ def warn_if_mixed(profile: Profile) -> None:
 def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
     """(variant, shape, rank) of the rows: the reports of a distributed run's ranks share
     shape labels and are told apart by their ``rank`` column, not by file name."""
-    keys = table.reindex(columns=["variant", "shape", "rank"]).astype(object)
-    keys = filled(keys)
+    keys = filled(table.reindex(columns=["variant", "shape", "rank"]).astype(object))
     return set(map(tuple, keys.drop_duplicates().to_numpy()))
 
 

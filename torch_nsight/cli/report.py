@@ -236,9 +236,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             from torch_nsight.render.findings import render_findings
 
             print(file=stream)
-            import torch_nsight.render.finding_words  # noqa: F401 - the words
-            print(render_findings(profile.finding_table(fold=getattr(args, "fold", True))
-                                  .head(args.n or 10), args.fmt,
+            print(render_findings(_findings(profile, args).head(args.n or 10), args.fmt,
                                   profile.kernels), file=stream)
     written = []
     for kind in TABLE_OUTPUTS:
@@ -352,3 +350,10 @@ def say_missing_metrics(profile: Profile, stream: TextIO | None = None) -> None:
                   f"metrics torch_nsight reads ({shown}{f' and {more} more' if more > 0 else ''})"
                   ": the columns they feed are blank. Record with `torch-nsight profile -- "
                   "COMMAND`; `torch-nsight profile --dry-run -- COMMAND` prints the ncu flags.")
+
+
+def _findings(profile: Any, args: argparse.Namespace) -> Any:
+    """The profile's finding table, worded (render's words imported here, not at start-up)."""
+    import torch_nsight.render.finding_words  # noqa: F401 - registers the words
+
+    return profile.finding_table(fold=getattr(args, "fold", True))
