@@ -2,8 +2,8 @@
 fused pass over its data.
 
 The profile names the optimizer's class (the ``step:<class>`` range reads back as module
-``AdamW``, direction ``step``) but not the flags it was made with: how the step ran is read
-from its kernels (:func:`~.sites.optimizer_impl`). A step whose kernels are
+``AdamW``, direction ``step``) but not the flags it was made with: how the step ran is
+read from its kernels (:func:`~.sites.optimizer_impl`). A step whose kernels are
 ``Fused*Functor`` ones already runs fused and gets nothing; a ``foreach`` step (one
 multi-tensor kernel per op over all parameters) or a loop over parameters gets its own
 class's flag: ``fused=True`` where the class has a fused CUDA implementation (Adam, AdamW,
