@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from capture_models import Ranges
 from torch import nn
 
 import torch_nsight
@@ -14,14 +15,6 @@ from torch_nsight.capture.calls import embed
 from torch_nsight.capture.ranges.detect import NCU_VARIABLE
 from torch_nsight.capture.script.step import reset_steps, step
 from torch_nsight.environment import STEPS_ENV
-
-
-class Ranges:
-    def start_range(self, message: str) -> str:
-        return message
-
-    def end_range(self, handle: str) -> None:
-        pass
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+from capture_models import Ranges
 from encoder_decoder import EncoderDecoder, batch
 from torch._dynamo.utils import clear_compilation_metrics, counters, get_compilation_metrics
 
@@ -45,14 +46,6 @@ class Compiled:
     graphs: int
     frames: tuple[str, ...]  # the frames it compiled, as file:function (with recompiles)
     runs: tuple[int, ...]  # compiled graphs run in each step
-
-
-class Ranges:
-    def start_range(self, message: str) -> str:
-        return message
-
-    def end_range(self, handle: str) -> None:
-        pass
 
 
 @pytest.fixture
