@@ -119,6 +119,29 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
             align = ALIGNMENT.get(str(row["dtype"]), 8)
             assert int(row["dim_value"]) % align != 0, where
             assert row["dim_role"] != "tokens", where  # the rows are no operand's stride
+    _assert_ranked(source.path, profile.findings())
+
+
+def _assert_ranked(path: str, found: pd.DataFrame) -> None:
+    """The findings a user acts on first: every row with a fix above every row with none
+    known, each group by gain (unknown gains last), as the user reads them (folded)."""
+    found = found.reindex(columns=["finding", "fix_code", "est_gain_ns"])
+    no_fix = found["fix_code"].eq("none_known")
+    assert no_fix.tolist() == sorted(no_fix), (path, found.to_string())
+    for flag in (False, True):
+        gains = found.loc[no_fix == flag, "est_gain_ns"].astype("float64")
+        known = gains.dropna().tolist()
+        assert known == sorted(known, reverse=True), path
+        assert gains.isna().tolist() == sorted(gains.isna().tolist()), path
+
+
+def test_a_fused_optimizer_ranks_above_causes_no_fix_recovers() -> None:
+    """gru_lm's recurrent small grids (no PyTorch-level fix known) once hid its Adam step,
+    the switch that measured largest there (docs/zoo.md), at #5."""
+    found = torch_nsight.load(DATA / "zoo_families" / "gru_lm.ncu-rep.xz").findings()
+    codes = found["fix_code"].tolist()
+    assert "none_known" in codes and "optimizer_fused" in codes
+    assert codes.index("optimizer_fused") < codes.index("none_known")
 
 
 def test_the_checks_cover_the_recorded_sources() -> None:

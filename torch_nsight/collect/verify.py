@@ -174,5 +174,6 @@ def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.
         found.loc[index, "verified"] = True
         logger.info("%s in %s: %.1f -> %.1f µs", kind, finding["module"], before / 1e3,
                     after / 1e3)
-    return found.sort_values("est_gain_ns", ascending=False, kind="stable").reset_index(
-        drop=True)
+    from torch_nsight.analyze.findings.table import ranked
+
+    return ranked(found).reset_index(drop=True)

@@ -102,9 +102,8 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
             findings are added with ``gain_basis`` ``timeline``.
 
     Returns:
-        :data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`, one row per finding, the
-        largest ``est_gain_ns`` first (unknown gains last). Times are per run of each
-        (variant, shape). Gains of findings on the same kernels or steps may overlap: do
+        :data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`, one row per finding, in
+        :func:`ranked` order. Times are per run of each (variant, shape). Gains of findings on the same kernels or steps may overlap: do
         not add them up. No words: render writes ``evidence`` and ``fix`` from the codes
         (:func:`torch_nsight.render.finding_words.word_findings`).
 
@@ -123,7 +122,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     for column in FINDING_CODE_COLUMNS:  # codes as they were made: 49, not 49.0
         out[column] = pd.Series([row[column] for row in rows], index=out.index, dtype=object)
     out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
-    out = out.sort_values("est_gain_ns", ascending=False, na_position="last", kind="stable")
+    out = ranked(out)
     for column in (*SITE_KEYS, "kernels"):
         out[column] = blank_to_none(filled(out[column]))
     return out.reset_index(drop=True)
@@ -147,15 +146,28 @@ def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> p
             same kernels fold (:func:`~torch_nsight.analyze.fold.with_structure`).
 
     Returns:
-        The folded rows, the largest ``est_gain_ns`` first.
+        The folded rows, in :func:`ranked` order.
     """
     keys = [k for k in FOLD_KEYS if k in found]
     if kernels is not None and len(found):
         found, keys = with_structure(found, kernels), [*keys, STRUCTURE_COLUMN]
     folded = fold_rows(found, keys=keys, sums=("est_gain_ns",), rank="est_gain_ns")
     folded = folded.drop(columns=[STRUCTURE_COLUMN], errors="ignore")
-    return folded.sort_values("est_gain_ns", ascending=False, na_position="last",
-                              kind="stable").reset_index(drop=True)
+    return ranked(folded).reset_index(drop=True)
 
 
-__all__ = ["findings", "fold_findings", "FOLD_COLUMN", "FOLD_KEYS", "SAID"]
+def ranked(found: pd.DataFrame) -> pd.DataFrame:
+    """Findings in the order a user acts on them: those with a fix, the largest
+    ``est_gain_ns`` first (unknown gains last), then those whose cause has no known
+    PyTorch-level fix (``fix_code`` ``none_known``), likewise. A gain no fix can recover
+    is where the time goes, not a step to take: it never ranks above one that is."""
+    if found.empty:
+        return found
+    no_fix = found["fix_code"].eq("none_known") if "fix_code" in found else False
+    order = found.assign(_no_fix=no_fix).sort_values(
+        ["_no_fix", "est_gain_ns"], ascending=[True, False], na_position="last",
+        kind="stable")
+    return order.drop(columns="_no_fix")
+
+
+__all__ = ["findings", "fold_findings", "ranked", "FOLD_COLUMN", "FOLD_KEYS", "SAID"]
