@@ -67,7 +67,7 @@ def _unique(values: Iterable[Any]) -> list[Any]:
 HOTSPOT_COLUMNS = ("variant", "shape", "module", "direction", "op", "kernel", "duration_ns",
                    "ci95_ns", "bound", "reason", "headroom_ns", "next_step", "blocks")
 FINDING_COLUMNS = ("variant", "shape", "module", "direction", "finding", "est_gain_ns",
-                   "fix", "evidence", "confidence", "blocks")
+                   "fix", "gain_bound_ns", "evidence", "confidence", "blocks")
 MODULE_COLUMNS = ("variant", "shape", "module", "direction", "inclusive_ns", "exclusive_ns",
                   "ci95_ns", "pct_of_total", "bound", "headroom_ns", "blocks")
 

@@ -42,7 +42,7 @@ KERNEL_KEYS = (*SITE_KEYS, "kernel")
 #: verdicts): where, what, the evidence, the fix, its estimated gain per run and on what
 #: that estimate rests.
 FINDING_COLUMNS = (*SITE_KEYS, "kernels", "finding", "evidence", "fix", "est_gain_ns",
-                   "gain_basis", "confidence")
+                   "gain_bound_ns", "gain_basis", "confidence")
 #: What a finding is as codes, beside its words (analyze decides on these; render words
 #: them): why (``cause``), the kind and class of its module, the site's aten ops, the shapes
 #: of the call at fault, the dimension at fault with its role and size, the layout, the
@@ -54,7 +54,7 @@ FINDING_CODE_COLUMNS = ("cause", "module_kind", "module_class", "aten_ops", "sha
 #: The columns of :func:`torch_nsight.analyze.findings` (codes, no words): the finding
 #: table's without ``evidence`` and ``fix``, which render writes from the codes.
 FINDING_RECORD_COLUMNS = (*SITE_KEYS, "kernels", "finding", *FINDING_CODE_COLUMNS,
-                          "est_gain_ns", "gain_basis", "confidence")
+                          "est_gain_ns", "gain_bound_ns", "gain_basis", "confidence")
 #: What ``profile --verify`` adds to a finding table: the basis of the prediction
 #: (``est_gain_ns`` keeps it), the gain measured on the user's steps (the median difference
 #: of adjacent steps without and with the fix) with its spread (half its 95% interval), the

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -29,7 +30,8 @@ from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kernels",
-           "finding", "evidence", "fix", "est_gain_ns", "gain_basis", "confidence")
+           "finding", "evidence", "fix", "est_gain_ns", "gain_bound_ns", "gain_basis",
+           "confidence")
 
 
 def load(name: str) -> torch_nsight.Profile:
@@ -213,11 +215,13 @@ def test_small_grid_is_low_confidence_headroom(conv: torch_nsight.Profile) -> No
     rows = of(conv.finding_table(), "small_grid", "channels_last").set_index("module")
     row = rows.loc["stem.1"]
     assert row["kernels"] == "batch_norm_transform_input_channels_last_kernel"
-    assert (row["gain_basis"], row["confidence"]) == ("roofline", "low")
+    assert (row["gain_basis"], row["confidence"]) == ("headroom", "low")
     k = conv.kernels
     kernel = k[(k["variant"] == "channels_last") & (k["module"] == "stem.1")
                & (k["kernel"] == "batch_norm_transform_input_channels_last_kernel")]
-    assert row["est_gain_ns"] == pytest.approx(kernel["headroom_ns"].sum())
+    # no model of what its fix does: no gain, the bound no fix can beat beside it
+    assert np.isnan(row["est_gain_ns"])
+    assert row["gain_bound_ns"] == pytest.approx(kernel["headroom_ns"].sum())
     # a batch norm's kernel under one wave: fused with its neighbours, never "a larger
     # batch" (its grid follows the channels, not the batch)
     assert (row["module_kind"], row["cause"], row["fix_code"]) == (

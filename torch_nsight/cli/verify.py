@@ -177,10 +177,13 @@ def verified_lines(tried: pd.DataFrame) -> list[str]:
         head = (f"verified: {first['finding']} in {first['module']}{others}: "
                 f"{first['verify_status']}: ")
         predicted = rows["est_gain_ns"].sum(min_count=1)
+        bound = rows["gain_bound_ns"].sum(min_count=1) if "gain_bound_ns" in rows else None
+        said = format_duration(predicted, largest="ms", decimals=2, missing="n/a")
+        if pd.isna(predicted) and bound is not None and pd.notna(bound):
+            said = f"at most {format_duration(bound, largest='ms', decimals=2)}"
         gain = first.get("measured_gain_ns")
         if first["verify_status"] == "measured" and pd.notna(gain):
-            head += (f"{first['verify_fix']}: predicted "
-                     f"{format_duration(predicted, largest='ms', decimals=2, missing='n/a')}, "
+            head += (f"{first['verify_fix']}: predicted {said}, "
                      f"measured {format_duration(gain, largest='ms', decimals=2)}"
                      f" over {int(first['steps_timed'])} pairs of steps"
                      + (f" ({gain / predicted:.2g}x the prediction)"

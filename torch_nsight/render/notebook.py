@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch_nsight.render.finding_words  # noqa: F401 - registers the findings' words
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.profile import set_html_renderer
+from torch_nsight.render.findings import gain_cell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -65,8 +66,7 @@ def _answers(profile: Profile) -> str:
                 "module": lambda r: str(r["module"]) + (f" ×{int(r['blocks'])}"
                                                         if r.get("blocks", 1) > 1 else ""),
                 "finding": lambda r: r["finding"],
-                "gain µs": lambda r: (f"{r['est_gain_ns'] / 1e3:,.2f}"
-                                      if r["est_gain_ns"] == r["est_gain_ns"] else "-"),
+                "gain µs": gain_cell,
                 "fix": lambda r: r["fix"]})))
     except MissingMetricError:
         return ""

@@ -28,6 +28,10 @@ from torch_nsight.analyze.findings.codes import (
     OptimizerImpl,
 )
 
+#: ``Finding.basis`` of a finding whose gain no model of its fix estimates: its bound only.
+HEADROOM = "headroom"
+NAN = float("nan")
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -36,8 +40,12 @@ class Finding:
     Attributes:
         finding: what is wrong (:data:`~.codes.FindingCode`).
         rows: the kernel rows it covers (the first names its site).
-        gain_ns: the GPU time per run it may recover (NaN when unknown).
-        basis: how the gain was estimated: ``roofline`` or ``measured``.
+        gain_ns: the GPU time per run its fix recovers, by a model of what the fix changes
+            (NaN when unknown).
+        basis: how the gain was estimated: ``roofline`` (the fixed kernels at their
+            roofline), ``measured`` (the time of the kernels the fix removes) or
+            ``headroom`` (no model of what the fix changes: ``gain_ns`` NaN, ``bound_ns``
+            the most any fix of these kernels could recover).
         confidence: ``high``, ``medium`` or ``low``.
         fix_code: the change to make (:data:`~.codes.FixCode`); its parameters in
             ``fix_params``.
@@ -57,6 +65,8 @@ class Finding:
         optimizer_impl: how its step ran (``fused``, ``foreach``, ``for_loop``).
         fix_params: the fix's parameters (the padded size, the optimizer and its flag).
         facts: the numbers the evidence cites (ns, bytes, FLOPs, percent), by name.
+        bound_ns: for a ``headroom`` gain, the kernels' time above their roofline: what no
+            fix can beat, not what this one recovers (NaN otherwise).
     """
 
     finding: FindingCode
@@ -79,6 +89,7 @@ class Finding:
     optimizer_impl: OptimizerImpl | None = None
     fix_params: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
+    bound_ns: float = NAN
 
     def codes(self) -> dict[str, Any]:
         """The record's codes, by the names of

@@ -1,7 +1,10 @@
 """``small_grid`` and ``latency_bound``: latency-bound kernels holding :data:`SMALL_GRID_PCT`
 of their label's time, with the cause the launch gives (the kernel table's ``limiter``,
 :mod:`torch_nsight.analyze.limiter`: under one wave is ``small_grid``, anything else
-``latency_bound``); gain: their roofline headroom. Registered last: a kernel an earlier check
+``latency_bound``); gain: none estimated (``headroom``): no model says how much faster its
+fix makes these kernels, so the finding carries their time above the roofline as the bound
+no fix can beat (``gain_bound_ns``) and ranks after the findings whose gain is counted
+(:func:`~torch_nsight.analyze.findings.table.ranked`). Registered last: a kernel an earlier check
 reported (``Context.claimed``) is not reported again here, and an optimizer's kernels are
 :mod:`.optimizer_step`'s.
 
@@ -24,7 +27,7 @@ import pandas as pd
 
 from torch_nsight.analyze.findings.codes import Cause, FixCode
 from torch_nsight.analyze.findings.prepare import per_run, roof_pct
-from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import Site, layout_of
 from torch_nsight.analyze.limiter import LIMITER_INPUTS
@@ -114,12 +117,12 @@ def small_grid(context: Context) -> list[Finding]:
                 rest.append((rows, cause, code, site.kind))
             continue
         found.append(Finding(
-            "small_grid" if under_one else "latency_bound", rows, gain, "roofline", "low", code,
+            "small_grid" if under_one else "latency_bound", rows, NAN, HEADROOM, "low", code,
             cause=cause, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
             fix_params={"setting": "cudnn.benchmark"} if code == "cudnn_benchmark" else {},
             facts={"kernel": rows.iloc[0]["kernel"], "waves": rows["waves"].min(),
                    "roof_pct": roof_pct(rows), "time_ns": time, "share_pct": share,
-                   "launch": _launch(rows)}))
+                   "launch": _launch(rows)}, bound_ns=gain))
     return found + _by_kind(rest, label_time)
 
 
@@ -149,13 +152,13 @@ def _by_kind(rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]],
         first = rows.iloc[:1].assign(module=root, module_path=root, direction="", op="")
         found.append(Finding(
             "small_grid" if top == "small_grid" else "latency_bound",
-            pd.concat([first, rows.iloc[1:]]), per_run(rows, rows["headroom_ns"]),
-            "roofline", "low", code, cause=None if top == "None" else top,  # type: ignore[arg-type]
+            pd.concat([first, rows.iloc[1:]]), NAN, HEADROOM, "low", code, cause=None if top == "None" else top,  # type: ignore[arg-type]
             module_kind=kind, layout=layouts.pop() if len(layouts) == 1 else None,
             fix_params={"setting": "cudnn.benchmark"} if code == "cudnn_benchmark" else {},
             facts={"kernel": rows.loc[rows["duration_ns"].idxmax(), "kernel"],
                    "sites": int(modules), "time_ns": time, "share_pct": share,
                    "roof_pct": roof_pct(rows),
                    "causes": {c: 100.0 * t / time for c, t in sorted(
-                       causes.items(), key=lambda item: -item[1])}}))
+                       causes.items(), key=lambda item: -item[1])}},
+            bound_ns=per_run(rows, rows["headroom_ns"])))
     return found

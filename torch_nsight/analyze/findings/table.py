@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 import torch_nsight.analyze.findings.elementwise_chain
@@ -59,7 +60,8 @@ def _row(found: Finding) -> dict[str, Any]:
         codes["facts"]["ncu_rules"] = rules
     return {**{k: first[k] for k in SITE_KEYS},
             "kernels": "; ".join(dict.fromkeys(rows["kernel"])), "finding": found.finding,
-            **codes, "est_gain_ns": found.gain_ns, "gain_basis": basis,
+            **codes, "est_gain_ns": found.gain_ns, "gain_bound_ns": found.bound_ns,
+            "gain_basis": basis,
             "confidence": found.confidence}
 
 
@@ -81,6 +83,7 @@ def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[s
                      **dict.fromkeys(FINDING_CODE_COLUMNS),
                      "facts": {SAID: {"evidence": found["evidence"], "fix": found["fix"]}},
                      "fix_params": {}, "est_gain_ns": found["est_gain_ns"],
+                     "gain_bound_ns": float("nan"),
                      "gain_basis": "timeline", "confidence": "medium"})
     return rows
 
@@ -121,8 +124,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     out = pd.DataFrame(rows, columns=list(FINDING_RECORD_COLUMNS))
     for column in FINDING_CODE_COLUMNS:  # codes as they were made: 49, not 49.0
         out[column] = pd.Series([row[column] for row in rows], index=out.index, dtype=object)
-    out["est_gain_ns"] = out["est_gain_ns"].astype("float64")
-    out = ranked(out)
+    out = ranked(out.astype({"est_gain_ns": "float64", "gain_bound_ns": "float64"}))
     for column in (*SITE_KEYS, "kernels"):
         out[column] = blank_to_none(filled(out[column]))
     return out.reset_index(drop=True)
@@ -151,23 +153,28 @@ def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> p
     keys = [k for k in FOLD_KEYS if k in found]
     if kernels is not None and len(found):
         found, keys = with_structure(found, kernels), [*keys, STRUCTURE_COLUMN]
-    folded = fold_rows(found, keys=keys, sums=("est_gain_ns",), rank="est_gain_ns")
-    folded = folded.drop(columns=[STRUCTURE_COLUMN], errors="ignore")
+    sums = tuple(c for c in ("est_gain_ns", "gain_bound_ns") if c in found)
+    found = found.assign(_rank=found["est_gain_ns"].fillna(
+        found.get("gain_bound_ns", pd.Series(np.nan, index=found.index))))
+    folded = fold_rows(found, keys=keys, sums=sums, rank="_rank")
+    folded = folded.drop(columns=[STRUCTURE_COLUMN, "_rank"], errors="ignore")
     return ranked(folded).reset_index(drop=True)
 
 
 def ranked(found: pd.DataFrame) -> pd.DataFrame:
-    """Findings in the order a user acts on them: those with a fix, the largest
-    ``est_gain_ns`` first (unknown gains last), then those whose cause has no known
-    PyTorch-level fix (``fix_code`` ``none_known``), likewise. A gain no fix can recover
-    is where the time goes, not a step to take: it never ranks above one that is."""
+    """Findings in the order a user acts on them: those with a fix, then those whose cause
+    has no known PyTorch-level fix (``fix_code`` ``none_known``); in each, the gains a
+    model of the fix counts (``est_gain_ns``), largest first, then the findings with only
+    a bound (``gain_bound_ns``: what no fix can beat), largest first. A bound is not a
+    gain: it never ranks above one, and time no fix recovers never above a fix."""
     if found.empty:
         return found
     no_fix = found["fix_code"].eq("none_known") if "fix_code" in found else False
-    order = found.assign(_no_fix=no_fix).sort_values(
-        ["_no_fix", "est_gain_ns"], ascending=[True, False], na_position="last",
-        kind="stable")
-    return order.drop(columns="_no_fix")
+    bound = found.get("gain_bound_ns", pd.Series(np.nan, index=found.index))
+    order = found.assign(_no_fix=no_fix, _bound=bound).sort_values(
+        ["_no_fix", "est_gain_ns", "_bound"], ascending=[True, False, False],
+        na_position="last", kind="stable")
+    return order.drop(columns=["_no_fix", "_bound"])
 
 
 __all__ = ["findings", "fold_findings", "ranked", "FOLD_COLUMN", "FOLD_KEYS", "SAID"]
