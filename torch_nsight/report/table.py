@@ -114,7 +114,7 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
     source = Path(path).resolve()
     named = Path(path).absolute()  # its cache goes in the folder read, not where a link leads
     if cache and source.is_file():
-        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir)
+        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir, RAW_COLUMNS)
         if cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
