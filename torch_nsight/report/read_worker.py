@@ -70,6 +70,15 @@ def read_local(local: Path, shown: str, workers: int | None = None) -> ReadRepor
                       worker_rss=_resident_bytes())
 
 
+def _worker_environment() -> dict[str, str]:
+    """This environment, with the folder this package was imported from first on the
+    worker's path: it imports this very package, however the caller found it."""
+    home = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, IN_PROCESS_ENV: "1",
+            "PYTHONPATH": home + (os.pathsep + path if path else "")}
+
+
 def _resident_bytes() -> int:
     try:
         with open("/proc/self/statm", encoding="ascii") as file:
@@ -115,7 +124,7 @@ class _Worker:
     def _start(self) -> subprocess.Popen[bytes]:
         self._process = subprocess.Popen(
             [sys.executable, "-c", f"from {__name__} import main; main()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env={**os.environ, IN_PROCESS_ENV: "1"})
+            stderr=subprocess.DEVNULL, env=_worker_environment())
         self._reports = 0
         self.started += 1
         logger.debug("started a worker process to read reports (pid %d)", self._process.pid)
