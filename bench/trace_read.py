@@ -17,6 +17,11 @@ of a shared machine slows each of them): ``json.load`` of the file (the anchor),
 ``torch-nsight report`` with this checkout's code, and the same command with the code of
 ``--old`` (a git revision, exported with ``git archive`` into the temporary folder).
 
+``--shape`` reads a synthetic trace instead (:mod:`bench.synthetic_traces`, written in
+the events the recorded traces hold): ``names`` (``--events`` is then the number of
+kernels, each of its own name), ``depth`` (the number of nested module ranges) or
+``modules`` (events of steps whose blocks hold thousands of distinct module names).
+
 ``--phases`` prints where this checkout's ``load()`` spends its CPU seconds, in one child
 per trace: imports, reading (file, msgspec's decoding and filing the events), the tables
 (kernels and timeline), the analysis ``load`` runs on them, and rendering what ``report``
@@ -42,12 +47,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.synthetic_traces import SHAPES, write_trace  # noqa: E402
+
 RECORDED = ROOT / "tests" / "data" / "timeline_train" / "trace-0.json.gz"
 MEASURE = "torch_nsight/sweep;"
 
 
-def replicate(events: int, out: Path) -> Path:
-    """Write a trace of ``events`` events made of shifted copies of :data:`RECORDED`."""
+def replicate(events: int, out: Path, shape: str = "replicated") -> Path:
+    """Write a trace of ``events`` events made of shifted copies of :data:`RECORDED`, or
+    the synthetic trace ``shape`` of that size."""
+    if shape != "replicated":
+        return write_trace(shape, events, out / f"{shape}_{events}.json")
     with gzip.open(RECORDED, "rt", encoding="utf-8") as handle:
         document = json.load(handle)
     base = document["traceEvents"]
@@ -204,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, nargs="+", default=[300_000, 1_000_000])
     parser.add_argument("--old", default="bc1065e", help="revision of the old reader")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--shape", default="replicated", choices=["replicated", *SHAPES],
+                        help="the trace read: copies of a recorded one, or a synthetic shape")
     parser.add_argument("--cases", nargs="+", default=["json.load", "old", "new"])
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--phases", action="store_true",
@@ -216,13 +230,13 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(temp)
         old = export(args.old, out) if "old" in args.cases or args.check else None
         if args.phases:
-            phases(out, [replicate(n, out) for n in args.events])
+            phases(out, [replicate(n, out, args.shape) for n in args.events])
             return 0
         if args.check:
             assert old is not None
-            return min(1, check(out, old, [replicate(n, out) for n in args.events]))
+            return min(1, check(out, old, [replicate(n, out, args.shape) for n in args.events]))
         for events in args.events:
-            trace = replicate(events, out)
+            trace = replicate(events, out, args.shape)
             size_mb = trace.stat().st_size / 1e6
             report = ["-m", "torch_nsight", "report", str(trace), "--top", "5"]
             commands = {
@@ -239,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                     if path is not None:
                         env["PYTHONPATH"] = str(path)
                     wall, cpu, peak = measure(command, env, out)
-                    results.append({"events": events, "file_mb": round(size_mb, 1),
+                    results.append({"shape": args.shape, "events": events, "file_mb": round(size_mb, 1),
                                     "case": case, "seconds": round(wall, 2),
                                     "cpu_seconds": round(cpu, 2), "peak_mb": round(peak)})
                     print(f"{events:>9,} events {size_mb:6.1f} MB  {case:<10} "

@@ -23,6 +23,7 @@ from torch_nsight.report import (
     reader,
 )
 from torch_nsight.report import cache as report_cache
+from torch_nsight.report import table as report_table
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -123,7 +124,7 @@ def test_second_read_comes_from_the_cache(llama_copy: Path, monkeypatch) -> None
     def refuse(*args: object) -> None:
         raise AssertionError("the report was opened although a valid cache exists")
 
-    monkeypatch.setattr(reader, "open_context", refuse)
+    monkeypatch.setattr(report_table, "read_report_file", refuse)
     second, cached_meta = read_report(llama_copy)
     assert cached_meta == meta
     pd.testing.assert_frame_equal(first, second, check_dtype=False)

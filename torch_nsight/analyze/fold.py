@@ -33,7 +33,7 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
-from torch_nsight.vocabulary import LABELS, ancestors, join_path, split_path
+from torch_nsight.vocabulary import LABELS, join_path, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "with_structure", "FOLD_COLUMN", "STRUCTURE_COLUMN"]
@@ -164,13 +164,19 @@ def _fold_path(paths: list[object]) -> object:
 def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
                    path: str = "module_path") -> pd.DataFrame:
     """``rows`` with :data:`STRUCTURE_COLUMN`: for each row's (variant, shape, direction,
-    module path), the set of kernels its module and the modules inside it launched, by
-    the module inside it, name, grid and block (a blank text where the kernel table lacks
-    them)::
+    module path), a code for what its module and the modules inside it launched: the
+    kernels (name, grid, block; a blank text where the kernel table lacks them) each module
+    of its subtree launched, the modules named relative to their parent. Two rows have the
+    same code exactly where their subtrees launched the same kernels from the same places::
 
         module_path          direction  ...      module_path          direction  structure
-        Net/features.5.0     fwd                 Net/features.5.0     fwd        (('conv', '(14, 1, 1)', ...), ...)
-        Net/features.6.0     fwd         ->      Net/features.6.0     fwd        (('conv', '(7, 1, 1)', ...), ...)
+        Net/features.5.0     fwd                 Net/features.5.0     fwd        #3
+        Net/features.6.0     fwd         ->      Net/features.6.0     fwd        #5
+        Net/features.6.1     fwd                 Net/features.6.1     fwd        #5
+
+    Time and memory are linear in the distinct kernels and the depth of the tree: each
+    module's code is built once from its own kernels and its children's codes
+    (:class:`_Structures`), never as the list of every kernel below it.
 
     Args:
         rows: rows with the label columns, ``direction`` and ``path``.
@@ -182,23 +188,79 @@ def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
     """
     keys = [*LABELS, "direction"]
     table = kernels.reindex(columns=[*keys, "module_path", *_KERNEL_SHAPE])
-    launched: dict[tuple[object, ...], set[tuple[str, ...]]] = {}
     # each distinct kernel once (the runs repeat them), walked as lists: quicker than Series
     distinct = pd.DataFrame({c: filled(table[c]).astype(str)
                              for c in [*keys, "module_path", *_KERNEL_SHAPE]}).drop_duplicates()
+    structures = _Structures()
     for values in zip(*(distinct[c].tolist() for c in distinct.columns), strict=True):
-        label, module, kernel = values[:len(keys)], values[len(keys)], values[len(keys) + 1:]
-        parts = split_path(module) if module else [module]
-        for level, ancestor in enumerate(ancestors(module) if module else [module]):
-            # where inside the ancestor it ran: "0.input_layernorm" under "0" is
-            # "input_layernorm", as "1.input_layernorm" under "1"
-            inside = ".".join(part.removeprefix(parts[level] + ".")
-                              for part in parts[level + 1:])
-            launched.setdefault((*label, ancestor), set()).add((inside, *kernel))
+        structures.add(values[:len(keys)], values[len(keys)], values[len(keys) + 1:])
+    del distinct
     row_keys = zip(*[filled(rows[c]).astype(str).tolist() if c in rows else [""] * len(rows)
                      for c in [*keys, path]], strict=True)
     return rows.assign(**{STRUCTURE_COLUMN: [
-        str(sorted(launched.get(tuple(key), ()))) for key in row_keys]})
+        structures.code(key[:-1], key[-1]) for key in row_keys]})
+
+
+class _Node:
+    """A module of the tree of one label: what it launched itself, its children by name."""
+
+    __slots__ = ("children", "code", "own")
+
+    def __init__(self) -> None:
+        self.own: set[tuple[str, ...]] = set()
+        self.children: dict[str, _Node] = {}
+        self.code: int | None = None
+
+
+class _Structures:
+    """The module trees of a kernel table (one per label), each module's structure coded
+    as a number: equal subtrees, equal numbers. A module's key is its own kernels and its
+    children's (name relative to it, code) pairs, so the keys hold each kernel and each
+    module once: linear, where a list of every kernel under every ancestor is quadratic
+    in the depth and in the number of names."""
+
+    def __init__(self) -> None:
+        self._roots: dict[tuple[str, ...], _Node] = {}
+        self._codes: dict[tuple[frozenset[object], frozenset[object]], int] = {}
+
+    def add(self, label: tuple[str, ...], module: str, kernel: tuple[str, ...]) -> None:
+        node = self._roots.setdefault(label, _Node())
+        for part in split_path(module):
+            node = node.children.get(part) or node.children.setdefault(part, _Node())
+        node.own.add(kernel)
+
+    def code(self, label: tuple[str, ...], module: str) -> str:
+        """The code of ``module``'s structure (``"#0"`` for a module that launched none)."""
+        node = self._roots.get(label)
+        name = ""
+        for part in split_path(module):
+            if node is None:
+                break
+            node, name = node.children.get(part), part
+        if node is None:
+            return "#0"
+        return f"#{self._coded(node, name)}"
+
+    def _coded(self, top: _Node, top_name: str) -> int:
+        """The code of ``top``, its subtree coded first (a stack, not recursion: a tree
+        may be 100,000 deep)."""
+        stack: list[tuple[_Node, str, bool]] = [(top, top_name, False)]
+        while stack:
+            node, name, ready = stack.pop()
+            if node.code is not None:
+                continue
+            if not ready:
+                stack.append((node, name, True))
+                stack.extend((child, part, False) for part, child in node.children.items()
+                             if child.code is None)
+                continue
+            prefix = name + "."
+            key = (frozenset(node.own), frozenset(
+                (part.removeprefix(prefix), child.code) for part, child in
+                node.children.items()))
+            node.code = self._codes.setdefault(key, len(self._codes) + 1)
+        assert top.code is not None
+        return top.code
 
 
 #: The module tree's columns that add up over folded blocks.

@@ -4,13 +4,33 @@
 one row per profiled kernel: names, launch shape, one column per declared metric, Nsight
 Compute's ``SOLBottleneck`` verdict and the NVTX ranges around the kernel. Attribution and
 classification are the analyze stage's job.
+
+The names below are imported when first used: the process that reads reports for the
+others (:mod:`torch_nsight.report.read_worker`) imports NVIDIA's reader, not pandas.
 """
 
 from __future__ import annotations
 
-from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
-from torch_nsight.report.names import format_dims, short_kernel_name
-from torch_nsight.report.table import RAW_COLUMNS, SCHEMA_VERSION, read_report
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
+    from torch_nsight.report.names import format_dims, short_kernel_name
+    from torch_nsight.report.table import RAW_COLUMNS, SCHEMA_VERSION, read_report
 
 __all__ = ["read_report", "RAW_COLUMNS", "SCHEMA_VERSION", "CACHE_SUFFIX", "cache_path",
            "short_kernel_name", "format_dims"]
+
+_LAZY = {"read_report": "table", "RAW_COLUMNS": "table", "SCHEMA_VERSION": "table",
+         "CACHE_SUFFIX": "cache", "cache_path": "cache", "short_kernel_name": "names",
+         "format_dims": "names"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ from torch_nsight.environment import MAX_EXPANDED_ENV
 from torch_nsight.errors import ReportError
 
 __all__ = ["DEFAULT_LIMIT", "CHUNK", "expansion_limit", "is_compressed", "open_compressed",
-           "read_expanded", "expand_into", "EXPANSION_ERRORS"]
+           "read_expanded", "expand_into", "check_parquet_size", "EXPANSION_ERRORS"]
 
 #: The most bytes a compressed file may expand to: 1 GiB (real reports and traces are up
 #: to ~250 MB).
@@ -140,3 +140,31 @@ def expand_into(path: Path, out: IO[bytes], shown: str | os.PathLike[str] | None
                 raise _refusal(shown if shown is not None else path, limit)
             out.write(part)
     return total
+
+
+def check_parquet_size(path: Path, shown: str | os.PathLike[str] | None = None) -> None:
+    """Refuse a Parquet file whose columns expand past :func:`expansion_limit`, as a
+    compressed report or trace is: the sizes its footer declares, read before any column
+    is, each value counted as at least 8 bytes (a run-length encoded column of a million
+    zeros declares a few kilobytes). Strings repeated through a dictionary count at the
+    dictionary's size: their expansion is not bounded here.
+
+    Raises:
+        ReportError: it declares more than the cap. A file that is not Parquet passes (its
+            reading then says what it is).
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_metadata(path)
+    except Exception:  # noqa: BLE001 - pyarrow raises several types for non-Parquet input
+        return
+    expanded = 0
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for column in range(row_group.num_columns):  # a run of one value: 8 bytes each
+            chunk = row_group.column(column)
+            expanded += max(chunk.total_uncompressed_size, 8 * chunk.num_values)
+    limit = expansion_limit()
+    if expanded > limit:
+        raise _refusal(shown or path, limit)

@@ -20,6 +20,7 @@ from torch_nsight.errors import ReportError
 from torch_nsight.files import atomic_output
 from torch_nsight.record import FORMAT_VERSION, ProfileMeta
 from torch_nsight.report.cache import plain_strings
+from torch_nsight.report.expand import check_parquet_size
 from torch_nsight.report.source_base import check_times
 
 META_KEY = b"torch_nsight.profile"
@@ -101,6 +102,7 @@ def read_profile(path: str | os.PathLike[str]
     source = Path(path)
     if not source.is_file():
         raise ReportError(f"profile {source} does not exist")
+    check_parquet_size(source)  # a bomb refused before its columns expand
     try:
         table = pq.read_table(source)
         frame = table.to_pandas()

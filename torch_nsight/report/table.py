@@ -13,6 +13,7 @@ from torch_nsight.checks import say_left_out
 from torch_nsight.metrics import METRIC_SETS, METRICS, OPTIONAL_KINDS
 from torch_nsight.report import cache as report_cache
 from torch_nsight.report import reader
+from torch_nsight.report.read_worker import ReadReport, read_report_file
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +69,9 @@ def _metric_set(missing: set[str]) -> str:
     return "custom"
 
 
-def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
-    """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence
-    (what the cache keeps beside the table)."""
+def describe(frame: pd.DataFrame, read: ReadReport) -> dict[str, Any]:
+    """Return the metadata of one report: GPU, versions, metrics it lacks, NVTX presence,
+    what a damaged report lost (what the cache keeps beside the table)."""
     missing = {m.name for m in _EXPECTED if frame[m.column].isna().all()}
     partial = sorted(m.name for m in _EXPECTED
                      if m.name not in missing and frame[m.column].isna().any())
@@ -79,14 +80,15 @@ def describe(frame: pd.DataFrame, local: Path, context: Any) -> dict[str, Any]:
                      + frame["range_other"].map(len)).gt(0).any())
     return {
         "gpu": gpus[0] if len(gpus) == 1 else gpus,
-        "ncu_version": reader.writer_version(local),
-        "reader_version": context.get_version(),
+        "ncu_version": read.ncu_version,
+        "reader_version": read.reader_version,
         "kernels": int(len(frame)),
-        "ranges": int(context.num_ranges()),
+        "ranges": read.ranges,
         "missing_metrics": sorted(missing),
         "partial_metrics": partial,
         "metric_set": _metric_set(missing),
         "nvtx": has_nvtx,
+        "left_out": read.left_out,
     }
 
 
@@ -112,19 +114,18 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
     source = Path(path).resolve()
     named = Path(path).absolute()  # its cache goes in the folder read, not where a link leads
     if cache and source.is_file():
-        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir)
+        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir, RAW_COLUMNS)
         if cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
             if meta.get("left_out"):  # the damage is said on every read, not only the first
                 say_left_out(meta["left_out"], logger)
             return frame, meta
-    with reader.local_report(source) as local:
-        context = reader.open_context(local, path)
-        records = reader.read_records(context, local, workers=workers)
-        frame = records_to_frame(records, str(source))
-        meta = describe(frame, local, context)
-        meta["left_out"] = reader.left_out(context, records, Path(path).name)
+    with reader.local_report(source) as local:  # NVIDIA's reader in a recycled worker
+        read = read_report_file(local, str(path), workers)
+    frame = records_to_frame(read.records, str(source))
+    meta = describe(frame, read)
+    del read
     if meta["left_out"]:
         say_left_out(meta["left_out"], logger)
     if meta["missing_metrics"]:

@@ -1,0 +1,99 @@
+"""A report's cache is used only while it holds what was written for that report (issue
+45): a cache with the right key but another column list, or numbers edited after it was
+written, is read again from the report and rewritten; a report whose content changed with
+its size and time kept is read again; Parquet that declares more than the cap on expanding
+is refused before its columns are read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from torch_nsight.errors import ReportError
+from torch_nsight.report import SCHEMA_VERSION, cache_path, read_report
+from torch_nsight.report import cache as report_cache
+from torch_nsight.report.expand import check_parquet_size
+from torch_nsight.report.saved import read_profile
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+@pytest.fixture
+def report(tmp_path: Path) -> Path:
+    path = tmp_path / "hand.ncu-rep.xz"
+    shutil.copy(DATA / "hand_s128.ncu-rep.xz", path)
+    return path
+
+
+def _rewrite(path: Path, change) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite the cache ``path`` with ``change`` applied to its table, its metadata (the
+    key, the digests) kept as they were."""
+    arrow = pq.read_table(path)
+    metadata = arrow.schema.metadata
+    changed = pa.Table.from_pandas(change(arrow.to_pandas()), preserve_index=False)
+    pq.write_table(changed.replace_schema_metadata(metadata), path)
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda f: f.drop(columns=["grid"]), id="a column gone"),
+    pytest.param(lambda f: f.rename(columns={"kernel": "name"}), id="a column renamed"),
+    pytest.param(lambda f: f.assign(duration_ns=f["duration_ns"] * 0.5), id="numbers edited"),
+    pytest.param(lambda f: f.iloc[:1], id="rows cut"),
+])
+def test_a_cache_changed_after_it_was_written_is_read_again(report: Path, change) -> None:  # type: ignore[no-untyped-def]
+    first, meta = read_report(report)
+    cache = cache_path(report)
+    _rewrite(cache, change)
+    assert report_cache.read_cache(report, SCHEMA_VERSION,
+                                   columns=list(first.columns)) is None
+    second, again = read_report(report)  # from the report, the cache rewritten
+    pd.testing.assert_frame_equal(first, second, check_dtype=False)
+    assert again == meta
+    assert report_cache.read_cache(report, SCHEMA_VERSION,
+                                   columns=list(first.columns)) is not None
+
+
+def test_a_report_changed_with_its_size_and_time_kept_is_read_again(report: Path,
+                                                                    tmp_path: Path) -> None:
+    read_report(report)
+    stat = report.stat()
+    other = DATA / "hand_s512.ncu-rep.xz"
+    data = other.read_bytes()[:stat.st_size].ljust(stat.st_size, b"\0")
+    report.write_bytes(data)
+    os.utime(report, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert report.stat().st_size == stat.st_size
+    assert report_cache.read_cache(report, SCHEMA_VERSION) is None
+
+
+def test_a_valid_cache_is_used(report: Path) -> None:
+    first, _ = read_report(report)
+    cached = report_cache.read_cache(report, SCHEMA_VERSION, columns=list(first.columns))
+    assert cached is not None
+    pd.testing.assert_frame_equal(first, cached[0], check_dtype=False)
+
+
+def test_parquet_expanding_past_the_cap_is_refused(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"zeros": pa.array([0] * 2_000_000, pa.int64())}), path,
+                   compression="zstd")
+    assert path.stat().st_size < 100_000  # 16 MB of zeros, compressed
+    monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "1M")
+    with pytest.raises(ReportError, match=r"bomb.parquet expands to more than 1 MiB.*"
+                                          r"TORCH_NSIGHT_MAX_EXPANDED"):
+        check_parquet_size(path)
+    with pytest.raises(ReportError, match="expands to more than"):
+        read_profile(path)
+
+
+def test_a_cache_expanding_past_the_cap_is_read_again_from_its_report(
+        report: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    read_report(report)
+    monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "1K")
+    assert report_cache.read_cache(report, SCHEMA_VERSION) is None
