@@ -207,12 +207,12 @@ class JobRunner:
                     item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
             with phase("measure"):
-                for run in range(job.repeats):
+                for run in range(job.runs):
                     out = self._measure(model, args, kwargs, item["variant"], label, run,
                                         replicas)
             item["outputs"] = describe_outputs(out)
             del out
-            item.update(status="ok", runs=job.repeats)
+            item.update(status="ok", runs=job.runs)
         except KeyboardInterrupt:
             item.update(status="timeout", error="stopped by the parent at the per-shape timeout")
         except StopRequested:
