@@ -24,7 +24,7 @@ from torch_nsight import analyze as analysis
 from torch_nsight.analyze.frames import filled, with_columns
 from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
-from torch_nsight.record import ProfileMeta, Source, SweepRecord
+from torch_nsight.record import CollectionRecord, ProfileMeta, Source
 from torch_nsight.report import saved
 from torch_nsight.vocabulary import (
     PROFILE_FINDING_COLUMNS,
@@ -304,7 +304,7 @@ class Profile:
     # --- display ----------------------------------------------------------------------------
     def describe(self) -> str:
         """One line: GPU, kernel count, shapes, variants, coverage and non-default settings."""
-        from torch_nsight.record import describe_settings
+        from torch_nsight.record import stored_settings_summary
 
         shapes = ", ".join(map(str, self.shapes)) or "unlabelled"
         variants = ", ".join(map(str, self.variants))
@@ -312,7 +312,7 @@ class Profile:
             coverage = self.coverage
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
-        settings = describe_settings(self.meta.settings)
+        settings = stored_settings_summary(self.meta.settings)
         most, ranks = runs_and_ranks(self.kernels)
         count = (f"{len(self.kernels)} kernel launches over {most} runs" if most > 1
                  else f"{len(self.kernels)} kernels") + (f" of {ranks} ranks" if ranks > 1
@@ -447,4 +447,4 @@ def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
     return set(map(tuple, keys.drop_duplicates().to_numpy()))
 
 
-__all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]
+__all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "CollectionRecord"]
