@@ -36,7 +36,7 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
 def _function(name: str) -> Any:
     import torch_nsight
     from torch_nsight.profile import Profile
-    from torch_nsight.render.table import render_table
+    from torch_nsight.render.table_output import render_table
 
     return {"sweep": torch_nsight.sweep, "timeline": torch_nsight.timeline,
             "Profile.hotspots": Profile.hotspots, "render_table": render_table}[name]

@@ -15,7 +15,7 @@ from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.capture import RecordingEmitter
 from torch_nsight.capture.ranges import emitter as emitters
 from torch_nsight.capture.replicas import replica as replicate
-from torch_nsight.collect.child.steps import LOSS_MESSAGE
+from torch_nsight.collect.child.iteration import LOSS_MESSAGE
 from torch_nsight.collect.child.worker import JobRunner
 from torch_nsight.collect.shared.job import Assignment, Job
 from torch_nsight.naming import MEASURE_MESSAGE

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.collect.verify import benchmark_findings
+from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

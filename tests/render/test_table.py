@@ -14,7 +14,13 @@ from tests.golden import diff_against_golden
 from torch_nsight.profile import Profile
 from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
 from torch_nsight.render.columns import REASON_WIDTH
-from torch_nsight.render.units import format_count, format_giga, format_rate, format_us, shorten
+from torch_nsight.render.readable_numbers import (
+    format_count,
+    format_giga,
+    format_rate,
+    format_us,
+    shorten,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FORMATS = ("plain", "github", "markdown")

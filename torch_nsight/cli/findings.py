@@ -4,7 +4,7 @@ what to change, and the time it recovers.
 Reads what ``report`` reads and prints :meth:`torch_nsight.Profile.findings`, ranked by the
 time each fix recovers. ``--benchmark`` times the fix of the top findings on this machine's
 GPU on fresh tensors (the padded GEMM, the TF32 GEMM, the channels-last convolution,
-rebuilt from the calls table; see :mod:`torch_nsight.collect.verify`) and replaces their
+rebuilt from the calls table; see :mod:`torch_nsight.collect.benchmark_fixes`) and replaces their
 estimate by the measurement. ``--verify --command "python train.py" --steps A:B`` measures
 the top findings' switch fixes on the script's own steps instead, as ``profile --verify``
 does (:mod:`torch_nsight.cli.verify`): to verify is always to time the user's script.
@@ -27,7 +27,7 @@ from torch_nsight.cli.verify import (
     verify_options_given,
     verify_plan,
 )
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 from torch_nsight.units import format_duration
 
 
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                        profile.kernels, args.n, args.fmt)
         return 0
     if args.benchmark:
-        from torch_nsight.collect.verify import benchmark_findings
+        from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
         found = benchmark_findings(profile, top=args.n)
         if args.fold:
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
-        from torch_nsight.render.table import frame_text
+        from torch_nsight.render.table_output import frame_text
 
         say(profile.describe(), sys.stderr)
         sys.stdout.write(frame_text(found, args.fmt))

@@ -143,7 +143,7 @@ def outputs(args: argparse.Namespace) -> list[Path | None]:
 def describe(profile: Profile) -> str:
     """Return a one-line summary: GPU, kernel count, shapes, variants, coverage (names from
     the files escaped)."""
-    from torch_nsight.render.units import printable
+    from torch_nsight.render.readable_numbers import printable
 
     return printable(profile.describe())
 
@@ -192,12 +192,12 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
                              "report-rank<R>.ncu-rep files that `torch-nsight profile --ranks` "
                              "writes")
     if getattr(args, "roofline", None) is not None:  # refuse before printing anything
-        from torch_nsight.render.roofline import raise_unplaceable
+        from torch_nsight.render.roofline_plot import raise_unplaceable
 
         raise_unplaceable(profile)
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
-        from torch_nsight.render.table import frame_text
+        from torch_nsight.render.table_output import frame_text
 
         frame = table_frame(profile, args.table, n=args.n, order=args.order, depth=args.depth,
                             fold=getattr(args, "fold", True))

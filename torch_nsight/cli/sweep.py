@@ -16,7 +16,7 @@ from typing import Any
 
 from torch_nsight.cli.arguments import parse_target
 from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
-from torch_nsight.cli.profile import add_ncu_options, ncu_advice
+from torch_nsight.cli.profile_script import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say
 from torch_nsight.errors import NcuNotFoundError

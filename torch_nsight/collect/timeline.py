@@ -155,7 +155,7 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
     from tqdm.auto import tqdm
 
     from torch_nsight.capture.compiled.inductor import tracking_compiles
-    from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
+    from torch_nsight.collect.child.iteration import build_inputs, model_dtype, run_step
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")

@@ -57,7 +57,7 @@ class TableSpec:
         summary: one line saying what a row is, for ``--help``.
         default_rows: rows shown when ``n`` is None; None shows them all.
         rows: selects the rows as raw numbers (see
-            :func:`torch_nsight.render.table.table_frame`).
+            :func:`torch_nsight.render.table_output.table_frame`).
         columns: the columns of the rendered text (see :mod:`torch_nsight.render.columns`).
     """
 

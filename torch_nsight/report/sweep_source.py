@@ -18,9 +18,9 @@ from torch_nsight.errors import ReportError
 from torch_nsight.record import CollectionRecord, Source
 from torch_nsight.report.calls_table import calls_frame
 from torch_nsight.report.focused_kernels import TIMELINE_FOLDER, stand_in_rows
+from torch_nsight.report.kernel_table import empty_raw_table, read_report
 from torch_nsight.report.ncu_source import attribute_compiled, report_source
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, refuse_repeats
-from torch_nsight.report.table import empty_raw_table, read_report
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from torch_nsight.render.kinds import (
     TableKind,
     TableSpec,
 )
-from torch_nsight.render.units import CONTROL, printable, printable_rows
+from torch_nsight.render.readable_numbers import CONTROL, printable, printable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -236,7 +236,7 @@ _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 def csv_cell(value: Any) -> Any:
     """A csv cell safe to open in a spreadsheet and to print: text escaped
-    (:func:`~torch_nsight.render.units.printable`) and, where it would start a formula
+    (:func:`~torch_nsight.render.readable_numbers.printable`) and, where it would start a formula
     (``=``, ``+``, ``-``, ``@``, a tab, a CR), after a ``'``; numbers, and text that is a plain
     number (``-1.5``), unchanged."""
     if not isinstance(value, str):
@@ -261,7 +261,7 @@ def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def json_escaped(text: str) -> str:
-    """JSON text with every control character of :data:`~torch_nsight.render.units.CONTROL`
+    """JSON text with every control character of :data:`~torch_nsight.render.readable_numbers.CONTROL`
     written as its JSON escape (``\\u001b``, ``\\u202e``): the same document to a reader,
     nothing a terminal acts on. (A serializer writes such characters only inside strings,
     where the escape means the same; the newlines and spaces of its layout are kept.)"""
