@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 
 from torch_nsight import analyze  # noqa: E402
 from torch_nsight.profile import Profile  # noqa: E402
-from torch_nsight.report import cache, reader, table  # noqa: E402
+from torch_nsight.report import cache, kernel_table, reader  # noqa: E402
 
 logger = logging.getLogger("bench.load_scale")
 DATA = ROOT / "tests" / "data"
@@ -63,7 +63,7 @@ def measure(report: Path, kernels: int, workers: int) -> pd.DataFrame:
         records = timed(rows, f"read {kernels} kernels ({workers} processes)", kernels,
                         lambda: read_scaled(context, kernels, workers))
     raw = timed(rows, "build table", kernels,
-                lambda: table.records_to_frame(records, str(report)))
+                lambda: kernel_table.records_to_frame(records, str(report)))
     # a scaled run is one long iteration: give each pass over the report its own run label
     raw["range_start_end"] = [tuple(s) + (f"sweep;variant=;shape=;run={i // n}",)
                              for i, s in enumerate(raw["range_start_end"])]
@@ -76,8 +76,8 @@ def measure(report: Path, kernels: int, workers: int) -> pd.DataFrame:
         fake = Path(scratch) / "scaled.ncu-rep"
         fake.write_bytes(b"")
         timed(rows, "write cache", kernels,
-              lambda: cache.write_cache(fake, raw, {}, table.SCHEMA_VERSION))
-        timed(rows, "read cache", kernels, lambda: cache.read_cache(fake, table.SCHEMA_VERSION))
+              lambda: cache.write_cache(fake, raw, {}, kernel_table.SCHEMA_VERSION))
+        timed(rows, "read cache", kernels, lambda: cache.read_cache(fake, kernel_table.SCHEMA_VERSION))
     first_load = sum(s for stage, s, _ in rows if stage.startswith(
         ("open", "read ", "build", "attribute")) and "cache" not in stage)
     cached_load = sum(s for stage, s, _ in rows if stage in (

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from torch_nsight.collect.parent.bare import bare_env
 from torch_nsight.environment import Steps
-from torch_nsight.switches import parse_fixes, read_timing
+from torch_nsight.verify_exchange import parse_fixes, read_timing
 
 APP = Path(__file__).resolve().parent / "zoo_app.py"
 CASES = [

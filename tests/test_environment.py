@@ -24,7 +24,7 @@ from torch_nsight.environment import (
     Steps,
 )
 from torch_nsight.errors import StepsError, TorchNsightError
-from torch_nsight.switches import FixSpec
+from torch_nsight.verify_exchange import FixSpec
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 CONTRACT = PACKAGE / "environment.py"

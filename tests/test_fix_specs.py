@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from torch_nsight.switches import FIX_OPTIONS, FixSpec, format_fixes, parse_fixes
+from torch_nsight.verify_exchange import FIX_OPTIONS, FixSpec, format_fixes, parse_fixes
 
 
 def test_the_compact_form_and_json_read_alike() -> None:

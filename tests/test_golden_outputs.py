@@ -46,7 +46,7 @@ from torch_nsight.errors import TorchNsightError
 from torch_nsight.profile import Profile
 from torch_nsight.record import ProfileMeta
 from torch_nsight.render import timeline_frame
-from torch_nsight.render.roofline import compute_roofs, placeable, raise_unplaceable
+from torch_nsight.render.roofline_plot import compute_roofs, placeable, raise_unplaceable
 from torch_nsight.render.scaling import scaling_frame
 from torch_nsight.report.cache import CACHE_SUFFIX
 

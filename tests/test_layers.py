@@ -26,7 +26,7 @@ from typing import TypeVar
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("version", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file", "units", "status", "switches", "checks", "files", "environment")
+           "calls_file", "units", "status", "verify_exchange", "checks", "files", "environment")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process
@@ -319,13 +319,13 @@ def test_the_rule_catches_an_upward_and_a_forbidden_import(tmp_path: Path) -> No
     (package / "analyze").mkdir(parents=True)
     (package / "analyze" / "late.py").write_text(
         "import pandas as pd\n\n\ndef f():\n    import torch\n"
-        "    from torch_nsight.render.table import render_table\n"
+        "    from torch_nsight.render.table_output import render_table\n"
         "    from torch_nsight.vocabulary import LABELS\n"
         "    from torch_nsight.capture.calls.settings import read_settings\n")
     (package / "units.py").write_text("import pandas\n")
     assert _violations(package) == [
         "torch_nsight/analyze/late.py:5: the analyze stage imports torch",
-        "torch_nsight/analyze/late.py:6: analyze imports torch_nsight.render.table of the "
+        "torch_nsight/analyze/late.py:6: analyze imports torch_nsight.render.table_output of the "
         "render stage above it",
         "torch_nsight/analyze/late.py:8: analyze imports torch_nsight.capture.calls.settings of the "
         "capture stage (torch)",

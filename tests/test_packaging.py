@@ -123,7 +123,7 @@ def test_plain_demo_on_this_machine(venv: Path, outside: Path) -> None:
 def test_report_from_the_wheel(venv: Path, outside: Path) -> None:
     report = outside / "convnet_fwd.ncu-rep.xz"
     shutil.copy(ROOT / "tests" / "data" / report.name, report)
-    result = run([venv / "torch-nsight", "report", report, "--table", "modules",
+    result = run([venv / "torch-nsight", "report", report, "--by", "module",
                   "--depth", "1", "--csv", "modules.csv"], cwd=outside)
     lines = result.stdout.splitlines()
     assert lines[0].startswith("NVIDIA H200: 23 kernels, shapes 8x3x64x64")

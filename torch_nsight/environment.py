@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from torch_nsight.errors import StepsError
-from torch_nsight.switches import FixSpec, format_fixes, parse_fixes
+from torch_nsight.verify_exchange import FixSpec, format_fixes, parse_fixes
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -47,7 +47,7 @@ REHEARSAL_ENV = "TORCH_NSIGHT_REHEARSAL"
 #: ``1``/``0``: instrument() installs its hooks, or not, whatever else the environment says
 #: (``0`` in ``profile --verify``'s bare runs: the step as the user runs it).
 INSTRUMENT_ENV = "TORCH_NSIGHT_INSTRUMENT"
-#: the fixes instrument() applies (JSON, or the compact form: :mod:`torch_nsight.switches`).
+#: the fixes instrument() applies (JSON, or the compact form: :mod:`torch_nsight.verify_exchange`).
 APPLY_ENV = "TORCH_NSIGHT_APPLY"
 #: ``1``: the fixes applied are switched off and on step by step (``switches.fix_on_at``).
 ALTERNATE_ENV = "TORCH_NSIGHT_VERIFY_ALTERNATE"
@@ -187,7 +187,7 @@ class ScriptEnv:
         """The variables to set (in :data:`SCRIPT_VARIABLES`' order; defaults left out).
 
         Raises:
-            ValueError: a fix :func:`~torch_nsight.switches.check_fix` refuses.
+            ValueError: a fix :func:`~torch_nsight.verify_exchange.check_fix` refuses.
         """
         values = {
             TIMELINE_ENV: None if self.timeline is None else str(self.timeline),

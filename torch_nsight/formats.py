@@ -90,7 +90,7 @@ LOG_SUFFIX = ".log"
 #: The folder beside a report that holds its focused second pass (``profile --stalls``):
 #: ``out/stalls/report.ncu-rep`` for ``out/report.ncu-rep``. A folder, so that loading
 #: ``out/`` does not read the second pass as a report of its own; reading the first report
-#: merges it (:mod:`torch_nsight.report.stall_pass`).
+#: merges it (:mod:`torch_nsight.report.stall_merge`).
 STALL_FOLDER = "stalls"
 
 

@@ -84,9 +84,11 @@ class Source(_Record):
 
 
 @dataclass(frozen=True)
-class SweepRecord(_Record):
-    """What one :func:`torch_nsight.sweep` (or :func:`torch_nsight.timeline`, whose
-    ``options["profiler"]`` is ``"torch.profiler"``) was asked to do and how each item ended.
+class CollectionRecord(_Record):
+    """What one collection was asked to do and how each item ended: a
+    :func:`torch_nsight.sweep`, a :func:`torch_nsight.timeline` (``options["profiler"]`` is
+    ``"torch.profiler"``) or a profiled script (``torch-nsight profile``). Kept in
+    ``ProfileMeta.sweeps`` (the field's name is the saved format's).
 
     Attributes:
         shapes: shape labels, in sweep order.
@@ -142,7 +144,7 @@ class ProfileMeta:
     """
 
     sources: tuple[Source, ...] = ()
-    sweeps: tuple[SweepRecord, ...] = ()
+    sweeps: tuple[CollectionRecord, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)
     created: str = field(default_factory=now)
 
@@ -166,7 +168,7 @@ class ProfileMeta:
         """
         if version >= 2:
             return cls(sources=tuple(Source.from_dict(s) for s in data.get("sources", [])),
-                       sweeps=tuple(SweepRecord.from_dict(s) for s in data.get("sweeps", [])),
+                       sweeps=tuple(CollectionRecord.from_dict(s) for s in data.get("sweeps", [])),
                        settings=dict(data.get("settings") or {}),
                        created=data.get("created") or now())
         return _from_format1(data)
@@ -179,11 +181,11 @@ class ProfileMeta:
         sources: list[Source] = []
         for meta in metas:
             sources.extend(s for s in meta.sources if s not in sources)
-        sweeps: list[SweepRecord] = []
+        sweeps: list[CollectionRecord] = []
         for meta in metas:
             sweeps.extend(s for s in meta.sweeps if s not in sweeps)
         known = [m.settings for m in metas if m.settings]
-        summaries = {describe_settings(s) for s in known}
+        summaries = {stored_settings_summary(s) for s in known}
         if len(summaries) > 1:
             logger.warning("these profiles ran with different PyTorch settings (%s); the "
                            "profile states the first one's", " vs ".join(
@@ -206,10 +208,10 @@ def _from_format1(data: Mapping[str, Any]) -> ProfileMeta:
                            metric_set=_first(data.get("metric_set")),
                            missing_metrics=tuple(data.get("missing_metrics") or ()))
                     for path in data.get("sources", []))
-    sweeps: tuple[SweepRecord, ...] = ()
+    sweeps: tuple[CollectionRecord, ...] = ()
     if "results" in data or "sweep" in data:
         sweep = dict(data.get("sweep") or {})
-        sweeps = (SweepRecord(
+        sweeps = (CollectionRecord(
             shapes=tuple(data.get("shapes") or ()), variants=tuple(data.get("variants") or ()),
             options={k: v for k, v in sweep.items() if k not in ("commands", "output_dir")},
             items=tuple(data.get("results") or ()), commands=sweep.get("commands") or {},
@@ -223,7 +225,7 @@ def _first(value: Any) -> Any:
     return values[0] if values else None
 
 
-def describe_settings(settings: Mapping[str, Any]) -> str:
+def stored_settings_summary(settings: Mapping[str, Any]) -> str:
     """The one-line summary of non-default PyTorch settings stored with them (``summary``:
     written where torch was at hand, so that reading it needs no torch)."""
     summary = settings.get("summary") if settings else None

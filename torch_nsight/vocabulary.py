@@ -67,6 +67,30 @@ MEASURED_COLUMNS = ("predicted_basis", "measured_gain_ns", "measured_spread_ns",
 #: ``gain_basis`` of a finding whose fix was measured on the user's steps.
 STEPS_BASIS = "steps"
 
+#: The columns of ``Profile.hotspots()`` (``level="kernel"``), ``Profile.modules()``,
+#: ``Profile.hotspots(level="module")`` and ``Profile.findings()``: always all of them, in
+#: this order (what a person reads first comes first), NaN or None where the source does not
+#: tell; docs/api.md lists them. Only text output hides a column empty in every row.
+PROFILE_HOTSPOT_COLUMNS = (
+    "variant", "shape", "module", "direction", "op", "kernel", "duration_ns", "ci95_ns",
+    "bound", "reason", "headroom_ns", "next_step", "blocks", "module_path", "launches",
+    "pct_of_total", "pct_of_roof", "precision", "basis", "fused_modules", "aten_ops", "runs",
+    "std_ns", "stable")
+PROFILE_MODULE_COLUMNS = (
+    "variant", "shape", "module", "direction", "inclusive_ns", "exclusive_ns", "ci95_ns",
+    "pct_of_total", "bound", "headroom_ns", "blocks", "module_path", "depth", "kernels",
+    "exclusive_kernels", "exclusive_headroom_ns", "flops", "dram_bytes", "bound_share", "runs",
+    "std_ns", "stable")
+PROFILE_MODULE_HOTSPOT_COLUMNS = (
+    *PROFILE_MODULE_COLUMNS[:PROFILE_MODULE_COLUMNS.index("headroom_ns") + 1], "next_step",
+    *PROFILE_MODULE_COLUMNS[PROFILE_MODULE_COLUMNS.index("headroom_ns") + 1:])
+PROFILE_FINDING_COLUMNS = (
+    "variant", "shape", "module", "direction", "finding", "est_gain_ns", "fix",
+    "gain_bound_ns", "evidence", "confidence", "blocks", "module_path", "op", "kernels",
+    "gain_basis", "cause",
+    "module_kind", "module_class", "aten_ops", "shapes", "dim", "dim_role", "dim_value",
+    "layout", "dtype", "optimizer", "optimizer_impl", "fix_code", "fix_params", "facts")
+
 
 def outside_module(call: str) -> str:
     """The module path (and module) of the kernels that ``call`` launched outside every

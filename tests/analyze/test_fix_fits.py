@@ -19,7 +19,7 @@ import pytest
 
 import torch_nsight
 from tests.test_golden_outputs import DATA, Source, find_sources
-from torch_nsight.analyze.findings.calls import ALIGNMENT
+from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
 from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.vocabulary import JOIN_KEYS, OUTSIDE_PREFIX

@@ -124,7 +124,7 @@ def test_a_site_shows_the_evidence_of_its_own_bound() -> None:
     assert mixed > 0  # the report has such sites
 
 
-def test_by_is_the_deprecated_name_of_order(block: pd.DataFrame) -> None:
-    with pytest.warns(DeprecationWarning, match="order="):
-        old = hotspots(block, n=2, by="time")
-    pd.testing.assert_frame_equal(old, hotspots(block, n=2, order="time"))
+def test_by_is_not_a_sort_order(block: pd.DataFrame) -> None:
+    # by= named the order in 0.1 and the kind of row elsewhere: it went before 1.0
+    with pytest.raises(TypeError, match="by"):
+        hotspots(block, n=2, by="time")  # type: ignore[call-arg]

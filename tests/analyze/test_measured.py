@@ -22,7 +22,7 @@ from torch_nsight.analyze.measured import (
     paired_gain,
     step_pairs,
 )
-from torch_nsight.switches import fix_on_at
+from torch_nsight.verify_exchange import fix_on_at
 
 
 def steps(times: list[float], first: int = 10, losses: list[float] | None = None

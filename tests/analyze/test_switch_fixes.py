@@ -9,7 +9,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
-from torch_nsight.switches import FIX_OPTIONS, check_fix, target_matches
+from torch_nsight.verify_exchange import FIX_OPTIONS, check_fix, target_matches
 from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_nsight.capture.fixes import padded
 from torch_nsight.capture.fixes.padded import PaddedLinear, pad_linear
 from torch_nsight.capture.fixes.switches import apply_fixes
-from torch_nsight.switches import FixSpec
+from torch_nsight.verify_exchange import FixSpec
 
 VOCAB, DIM = 37, 24  # 37 output features: padded to 64
 PAD = [FixSpec("pad_linear", "lm_head", {"multiple": 64})]

@@ -18,7 +18,7 @@ from torch_nsight.capture.script.step import reset_steps, step
 from torch_nsight.capture.script.step_timer import stop_alternating
 from torch_nsight.environment import ALTERNATE_ENV, APPLY_ENV, STATUS_ENV, STEPS_ENV, TIMING_ENV
 from torch_nsight.status import StatusReader
-from torch_nsight.switches import fix_on_at, read_timing
+from torch_nsight.verify_exchange import fix_on_at, read_timing
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from torch import nn
 from torch_nsight.capture.fixes import switches
 from torch_nsight.capture.fixes.padded import PaddedLinear
 from torch_nsight.capture.fixes.switches import Toggle, apply_fixes
-from torch_nsight.switches import FixSpec
+from torch_nsight.verify_exchange import FixSpec
 
 TOGGLES = 5
 

@@ -18,7 +18,7 @@ from torch_nsight.capture.fixes.padded import PaddedLinear
 from torch_nsight.capture.fixes.switches import apply_fixes, find_targets
 from torch_nsight.capture.script.step import reset_steps
 from torch_nsight.environment import APPLY_ENV, STEPS_ENV, TIMING_ENV
-from torch_nsight.switches import FixSpec, parse_fixes
+from torch_nsight.verify_exchange import FixSpec, parse_fixes
 
 
 class ConvNet(nn.Module):

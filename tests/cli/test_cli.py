@@ -42,7 +42,7 @@ def run_cli(launcher: str, *args: str | Path, cwd: Path) -> subprocess.Completed
 @pytest.mark.slow
 def test_report_in_a_subprocess(launcher: str, report: Path, tmp_path: Path) -> None:
     result = run_cli(launcher, "report", report, "-n", "3", "--csv", "hot.csv",
-                     "--roofline", "roof.png", cwd=tmp_path)
+                     "--plot", "roof.png", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == ("NVIDIA H200: 40 kernels, shapes 1x512; 92% of GPU time inside "
@@ -72,13 +72,13 @@ def test_refuses_to_overwrite_without_force(report: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     existing = tmp_path / "modules.json"
     existing.write_text("keep me")
-    status, _, err = run_main(["report", str(report), "--table", "modules", "--json",
+    status, _, err = run_main(["report", str(report), "--by", "module", "--json",
                                str(existing)], tmp_path, monkeypatch, capsys)
     assert status == 1
     assert err.splitlines() == [
         f"torch-nsight: error: {existing} already exists; pass --force to overwrite"]
     assert existing.read_text() == "keep me"
-    assert main(["report", str(report), "--table", "modules", "--json", str(existing),
+    assert main(["report", str(report), "--by", "module", "--json", str(existing),
                  "--force"]) == 0
     assert existing.read_text().startswith("[")
 
@@ -88,7 +88,7 @@ def test_demo_reads_the_recorded_report(tmp_path: Path, monkeypatch: pytest.Monk
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in PACKAGED.iterdir()
               if p.is_file()}
     status, out, err = run_main(["demo", "--recorded", "--out", str(tmp_path / "demo"),
-                                 "--table", "modules"], tmp_path, monkeypatch, capsys)
+                                 "--by", "module"], tmp_path, monkeypatch, capsys)
     assert status == 0, err
     assert "reading the recorded report" in err
     assert "· self_attn" in out
@@ -154,25 +154,23 @@ def test_report_tables_in_process(report: Path, by: str,
     assert len(out.splitlines()) == 2 + 2 + rows
 
 
-@pytest.mark.parametrize(("new", "old"), [
-    (["--by", "module", "--top", "4"], ["--table", "modules", "-n", "4"]),
-    (["--sort", "time", "--top", "3"], ["--by", "time", "-n", "3"]),
-    (["--by", "launch", "--format", "table"], ["--table", "launches", "--format", "plain"]),
-    (["--by", "kernel_name"], ["--table", "kernels"]),
-    (["--by", "kernel_name"], ["--by", "kernel"]),
-    (["--by", "kernel_name"], ["--by", "kernels"]),
+@pytest.mark.parametrize("old", [
+    ["--table", "modules"], ["--by", "time"], ["--by", "headroom"], ["--by", "kernel"],
+    ["--by", "kernels"], ["--roofline", "roof.png"], ["--scaling", "s.svg"],
 ])
-def test_report_spellings_of_earlier_releases_still_work(
-        report: Path, new: list[str], old: list[str],
-        capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(report), *new]) == 0
-    first = capsys.readouterr().out
-    assert main(["report", str(report), *old]) == 0
-    assert capsys.readouterr().out == first
+def test_report_spellings_of_earlier_releases_are_gone(
+        report: Path, old: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # before 1.0 a deprecated spelling goes rather than stay beside the new one
+    with pytest.raises(SystemExit) as exit_status:
+        main(["report", str(report), *old])
+    assert exit_status.value.code == 2
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    options = commands["report"]._option_string_actions
+    assert old[0] not in options or old[1] not in (options[old[0]].choices or ())
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--by", "module", "--table", "hotspots"], "--by module and --table hotspots disagree"),
     (["--by", "module", "--sort", "time"], "--sort ranks hotspots"),
     (["--by", "rank"], "--by rank needs reports of distributed ranks"),
     (["--plot", "roof.jpg"], "--plot needs a file ending in .png or .svg"),
@@ -196,8 +194,8 @@ def test_report_plots_under_their_new_names(report: Path, tmp_path: Path) -> Non
 
 def test_report_options_reach_the_renderers(report: Path, tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(report), "--by", "time", "-n", "2", "--depth", "1",
-                 "--parquet", str(tmp_path / "t.parquet"), "--scaling",
+    assert main(["report", str(report), "--sort", "time", "-n", "2", "--depth", "1",
+                 "--parquet", str(tmp_path / "t.parquet"), "--plot-scaling",
                  str(tmp_path / "s.svg")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[3].split()[:3] == ["1", "self_attn", "bwd"]
@@ -223,7 +221,7 @@ def test_wrong_suffix_for_table_output(report: Path, tmp_path: Path,
 
 def test_missing_output_folder(report: Path, tmp_path: Path,
                                capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(report), "--roofline", str(tmp_path / "no" / "r.png")]) == 1
+    assert main(["report", str(report), "--plot", str(tmp_path / "no" / "r.png")]) == 1
     assert "does not exist" in capsys.readouterr().err
 
 
@@ -258,7 +256,7 @@ def test_verbose_after_the_subcommand(report: Path) -> None:
 def test_report_reads_a_sweep_directory_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     def modules(*extra: str) -> list[str]:
-        status, out, err = run_main(["report", str(DATA / "sweep_stack"), "--table", "modules",
+        status, out, err = run_main(["report", str(DATA / "sweep_stack"), "--by", "module",
                                      "--depth", "1", *extra], tmp_path, monkeypatch, capsys)
         assert status == 0, err
         assert "294 kernels" in out and "rows replicated" in out
@@ -280,7 +278,7 @@ def test_a_report_without_flop_counters_says_what_to_record(
         capsys: pytest.CaptureFixture[str]) -> None:
     report = DATA / "emit_nvtx.ncu-rep.xz"
     chart = tmp_path / "roofline.png"
-    status, out, err = run_main(["report", str(report), "--roofline", str(chart)], tmp_path,
+    status, out, err = run_main(["report", str(report), "--plot", str(chart)], tmp_path,
                                 monkeypatch, capsys)
     assert status == 1 and not chart.exists()
     assert out == ""  # refused before any table was printed
@@ -297,7 +295,7 @@ def test_labels_name_reports_of_one_shape(tmp_path: Path, monkeypatch: pytest.Mo
     second = shutil.copy(recorded, tmp_path / "b.ncu-rep.xz")
 
     def report(*extra: str) -> tuple[int, str, str]:
-        return run_main(["report", str(first), str(second), "--table", "modules", "--depth",
+        return run_main(["report", str(first), str(second), "--by", "module", "--depth",
                          "0", *extra], tmp_path, monkeypatch, capsys)
 
     status, out, err = report("--label", "before", "--label", "after")

@@ -4,8 +4,10 @@ with fake ``ncu`` / ``nvidia-smi`` scripts printing the real tools' messages, an
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -136,6 +138,23 @@ def test_no_gpu_fails_with_fixes_and_skips_later_checks(tmp_path: Path) -> None:
     assert nvtx.startswith("[ ok ] nvtx ")
     assert pyarrow.startswith("[ ok ] pyarrow ")
     assert verdict.startswith("profiling cannot work here: ")
+    assert_names_what_works(verdict)
+
+
+def assert_names_what_works(verdict: str) -> None:
+    """The verdict of a machine that cannot profile names what still works there, each a
+    subcommand and option the command line has."""
+    from torch_nsight.cli.main import build_parser
+
+    named = re.findall(r"torch-nsight ([a-z]+)( --[a-z-]+)?", verdict.partition("works")[2])
+    assert {command for command, _ in named} >= {"demo", "report", "findings", "profile"}
+    assert "--timeline" in verdict
+    commands = next(a for a in build_parser()._actions
+                    if isinstance(a, argparse._SubParsersAction)).choices
+    for command, option in named:
+        assert command in commands
+        if option:
+            assert option.strip() in commands[command]._option_string_actions, (command, option)
 
 
 def test_json_is_parseable(tmp_path: Path) -> None:
@@ -311,7 +330,8 @@ def test_a_crashing_check_is_a_failed_line(monkeypatch: pytest.MonkeyPatch, no_n
 
     monkeypatch.setattr(doctor, "check_pyarrow", broken)
     assert main(["doctor"]) == 1
-    last_check = capsys.readouterr().out.splitlines()[-2]
+    last_check = [line for line in capsys.readouterr().out.splitlines()
+                  if line.startswith("[")][-1]  # (the verdict after it wraps)
     assert last_check.startswith("[FAIL] the pyarrow check itself failed (RuntimeError: boom)")
 
 

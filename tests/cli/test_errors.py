@@ -38,7 +38,7 @@ def test_cli_errors_are_library_errors() -> None:
 @pytest.mark.parametrize("argv, message", [
     (["--csv", "t.txt"], "--csv needs a file ending in .csv, got t.txt"),
     (["--json", "t.csv"], "--json needs a file ending in .json, got t.csv"),
-    (["--roofline", "r.pdf"], "--plot needs a file ending in .png or .svg, got r.pdf"),
+    (["--plot", "r.pdf"], "--plot needs a file ending in .png or .svg, got r.pdf"),
     (["--shape", "1x512"], "--shape picks the shape drawn by --plot; pass --plot too"),
 ])
 def test_refused_options_before_any_work(argv: list[str], message: str,
@@ -54,7 +54,7 @@ def test_refused_options_before_any_work(argv: list[str], message: str,
 
 def test_unknown_shape_is_one_line(report: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["report", str(report), "--roofline", str(tmp_path / "r.png"),
+    assert main(["report", str(report), "--plot", str(tmp_path / "r.png"),
                  "--shape", "8x8"]) == 1
     assert one_error_line(capsys) == "--shape 8x8 is not in the profile; it holds: 1x512"
     assert not (tmp_path / "r.png").exists()
@@ -68,7 +68,7 @@ def test_output_that_is_a_folder(report: Path, tmp_path: Path,
 
 
 @pytest.mark.parametrize("argv", [["-n", "0"], ["-n", "x"], ["--depth", "-1"],
-                                  ["--table", "nope"], ["--by", "size"]])
+                                  ["--table", "hotspots"], ["--by", "size"]])
 def test_bad_values_are_usage_errors(argv: list[str],
                                      capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:

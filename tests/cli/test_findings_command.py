@@ -28,15 +28,26 @@ def test_markdown_for_a_pull_request(capsys: pytest.CaptureFixture[str]) -> None
     assert "## Findings" in text and "| 1 " in text and "`elementwise_chain`" in text
 
 
-def test_verify_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_benchmark_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("a GPU is here: tests/gpu/test_verify_gpu.py covers --verify")
-    assert main(["findings", str(DATA / "findings_gemm"), "--verify"]) == 1
+        pytest.skip("a GPU is here: tests/gpu/test_verify_gpu.py covers --benchmark")
+    assert main(["findings", str(DATA / "findings_gemm"), "--benchmark"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("torch-nsight: error:") and "CUDA GPU" in line
+
+
+def test_verify_always_means_the_users_script(capsys: pytest.CaptureFixture[str]) -> None:
+    # --verify times fixes on the script's own steps (as profile --verify does); the
+    # micro-benchmark on fresh tensors is --benchmark
+    assert main(["findings", str(DATA / "findings_gemm"), "--verify"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--command" in line and "--benchmark" in line
+    assert main(["findings", str(DATA / "findings_gemm"), "--benchmark", "--verify",
+                 "--command", "python x.py", "--steps", "3:5"]) == 1
+    assert "give one" in capsys.readouterr().err
 
 
 def test_report_prints_findings_under_or_as_the_table(

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.render.units import CONTROL, printable
+from torch_nsight.render.readable_numbers import CONTROL, printable
 
 from .conftest import run_main
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from torch_nsight.render.kinds import GROUPINGS
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 
 from .conftest import run_main
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from torch_nsight.cli.outputs import UsageError
-from torch_nsight.cli.profile import parse_ranks
+from torch_nsight.cli.profile_script import parse_ranks
 from torch_nsight.cli.text import joined_command
 from torch_nsight.status import current_rank
 

@@ -23,8 +23,8 @@ def test_report_does_not_import_torch(report: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_report_with_plots_does_not_import_torch(report: Path, tmp_path: Path) -> None:
-    found = imported_after(["report", str(report), "--roofline", str(tmp_path / "r.png"),
-                            "--scaling", str(tmp_path / "s.png")], tmp_path)
+    found = imported_after(["report", str(report), "--plot", str(tmp_path / "r.png"),
+                            "--plot-scaling", str(tmp_path / "s.png")], tmp_path)
     assert found["status"] == 0
     assert "torch" not in found["heavy"] and "matplotlib" in found["heavy"]
 

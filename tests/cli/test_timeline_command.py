@@ -120,7 +120,6 @@ def test_profile_timeline_records_the_chosen_steps_and_passes_the_status_on(
     (["timeline", "mk.py:make", "--shapes", "8", "--plot-timeline", "t.jpg"],
      "--plot-timeline needs"),
     (["timeline", "mk.py:make", "--shapes", "8", "--runs", "0"], "runs must be"),
-    (["timeline", "mk.py:make", "--shapes", "8", "--steps", "0"], "runs must be"),
 ])
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
                                    monkeypatch: pytest.MonkeyPatch,

@@ -22,7 +22,7 @@ def statuses(profile) -> dict[tuple[str | None, str], str]:
 
 
 @pytest.mark.slow
-def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
+def test_variants_shapes_backward_runs(tmp_path: Path, monkeypatch) -> None:
     made: list[Path] = []
     real = jobs.make_private_dir
     monkeypatch.setattr(jobs, "make_private_dir", lambda: made.append(real()) or made[-1])
@@ -49,7 +49,7 @@ def test_variants_shapes_backward_repeats(tmp_path: Path, monkeypatch) -> None:
     assert groups[0]["representative"] == "h.1" and groups[0]["replicas"] == ["h.2", "h.3"]
     assert any("h.0 (" in line for line in first["replication"]["mismatches"])
     out = tmp_path / "out"
-    assert json.loads((out / "job.json").read_text())["options"]["repeats"] == 2
+    assert json.loads((out / "job.json").read_text())["options"]["runs"] == 2
     assert json.loads((out / "sweep.result.json").read_text())["finished"] is True
     assert (out / "sweep.log").is_file()
     assert made and not made[0].exists()  # the job file's private directory is gone

@@ -15,7 +15,7 @@ from torch_nsight.analyze.attribute import ATTRIBUTION_COLUMNS, attribute_ranges
 from torch_nsight.capture import RecordingEmitter
 from torch_nsight.capture.ranges import emitter as emitters
 from torch_nsight.capture.replicas import replica as replicate
-from torch_nsight.collect.child.steps import LOSS_MESSAGE
+from torch_nsight.collect.child.iteration import LOSS_MESSAGE
 from torch_nsight.collect.child.worker import JobRunner
 from torch_nsight.collect.shared.job import Assignment, Job
 from torch_nsight.naming import MEASURE_MESSAGE
@@ -71,7 +71,7 @@ def measured_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
     monkeypatch.setattr(nvtx, "end_range", end_range)
     name = "on" if replicate_siblings else "off"
     job = Job(variants={"": llama_stack}, shapes=[("2x8x32", (2, 8, 32))], backward=True,
-              warmup=1, repeats=1, replicate=replicate_siblings)
+              warmup=1, runs=1, replicate=replicate_siblings)
     assignment = Assignment([0], str(tmp_path / f"{name}.status"),
                             str(tmp_path / f"{name}.json"))
     runner = JobRunner(assignment, job)

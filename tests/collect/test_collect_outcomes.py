@@ -18,7 +18,7 @@ from torch_nsight.collect.parent.outcomes import judge_sweep, replication_groups
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared.ncu import NcuOutput
 from torch_nsight.errors import NothingProfiledError, ReportError, ShapeFailedError
-from torch_nsight.record import SweepRecord
+from torch_nsight.record import CollectionRecord
 from torch_nsight.status import StatusReader, StatusWriter
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -62,7 +62,7 @@ def test_items_children_and_problems(tmp_path: Path) -> None:
     assert [c["report"] for c in children] == ["sweep-gpu0.ncu-rep", None]
     (problem,) = problems
     assert problem["child"] == "sweep-gpu1" and "ncu profiled no kernel" in problem["error"]
-    record = SweepRecord(shapes=("1x8", "2x8", "3x8"), items=tuple(items),
+    record = CollectionRecord(shapes=("1x8", "2x8", "3x8"), items=tuple(items),
                          problems=tuple(problems))
     assert [(f["shape"], f["status"]) for f in record.failures] == [("3x8", "failed"),
                                                                      (None, "no report")]
@@ -102,7 +102,7 @@ def write_sweep_dir(directory: Path) -> Path:
              for shape in SWEEP_SHAPES]
     items.append({"variant": None, "shape": "8x4096x1024", "status": "failed",
                   "error": "OutOfMemoryError: CUDA out of memory", "child": "sweep"})
-    record = SweepRecord(shapes=(*SWEEP_SHAPES, "8x4096x1024"), items=tuple(items),
+    record = CollectionRecord(shapes=(*SWEEP_SHAPES, "8x4096x1024"), items=tuple(items),
                          options={"metric_set": "roofline"}, output_dir=str(directory))
     formats.write_json(directory / formats.SWEEP_MANIFEST, {
         "kind": formats.SWEEP_KIND, "format": formats.SWEEP_FORMAT,

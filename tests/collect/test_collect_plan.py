@@ -9,7 +9,7 @@ from torch import nn
 
 from torch_nsight.collect.parent.plan import SweepPlan, plan_sweep
 
-DEFAULTS = dict(make_inputs=None, backward=False, dtype=None, warmup=2, repeats=1,
+DEFAULTS = dict(make_inputs=None, backward=False, dtype=None, warmup=2, runs=1,
                 metric_set=None, ops=False, replicate=True, derive=None, ncu=None, ncu_args=(),
                 timeout=600.0, devices=None, profiler=None, quiet=True, record_calls=True,
                 executor=None)

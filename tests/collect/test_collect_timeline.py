@@ -47,12 +47,13 @@ def test_runs_is_the_number_of_profiled_steps(tmp_path: Path) -> None:
     assert timeline_findings(both.kernels, both.timeline)["shape"].unique().tolist() == ["8x512"]
 
 
-def test_steps_is_the_deprecated_name_of_runs(tmp_path: Path) -> None:
-    with pytest.warns(DeprecationWarning, match="runs="):
-        profile = torch_nsight.timeline(_model, {"2x8": (2, 8)}, warmup=0, steps=2,
-                                        output_dir=tmp_path, quiet=True)
+def test_runs_counts_the_measured_iterations(tmp_path: Path) -> None:
+    profile = torch_nsight.timeline(_model, {"2x8": (2, 8)}, warmup=0, runs=2,
+                                    output_dir=tmp_path, quiet=True)
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     assert steps["run"].tolist() == [0, 1]
+    with pytest.raises(TypeError, match="steps"):  # its former name, gone before 1.0
+        torch_nsight.timeline(_model, {"2x8": (2, 8)}, steps=2)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("count", [{"runs": 0}, {"runs": 1.5}])

@@ -18,7 +18,7 @@ from torch_nsight.collect.parent.bare import BareRun, run_bare
 from torch_nsight.collect.parent.measure import VerifyPlan, verify_on_steps, verify_window
 from torch_nsight.environment import Steps
 from torch_nsight.errors import VerifyError
-from torch_nsight.switches import fix_on_at
+from torch_nsight.verify_exchange import fix_on_at
 from torch_nsight.vocabulary import STEPS_BASIS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
-from torch_nsight.collect.verify import verify_findings
+from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -32,9 +32,9 @@ def recorded_gain(slow: str, fixed: str, variant_slow: str | None = None,
 ])
 def test_measured_gain_agrees_with_the_recorded_fix(path: str, finding: str,
                                                     expected: object) -> None:
-    found = verify_findings(torch_nsight.load(DATA / path, cache=False), top=3)
+    found = benchmark_findings(torch_nsight.load(DATA / path, cache=False), top=3)
     row = found[found["finding"] == finding].iloc[0]
-    assert bool(row["verified"]) and row["gain_basis"] == "measured"
+    assert bool(row["benchmarked"]) and row["gain_basis"] == "measured"
     assert row["after_ns"] < row["before_ns"]
     gain = expected()  # type: ignore[operator]
     assert gain / 2 <= row["est_gain_ns"] <= gain * 2
@@ -42,7 +42,7 @@ def test_measured_gain_agrees_with_the_recorded_fix(path: str, finding: str,
 
 @pytest.mark.gpu
 def test_channels_last_is_timed_for_the_layout_finding() -> None:
-    found = verify_findings(torch_nsight.load(DATA / "findings_conv", cache=False), top=10)
-    layout = found[(found["finding"] == "layout_conversion") & found["verified"]]
+    found = benchmark_findings(torch_nsight.load(DATA / "findings_conv", cache=False), top=10)
+    layout = found[(found["finding"] == "layout_conversion") & found["benchmarked"]]
     assert len(layout) >= 1
     assert (layout["after_ns"] < layout["before_ns"]).all()

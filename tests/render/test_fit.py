@@ -76,7 +76,7 @@ def test_a_trace_says_its_advice_once_and_drops_empty_columns(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A trace has no counters: every hotspot's next step is the same advice and its bound
     and headroom are empty; the table says the advice once and gives the names the room."""
-    from torch_nsight.render.table import render_table
+    from torch_nsight.render.table_output import render_table
 
     monkeypatch.setenv("COLUMNS", "120")
     profile = torch_nsight.load(DATA / "timeline_train")

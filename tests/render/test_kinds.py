@@ -16,7 +16,6 @@ from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     GROUPINGS,
     HOTSPOT_ORDERS,
-    KIND_ALIASES,
     TableKind,
 )
 
@@ -53,8 +52,7 @@ def test_cli_choices_come_from_the_registry(command: str) -> None:
     parser = build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
     options = {a.dest: a for a in subparsers.choices[command]._actions}
-    assert tuple(options["by"].choices) == (*GROUPINGS, *HOTSPOT_ORDERS, *KIND_ALIASES)
-    assert options["by"].metavar == "{" + ",".join(GROUPINGS) + "}"  # former names unlisted
+    assert tuple(options["by"].choices) == tuple(GROUPINGS)  # no former name
     assert tuple(options["sort"].choices) == HOTSPOT_ORDERS
     for name, table in GROUPINGS.items():
         assert f"{name}: {TABLE_KINDS[table].summary}" in options["by"].help
@@ -86,16 +84,13 @@ def test_unknown_kind(profile: Profile) -> None:
 
 
 @pytest.mark.parametrize("old", ["kernels", "kernel"])
-def test_former_names_of_kernel_names_warn_and_render_the_same(
-        profile: Profile, old: str, tmp_path: Path) -> None:
-    with pytest.warns(DeprecationWarning, match="kernel_names"):
-        text = render_table(profile, old, "github")  # type: ignore[arg-type]
-    assert text == render_table(profile, "kernel_names", "github")
-    with pytest.warns(DeprecationWarning, match="kernel_names"):
-        frame = table_frame(profile, old)  # type: ignore[arg-type]
-    assert frame.equals(table_frame(profile, "kernel_names"))
-    with pytest.warns(DeprecationWarning, match="kernel_names") as caught:
+def test_former_names_of_kernel_names_are_refused(profile: Profile, old: str,
+                                                  tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kernel_names"):
+        render_table(profile, old, "github")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kernel_names"):
+        table_frame(profile, old)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="kernel_names"):
         write_table(profile, tmp_path / "k.txt", old)  # type: ignore[arg-type]
-    assert len(caught) == 1  # once, where it was given
-    assert (tmp_path / "k.txt").read_text(encoding="utf-8") == \
-        render_table(profile, "kernel_names") + "\n"
+    assert not (tmp_path / "k.txt").exists()
+

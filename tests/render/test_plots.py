@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from torch_nsight.profile import Profile
 from torch_nsight.render import plot_roofline, plot_scaling
 from torch_nsight.render.figure import PALETTE, UNATTRIBUTED_COLOR, extend_colors, module_colors
-from torch_nsight.render.roofline import compute_roofs, precision_label, top_level_module
+from torch_nsight.render.roofline_plot import compute_roofs, precision_label, top_level_module
 from torch_nsight.render.scaling import scaling_frame
 
 

@@ -14,7 +14,13 @@ from tests.golden import diff_against_golden
 from torch_nsight.profile import Profile
 from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
 from torch_nsight.render.columns import REASON_WIDTH
-from torch_nsight.render.units import format_count, format_giga, format_rate, format_us, shorten
+from torch_nsight.render.readable_numbers import (
+    format_count,
+    format_giga,
+    format_rate,
+    format_us,
+    shorten,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_FORMATS = ("plain", "github", "markdown")
@@ -173,7 +179,8 @@ def test_units() -> None:
     assert shorten("abcdef", 4) == "abc…" and shorten(None, 4) == "-"
 
 
-def test_by_still_orders_hotspots_with_a_warning(profile: Profile) -> None:
-    with pytest.warns(DeprecationWarning, match="order="):
-        old = render_table(profile, "hotspots", by="time", n=5)
-    assert old == render_table(profile, "hotspots", order="time", n=5)
+def test_by_is_not_a_sort_order(profile: Profile) -> None:
+    # by= named the sort order in 0.1, a kind of row elsewhere: it went before 1.0
+    with pytest.raises(TypeError, match="by"):
+        render_table(profile, "hotspots", by="time", n=5)  # type: ignore[call-arg]
+

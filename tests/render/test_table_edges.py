@@ -9,8 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from torch_nsight.render.table import csv_cell, frame_text, json_escaped
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
+from torch_nsight.render.table_output import csv_cell, frame_text, json_escaped
 
 
 @pytest.mark.parametrize(("cell", "written"), [

@@ -12,7 +12,7 @@ import torch_nsight
 from torch_nsight import formats
 from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
-from torch_nsight.report.table import read_report
+from torch_nsight.report.kernel_table import read_report
 from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range
 
 DATA = Path(__file__).resolve().parents[1] / "data"

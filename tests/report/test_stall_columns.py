@@ -21,7 +21,7 @@ from torch_nsight.metrics import METRICS, OPTIONAL_KINDS
 from torch_nsight.report import read_report, reader
 from torch_nsight.report.names import function_name
 from torch_nsight.report.ncu_source import split_carried_calls, split_carried_replication
-from torch_nsight.report.stall_pass import STALL_COLUMNS, find_stall_report, merge_stall_pass
+from torch_nsight.report.stall_merge import STALL_COLUMNS, find_stall_report, merge_stall_pass
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 VIT = DATA / "latency" / "vit_s.ncu-rep.xz"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from torch_nsight.analyze.analytic import fill_flops_from_calls, fill_flops_from_inductor
 from torch_nsight.analyze.attribute import attribute, label_rows, label_shapes
-from torch_nsight.analyze.calls import attribute_calls
+from torch_nsight.analyze.call_attribution import attribute_calls
 from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.derive import derive_columns
@@ -53,7 +53,7 @@ def analyze(df: pd.DataFrame, replication: Sequence[Mapping[str, Any]] = (), *,
     classify every kernel and name what limits the latency-bound ones.
 
     Args:
-        df: a raw kernel table (see :func:`torch_nsight.report.table.empty_raw_table`).
+        df: a raw kernel table (see :func:`torch_nsight.report.kernel_table.empty_raw_table`).
         replication: sibling groups whose representative's rows stand for the replicas
             (see :func:`expand_replicas`); the copies are made before the per-kernel
             analysis, so every later step sees every row.

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -82,32 +82,16 @@ def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
     return top.drop_duplicates(subset=list(keys)).set_index(list(keys))["_value"]
 
 
-def readable(frame: pd.DataFrame, first: Sequence[str]) -> pd.DataFrame:
-    """``frame`` for a person to print: the columns of ``first`` (those present) first, in
-    that order, then the others; a column empty in every row (None, NaN or ``""``: the
-    variant of a profile without variants, the spread of a single run) left out, and so
-    are ``variant`` and ``shape`` where every row has the same::
+def with_columns(table: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
+    """``table`` with exactly ``columns``, in that order: one absent is NaN, except
+    ``blocks``, 1 where nothing was folded (each row is one block)::
 
-        variant  shape  module  ...  ci95_ns        module  direction  kernel  duration_ns ...
-        None     1x512  mlp     ...  NaN       ->   mlp     bwd        gemm          17250 ...
-
-    Args:
-        frame: the table.
-        first: the columns a person reads first.
-
-    Returns:
-        A new frame (the same rows).
+        module  duration_ns  runs            variant  shape  module  ...  blocks  ...  runs
+        mlp     17250        1        ->     NaN      NaN    mlp     ...  1       ...  1
     """
-    if frame.empty:
-        return frame.copy()
-    empty = [c for c in frame.columns
-             if (frame[c].isna() | frame[c].astype(object).eq("")).all()]
-    # a label the same in every row says nothing row by row (describe() names it)
-    empty += [c for c in ("variant", "shape") if c in frame and c not in empty
-              and frame[c].nunique(dropna=False) == 1]
-    kept = [c for c in frame.columns if c not in empty]
-    return frame.loc[:, [*(c for c in first if c in kept),
-                         *(c for c in kept if c not in first)]].copy()
+    if "blocks" not in table:
+        table = table.assign(blocks=1)
+    return table.reindex(columns=list(columns))
 
 
 def each_distinct(rows: pd.DataFrame, compute: Callable[[dict[str, Any]], Result]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import warnings
 from typing import Literal
 
 import pandas as pd
@@ -195,19 +194,8 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     return out.loc[:, [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)]
 
 
-def order_from_by(order: HotspotOrder, by: HotspotOrder | None) -> HotspotOrder:
-    """``order``, or the value of the deprecated keyword ``by`` (its former name; ``by``
-    elsewhere names the kind of row, as in ``torch-nsight report --by``) with a warning."""
-    if by is None:
-        return order
-    warnings.warn("by= is deprecated where it is the sort order of hotspots: use order=",
-                  DeprecationWarning, stacklevel=3)
-    return by
-
-
 def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
-             level: HotspotLevel = "kernel", fold: bool = True, *,
-             by: HotspotOrder | None = None) -> pd.DataFrame:
+             level: HotspotLevel = "kernel", fold: bool = True) -> pd.DataFrame:
     """Rank kernels or modules by recoverable time or by time.
 
     Args:
@@ -220,7 +208,6 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         fold: fold kernel sites that differ only by the index of a repeated block into one
             row before ranking (:func:`torch_nsight.analyze.fold.fold_rows`; column
             ``blocks``).
-        by: the deprecated name of ``order``.
 
     Returns:
         The top ``n`` rows, best first, with their bound, reason and ``next_step``.
@@ -228,7 +215,6 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
     Raises:
         ValueError: an argument is out of range.
     """
-    order = order_from_by(order, by)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     if order not in ("headroom", "time"):

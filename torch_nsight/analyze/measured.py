@@ -62,7 +62,7 @@ def step_pairs(steps: Sequence[Mapping[str, Any]]) -> list[StepPair]:
     the other; a step that pairs with neither neighbour is left out.
 
     Args:
-        steps: the step records of :attr:`~torch_nsight.switches.StepTimes.steps`
+        steps: the step records of :attr:`~torch_nsight.verify_exchange.StepTimes.steps`
             (``index``, ``time_ns``, ``status``, ``loss``, ``fix_on``).
     """
     ordered = sorted(steps, key=lambda s: int(s["index"]))

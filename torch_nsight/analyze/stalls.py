@@ -26,7 +26,7 @@ import pandas as pd
 from torch_nsight.analyze.occupancy import as_number as _number
 from torch_nsight.metrics import STALL_REASONS, stall_column
 from torch_nsight.report.names import function_name
-from torch_nsight.report.stall_pass import config_keys
+from torch_nsight.report.stall_merge import config_keys
 
 StallGroup = Literal["memory", "synchronization", "issue", "shared_memory"]
 CauseKind = Literal["launch_overhead", "memory_latency", "synchronization", "instruction_issue",

@@ -24,7 +24,7 @@ from torch_nsight.render.comparison import (
     verdict_line,
 )
 from torch_nsight.render.fit import terminal_width, wrap_text
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +127,7 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
         stream: where it goes.
     """
     from torch_nsight.analyze.changes import changed_rows, largest_change
-    from torch_nsight.render.table import frame_text, json_escaped
+    from torch_nsight.render.table_output import frame_text, json_escaped
 
     if args.fmt == "csv":
         stream.write(frame_text(rows, "csv"))

@@ -66,9 +66,24 @@ def format_text(results: Sequence[CheckResult], width: int | None = None) -> str
     text, then a verdict line."""
     failed = sum(result.status == "fail" for result in results)
     verdict = ("profiling can work here" if not failed else
-               f"profiling cannot work here: {failed} check(s) failed")
+               f"profiling cannot work here: {failed} check(s) failed. {what_works(results)}")
     indent = " " * (len(MARKS["fail"]) + 1)
-    return "\n".join([*(wrap_text(format_line(r), width, indent) for r in results), verdict])
+    return "\n".join([*(wrap_text(line, width, indent)
+                        for line in [*map(format_line, results), verdict])])
+
+
+def what_works(results: Sequence[CheckResult]) -> str:
+    """What the tool still does where profiling cannot work: what reads recorded files, and
+    the dry run (recorded Nsight Compute reports need the report reader)."""
+    reader = all(r.status == "ok" for r in results if r.name == "reader")
+    reports = ("recorded reports (.ncu-rep), saved profiles (.parquet), a sweep's or a "
+               "--timeline folder" if reader else
+               "saved profiles (.parquet) and --timeline folders (.ncu-rep reports need "
+               "ncu_report)")
+    demo = "torch-nsight demo --recorded; " if reader else ""
+    return (f"What works here: {demo}torch-nsight report and torch-nsight findings on "
+            f"{reports}; torch-nsight profile --dry-run (checks a script's command, "
+            f"profiles nothing).")
 
 
 def format_json(results: Sequence[CheckResult]) -> str:

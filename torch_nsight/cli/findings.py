@@ -1,12 +1,13 @@
-"""``torch-nsight findings REPORT... [--verify]``: what to change, and the time it recovers.
+"""``torch-nsight findings REPORT... [--benchmark | --verify --command CMD --steps A:B]``:
+what to change, and the time it recovers.
 
 Reads what ``report`` reads and prints :meth:`torch_nsight.Profile.findings`, ranked by the
-time each fix recovers. ``--verify`` times the fix of the top findings on this machine's
-GPU (the padded GEMM, the TF32 GEMM, the channels-last convolution, rebuilt from the calls
-table; see :mod:`torch_nsight.collect.verify`) and replaces their estimate by the
-measurement. Given the script (``--verify --command "python train.py" --steps A:B``), it
-measures the top findings' switch fixes on the script's own steps instead, as ``profile
---verify`` does (:mod:`torch_nsight.cli.verify`).
+time each fix recovers. ``--benchmark`` times the fix of the top findings on this machine's
+GPU on fresh tensors (the padded GEMM, the TF32 GEMM, the channels-last convolution,
+rebuilt from the calls table; see :mod:`torch_nsight.collect.benchmark_fixes`) and replaces their
+estimate by the measurement. ``--verify --command "python train.py" --steps A:B`` measures
+the top findings' switch fixes on the script's own steps instead, as ``profile --verify``
+does (:mod:`torch_nsight.cli.verify`): to verify is always to time the user's script.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch_nsight.cli.verify import (
     verify_options_given,
     verify_plan,
 )
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 from torch_nsight.units import format_duration
 
 
@@ -35,7 +36,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "findings", help="the fixes worth making, each with the time it recovers",
         description="The fixes worth making, each with the time it recovers, for anything "
-                    "`report` reads; --verify times the top fixes on this GPU.")
+                    "`report` reads; --benchmark times the top fixes on this GPU, --verify "
+                    "on your script's own steps.")
     accept_dashed_values(parser)  # --steps -1:2 is refused by read_steps, in one line
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
                         help="what `report` reads: reports, saved profiles, sweep or "
@@ -45,13 +47,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--format", dest="fmt", choices=("table", "markdown", "csv", "json"),
                         default="table", help="table (default), markdown for a pull request, "
                                               "or csv/json with every column")
-    parser.add_argument("--verify", action="store_true",
-                        help="time the fix of the top findings on this GPU (CUDA events) and "
+    parser.add_argument("--benchmark", action="store_true",
+                        help="time the fix of the top GEMM and convolution findings on this "
+                             "GPU, on fresh tensors of the recorded shapes (CUDA events), and "
                              "report the measured gain")
+    parser.add_argument("--verify", action="store_true",
+                        help="time the findings' switch fixes on your script's own steps "
+                             "(needs --command and --steps)")
     parser.add_argument("--command", default=None, metavar="CMD",
                         help="with --verify: the script that made the report, one quoted "
-                             "command (\"python train.py --lr 3e-4\"): the findings' switch "
-                             "fixes are timed on its own steps (needs --steps)")
+                             "command (\"python train.py --lr 3e-4\")")
     parser.add_argument("--steps", default=None, metavar="A:B",
                         help="with --command: the steps to time (the steps before A warm up)")
     add_verify_options(parser, flag=False)
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        TorchNsightError: a report is unreadable, or --verify without a GPU.
+        TorchNsightError: a report is unreadable, or --benchmark or --verify without a
+            GPU.
     """
     from torch_nsight.cli.report import read_profile, say_missing_metrics
     from torch_nsight.render.findings import render_findings
@@ -82,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
                          f"{len(args.reports)} report(s): give one label per report")
     if args.command is not None and not args.verify:
         raise UsageError("--command is the script --verify times its fixes on: add --verify")
+    if args.verify and args.command is None:
+        raise UsageError("--verify times fixes on your script's own steps: add --command "
+                         "\"python train.py\" --steps A:B (--benchmark times them on fresh "
+                         "tensors instead)")
+    if args.verify and args.benchmark:
+        raise UsageError("--benchmark times fixes on fresh tensors, --verify on your script: "
+                         "give one")
     on_steps = [*(["--steps"] if args.steps is not None else []),
                 *verify_options_given(args)]
     if on_steps and args.command is None:
@@ -89,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                          "--command \"python train.py\"")
     profile = read_profile(args.reports, args.label)
     say_missing_metrics(profile)
-    if args.verify and args.command is not None:
+    if args.verify:
         import shlex
 
         try:
@@ -102,10 +115,10 @@ def run(args: argparse.Namespace) -> int:
         print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
                        profile.kernels, args.n, args.fmt)
         return 0
-    if args.verify:
-        from torch_nsight.collect.verify import verify_findings
+    if args.benchmark:
+        from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
-        found = verify_findings(profile, top=args.n)
+        found = benchmark_findings(profile, top=args.n)
         if args.fold:
             from torch_nsight.analyze import fold_findings
 
@@ -115,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         found = profile.finding_table(fold=args.fold)
     found = found.head(args.n)
     if args.fmt in ("csv", "json"):
-        from torch_nsight.render.table import frame_text
+        from torch_nsight.render.table_output import frame_text
 
         say(profile.describe(), sys.stderr)
         sys.stdout.write(frame_text(found, args.fmt))
@@ -127,9 +140,9 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain",
                           profile.kernels))
-    if args.verify and "verified" in found and found["verified"].any():
+    if args.benchmark and "benchmarked" in found and found["benchmarked"].any():
         print()
-        for _, row in found[found["verified"]].iterrows():
+        for _, row in found[found["benchmarked"]].iterrows():
             print(printable(f"measured: {row['finding']} in {row['module']}: "
                             f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
                             f"{format_duration(row['after_ns'], unit='µs', decimals=1)}"))

@@ -17,12 +17,21 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from torch_nsight.cli import compare, demo, doctor, findings, profile, report, sweep, timeline
+from torch_nsight.cli import (
+    compare,
+    demo,
+    doctor,
+    findings,
+    profile_script,
+    report,
+    sweep,
+    timeline,
+)
 from torch_nsight.cli.text import log_handler
 from torch_nsight.errors import TorchNsightError
 
 PROG = "torch-nsight"
-SUBCOMMANDS = (report, findings, compare, profile, sweep, timeline, demo, doctor)
+SUBCOMMANDS = (report, findings, compare, profile_script, sweep, timeline, demo, doctor)
 logger = logging.getLogger("torch_nsight.cli")
 
 
@@ -99,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchNsightError as err:
         if args.verbose >= 2:
             logger.exception("%s failed", args.command)
-        from torch_nsight.render.units import printable
+        from torch_nsight.render.readable_numbers import printable
 
         message = printable(" ".join(str(err).split())) or type(err).__name__
         print(f"{PROG}: error: {message}", file=sys.stderr)

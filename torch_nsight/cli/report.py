@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from torch_nsight.cli.arguments import at_least
 from torch_nsight.cli.outputs import UsageError, add_force, check_outputs, writing
 from torch_nsight.cli.text import say
-from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, KIND_ALIASES, TABLE_KINDS, TABLES
+from torch_nsight.render.kinds import GROUPINGS, HOTSPOT_ORDERS, TABLE_KINDS
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -43,14 +43,11 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     """
     kinds = "; ".join(f"{name}: {TABLE_KINDS[table].summary}"
                       for name, table in GROUPINGS.items())
-    parser.add_argument("--by", choices=(*GROUPINGS, *HOTSPOT_ORDERS, *KIND_ALIASES),
-                        default=None, metavar="{" + ",".join(GROUPINGS) + "}",
+    parser.add_argument("--by", choices=tuple(GROUPINGS), default=None,
                         help=f"what a row is (default: hotspot). {kinds}")
     parser.add_argument("--sort", choices=HOTSPOT_ORDERS, default=None,
                         help="rank hotspots by recoverable time (headroom, the default) or "
                              "by time")
-    parser.add_argument("--table", choices=(*TABLES, *KIND_ALIASES), default=None,
-                        help=argparse.SUPPRESS)
     parser.add_argument("--format", dest="fmt", choices=FORMAT_CHOICES, default="table",
                         help="table format (default: table, plain text); csv and json "
                              "write the raw numbers alone to standard output")
@@ -69,27 +66,15 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settle_table_options(args: argparse.Namespace) -> None:
-    """Resolve ``--by``, ``--sort`` and the older spellings into ``args.table`` (a kind of
-    table), ``args.order`` (the hotspot order) and ``args.fmt`` (a tabulate format).
-
-    ``--by headroom|time``, ``--table KIND`` and the former names of kinds
-    (:data:`~torch_nsight.render.kinds.KIND_ALIASES`: ``--by kernel``) are the spellings of
-    earlier releases and still work.
+    """Resolve ``--by`` and ``--sort`` into ``args.table`` (a kind of table), ``args.order``
+    (the hotspot order) and ``args.fmt`` (a tabulate format).
 
     Raises:
-        UsageError: ``--by`` and ``--table`` disagree, or ``--sort`` comes with a table that
-            is not the hotspots.
+        UsageError: ``--sort`` comes with a table that is not the hotspots.
     """
     by = getattr(args, "by", None)
     order = getattr(args, "sort", None)
-    if by in HOTSPOT_ORDERS:  # the older spelling: --by time ranked hotspots by time
-        order, by = order or by, None
-    table = GROUPINGS.get(by, KIND_ALIASES.get(by)) if by is not None else None
-    legacy = getattr(args, "table", None)
-    legacy_table = KIND_ALIASES.get(legacy, legacy) if legacy is not None else None
-    if legacy_table is not None and table is not None and legacy_table != table:
-        raise UsageError(f"--by {by} and --table {legacy} disagree: give --by alone")
-    args.table = table or legacy_table or "hotspots"
+    args.table = GROUPINGS[by] if by is not None else "hotspots"
     if order is not None and args.table != "hotspots":
         raise UsageError(f"--sort ranks hotspots; the {args.table} table has its own order")
     args.order = order or "headroom"
@@ -109,11 +94,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     for kind in TABLE_OUTPUTS:
         parser.add_argument(f"--{kind}", type=Path, default=None, metavar="OUT",
                             help=f"also write the table, raw numbers, to OUT as {kind}")
-    parser.add_argument("--plot", "--roofline", dest="roofline", type=Path, default=None,
+    parser.add_argument("--plot", dest="roofline", type=Path, default=None,
                         metavar="PNG", help="draw the roofline to PNG (or .svg)")
     parser.add_argument("--shape", default=None,
                         help="the shape drawn on the roofline (default: every shape)")
-    parser.add_argument("--plot-scaling", "--scaling", dest="scaling", type=Path,
+    parser.add_argument("--plot-scaling", dest="scaling", type=Path,
                         default=None, metavar="PNG",
                         help="draw time per module vs shape to PNG (or .svg)")
     parser.add_argument("--label", action="append", default=None, metavar="LABEL",
@@ -158,7 +143,7 @@ def outputs(args: argparse.Namespace) -> list[Path | None]:
 def describe(profile: Profile) -> str:
     """Return a one-line summary: GPU, kernel count, shapes, variants, coverage (names from
     the files escaped)."""
-    from torch_nsight.render.units import printable
+    from torch_nsight.render.readable_numbers import printable
 
     return printable(profile.describe())
 
@@ -207,12 +192,12 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
                              "report-rank<R>.ncu-rep files that `torch-nsight profile --ranks` "
                              "writes")
     if getattr(args, "roofline", None) is not None:  # refuse before printing anything
-        from torch_nsight.render.roofline import raise_unplaceable
+        from torch_nsight.render.roofline_plot import raise_unplaceable
 
         raise_unplaceable(profile)
     if args.fmt in DATA_FORMATS:  # the table alone, raw numbers, for a pipe
         from torch_nsight.render import table_frame
-        from torch_nsight.render.table import frame_text
+        from torch_nsight.render.table_output import frame_text
 
         frame = table_frame(profile, args.table, n=args.n, order=args.order, depth=args.depth,
                             fold=getattr(args, "fold", True))

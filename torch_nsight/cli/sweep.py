@@ -16,7 +16,7 @@ from typing import Any
 
 from torch_nsight.cli.arguments import parse_target
 from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
-from torch_nsight.cli.profile import add_ncu_options, ncu_advice
+from torch_nsight.cli.profile_script import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say
 from torch_nsight.errors import NcuNotFoundError
@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=description(__doc__))
     add_target_options(parser, example="1x512x1024,4x512x1024")
     parser.add_argument("--warmup", type=int, default=2, metavar="N")
-    parser.add_argument("--runs", "--repeats", dest="runs", type=int, default=1, metavar="N",
+    parser.add_argument("--runs", type=int, default=1, metavar="N",
                         help="measured iterations per shape, each kept as a run: tables "
                              "give the spread of their times and compare tells a change "
                              "from noise (default 1)")

@@ -2,9 +2,9 @@
 spaces to ``$COLUMNS`` / the terminal / 120 (:func:`torch_nsight.render.fit.terminal_width`),
 never inside a word; tables fit themselves (:mod:`torch_nsight.render.fit`); csv, json and
 markdown are written whole by their commands, never through here
-(:func:`torch_nsight.render.table.frame_text`).
+(:func:`torch_nsight.render.table_output.frame_text`).
 
-Every line said here is escaped first (:func:`~torch_nsight.render.units.printable`): a
+Every line said here is escaped first (:func:`~torch_nsight.render.readable_numbers.printable`): a
 GPU, module or file name read from a file cannot move the cursor, set the window title,
 open a link or reverse the text of the terminal it is printed to.
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from torch_nsight.render.fit import terminal_width, wrap_text
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 
 __all__ = ["say", "say_comment", "shell_command", "joined_command", "LogFormatter",
            "log_handler", "LOG_FORMAT"]

@@ -37,8 +37,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=5, metavar="N",
                         help="measured iterations per shape, timed and then profiled, each "
                              "a step of the timeline (default 5)")
-    parser.add_argument("--steps", dest="runs", type=int, default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)  # the former spelling of --runs
     parser.add_argument("--ops", action="store_true", help="name functional ops too")
     parser.add_argument("--out", "-o", type=Path, default=Path("torch_nsight_timeline"),
                         metavar="DIR", help="output directory (default: ./torch_nsight_timeline)")

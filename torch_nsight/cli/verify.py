@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
-from torch_nsight.render.units import printable
-from torch_nsight.switches import FIX_OPTIONS, FixSpec, parse_fixes
+from torch_nsight.render.readable_numbers import printable
+from torch_nsight.verify_exchange import FIX_OPTIONS, FixSpec, parse_fixes
 
 if TYPE_CHECKING:
     import pandas as pd

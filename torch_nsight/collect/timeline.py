@@ -26,7 +26,6 @@ import shutil
 import statistics
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,8 +69,8 @@ def timeline(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
              make_inputs: Callable[[Any], Any] | str | None = None, backward: bool = False,
              dtype: Any = None, warmup: int = 3, runs: int = 5,
              ops: bool | str | Sequence[str] = False,
-             output_dir: str | os.PathLike[str] | None = None, quiet: bool = False,
-             steps: int | None = None) -> Profile:
+             output_dir: str | os.PathLike[str] | None = None,
+             quiet: bool = False) -> Profile:
     """Record a cheap timeline of a model across shapes with PyTorch's profiler.
 
     Runs in this process, on the current CUDA device (on the CPU when there is none: the
@@ -98,7 +97,6 @@ def timeline(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
         output_dir: keep the traces and manifest here (existing files replaced); None: a
             temporary directory removed once the profile is loaded.
         quiet: no progress bar.
-        steps: the former name of ``runs`` (deprecated).
 
     Returns:
         The profile (``Profile.timeline`` set). A shape that failed (out of memory, a
@@ -109,10 +107,6 @@ def timeline(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
         ValueError, TypeError: a bad argument (shapes, counts, model).
         ShapeFailedError: every shape failed (the first errors are in the message).
     """
-    if steps is not None:
-        warnings.warn("timeline(steps=) is now timeline(runs=)", DeprecationWarning,
-                      stacklevel=2)
-        runs = steps
     job = _job(model, shapes, make_inputs=make_inputs, backward=backward, dtype=dtype,
                warmup=warmup, runs=runs, ops=ops)
     from torch_nsight.loading import load
@@ -151,7 +145,7 @@ def _job(model: Any, shapes: Any, *, make_inputs: Any, backward: bool, dtype: An
     make_inputs = check_make_inputs(make_inputs)
     _check_counts(warmup, runs)
     return Job(variants=variants, shapes=pairs, make_inputs=make_inputs, backward=backward,
-               dtype=normalize_dtype(dtype), warmup=warmup, repeats=runs, ops=ops)
+               dtype=normalize_dtype(dtype), warmup=warmup, runs=runs, ops=ops)
 
 
 def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, Any]], str]:
@@ -161,7 +155,7 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
     from tqdm.auto import tqdm
 
     from torch_nsight.capture.compiled.inductor import tracking_compiles
-    from torch_nsight.collect.child.steps import build_inputs, model_dtype, run_step
+    from torch_nsight.collect.child.iteration import build_inputs, model_dtype, run_step
 
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
         else torch.device("cpu")
@@ -170,7 +164,7 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
     for index, (variant, label, shape) in enumerate(
             tqdm(todo, desc="torch_nsight timeline", unit="shape",
                  disable=True if quiet else None, leave=False)):
-        item: dict[str, Any] = {"variant": variant, "shape": label, "steps": job.repeats,
+        item: dict[str, Any] = {"variant": variant, "shape": label, "steps": job.runs,
                                 "warmup": job.warmup}
         try:
             module = job.variants[variant]
@@ -215,11 +209,11 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
 
     for _ in range(job.warmup):
         once()
-    bare = _timed(once, job.repeats, sync)
+    bare = _timed(once, job.runs, sync)
     with instrument(module, ops=job.ops, enabled=True, emitter=emitter):
         for _ in range(job.warmup):
             once()
-        ranged = _timed(once, job.repeats, sync)
+        ranged = _timed(once, job.runs, sync)
         activities = [ProfilerActivity.CPU]
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -227,7 +221,7 @@ def _record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], job: Job
         with measured_window(), profile(activities=activities) as prof:
             once()  # the profiler's own first-iteration cost stays out of the steps
             sync()
-            for run in range(job.repeats):
+            for run in range(job.runs):
                 emitter.push(format_measure_range(variant=variant, shape=label, run=run))
                 try:
                     once()

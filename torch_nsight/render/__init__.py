@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch_nsight.render.kinds import TABLE_KINDS, TABLES
-    from torch_nsight.render.roofline import plot_roofline
+    from torch_nsight.render.roofline_plot import plot_roofline
     from torch_nsight.render.scaling import plot_scaling
-    from torch_nsight.render.table import FORMATS, render_table, table_frame, write_table
+    from torch_nsight.render.table_output import FORMATS, render_table, table_frame, write_table
     from torch_nsight.render.timeline_layout import timeline_frame
     from torch_nsight.render.timeline_plot import plot_timeline
 
 __all__ = ["render_table", "write_table", "table_frame", "plot_roofline", "plot_scaling",
            "plot_timeline", "timeline_frame", "FORMATS", "TABLES", "TABLE_KINDS"]
 
-_LAZY = {"render_table": "table", "write_table": "table", "table_frame": "table",
-         "FORMATS": "table", "TABLES": "kinds", "TABLE_KINDS": "kinds",
-         "plot_roofline": "roofline", "plot_scaling": "scaling",
+_LAZY = {"render_table": "table_output", "write_table": "table_output",
+         "table_frame": "table_output", "FORMATS": "table_output", "TABLES": "kinds", "TABLE_KINDS": "kinds",
+         "plot_roofline": "roofline_plot", "plot_scaling": "scaling",
          "plot_timeline": "timeline_plot", "timeline_frame": "timeline_layout"}
 
 

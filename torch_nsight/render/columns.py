@@ -1,7 +1,7 @@
 """The columns of each rendered table: header, how to format a row's cell, alignment.
 
 Each ``*_columns(frame, kernels)`` function receives the rows about to be shown (from
-:func:`torch_nsight.render.table.table_frame`) and the profile's kernel table, and returns
+:func:`torch_nsight.render.table_output.table_frame`) and the profile's kernel table, and returns
 the columns to show: variant and shape appear only where the profile has several, ``op``
 only where some row has one, ``launches`` only where a site launched more than once.
 Importing this module does not import pandas.
@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.render.units import (
+from torch_nsight.render.readable_numbers import (
     MISSING,
     format_count,
     format_giga,

@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.columns import module_cell
-from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
+from torch_nsight.render.readable_numbers import (
+    MISSING,
+    format_us,
+    is_missing,
+    printable_rows,
+    shorten,
+)
 
 if TYPE_CHECKING:
     import pandas as pd

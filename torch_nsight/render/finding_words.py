@@ -22,7 +22,7 @@ from torch_nsight.units import format_bytes, format_duration
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
 
 #: The key of a timeline finding's words in its ``facts``: the timeline's analysis words
-#: its verdicts itself (:data:`torch_nsight.analyze.findings.table.SAID`).
+#: its verdicts itself (:data:`torch_nsight.analyze.findings.run_checks.SAID`).
 SAID = "said"
 #: A GEMM or convolution dimension's role in words.
 ROLE_SAID = {"tokens": "batch x sequence", "out_features": "output features",

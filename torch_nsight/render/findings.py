@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.render.columns import cut, module_cell
 from torch_nsight.render.fit import fit_columns, terminal_width
-from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows
+from torch_nsight.render.readable_numbers import MISSING, format_us, is_missing, printable_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from torch_nsight.profile import Profile
 
 __all__ = ["TableKind", "TableSpec", "TABLE_KINDS", "TABLES", "DEFAULT_ROWS",
-           "HOTSPOT_ORDERS", "GROUPINGS", "KIND_ALIASES"]
+           "HOTSPOT_ORDERS", "GROUPINGS"]
 
 TableKind = Literal["hotspots", "modules", "kernel_names", "launches", "shapes", "ranks",
                     "findings"]
@@ -57,7 +57,7 @@ class TableSpec:
         summary: one line saying what a row is, for ``--help``.
         default_rows: rows shown when ``n`` is None; None shows them all.
         rows: selects the rows as raw numbers (see
-            :func:`torch_nsight.render.table.table_frame`).
+            :func:`torch_nsight.render.table_output.table_frame`).
         columns: the columns of the rendered text (see :mod:`torch_nsight.render.columns`).
     """
 
@@ -146,10 +146,6 @@ TABLE_KINDS: Mapping[str, TableSpec] = MappingProxyType({spec.name: spec for spe
 GROUPINGS: Mapping[str, str] = MappingProxyType({
     "hotspot": "hotspots", "module": "modules", "kernel_name": "kernel_names",
     "launch": "launches", "shape": "shapes", "rank": "ranks", "finding": "findings"})
-#: Former names of kinds, still accepted by ``what=`` (with a DeprecationWarning), ``--by``
-#: and ``--table`` (unlisted): ``kernels`` read as every launch, ``Profile.kernels``.
-KIND_ALIASES: Mapping[str, str] = MappingProxyType({
-    "kernels": "kernel_names", "kernel": "kernel_names"})
 #: The names of :data:`TABLE_KINDS`, in order.
 TABLES: tuple[str, ...] = tuple(TABLE_KINDS)
 #: Rows shown when ``n`` is None, per kind: the top 10 hotspots and findings; all the

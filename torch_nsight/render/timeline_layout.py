@@ -3,7 +3,7 @@
 A step is chosen from the timeline's ``step`` rows (by shape, variant and run, or the step of
 median wall time); its kernel rows get a GPU lane per (device, stream), a CPU lane per
 launching thread, times in ms from the step window's start and their top-level module's
-color (:func:`~torch_nsight.render.roofline.top_level_module`, colored by
+color (:func:`~torch_nsight.render.roofline_plot.top_level_module`, colored by
 :func:`~torch_nsight.render.figure.module_colors`, as in the roofline and scaling charts);
 its ``gap`` rows get the same times. No drawing: :mod:`~torch_nsight.render.timeline_plot`
 draws the layout.
@@ -22,7 +22,7 @@ import pandas as pd
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.steps import STEP_KEYS
 from torch_nsight.render.figure import extend_colors, module_colors
-from torch_nsight.render.roofline import top_level_module
+from torch_nsight.render.roofline_plot import top_level_module
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile

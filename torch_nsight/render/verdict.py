@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.fit import terminal_width, wrap_text
-from torch_nsight.render.units import printable
+from torch_nsight.render.readable_numbers import printable
 from torch_nsight.units import format_duration
 
 if TYPE_CHECKING:

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
     from torch_nsight.report.names import format_dims, short_kernel_name
-    from torch_nsight.report.table import RAW_COLUMNS, SCHEMA_VERSION, read_report
+    from torch_nsight.report.kernel_table import RAW_COLUMNS, SCHEMA_VERSION, read_report
 
 __all__ = ["read_report", "RAW_COLUMNS", "SCHEMA_VERSION", "CACHE_SUFFIX", "cache_path",
            "short_kernel_name", "format_dims"]
 
-_LAZY = {"read_report": "table", "RAW_COLUMNS": "table", "SCHEMA_VERSION": "table",
+_LAZY = {"read_report": "kernel_table", "RAW_COLUMNS": "kernel_table",
+         "SCHEMA_VERSION": "kernel_table",
          "CACHE_SUFFIX": "cache", "cache_path": "cache", "short_kernel_name": "names",
          "format_dims": "names"}
 

@@ -1,7 +1,7 @@
 """The reader of Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.xz``), with the calls
 table beside them (``NAME.calls.json``) or carried inside them.
 
-A report's raw table (:func:`~torch_nsight.report.table.read_report`) loses the kernels that
+A report's raw table (:func:`~torch_nsight.report.kernel_table.read_report`) loses the kernels that
 only carry messages (the calls table, compiled graphs' kernel maps); the kernels of compiled
 graphs get their modules; the :class:`~torch_nsight.record.Source` says why no kernel is
 attributed, when none is. :class:`~torch_nsight.report.sweep_source.SweepDirectory` reads
@@ -24,9 +24,9 @@ from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
+from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
-from torch_nsight.report.stall_pass import find_stall_report, merge_stall_pass
-from torch_nsight.report.table import read_report
+from torch_nsight.report.stall_merge import find_stall_report, merge_stall_pass
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class NcuReport:
 
 def with_stall_pass(frame: pd.DataFrame, path: Path, options: ReadOptions) -> pd.DataFrame:
     """``frame`` with the warp states of the focused second pass beside ``path``, when there
-    is one (:mod:`torch_nsight.report.stall_pass`); a second pass that cannot be read is
+    is one (:mod:`torch_nsight.report.stall_merge`); a second pass that cannot be read is
     said and left out."""
     second = find_stall_report(path)
     if second is None:

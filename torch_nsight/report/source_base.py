@@ -20,7 +20,7 @@ import pandas as pd
 from torch_nsight.checks import DAMAGED, LARGEST, LeftOut
 from torch_nsight.errors import ReportError
 from torch_nsight.metrics import METRICS
-from torch_nsight.record import Source, SweepRecord
+from torch_nsight.record import CollectionRecord, Source
 
 logger = logging.getLogger(__name__)
 _RANK_NAME = re.compile(r"rank(\d+)$")
@@ -66,7 +66,7 @@ class SourceData:
     analyzed: bool = False
     replication: list[dict[str, Any]] = field(default_factory=list)
     calls: pd.DataFrame | None = None
-    sweeps: list[SweepRecord] = field(default_factory=list)
+    sweeps: list[CollectionRecord] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
     timeline: pd.DataFrame | None = None
 

@@ -2,7 +2,7 @@
 table.
 
 A reader turns a file or folder into a :class:`~torch_nsight.report.source_base.SourceData`:
-the raw kernel table (:data:`~torch_nsight.report.table.RAW_COLUMNS`: names, launch shape,
+the raw kernel table (:data:`~torch_nsight.report.kernel_table.RAW_COLUMNS`: names, launch shape,
 metrics, and the range stack around each kernel, whatever recorded it), the
 :class:`~torch_nsight.record.Source` records saying where the rows came from, and what else
 the source knows (replicated sibling groups, the calls table, sweep records, PyTorch

@@ -15,12 +15,12 @@ import pandas as pd
 from torch_nsight import formats
 from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
-from torch_nsight.record import Source, SweepRecord
+from torch_nsight.record import CollectionRecord, Source
 from torch_nsight.report.calls_table import calls_frame
 from torch_nsight.report.focused_kernels import TIMELINE_FOLDER, stand_in_rows
+from torch_nsight.report.kernel_table import empty_raw_table, read_report
 from torch_nsight.report.ncu_source import attribute_compiled, report_source
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, refuse_repeats
-from torch_nsight.report.table import empty_raw_table, read_report
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class SweepDirectory:
         except formats.FormatError as err:
             raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
         check_schema(manifest, formats.SWEEP_SCHEMA, str(path / formats.SWEEP_MANIFEST))
-        record = SweepRecord.from_dict(manifest.get("record") or {})
+        record = CollectionRecord.from_dict(manifest.get("record") or {})
         frames, sources = [], []
         missing: list[str] = []
         where = f"{path / formats.SWEEP_MANIFEST}"

@@ -13,7 +13,7 @@ import pandas as pd
 from torch_nsight import formats
 from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
-from torch_nsight.record import SweepRecord
+from torch_nsight.record import CollectionRecord
 from torch_nsight.report.source_base import (
     ReadOptions,
     SourceData,
@@ -77,11 +77,11 @@ class TimelineDirectory:
                           timeline=pd.concat(timelines, ignore_index=True))
 
 
-def _record(manifest: dict[str, Any], path: Path) -> SweepRecord:
+def _record(manifest: dict[str, Any], path: Path) -> CollectionRecord:
     """The run as :attr:`Profile.results` and :attr:`Profile.failures` read it: one item
     per (variant, shape), failed ones with their error."""
     items = tuple(dict(i) for i in manifest.get("items") or [] if isinstance(i, dict))
-    return SweepRecord(
+    return CollectionRecord(
         shapes=tuple(dict.fromkeys(str(i["shape"]) for i in items if i.get("shape"))),
         variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),
         options={"profiler": "torch.profiler", "backward": manifest.get("backward"),

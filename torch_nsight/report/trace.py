@@ -34,9 +34,9 @@ import pandas as pd
 from torch_nsight import naming
 from torch_nsight.checks import number
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
+from torch_nsight.report.kernel_table import RAW_COLUMNS
 from torch_nsight.report.launch_ops import launch_message
 from torch_nsight.report.names import format_dims
-from torch_nsight.report.table import RAW_COLUMNS
 from torch_nsight.report.trace_events import (
     Call,
     Span,

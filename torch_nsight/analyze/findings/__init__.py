@@ -20,8 +20,8 @@ module's kind, its layout, an optimizer's implementation), :mod:`.prepare` and :
 (the tables the checks read) and :mod:`.table` (the front door).
 """
 
-from torch_nsight.analyze.findings.calls import gemm_dims
+from torch_nsight.analyze.findings.call_shapes import gemm_dims
 from torch_nsight.analyze.findings.record import Finding
-from torch_nsight.analyze.findings.table import findings, fold_findings
+from torch_nsight.analyze.findings.run_checks import findings, fold_findings
 
 __all__ = ["Finding", "findings", "fold_findings", "gemm_dims"]

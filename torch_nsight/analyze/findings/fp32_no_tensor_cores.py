@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torch_nsight.analyze.findings.calls import CallsOf
+from torch_nsight.analyze.findings.call_shapes import CallsOf
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.findings.calls import (
+from torch_nsight.analyze.findings.call_shapes import (
     ALIGNMENT,
     GEMM_OPS,
     ROLES,

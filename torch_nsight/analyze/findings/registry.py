@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight.analyze.findings.calls import CallsOf
+from torch_nsight.analyze.findings.call_shapes import CallsOf
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.sites import Site
 from torch_nsight.vocabulary import JOIN_KEYS

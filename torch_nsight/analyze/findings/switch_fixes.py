@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_nsight.analyze.findings.gemm_misaligned import PAD_TO
-from torch_nsight.switches import FixSpec
+from torch_nsight.verify_exchange import FixSpec
 from torch_nsight.vocabulary import PATH_SEP, UNATTRIBUTED, path_leaf
 
 __all__ = ["SWITCH_FIXES", "TIMELINE_SWITCHES", "fix_target", "switch_fix"]
@@ -52,7 +52,7 @@ TIMELINE_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
 def fix_target(module_path: object) -> str:
     """The module name a fix targets: the innermost module of ``module_path``, a folded
     index kept (``h.{0-11}.mlp``, ``h.{0,2,5}.mlp``: the blocks it names, matched by
-    :func:`~torch_nsight.switches.target_matches`); ``""`` (the whole model) for the root,
+    :func:`~torch_nsight.verify_exchange.target_matches`); ``""`` (the whole model) for the root,
     a missing or unattributed path."""
     if not isinstance(module_path, str) or module_path == UNATTRIBUTED \
             or PATH_SEP not in module_path:

@@ -56,7 +56,7 @@ from torch_nsight.capture.fixes.toggle import (
 from torch_nsight.capture.script.step_timer import alternate, timer_for
 from torch_nsight.environment import APPLY_ENV, ScriptEnv
 from torch_nsight.status import current_rank
-from torch_nsight.switches import FixSpec, format_fixes, target_matches
+from torch_nsight.verify_exchange import FixSpec, format_fixes, target_matches
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def apply_fixes(model: nn.Module, specs: list[FixSpec]) -> list[FixOutcome]:
 
     Args:
         model: the model (its modules are found by their names in ``named_modules()``).
-        specs: the fixes, checked (:func:`~torch_nsight.switches.parse_fixes`).
+        specs: the fixes, checked (:func:`~torch_nsight.verify_exchange.parse_fixes`).
 
     Returns:
         One outcome per fix, in order; an applied one holds its :class:`Toggle`.

@@ -6,14 +6,14 @@ chooses steps (:attr:`~torch_nsight.environment.ScriptEnv.steps`), :func:`torch_
 times each chosen step (the steps before them are the warm-up): with CUDA events on the
 current stream when CUDA is in use (their elapsed times read once, after the last chosen
 step), else with ``time.perf_counter`` (a CPU run, where the plumbing is tested). The file
-(:func:`~torch_nsight.switches.read_timing`) is written when the last chosen step ends, before
+(:func:`~torch_nsight.verify_exchange.read_timing`) is written when the last chosen step ends, before
 its status line (the command stops the script on that line), and at exit if the steps did
 not all run. It also holds the loss each step passed (:meth:`torch_nsight.step.record_loss`)
 and what became of the fixes :func:`torch_nsight.instrument` was asked to apply.
 
 Under :attr:`~torch_nsight.environment.ScriptEnv.alternate` the fixes applied are switched
 off and on before each step's work (:class:`Alternation`, in the ABBA order of
-:func:`~torch_nsight.switches.fix_on_at`, the warm-up included: both forms are warm when
+:func:`~torch_nsight.verify_exchange.fix_on_at`, the warm-up included: both forms are warm when
 timed), outside the timed region, and each timed step says whether they were on.
 
 In a run of several processes only rank 0 (``RANK``, else ``LOCAL_RANK``) times its steps;
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from torch_nsight.environment import APPLY_ENV, ScriptEnv, Steps
 from torch_nsight.files import atomic_output
 from torch_nsight.status import StatusWriter
-from torch_nsight.switches import TIMING_SCHEMA, fix_on_at
+from torch_nsight.verify_exchange import TIMING_SCHEMA, fix_on_at
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class Toggle(Protocol):
 
 class Alternation:
     """The fixes switched off and on before each step, in the ABBA order of
-    :func:`~torch_nsight.switches.fix_on_at` counted from the first chosen step; on after
+    :func:`~torch_nsight.verify_exchange.fix_on_at` counted from the first chosen step; on after
     the last. A switch that raises is logged and kept (:attr:`error`, written with the step
     times), and the fixes stay as they are from then on.
 

@@ -41,7 +41,12 @@ from torch_nsight.capture.calls.settings import apply_settings, describe_setting
 from torch_nsight.capture.compiled.inductor import is_compiled, measured_window
 from torch_nsight.capture.replicas.replica import ReplicaMarkers
 from torch_nsight.capture.replicas.siblings import check_siblings
-from torch_nsight.collect.child.steps import build_inputs, describe_outputs, model_dtype, run_step
+from torch_nsight.collect.child.iteration import (
+    build_inputs,
+    describe_outputs,
+    model_dtype,
+    run_step,
+)
 from torch_nsight.collect.shared.job import Assignment, Job, read_job
 from torch_nsight.collect.shared.timing import process_start_time, timed
 from torch_nsight.formats import write_json
@@ -207,12 +212,12 @@ class JobRunner:
                     item["replication"] = self._check(model, args, kwargs)
                 replicas = [r for g in item["replication"]["groups"] for r in g["replicas"]]
             with phase("measure"):
-                for run in range(job.repeats):
+                for run in range(job.runs):
                     out = self._measure(model, args, kwargs, item["variant"], label, run,
                                         replicas)
             item["outputs"] = describe_outputs(out)
             del out
-            item.update(status="ok", runs=job.repeats)
+            item.update(status="ok", runs=job.runs)
         except KeyboardInterrupt:
             item.update(status="timeout", error="stopped by the parent at the per-shape timeout")
         except StopRequested:

@@ -21,7 +21,7 @@ from typing import Any
 
 from torch_nsight.collect.parent.script import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
-from torch_nsight.switches import FixSpec, StepTimes, check_fix, read_timing
+from torch_nsight.verify_exchange import FixSpec, StepTimes, check_fix, read_timing
 
 __all__ = ["BareRun", "bare_env", "run_bare"]
 
@@ -57,7 +57,7 @@ def bare_env(environ: Mapping[str, str], steps: Steps, fixes: Sequence[FixSpec],
     step when ``alternate``, else on throughout.
 
     Raises:
-        ValueError: a fix :func:`~torch_nsight.switches.check_fix` refuses.
+        ValueError: a fix :func:`~torch_nsight.verify_exchange.check_fix` refuses.
     """
     script = ScriptEnv(steps=steps, timing=timing, status=status, instrument=False,
                        fixes=tuple(check_fix(f) for f in fixes),

@@ -40,7 +40,7 @@ from torch_nsight.collect.parent.outcomes import check_children, warm_the_reader
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import timing as timings
 from torch_nsight.errors import TorchNsightError
-from torch_nsight.record import SweepRecord, now
+from torch_nsight.record import CollectionRecord, now
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ class Manifest:
     """
 
     path: Path
-    record: SweepRecord
+    record: CollectionRecord
     children: Sequence[dict[str, Any]] = ()
     replication: Sequence[dict[str, Any]] = ()
     calls: Sequence[dict[str, Any]] = ()

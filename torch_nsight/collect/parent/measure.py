@@ -40,8 +40,8 @@ from torch_nsight.analyze.measured import (
 from torch_nsight.collect.parent.bare import BareRun, run_bare
 from torch_nsight.environment import Steps
 from torch_nsight.errors import VerifyError
-from torch_nsight.switches import FixSpec
 from torch_nsight.units import format_duration
+from torch_nsight.verify_exchange import FixSpec
 from torch_nsight.vocabulary import FINDING_COLUMNS, MEASURED_COLUMNS, STEPS_BASIS
 
 if TYPE_CHECKING:

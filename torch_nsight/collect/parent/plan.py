@@ -192,10 +192,10 @@ class SweepPlan(Plan):
                        "it)", finished, self.work)
 
 
-def plan_sweep(model: Any, shapes: Any, *, repeats: int = 1,
+def plan_sweep(model: Any, shapes: Any, *, runs: int = 1,
                extra_options: Mapping[str, Any] | None = None, **options: Any) -> SweepPlan:
-    """:func:`plan_from` with the options as keywords (``repeats``: ``runs``)."""
-    return plan_from(model, shapes, SweepOptions(runs=repeats, extra=extra_options, **options))
+    """:func:`plan_from` with the options as keywords."""
+    return plan_from(model, shapes, SweepOptions(runs=runs, extra=extra_options, **options))
 
 
 def plan_from(model: Any, shapes: Any, options: SweepOptions) -> SweepPlan:
@@ -212,7 +212,7 @@ def plan_from(model: Any, shapes: Any, options: SweepOptions) -> SweepPlan:
     variants = check_variants(model)
     pairs = jobs.normalize_shapes(shapes)
     make_inputs = check_make_inputs(o.make_inputs)
-    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=o.warmup, repeats=o.runs,
+    _check_options(make_inputs=make_inputs, pairs=pairs, warmup=o.warmup, runs=o.runs,
                    timeout=o.timeout, devices=o.devices, profiler=o.profiler, derive=o.derive,
                    ops=o.ops, flags={"backward": o.backward, "replicate": o.replicate,
                                      "quiet": o.quiet, "record_calls": o.record_calls})
@@ -231,7 +231,7 @@ def plan_from(model: Any, shapes: Any, options: SweepOptions) -> SweepPlan:
     ops = o.ops if isinstance(o.ops, (bool, str)) else sorted(o.ops)
     job = jobs.Job(variants=variants, shapes=pairs, make_inputs=make_inputs,
                    backward=o.backward, dtype=jobs.normalize_dtype(o.dtype), warmup=o.warmup,
-                   repeats=o.runs, ops=ops, replicate=o.replicate, settings=user_settings(),
+                   runs=o.runs, ops=ops, replicate=o.replicate, settings=user_settings(),
                    record_calls=o.record_calls)
     visible: list[str | None] = ([_visible_device(d) for d in o.devices]
                                  if o.devices is not None else [None])
@@ -248,7 +248,7 @@ def plan_from(model: Any, shapes: Any, options: SweepOptions) -> SweepPlan:
     work.mkdir(parents=True, exist_ok=True)
     (work / formats.SWEEP_MANIFEST).unlink(missing_ok=True)
     recorded = {"backward": o.backward, "dtype": job.dtype, "warmup": o.warmup,
-                "repeats": o.runs, "metric_set": chosen.name, "replicate": o.replicate,
+                "runs": o.runs, "metric_set": chosen.name, "replicate": o.replicate,
                 "ops": job.ops, "timeout_s": o.timeout, "devices": visible,
                 "profiler": o.profiler, "ncu": ncu_path, "ncu_args": extra,
                 "record_calls": o.record_calls,
@@ -275,7 +275,7 @@ def check_focus(focus: Any, ncu_args: Sequence[str]) -> None:
 
 
 def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: Any,
-                   repeats: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
+                   runs: Any, timeout: Any, devices: Any, profiler: Any, derive: Any,
                    ops: Any, flags: dict[str, Any]) -> None:
     for name, value in flags.items():
         if not isinstance(value, bool):
@@ -287,7 +287,7 @@ def _check_options(*, make_inputs: Any, pairs: list[tuple[str, Any]], warmup: An
             if not ok:
                 raise ValueError(f"shape {label!r} ({shape!r}) is not a tuple of ints: pass "
                                  "make_inputs=fn(shape) to build the inputs")
-    for name, value, low in (("warmup", warmup, 0), ("runs", repeats, 1)):
+    for name, value, low in (("warmup", warmup, 0), ("runs", runs, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout <= 0:

@@ -37,7 +37,7 @@ from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, TorchNsightError
 from torch_nsight.metrics import SINGLE_PASS_SETS
-from torch_nsight.record import SweepRecord
+from torch_nsight.record import CollectionRecord
 from torch_nsight.status import StatusReader
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ class ScriptPlan(Plan):
                                 "profiling": round(ended - first, 3),
                                 "load": round(stamps.finished - stamps.settled, 3)},
                    "created": settled.created}
-        record = SweepRecord(
+        record = CollectionRecord(
             options={"profiler": self.profiler, "metric_set": self.metric_set,
                      "steps": steps, "replicate": self.replicate},
             items=tuple(settled.items), commands={outcome.spec.name: outcome.spec.command},

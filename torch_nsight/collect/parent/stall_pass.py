@@ -9,7 +9,7 @@ launch per launch configuration (``--filter-mode per-launch-config -c 1``) and t
 warp-state metrics (:data:`~torch_nsight.metrics.STALL_PASS`: 8 replay passes a kernel),
 its report in :data:`~torch_nsight.formats.STALL_FOLDER` beside the first;
 :func:`run_stall_pass` runs it and loads the first report again, which merges the second
-(:mod:`torch_nsight.report.stall_pass`). ncu applies one metric list to every kernel of a
+(:mod:`torch_nsight.report.stall_merge`). ncu applies one metric list to every kernel of a
 process, so a focused pass must be a second process: it costs one more start-up of the
 script. Whatever goes wrong in it, the first pass's profile is kept.
 """

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,8 +36,8 @@ def sweep(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
           ncu: str | os.PathLike[str] | None = None, ncu_args: Sequence[str] = (),
           timeout: float = 600.0, devices: Sequence[int | str] | None = None,
           profiler: Literal["ncu"] | None = "ncu", quiet: bool = False,
-          record_calls: bool = True, focus: float | None = None, executor: Any = None,
-          repeats: int | None = None) -> Profile:
+          record_calls: bool = True, focus: float | None = None,
+          executor: Any = None) -> Profile:
     """Profile a model (or several variants) across input shapes under Nsight Compute.
 
     One ``ncu`` process runs every shape (per GPU); warm-ups run outside the profiled NVTX
@@ -64,7 +63,6 @@ def sweep(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
             derive, where the files go, ``ncu`` and its arguments, the per-shape timeout,
             GPUs, a dry run (``profiler=None``), the progress bar, the calls table, a
             focused sweep (``focus=0.9``) and an executor for the children.
-        repeats: the former name of ``runs`` (deprecated).
 
     Returns:
         The :class:`~torch_nsight.Profile`: ``profile.failures`` lists shapes that failed;
@@ -80,9 +78,6 @@ def sweep(model: Any, shapes: Sequence[Any] | Mapping[str, Any], *,
         NothingProfiledError: ``ncu`` ran but profiled no kernel (the message says why).
         ShapeFailedError: every shape failed.
     """
-    if repeats is not None:
-        warnings.warn("sweep(repeats=) is now sweep(runs=)", DeprecationWarning, stacklevel=2)
-        runs = repeats
     options = SweepOptions(
         make_inputs=make_inputs, backward=backward, dtype=dtype, warmup=warmup, runs=runs,
         metric_set=metric_set, ops=ops, replicate=replicate, derive=derive,

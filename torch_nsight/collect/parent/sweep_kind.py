@@ -20,7 +20,7 @@ from torch_nsight.collect.parent.outcomes import replication_groups
 from torch_nsight.collect.shared import job as jobs
 from torch_nsight.collect.shared import timing as timings
 from torch_nsight.environment import EARLY_CUDA_ENV
-from torch_nsight.record import SweepRecord, now
+from torch_nsight.record import CollectionRecord, now
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.plan import SweepPlan
@@ -80,7 +80,7 @@ def manifest(plan: SweepPlan, settled: Settled, timing: dict[str, Any]) -> Manif
     items = [{k: v for k, v in item.items() if k != "calls"} for item in settled.items]
     calls = [{**row, "variant": item.get("variant") or None, "shape": item.get("shape")}
              for item in settled.items for row in item.get("calls") or []]
-    record = SweepRecord(
+    record = CollectionRecord(
         shapes=tuple(plan.shape_labels), variants=tuple(v for v in plan.job.variants if v),
         options=plan.options, items=tuple(items), problems=tuple(settled.problems),
         commands={o.spec.name: o.spec.command for o in settled.outcomes},

@@ -50,7 +50,7 @@ class Job:
         backward: run backward on ``sum(mean(output.float()))`` too.
         dtype: torch dtype name to cast the model (and default inputs) to; None keeps it.
         warmup: un-profiled iterations before each shape's measured ones.
-        repeats: measured iterations per shape (``run`` 0..repeats-1).
+        runs: measured iterations per shape (``run`` 0..runs-1).
         ops: passed to :func:`torch_nsight.instrument` (name functional ops).
         replicate: detect identical siblings and profile one of each group.
         settings: the parent's global PyTorch settings (see
@@ -64,7 +64,7 @@ class Job:
     backward: bool = False
     dtype: str | None = None
     warmup: int = 2
-    repeats: int = 1
+    runs: int = 1
     ops: Any = False
     replicate: bool = True
     settings: dict[str, Any] = field(default_factory=dict)
@@ -409,7 +409,7 @@ def describe_job(job: Job) -> dict[str, Any]:
         "shapes": {label: repr(shape) for label, shape in job.shapes},
         "make_inputs": None if job.make_inputs is None else describe(job.make_inputs),
         "backward": job.backward, "dtype": job.dtype, "warmup": job.warmup,
-        "repeats": job.repeats, "ops": job.ops if isinstance(job.ops, (bool, str)) else
+        "runs": job.runs, "ops": job.ops if isinstance(job.ops, (bool, str)) else
         sorted(job.ops), "replicate": job.replicate, "settings": job.settings,
         "record_calls": job.record_calls,
     }

@@ -1,8 +1,8 @@
 """Measured gains: time a finding's fix in isolation, on this process's GPU.
 
 For the findings whose fix can be rebuilt from the calls table (the op, its input shapes and
-dtypes), :func:`verify_findings` times the slow form and the fixed form with CUDA events
-(median of ``repeats`` after warm-ups), on fresh random tensors, never on the user's model:
+dtypes), :func:`benchmark_findings` times the slow form and the fixed form with CUDA events
+(median of ``samples`` after warm-ups), on fresh random tensors, never on the user's model:
 
 * ``gemm_misaligned``: the GEMM as recorded, then with the misaligned dimensions padded to a
   multiple of 64;
@@ -12,7 +12,7 @@ dtypes), :func:`verify_findings` times the slow form and the fixed form with CUD
 
 and sets ``est_gain_ns`` to (before - after) x calls per run, ``gain_basis`` to
 ``measured``, with ``before_ns`` and ``after_ns`` beside. Other findings are left as they
-are (``verified`` False).
+are (``benchmarked`` False).
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ class NoGpuError(TorchNsightError):
     """Verifying findings needs a CUDA GPU and there is none."""
 
 
-def _timed(fn: Callable[[], Any], repeats: int) -> float:
+def _timed(fn: Callable[[], Any], samples: int) -> float:
     """Median ns of one call of ``fn`` on the GPU (CUDA events), after 3 warm-ups."""
     import torch
 
     for _ in range(3):
         fn()
     times = []
-    for _ in range(repeats):
+    for _ in range(samples):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
@@ -69,7 +69,7 @@ def _gemm(dims: tuple[int, int, int], dtype: Any) -> Callable[[], Any]:
     return lambda: torch.mm(a, b)
 
 
-def _gemm_pair(call: Any, repeats: int, *, tf32: bool) -> tuple[float, float]:
+def _gemm_pair(call: Any, samples: int, *, tf32: bool) -> tuple[float, float]:
     import torch
 
     from torch_nsight.analyze.findings import gemm_dims
@@ -79,21 +79,21 @@ def _gemm_pair(call: Any, repeats: int, *, tf32: bool) -> tuple[float, float]:
         raise ValueError("no GEMM dimensions")
     dtype = getattr(torch, str(call["input_dtypes"][-1]))
     if not tf32:
-        before = _timed(_gemm(dims, dtype), repeats)
-        after = _timed(_gemm(tuple(_pad(d) for d in dims), dtype), repeats)  # type: ignore[arg-type]
+        before = _timed(_gemm(dims, dtype), samples)
+        after = _timed(_gemm(tuple(_pad(d) for d in dims), dtype), samples)  # type: ignore[arg-type]
         return before, after
     saved = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = False
-        before = _timed(_gemm(dims, dtype), repeats)
+        before = _timed(_gemm(dims, dtype), samples)
         torch.backends.cuda.matmul.allow_tf32 = True
-        after = _timed(_gemm(dims, dtype), repeats)
+        after = _timed(_gemm(dims, dtype), samples)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     return before, after
 
 
-def _conv_pair(call: Any, repeats: int) -> tuple[float, float]:
+def _conv_pair(call: Any, samples: int) -> tuple[float, float]:
     import torch
 
     x_shape, w_shape = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
@@ -107,9 +107,9 @@ def _conv_pair(call: Any, repeats: int) -> tuple[float, float]:
     def conv(x: Any, w: Any) -> Callable[[], Any]:
         return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=padding)
 
-    before = _timed(conv(x, w), repeats)
+    before = _timed(conv(x, w), samples)
     last = torch.channels_last
-    after = _timed(conv(x.to(memory_format=last), w.to(memory_format=last)), repeats)
+    after = _timed(conv(x.to(memory_format=last), w.to(memory_format=last)), samples)
     return before, after
 
 
@@ -122,17 +122,17 @@ def _calls_for(calls: pd.DataFrame, finding: Any, ops: tuple[str, ...]) -> pd.Da
     return mine[mine["aten_op"].map(lambda op: any(o in str(op) for o in ops))]
 
 
-def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.DataFrame:
-    """Time the fix of the top verifiable findings on this GPU.
+def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> pd.DataFrame:
+    """Time the fix of the top findings that can be benchmarked on this GPU.
 
     Args:
         profile: a profile with a calls table (a sweep's, or ``record_calls=``).
         top: how many of the ranked findings to try.
-        repeats: timed calls per form.
+        samples: timed calls per form.
 
     Returns:
-        :meth:`Profile.findings` with ``verified``, ``before_ns`` and ``after_ns`` added and
-        the verified rows' ``est_gain_ns``/``gain_basis`` replaced by the measurement.
+        :meth:`Profile.findings` with ``benchmarked``, ``before_ns`` and ``after_ns`` added and
+        the benchmarked rows' ``est_gain_ns``/``gain_basis`` replaced by the measurement.
 
     Raises:
         NoGpuError: no CUDA GPU is visible.
@@ -140,10 +140,10 @@ def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.
     import torch
 
     if not torch.cuda.is_available():
-        raise NoGpuError("verifying findings times their fixes on a CUDA GPU, and none is "
-                         "visible: run it on the GPU machine, or drop --verify")
+        raise NoGpuError("benchmarking findings times their fixes on a CUDA GPU, and none is "
+                         "visible: run it on the GPU machine, or drop --benchmark")
     found = profile.finding_table(fold=False).copy()  # each block's own module, to rebuild its call
-    found["verified"] = False
+    found["benchmarked"] = False
     found["before_ns"] = found["after_ns"] = float("nan")
     calls = profile.calls
     if calls is None or calls.empty:
@@ -161,8 +161,8 @@ def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.
             continue
         call = mine.iloc[0]
         try:
-            before, after = (_conv_pair(call, repeats) if kind == "layout_conversion" else
-                             _gemm_pair(call, repeats, tf32=kind == "fp32_no_tensor_cores"))
+            before, after = (_conv_pair(call, samples) if kind == "layout_conversion" else
+                             _gemm_pair(call, samples, tf32=kind == "fp32_no_tensor_cores"))
         except (ValueError, TypeError, RuntimeError) as err:
             logger.warning("could not time the fix of %s in %s: %s", kind,
                            finding["module"], err)
@@ -171,7 +171,7 @@ def verify_findings(profile: Profile, *, top: int = 5, repeats: int = 20) -> pd.
         found.loc[index, ["before_ns", "after_ns"]] = [before, after]
         found.loc[index, "est_gain_ns"] = (before - after) * count
         found.loc[index, "gain_basis"] = "measured"
-        found.loc[index, "verified"] = True
+        found.loc[index, "benchmarked"] = True
         logger.info("%s in %s: %.1f -> %.1f µs", kind, finding["module"], before / 1e3,
                     after / 1e3)
     from torch_nsight.analyze.findings.table import ranked

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -26,13 +25,12 @@ from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width, w
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
-    KIND_ALIASES,
     TABLE_KINDS,
     TABLES,
     TableKind,
     TableSpec,
 )
-from torch_nsight.render.units import CONTROL, printable, printable_rows
+from torch_nsight.render.readable_numbers import CONTROL, printable, printable_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,15 +54,6 @@ SUFFIXES: tuple[str, ...] = (".csv", ".parquet", ".json", ".txt", ".md")
 _ALIASES = {"markdown": "pipe"}
 
 
-def _kind(what: Any) -> Any:
-    """``what``, or the kind a former name of one now names, with a DeprecationWarning."""
-    if isinstance(what, str) and what in KIND_ALIASES:
-        warnings.warn(f"what={what!r} is now what={KIND_ALIASES[what]!r} (one row per kernel "
-                      "name; 'launches' is every launch)", DeprecationWarning, stacklevel=3)
-        return KIND_ALIASES[what]
-    return what
-
-
 def _check(what: Any, n: Any, order: Any, depth: Any) -> TableSpec:
     if what not in TABLE_KINDS:
         raise ValueError(f"what must be one of {', '.join(TABLES)}; got {what!r}")
@@ -80,35 +69,28 @@ def _check(what: Any, n: Any, order: Any, depth: Any) -> TableSpec:
 
 def table_frame(profile: Profile, what: TableKind = "hotspots", *, n: int | None = None,
                 order: HotspotOrder = "headroom", depth: int | None = None,
-                fold: bool = True, by: HotspotOrder | None = None) -> pd.DataFrame:
+                fold: bool = True) -> pd.DataFrame:
     """Return the rows of a table as raw numbers (the analysis columns, units in names).
 
     Args:
         profile: the profile.
         what: a kind of :data:`TABLE_KINDS`: ``hotspots`` (kernel sites ranked by ``order``),
             ``modules`` (the module tree, in call-tree order), ``kernel_names`` (one row per
-            kernel name; ``kernels``, its former name, still works with a warning),
-            ``launches`` (every launch, in launch order), ``shapes``, ``ranks`` or
-            ``findings``.
+            kernel name), ``launches`` (every launch, in launch order), ``shapes``,
+            ``ranks`` or ``findings``.
         n: how many rows; None: :data:`DEFAULT_ROWS` (top 10 hotspots, all the rest).
         order: hotspot order, ``headroom`` (recoverable time) or ``time``.
         depth: deepest module level kept in the ``modules`` table (root = 0).
         fold: rows of hotspots and findings that differ only by the index of a repeated
             block become one row (see :mod:`torch_nsight.analyze.fold`).
-        by: the deprecated name of ``order``.
 
     Returns:
-        A DataFrame: :meth:`Profile.hotspots`, :meth:`Profile.modules`, or the kernel table
-        without its range tuple columns.
+        A DataFrame: :meth:`Profile.hotspot_table`, :meth:`Profile.module_table`, or the
+        kernel table without its range tuple columns.
 
     Raises:
         ValueError: an argument is out of range.
     """
-    what = _kind(what)
-    if by is not None:
-        from torch_nsight.analyze.hotspots import order_from_by
-
-        order = order_from_by(order, by)
     spec = _check(what, n, order, depth)
     return spec.rows(profile, n if n is not None else spec.default_rows, order, depth, fold)
 
@@ -132,8 +114,7 @@ DROP_LAST = ("confidence", "basis", "dir")
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
                  n: int | None = None, *, order: HotspotOrder = "headroom",
-                 depth: int | None = None, fold: bool = True,
-                 by: HotspotOrder | None = None) -> str:
+                 depth: int | None = None, fold: bool = True) -> str:
     """Return a table of the profile as text, in readable units.
 
     Times are in µs per run, ``share %`` is the share of the (variant, shape)'s GPU time,
@@ -156,10 +137,9 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     Raises:
         ValueError: an argument is out of range or ``fmt`` is unknown.
     """
-    what = _kind(what)
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {', '.join(FORMATS)}; got {fmt!r}")
-    frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
+    frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
     if frame.empty:
         return f"(no {what.replace('_', ' ')} to show: the profile has no kernels)"
     columns = TABLE_KINDS[what].columns(frame, profile.kernels)
@@ -202,8 +182,7 @@ def _nested_as_json(frame: pd.DataFrame) -> pd.DataFrame:
 
 def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
                 n: int | None = None, *, order: HotspotOrder = "headroom",
-                depth: int | None = None, fold: bool = True,
-                by: HotspotOrder | None = None) -> Path:
+                depth: int | None = None, fold: bool = True) -> Path:
     """Write a table to a file whose suffix chooses the format.
 
     ``.csv``, ``.parquet`` and ``.json`` (a list of records) hold the raw numbers of
@@ -227,18 +206,17 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
             range.
         OSError: the file cannot be written.
     """
-    what = _kind(what)
     target = Path(path)
     suffix = target.suffix.lower()
     if suffix not in SUFFIXES:
         raise ValueError(f"path must end in one of {', '.join(SUFFIXES)}; got {target.name!r}")
     if suffix in (".txt", ".md"):
         text = render_table(profile, what, "plain" if suffix == ".txt" else "markdown", n,
-                            order=order, depth=depth, fold=fold, by=by)
+                            order=order, depth=depth, fold=fold)
         with atomic_output(target) as temp:
             temp.write_text(text + "\n", encoding="utf-8")
     else:
-        frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold, by=by)
+        frame = table_frame(profile, what, n=n, order=order, depth=depth, fold=fold)
         with atomic_output(target) as temp:
             if suffix == ".csv":
                 csv_frame(frame).to_csv(temp, index=False)
@@ -258,7 +236,7 @@ _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 def csv_cell(value: Any) -> Any:
     """A csv cell safe to open in a spreadsheet and to print: text escaped
-    (:func:`~torch_nsight.render.units.printable`) and, where it would start a formula
+    (:func:`~torch_nsight.render.readable_numbers.printable`) and, where it would start a formula
     (``=``, ``+``, ``-``, ``@``, a tab, a CR), after a ``'``; numbers, and text that is a plain
     number (``-1.5``), unchanged."""
     if not isinstance(value, str):
@@ -283,7 +261,7 @@ def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def json_escaped(text: str) -> str:
-    """JSON text with every control character of :data:`~torch_nsight.render.units.CONTROL`
+    """JSON text with every control character of :data:`~torch_nsight.render.readable_numbers.CONTROL`
     written as its JSON escape (``\\u001b``, ``\\u202e``): the same document to a reader,
     nothing a terminal acts on. (A serializer writes such characters only inside strings,
     where the escape means the same; the newlines and spaces of its layout are kept.)"""

@@ -22,7 +22,7 @@ import torch_nsight.analyze.findings.layout_conversion
 import torch_nsight.analyze.findings.optimizer_step
 import torch_nsight.analyze.findings.small_grid  # noqa: F401
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.findings.calls import calls_where, heavy_calls
+from torch_nsight.analyze.findings.call_shapes import calls_where, heavy_calls
 from torch_nsight.analyze.findings.prepare import prepare
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, run_checks
