@@ -174,6 +174,6 @@ def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> 
         found.loc[index, "benchmarked"] = True
         logger.info("%s in %s: %.1f -> %.1f µs", kind, finding["module"], before / 1e3,
                     after / 1e3)
-    from torch_nsight.analyze.findings.table import ranked
+    from torch_nsight.analyze.findings.run_checks import ranked
 
     return ranked(found).reset_index(drop=True)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
-    from torch_nsight.report.names import format_dims, short_kernel_name
     from torch_nsight.report.kernel_table import RAW_COLUMNS, SCHEMA_VERSION, read_report
+    from torch_nsight.report.names import format_dims, short_kernel_name
 
 __all__ = ["read_report", "RAW_COLUMNS", "SCHEMA_VERSION", "CACHE_SUFFIX", "cache_path",
            "short_kernel_name", "format_dims"]
