@@ -4,8 +4,8 @@ of their label's time, with the cause the launch gives (the kernel table's ``lim
 ``latency_bound``); gain: none estimated (``headroom``): no model says how much faster its
 fix makes these kernels, so the finding carries their time above the roofline as the bound
 no fix can beat (``gain_bound_ns``) and ranks after the findings whose gain is counted
-(:func:`~torch_nsight.analyze.findings.run_checks.ranked`). Registered last: a kernel an earlier check
-reported (``Context.claimed``) is not reported again here, and an optimizer's kernels are
+(:func:`~torch_nsight.analyze.findings.run_checks.ranked`). Registered last: a kernel an
+earlier check reported (``Context.claimed``) is not reported again here, and an optimizer's kernels are
 :mod:`.optimizer_step`'s.
 
 The fix is the one that fits the op and its cause (:func:`latency_fix`), never "a larger
