@@ -109,6 +109,7 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
         if str(row["module"]).startswith(OUTSIDE_PREFIX):
             assert code not in ("optimizer_fused", "optimizer_foreach",
                                 "compile_optimizer_step"), where
+            assert code != "compile_module", where  # no module holds it to compile
         # rotary advice only where a rotary embedding's ops ran
         if code == "compile_rotary":
             words = _site_words(profile, row)

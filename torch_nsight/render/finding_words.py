@@ -19,7 +19,7 @@ import pandas as pd
 from torch_nsight.analyze.limiter import describe_cause
 from torch_nsight.profile import set_finding_words
 from torch_nsight.units import format_bytes, format_duration
-from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
+from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSIDE_PREFIX
 
 #: The key of a timeline finding's words in its ``facts``: the timeline's analysis words
 #: its verdicts itself (:data:`torch_nsight.analyze.findings.run_checks.SAID`).
@@ -313,6 +313,15 @@ def _compile_step(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "has no fused implementation to switch on.")
 
 
+def _compile_function(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    module = str(row.get("module") or "")
+    if module.startswith(OUTSIDE_PREFIX):  # a call of the loop's own: name it
+        call = module[len(OUTSIDE_PREFIX):]
+        return (f"Fuse them: torch.compile the function of your loop that calls {call} "
+                "(no module holds it).")
+    return FIX["compile_function"]
+
+
 def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     kind = row.get("module_kind")
     if kind in ("indexing", "embedding"):
@@ -336,6 +345,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},
+    "compile_function": _compile_function,
 }
 
 

@@ -20,7 +20,7 @@ from torch_nsight.analyze.findings.prepare import contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
-from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED
+from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, in_module_range
 
 #: This many qualifying kernels in a row, in one module.
 CHAIN_LENGTH = 3
@@ -120,7 +120,8 @@ def elementwise_chain(context: Context) -> list[Finding]:
                                                      / c["dram_bytes"].sum())
                            / c["runs"].iloc[0] for c in parts])
         kind = chain_kind(work.iloc[sites[key]], site.ops)
-        outside = rows["module_path"].iat[0] in ("", UNATTRIBUTED)
+        # no module to compile: unattributed, or a call of the loop's own (a loss, GradScaler)
+        outside = not in_module_range(rows["module_path"].iat[0] or UNATTRIBUTED)
         default: FixCode = "compile_function" if outside else "compile_module"
         fix: FixCode = CHAIN_FIX.get(kind or "", default)
         if not fix_fits(site.kind, fix):  # the ops of a rotary embedding in a gather's or
