@@ -72,9 +72,10 @@ def main() -> int:
     if prof.returncode == 0 and bare.returncode == 0:
         import torch_nsight
         from torch_nsight.analyze import timeline_summary
+        from torch_nsight.render.timeline_words import word_summary
 
         profile = torch_nsight.load(work / "timeline")
-        row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
+        row = word_summary(timeline_summary(profile.kernels, profile.timeline)).iloc[0]
         manifest = json.loads((work / "timeline" / "timeline.json").read_text())
         steps = profile.timeline[profile.timeline["kind"] == "step"]
         busy_ns = float(steps["busy_ns"].median())  # the recorded steps' GPU work

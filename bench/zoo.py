@@ -216,6 +216,7 @@ def sol_sample(model: str, out: Path) -> dict[str, Any]:
 def timeline(model: str, out: Path, bare_step_ms: float | None) -> dict[str, Any]:
     import torch_nsight
     from torch_nsight.analyze import timeline_findings, timeline_summary
+    from torch_nsight.render.timeline_words import word_summary
 
     folder = out / f"{model}_timeline"
     ran = _run([sys.executable, "-m", "torch_nsight", "profile", "--timeline", "--steps",
@@ -227,7 +228,7 @@ def timeline(model: str, out: Path, bare_step_ms: float | None) -> dict[str, Any
         record["error"] = _tail(ran["text"])
         return record
     loaded = torch_nsight.load(folder, cache=False)
-    summary = timeline_summary(loaded.kernels, loaded.timeline).iloc[0]
+    summary = word_summary(timeline_summary(loaded.kernels, loaded.timeline)).iloc[0]
     busy_ms = summary["wall_ns"] * summary["busy_pct"] / 100.0 / 1e6
     record.update(verdict=summary["verdict"], evidence=summary["evidence"],
                   judged_busy_pct=float(summary["bare_busy_pct"]),

@@ -26,6 +26,7 @@ from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
 from torch_nsight.analyze.timeline_analysis import timeline_findings
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.render.finding_words import word_findings
+from torch_nsight.render.timeline_words import word_step_findings
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -299,7 +300,7 @@ def test_timeline_findings_come_along() -> None:
     found = profile.finding_table()
     row = of(found, "launch_bound").squeeze()
     assert (row["module"], row["gain_basis"]) == ("GPT2Small", "timeline")
-    expected = timeline_findings(profile.kernels, profile.timeline)
+    expected = word_step_findings(timeline_findings(profile.kernels, profile.timeline))
     assert row["est_gain_ns"] == pytest.approx(expected["est_gain_ns"].iloc[0])
     assert row["fix"] == expected["fix"].iloc[0]
 

@@ -1,7 +1,8 @@
 """Timeline verdicts on small hand-built step, gap and activity tables.
 
 Each test states its scenario; the expected numbers follow from it by the arithmetic in the
-comments. The builders take times in µs (``US`` ns each); the tables hold ns.
+comments. The builders take times in µs (``US`` ns each); the tables hold ns. The verdicts
+and findings are read as a person reads them: analyze's codes and numbers, worded by render.
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ import pandas as pd
 import pytest
 
 from torch_nsight.analyze.steps import MODULE_LAUNCH_COLUMNS, module_launches
-from torch_nsight.analyze.timeline_analysis import (
-    STEP_FINDING_COLUMNS,
-    SUMMARY_COLUMNS,
-    timeline_findings,
-    timeline_summary,
-)
+from torch_nsight.analyze.timeline_analysis import timeline_findings as finding_codes
+from torch_nsight.analyze.timeline_analysis import timeline_summary as summary_codes
 from torch_nsight.errors import MissingMetricError
+from torch_nsight.render.timeline_words import (
+    WORDED_STEP_FINDING_COLUMNS as STEP_FINDING_COLUMNS,
+)
+from torch_nsight.render.timeline_words import WORDED_SUMMARY_COLUMNS as SUMMARY_COLUMNS
+from torch_nsight.render.timeline_words import word_step_findings, word_summary
+
+
+def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
+    return word_summary(summary_codes(kernels, timeline))
+
+
+def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame) -> pd.DataFrame:
+    return word_step_findings(finding_codes(kernels, timeline))
 
 US = 1_000.0
 NAN = math.nan
@@ -365,6 +375,29 @@ def test_low_busy_with_long_kernels_is_not_launch_bound() -> None:
     assert idle["est_gain_ns"] == pytest.approx(700 * US)
     assert idle["evidence"] == ("The GPU was idle 70.0% of the 1.0 ms step outside data "
                                 "loading, 500 µs per step of it just before head.")
+
+
+def test_the_analysis_gives_codes_and_numbers_and_render_the_words(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """analyze's timeline tables hold no sentence (issue 43): a verdict, its numbers, the
+    largest gaps as numbers and each finding's numbers; rewording render changes the words
+    and nothing analyze returns."""
+    import torch_nsight.render.timeline_words as words
+
+    kernels, timeline = tables(
+        kernels_of(0, 1, 150.0, "Model/body") + kernels_of(0, 1, 150.0, "Model/head"),
+        [step(0, 1000, 300, 2), gap(0, 500, cpu="aten::item", next_module="head")])
+    summary, found = summary_codes(kernels, timeline), finding_codes(kernels, timeline)
+    assert not {"evidence", "advice", "fix"} & {*summary.columns, *found.columns}
+    gaps = summary["largest_gaps"].iat[0]
+    assert gaps[0]["next_module"] == "head" and gaps[0]["gap_ns"] == pytest.approx(500 * US)
+    assert found["facts"].iat[0]["found"]["next_module"] == "head"
+    monkeypatch.setitem(words.VERDICT_ADVICE, "CPU-bound", "reworded")
+    monkeypatch.setitem(words.FINDING_FIXES, "gpu_idle", "reworded")
+    pd.testing.assert_frame_equal(summary_codes(kernels, timeline), summary)
+    pd.testing.assert_frame_equal(finding_codes(kernels, timeline), found)
+    assert word_summary(summary)["advice"].iat[0] == "reworded"
+    assert word_step_findings(found)["fix"].iat[0] == "reworded"
 
 
 @pytest.mark.parametrize(("small", "verdict"), [

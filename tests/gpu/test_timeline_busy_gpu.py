@@ -14,6 +14,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze import timeline_summary
+from torch_nsight.render.timeline_words import word_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +63,7 @@ def test_the_stated_busy_share_is_the_unprofiled_steps(tmp_path: Path) -> None:
     assert (item["bare_basis"], item["bare_steps"]) in (("before", 5), ("after", 9))
     assert item["bare_ns"] == pytest.approx(step_ns, rel=0.15)
     assert item["bare_min_ns"] <= item["bare_ns"] <= item["bare_max_ns"]
-    row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
+    row = word_summary(timeline_summary(profile.kernels, profile.timeline)).iloc[0]
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     reference = 100.0 * float(steps["busy_ns"].median()) / step_ns
     assert abs(row["bare_busy_pct"] - reference) <= 10.0, (row["bare_busy_pct"], reference)

@@ -21,7 +21,7 @@ def test_a_gpt2_decode_step_is_launch_bound_and_every_kernel_attributed(
                                     dtype="bf16", runs=3, warmup=2,
                                     output_dir=tmp_path / "tl", quiet=True)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
-    assert row["verdict"] == "launch-bound", row["evidence"]
+    assert row["verdict"] == "launch-bound", row["facts"]
     assert (profile.kernels["module"] != UNATTRIBUTED).all()
     assert (tmp_path / "tl" / "trace-0.json.gz").is_file()
 
@@ -40,4 +40,4 @@ def test_pageable_host_copies_each_step_are_copy_bound(tmp_path: Path) -> None:
     profile = torch_nsight.timeline(HostFed, [(4096, 1024)], runs=3, warmup=2,
                                     output_dir=tmp_path / "tl", quiet=True)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
-    assert row["verdict"] == "copy-bound", row["evidence"]
+    assert row["verdict"] == "copy-bound", row["facts"]

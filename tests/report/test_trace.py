@@ -156,7 +156,7 @@ def test_recorded_steps_get_their_verdict(name: str, verdict: str) -> None:
 
     profile = torch_nsight.load(DATA / name)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
-    assert row["verdict"] == verdict, row["evidence"]
+    assert row["verdict"] == verdict, row["facts"]
     steps = profile.timeline[profile.timeline["kind"] == "step"]
     # judged on the GPU work over the step timed without the profiler
     assert row["bare_busy_pct"] == pytest.approx(

@@ -116,3 +116,15 @@ def each_distinct(rows: pd.DataFrame, compute: Callable[[dict[str, Any]], Result
     _, first = np.unique(codes, return_index=True)  # each group's first row, by group
     results = [compute(row) for row in rows.iloc[first].to_dict("records")]
     return [results[code] for code in codes]
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy's scalars as Python's, through dicts, lists and tuples: codes
+    that print, compare and serialize as the numbers they are."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(item) for item in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

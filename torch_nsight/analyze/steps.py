@@ -1,6 +1,6 @@
 """Step metrics of a timeline: the numbers per step, their medians per shape, launches per
 module. Numbers only: :mod:`~torch_nsight.analyze.verdicts` judges them and
-:mod:`~torch_nsight.analyze.timeline_advice` words them.
+:mod:`torch_nsight.render.timeline_words` words them.
 
 A timeline source (a ``torch.profiler`` trace) carries two tables: ``kernels``, one row per
 GPU activity (kernel, copy, memset), and ``timeline``, one ``step`` row per measured

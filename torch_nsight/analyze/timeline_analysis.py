@@ -3,7 +3,8 @@ and what could it recover?
 
 The two public passes read as their phases: the numbers of each step and their medians per
 shape (:mod:`~torch_nsight.analyze.steps`), the rules that judge them
-(:mod:`~torch_nsight.analyze.verdicts`), the words (:mod:`~torch_nsight.analyze.timeline_advice`).
+(:mod:`~torch_nsight.analyze.verdicts`); codes and numbers only: the words are render's
+(:mod:`torch_nsight.render.timeline_words`).
 Rules, thresholds and their reasons are in ``docs/timeline.md``.
 """
 
@@ -14,7 +15,7 @@ from typing import Any, cast
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import blank_to_none, filled
+from torch_nsight.analyze.frames import blank_to_none, filled, plain
 from torch_nsight.analyze.steps import (
     KERNEL_NEEDS,
     gaps_with_modules,
@@ -22,13 +23,6 @@ from torch_nsight.analyze.steps import (
     module_table,
     shape_table,
     step_table,
-)
-from torch_nsight.analyze.timeline_advice import (
-    FINDING_FIXES,
-    VERDICT_ADVICE,
-    finding_evidence,
-    largest_gaps_text,
-    verdict_evidence,
 )
 from torch_nsight.analyze.verdicts import decide_verdict, is_distorted, label_findings
 from torch_nsight.vocabulary import LABELS
@@ -39,14 +33,15 @@ SUMMARY_COLUMNS = (
     "copies_per_step", "copy_bytes_per_step", "copy_gb_per_s", "pageable_copies_per_step",
     "copy_pct", "copy_busy_pct", "data_wait_pct", "sync_pct", "largest_gaps",
     "distortion_pct", "profiler_pct", "bare_busy_pct", "bare_spread_pct", "verdict",
-    "evidence", "advice",
-    "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable",
+    "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable", "facts",
 )
 #: The timeline's own findings: where (the module and its level in the tree), what, and the
 #: share of the step. :func:`torch_nsight.analyze.findings` turns each into a row of the one
 #: finding schema, :data:`torch_nsight.vocabulary.FINDING_COLUMNS`.
-STEP_FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "evidence",
-                        "fix", "est_gain_ns", "gain_basis", "pct_of_step")
+STEP_FINDING_COLUMNS = ("variant", "shape", "module", "module_level", "finding", "facts",
+                        "est_gain_ns", "gain_basis", "pct_of_step")
+#: What a largest gap of :data:`SUMMARY_COLUMNS`' ``largest_gaps`` holds.
+GAP_FIELDS = ("gap_ns", "prev_module", "next_module", "cpu")
 #: Medians per step, named per step in the summary.
 _PER_STEP_NAMES = {"kernels": "kernels_per_step", "launches": "launches_per_step",
                    "copies": "copies_per_step", "copy_bytes": "copy_bytes_per_step",
@@ -83,11 +78,15 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
     out = shape_table(steps)
     out["distorted"] = is_distorted(out)
     out["verdict"] = [decide_verdict(row) for _, row in out.iterrows()]
-    out["evidence"] = [verdict_evidence(row) for _, row in out.iterrows()]
-    out["advice"] = [VERDICT_ADVICE[verdict] for verdict in out["verdict"]]
-    texts = largest_gaps_text(median_step_gaps(steps, gaps))
+    # every median the rules read, by the rules' names: what render words a verdict from
+    out["facts"] = pd.Series([plain(row.to_dict()) for _, row in out.iterrows()],
+                             index=out.index, dtype=object)
+    largest: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    for _, gap in median_step_gaps(steps, gaps).iterrows():
+        largest.setdefault((gap["variant"], gap["shape"]), []).append(
+            plain({f: gap[f] for f in GAP_FIELDS}))
     out["largest_gaps"] = pd.Series(
-        [texts.get(label, "") for label in zip(out["variant"], out["shape"], strict=True)],
+        [largest.get(label, []) for label in zip(out["variant"], out["shape"], strict=True)],
         index=out.index, dtype=object)
     out = _labelled(out.rename(columns=_PER_STEP_NAMES), LABELS)
     return out.loc[:, list(SUMMARY_COLUMNS)].reset_index(drop=True)
@@ -139,9 +138,10 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
             return frame[(frame["variant"] == shape["variant"])
                          & (frame["shape"] == shape["shape"])]
         found = label_findings(shape, mine(activity), mine(gaps), mine(modules))
+        numbers = plain(shape.to_dict())
         for row in found:
             row.update(variant=shape["variant"], shape=shape["shape"], gain_basis="timeline",
-                       evidence=finding_evidence(row, shape), fix=FINDING_FIXES[row["finding"]])
+                       facts={"found": plain(dict(row)), "shape": numbers})
         rows.extend(sorted(found, key=lambda r: -cast(float, r["est_gain_ns"])
                            if pd.notna(r["est_gain_ns"]) else float("inf")))
     out = pd.DataFrame(rows, columns=list(STEP_FINDING_COLUMNS))

@@ -3,7 +3,7 @@
 Every threshold is named here once (the reasons are in ``docs/timeline.md``). The rules read
 the numbers of :mod:`~torch_nsight.analyze.steps` and return a verdict, a flag or the
 numbers of a finding (its module and the time it may recover), never text:
-:mod:`~torch_nsight.analyze.timeline_advice` words them.
+:mod:`torch_nsight.render.timeline_words` words them.
 """
 
 from __future__ import annotations

@@ -16,14 +16,13 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.findings.run_checks import TIMELINE_FACTS
 from torch_nsight.analyze.limiter import describe_cause
 from torch_nsight.profile import set_finding_words
+from torch_nsight.render.timeline_words import step_finding_words
 from torch_nsight.units import format_bytes, format_duration
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSIDE_PREFIX
 
-#: The key of a timeline finding's words in its ``facts``: the timeline's analysis words
-#: its verdicts itself (:data:`torch_nsight.analyze.findings.run_checks.SAID`).
-SAID = "said"
 #: A GEMM or convolution dimension's role in words.
 ROLE_SAID = {"tokens": "batch x sequence", "out_features": "output features",
              "in_features": "input features", "in_channels": "input channels",
@@ -364,13 +363,13 @@ def word_finding(row: Mapping[str, Any]) -> tuple[str | None, str | None]:
             measured table), with ``blocks`` where folded.
 
     Returns:
-        (evidence, fix); the timeline's own words for its findings; None for a row with
+        (evidence, fix); a timeline finding's from its numbers; None for a row with
         neither codes nor words.
     """
     facts = row.get("facts")
     facts = facts if isinstance(facts, Mapping) else {}
-    if SAID in facts:
-        evidence, fix = facts[SAID]["evidence"], facts[SAID]["fix"]
+    if TIMELINE_FACTS in facts:  # a timeline finding: its numbers, worded as the timeline's
+        evidence, fix = step_finding_words(facts[TIMELINE_FACTS], str(row["finding"]))
     elif _given(row, "finding") in EVIDENCE and isinstance(_given(row, "fix_code"), str):
         params = row.get("fix_params")
         params = params if isinstance(params, Mapping) else {}

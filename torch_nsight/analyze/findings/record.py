@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.findings.codes import (
@@ -27,6 +26,7 @@ from torch_nsight.analyze.findings.codes import (
     ModuleKind,
     OptimizerImpl,
 )
+from torch_nsight.analyze.frames import plain
 
 #: ``Finding.basis`` of a finding whose gain no model of its fix estimates: its bound only.
 HEADROOM = "headroom"
@@ -102,15 +102,3 @@ class Finding:
                 "layout": self.layout, "dtype": self.dtype, "optimizer": self.optimizer,
                 "optimizer_impl": self.optimizer_impl, "fix_code": self.fix_code,
                 "fix_params": plain(self.fix_params), "facts": plain(self.facts)}
-
-
-def plain(value: Any) -> Any:
-    """``value`` with numpy's scalars as Python's, through dicts, lists and tuples: codes
-    that print, compare and serialize as the numbers they are."""
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(item) for item in value)
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -38,9 +38,9 @@ from torch_nsight.vocabulary import (
     SITE_KEYS,
 )
 
-#: What a timeline finding's words were made by (:mod:`torch_nsight.analyze.timeline_analysis`,
-#: which words its verdicts itself): carried in ``facts`` under this key, as said.
-SAID = "said"
+#: The key of a timeline finding's facts (its numbers and its shape's medians,
+#: :func:`timeline_findings`) in the finding table's ``facts``: render words them.
+TIMELINE_FACTS = "timeline"
 
 
 def _row(found: Finding) -> dict[str, Any]:
@@ -67,8 +67,8 @@ def _row(found: Finding) -> dict[str, Any]:
 
 def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[str, Any]]:
     """:func:`timeline_findings` rows in these columns (``module_path`` looked up where the
-    module's name is unique in its label); their words, made by the timeline's analysis,
-    travel in ``facts``."""
+    module's name is unique in its label); their numbers in ``facts`` under
+    :data:`TIMELINE_FACTS`."""
     paths = kernels.reindex(columns=[*LABELS, "module", "module_path"]).dropna(
         subset=["module", "module_path"]).drop_duplicates()
     rows = []
@@ -81,7 +81,7 @@ def _timeline_rows(kernels: pd.DataFrame, timeline: pd.DataFrame) -> list[dict[s
                      "module": found["module"], "module_path": path, "direction": None,
                      "op": None, "kernels": None, "finding": found["finding"],
                      **dict.fromkeys(FINDING_CODE_COLUMNS),
-                     "facts": {SAID: {"evidence": found["evidence"], "fix": found["fix"]}},
+                     "facts": {TIMELINE_FACTS: found["facts"]},
                      "fix_params": {}, "est_gain_ns": found["est_gain_ns"],
                      "gain_bound_ns": float("nan"),
                      "gain_basis": "timeline", "confidence": "medium"})
@@ -177,4 +177,4 @@ def ranked(found: pd.DataFrame) -> pd.DataFrame:
     return order.drop(columns=["_no_fix", "_bound"])
 
 
-__all__ = ["findings", "fold_findings", "ranked", "FOLD_COLUMN", "FOLD_KEYS", "SAID"]
+__all__ = ["findings", "fold_findings", "ranked", "FOLD_COLUMN", "FOLD_KEYS", "TIMELINE_FACTS"]

@@ -1,9 +1,11 @@
 """Timeline wording: what to try per verdict, the evidence sentences and the fix per finding.
 
-English only, from numbers :mod:`~torch_nsight.analyze.steps` measured and rules
-:mod:`~torch_nsight.analyze.verdicts` applied; the timeline tables carry these texts in
-their ``evidence``, ``advice`` and ``fix`` columns, as :mod:`torch_nsight.analyze.findings`
-does. Durations and byte counts are written by :mod:`torch_nsight.units`.
+English only, made here and nowhere else, from the numbers
+:mod:`~torch_nsight.analyze.steps` measured and the codes the rules of
+:mod:`~torch_nsight.analyze.verdicts` gave (:func:`~torch_nsight.analyze.timeline_summary`,
+:func:`~torch_nsight.analyze.timeline_findings`): :func:`word_summary` and
+:func:`word_step_findings` add the ``evidence``, ``advice``/``fix`` and ``largest_gaps`` texts.
+Durations and byte counts are written by :mod:`torch_nsight.units`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.analyze.steps import SMALL_KERNEL_NS
+from torch_nsight.analyze.timeline_analysis import STEP_FINDING_COLUMNS, SUMMARY_COLUMNS
 from torch_nsight.analyze.verdicts import (
     COPY_BUSY_PCT,
     COPY_WALL_PCT,
@@ -82,13 +85,12 @@ def _gap(gap: pd.Series) -> str:
     return f"{_time(gap['gap_ns'])} {where} (CPU: {cpu or 'outside any op'})"
 
 
-def largest_gaps_text(gaps: pd.DataFrame) -> dict[tuple[Any, Any], str]:
-    """Per (variant, shape), its gaps (:func:`~torch_nsight.analyze.steps.median_step_gaps`)
-    as one line: ``812 µs before h.0.attn (CPU: aten::linear); ...``."""
-    texts: dict[tuple[Any, Any], list[str]] = {}
-    for _, gap in gaps.iterrows():
-        texts.setdefault((gap["variant"], gap["shape"]), []).append(_gap(gap))
-    return {label: "; ".join(parts) for label, parts in texts.items()}
+def largest_gaps_text(gaps: Any) -> str:
+    """A shape's largest gaps (the summary's ``largest_gaps``: one dict per gap) as one
+    line: ``812 µs before h.0.attn (CPU: aten::linear); ...``."""
+    if not isinstance(gaps, (list, tuple)):
+        return ""
+    return "; ".join(_gap(pd.Series(gap)) for gap in gaps)
 
 
 def _judged_step(row: pd.Series) -> str:
@@ -229,3 +231,52 @@ def finding_evidence(found: Mapping[str, Any], shape: pd.Series) -> str:
     """The evidence sentence of a finding of
     :func:`~torch_nsight.analyze.verdicts.label_findings`, of the shape ``shape``."""
     return _FINDING_EVIDENCE[found["finding"]](found, shape)
+
+
+#: The columns of :func:`word_summary`: the summary's, its verdict's evidence and advice
+#: beside the verdict, ``largest_gaps`` in words.
+WORDED_SUMMARY_COLUMNS = tuple(
+    c for column in SUMMARY_COLUMNS if column != "facts"
+    for c in ((column, "evidence", "advice") if column == "verdict" else (column,)))
+#: The columns of :func:`word_step_findings`: the findings' with their evidence and fix in
+#: place of the numbers they are written from.
+WORDED_STEP_FINDING_COLUMNS = tuple(
+    c for column in STEP_FINDING_COLUMNS
+    for c in (("evidence", "fix") if column == "facts" else (column,)))
+
+
+def word_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~torch_nsight.analyze.timeline_summary` with its words: each verdict's
+    evidence and what to try (``advice``), the largest gaps as one line.
+
+    Returns:
+        :data:`WORDED_SUMMARY_COLUMNS`, the rows of ``summary``.
+    """
+    out = summary.copy()
+    out["evidence"] = pd.Series([verdict_evidence(pd.Series(f)) for f in out["facts"]],
+                                index=out.index, dtype=object)
+    out["advice"] = pd.Series([VERDICT_ADVICE[v] for v in out["verdict"]], index=out.index,
+                              dtype=object)
+    out["largest_gaps"] = pd.Series([largest_gaps_text(g) for g in out["largest_gaps"]],
+                                    index=out.index, dtype=object)
+    return out.loc[:, list(WORDED_SUMMARY_COLUMNS)]
+
+
+def step_finding_words(facts: Mapping[str, Any], finding: str) -> tuple[str, str]:
+    """The evidence and the fix of a timeline finding, from its ``facts`` (its numbers and
+    its shape's medians)."""
+    found = {**facts["found"], "finding": finding}
+    return finding_evidence(found, pd.Series(facts["shape"])), FINDING_FIXES[finding]
+
+
+def word_step_findings(found: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~torch_nsight.analyze.timeline_findings` with each finding's evidence and fix.
+
+    Returns:
+        :data:`WORDED_STEP_FINDING_COLUMNS`, the rows of ``found``.
+    """
+    out = found.copy()
+    words = [step_finding_words(row["facts"], row["finding"]) for _, row in out.iterrows()]
+    out["evidence"] = pd.Series([w[0] for w in words], index=out.index, dtype=object)
+    out["fix"] = pd.Series([w[1] for w in words], index=out.index, dtype=object)
+    return out.loc[:, list(WORDED_STEP_FINDING_COLUMNS)]
