@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch_nsight.render.columns import cut, module_cell
-from torch_nsight.render.fit import fit_columns, terminal_width
+from torch_nsight.render.columns import module_cell
+from torch_nsight.render.fit import fit_table, terminal_width
 from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         gains.append(("measured µs", measured_cell, "right"))
     return [
         *columns,
-        ("module", lambda r: cut(module_cell(r), 36), "left"),
+        ("module", module_cell, "left"),  # fitted: its distinguishing end kept
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
         *gains,
@@ -114,12 +114,9 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)
     rows = printable_rows([[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()])
-    headers, rows, aligns = fit_columns(
+    table = fit_table(
         [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
-        drop=("confidence", "basis"), wrap=("fix",), cut=("module",), keep_end=("module",),
-        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
-        prefer={"fix": 60})
-    table = tabulate(rows, headers=headers, disable_numparse=True,
-                     tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
-                     colalign=aligns)
+        beneath="fix", drop=("confidence", "basis"), wrap=("fix",), cut=("module",),
+        keep_end=("module",), prefer={"fix": 60},
+        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain")
     return f"{title}\n\n{table}"
