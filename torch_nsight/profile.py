@@ -27,6 +27,7 @@ from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import ProfileMeta, Source, SweepRecord
 from torch_nsight.report import saved
+from torch_nsight.units import counted
 
 logger = logging.getLogger(__name__)
 
@@ -306,17 +307,16 @@ class Profile:
         """One line: GPU, kernel count, shapes, variants, coverage and non-default settings."""
         from torch_nsight.record import describe_settings
 
-        shapes = ", ".join(map(str, self.shapes)) or "unlabelled"
-        variants = ", ".join(map(str, self.variants))
+        shapes, variants = ", ".join(map(str, self.shapes)) or "unlabelled", ", ".join(self.variants)
         try:
             coverage = self.coverage
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
         settings = describe_settings(self.meta.settings)
         most, ranks = runs_and_ranks(self.kernels)
-        count = (f"{len(self.kernels)} kernel launches over {most} runs" if most > 1
-                 else f"{len(self.kernels)} kernels") + (f" of {ranks} ranks" if ranks > 1
-                                                         else "")
+        noun = ("kernel launch", "kernel launches") if most > 1 else ("kernel", "kernels")
+        count = (counted(len(self.kernels), *noun) + f" over {most} runs" * (most > 1)
+                 + f" of {ranks} ranks" * (ranks > 1))
         return (f"{', '.join(self.gpus) or 'unknown GPU'}: {count}, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.columns import module_cell
 from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
+from torch_nsight.units import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,7 +83,7 @@ def verdict_line(rows: pd.DataFrame, largest: pd.Series | None, threshold: float
     """
     counts = count_verdicts(rows)
     line = (f"{counts.get('regressed', 0)} regressed, {counts.get('improved', 0)} improved "
-            f"of {len(rows)} {by}s at {threshold:g}%")
+            f"of {counted(len(rows), by)} at {threshold:g}%")
     if largest is not None:
         where = module_cell(largest)
         if by == "kernel":

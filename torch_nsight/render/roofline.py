@@ -31,6 +31,7 @@ from torch_nsight.render.figure import (
     save_figure,
 )
 from torch_nsight.render.units import format_rate
+from torch_nsight.units import counted
 from torch_nsight.vocabulary import UNATTRIBUTED, split_path
 
 if TYPE_CHECKING:
@@ -348,7 +349,7 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     roofs = _draw_chart(ax, placed, bandwidth, colors, longest)
     title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
     ax.set_title(f"Roofline: {_gpu(profile)}, shape {title_shapes}\n"
-                 f"{len(placed)} of {len(rows)} kernels placed; roofs from the report's "
+                 f"{len(placed)} of {counted(len(rows), 'kernel')} placed; roofs from the report's "
                  "peaks at the fastest clock seen", fontsize=11)
     if strip is not None:
         _draw_strip(strip, unplaced, colors, longest, float(rows["duration_ns"].sum()))
