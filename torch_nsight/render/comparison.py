@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.columns import module_cell
+from torch_nsight.render.fit import fit_columns, tabulated
 from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
 from torch_nsight.units import counted
 
@@ -123,8 +124,6 @@ def changes_table(changed: pd.DataFrame, by: str, fmt: str, width: int) -> str:
     Returns:
         The table without a trailing newline.
     """
-    from tabulate import tabulate
-
     headers, columns = _label_columns(changed)
     headers += ["module", "dir"]
     columns += [module_cell, lambda r: _text(r["direction"])]
@@ -138,13 +137,10 @@ def changes_table(changed: pd.DataFrame, by: str, fmt: str, width: int) -> str:
     body = printable_rows([[cell(row) for cell in columns] for _, row in changed.iterrows()])
     aligns = ["right" if h in _RIGHT else "left" for h in headers]
     if fmt != "markdown":
-        from torch_nsight.render.fit import fit_columns
-
         headers, body, aligns = fit_columns(
             headers, body, aligns, width, drop=("bound", "change %"),
             cut=("kernel", "module"), keep_end=("module", "kernel"), tablefmt="plain")
-    return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True, colalign=aligns)
+    return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")
 
 
 def _label_columns(rows: pd.DataFrame) -> tuple[list[str], list[Any]]:
@@ -175,8 +171,6 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
     Returns:
         The table without a trailing newline.
     """
-    from tabulate import tabulate
-
     headers, columns = _label_columns(rows)
     if by == "module":
         headers.append("module")
@@ -193,10 +187,8 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
     body = printable_rows([[cell(row) for cell in columns] for _, row in rows.iterrows()])
     aligns = ["right" if h in _RIGHT else "left" for h in headers]
     if fmt != "markdown":  # a terminal or a log: fit its width (a pull request keeps all)
-        from torch_nsight.render.fit import fit_columns, terminal_width
-
+        from torch_nsight.render.fit import terminal_width
         headers, body, aligns = fit_columns(
             headers, body, aligns, width or terminal_width(), drop=("headroom µs", "bound"),
             cut=("module", "kernel"), keep_end=("module", "kernel"), tablefmt="plain")
-    return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True, colalign=aligns)
+    return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch_nsight.render.fit_names import MAX_NAME_END, distinguishing_width, name_lines
 
-__all__ = ["terminal_width", "fit_columns", "fit_table", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
+__all__ = ["terminal_width", "fit_columns", "fit_table", "tabulated", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 120
 #: Narrowest a wrapped column gets before names are cut, and at all.
@@ -49,8 +49,8 @@ def _cell_width(text: str) -> int:
 
 def wrap_text(text: str, width: int | None = None, indent: str = "  ") -> str:
     """A line of prose wrapped at spaces to ``width`` (default :func:`terminal_width`),
-    each line after the first indented by ``indent``; a word is never broken, and one
-    longer than the line gets a line of its own. Line breaks already in ``text`` stay.
+    each line after the first indented by ``indent``; a word is broken only where it is
+    longer than a whole line (a metric's name at 80 columns). Line breaks in ``text`` stay.
 
     Args:
         text: the text.
@@ -66,8 +66,9 @@ def wrap_text(text: str, width: int | None = None, indent: str = "  ") -> str:
     out: list[str] = []
     for line in text.split("\n"):
         lead = line[: len(line) - len(line.lstrip(" "))]
+        # a word longer than a whole line (a metric's name) is broken: nothing else fits it
         out += textwrap.wrap(line, width, subsequent_indent=lead + indent,
-                             break_long_words=False, break_on_hyphens=False) or [line]
+                             break_long_words=True, break_on_hyphens=False) or [line]
     return "\n".join(out)
 
 
@@ -79,13 +80,34 @@ def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequen
     as wide as the whole table: one row to lay out, each cell measured once (a table of
     1,000 deep module rows is measured in milliseconds, not by laying it out 27 times).
     """
-    from tabulate import tabulate
 
     widest = [max((str(r[at]) for r in rows), key=_cell_width, default="")
               for at in range(len(headers))]
-    text = tabulate([widest] if rows else [], headers=list(headers), tablefmt=tablefmt,
-                    disable_numparse=True, colalign=list(aligns))
+    text = tabulated(list(headers), [widest] if rows else [], list(aligns), tablefmt)
     return max((len(line) for line in text.splitlines()), default=0)
+
+
+def tabulated(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
+              tablefmt: str = "plain") -> str:
+    """The table as tabulate lays it out, cells as they are (no number parsing); a
+    ``plain`` one with its headers as its first row, so that a column is as wide as its
+    widest cell or header, not two more than its header (tabulate's padding of headers,
+    which only a format with rules under its headers needs).
+
+    Args:
+        headers, rows, aligns: the table.
+        tablefmt: a tabulate format.
+
+    Returns:
+        The text, without a trailing newline.
+    """
+    from tabulate import tabulate
+
+    if tablefmt == "plain":
+        return str(tabulate([list(headers), *rows], tablefmt="plain", disable_numparse=True,
+                            colalign=list(aligns)))
+    return str(tabulate(rows, headers=list(headers), tablefmt=tablefmt, disable_numparse=True,
+                        colalign=list(aligns)))
 
 
 def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], width: int,
@@ -225,7 +247,6 @@ def fit_table(headers: list[str], rows: list[list[str]], aligns: list[str], widt
     Returns:
         The table's text, without a trailing newline.
     """
-    from tabulate import tabulate
 
     wrap = tuple(options.pop("wrap", ()))
     prefer = dict(options.pop("prefer", {}) or {})
@@ -241,8 +262,7 @@ def fit_table(headers: list[str], rows: list[list[str]], aligns: list[str], widt
             rows = [row[:at] + row[at + 1:] for row in rows]
     headers, rows, aligns = fit_columns(headers, rows, aligns, width, wrap=wrap,
                                         prefer=prefer, tablefmt=tablefmt, **options)
-    table = tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True,
-                     colalign=aligns)
+    table = tabulated(headers, rows, aligns, tablefmt)
     if moved is None:
         return str(table)
     return _with_lines_beneath(str(table), headers, rows, moved, label or beneath, width)
