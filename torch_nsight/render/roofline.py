@@ -187,7 +187,7 @@ def _draw_strip(strip: Axes, rows: pd.DataFrame, colors: dict[str, str], longest
     strip.set_xlabel("kernel time (µs)")
     share = 100.0 * rows["duration_ns"].sum() / total_ns if total_ns else float("nan")
     strip.set_title(f"{len(rows)} kernel(s) without FLOPs or DRAM bytes cannot sit on log "
-                    f"axes: shown here by time ({rows['duration_ns'].sum() / 1e3:.1f} µs, "
+                    f"axes: shown here by time ({rows['duration_ns'].sum() / 1e3:,.1f} µs, "
                     f"{share:.1f}% of GPU time)", fontsize=9, loc="left")
     strip.grid(axis="x", alpha=0.3)
 
