@@ -99,11 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TorchNsightError as err:
         if args.verbose >= 2:
             logger.exception("%s failed", args.command)
-        from torch_nsight.render.fit import terminal_width, wrap_text
         from torch_nsight.render.units import printable
 
         message = printable(" ".join(str(err).split())) or type(err).__name__
-        print(wrap_text(f"{PROG}: error: {message}", terminal_width()), file=sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)  # one line: a script greps it
         return 1
     except OSError as err:  # a folder one may not write, a full disk: not a bug
         if not isinstance(err, PermissionError) and err.errno not in _FILE_SYSTEM_ERRORS:
