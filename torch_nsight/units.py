@@ -85,3 +85,18 @@ def format_bytes(count: float) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count:.0f} B"
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` with its noun, singular for one (``1 kernel``, ``3 kernels``,
+    ``2 kernel launches``; ``plural`` where adding an ``s`` is wrong).
+
+    Args:
+        count: how many.
+        noun: the noun for one.
+        plural: the noun for several (default: ``noun`` + ``s``).
+
+    Returns:
+        The words, the count with thousands separators.
+    """
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"

@@ -141,17 +141,20 @@ def test_a_sweep_directory_against_itself(data: Path,
     assert len(table) == len(module_tree(torch_nsight.load(sweep).kernels))
 
 
-def test_modules_on_one_side_only_are_listed(data: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_unrelated_models_are_an_error_without_a_table(
+        data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = compare(capsys, data / "sweep_stack", data / "hand_s128.ncu-rep.xz",
                                "--all")
     assert status == 1  # nothing matched: a CI gate must not pass on that
-    assert "no row of the two profiles matched" in err
+    assert out == ""  # an error prints no table (docs/cli.md)
+    assert err.splitlines()[-1].startswith("torch-nsight: error: no row of the two "
+                                           "profiles matched")
+    rows = compare_profiles(torch_nsight.load(data / "sweep_stack").kernels,
+                            torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels)
     stack = module_tree(torch_nsight.load(data / "sweep_stack").kernels)
     hand = module_tree(torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels)
-    assert out.count("only in baseline") == len(stack) + 1  # + the summary line
-    assert out.count("only in current") == len(hand) + 1
-    assert f"{len(stack)} only in baseline, {len(hand)} only in current" in out
+    assert (rows["verdict"] == "only in baseline").sum() == len(stack)
+    assert (rows["verdict"] == "only in current").sum() == len(hand)
 
 
 def test_one_label_each_is_compared_and_said(data: Path, tmp_path: Path,

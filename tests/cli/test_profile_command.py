@@ -84,8 +84,13 @@ def test_dry_run_shows_the_command_and_the_metrics(tmp_path: Path,
     (tmp_path / "train.py").write_text(STEPS_ONLY)
 
     def dry_run(*args: str) -> tuple[int, str, str]:
-        return run_main(["profile", "--dry-run", *args], tmp_path, monkeypatch, capsys)
+        return run_main(["profile", "--dry-run", "-v", *args], tmp_path, monkeypatch, capsys)
 
+    _, short, _ = run_main(["profile", "--dry-run", "--steps", "10:12", "--", "python",
+                            "train.py", "0"], tmp_path, monkeypatch, capsys)
+    assert short.startswith("# dry run: ncu would profile `python train.py 0` with the fast "
+                            "metric set")  # without -v: a line, not ncu's command
+    assert "gpu__time_duration.sum" not in short and len(short.splitlines()) <= 10
     status, out, err = dry_run("--steps", "10:12", "--", "python", "train.py", "--lr", "3e-4")
     assert status == 0, err
     assert max(map(len, out.splitlines())) <= 120  # wrapped with shell continuations
@@ -379,7 +384,8 @@ def test_reports_of_ranks_carry_their_rank() -> None:
 def test_nccl_kernels_are_left_out_where_replay_would_hang(
         tmp_path: Path, world: str, metric_set: str, kernel: str | None,
         expected: str | None) -> None:
-    args = ["--dry-run", "--ranks", "0", "--metric-set", metric_set,
+    (tmp_path / "train.py").write_text("")  # checked: a dry run fails on a missing script
+    args = ["-v", "--dry-run", "--ranks", "0", "--metric-set", metric_set,
             *(["-k", kernel] if kernel else []), "--", "python", "train.py"]
     proc = cli(*args, cwd=tmp_path, env={"RANK": "0", "WORLD_SIZE": world})
     assert proc.returncode == 0, proc.stderr

@@ -121,6 +121,9 @@ def test_scaling_one_shape_accounts_for_all_time(profile: Profile) -> None:
     total_us = profile.kernels["duration_ns"].sum() / 1e3
     assert sum(bar.get_width() for bar in bars) == pytest.approx(total_us)
     assert "one shape only" in figure.axes[0].get_title()
+    # the y axis names the modules: no legend repeats them
+    assert figure.legends == []
+    assert len(figure.axes[0].get_yticklabels()) == len(bars)
 
 
 def test_scaling_lines_per_module_and_variant(sweep_profile: Profile) -> None:
@@ -168,7 +171,10 @@ def legend_colors(legend) -> dict[str, str]:
 
 def test_one_color_per_module_in_both_charts(profile: Profile) -> None:
     roofline = legend_colors(plot_roofline(profile).legends[0])
-    scaling = legend_colors(plot_scaling(profile).legends[0])
+    ax = plot_scaling(profile).axes[0]  # one shape: a bar per module, named on the y axis
+    bars = [p for p in ax.patches if p.get_gid() == "module-time"]
+    scaling = {label.get_text(): mcolors.to_hex(bar.get_facecolor())
+               for label, bar in zip(ax.get_yticklabels(), bars, strict=True)}
     assert set(roofline) == set(scaling) == {
         "input_layernorm", "self_attn", "post_attention_layernorm", "mlp",
         "LlamaBlock (own kernels)", "(unattributed)"}

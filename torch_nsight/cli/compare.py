@@ -242,15 +242,17 @@ def run(args: argparse.Namespace) -> int:
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
     for note in first_notes(notes):
         print(wrap_text(printable(f"torch-nsight: warning: {note}")), file=sys.stderr)
+    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
+                                           "fused")).all():
+        from torch_nsight.errors import TorchNsightError
+
+        # an error prints no table: one line on stderr (cli/main.py), nothing on stdout
+        raise TorchNsightError("no row of the two profiles matched (different models, "
+                               "shapes or labels?): nothing was compared, so this is not "
+                               "a pass")
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout)
-    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
-                                           "fused")).all():
-        print("torch-nsight: error: no row of the two profiles matched (different models, "
-              "shapes or labels?): nothing was compared, so this is not a pass",
-              file=sys.stderr)  # an error is one line (cli/main.py)
-        return 1
     return 1 if (rows["verdict"] == "regressed").any() else 0
 
 

@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from torch_nsight.render.readable_numbers import printable
 
         message = printable(" ".join(str(err).split())) or type(err).__name__
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{PROG}: error: {message}", file=sys.stderr)  # one line: a script greps it
         return 1
     except OSError as err:  # a folder one may not write, a full disk: not a bug
         if not isinstance(err, PermissionError) and err.errno not in _FILE_SYSTEM_ERRORS:

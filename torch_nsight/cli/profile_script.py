@@ -55,7 +55,7 @@ from torch_nsight.cli.profile_stalls import (
     second_pass,
     show_dry_run,
 )
-from torch_nsight.cli.rehearse import rehearse
+from torch_nsight.cli.rehearse import check_command, rehearse
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
@@ -348,7 +348,8 @@ def run(args: argparse.Namespace) -> int:
 
 def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
             options: dict[str, Any], verify: VerifyPlan | None) -> int:
-    """``profile --dry-run``: the ncu command line and metrics; with ``--steps`` the command
+    """``profile --dry-run``: what ncu would do in a line (its command line and metrics with
+    ``-v``); without ``--steps`` the command checked (:func:`check_command`), with them the command
     rehearsed without ncu (:func:`rehearse`), then ``--verify-fix``'s fixes measured.
 
     Raises:
@@ -365,11 +366,19 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
         ncu = args.ncu or "ncu"
     plan = script.plan_script(command, report, ncu=ncu, **options)
-    print(shell_command(plan.ncu_command, quoted=[
-        f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]))
-    say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
-    if args.stalls:
-        show_dry_run(plan, ncu, args.ncu_arg)
+    if args.steps is None:
+        check_command(command)  # the rehearsal checks the rest
+    if getattr(args, "verbose", 0):
+        print(shell_command(plan.ncu_command, quoted=[
+            f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]))
+        say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
+        if args.stalls:
+            show_dry_run(plan, ncu, args.ncu_arg)
+    else:
+        say_comment(f"# dry run: ncu would profile `{shlex.join(command)}` with the "
+                    f"{plan.metric_set} metric set ({len(plan.metrics)} metrics"
+                    f"{', then a second pass for --stalls' if args.stalls else ''}) into "
+                    f"{report}; -v prints its command line and metrics")
     if args.steps is None:
         say_comment(f"# every kernel is profiled; {MARKER_HINT}")
         return 0

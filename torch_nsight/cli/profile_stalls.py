@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.formats import stall_report_of
+from torch_nsight.units import counted
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan
@@ -104,6 +105,6 @@ def second_pass(first: ScriptPlan, profile: Profile, *, ncu: str, ncu_args: Sequ
                        "results are shown", done.failed)
         return done.profile
     say(f"second pass (--stalls): {len(done.functions)} kernel names, "
-        f"{done.kernels_profiled} kernels profiled in {done.seconds:.1f} s; stall reasons on "
+        f"{counted(done.kernels_profiled, 'kernel')} profiled in {done.seconds:.1f} s; stall reasons on "
         f"{done.merged} kernel rows ({stall_report_of(first.report)})", sys.stderr)
     return done.profile

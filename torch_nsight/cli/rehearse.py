@@ -3,11 +3,14 @@ what ncu would get, in words."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say_comment
 from torch_nsight.errors import NothingProfiledError
+from torch_nsight.units import counted
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan
@@ -39,7 +42,12 @@ def rehearse(plan: ScriptPlan) -> int:
     for step in done.steps:
         say_comment(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
     ran = [s for s in done.steps if s.get("status") == "ok"]
-    raised = [str(s["index"]) for s in done.steps if s.get("status") != "ok"]
+    exited = [s for s in done.steps if s.get("status") == "exited"]
+    raised = [str(s["index"]) for s in done.steps if s.get("status") not in ("ok", "exited")]
+    if exited:
+        raise NothingProfiledError(f"the command exited inside chosen step "
+                                   f"{exited[0]['index']} (sys.exit, exit status "
+                                   f"{exited[0].get('exit_status')}): under ncu it would too")
     if raised:
         raise NothingProfiledError(f"the dry run's chosen step(s) {', '.join(raised)} raised "
                                    "an exception (see the command's output above): under ncu "
@@ -79,12 +87,14 @@ def _checked(event: dict[str, Any]) -> str:
 def _step_line(step: dict[str, Any], metric_set: str) -> str:
     """One chosen step of a dry run, in words, with what ncu would miss."""
     line = f"{step.get('status')} in {step.get('elapsed_s', 0.0):.2f} s"
+    if step.get("status") == "exited":
+        return line + f": the command exited in it (exit status {step.get('exit_status')})"
     if step.get("status") != "ok":
         return line + ": it raised"
     if not step.get("modules"):
         return (line + "; no module instrumented: call torch_nsight.instrument(model) before "
                 "the loop, or no kernel is attributed to a module")
-    line += f"; {step['modules']} modules instrumented"
+    line += f"; {counted(int(step['modules']), 'module')} instrumented"
     if step.get("calls"):
         line += f", {step['calls']} torch calls recorded (their shapes give the FLOPs)"
     elif step.get("compiled"):
@@ -95,3 +105,35 @@ def _step_line(step: dict[str, Any], metric_set: str) -> str:
         line += ("; no calls table (instrument(record_calls=False)?): the fast metric set "
                  "then has no FLOPs, use --metric-set lean")
     return line
+
+
+#: Options of ``python`` that take the next word as their value.
+_PYTHON_VALUES = frozenset({"-W", "-X", "-Q"})
+
+
+def check_command(command: Sequence[str]) -> None:
+    """Check, without running it, what a dry run without ``--steps`` can: that the
+    command's program is found and that the Python script it names exists.
+
+    Raises:
+        UsageError: the program is not found, or ``python SCRIPT.py`` names no file.
+    """
+    import shutil
+
+    program = command[0]
+    if shutil.which(program) is None:
+        raise UsageError(f"{program}: no such program (not on PATH, not a file that can run): "
+                         "the dry run could not check the command")
+    if not Path(program).name.startswith("python"):
+        return
+    words = iter(command[1:])
+    for word in words:
+        if word in ("-m", "-c", "-"):  # a module or code: nothing to look for
+            return
+        if word in _PYTHON_VALUES:
+            next(words, None)
+        elif not word.startswith("-"):
+            if word.endswith(".py") and not Path(word).is_file():
+                raise UsageError(f"{word}: no such file (from {Path.cwd()}): the dry run could "
+                                 "not check the command")
+            return

@@ -23,7 +23,11 @@ from torch_nsight.render.readable_numbers import printable
 __all__ = ["say", "say_comment", "shell_command", "joined_command", "LogFormatter",
            "log_handler", "LOG_FORMAT"]
 
-LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+#: The tool's own voice for the library's log records: ``warning: ...``, ``note: ...``
+#: (the logger's name only at -vv, where it helps to find the line that said it).
+LOG_FORMAT = "%(message)s"
+_LEVEL_WORDS = {logging.DEBUG: "debug", logging.INFO: "note", logging.WARNING: "warning",
+                logging.ERROR: "error", logging.CRITICAL: "error"}
 
 
 def say(text: str = "", stream: TextIO | None = None) -> None:
@@ -97,14 +101,17 @@ def joined_command(text: str) -> str:
 
 
 class LogFormatter(logging.Formatter):
-    """The CLI's log records, ``LEVEL logger: message``, wrapped like :func:`say`."""
+    """The CLI's log records as the tool's own lines, wrapped like :func:`say`:
+    ``warning: message``, ``note: message`` (info), ``debug: logger: message``."""
 
     def __init__(self) -> None:
         super().__init__(LOG_FORMAT)
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        word = _LEVEL_WORDS.get(record.levelno, record.levelname.lower())
+        where = f"{record.name}: " if record.levelno < logging.INFO else ""
         # names quoted from files escaped: no escape codes, no forged lines
-        return printable(super().formatMessage(record))
+        return printable(f"{word}: {where}{super().formatMessage(record)}")
 
     def format(self, record: logging.LogRecord) -> str:
         return wrap_text(super().format(record), terminal_width())

@@ -236,7 +236,7 @@ def kernel_group_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Col
         ("mean µs", lambda r: format_us(r["mean_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),
         ("modules", lambda r: format_count(r["modules"]), "right"),
-        ("top module", lambda r: cut(r["top_module"], 28), "left"),
+        ("top module", lambda r: _text(r["top_module"]), "left"),
         ("bound", lambda r: _text(r["bound"]), "left"),
         ("headroom µs", lambda r: format_us(r["headroom_ns"]), "right"),
     ]
@@ -260,7 +260,7 @@ def shape_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("kernels", lambda r: format_count(r["launches"]), "right"),
         ("time µs", timed("duration_ns"), "right"),
         ("in modules %", _share("coverage_pct"), "right"),
-        ("top module", lambda r: cut(r["top_module"], 28), "left"),
+        ("top module", lambda r: _text(r["top_module"]), "left"),
         ("its %", _share("top_module_pct"), "right"),
         ("memory %", _share("memory_pct"), "right"),
         ("compute %", _share("compute_pct"), "right"),
@@ -281,6 +281,6 @@ def rank_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         ("time µs", lambda r: format_us(r["duration_ns"]), "right"),
         ("NCCL µs", lambda r: format_us(r["nccl_ns"]), "right"),
         ("NCCL %", _share("nccl_pct"), "right"),
-        ("top module", lambda r: cut(r["top_module"], 28), "left"),
+        ("top module", lambda r: _text(r["top_module"]), "left"),
         ("its %", _share("top_module_pct"), "right"),
     ]

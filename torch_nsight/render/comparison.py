@@ -11,13 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.columns import module_cell
-from torch_nsight.render.readable_numbers import (
-    MISSING,
-    format_us,
-    is_missing,
-    printable_rows,
-    shorten,
-)
+from torch_nsight.render.fit import fit_columns, tabulated
+from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
+from torch_nsight.units import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,7 +84,7 @@ def verdict_line(rows: pd.DataFrame, largest: pd.Series | None, threshold: float
     """
     counts = count_verdicts(rows)
     line = (f"{counts.get('regressed', 0)} regressed, {counts.get('improved', 0)} improved "
-            f"of {len(rows)} {by}s at {threshold:g}%")
+            f"of {counted(len(rows), by)} at {threshold:g}%")
     if largest is not None:
         where = module_cell(largest)
         if by == "kernel":
@@ -128,8 +124,6 @@ def changes_table(changed: pd.DataFrame, by: str, fmt: str, width: int) -> str:
     Returns:
         The table without a trailing newline.
     """
-    from tabulate import tabulate
-
     headers, columns = _label_columns(changed)
     headers += ["module", "dir"]
     columns += [module_cell, lambda r: _text(r["direction"])]
@@ -143,13 +137,10 @@ def changes_table(changed: pd.DataFrame, by: str, fmt: str, width: int) -> str:
     body = printable_rows([[cell(row) for cell in columns] for _, row in changed.iterrows()])
     aligns = ["right" if h in _RIGHT else "left" for h in headers]
     if fmt != "markdown":
-        from torch_nsight.render.fit import fit_columns
-
         headers, body, aligns = fit_columns(
             headers, body, aligns, width, drop=("bound", "change %"),
             cut=("kernel", "module"), keep_end=("module", "kernel"), tablefmt="plain")
-    return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True, colalign=aligns)
+    return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")
 
 
 def _label_columns(rows: pd.DataFrame) -> tuple[list[str], list[Any]]:
@@ -180,8 +171,6 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
     Returns:
         The table without a trailing newline.
     """
-    from tabulate import tabulate
-
     headers, columns = _label_columns(rows)
     if by == "module":
         headers.append("module")
@@ -198,10 +187,8 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
     body = printable_rows([[cell(row) for cell in columns] for _, row in rows.iterrows()])
     aligns = ["right" if h in _RIGHT else "left" for h in headers]
     if fmt != "markdown":  # a terminal or a log: fit its width (a pull request keeps all)
-        from torch_nsight.render.fit import fit_columns, terminal_width
-
+        from torch_nsight.render.fit import terminal_width
         headers, body, aligns = fit_columns(
             headers, body, aligns, width or terminal_width(), drop=("headroom µs", "bound"),
             cut=("module", "kernel"), keep_end=("module", "kernel"), tablefmt="plain")
-    return tabulate(body, headers=headers, tablefmt="pipe" if fmt == "markdown" else "plain",
-                    disable_numparse=True, colalign=aligns)
+    return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torch_nsight.render.columns import cut, module_cell
-from torch_nsight.render.fit import fit_columns, terminal_width
-from torch_nsight.render.readable_numbers import MISSING, format_us, is_missing, printable_rows
+from torch_nsight.render.columns import module_cell
+from torch_nsight.render.fit import fit_table, terminal_width
+from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,15 +35,6 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
             if c in kernels and kernels[c].nunique(dropna=False) > 1]
 
 
-def gain_cell(row: pd.Series) -> str:
-    """A finding's gain: the one a model of its fix counts, else ``≤`` the bound no fix can
-    beat (``gain_bound_ns``: a small grid's time above its roofline), else ``-``."""
-    gain, bound = row["est_gain_ns"], row.get("gain_bound_ns")
-    if is_missing(gain) and not is_missing(bound):
-        return f"≤ {format_us(bound)}"
-    return format_us(gain)
-
-
 def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``findings`` table.
 
@@ -53,12 +44,12 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     columns += [(label, _label_cell(label), "left") for label in _labels(kernels)]
     measured = "measured_gain_ns" in frame
     gains: list[Column] = [("predicted µs" if measured else "gain µs",
-                            gain_cell, "right")]
+                            lambda r: format_us(r["est_gain_ns"]), "right")]
     if measured:  # profile --verify: the gain measured on the user's steps beside it
         gains.append(("measured µs", measured_cell, "right"))
     return [
         *columns,
-        ("module", lambda r: cut(module_cell(r), 36), "left"),
+        ("module", module_cell, "left"),  # fitted: its distinguishing end kept
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
         *gains,
@@ -111,7 +102,7 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     if markdown:
         measured = "measured_gain_ns" in frame
         cells = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
-                  gain_cell(r), *([measured_cell(r)] if measured else []),
+                  format_us(r["est_gain_ns"]), *([measured_cell(r)] if measured else []),
                   f"{r['gain_basis']}, {r['confidence']}", _text(r["evidence"]),
                   _text(r["fix"])]
                  for i, (_, r) in enumerate(frame.iterrows())]
@@ -123,12 +114,9 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     columns = finding_columns(frame.reset_index(drop=True), kernels)
     shown = frame.reset_index(drop=True)
     rows = printable_rows([[cell(row) for _, cell, _ in columns] for _, row in shown.iterrows()])
-    headers, rows, aligns = fit_columns(
+    table = fit_table(
         [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
-        drop=("confidence", "basis"), wrap=("fix",), cut=("module",), keep_end=("module",),
-        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
-        prefer={"fix": 60})
-    table = tabulate(rows, headers=headers, disable_numparse=True,
-                     tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain",
-                     colalign=aligns)
+        beneath="fix", drop=("confidence", "basis"), wrap=("fix",), cut=("module",),
+        keep_end=("module",), prefer={"fix": 60},
+        tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain")
     return f"{title}\n\n{table}"

@@ -13,8 +13,11 @@ import shutil
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import Any
 
-__all__ = ["terminal_width", "fit_columns", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
+from torch_nsight.render.fit_names import MAX_NAME_END, distinguishing_width, name_lines
+
+__all__ = ["terminal_width", "fit_columns", "fit_table", "tabulated", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
 
 DEFAULT_WIDTH = 120
 #: Narrowest a wrapped column gets before names are cut, and at all.
@@ -46,8 +49,8 @@ def _cell_width(text: str) -> int:
 
 def wrap_text(text: str, width: int | None = None, indent: str = "  ") -> str:
     """A line of prose wrapped at spaces to ``width`` (default :func:`terminal_width`),
-    each line after the first indented by ``indent``; a word is never broken, and one
-    longer than the line gets a line of its own. Line breaks already in ``text`` stay.
+    each line after the first indented by ``indent``; a word is broken only where it is
+    longer than a whole line (a metric's name at 80 columns). Line breaks in ``text`` stay.
 
     Args:
         text: the text.
@@ -63,8 +66,9 @@ def wrap_text(text: str, width: int | None = None, indent: str = "  ") -> str:
     out: list[str] = []
     for line in text.split("\n"):
         lead = line[: len(line) - len(line.lstrip(" "))]
+        # a word longer than a whole line (a metric's name) is broken: nothing else fits it
         out += textwrap.wrap(line, width, subsequent_indent=lead + indent,
-                             break_long_words=False, break_on_hyphens=False) or [line]
+                             break_long_words=True, break_on_hyphens=False) or [line]
     return "\n".join(out)
 
 
@@ -76,13 +80,34 @@ def _width(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequen
     as wide as the whole table: one row to lay out, each cell measured once (a table of
     1,000 deep module rows is measured in milliseconds, not by laying it out 27 times).
     """
-    from tabulate import tabulate
 
     widest = [max((str(r[at]) for r in rows), key=_cell_width, default="")
               for at in range(len(headers))]
-    text = tabulate([widest] if rows else [], headers=list(headers), tablefmt=tablefmt,
-                    disable_numparse=True, colalign=list(aligns))
+    text = tabulated(list(headers), [widest] if rows else [], list(aligns), tablefmt)
     return max((len(line) for line in text.splitlines()), default=0)
+
+
+def tabulated(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Sequence[str],
+              tablefmt: str = "plain") -> str:
+    """The table as tabulate lays it out, cells as they are (no number parsing); a
+    ``plain`` one with its headers as its first row, so that a column is as wide as its
+    widest cell or header, not two more than its header (tabulate's padding of headers,
+    which only a format with rules under its headers needs).
+
+    Args:
+        headers, rows, aligns: the table.
+        tablefmt: a tabulate format.
+
+    Returns:
+        The text, without a trailing newline.
+    """
+    from tabulate import tabulate
+
+    if tablefmt == "plain":
+        return str(tabulate([list(headers), *rows], tablefmt="plain", disable_numparse=True,
+                            colalign=list(aligns)))
+    return str(tabulate(rows, headers=list(headers), tablefmt=tablefmt, disable_numparse=True,
+                        colalign=list(aligns)))
 
 
 def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], width: int,
@@ -99,11 +124,13 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
         width: the characters a line may take.
         drop: headers of columns that may go, the first to go first.
         wrap: headers of columns whose text may wrap onto several lines (once every
-            droppable column went), the first to wrap first; wrapped text is kept whole.
+            droppable column went), the first to wrap first; wrapped text is kept whole,
+            and gets narrower than :data:`SOFT_WRAP` before any name is cut.
         cut: headers of columns of names, narrowed last: a name wraps onto a second line
             at a ``.``, ``/``, ``_`` or space, and only one that does not fit two lines is
-            cut: a name in ``keep_end`` loses its middle and keeps its start and end
-            (``blocks.…{0-11}.attn``), the others their end.
+            cut: a name in ``keep_end`` loses its middle and keeps its start and its
+            distinguishing end, whole dotted parts (``model.…post_attention_layernorm ×8``),
+            the others their end.
         keep_end: see ``cut``.
         tablefmt: the tabulate format the table is printed in.
         prefer: a width each wrapped column takes first, before any column is dropped
@@ -113,54 +140,168 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             column: it is never broken).
 
     Returns:
-        (headers, rows, aligns) of the columns kept, wrapped cells holding line breaks.
+        (headers, rows, aligns) of the columns kept, wrapped cells holding line breaks;
+        headers of two words may be on two lines.
     """
-    headers, rows, aligns = list(headers), [list(r) for r in rows], list(aligns)
+    table = _Fitting(list(headers), [list(r) for r in rows], list(aligns), width, tablefmt)
     for name, preferred in (prefer or {}).items():
-        if name in headers and _width(headers, rows, aligns, tablefmt) > width:
-            at = headers.index(name)
-            for row in rows:
-                row[at] = _wrapped(str(row[at]), preferred)
+        if name in table.headers and table.too_wide() > 0:
+            _rewrap(table.rows, table.headers.index(name), preferred, join=False)
+    table.remove(drop)
+    # text wraps narrower, headers take two lines, then names go on two lines keeping
+    # their distinguishing end; only then are names cut further
+    table.wrap_to(wrap, SOFT_WRAP)
+    if table.too_wide() > 0:
+        table.headers = [_header_lines(h, [r[at] for r in table.rows])
+                         for at, h in enumerate(table.headers)]
+    table.wrap_to(wrap, MIN_WRAP)
+    table.cut_to(cut, keep_end, MAX_NAME_END)
+    for floor in (MIN_WRAP, LAST_RESORT):
+        table.wrap_to(wrap, floor)
+        table.cut_to(cut, keep_end, floor)
+    if drop_last and table.too_wide() > 0:
+        table.remove(drop_last)
+        for name in wrap:  # the room a dropped column left: wrapped text takes it back
+            if name in table.headers:
+                at = table.headers.index(name)
+                _rewrap(table.rows, at, _widest(table.rows, at, name) - table.too_wide())
+    return table.headers, table.rows, table.aligns
 
-    def remove(names: Sequence[str]) -> None:
+
+class _Fitting:
+    """A table being fitted: its columns, and the moves :func:`fit_columns` makes."""
+
+    def __init__(self, headers: list[str], rows: list[list[str]], aligns: list[str],
+                 width: int, tablefmt: str) -> None:
+        self.headers, self.rows, self.aligns = headers, rows, aligns
+        self.width, self.tablefmt = width, tablefmt
+
+    def too_wide(self) -> int:
+        """How many characters the widest line has too many (<= 0: it fits)."""
+        return _width(self.headers, self.rows, self.aligns, self.tablefmt) - self.width
+
+    def remove(self, names: Sequence[str]) -> None:
+        """Drop the columns ``names``, in order, until the table fits."""
         for name in names:
-            if _width(headers, rows, aligns, tablefmt) <= width:
+            if self.too_wide() <= 0:
                 break
-            if name in headers:
-                at = headers.index(name)
-                del headers[at], aligns[at]
-                for row in rows:
+            if name in self.headers:
+                at = self.headers.index(name)
+                del self.headers[at], self.aligns[at]
+                for row in self.rows:
                     del row[at]
 
-    remove(drop)
-
-    def narrow(name: str, floor: int, shorter: Callable[[str, int], str]) -> None:
+    def narrow(self, name: str, floor: int, shorter: Callable[[str, int], str]) -> None:
         """Make column ``name`` as much narrower as the table is too wide (not below
         ``floor``), each cell through ``shorter``."""
-        excess = _width(headers, rows, aligns, tablefmt) - width
-        if excess <= 0 or name not in headers:
+        excess = self.too_wide()
+        if excess <= 0 or name not in self.headers:
             return
-        at = headers.index(name)
-        limit = max(floor, _widest(rows, at, name) - excess)
-        for row in rows:
+        at = self.headers.index(name)
+        limit = max(floor, _widest(self.rows, at, name) - excess)
+        for row in self.rows:
             row[at] = shorter(str(row[at]), limit)
 
-    # text wraps to SOFT_WRAP, names go on two lines (or are cut), then all get narrower
-    for floor in (SOFT_WRAP, MIN_WRAP, LAST_RESORT):
-        for name in wrap:
-            narrow(name, floor, lambda text, limit: _wrapped(text.replace("\n", " "), limit))
-        for name in cut:
-            narrow(name, min(floor, MIN_WRAP), partial(_name_lines, keep_end=name in keep_end))
-    if drop_last and _width(headers, rows, aligns, tablefmt) > width:
-        remove(drop_last)
-        for name in wrap:  # the room a dropped column left: wrapped text takes it back
-            if name in headers:
-                at = headers.index(name)
-                room = width - _width(headers, rows, aligns, tablefmt)
-                limit = _widest(rows, at, name) + room
-                for row in rows:
-                    row[at] = _wrapped(str(row[at]).replace("\n", " "), limit)
-    return headers, rows, aligns
+    def wrap_to(self, names: Sequence[str], floor: int) -> None:
+        """Wrap the text of columns ``names`` down to ``floor`` characters."""
+        for name in names:
+            self.narrow(name, floor,
+                        lambda text, limit: _wrapped(text.replace("\n", " "), limit))
+
+    def cut_to(self, names: Sequence[str], keep_end: Sequence[str], floor: int) -> None:
+        """Narrow the names of columns ``names`` down to ``floor`` characters; those of
+        ``keep_end`` not below their distinguishing end (:func:`distinguishing_width`)."""
+        for name in names:
+            ends = name in keep_end and name in self.headers
+            least = distinguishing_width([r[self.headers.index(name)] for r in self.rows]) \
+                if ends else 0
+            self.narrow(name, max(min(floor, MIN_WRAP), min(least, floor)),
+                        partial(name_lines, keep_end=name in keep_end))
+
+
+def _rewrap(rows: list[list[str]], at: int, limit: int, *, join: bool = True) -> None:
+    """Wrap column ``at`` of ``rows`` to ``limit`` (its lines joined again first)."""
+    for row in rows:
+        text = str(row[at])
+        row[at] = _wrapped(text.replace("\n", " ") if join else text, limit)
+
+
+def fit_table(headers: list[str], rows: list[list[str]], aligns: list[str], width: int, *,
+              beneath: str, label: str | None = None, tablefmt: str = "plain",
+              **options: Any) -> str:
+    """A plain table fitted to ``width`` (:func:`fit_columns`), with the text of column
+    ``beneath`` (advice, a fix) moved under each row, wrapped to the whole width, where
+    the table would otherwise squeeze it narrower than :data:`SOFT_WRAP`::
+
+          #  module                        dir  finding        gain µs
+          1  model.…post_attention_layernorm ×8  fwd  ...       1,529.21
+             fix: Fuse them: torch.compile the module (one kernel for the chain).
+
+    Args:
+        headers, rows, aligns, width: as :func:`fit_columns`.
+        beneath: the header of the column that may move under its rows.
+        label: what its lines start with (default: its header).
+        tablefmt: the tabulate format; only ``plain`` moves a column under its rows.
+        options: the other arguments of :func:`fit_columns`.
+
+    Returns:
+        The table's text, without a trailing newline.
+    """
+
+    wrap = tuple(options.pop("wrap", ()))
+    prefer = dict(options.pop("prefer", {}) or {})
+    moved: list[str] | None = None
+    if tablefmt == "plain" and beneath in headers:
+        trial = [[_wrapped(str(c), SOFT_WRAP) if h == beneath else c
+                  for h, c in zip(headers, row, strict=True)] for row in rows]
+        if _width(headers, trial, aligns, tablefmt) > width:
+            at = headers.index(beneath)
+            moved = [str(row[at]) for row in rows]
+            headers = headers[:at] + headers[at + 1:]
+            aligns = aligns[:at] + aligns[at + 1:]
+            rows = [row[:at] + row[at + 1:] for row in rows]
+    headers, rows, aligns = fit_columns(headers, rows, aligns, width, wrap=wrap,
+                                        prefer=prefer, tablefmt=tablefmt, **options)
+    table = tabulated(headers, rows, aligns, tablefmt)
+    if moved is None:
+        return str(table)
+    return _with_lines_beneath(str(table), headers, rows, moved, label or beneath, width)
+
+
+def _with_lines_beneath(table: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
+                        texts: Sequence[str], label: str, width: int) -> str:
+    """``table`` (tabulate's plain layout: header lines, then each row's lines) with each
+    row's text wrapped under it, indented to the table's second column."""
+    lines = table.split("\n")
+    head = max((h.count("\n") + 1 for h in headers), default=1)
+    indent = " " * _second_column(lines[0]) if headers and headers[0] == "#" else "  "
+    out, at = lines[:head], head
+    for row, text in zip(rows, texts, strict=True):
+        height = max((str(cell).count("\n") + 1 for cell in row), default=1)
+        out += lines[at:at + height]
+        at += height
+        flat = " ".join(text.split())
+        if flat and flat not in ("-", ""):
+            out.append(wrap_text(f"{indent}{label}: {flat}", width, "  "))
+    return "\n".join(out + lines[at:])
+
+
+def _second_column(header: str) -> int:
+    """Where the second column of a plain table starts (after ``#`` and its gap)."""
+    match = re.match(r"\s*\S+\s+", header)
+    return match.end() if match else 2
+
+
+def _header_lines(header: str, cells: Sequence[str]) -> str:
+    """A header of several words on two lines (``headroom`` over ``µs``) where its cells
+    are narrower than it."""
+    if " " not in header:
+        return header
+    widest = max((len(line) for c in cells for line in str(c).splitlines()), default=0)
+    if widest >= len(header):
+        return header
+    first, _, rest = header.rpartition(" ")
+    return f"{first}\n{rest}" if len(first) >= len(rest) else header.replace(" ", "\n", 1)
 
 
 def shared_cells(headers: list[str], rows: list[list[str]], aligns: list[str],
@@ -192,50 +333,6 @@ def shared_cells(headers: list[str], rows: list[list[str]], aligns: list[str],
 def _widest(rows: Sequence[Sequence[str]], at: int, header: str) -> int:
     """The widest line of column ``at`` (its header counted)."""
     return max([len(line) for r in rows for line in str(r[at]).splitlines()] + [len(header)])
-
-
-def _cut(text: str, limit: int, *, keep_end: bool) -> str:
-    """``text`` in ``limit`` characters: its start and ``…``, or with ``keep_end`` its
-    start, ``…`` and its end."""
-    if len(text) <= limit:
-        return text
-    if not keep_end:
-        return text[:limit - 1] + "…"
-    head = (limit - 1) // 3
-    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
-
-
-def _name_lines(text: str, limit: int, *, keep_end: bool) -> str:
-    """A name on at most two lines of ``limit`` characters, broken after a ``.``, ``/``,
-    ``_`` or space. Where two lines do not hold it, the first line keeps its start and the
-    second its end (``keep_end``: ``transformer.h.…`` over ``mlp.c_fc ×12``), or its next
-    part ending in ``…``; neither line starts with ``…``."""
-    text = text.replace("\n", "")
-    if len(text) <= limit:
-        return text
-    lines = [""]
-    for piece in re.findall(r"[^./_ ]+[./_ ]?|[./_ ]", text):
-        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > limit:
-            lines.append("")
-        lines[-1] += piece
-    # a line keeps the space it broke at, so that joining the lines gives the name back
-    if len(lines) <= 2 and all(len(line.rstrip()) <= limit for line in lines):
-        return "\n".join(lines)
-    if len(lines[0]) > limit:  # no break in its first line's width
-        return _cut(text, limit, keep_end=keep_end)
-    first = lines[0].rstrip()
-    rest = text[len(lines[0]):]
-    if not keep_end:
-        return first + "\n" + _cut(rest, limit, keep_end=False)
-    while len(first) + 1 > limit:  # room for the "…" that says a part is left out
-        first = first[:-1]
-    tail = ""
-    for piece in reversed(re.findall(r"[./_ ]?[^./_ ]+|[./_ ]", rest)):
-        if len(tail) + len(piece) > limit:
-            break
-        tail = piece + tail
-    tail = tail.lstrip(" ./_") or rest[len(rest) - limit:]
-    return first + "…\n" + tail
 
 
 def _wrapped(text: str, limit: int) -> str:

@@ -30,7 +30,8 @@ from torch_nsight.render.figure import (
     own_kernels,
     save_figure,
 )
-from torch_nsight.render.readable_numbers import format_rate
+from torch_nsight.render.units import format_rate
+from torch_nsight.units import counted
 from torch_nsight.vocabulary import UNATTRIBUTED, split_path
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def _draw_strip(strip: Axes, rows: pd.DataFrame, colors: dict[str, str], longest
     strip.set_xlabel("kernel time (µs)")
     share = 100.0 * rows["duration_ns"].sum() / total_ns if total_ns else float("nan")
     strip.set_title(f"{len(rows)} kernel(s) without FLOPs or DRAM bytes cannot sit on log "
-                    f"axes: shown here by time ({rows['duration_ns'].sum() / 1e3:.1f} µs, "
+                    f"axes: shown here by time ({rows['duration_ns'].sum() / 1e3:,.1f} µs, "
                     f"{share:.1f}% of GPU time)", fontsize=9, loc="left")
     strip.grid(axis="x", alpha=0.3)
 
@@ -348,7 +349,7 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     roofs = _draw_chart(ax, placed, bandwidth, colors, longest)
     title_shapes = shape if shape is not None else (", ".join(shapes) or "unlabelled")
     ax.set_title(f"Roofline: {_gpu(profile)}, shape {title_shapes}\n"
-                 f"{len(placed)} of {len(rows)} kernels placed; roofs from the report's "
+                 f"{len(placed)} of {counted(len(rows), 'kernel')} placed; roofs from the report's "
                  "peaks at the fastest clock seen", fontsize=11)
     if strip is not None:
         _draw_strip(strip, unplaced, colors, longest, float(rows["duration_ns"].sum()))

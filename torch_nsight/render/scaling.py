@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from torch_nsight.analyze.rollup import path_keys
 from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
@@ -133,7 +134,7 @@ def _draw_bars(ax: Axes, frame: pd.DataFrame, variants: list[str],
                              hatch=hatches[index % 4], edgecolor="black", linewidth=0.5,
                              label=label, xerr=error if error > 0 else None, capsize=3)
             bar.set_gid("module-time")
-            ax.annotate(f"{value:.1f}" + (f" ±{error:.1f}" if error > 0 else "") + " µs"
+            ax.annotate(f"{value:,.1f}" + (f" ±{error:,.1f}" if error > 0 else "") + " µs"
                         + (f" [{variant}]" if len(variants) > 1 else ""),
                         (value, y), xytext=(4, 0), textcoords="offset points",
                         va="center", fontsize=8)
@@ -152,7 +153,8 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     depth 1), each variant a line style and marker (with a legend of its own when there are
     several). The module legend lists modules longest first at the last shape. A profile of
     one shape has no x axis to speak of: it gets horizontal bars instead, one per module
-    (and variant), labelled with their time.
+    (and variant), labelled with their time; its legend only tells variants apart (the
+    y axis names the modules).
 
     Args:
         profile: the profile.
@@ -192,10 +194,17 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     else:
         _draw_lines(ax, frame, shapes, variants, colors)
         ax.set_title(f"Time per module (depth {depth}) vs shape{_gpu(profile)}", fontsize=11)
-    module_handles = [Line2D([], [], color=color, linewidth=3, label=name)
-                      for name, color in colors.items()]
-    figure.legend(handles=module_handles, loc="outside right upper", title="module",
-                  fontsize=9, title_fontsize=9)
+    if len(shapes) > 1:  # one shape: the bars' own labels name the modules
+        module_handles = [Line2D([], [], color=color, linewidth=3, label=name)
+                          for name, color in colors.items()]
+        figure.legend(handles=module_handles, loc="outside right upper", title="module",
+                      fontsize=9, title_fontsize=9)
+    elif len(variants) > 1:  # what tells the bars of one module apart: their hatch
+        hatches = ("", "//", "..", "xx")
+        figure.legend(handles=[Patch(facecolor="white", edgecolor="black",
+                                     hatch=hatches[i % 4], label=variant)
+                               for i, variant in enumerate(variants)],
+                      loc="outside right upper", title="variant", fontsize=9, title_fontsize=9)
     if len(variants) > 1 and len(shapes) > 1:
         style_handles = [Line2D([], [], color="black", linestyle=VARIANT_STYLES[i % 4],
                                 marker=MARKERS[i % 4], label=variant)

@@ -21,7 +21,7 @@ from tabulate import tabulate, tabulate_formats
 
 from torch_nsight.files import atomic_output
 from torch_nsight.render.columns import KERNEL_WIDTH, whole_cells
-from torch_nsight.render.fit import fit_columns, shared_cells, terminal_width, wrap_text
+from torch_nsight.render.fit import fit_table, shared_cells, terminal_width, wrap_text
 from torch_nsight.render.kinds import (
     DEFAULT_ROWS,
     HOTSPOT_ORDERS,
@@ -108,8 +108,9 @@ TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
 CUT_LAST = ("kernel", "module", "top module")
-#: ... and last, where a code token of a fix still does not fit, these columns go.
-DROP_LAST = ("confidence", "basis", "dir")
+#: ... and last, where a code token of a fix still does not fit, these columns go (never
+#: ``dir``: it tells a module's forward row from its backward one).
+DROP_LAST = ("confidence", "basis")
 
 
 def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "plain",
@@ -151,18 +152,19 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
     aligns = [align for _, _, align in columns]
     notes: list[str] = []
     width = terminal_width()
+    tablefmt = _ALIASES.get(fmt, fmt)
+    logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
     if text:  # a terminal or a log: fit its width
         headers, rows, aligns, notes = shared_cells(headers, rows, aligns,
                                                     hoist=("next step",))
-        headers, rows, aligns = fit_columns(headers, rows, aligns, width,
-                                            drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
-                                            keep_end=("module", "top module"),
-                                            tablefmt=_ALIASES.get(fmt, fmt),
-                                            prefer={"next step": 40, "fix": 60},
-                                            drop_last=DROP_LAST)
-    logger.debug("rendering %d %s rows as %s", len(rows), what, fmt)
-    table = tabulate(rows, headers=headers, tablefmt=_ALIASES.get(fmt, fmt),
-                     disable_numparse=True, colalign=aligns)
+        table = fit_table(headers, rows, aligns, width,
+                          beneath="fix" if "fix" in headers else "next step",
+                          drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
+                          keep_end=("module", "top module"), tablefmt=tablefmt,
+                          prefer={"next step": 40, "fix": 60}, drop_last=DROP_LAST)
+    else:
+        table = tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True,
+                         colalign=aligns)
     return "\n".join([table, *(wrap_text(line, width) for line in notes)])
 
 

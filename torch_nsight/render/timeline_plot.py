@@ -30,7 +30,7 @@ from torch_nsight.render.timeline_layout import (
     label_text,
     lay_out_step,
 )
-from torch_nsight.units import format_duration
+from torch_nsight.units import counted, format_duration
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -61,7 +61,7 @@ def _title(profile: Profile, step: StepLayout) -> str:
     chosen = f" (median of {step.steps} steps)" if step.defaulted and step.steps > 1 else ""
     kinds = step.frame["kind"].value_counts()
     facts = [f"wall {_ms(wall_ns)}", f"GPU busy {share:.1f}% ({_ms(busy)})",
-             f"{int(kinds.get('kernel', 0))} kernels"]
+             counted(int(kinds.get('kernel', 0)), "kernel")]
     bare = pd.to_numeric(pd.Series([row.get("bare_ns")]), errors="coerce").iloc[0]
     if np.isfinite(bare) and bare > 0:  # the profiler lengthens the CPU side only
         facts[1] += (f" = {min(100.0, 100.0 * busy / bare):.0f}% of the {_ms(bare)} "
@@ -90,7 +90,7 @@ def _module_handles(frame: pd.DataFrame) -> list[Patch]:
     rest = times.iloc[len(shown):]
     if len(rest):
         handles.append(Patch(facecolor="white", edgecolor="0.5",
-                             label=f"other: {len(rest)} modules  {_ms(rest.sum())}"))
+                             label=f"other: {counted(len(rest), 'module')}  {_ms(rest.sum())}"))
     return handles
 
 

@@ -14,6 +14,7 @@ from torch_nsight.errors import ReportError
 from torch_nsight.record import Source
 from torch_nsight.report.source_base import ReadOptions, SourceData
 from torch_nsight.report.trace import GRAPH_REPLAY, trace_tables
+from torch_nsight.units import counted
 
 
 class TraceFile:
@@ -47,7 +48,7 @@ def trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) ->
         "instrument(model, emitter=RecordFunctionEmitter()) inside torch.profiler")
     replayed = (~in_module & frame["range_other"].map(lambda o: GRAPH_REPLAY in (o or ())))
     if note is None and replayed.any():
-        note = (f"{int(replayed.sum())} kernels replayed from CUDA graphs ran outside module "
+        note = (f"{counted(int(replayed.sum()), 'kernel')} replayed from CUDA graphs ran outside module "
                 "ranges (graph: unattributed): ranges are recorded when a graph is captured, "
                 "not when it replays; torch.compile(mode='reduce-overhead') graphs are "
                 "attributed")

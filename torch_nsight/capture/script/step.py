@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch_nsight.capture.compiled.inductor import close_window, open_window
 from torch_nsight.capture.ranges.detect import detect_profiler
@@ -85,6 +85,19 @@ def _carriers() -> list[CallsCarrier]:
     from torch_nsight.capture.ranges.registry import active_instrumentations
 
     return [h.carrier for h in active_instrumentations() if h.carrier is not None]
+
+
+def _how_it_ended(kind: type[BaseException] | None,
+                  value: BaseException | None) -> dict[str, Any]:
+    """A step's end as a status code: ``ok``, ``exited`` (``sys.exit()`` inside it, with
+    the exit status the process gets) or ``error`` (it raised)."""
+    if kind is None:
+        return {"status": "ok"}
+    if isinstance(value, SystemExit):
+        code = value.code
+        return {"status": "exited",
+                "exit_status": code if isinstance(code, int) else 0 if code is None else 1}
+    return {"status": "error"}
 
 
 def _what_was_recorded() -> dict[str, int]:
@@ -251,8 +264,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         status = _status(self._read()) if self._began else None
         if status is not None:
             status.emit("item_end", index=self.index, shape=f"step {self.index}",
-                        status="ok" if kind is None else "error",
-                        elapsed_s=round(time.time() - self._began, 3), **_what_was_recorded())
+                        elapsed_s=round(time.time() - self._began, 3),
+                        **_how_it_ended(kind, value), **_what_was_recorded())
             self._began = 0.0
         self._handles = []
         self._script = None

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from torch_nsight.units import counted
+
 #: What a progress line counts: a sweep's (variant, shape) items, the kernels profiled in a
 #: command's chosen steps, or the chosen steps themselves (a timeline, a bare timed run).
 ProgressKind = Literal["shape", "kernel", "step"]
@@ -83,7 +85,7 @@ class Progress:
                     sys.stderr.flush()
             return
         parts = [", ".join(current)] if current else []
-        parts.append(f"{kernels} kernels profiled" if self.profiling else "dry run")
+        parts.append(f"{counted(kernels, 'kernel')} profiled" if self.profiling else "dry run")
         if failed:
             parts.append(f"{failed} failed")
         self._advance(done)
