@@ -16,12 +16,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from torch_nsight.render.readable_numbers import printable
 
 from tests import test_golden_outputs as golden
 from torch_nsight.analyze import has_ranks
 from torch_nsight.profile import Profile
 from torch_nsight.render.fit_names import MAX_NAME_END
+from torch_nsight.render.readable_numbers import printable
 
 WIDTHS = (80, 120)
 #: The text outputs of a source: ``torch-nsight`` arguments after the source's path.

@@ -21,13 +21,18 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.analyze.frames import filled, readable
-from torch_nsight.analyze.hotspots import order_from_by
+from torch_nsight.analyze.frames import filled, with_columns
 from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
-from torch_nsight.record import ProfileMeta, Source, SweepRecord
+from torch_nsight.record import CollectionRecord, ProfileMeta, Source
 from torch_nsight.report import saved
 from torch_nsight.units import counted
+from torch_nsight.vocabulary import (
+    PROFILE_FINDING_COLUMNS,
+    PROFILE_HOTSPOT_COLUMNS,
+    PROFILE_MODULE_COLUMNS,
+    PROFILE_MODULE_HOTSPOT_COLUMNS,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,16 +66,6 @@ def _unique(values: Iterable[Any]) -> list[Any]:
                 and value not in seen:
             seen.append(value)
     return seen
-
-
-#: The columns of :meth:`Profile.hotspots`, :meth:`Profile.findings` and
-#: :meth:`Profile.modules` a person reads first, in order.
-HOTSPOT_COLUMNS = ("variant", "shape", "module", "direction", "op", "kernel", "duration_ns",
-                   "ci95_ns", "bound", "reason", "headroom_ns", "next_step", "blocks")
-FINDING_COLUMNS = ("variant", "shape", "module", "direction", "finding", "est_gain_ns",
-                   "fix", "evidence", "confidence", "blocks")
-MODULE_COLUMNS = ("variant", "shape", "module", "direction", "inclusive_ns", "exclusive_ns",
-                  "ci95_ns", "pct_of_total", "bound", "headroom_ns", "blocks")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -194,11 +189,12 @@ class Profile:
 
         Returns:
             One row per module node: inclusive/exclusive time per run, share of total,
-            kernel count, dominant bound, and the spread of the time over the runs; the
-            columns read first come first, and a column empty in every row (the shape of a
-            single-shape profile, the spread of a single run) is left out.
+            kernel count, dominant bound, and the spread of the time over the runs: the
+            columns of :data:`~torch_nsight.vocabulary.PROFILE_MODULE_COLUMNS` in their
+            order, whatever the source (NaN or None where it does not tell: the shape of
+            an unlabelled profile, the spread of a single run; ``blocks`` 1 unless folded).
         """
-        return readable(self.module_table(depth, fold), MODULE_COLUMNS)
+        return with_columns(self.module_table(depth, fold), PROFILE_MODULE_COLUMNS)
 
     def module_table(self, depth: int | None = None, fold: bool = False) -> pd.DataFrame:
         """:meth:`modules` with every column, in the analysis' order (for renderers)."""
@@ -208,8 +204,8 @@ class Profile:
         return analysis.module_tree(self.kernels, depth)
 
     def hotspots(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
-                 level: Literal["kernel", "module"] = "kernel", fold: bool = True, *,
-                 by: Literal["headroom", "time"] | None = None) -> pd.DataFrame:
+                 level: Literal["kernel", "module"] = "kernel",
+                 fold: bool = True) -> pd.DataFrame:
         """Return the top kernels or modules (see :func:`torch_nsight.analyze.hotspots`).
 
         Args:
@@ -219,16 +215,18 @@ class Profile:
             fold: kernel sites that differ only by the index of a repeated block
                 (``layers.0`` ... ``layers.7``) are one row, ``blocks`` saying how many
                 (:mod:`torch_nsight.analyze.fold`); False for one row per site.
-            by: the former name of ``order``, deprecated (``by`` elsewhere names the kind
-                of row, as in ``torch-nsight report --by``).
 
         Returns:
-            Ranked rows with their roofline class and ``next_step``: module, direction,
-            kernel, time, bound, reason, headroom and next step first; a column empty in
-            every row left out.
+            Ranked rows with their roofline class and ``next_step``: at ``level="kernel"``
+            the columns of :data:`~torch_nsight.vocabulary.PROFILE_HOTSPOT_COLUMNS`
+            (module, direction, op, kernel, time, bound, reason, headroom and next step
+            first), at ``level="module"`` those of
+            :data:`~torch_nsight.vocabulary.PROFILE_MODULE_HOTSPOT_COLUMNS`; all of them
+            whatever the source, NaN or None where it does not tell.
         """
-        return readable(self.hotspot_table(n, order_from_by(order, by), level, fold),
-                        HOTSPOT_COLUMNS)
+        columns = (PROFILE_HOTSPOT_COLUMNS if level == "kernel"
+                   else PROFILE_MODULE_HOTSPOT_COLUMNS)
+        return with_columns(self.hotspot_table(n, order, level, fold), columns)
 
     def hotspot_table(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
                       level: Literal["kernel", "module"] = "kernel",
@@ -246,10 +244,12 @@ class Profile:
 
         Returns:
             One row per finding, the largest ``est_gain_ns`` first, with its evidence, a
-            fix in PyTorch terms, the gain's basis and a confidence (module, finding, gain
-            and fix first; a column empty in every row left out).
+            fix in PyTorch terms, the gain's basis and a confidence:
+            the columns of :data:`~torch_nsight.vocabulary.PROFILE_FINDING_COLUMNS`
+            (module, finding, gain and fix first), all of them whatever the source
+            (``est_gain_ns`` NaN where no gain is known).
         """
-        return readable(self.finding_table(fold), FINDING_COLUMNS)
+        return with_columns(self.finding_table(fold), PROFILE_FINDING_COLUMNS)
 
     def finding_table(self, fold: bool = True) -> pd.DataFrame:
         """:meth:`findings` with every column (for renderers): the finding table's
@@ -305,14 +305,14 @@ class Profile:
     # --- display ----------------------------------------------------------------------------
     def describe(self) -> str:
         """One line: GPU, kernel count, shapes, variants, coverage and non-default settings."""
-        from torch_nsight.record import describe_settings
+        from torch_nsight.record import stored_settings_summary
 
         shapes, variants = ", ".join(map(str, self.shapes)) or "unlabelled", ", ".join(self.variants)
         try:
             coverage = self.coverage
         except MissingMetricError:  # a table built by hand: say what can be said
             coverage = float("nan")
-        settings = describe_settings(self.meta.settings)
+        settings = stored_settings_summary(self.meta.settings)
         most, ranks = runs_and_ranks(self.kernels)
         noun = ("kernel launch", "kernel launches") if most > 1 else ("kernel", "kernels")
         count = (counted(len(self.kernels), *noun) + f" over {most} runs" * (most > 1)
@@ -447,4 +447,4 @@ def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
     return set(map(tuple, keys.drop_duplicates().to_numpy()))
 
 
-__all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "SweepRecord"]
+__all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "CollectionRecord"]

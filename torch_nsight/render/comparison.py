@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight.render.columns import module_cell
 from torch_nsight.render.fit import fit_columns, tabulated
-from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows, shorten
+from torch_nsight.render.readable_numbers import (
+    MISSING,
+    format_us,
+    is_missing,
+    printable_rows,
+    shorten,
+)
 from torch_nsight.units import counted
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from torch_nsight.render.columns import module_cell
 from torch_nsight.render.fit import fit_table, terminal_width
-from torch_nsight.render.units import MISSING, format_us, is_missing, printable_rows
+from torch_nsight.render.readable_numbers import MISSING, format_us, is_missing, printable_rows
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,6 +35,15 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
             if c in kernels and kernels[c].nunique(dropna=False) > 1]
 
 
+def gain_cell(row: pd.Series) -> str:
+    """A finding's gain: the one a model of its fix counts, else ``≤`` the bound no fix can
+    beat (``gain_bound_ns``: a small grid's time above its roofline), else ``-``."""
+    gain, bound = row["est_gain_ns"], row.get("gain_bound_ns")
+    if is_missing(gain) and not is_missing(bound):
+        return f"≤ {format_us(bound)}"
+    return format_us(gain)
+
+
 def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``findings`` table.
 
@@ -44,7 +53,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     columns += [(label, _label_cell(label), "left") for label in _labels(kernels)]
     measured = "measured_gain_ns" in frame
     gains: list[Column] = [("predicted µs" if measured else "gain µs",
-                            lambda r: format_us(r["est_gain_ns"]), "right")]
+                            gain_cell, "right")]
     if measured:  # profile --verify: the gain measured on the user's steps beside it
         gains.append(("measured µs", measured_cell, "right"))
     return [
@@ -102,7 +111,7 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     if markdown:
         measured = "measured_gain_ns" in frame
         cells = [[i + 1, _where(r, labels), _text(r["direction"]), f"`{r['finding']}`",
-                  format_us(r["est_gain_ns"]), *([measured_cell(r)] if measured else []),
+                  gain_cell(r), *([measured_cell(r)] if measured else []),
                   f"{r['gain_basis']}, {r['confidence']}", _text(r["evidence"]),
                   _text(r["fix"])]
                  for i, (_, r) in enumerate(frame.iterrows())]

@@ -30,7 +30,7 @@ from torch_nsight.render.figure import (
     own_kernels,
     save_figure,
 )
-from torch_nsight.render.units import format_rate
+from torch_nsight.render.readable_numbers import format_rate
 from torch_nsight.units import counted
 from torch_nsight.vocabulary import UNATTRIBUTED, split_path
 
