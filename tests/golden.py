@@ -4,9 +4,12 @@ renderers (tests/render/golden/) and of every recorded source (tests/data/golden
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 #: Set: every golden test writes its files instead of reading them (then read the diff).
 REGENERATE = os.environ.get("TORCH_NSIGHT_REGEN_GOLDEN") == "1"
@@ -45,3 +48,28 @@ def diff_against_golden(name: str, text: str, golden: Path, *,
         return f"{path}: differs from the output in its line endings or last newline"
     more = len(lines) - SHOWN_LINES
     return "".join(lines[:SHOWN_LINES]) + (f"... and {more} more lines\n" if more > 0 else "")
+
+
+@contextlib.contextmanager
+def findings_computed_once() -> Iterator[None]:
+    """Within it, each profile's findings are computed once (the slowest step of rendering
+    a recorded source, seconds each) and every later call gets a copy of that frame.
+    Findings depend on the loaded profile alone, and every load of a source gives the same
+    one, so the text rendered and measured is the same as without it."""
+    import pytest
+
+    from torch_nsight.profile import Profile
+
+    computed: dict[tuple[Any, ...], Any] = {}
+    compute = Profile.findings
+
+    def findings_once(self: Profile, fold: bool = True) -> Any:
+        key = (tuple(str(source.path) for source in self.meta.sources), fold,
+               len(self.kernels), float(self.kernels["duration_ns"].sum()))
+        if key not in computed:
+            computed[key] = compute(self, fold=fold)
+        return computed[key].copy()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Profile, "findings", findings_once)
+        yield

@@ -14,10 +14,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from tests import test_golden_outputs as golden
+from tests.golden import findings_computed_once
 from torch_nsight.analyze import has_ranks
 from torch_nsight.profile import Profile
 from torch_nsight.render.fit_names import MAX_NAME_END
@@ -37,19 +37,8 @@ WITH_DIRECTION = ("hotspots", "modules", "findings", "by_finding")
 
 @pytest.fixture(autouse=True, scope="module")
 def _findings_once() -> Iterator[None]:
-    """A profile's findings computed once for all its outputs at both widths (the slowest
-    step): the same frame the first computation returned, per profile and fold."""
-    computed: dict[tuple[int, bool], pd.DataFrame] = {}
-    compute = Profile.findings
-
-    def findings_once(self: Profile, fold: bool = True) -> pd.DataFrame:
-        key = (id(self.kernels), fold)
-        if key not in computed:
-            computed[key] = compute(self, fold=fold)
-        return computed[key].copy()
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Profile, "findings", findings_once)
+    """A profile's findings computed once for all its outputs at both widths."""
+    with findings_computed_once():
         yield
 
 

@@ -27,7 +27,9 @@ Conventions, all in the NVTX domain :data:`DOMAIN`:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 DOMAIN = "torch_nsight"
 BACKWARD_PREFIX = "bwd:"
@@ -136,3 +138,19 @@ def parse_measure_range(message: str) -> dict[str, str] | None:
     fields = dict(part.split("=", 1) for part in parts[1:] if "=" in part)
     return {"variant": fields.get("variant", ""), "shape": fields.get("shape", ""),
             "run": fields.get("run", "0")}
+
+
+def lazy_names(package: str, lazy: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module-level ``__getattr__`` that imports each name of ``lazy`` (name ->
+    submodule) on first use and keeps it in the package's namespace."""
+    import importlib
+    import sys
+
+    def attribute(name: str) -> Any:
+        if name not in lazy:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{lazy[name]}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return attribute

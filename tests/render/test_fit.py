@@ -6,12 +6,11 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.golden import findings_computed_once
 from torch_nsight.cli.main import main
-from torch_nsight.profile import Profile
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SOURCES = ["hf_gpt2_fast", "sweep_stack", "findings_conv", "compile/vit_train.ncu-rep.xz",
@@ -20,24 +19,9 @@ SOURCES = ["hf_gpt2_fast", "sweep_stack", "findings_conv", "compile/vit_train.nc
 
 @pytest.fixture(autouse=True, scope="module")
 def _findings_computed_once_per_source() -> Iterator[None]:
-    """Compute each source's findings once for this module's tests (the slowest step here,
-    several seconds per source): the ``report --findings``, ``--by finding`` and ``findings``
-    runs of one source render the frame that the first real computation returned. Findings
-    depend on the loaded profile alone and every load of a source gives the same one, so
-    each test still loads its source, and renders and measures the same text, through the
-    command line as before."""
-    computed: dict[tuple[object, ...], pd.DataFrame] = {}
-    compute = Profile.findings
-
-    def findings_once(self: Profile, fold: bool = True) -> pd.DataFrame:
-        key = (tuple(str(source.path) for source in self.meta.sources), fold,
-               len(self.kernels), float(self.kernels["duration_ns"].sum()))
-        if key not in computed:
-            computed[key] = compute(self, fold=fold)
-        return computed[key].copy()
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Profile, "findings", findings_once)
+    """Each source's findings computed once for this module's tests (several seconds a
+    source); each test still loads its source and renders through the command line."""
+    with findings_computed_once():
         yield
 
 

@@ -9,8 +9,9 @@ matplotlib.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torch_nsight.naming import lazy_names
 
 if TYPE_CHECKING:
     from torch_nsight.render.kinds import TABLE_KINDS, TABLES
@@ -29,12 +30,7 @@ _LAZY = {"render_table": "table_output", "write_table": "table_output",
          "plot_timeline": "timeline_plot", "timeline_frame": "timeline_layout"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

@@ -11,7 +11,9 @@ others (:mod:`torch_nsight.report.read_worker`) imports NVIDIA's reader, not pan
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torch_nsight.naming import lazy_names
 
 if TYPE_CHECKING:
     from torch_nsight.report.cache import CACHE_SUFFIX, cache_path
@@ -27,11 +29,4 @@ _LAZY = {"read_report": "kernel_table", "RAW_COLUMNS": "kernel_table",
          "format_dims": "names"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _LAZY)
