@@ -221,6 +221,15 @@ def _in_data() -> Iterator[None]:
 READ = torch_nsight.loading.load
 
 
+def per_source(sources: list[Source]) -> list[Any]:
+    """``sources`` as test parameters, each in the xdist group of its path: with ``--dist
+    loadgroup`` (pyproject's addopts) every test of one source (its golden outputs, its
+    widths, its fixes) runs on one worker, one after the other, and reads the source once
+    (:func:`load`)."""
+    return [pytest.param(s, marks=pytest.mark.xdist_group(s.path),
+                         id=s.path.removeprefix("../../")) for s in sources]
+
+
 @lru_cache(maxsize=4)  # a test's sources (two for compare), not every profile at once
 def load(path: str) -> Loaded:
     """Read ``path`` (relative to tests/data) as ``report`` reads it the first time, once
@@ -531,7 +540,7 @@ def test_no_golden_folder_is_left_over() -> None:
         assert not [p.name for p in left], "golden folders of no source"
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda s: s.path.removeprefix("../../"))
+@pytest.mark.parametrize("source", per_source(SOURCES))
 def test_outputs_unchanged(source: Source) -> None:
     outputs = source_outputs(source)
     check_portable(outputs)

@@ -75,11 +75,12 @@ KNOWN = {"zoo_fast/llama_decode.ncu-rep.xz": "post_attention_layernorm ×8 cut a
 
 
 def _sources() -> list[Any]:
-    return [pytest.param(s, marks=pytest.mark.xfail(reason=KNOWN[s.path], strict=True))
-            if s.path in KNOWN else s for s in golden.SOURCES]
+    return [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.xfail(
+        reason=KNOWN[p.values[0].path], strict=True)]) if p.values[0].path in KNOWN else p
+        for p in golden.per_source(golden.SOURCES)]
 
 
-@pytest.mark.parametrize("source", _sources(), ids=lambda s: s.path.removeprefix("../../"))
+@pytest.mark.parametrize("source", _sources())
 def test_text_fits_80_and_120_columns(source: golden.Source,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = golden.load(source.path)

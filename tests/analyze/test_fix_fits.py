@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from typing import Any
 
 import pandas as pd
 import pytest
 
 import torch_nsight
-from tests.test_golden_outputs import DATA, Source, find_sources
+from tests.test_golden_outputs import DATA, Source, find_sources, per_source
+from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
 from torch_nsight.naming import OPTIMIZER_DIRECTION
@@ -31,12 +31,11 @@ ROTARY = ((r"\bsin\b|sin_kernel", r"\bcos\b|cos_kernel"),
           (r"\bneg\b|neg_kernel", r"\bcat\b|catarraybatchedcopy"))
 
 
-@lru_cache(maxsize=2)
 def _load(path: str) -> torch_nsight.Profile | None:
-    try:
-        return torch_nsight.load(DATA / path, cache=False)
-    except torch_nsight.TorchNsightError:
-        return None
+    """The source as the golden tests read it (once for all the tests of a source that run
+    on one worker: :func:`tests.test_golden_outputs.per_source`); None where it does not
+    load as a profile."""
+    return golden_load(path).profile
 
 
 def _site_words(profile: torch_nsight.Profile, row: pd.Series) -> str:
@@ -66,7 +65,7 @@ def _rule_messages(profile: torch_nsight.Profile) -> set[str]:
             profile.kernels["ncu_rules"].dropna() for rule in json.loads(text)} - {""}
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=[s.name for s in SOURCES])
+@pytest.mark.parametrize("source", per_source(SOURCES))
 def test_every_fix_fits_its_module_and_op(source: Source) -> None:
     profile = _load(source.path)
     if profile is None:
