@@ -70,6 +70,9 @@ EARLY_CUDA_ENV = "TORCH_NSIGHT_EARLY_CUDA"
 #: the most bytes a compressed report or trace may expand to (``4G``, ``800M``; default
 #: 1G): a decompression bomb is refused past it (:mod:`torch_nsight.report.expand`).
 MAX_EXPANDED_ENV = "TORCH_NSIGHT_MAX_EXPANDED"
+#: ``1``: reports are read in the calling process, not in a reader worker
+#: (:mod:`torch_nsight.report.read_worker`).
+READ_IN_PROCESS_ENV = "TORCH_NSIGHT_READ_IN_PROCESS"
 
 _FORM = "expected N, A:B or A: (step indices from 0, B excluded)"
 _FROM_ZERO = ("step indices start at 0 (torch_nsight.step() numbers the loop's steps 0, 1, "

@@ -121,7 +121,7 @@ def test_a_new_first_pass_forgets_an_old_second_one(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_dry_run_shows_the_second_command(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(STEPS)
-    proc = cli("--dry-run", "--stalls", "--steps", "12:13", "--", sys.executable, "train.py",
+    proc = cli("--dry-run", "-v", "--stalls", "--steps", "12:13", "--", sys.executable, "train.py",
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     first, rest = proc.stdout.split("\n# ", 1)

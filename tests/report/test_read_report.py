@@ -23,7 +23,7 @@ from torch_nsight.report import (
     reader,
 )
 from torch_nsight.report import cache as report_cache
-from torch_nsight.report import table as report_table
+from torch_nsight.report import kernel_table as report_table
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from torch_nsight.environment import READ_IN_PROCESS_ENV
 from torch_nsight.errors import ReportError
 from torch_nsight.report import reader
 
@@ -41,7 +42,7 @@ REPORTS_PER_WORKER = 20
 #: Resident bytes past which a worker is replaced after its report.
 WORKER_MAX_RSS = 512 << 20
 #: Set to ``1`` to read reports in the calling process.
-IN_PROCESS_ENV = "TORCH_NSIGHT_READ_IN_PROCESS"
+IN_PROCESS_ENV = READ_IN_PROCESS_ENV
 
 
 @dataclass
