@@ -49,7 +49,29 @@ class _Record:
         values = {k: v for k, v in data.items() if k in known}
         for key in cls._TUPLES:
             values[key] = tuple(_as_list(values.get(key)))
+        for item in fields(cls):  # type: ignore[arg-type]
+            if item.name in values and not _fits(values[item.name], str(item.type)):
+                raise TypeError(f"field {item.name!r} holds {type(values[item.name]).__name__} "
+                                f"{str(values[item.name])[:40]!r}, not {item.type}")
         return cls(**values)
+
+
+#: The field types :func:`_fits` checks (names and flags: what is printed and compared).
+_SIMPLE = {"str": (str,), "SourceKind": (str,), "str | None": (str, type(None)),
+           "bool": (bool,), "tuple[str, ...]": (tuple,), "dict[str, Any]": (dict,),
+           "tuple[dict[str, Any], ...]": (tuple,)}
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether ``value`` read from a file has the type its field declares."""
+    types = _SIMPLE.get(annotation)
+    if types is None:
+        return True
+    if not isinstance(value, types):
+        return False
+    element = {"tuple[str, ...]": str, "tuple[dict[str, Any], ...]": dict}.get(annotation)
+    items: Any = value
+    return element is None or all(isinstance(v, element) for v in items)
 
 
 @dataclass(frozen=True)
