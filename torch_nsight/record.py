@@ -49,11 +49,21 @@ class _Record:
         values = {k: v for k, v in data.items() if k in known}
         for key in cls._TUPLES:
             values[key] = tuple(_as_list(values.get(key)))
-        for item in fields(cls):  # type: ignore[arg-type]
-            if item.name in values and not _fits(values[item.name], str(item.type)):
-                raise TypeError(f"field {item.name!r} holds {type(values[item.name]).__name__} "
-                                f"{str(values[item.name])[:40]!r}, not {item.type}")
-        return cls(**values)
+        return cls(**values).checked()
+
+    def checked(self) -> Any:
+        """This record, its fields checked against the types they declare (a record read
+        from a file).
+
+        Raises:
+            TypeError: a field holds another type.
+        """
+        for item in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, item.name)
+            if not _fits(value, str(item.type)):
+                raise TypeError(f"field {item.name!r} holds {type(value).__name__} "
+                                f"{str(value)[:40]!r}, not {item.type}")
+        return self
 
 
 #: The field types :func:`_fits` checks (names and flags: what is printed and compared).
@@ -239,6 +249,8 @@ def _from_format1(data: Mapping[str, Any]) -> ProfileMeta:
             items=tuple(data.get("results") or ()), commands=sweep.get("commands") or {},
             output_dir=sweep.get("output_dir"), dry_run=bool(data.get("dry_run")),
             created=data.get("created")),)
+    for record in (*sources, *sweeps):
+        record.checked()
     return ProfileMeta(sources, sweeps, {}, data.get("created") or now())
 
 

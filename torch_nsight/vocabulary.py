@@ -45,13 +45,13 @@ NAME_COLUMNS = (*KERNEL_KEYS, "context", "kernel_full", "grid", "block", "precis
                 "roofline_side", "bound", "reason", "basis", "sol_bottleneck", "gpu",
                 "metric_set", "source", "workload", "ncu_rules", "limiter",
                 "occupancy_limiter", "roof_basis", "flops_basis", "peak_basis",
-                "replicated_from")
+                "replicated_from", "kind", "copy_kind")
 FLAG_COLUMNS = ("flops_complete", "above_roof")
 NUMBER_KERNEL_COLUMNS = (
     "run", "depth", "duration_ns", "sm_pct", "mem_pct", "dram_bytes", "flops", "intensity",
     "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
     "ridge_intensity", "roof_time_ns", "pct_of_roof", "headroom_ns", "rank", "range_index",
-    "kernel_index")
+    "kernel_index", "start_ns", "stream", "device", "launch_ns", "launch_thread", "bytes")
 
 #: The columns of every finding table (our checks, Nsight Compute's rules, the timeline's
 #: verdicts): where, what, the evidence, the fix, its estimated gain per run and on what

@@ -242,7 +242,7 @@ def make_saved(seeds: Seeds, rng: random.Random, folder: Path) -> Path:
         keys = [k for k in metadata if k.startswith(b"torch_nsight")]
         if keys and rng.random() < 0.35:
             key = rng.choice(keys)
-            with contextlib.suppress(ValueError):  # damaged by the step before
+            with contextlib.suppress(ValueError, RecursionError):  # damaged by a step before
                 metadata[key] = dump(mutate_document(
                     json.loads(metadata[key]), rng, ("meta", "format", "device", "gpu",
                                                      "name")), random.Random(rng.random()))

@@ -118,3 +118,27 @@ def test_saved_metadata_of_other_types_is_refused(seeds: Seeds, tmp_path: Path,
                                                   meta: dict[str, object]) -> None:
     with pytest.raises(ReportError, match="does not hold a profile's metadata"):
         torch_nsight.load(_edited(seeds, tmp_path, "gpu", meta=meta))
+
+
+def test_a_saved_traces_copy_sizes_as_text_are_refused(seeds: Seeds, tmp_path: Path) -> None:
+    # ValueError in the timeline's step table (steps._activity) before
+    table = pq.read_table(seeds.saved[0])  # a trace's, with its copies' bytes
+    index = table.schema.get_field_index("bytes")
+    assert index >= 0
+    table = table.set_column(index, "bytes", pa.array(["false"] * table.num_rows))
+    pq.write_table(table, tmp_path / "edited.parquet")
+    with pytest.raises(ReportError, match="column 'bytes' holds values that are not numbers"):
+        torch_nsight.load(tmp_path / "edited.parquet")
+
+
+def test_format_one_metadata_of_other_types_is_refused(tmp_path: Path) -> None:
+    # TypeError in describe before: a GPU named by a mapping in an old file's metadata
+    table = pq.read_table(Path(__file__).resolve().parents[1] / "data"
+                          / "profile_format1.parquet")
+    stored = dict(table.schema.metadata)
+    header = json.loads(stored[b"torch_nsight.profile"])
+    header["meta"]["gpu"] = ["NVIDIA H100", {"name": "\x1b[2J"}]
+    stored[b"torch_nsight.profile"] = json.dumps(header).encode()
+    pq.write_table(table.replace_schema_metadata(stored), tmp_path / "old.parquet")
+    with pytest.raises(ReportError, match="does not hold a profile's metadata"):
+        torch_nsight.load(tmp_path / "old.parquet")
