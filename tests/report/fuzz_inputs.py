@@ -277,11 +277,12 @@ def make_cache(seeds: Seeds, rng: random.Random, folder: Path) -> Path:
             arrow = _damaged_table(arrow, rng)
         if rng.random() < 0.5:
             meta = mutate_document(meta, rng, ("gpu", "device", "name", "clock"))
-        try:
+        try:  # a frame Arrow cannot hold (two columns of one name) is no cache
             frame = arrow.to_pandas()
+            written = write_cache(report, frame, meta, SCHEMA_VERSION, cache_dir)
         except (pa.ArrowException, ValueError):
-            frame = table
-        if write_cache(report, frame, meta, SCHEMA_VERSION, cache_dir) is None:
+            written = None
+        if written is None:
             write_cache(report, table, meta, SCHEMA_VERSION, cache_dir)
         return report
     path = write_cache(report, table, meta, SCHEMA_VERSION, cache_dir)
