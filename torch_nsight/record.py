@@ -49,7 +49,39 @@ class _Record:
         values = {k: v for k, v in data.items() if k in known}
         for key in cls._TUPLES:
             values[key] = tuple(_as_list(values.get(key)))
-        return cls(**values)
+        return cls(**values).checked()
+
+    def checked(self) -> Any:
+        """This record, its fields checked against the types they declare (a record read
+        from a file).
+
+        Raises:
+            TypeError: a field holds another type.
+        """
+        for item in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, item.name)
+            if not _fits(value, str(item.type)):
+                raise TypeError(f"field {item.name!r} holds {type(value).__name__} "
+                                f"{str(value)[:40]!r}, not {item.type}")
+        return self
+
+
+#: The field types :func:`_fits` checks (names and flags: what is printed and compared).
+_SIMPLE = {"str": (str,), "SourceKind": (str,), "str | None": (str, type(None)),
+           "bool": (bool,), "tuple[str, ...]": (tuple,), "dict[str, Any]": (dict,),
+           "tuple[dict[str, Any], ...]": (tuple,)}
+
+
+def _fits(value: Any, annotation: str) -> bool:
+    """Whether ``value`` read from a file has the type its field declares."""
+    types = _SIMPLE.get(annotation)
+    if types is None:
+        return True
+    if not isinstance(value, types):
+        return False
+    element = {"tuple[str, ...]": str, "tuple[dict[str, Any], ...]": dict}.get(annotation)
+    items: Any = value
+    return element is None or all(isinstance(v, element) for v in items)
 
 
 @dataclass(frozen=True)
@@ -217,6 +249,8 @@ def _from_format1(data: Mapping[str, Any]) -> ProfileMeta:
             items=tuple(data.get("results") or ()), commands=sweep.get("commands") or {},
             output_dir=sweep.get("output_dir"), dry_run=bool(data.get("dry_run")),
             created=data.get("created")),)
+    for record in (*sources, *sweeps):
+        record.checked()
     return ProfileMeta(sources, sweeps, {}, data.get("created") or now())
 
 

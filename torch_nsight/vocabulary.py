@@ -38,6 +38,21 @@ JOIN_KEYS = (*LABELS, "module_path", "direction", "op")
 #: One kernel at one site: the rows of hotspots.
 KERNEL_KEYS = (*SITE_KEYS, "kernel")
 
+#: What the kernel table's columns hold, as a saved profile is checked when read back
+#: (a column of one kind holding another is damage): names (text, or missing), flags (a
+#: bool, or missing) and numbers (or missing). Columns not named may hold anything.
+NAME_COLUMNS = (*KERNEL_KEYS, "context", "kernel_full", "grid", "block", "precision",
+                "roofline_side", "bound", "reason", "basis", "sol_bottleneck", "gpu",
+                "metric_set", "source", "workload", "ncu_rules", "limiter",
+                "occupancy_limiter", "roof_basis", "flops_basis", "peak_basis",
+                "replicated_from", "kind", "copy_kind")
+FLAG_COLUMNS = ("flops_complete", "above_roof")
+NUMBER_KERNEL_COLUMNS = (
+    "run", "depth", "duration_ns", "sm_pct", "mem_pct", "dram_bytes", "flops", "intensity",
+    "achieved_flops_per_s", "achieved_bytes_per_s", "peak_flops_per_s", "peak_bytes_per_s",
+    "ridge_intensity", "roof_time_ns", "pct_of_roof", "headroom_ns", "rank", "range_index",
+    "kernel_index", "start_ns", "stream", "device", "launch_ns", "launch_thread", "bytes")
+
 #: The columns of every finding table (our checks, Nsight Compute's rules, the timeline's
 #: verdicts): where, what, the evidence, the fix, its estimated gain per run and on what
 #: that estimate rests.

@@ -97,3 +97,43 @@ def test_a_cache_expanding_past_the_cap_is_read_again_from_its_report(
     read_report(report)
     monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "1K")
     assert report_cache.read_cache(report, SCHEMA_VERSION) is None
+
+
+def _forge(report: Path, table: pd.DataFrame, meta: dict) -> None:  # type: ignore[type-arg]
+    """Write a cache of ``report`` holding ``table`` and ``meta`` with its key and table
+    digest made to match (what someone forging a cache beside a report would do)."""
+    assert report_cache.write_cache(report, table, meta, SCHEMA_VERSION) is not None
+
+
+@pytest.mark.parametrize("change", [
+    pytest.param(lambda f, m: (f.assign(duration_ns=["=1+1"] * len(f)), m),
+                 id="text in a number column"),
+    pytest.param(lambda f, m: (f.assign(kernel=range(len(f))), m), id="numbers as names"),
+    pytest.param(lambda f, m: (f.assign(range_stack=[[1.5]] * len(f)), m),
+                 id="numbers in a list of names"),
+    pytest.param(lambda f, m: (f, {**m, "gpu": ["H100", 1.5]}), id="a number as a GPU"),
+    pytest.param(lambda f, m: (f, {**m, "kernels": "many"}), id="text as a count"),
+    pytest.param(lambda f, m: (f, {k: v for k, v in m.items() if k != "nvtx"}),
+                 id="a key gone"),
+])
+def test_a_forged_cache_of_other_types_is_read_again(report: Path, change) -> None:  # type: ignore[no-untyped-def]
+    # found by the fuzz harness (tests/report/fuzz_inputs.py): a cache whose key and digest
+    # match but whose types do not raised TypeError and ValueError in the analysis
+    first, meta = read_report(report)
+    _forge(report, *change(first.copy(), dict(meta)))
+    second, again = read_report(report)
+    pd.testing.assert_frame_equal(first, second, check_dtype=False)
+    assert again == meta
+
+
+def test_a_forged_cache_keeps_its_lists_as_tuples(report: Path) -> None:
+    # Arrow reads list columns back as arrays: a cache whose metadata does not name its tuple
+    # columns still gives tuples (an array's truth value raised ValueError downstream)
+    first, meta = read_report(report)
+    table = pa.Table.from_pandas(first, preserve_index=False).to_pandas()
+    assert not isinstance(table["range_stack"].iloc[0], tuple)
+    _forge(report, table, meta)
+    cached = report_cache.read_cache(report, SCHEMA_VERSION, columns=list(first.columns))
+    assert cached is not None
+    assert all(isinstance(v, tuple) for v in cached[0]["range_stack"])
+    pd.testing.assert_frame_equal(first, read_report(report)[0], check_dtype=False)

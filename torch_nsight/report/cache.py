@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +111,36 @@ def plain_strings(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _of_kind(kind: str, type_: Any) -> bool:
+    """Whether an Arrow type holds values of ``kind`` (a key of :data:`COLUMN_KINDS`); a
+    column of nothing but missing values (Arrow's null type) holds any kind."""
+    import pyarrow as pa
+
+    if pa.types.is_null(type_):
+        return True
+    if kind == "texts":
+        return ((pa.types.is_list(type_) or pa.types.is_large_list(type_))
+                and _of_kind("text", type_.value_type))
+    if kind == "text":
+        return bool(pa.types.is_string(type_) or pa.types.is_large_string(type_))
+    if kind == "integer":
+        return bool(pa.types.is_integer(type_))
+    return bool(pa.types.is_integer(type_) or pa.types.is_floating(type_))
+
+
+#: The kinds of column a cache's schema is checked against: a name, an integer, a number,
+#: a list of names (a tuple once read).
+COLUMN_KINDS = ("text", "integer", "number", "texts")
+
+
+def _wrong_types(arrow: Any, kinds: Mapping[str, str]) -> list[str]:
+    return [f"{f.name} ({f.type})" for f in arrow.schema
+            if f.name in kinds and not _of_kind(kinds[f.name], f.type)]
+
+
 def read_cache(report: str | os.PathLike[str], schema_version: int,
                cache_dir: str | os.PathLike[str] | None = None,
-               columns: Sequence[str] | None = None
+               columns: Sequence[str] | None = None, kinds: Mapping[str, str] | None = None,
                ) -> tuple[pd.DataFrame, dict[str, Any]] | None:
     """Return the cached (table, report meta) of ``report``, or None when absent, stale or
     not what was written (see the module docstring: the caller then reads the report and
@@ -124,10 +151,13 @@ def read_cache(report: str | os.PathLike[str], schema_version: int,
         schema_version: the table schema the caller expects.
         cache_dir: see :func:`cache_path`.
         columns: the columns the table must have, in order (None: any).
+        kinds: what columns hold, a kind of :data:`COLUMN_KINDS` by column name: a cache
+            whose types differ (a forged one) is not used.
 
     Returns:
         The cached table and metadata, or None.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = cache_path(report, cache_dir)
@@ -146,12 +176,18 @@ def read_cache(report: str | os.PathLike[str], schema_version: int,
             logger.info("cache %s does not hold the table's columns; reading the report "
                         "again", path)
             return None
+        if kinds is not None and (wrong := _wrong_types(arrow, kinds)):
+            logger.info("cache %s holds columns of other types (%s); reading the report "
+                        "again", path, ", ".join(wrong[:3]))
+            return None
         if stored.get("table_digest") != table_digest(arrow):
             logger.info("cache %s was changed after it was written; reading the report "
                         "again", path)
             return None
         table = plain_strings(arrow.to_pandas())
-        for column in stored.get("tuple_columns", []):
+        lists = [f.name for f in arrow.schema
+                 if _of_kind("texts", f.type) and not pa.types.is_null(f.type)]
+        for column in dict.fromkeys([*stored.get("tuple_columns", []), *lists]):
             if column in table:
                 table[column] = [tuple(value) if value is not None else ()
                                  for value in table[column]]

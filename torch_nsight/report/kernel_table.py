@@ -26,6 +26,14 @@ RAW_COLUMNS: tuple[str, ...] = (
     "block", *(m.column for m in METRICS), "sol_bottleneck", "ncu_rules", "range_stack",
     "range_start_end", "range_other",
 )
+#: What each raw column holds, by the name of a kind of
+#: :data:`~torch_nsight.report.cache.COLUMN_KINDS`: a cache whose Parquet types differ is
+#: read again from its report.
+RAW_KINDS: dict[str, str] = {
+    **{c: "number" for c in RAW_COLUMNS}, "range_index": "integer", "kernel_index": "integer",
+    **{c: "text" for c in ("source", "workload", "kernel", "kernel_full", "grid", "block",
+                           "gpu", "sol_bottleneck", "ncu_rules")},
+    **{c: "texts" for c in ("range_stack", "range_start_end", "range_other")}}
 _PERCENT_COLUMNS = tuple(m.column for m in METRICS if m.kind == "percent")
 _PEAK_COLUMNS = tuple(m.column for m in METRICS if m.kind == "peak")
 #: The metrics a report is expected to hold: the optional ones (the focused pass's warp
@@ -92,6 +100,26 @@ def describe(frame: pd.DataFrame, read: ReadReport) -> dict[str, Any]:
     }
 
 
+#: The types of a report's metadata (:func:`describe`), by key: a cache whose metadata holds
+#: others (a forged one) is read again from its report.
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "gpu": (str, list, type(None)), "ncu_version": (str, type(None)),
+    "reader_version": (str, type(None)), "kernels": (int,), "ranges": (int,),
+    "missing_metrics": (list,), "partial_metrics": (list,), "metric_set": (str, type(None)),
+    "nvtx": (bool,), "left_out": (str, type(None))}
+
+
+def meta_fits(meta: dict[str, Any]) -> bool:
+    """Whether ``meta`` has every key of :func:`describe` with its type, and names (GPUs,
+    metrics) as text."""
+    if set(meta) != set(_META_TYPES) or not all(
+            isinstance(meta[key], types) for key, types in _META_TYPES.items()):
+        return False
+    names = [*meta["missing_metrics"], *meta["partial_metrics"],
+             *(meta["gpu"] if isinstance(meta["gpu"], list) else [])]
+    return all(isinstance(name, str) for name in names)
+
+
 def read_report(path: str | os.PathLike[str], *, cache: bool = True,
                 cache_dir: str | os.PathLike[str] | None = None,
                 workers: int | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
@@ -114,8 +142,12 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
     source = Path(path).resolve()
     named = Path(path).absolute()  # its cache goes in the folder read, not where a link leads
     if cache and source.is_file():
-        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir, RAW_COLUMNS)
-        if cached is not None:
+        cached = report_cache.read_cache(named, SCHEMA_VERSION, cache_dir, RAW_COLUMNS,
+                                          RAW_KINDS)
+        if cached is not None and not meta_fits(cached[1]):
+            logger.info("the cache of %s holds metadata of other types; reading the report "
+                        "again", source.name)
+        elif cached is not None:
             frame, meta = cached
             frame["source"] = str(source)
             if meta.get("left_out"):  # the damage is said on every read, not only the first

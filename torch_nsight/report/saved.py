@@ -22,6 +22,7 @@ from torch_nsight.record import FORMAT_VERSION, ProfileMeta
 from torch_nsight.report.cache import plain_strings
 from torch_nsight.report.expand import check_parquet_size
 from torch_nsight.report.source_base import check_times
+from torch_nsight.vocabulary import FLAG_COLUMNS, NAME_COLUMNS, NUMBER_KERNEL_COLUMNS
 
 META_KEY = b"torch_nsight.profile"
 CALLS_KEY = b"torch_nsight.calls"
@@ -59,6 +60,31 @@ def _optional(frame: pd.DataFrame) -> None:
         if column in frame:
             frame[column] = pd.Series([v if isinstance(v, str) else None
                                        for v in frame[column]], index=frame.index, dtype=object)
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _check_kinds(frame: pd.DataFrame, where: str) -> None:
+    """Refuse a column holding another kind of value than it does (text where numbers
+    belong, numbers or flags where names do: :data:`~torch_nsight.vocabulary.NAME_COLUMNS`);
+    number columns stored as mixed objects become numbers."""
+    kinds: dict[str, tuple[str, Any]] = {**dict.fromkeys(NAME_COLUMNS, ("names", str)),
+             **dict.fromkeys(FLAG_COLUMNS, ("flags", (bool, np.bool_))),
+             **dict.fromkeys(NUMBER_KERNEL_COLUMNS, ("numbers", (int, float, np.number)))}
+    for column in frame.columns.intersection(list(kinds)):
+        what, types = kinds[column]
+        values = frame[column]
+        if what == "numbers" and pd.api.types.is_numeric_dtype(values) \
+                and not pd.api.types.is_bool_dtype(values):
+            continue
+        if not all(_missing(v) or (isinstance(v, types) and not (
+                what == "numbers" and isinstance(v, (bool, np.bool_)))) for v in values):
+            raise ReportError(f"{where}: column {column!r} holds values that are not "
+                              f"{what}; {DAMAGED}")
+        if what == "numbers":
+            frame[column] = pd.to_numeric(values.map(lambda v: np.nan if v is None else v))
 
 
 def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: ProfileMeta,
@@ -126,6 +152,7 @@ def read_profile(path: str | os.PathLike[str]
                           str(source))
     _tuples(kernels, TUPLE_COLUMNS, str(source))
     _optional(kernels)
+    _check_kinds(kernels, str(source))
     listed = [c for c in kernels.columns if c not in (*TUPLE_COLUMNS, *OPTIONAL_TUPLES)
               and kernels[c].dtype == object and any(
                   isinstance(v, (list, tuple, dict, np.ndarray)) for v in kernels[c])]

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import formats
-from torch_nsight.checks import check_schema
+from torch_nsight.checks import DAMAGED, check_schema
 from torch_nsight.errors import ReportError
 from torch_nsight.record import CollectionRecord, Source
 from torch_nsight.report.calls_table import calls_frame
@@ -43,7 +43,11 @@ class SweepDirectory:
         except formats.FormatError as err:
             raise ReportError(f"{err}: the sweep directory {path} cannot be read") from err
         check_schema(manifest, formats.SWEEP_SCHEMA, str(path / formats.SWEEP_MANIFEST))
-        record = CollectionRecord.from_dict(manifest.get("record") or {})
+        try:
+            record = CollectionRecord.from_dict(manifest.get("record") or {})
+        except TypeError as err:  # a field of another type than the schema's
+            raise ReportError(f"{path / formats.SWEEP_MANIFEST}: its record does not hold a "
+                              f"sweep's record ({err}); {DAMAGED}") from err
         frames, sources = [], []
         missing: list[str] = []
         where = f"{path / formats.SWEEP_MANIFEST}"

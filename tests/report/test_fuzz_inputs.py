@@ -1,0 +1,144 @@
+"""The input fuzz (issue 45), a seeded subset: damaged saved profiles, report caches, sweep
+and timeline manifests, calls files, traces and raw reports (tests/report/fuzz_inputs.py)
+each load or fail with the library's error, and what a loaded one prints holds no raw
+control character and no formula cell. ``TORCH_NSIGHT_FUZZ_CASES=N`` runs N cases per kind
+(bench/fuzz_inputs.py runs the full 5,000), ``TORCH_NSIGHT_FUZZ_SEED`` another seed.
+
+The regression cases below are what the fuzz found, one test each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import torch_nsight
+from tests.report.fuzz_inputs import (
+    MAKERS,
+    SEED,
+    Seeds,
+    formula_cells,
+    raw_characters,
+    run_case,
+)
+from torch_nsight.errors import ReportError
+
+#: Cases per kind in the suite: about 15 s on a busy 2-core machine.
+CASES = int(os.environ.get("TORCH_NSIGHT_FUZZ_CASES", "8"))
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> Seeds:
+    return Seeds(tmp_path_factory.mktemp("fuzz-inputs"))
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_damaged_inputs_load_or_are_refused_and_print_nothing_raw(seeds: Seeds,
+                                                                  kind: str) -> None:
+    seed = int(os.environ.get("TORCH_NSIGHT_FUZZ_SEED", SEED))
+    outcomes = [run_case(seeds, kind, index, seed) for index in range(CASES)]
+    failed = [f"case {o.case} (TORCH_NSIGHT_FUZZ_SEED={seed}): {o.ending}\n"
+              + "\n".join(o.problems) for o in outcomes if o.problems]
+    assert not failed, f"{len(failed)} of {len(outcomes)} failed:\n" + "\n".join(failed[:3])
+    assert {o.ending for o in outcomes} <= {"loaded", "refused"}
+
+
+def test_the_checks_see_raw_characters_and_formulas() -> None:
+    assert raw_characters("a\x1b[2Jb", "stdout") and raw_characters("x\u202ey", "log")
+    assert raw_characters("\x9b31m", "stderr") and raw_characters("cr\rhere", "stdout")
+    assert not raw_characters("a table\n\twith tabs and \\x1b escaped", "stdout")
+    assert formula_cells('module\n=HYPERLINK("x")\n', "modules")
+    assert formula_cells("a,@SUM(A1)\n", "hotspots") and formula_cells("+1+2\n", "hotspots")
+    assert not formula_cells("-1.5,+3,1e9,-inf,'=HYPERLINK(x)\n", "hotspots")
+
+
+def test_a_traceback_is_a_failed_case(seeds: Seeds, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KeyError("duration_ns")
+
+    monkeypatch.setattr(torch_nsight, "load", broken)
+    outcome = run_case(seeds, "trace", 0)
+    assert outcome.ending == "failed" and "KeyError" in outcome.problems[0]
+
+
+def test_a_case_is_rebuilt_from_its_seed(seeds: Seeds, tmp_path: Path) -> None:
+    import random
+
+    made = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        path = MAKERS["saved"](seeds, random.Random(f"{SEED}:saved:3"), tmp_path / name)
+        made.append(pq.read_table(path))
+    assert made[0].equals(made[1])
+
+
+# --- what the fuzz found -------------------------------------------------------------------
+
+def _edited(seeds: Seeds, tmp_path: Path, column: str, values: list[object] | None = None,
+            meta: dict[str, object] | None = None) -> Path:
+    table = pq.read_table(seeds.saved[1])  # a report's, as Profile.save writes it
+    if values is not None:
+        assert column in table.column_names
+        rows = table.num_rows
+        table = table.set_column(table.schema.get_field_index(column), column,
+                                 pa.array((values * rows)[:rows]))
+    if meta is not None:
+        stored = dict(table.schema.metadata)
+        header = json.loads(stored[b"torch_nsight.profile"])
+        header["meta"]["sources"][0].update(meta)
+        stored[b"torch_nsight.profile"] = json.dumps(header).encode()
+        table = table.replace_schema_metadata(stored)
+    path = tmp_path / "edited.parquet"
+    pq.write_table(table, path)
+    return path
+
+
+@pytest.mark.parametrize("column, values", [
+    pytest.param("roof_time_ns", ["true"], id="text where numbers belong"),  # ValueError
+    pytest.param("module_path", [True, False], id="flags where names belong"),  # fold
+    pytest.param("flops_complete", ["=1+1"], id="text where flags belong"),
+])
+def test_a_saved_column_of_another_kind_is_refused(seeds: Seeds, tmp_path: Path, column: str,
+                                                   values: list[object]) -> None:
+    with pytest.raises(ReportError, match=f"column '{column}' holds values that are not"):
+        torch_nsight.load(_edited(seeds, tmp_path, column, values))
+
+
+@pytest.mark.parametrize("meta", [
+    pytest.param({"gpu": ["NVIDIA H200", 1.5]}, id="a number as a GPU"),  # TypeError
+    pytest.param({"path": 7}, id="a number as a path"),
+    pytest.param({"has_module_ranges": "yes"}, id="text as a flag"),
+])
+def test_saved_metadata_of_other_types_is_refused(seeds: Seeds, tmp_path: Path,
+                                                  meta: dict[str, object]) -> None:
+    with pytest.raises(ReportError, match="does not hold a profile's metadata"):
+        torch_nsight.load(_edited(seeds, tmp_path, "gpu", meta=meta))
+
+
+def test_a_saved_traces_copy_sizes_as_text_are_refused(seeds: Seeds, tmp_path: Path) -> None:
+    # ValueError in the timeline's step table (steps._activity) before
+    table = pq.read_table(seeds.saved[0])  # a trace's, with its copies' bytes
+    index = table.schema.get_field_index("bytes")
+    assert index >= 0
+    table = table.set_column(index, "bytes", pa.array(["false"] * table.num_rows))
+    pq.write_table(table, tmp_path / "edited.parquet")
+    with pytest.raises(ReportError, match="column 'bytes' holds values that are not numbers"):
+        torch_nsight.load(tmp_path / "edited.parquet")
+
+
+def test_format_one_metadata_of_other_types_is_refused(tmp_path: Path) -> None:
+    # TypeError in describe before: a GPU named by a mapping in an old file's metadata
+    table = pq.read_table(Path(__file__).resolve().parents[1] / "data"
+                          / "profile_format1.parquet")
+    stored = dict(table.schema.metadata)
+    header = json.loads(stored[b"torch_nsight.profile"])
+    header["meta"]["gpu"] = ["NVIDIA H100", {"name": "\x1b[2J"}]
+    stored[b"torch_nsight.profile"] = json.dumps(header).encode()
+    pq.write_table(table.replace_schema_metadata(stored), tmp_path / "old.parquet")
+    with pytest.raises(ReportError, match="does not hold a profile's metadata"):
+        torch_nsight.load(tmp_path / "old.parquet")
