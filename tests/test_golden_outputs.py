@@ -540,11 +540,27 @@ def test_no_golden_folder_is_left_over() -> None:
         assert not [p.name for p in left], "golden folders of no source"
 
 
+#: The outputs a terminal shows: each line fits the 120 columns they are rendered for (the
+#: 80-column check is tests/test_text_widths.py's).
+TERMINAL_TEXTS = ("report.txt", "modules.txt", "kernel_names.txt", "shapes.txt",
+                  "launches.txt", "ranks.txt", "findings.txt", "demo.txt")
+
+
 @pytest.mark.parametrize("source", per_source(SOURCES))
 def test_outputs_unchanged(source: Source) -> None:
     outputs = source_outputs(source)
     check_portable(outputs)
+    check_fits_120(outputs, TERMINAL_TEXTS)
     check_all(outputs, source.name)
+
+
+def check_fits_120(outputs: dict[str, str], names: tuple[str, ...] | None = None) -> None:
+    """Every line of the outputs ``names`` (all when None) but the command's two head lines
+    fits the 120 columns the goldens are rendered for."""
+    too_wide = [f"{name}: {line!r}" for name, text in outputs.items()
+                if names is None or name.rsplit("/", 1)[-1] in names
+                for line in text.splitlines()[2:] if len(line) > 120]
+    assert not too_wide, "\n".join(too_wide[:10])
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=" vs ".join)
@@ -553,6 +569,7 @@ def test_compare_unchanged(pair: tuple[str, str]) -> None:
     outputs = {f"{name}{suffix}": (cli_digest if "csv" in options else cli_text)(
         ["compare", *pair, *options]) for options, suffix in COMPARE_OUTPUTS.items()}
     check_portable(outputs)
+    check_fits_120({k: v for k, v in outputs.items() if not k.endswith(".digest")})
     check_all(outputs)
 
 

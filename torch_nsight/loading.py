@@ -20,7 +20,8 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.profile import PathArg, Profile, label_keys, order_columns, warn_if_mixed
+from torch_nsight.analyze.frames import label_keys
+from torch_nsight.profile import PathArg, Profile, order_columns, warn_if_mixed
 from torch_nsight.record import ProfileMeta, Source
 from torch_nsight.report.calls_table import read_calls
 from torch_nsight.report.sources import ReadOptions, SourceData, expand_paths, read_source

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.analyze.frames import filled, with_columns
+from torch_nsight.analyze.frames import label_keys, with_columns
 from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import CollectionRecord, ProfileMeta, Source
@@ -90,8 +90,9 @@ class Profile:
     meta: ProfileMeta = field(default_factory=ProfileMeta)
     calls: pd.DataFrame | None = None
     timeline: pd.DataFrame | None = None
-    # findings(fold) computed once: the tables are not changed once built (a copy goes out)
-    _findings: dict[bool, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
+    # findings and hotspots computed once: the tables never change once built (copies go out)
+    _findings: dict[object, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
+    _hotspots: dict[tuple, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.meta, Mapping):
@@ -232,7 +233,11 @@ class Profile:
                       level: Literal["kernel", "module"] = "kernel",
                       fold: bool = True) -> pd.DataFrame:
         """:meth:`hotspots` with every column, in the analysis' order (for renderers)."""
-        return analysis.hotspots(self.kernels, n=n, order=order, level=level, fold=fold)
+        key = (n, order, level, fold)
+        if key not in self._hotspots:
+            self._hotspots[key] = analysis.hotspots(self.kernels, n=n, order=order,
+                                                    level=level, fold=fold)
+        return self._hotspots[key].copy()
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see
@@ -258,11 +263,13 @@ class Profile:
         (:data:`~torch_nsight.vocabulary.FINDING_CODE_COLUMNS`), then ``blocks`` where
         folded."""
         if fold not in self._findings:
-            found = analysis.findings(self.kernels, self.calls, self.meta.settings,
-                                      self.timeline)
+            if "codes" not in self._findings:
+                self._findings["codes"] = analysis.findings(
+                    self.kernels, self.calls, self.meta.settings, self.timeline)
+            found = self._findings["codes"]
             if fold:
                 found = analysis.fold_findings(found, self.kernels)
-            self._findings[fold] = word_findings(found)
+            self._findings[fold] = word_findings(found.copy())
         return self._findings[fold].copy()
 
     def by_kernel(self) -> pd.DataFrame:
@@ -438,13 +445,6 @@ def warn_if_mixed(profile: Profile) -> None:
             logger.warning("this profile joins rows from different %s (%s): compare them "
                            "with care (the gpu and metric_set columns say which is which)",
                            what, ", ".join(map(str, values)))
-
-
-def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
-    """(variant, shape, rank) of the rows: the reports of a distributed run's ranks share
-    shape labels and are told apart by their ``rank`` column, not by file name."""
-    keys = filled(table.reindex(columns=["variant", "shape", "rank"]).astype(object))
-    return set(map(tuple, keys.drop_duplicates().to_numpy()))
 
 
 __all__ = ["Profile", "KERNEL_COLUMNS", "ProfileMeta", "Source", "CollectionRecord"]

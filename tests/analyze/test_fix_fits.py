@@ -109,6 +109,14 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
             assert code not in ("optimizer_fused", "optimizer_foreach",
                                 "compile_optimizer_step"), where
             assert code != "compile_module", where  # no module holds it to compile
+        # attention advice only where attention ran: SDPA where batched matmuls computed it
+        # by hand (a log-softmax without them, the decoder's loss, was sent there before),
+        # another SDPA backend where an SDPA op ran
+        if code in ("use_sdpa", "sdpa_backend"):
+            words = _site_words(profile, row)
+            ran = ("bmm", "baddbmm", "einsum") if code == "use_sdpa" else (
+                "scaled_dot_product", "sdpa", "flash", "fmha", "attention")
+            assert any(op in words for op in ran), where
         # rotary advice only where a rotary embedding's ops ran
         if code == "compile_rotary":
             words = _site_words(profile, row)
@@ -153,7 +161,7 @@ def test_the_checks_cover_the_recorded_sources() -> None:
         assert profile is not None
         seen |= set(profile.finding_table(fold=False)["fix_code"].dropna())
     assert {"pad_features", "channels_last", "cudnn_benchmark", "compile_module",
-            "optimizer_fused", "compile_rotary", "use_rms_norm"} <= seen
+            "optimizer_fused", "compile_rotary", "use_rms_norm", "sdpa_backend"} <= seen
 
 
 def test_channels_last_only_where_a_4d_tensor_ran() -> None:

@@ -59,30 +59,6 @@ def test_the_loss_is_not_sent_to_attention(fast: torch_nsight.Profile) -> None:
     assert loss["fix"].iat[0].startswith("Fuse the loss")
 
 
-def _sources() -> list[Path]:
-    found = [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz")]
-    found += [p for p in DATA.glob("*/") if (p / "sweep.json").exists()]
-    return sorted(found)
-
-
-def test_attention_advice_only_where_attention_ran() -> None:
-    """On every recorded source: a fix naming SDPA stands where batched matmuls ran (the
-    decoder's loss, a log-softmax without them, was sent there before)."""
-    for source in _sources():
-        try:
-            profile = torch_nsight.load(source, cache=False)
-            found = profile.findings()
-        except torch_nsight.TorchNsightError:
-            continue
-        kernels = profile.kernels
-        for _, row in found[found["fix"].str.contains("scaled_dot_product", na=False)
-                            ].iterrows():
-            site = kernels[(kernels["module_path"] == row["module_path"])
-                           & (kernels["direction"] == row["direction"])]
-            ops = " ".join(site["aten_ops"].dropna().astype(str))
-            assert any(op in ops for op in ("bmm", "baddbmm", "einsum")), (source, row)
-
-
 def test_a_duration_only_report_gets_gains_from_known_peaks(
         fast: torch_nsight.Profile, duration: torch_nsight.Profile,
         caplog: pytest.LogCaptureFixture) -> None:

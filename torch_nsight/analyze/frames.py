@@ -128,3 +128,10 @@ def plain(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def label_keys(table: pd.DataFrame) -> set[tuple[str, ...]]:
+    """(variant, shape, rank) of the rows: the reports of a distributed run's ranks share
+    shape labels and are told apart by their ``rank`` column, not by file name."""
+    keys = filled(table.reindex(columns=["variant", "shape", "rank"]).astype(object))
+    return set(map(tuple, keys.drop_duplicates().to_numpy()))
