@@ -112,8 +112,9 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
         # attention advice only where attention ran: SDPA where batched matmuls computed it
         # by hand (a log-softmax without them, the decoder's loss, was sent there before),
         # another SDPA backend where an SDPA op ran
-        if code in ("use_sdpa", "sdpa_backend"):
-            words = _site_words(profile, row)
+        if code in ("use_sdpa", "sdpa_backend"):  # a root-level finding's site is its kernels
+            words = " ".join([_site_words(profile, row), str(row["kernels"]).lower(),
+                              str(row["aten_ops"]).lower()])
             ran = ("bmm", "baddbmm", "einsum") if code == "use_sdpa" else (
                 "scaled_dot_product", "sdpa", "flash", "fmha", "attention")
             assert any(op in words for op in ran), where
