@@ -72,9 +72,7 @@ def _ends(profile: Profile) -> set[str]:
 
 #: Left to do (issue 47): at 80 columns a module's distinguishing end longer than the room
 #: left beside the kernel column is still cut (``…layernorm ×8``).
-KNOWN = {"zoo_fast/llama_decode.ncu-rep.xz": "post_attention_layernorm ×8 cut at 80",
-         "zoo_families/wav2vec2.ncu-rep.xz": "intermediate_dense ×12 cut at 80",
-         "sweep_stack": "post_attention_layernorm ×4 cut at 80"}
+KNOWN = {"sweep_stack": "post_attention_layernorm ×4 cut at 80"}
 
 
 def _sources() -> list[Any]:

@@ -156,8 +156,10 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
                          for at, h in enumerate(table.headers)]
     table.wrap_to(wrap, MIN_WRAP)
     table.cut_to(cut, keep_end, MAX_NAME_END)
-    for floor in (MIN_WRAP, LAST_RESORT):
+    for floor in (MIN_WRAP, LAST_RESORT):  # a module's distinguishing end outlasts the rest
         table.wrap_to(wrap, floor)
+        table.cut_to(cut, keep_end, floor, ends_kept=True)
+    for floor in (MIN_WRAP, LAST_RESORT):
         table.cut_to(cut, keep_end, floor)
     if drop_last and table.too_wide() > 0:
         table.remove(drop_last)
@@ -208,14 +210,17 @@ class _Fitting:
             self.narrow(name, floor,
                         lambda text, limit: _wrapped(text.replace("\n", " "), limit))
 
-    def cut_to(self, names: Sequence[str], keep_end: Sequence[str], floor: int) -> None:
+    def cut_to(self, names: Sequence[str], keep_end: Sequence[str], floor: int, *,
+               ends_kept: bool = False) -> None:
         """Narrow the names of columns ``names`` down to ``floor`` characters; those of
-        ``keep_end`` not below their distinguishing end (:func:`distinguishing_width`)."""
+        ``keep_end`` not below their distinguishing end (:func:`distinguishing_width`)
+        where it is under ``floor``, or, with ``ends_kept``, at all."""
         for name in names:
             ends = name in keep_end and name in self.headers
             least = distinguishing_width([r[self.headers.index(name)] for r in self.rows]) \
                 if ends else 0
-            self.narrow(name, max(min(floor, MIN_WRAP), min(least, floor)),
+            lowest = least if ends_kept else min(least, floor)
+            self.narrow(name, max(min(floor, MIN_WRAP), lowest),
                         partial(name_lines, keep_end=name in keep_end))
 
 
