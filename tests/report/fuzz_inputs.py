@@ -72,14 +72,15 @@ DEEP = "[" * 100_000 + "]" * 100_000
 
 # --- damaging JSON and bytes -------------------------------------------------------------
 
-def _nodes(document: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def json_paths(document: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The paths of every node of a JSON document (keys and list indices)."""
     found = [path]
     if isinstance(document, dict):
         for key, value in document.items():
-            found += _nodes(value, (*path, key))
+            found += json_paths(value, (*path, key))
     elif isinstance(document, list):
         for index, value in enumerate(document):
-            found += _nodes(value, (*path, index))
+            found += json_paths(value, (*path, index))
     return found
 
 
@@ -94,7 +95,7 @@ def mutate_document(document: Any, rng: random.Random, focus: tuple[str, ...] = 
     value or name, deleted, or their list's entries duplicated, dropped or multiplied."""
     changed = copy.deepcopy(document)
     for _ in range(rng.choice((1, 1, 2, 3))):
-        nodes = _nodes(changed)
+        nodes = json_paths(changed)
         if focus and rng.random() < 0.75:
             nodes = [p for p in nodes if any(k in p for k in focus)] or nodes
         path = rng.choice(nodes)

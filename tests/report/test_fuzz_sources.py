@@ -39,6 +39,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.report.fuzz_inputs import json_paths as _nodes
 from torch_nsight.calls_file import read_call_rows
 from torch_nsight.errors import TorchNsightError
 from torch_nsight.render import render_table
@@ -62,18 +63,6 @@ HOSTILE: tuple[Any, ...] = (
 )
 #: Text that nests deeper than Python's JSON reader recurses.
 DEEP = "[" * 50_000 + "]" * 50_000
-
-
-def _nodes(document: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """The paths of every node of a JSON document (keys and list indices)."""
-    found = [path]
-    if isinstance(document, dict):
-        for key, value in document.items():
-            found += _nodes(value, (*path, key))
-    elif isinstance(document, list):
-        for index, value in enumerate(document):
-            found += _nodes(value, (*path, index))
-    return found
 
 
 def _set(document: Any, path: tuple[Any, ...], value: Any, *, delete: bool = False) -> Any:
