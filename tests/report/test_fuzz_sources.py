@@ -28,7 +28,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +38,9 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.report.fuzz_inputs import Hung as _Hung
 from tests.report.fuzz_inputs import json_paths as _nodes
+from tests.report.fuzz_inputs import time_limit as _time_limit
 from torch_nsight.calls_file import read_call_rows
 from torch_nsight.errors import TorchNsightError
 from torch_nsight.render import render_table
@@ -126,24 +127,6 @@ def mutate_bytes(data: bytes, rng: random.Random) -> bytes:
 
 def _seed() -> int:
     return int(os.environ.get("TORCH_NSIGHT_FUZZ_SEED", SEED))
-
-
-class _Hung(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    def hung(signum: int, frame: Any) -> None:
-        raise _Hung(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _check_numbers(table: pd.DataFrame | None, what: str) -> None:
