@@ -218,3 +218,25 @@ def test_scaling_error_bars_with_several_runs(profile: Profile) -> None:
     ax = figure.axes[0]
     bars = [c for c in ax.collections if c.get_gid() == "module-time-ci95"]
     assert len(bars) == len([line for line in ax.get_lines() if line.get_gid() == "module-time"])
+
+
+def test_repeated_blocks_share_one_color_and_one_legend_entry() -> None:
+    """sweep_stack's top-level modules are the blocks ``0``-``3`` of an ``nn.Sequential``:
+    the blocks that launched the same kernels (as many of each) are one legend entry with
+    their count and one color, their points drawn on one another; a block that launched
+    others keeps its own (issue 47)."""
+    import torch_nsight
+
+    profile = torch_nsight.load(Path(__file__).resolve().parents[1] / "data" / "sweep_stack")
+    kernels = profile.kernels.assign(group=profile.kernels["module_path"].map(top_level_module))
+    launched = {name: tuple(sorted(part["kernel"])) for name, part in kernels.groupby("group")}
+    alike = [name for name in ("0", "1", "2", "3")
+             if sum(k == launched[name] for k in launched.values()) > 1]
+    assert len(alike) >= 2  # the recording holds repeated blocks
+    figure = plot_roofline(profile)
+    names = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert not set(alike) & set(names)
+    assert f"{{{alike[0]}-{alike[-1]}}} ×{len(alike)}" in names
+    colors = {mcolors.to_hex(c.get_facecolors()[0]) for c in figure.axes[0].collections
+              if isinstance(c, PathCollection)}
+    assert len(colors) <= len(names)

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator
 
+from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.render.figure import (
     PathArg,
@@ -32,7 +33,7 @@ from torch_nsight.render.figure import (
 )
 from torch_nsight.render.readable_numbers import format_rate
 from torch_nsight.units import counted
-from torch_nsight.vocabulary import UNATTRIBUTED, split_path
+from torch_nsight.vocabulary import OUTSIDE_PREFIX, UNATTRIBUTED, split_path
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -58,6 +59,8 @@ def top_level_module(module_path: Any) -> str:
     """
     if not isinstance(module_path, str) or module_path == UNATTRIBUTED:
         return UNATTRIBUTED
+    if module_path.startswith(OUTSIDE_PREFIX):  # a call of the loop's own, not the root's
+        return module_path
     parts = split_path(module_path)
     return parts[1] if len(parts) > 1 else own_kernels(parts[0])
 
@@ -97,6 +100,25 @@ def placeable(kernels: pd.DataFrame) -> pd.Series:
 def _marker(direction: Any) -> str:
     return DIRECTION_MARKERS.get(direction, OTHER_MARKER) if isinstance(direction, str) \
         else OTHER_MARKER
+
+
+def repeated_blocks(rows: pd.DataFrame) -> dict[str, str]:
+    """Top-level modules that are blocks of one repeated structure (their names differ
+    only by an index, and they launched the same kernels, as many of each), each mapped
+    to one label for all of them: ``{0-3} ×4``, ``layers.{0-11} ×12``. Their points sit on
+    one another; one color and one legend entry with the count say so."""
+    families: dict[tuple[str, tuple[str, ...]], list[tuple[str, tuple[int, ...]]]] = {}
+    for name, part in rows.groupby("_group", sort=False):
+        template, indices = index_template(str(name))
+        if indices:
+            families.setdefault((template, tuple(sorted(part["kernel"]))), []).append(
+                (str(name), indices))
+    labels: dict[str, str] = {}
+    for (template, _), members in families.items():
+        if len(members) > 1:
+            label = f"{folded_name(template, [ix for _, ix in members])} ×{len(members)}"
+            labels.update(dict.fromkeys((name for name, _ in members), label))
+    return labels
 
 
 def _areas(durations: pd.Series, longest: float) -> np.ndarray:
@@ -302,7 +324,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     roof is ``peak_bytes_per_s x intensity``; each precision present among the kernels gets
     a compute roof at its highest ``peak_flops_per_s`` in the report. Markers: area by
     kernel time, color by top-level module (:func:`top_level_module`; the same color as
-    in :func:`~torch_nsight.render.scaling.plot_scaling`), circle forward,
+    in :func:`~torch_nsight.render.scaling.plot_scaling`; the blocks of a repeated
+    structure share one, :func:`repeated_blocks`), circle forward,
     triangle backward, square outside both. Kernels that :func:`placeable` rejects are
     drawn in a strip under the chart, by time, never dropped.
 
@@ -329,6 +352,8 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     kernels = _shape_kernels(kernels, shape, shapes)
     rows = kernels.assign(_group=kernels["module_path"].map(top_level_module),
                           _marker=kernels["direction"].map(_marker))
+    blocks = repeated_blocks(rows)
+    rows["_group"] = rows["_group"].map(lambda group: blocks.get(group, group))
     shown = set(rows["_group"])
     colors = {name: color for name, color in
               extend_colors(module_colors(profile, 1), rows["_group"]).items()
