@@ -52,8 +52,8 @@ class _Record:
         return cls(**values).checked()
 
     def checked(self) -> Any:
-        """This record, its fields checked against the types they declare (a record read
-        from a file).
+        """This record, its fields checked against the types they declare (for a record
+        read out of a file).
 
         Raises:
             TypeError: a field holds another type.

@@ -85,6 +85,18 @@ def _cells(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text)))
 
 
+def _run_clean(planted: tuple[Path, Path, str], argv: list[str], tmp_path: Path,
+               monkeypatch: pytest.MonkeyPatch,
+               capsys: pytest.CaptureFixture[str]) -> tuple[list[str], str]:
+    """Run ``argv`` on the planted pair ({baseline}, {current} filled in); its standard
+    output and error hold no raw control character. The arguments run and the output."""
+    baseline, current, _ = planted
+    argv = [a.format(baseline=baseline, current=current) for a in argv]
+    _, out, err = run_main(argv, tmp_path, monkeypatch, capsys)
+    assert _raw(out) == [] and _raw(err) == []
+    return argv, out
+
+
 @pytest.mark.parametrize("argv", [
     ["report", "{current}", "--by", "module", "--format", "csv"],
     ["report", "{current}", "--format", "csv"],
@@ -94,10 +106,7 @@ def _cells(text: str) -> list[list[str]]:
 def test_csv_cells_start_no_formula_and_hold_no_control(
         planted: tuple[Path, Path, str], argv: list[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    baseline, current, _ = planted
-    argv = [a.format(baseline=baseline, current=current) for a in argv]
-    _, out, err = run_main(argv, tmp_path, monkeypatch, capsys)
-    assert _raw(out) == [] and _raw(err) == []
+    argv, out = _run_clean(planted, argv, tmp_path, monkeypatch, capsys)
     cells = [cell for row in _cells(out) for cell in row]
     formulas = [c for c in cells if FORMULA.match(c) and not _is_number(c)]
     assert formulas == []
@@ -148,10 +157,8 @@ def test_the_csv_file_of_report_is_neutralised_too(
 def test_json_escapes_every_control_and_keeps_the_names_exact(
         planted: tuple[Path, Path, str], argv: list[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    baseline, current, _ = planted
-    argv = [a.format(baseline=baseline, current=current) for a in argv]
-    _, out, err = run_main(argv, tmp_path, monkeypatch, capsys)
-    assert _raw(out) == [] and _raw(err) == []
+    argv, out = _run_clean(planted, argv, tmp_path, monkeypatch, capsys)
+    current = planted[1]
     document = json.loads(out)
     rows = document["rows"] if isinstance(document, dict) else document
     if argv[0] == "compare":
