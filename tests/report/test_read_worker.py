@@ -45,6 +45,7 @@ def test_the_worker_is_replaced_every_few_reports(copies: list[Path],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(read_worker.IN_PROCESS_ENV, raising=False)
     monkeypatch.setattr(read_worker, "REPORTS_PER_WORKER", 2)
+    monkeypatch.setattr(read_worker, "WORKER_MAX_RSS", 1 << 62)
     read_worker.stop_worker()
     before = read_worker.workers_started()
     tables = [read_report(path, cache=False)[0] for path in copies]
@@ -55,6 +56,11 @@ def test_the_worker_is_replaced_every_few_reports(copies: list[Path],
 def test_a_worker_that_dies_is_an_error_naming_the_report_then_replaced(
         copies: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(read_worker.IN_PROCESS_ENV, raising=False)
+    # a worker this test starts and keeps: not replaced by a count earlier tests in this
+    # process reached, nor by its memory
+    monkeypatch.setattr(read_worker, "REPORTS_PER_WORKER", 1000)
+    monkeypatch.setattr(read_worker, "WORKER_MAX_RSS", 1 << 62)
+    read_worker.stop_worker()
     read_report(copies[0], cache=False)
     process = read_worker._WORKER._process
     assert process is not None
