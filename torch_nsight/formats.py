@@ -67,7 +67,7 @@ REPLICATION_KIND = "torch_nsight.replication"
 CALLS_ROW_SCHEMA = {"range_stack": [str], "op": str, "input_shapes": [[WHOLE]],
                     "input_dtypes": [str], "output_shapes": [[WHOLE]], "output_dtypes": [str],
                     "flops": NUMBER, "bytes": NUMBER, "count": WHOLE, "variant": str,
-                    "shape": str}
+                    "shape": str, "module_class": str}
 _RECORD_SCHEMA = {"shapes": [str], "variants": [str], "options": dict, "items": [dict],
                   "problems": [dict], "commands": dict, "output_dir": str, "timing": dict,
                   "created": str}

@@ -7,7 +7,10 @@ One row per distinct torch-level call::
     /out/sweep  None     2x128x256  ("LlamaBlock", "mlp", "mlp.up_proj")  "mm"     ...  1
 
 ``range_start_end`` and ``range_other`` are empty: the ops' ranges are all in
-``range_stack``. ``flops`` and ``bytes`` are per call (float, NaN where unknown).
+``range_stack``. ``flops`` and ``bytes`` are per call (float, NaN where unknown). Where the
+rows record the class of the module each call ran in, a ``module_class`` column holds it
+(``torch.nn.modules.conv.Conv2d``; None outside every module); tables recorded before
+classes were recorded have no such column.
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
             "count": int(row.get("count") or 1)})
     frame = pd.DataFrame.from_records(records, columns=list(CALLS_COLUMNS))
     frame[["flops", "bytes"]] = frame[["flops", "bytes"]].astype("float64")
+    if any(row.get("module_class") for row in rows):
+        frame["module_class"] = pd.Series([row.get("module_class") or None for row in rows],
+                                          index=frame.index, dtype=object)
     return frame
 
 

@@ -26,7 +26,7 @@ from torch_nsight.analyze.findings.call_shapes import calls_where, heavy_calls
 from torch_nsight.analyze.findings.prepare import prepare
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, run_checks
-from torch_nsight.analyze.findings.sites import describe_sites, root_class
+from torch_nsight.analyze.findings.sites import describe_sites, root_class, short_class
 from torch_nsight.analyze.fold import FOLD_COLUMN, STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import blank_to_none, filled
 from torch_nsight.analyze.rules import rule_evidence
@@ -43,7 +43,7 @@ from torch_nsight.vocabulary import (
 TIMELINE_FACTS = "timeline"
 
 
-def _row(found: Finding) -> dict[str, Any]:
+def _row(found: Finding, context: Context) -> dict[str, Any]:
     """A finding as a row of :data:`FINDING_RECORD_COLUMNS`."""
     rows, basis = found.rows, found.basis
     first = rows.iloc[0]
@@ -54,7 +54,8 @@ def _row(found: Finding) -> dict[str, Any]:
             basis += ", known-GPU peaks"
     codes = found.codes()
     if codes["module_class"] is None:
-        codes["module_class"] = root_class(first["module_path"])
+        codes["module_class"] = (short_class(context.site(rows).module_class)
+                                 or root_class(first["module_path"]))
     rules = rule_evidence(rows)
     if rules:  # Nsight Compute's own diagnosis of these kernels: evidence, never the fix
         codes["facts"]["ncu_rules"] = rules
@@ -118,7 +119,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     context = Context(work, heavy, calls_where(heavy), describe_sites(work, calls),
                       calls is not None and "aten_op" in calls and len(calls) > 0,
                       settings or {}, claimed=pd.Index([]))
-    rows = [_row(found) for found in run_checks(context)]
+    rows = [_row(found, context) for found in run_checks(context)]
     if timeline is not None and len(kernels):  # a trace without GPU rows has no GPU to judge
         rows += _timeline_rows(kernels, timeline)
     out = pd.DataFrame(rows, columns=list(FINDING_RECORD_COLUMNS))

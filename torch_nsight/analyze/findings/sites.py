@@ -2,9 +2,12 @@
 else from its kernels' names), the layout of its 4-D tensors and, for an optimizer's step,
 how it ran. The checks choose their fix from these, not from the kernel's family alone.
 
-The profile records no module class (the root's and an optimizer's are range names); a
-module's kind is what it ran: ``convolution`` makes a ``conv``, ``addmm`` a ``linear``,
-``native_batch_norm`` a ``batch_norm``, a ``step`` range an ``optimizer``.
+A module's kind is its class where the calls table records it and the class is one of
+``torch.nn``'s (a ``Conv2d`` is a ``conv`` whatever it ran), else what it ran:
+``convolution`` makes a ``conv``, ``addmm`` a ``linear``, ``native_batch_norm`` a
+``batch_norm``, a ``step`` range an ``optimizer``. Profiles recorded before the calls table
+held classes name only the root's class (the root range is named after it) and an
+optimizer's.
 """
 
 from __future__ import annotations
@@ -62,6 +65,56 @@ KIND_BY_KERNELS: tuple[tuple[ModuleKind, re.Pattern[str]], ...] = (
 )
 
 
+#: The kind of each of ``torch.nn``'s module classes (by class name), first match wins.
+KIND_BY_CLASS: tuple[tuple[ModuleKind, re.Pattern[str]], ...] = (
+    ("conv", re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")),
+    ("linear", re.compile(r"^(Lazy)?Linear$|^Bilinear$")),
+    ("recurrent", re.compile(r"^(RNN|LSTM|GRU)(Cell)?$")),
+    ("attention", re.compile(r"^MultiheadAttention$")),
+    ("batch_norm", re.compile(r"^(Lazy|Sync)?BatchNorm[123]?d?$")),
+    ("layer_norm", re.compile(r"^LayerNorm$")),
+    ("group_norm", re.compile(r"^GroupNorm$")),
+    ("rms_norm", re.compile(r"^RMSNorm$")),
+    ("embedding", re.compile(r"^Embedding(Bag)?$")),
+    ("pool", re.compile(r"Pool[123]d$")),
+    ("loss", re.compile(r"Loss$")),
+    ("activation", re.compile(r"^(ReLU6?|GELU|SiLU|Sigmoid|Tanh|Hardswish|Hardsigmoid|ELU|"
+                              r"Softplus|Mish|LeakyReLU|PReLU)$")),
+)
+_TORCH_NN = "torch.nn."
+
+
+def kind_of_class(module_class: object) -> ModuleKind | None:
+    """The kind of a module of the qualified class ``module_class``
+    (``torch.nn.modules.conv.Conv2d``); None for a class not of ``torch.nn`` (what a
+    user's class is, its ops say) or one this table does not know."""
+    if not isinstance(module_class, str) or not module_class.startswith(_TORCH_NN):
+        return None
+    name = module_class.rsplit(".", 1)[-1]
+    for kind, pattern in KIND_BY_CLASS:
+        if pattern.search(name):
+            return kind
+    return None
+
+
+def short_class(module_class: object) -> str | None:
+    """A qualified class's own name (``Conv2d``); None for None."""
+    if not isinstance(module_class, str) or not module_class:
+        return None
+    return module_class.rsplit(".", 1)[-1]
+
+
+def module_classes(calls: pd.DataFrame | None) -> dict[str, str]:
+    """The qualified class of each module path the calls table records one for (tables
+    recorded before classes were recorded have none; a path whose calls disagree is left
+    out)."""
+    if calls is None or "module_class" not in calls or "module_path" not in calls:
+        return {}
+    known = calls[["module_path", "module_class"]].dropna().drop_duplicates()
+    single = known.drop_duplicates("module_path", keep=False)
+    return dict(zip(single["module_path"], single["module_class"], strict=True))
+
+
 def _has(ops: Iterable[str], words: tuple[str, ...]) -> bool:
     for op in ops:
         for word in words:
@@ -93,14 +146,14 @@ def kind_of_kernels(kernels: Iterable[str]) -> ModuleKind | None:
 
 
 def site_kind(direction: object, module_path: object, ops: Iterable[str],
-              kernels: Iterable[str]) -> ModuleKind | None:
-    """The kind of one site: an optimizer's step, else its ops, else its kernels' names (an
-    optimizer's multi-tensor kernels left out: outside a step range they share the
-    unattributed site with whatever else ran there)."""
+              kernels: Iterable[str], module_class: object = None) -> ModuleKind | None:
+    """The kind of one site: an optimizer's step, else its module's ``torch.nn`` class,
+    else its ops, else its kernels' names (an optimizer's multi-tensor kernels left out:
+    outside a step range they share the unattributed site with whatever else ran there)."""
     if direction == OPTIMIZER_DIRECTION and not str(module_path).startswith(OUTSIDE_PREFIX):
         return "optimizer"
     kernels = [k for k in kernels if "multi_tensor_apply" not in str(k)]
-    return kind_of_ops(ops) or kind_of_kernels(kernels)
+    return kind_of_class(module_class) or kind_of_ops(ops) or kind_of_kernels(kernels)
 
 
 _CHANNELS_LAST = re.compile(r"channels_last|nhwc(?!ToNchw)", re.I)
@@ -188,12 +241,14 @@ class Site:
             the calls table records the site's calls and none of them takes a 4-D tensor: a
             ``Conv1d`` cuDNN runs as an NCHW convolution has no channels-last layout).
         recorded: whether the calls table has any call at this site.
+        module_class: the qualified class of its module, where the calls table records it.
     """
 
     ops: tuple[str, ...]
     kind: ModuleKind | None
     layout: Layout | None
     recorded: bool
+    module_class: str | None = None
 
 
 def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
@@ -210,14 +265,17 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         for key, rows in keyed_calls.groupby(list(JOIN_KEYS), sort=False):
             ops[tuple(key)] = ops_at(rows)
             four_d[tuple(key)] = any(takes_4d(shapes) for shapes in rows["input_shapes"])
+    classes = module_classes(calls)
     sites = {}
     for key, rows in work.groupby(list(JOIN_KEYS), sort=False):
         key = tuple(key)
         mine = ops.get(key, ())
         direction, path = key[JOIN_KEYS.index("direction")], key[JOIN_KEYS.index("module_path")]
         layout = layout_of(rows["kernel"].tolist()) if four_d.get(key, True) else None
-        sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist()),
-                          layout, recorded=key in ops)
+        module_class = classes.get(path)
+        sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist(),
+                                          module_class),
+                          layout, recorded=key in ops, module_class=module_class)
     return sites
 
 

@@ -52,7 +52,7 @@ from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.capture.calls.call_table import CallTable
 from torch_nsight.capture.ranges.emitter import NvtxEmitter, OpenRanges, RangeEmitter
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
-from torch_nsight.naming import backward_op_message, op_message, parse_message
+from torch_nsight.naming import BACKWARD_PREFIX, backward_op_message, op_message, parse_message
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +128,10 @@ class CallRecorder:
         self._warned_record = False
         self.on_done = on_done  # called once the first iteration is recorded
         self.name_outside = name_outside
+        #: The class of the module behind each module range message (``mlp.up_proj`` ->
+        #: ``torch.nn.modules.linear.Linear``), set by the instrumentation: each row gets
+        #: the class of the innermost module open around it.
+        self.module_classes: dict[str, str] = {}
         # why recording must not start now (None: it may), asked before each start
         self.refuse = refuse
 
@@ -348,9 +352,15 @@ class CallRecorder:
             and dtypes), with keys ``range_stack`` (tuple of range messages, outermost
             first), ``op``, ``input_shapes``, ``input_dtypes``, ``output_shapes``,
             ``output_dtypes`` (tuples; shapes are tuples of ints), ``flops`` (per call, or
-            None), ``bytes`` (per call) and ``count``.
+            None), ``bytes`` (per call) and ``count``; and ``module_class``, the qualified
+            class of the innermost module open around the call (None outside every
+            module), where :attr:`module_classes` is known.
         """
-        return self._table.rows()
+        rows = self._table.rows()
+        if self.module_classes:
+            for row in rows:
+                row["module_class"] = innermost_class(row["range_stack"], self.module_classes)
+        return rows
 
     def clear(self) -> None:
         """Forget the rows recorded so far."""
@@ -371,6 +381,16 @@ class CallRecorder:
             The path written.
         """
         return write_calls(path, self.document())
+
+
+def innermost_class(stack: tuple[str, ...], classes: dict[str, str]) -> str | None:
+    """The class of the innermost module range of ``stack`` (a backward range counts as its
+    module's); None where no module range is open."""
+    for message in reversed(stack):
+        found = classes.get(message.removeprefix(BACKWARD_PREFIX))
+        if found is not None:
+            return found
+    return None
 
 
 def _make_mode(recorder: CallRecorder) -> Any:

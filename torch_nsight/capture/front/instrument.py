@@ -60,7 +60,7 @@ from torch_nsight.capture.ranges.detect import resolve_enabled, under_nsight_com
 from torch_nsight.capture.ranges.emitter import NvtxEmitter, RangeEmitter
 from torch_nsight.capture.ranges.frames import Range
 from torch_nsight.capture.ranges.hooks import NODE_HOOKS, InstrumentedForward, install_forward
-from torch_nsight.capture.ranges.ops import OpNamer, check_ops, is_torch_leaf
+from torch_nsight.capture.ranges.ops import OpNamer, check_ops, is_torch_leaf, qualified_class
 from torch_nsight.capture.ranges.optimizers import watch_optimizer_steps
 from torch_nsight.capture.ranges.outside import unwatch_outside_calls, watch_outside_calls
 from torch_nsight.capture.ranges.registry import active_instrumentations
@@ -148,6 +148,9 @@ class Instrumentation:
         self.names = tuple(name for name, _ in selected)
         self.messages = {name: name if name else type(module).__name__
                          for name, module in selected}
+        if self._calls is not None:  # each call's module class goes into the calls table
+            self._calls[0].module_classes = {
+                self.messages[name]: qualified_class(module) for name, module in selected}
         self.ops = op_names
         self.backward = backward
         self._tracks_compiles = track_compiles()

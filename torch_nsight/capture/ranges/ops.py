@@ -200,3 +200,11 @@ def is_torch_leaf(module: torch.nn.Module) -> bool:
     return type(module).__module__.startswith("torch.nn.") and not any(
         True for _ in module.children()
     )
+
+
+def qualified_class(module: torch.nn.Module) -> str:
+    """The module's class as ``package.module.Class`` (``torch.nn.modules.conv.Conv2d``):
+    the calls table records it for each call, so the analysis knows a Conv2d from a
+    user's class that happens to run a convolution."""
+    kind = type(module)
+    return f"{kind.__module__}.{kind.__qualname__}"
