@@ -83,6 +83,24 @@ def _tf32_where_it_ran(group: pd.DataFrame, heavy_kernels: pd.Series,
     return group.assign(precision=precision)
 
 
+#: Convolution kernels that run on CUDA cores whatever their data's precision: cuDNN's
+#: direct ``implicit_convolve_sgemm`` / ``explicit_convolve_sgemm`` (16-bit data converted
+#: to fp32 for FMAs: 0.44% tensor-pipe use on ViT-S/16's bf16 patch embedding in
+#: ``bound_calibration/vit_full_sol``) and PyTorch's depthwise kernels.
+CUDA_CORE_CONVOLUTION = re.compile(r"implicit_convolve_sgemm|explicit_convolve_sgemm|"
+                                   r"conv_depthwise[23]d", re.IGNORECASE)
+
+
+def _cuda_cores_where_it_ran(group: pd.DataFrame, heavy_kernels: pd.Series) -> pd.DataFrame:
+    """``group`` with 16-bit work put on the fp32 CUDA-core roof where the kernel that ran
+    it is a CUDA-core convolution (:data:`CUDA_CORE_CONVOLUTION`): the call's dtype says
+    bf16, but no tensor core did the work."""
+    ran = heavy_kernels.astype(str).map(lambda name: bool(CUDA_CORE_CONVOLUTION.search(name)))
+    precision = group["precision"].to_numpy().copy()
+    precision[np.isin(precision, list(TENSOR_PRECISION.values())) & ran.to_numpy()] = "fp32"
+    return group.assign(precision=precision)
+
+
 def _spread_over_iterations(out: pd.DataFrame, mine: pd.Series, site: pd.Series,
                             heavy: pd.Series, group: pd.DataFrame, run: pd.Series) -> None:
     """A report recorded by hand (no step label) profiles every iteration under one site, but
@@ -181,8 +199,10 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         has_arithmetic = arithmetic.groupby(site).transform("any")
         weight = duration.where(arithmetic | ~has_arithmetic, -1.0)[mine]
         heavy = weight.groupby(site[mine], sort=False).idxmax()
-        group = _tf32_where_it_ran(per_group.loc[key.loc[heavy.to_numpy()]],
-                                   out.loc[heavy.to_numpy(), "kernel"], settings or {})
+        heavy_kernels = out.loc[heavy.to_numpy(), "kernel"]
+        group = _cuda_cores_where_it_ran(_tf32_where_it_ran(
+            per_group.loc[key.loc[heavy.to_numpy()]], heavy_kernels, settings or {}),
+            heavy_kernels)
         share = _shares(duration, arithmetic, site, heavy)
         for precision, rows in group.groupby("precision", sort=False):
             sites = heavy.index[np.flatnonzero(group["precision"].to_numpy() == precision)]

@@ -142,6 +142,17 @@ def _fp32_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
             f"is {_time(facts['tf32_roof_ns'])} per run.")
 
 
+def _conv_cores_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    dtype = _given(row, "dtype") or "16-bit"
+    pipe = _number(facts.get("tensor_pipe_pct"))
+    busy = f"its tensor pipe {pipe:.2f}% busy" if not math.isnan(pipe) else "no tensor-core kernel"
+    return (f"{dtype} convolution on CUDA cores: {facts['kernel']} is cuDNN's direct kernel "
+            f"({busy}; {_time(facts['time_ns'])} per run, "
+            f"{facts['flops_per_run'] / 1e9:.1f} GFLOP); at the {dtype} tensor peak "
+            f"({facts['peak_flops_per_s'] / 1e12:.0f} TFLOP/s) its roofline is "
+            f"{_time(facts['tensor_roof_ns'])} per run.")
+
+
 def _chain_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     time, traffic = facts["time_ns"], facts["traffic_bytes"]
     return (f"{facts['kernels_per_run']:g} memory-bound elementwise kernels in a row per "
@@ -216,7 +227,7 @@ def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
 
 EVIDENCE: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "gemm_misaligned": _gemm_evidence, "fp32_no_tensor_cores": _fp32_evidence,
-    "elementwise_chain": _chain_evidence, "layout_conversion": _layout_evidence,
+    "conv_no_tensor_cores": _conv_cores_evidence, "elementwise_chain": _chain_evidence, "layout_conversion": _layout_evidence,
     "optimizer_not_fused": _optimizer_evidence, "small_grid": _latency_evidence,
     "latency_bound": _latency_evidence,
 }

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 FindingCode = Literal[
     "gemm_misaligned",        # a GEMM dimension off its dtype's alignment
     "fp32_no_tensor_cores",   # fp32 GEMM or convolution on CUDA cores
+    "conv_no_tensor_cores",   # a 16-bit convolution cuDNN ran on CUDA cores
     "elementwise_chain",      # memory-bound elementwise kernels in a row in one module
     "layout_conversion",      # cuDNN's NCHW <-> NHWC transposes around a convolution
     "optimizer_not_fused",    # an optimizer step run op by op (foreach or a loop)

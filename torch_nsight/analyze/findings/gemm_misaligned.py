@@ -62,6 +62,14 @@ def _padded(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def channel_pads(dims: dict[str, int], align: int) -> list[dict[str, Any]]:
+    """A convolution's channels off ``align`` (``in_channels``, ``out_channels`` of
+    ``dims``), each with the multiple of :data:`CHANNELS_TO` to pad it to (``pad_channels``'s
+    parameters)."""
+    return [{"role": role, "value": dims[role], "padded": _padded(dims[role], CHANNELS_TO)}
+            for role in ("in_channels", "out_channels") if role in dims and dims[role] % align]
+
+
 def _from_gemm_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, int],
                      site: Site) -> list[Finding]:
     """One site's finding from its GEMM calls' shapes, if a stride is off; ``known``: the
@@ -111,20 +119,16 @@ def _from_conv(group: pd.DataFrame, evidence: pd.Series, convs: pd.DataFrame,
     dtype = str(call["dtype"]) if call is not None else None
     shapes = call["shapes"] if call is not None else None
     align = ALIGNMENT.get(dtype or "", 8)
-    off = [(d, known[role]) for d, role in (("C_in", "in_channels"), ("C_out", "out_channels"))
-           if role in known and known[role] % align]
+    pads = channel_pads(known, align)
     facts = {"kernel": rows.iloc[0]["kernel"], "roof_pct": roof_pct(rows),
              "time_ns": per_run(rows), "align": align, "dims": dict(known)}
-    if off:
-        dim, value = off[0]
+    if pads:
+        role, value = pads[0]["role"], pads[0]["value"]
         return [Finding("gemm_misaligned", rows, gain, "roofline", "medium", "pad_channels",
-                        module_kind=site.kind, aten_ops=site.ops, shapes=shapes, dim=dim,
-                        dim_role=ROLES[dim], dim_value=int(value), layout=site.layout,
-                        dtype=dtype,
-                        fix_params={"pads": [{"role": ROLES[d], "value": v,
-                                              "padded": _padded(v, CHANNELS_TO)}
-                                             for d, v in off]},
-                        facts=facts)]
+                        module_kind=site.kind, aten_ops=site.ops, shapes=shapes,
+                        dim={v: k for k, v in ROLES.items()}[role], dim_role=role,
+                        dim_value=int(value), layout=site.layout, dtype=dtype,
+                        fix_params={"pads": pads}, facts=facts)]
     if "spatial" not in known:
         return []  # neither the channels nor the positions known: nothing to name
     # aligned channels: the GEMM runs over the output positions, which only NCHW does

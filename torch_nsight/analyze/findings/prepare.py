@@ -32,6 +32,7 @@ CONV_NAMES = ("conv", "fprop", "dgrad", "wgrad")
 ATTENTION_NAMES = ("sdpa", "fmha", "flash_attn", "flash_fwd", "flash_bwd", "attention")
 _NUMERIC = ("duration_ns", "roof_time_ns", "headroom_ns", "dram_bytes", "flops", "flops_fp32",
             "flops_fp16", "waves", "sm_clock_hz", "peak_tensor_tf32_per_cycle", "peak_bytes_per_s",
+            "peak_tensor_bf16_per_cycle", "peak_tensor_fp16_per_cycle", "tensor_pipe_pct",
             *TENSOR_COLUMNS)
 _TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "roofline_side", "gpu",
          "peak_basis", "roof_basis", "limiter", "ncu_rules", "sol_bottleneck", "basis")

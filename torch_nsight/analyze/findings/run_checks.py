@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import torch_nsight.analyze.findings.conv_no_tensor_cores
 import torch_nsight.analyze.findings.elementwise_chain
 import torch_nsight.analyze.findings.fp32_no_tensor_cores
 
