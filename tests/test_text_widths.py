@@ -70,18 +70,7 @@ def _ends(profile: Profile) -> set[str]:
     return ends
 
 
-#: Left to do (issue 47): at 80 columns a module's distinguishing end longer than the room
-#: left beside the kernel column is still cut (``…layernorm ×8``).
-KNOWN = {"sweep_stack": "post_attention_layernorm ×4 cut at 80"}
-
-
-def _sources() -> list[Any]:
-    return [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.xfail(
-        reason=KNOWN[p.values[0].path], strict=True)]) if p.values[0].path in KNOWN else p
-        for p in golden.per_source(golden.SOURCES)]
-
-
-@pytest.mark.parametrize("source", _sources())
+@pytest.mark.parametrize("source", golden.per_source(golden.SOURCES))
 def test_text_fits_80_and_120_columns(source: golden.Source,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = golden.load(source.path)
@@ -120,11 +109,7 @@ def test_text_fits_80_and_120_columns(source: golden.Source,
     assert not too_wide, "\n".join(too_wide[:20])
 
 
-@pytest.mark.parametrize("pair", [
-    pytest.param(pair, marks=pytest.mark.xfail(
-        reason="left to do: compare --by kernel at 80 (a row of dashes one column too wide)",
-        strict=True)) if pair == ("runs/gpt2_runs_a", "runs/gpt2_runs_unpadded") else pair
-    for pair in golden.PAIRS], ids=lambda pair: " vs ".join(pair))
+@pytest.mark.parametrize("pair", golden.PAIRS, ids=lambda pair: " vs ".join(pair))
 def test_compare_fits_80_and_120_columns(pair: tuple[str, str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     too_wide = []

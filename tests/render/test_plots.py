@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from torch_nsight.profile import Profile
 from torch_nsight.render import plot_roofline, plot_scaling
@@ -220,18 +221,37 @@ def test_scaling_error_bars_with_several_runs(profile: Profile) -> None:
     assert len(bars) == len([line for line in ax.get_lines() if line.get_gid() == "module-time"])
 
 
-def test_repeated_blocks_share_one_color_and_one_legend_entry() -> None:
+@pytest.fixture(scope="module")
+def sweep_stack() -> Profile:
+    """The recorded sweep of a stack of four decoder blocks (``0``-``3``), two shapes."""
+    import torch_nsight
+
+    return torch_nsight.load(Path(__file__).resolve().parents[1] / "data" / "sweep_stack")
+
+
+def _alike_blocks(profile: Profile) -> list[str]:
+    """The top-level blocks of ``profile`` that launched the same kernels as another."""
+    kernels = profile.kernels.assign(group=profile.kernels["module_path"].map(top_level_module))
+    launched = {name: tuple(sorted(part["kernel"])) for name, part in kernels.groupby("group")}
+    return [name for name in ("0", "1", "2", "3")
+            if sum(k == launched[name] for k in launched.values()) > 1]
+
+
+def _legend_colors(figure: Figure) -> dict[str, str]:
+    """The first legend's entries: name -> color."""
+    legend = figure.legends[0]
+    return {text.get_text(): mcolors.to_hex(handle.get_color() if isinstance(handle, Line2D)
+                                            else handle.get_facecolor())
+            for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)}
+
+
+def test_repeated_blocks_share_one_color_and_one_legend_entry(sweep_stack: Profile) -> None:
     """sweep_stack's top-level modules are the blocks ``0``-``3`` of an ``nn.Sequential``:
     the blocks that launched the same kernels (as many of each) are one legend entry with
     their count and one color, their points drawn on one another; a block that launched
     others keeps its own (issue 47)."""
-    import torch_nsight
-
-    profile = torch_nsight.load(Path(__file__).resolve().parents[1] / "data" / "sweep_stack")
-    kernels = profile.kernels.assign(group=profile.kernels["module_path"].map(top_level_module))
-    launched = {name: tuple(sorted(part["kernel"])) for name, part in kernels.groupby("group")}
-    alike = [name for name in ("0", "1", "2", "3")
-             if sum(k == launched[name] for k in launched.values()) > 1]
+    profile = sweep_stack
+    alike = _alike_blocks(profile)
     assert len(alike) >= 2  # the recording holds repeated blocks
     figure = plot_roofline(profile)
     names = [t.get_text() for t in figure.legends[0].get_texts()]
@@ -240,3 +260,19 @@ def test_repeated_blocks_share_one_color_and_one_legend_entry() -> None:
     colors = {mcolors.to_hex(c.get_facecolors()[0]) for c in figure.axes[0].collections
               if isinstance(c, PathCollection)}
     assert len(colors) <= len(names)
+
+
+def test_the_scaling_plot_groups_repeated_blocks_as_the_roofline_does(
+        sweep_stack: Profile) -> None:
+    """The scaling plot of sweep_stack (two shapes) draws the alike blocks in one color under
+    one legend entry with their count: the roofline's groups and colors (issue 47)."""
+    alike = _alike_blocks(sweep_stack)
+    assert len(alike) >= 2
+    family = f"{{{alike[0]}-{alike[-1]}}} ×{len(alike)}"
+    scaling = _legend_colors(plot_scaling(sweep_stack))
+    assert family in scaling and not set(alike) & set(scaling)
+    assert scaling == _legend_colors(plot_roofline(sweep_stack))
+    figure = plot_scaling(sweep_stack)
+    line_colors = {line.get_label(): mcolors.to_hex(line.get_color())
+                   for line in figure.axes[0].get_lines() if line.get_gid() == "module-time"}
+    assert {line_colors[name] for name in alike} == {scaling[family]}

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.arguments import accept_dashed_values, at_least, read_steps
+from torch_nsight.cli.command_check import check_command
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
@@ -55,7 +56,7 @@ from torch_nsight.cli.profile_stalls import (
     second_pass,
     show_dry_run,
 )
-from torch_nsight.cli.rehearse import check_command, rehearse
+from torch_nsight.cli.rehearse import rehearse
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
@@ -349,7 +350,8 @@ def run(args: argparse.Namespace) -> int:
 def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
             options: dict[str, Any], verify: VerifyPlan | None) -> int:
     """``profile --dry-run``: what ncu would do in a line (its command line and metrics with
-    ``-v``); without ``--steps`` the command checked (:func:`check_command`), with them the command
+    ``-v``); without ``--steps`` the command checked
+    (:func:`~torch_nsight.cli.command_check.check_command`), with them the command
     rehearsed without ncu (:func:`rehearse`), then ``--verify-fix``'s fixes measured.
 
     Raises:

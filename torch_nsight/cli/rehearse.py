@@ -3,8 +3,6 @@ what ncu would get, in words."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import UsageError
@@ -105,35 +103,3 @@ def _step_line(step: dict[str, Any], metric_set: str) -> str:
         line += ("; no calls table (instrument(record_calls=False)?): the fast metric set "
                  "then has no FLOPs, use --metric-set lean")
     return line
-
-
-#: Options of ``python`` that take the next word as their value.
-_PYTHON_VALUES = frozenset({"-W", "-X", "-Q"})
-
-
-def check_command(command: Sequence[str]) -> None:
-    """Check, without running it, what a dry run without ``--steps`` can: that the
-    command's program is found and that the Python script it names exists.
-
-    Raises:
-        UsageError: the program is not found, or ``python SCRIPT.py`` names no file.
-    """
-    import shutil
-
-    program = command[0]
-    if shutil.which(program) is None:
-        raise UsageError(f"{program}: no such program (not on PATH, not a file that can run): "
-                         "the dry run could not check the command")
-    if not Path(program).name.startswith("python"):
-        return
-    words = iter(command[1:])
-    for word in words:
-        if word in ("-m", "-c", "-"):  # a module or code: nothing to look for
-            return
-        if word in _PYTHON_VALUES:
-            next(words, None)
-        elif not word.startswith("-"):
-            if word.endswith(".py") and not Path(word).is_file():
-                raise UsageError(f"{word}: no such file (from {Path.cwd()}): the dry run could "
-                                 "not check the command")
-            return

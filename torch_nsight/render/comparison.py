@@ -144,8 +144,9 @@ def changes_table(changed: pd.DataFrame, by: str, fmt: str, width: int) -> str:
     aligns = ["right" if h in _RIGHT else "left" for h in headers]
     if fmt != "markdown":
         headers, body, aligns = fit_columns(
-            headers, body, aligns, width, drop=("bound", "change %"),
-            cut=("kernel", "module"), keep_end=("module", "kernel"), tablefmt="plain")
+            headers, body, aligns, width, drop=("bound", "change %"), wrap=("verdict",),
+            cut=("kernel", "module"), keep_end=("module", "kernel"),
+            labels=("shape", "variant"), tablefmt="plain")
     return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")
 
 
@@ -196,5 +197,6 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
         from torch_nsight.render.fit import terminal_width
         headers, body, aligns = fit_columns(
             headers, body, aligns, width or terminal_width(), drop=("headroom µs", "bound"),
-            cut=("module", "kernel"), keep_end=("module", "kernel"), tablefmt="plain")
+            wrap=("verdict",), cut=("module", "kernel"), keep_end=("module", "kernel"),
+            labels=("shape", "variant"), tablefmt="plain")
     return tabulated(headers, body, aligns, "pipe" if fmt == "markdown" else "plain")

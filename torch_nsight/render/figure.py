@@ -3,7 +3,8 @@
 Each plot builds a :class:`matplotlib.figure.Figure` with an Agg canvas (so it never needs
 a display and leaves pyplot's figure list alone) and saves it by the path's suffix. Every
 chart of a profile colors its modules through :func:`module_colors`, so one module has one
-color in the roofline and in the scaling chart.
+color in the roofline and in the scaling chart, and draws the blocks of a repeated
+structure under one label (:func:`repeated_blocks`), one color and one legend entry for all.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.files import atomic_output
 from torch_nsight.vocabulary import UNATTRIBUTED, path_parent
 
@@ -161,3 +163,40 @@ def extend_colors(colors: dict[str, str], names: Iterable[str]) -> dict[str, str
             out[name] = PALETTE[index % len(PALETTE)]
             index += 1
     return out
+
+
+def repeated_blocks(labels: pd.Series, kernels: pd.Series) -> dict[str, str]:
+    """The labels that are blocks of one repeated structure: names that differ only by an
+    index and whose kernels are the same (as many of each), each mapped to one label for
+    all of them: ``{0-3} ×4``, ``layers.{0-11} ×12``, ``{1-3}.self_attn ×3``. Their points
+    and lines sit on one another; one color and one legend entry with the count say so.
+
+    Args:
+        labels: the label each kernel is drawn under (a top-level module, a module at the
+            charted depth), one per kernel launch.
+        kernels: the kernel's name of each launch, on the same index.
+
+    Returns:
+        label -> the label of its structure, for the labels of a structure of two blocks
+        or more only.
+    """
+    families: dict[tuple[str, tuple[str, ...]], list[tuple[str, tuple[int, ...]]]] = {}
+    for name, part in kernels.groupby(labels, sort=False):
+        template, indices = index_template(str(name))
+        if indices:
+            families.setdefault((template, tuple(sorted(part.astype(str)))), []).append(
+                (str(name), indices))
+    out: dict[str, str] = {}
+    for (template, _), members in families.items():
+        if len(members) > 1:
+            label = f"{folded_name(template, [ix for _, ix in members])} ×{len(members)}"
+            out.update(dict.fromkeys((name for name, _ in members), label))
+    return out
+
+
+def block_groups(labels: pd.Series, kernels: pd.Series) -> pd.Series:
+    """``labels`` with the blocks of each repeated structure under its one label
+    (:func:`repeated_blocks`); the colors of a chart extend :func:`module_colors` with
+    them, in this order (:func:`extend_colors`)."""
+    blocks = repeated_blocks(labels, kernels)
+    return labels.map(lambda label: blocks.get(label, label))

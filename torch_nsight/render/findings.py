@@ -126,6 +126,6 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     table = fit_table(
         [h for h, _, _ in columns], rows, [a for _, _, a in columns], terminal_width(),
         beneath="fix", drop=("confidence", "basis"), wrap=("fix",), cut=("module",),
-        keep_end=("module",), prefer={"fix": 60},
+        keep_end=("module",), labels=("shape", "variant"), prefer={"fix": 60},
         tablefmt=fmt if fmt in ("plain", "simple", "grid", "rst") else "plain")
     return f"{title}\n\n{table}"

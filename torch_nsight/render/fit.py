@@ -15,7 +15,12 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from torch_nsight.render.fit_names import MAX_NAME_END, distinguishing_width, name_lines
+from torch_nsight.render.fit_names import (
+    MAX_NAME_END,
+    distinguishing_width,
+    label_lines,
+    name_lines,
+)
 
 __all__ = ["terminal_width", "fit_columns", "fit_table", "tabulated", "shared_cells", "wrap_text", "DEFAULT_WIDTH"]
 
@@ -113,7 +118,8 @@ def tabulated(headers: Sequence[str], rows: Sequence[Sequence[str]], aligns: Seq
 def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], width: int,
                 *, drop: Sequence[str] = (), wrap: Sequence[str] = (),
                 cut: Sequence[str] = (), keep_end: Sequence[str] = (),
-                tablefmt: str = "plain", prefer: dict[str, int] | None = None,
+                labels: Sequence[str] = (), tablefmt: str = "plain",
+                prefer: dict[str, int] | None = None,
                 drop_last: Sequence[str] = ()) -> tuple[list[str], list[list[str]], list[str]]:
     """Drop and wrap columns until a plain table of them fits ``width`` characters.
 
@@ -132,6 +138,9 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
             distinguishing end, whole dotted parts (``model.…post_attention_layernorm ×8``),
             the others their end.
         keep_end: see ``cut``.
+        labels: headers of columns of labels (a shape, a variant) that go on two lines
+            (``2x512x`` over ``256``), never cut, where a name of ``keep_end`` would
+            otherwise lose its distinguishing end.
         tablefmt: the tabulate format the table is printed in.
         prefer: a width each wrapped column takes first, before any column is dropped
             (``{"next step": 40}``: long advice wraps before a number goes).
@@ -159,6 +168,10 @@ def fit_columns(headers: list[str], rows: list[list[str]], aligns: list[str], wi
     for floor in (MIN_WRAP, LAST_RESORT):  # a module's distinguishing end outlasts the rest
         table.wrap_to(wrap, floor)
         table.cut_to(cut, keep_end, floor, ends_kept=True)
+    if table.too_wide() > 0 and labels:  # a shape on two lines before a module's end goes
+        for name in labels:
+            table.narrow(name, 1, label_lines)
+        table.cut_to(cut, keep_end, LAST_RESORT, ends_kept=True)
     for floor in (MIN_WRAP, LAST_RESORT):
         table.cut_to(cut, keep_end, floor)
     if drop_last and table.too_wide() > 0:

@@ -1,13 +1,14 @@
 """Names narrowed to fit a column (render/fit.py): on two lines at a ``.``, ``/``, ``_`` or
 space, and only where two lines do not hold them cut, a module path keeping its start and
-its distinguishing end (``model.layers.…`` over ``post_attention_layernorm ×8``)."""
+its distinguishing end (``model.layers.…`` over ``post_attention_layernorm ×8``); a label (a
+shape, a variant) on two lines and never cut (``2x512x`` over ``256``)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-__all__ = ["MAX_NAME_END", "name_lines", "distinguishing_width"]
+__all__ = ["MAX_NAME_END", "name_lines", "label_lines", "distinguishing_width"]
 
 
 #: The widest a name's distinguishing end (``…post_attention_layernorm ×8``) is kept.
@@ -55,6 +56,8 @@ def name_lines(text: str, limit: int, *, keep_end: bool) -> str:
         lines[-1] += piece
     # a line keeps the space it broke at, so that joining the lines gives the name back
     if len(lines) <= 2 and all(len(line.rstrip()) <= limit for line in lines):
+        if lines[-1].startswith("…") and len(lines[0]) < limit:  # a name cut before
+            lines = [lines[0] + "…", lines[1][1:]]
         return "\n".join(lines)
     if len(lines[0]) > limit:  # no break in its first line's width
         return _cut(text, limit, keep_end=keep_end)
@@ -69,7 +72,7 @@ def name_lines(text: str, limit: int, *, keep_end: bool) -> str:
         if len(tail) + len(piece) > limit:
             break
         tail = piece + tail
-    tail = tail.lstrip(" ./_") or rest[len(rest) - limit:]
+    tail = tail.lstrip(" ./_…") or rest[len(rest) - limit:]
     return first + "…\n" + tail
 
 
@@ -95,3 +98,23 @@ def _dotted_lines(text: str, limit: int) -> str | None:
             break
         head += part
     return f"{head or text[:limit - 1]}…\n{tail}"
+
+
+def label_lines(text: str, limit: int) -> str:
+    """A label (a shape ``2x512x256``, ``batch:4,seq:128``, a variant ``channels_last``) on
+    two lines of at most ``limit`` characters, broken after an ``x`` between digits, a
+    ``,``, ``:``, ``_`` or space, the first line as full as it can be (``2x512x`` over
+    ``256``); where no break gives two lines that fit, the break that gives the narrowest
+    two lines (or none). Joining the lines gives the label back."""
+    text = text.replace("\n", "")
+    if len(text) <= limit:
+        return text
+    pairs = [(text[:m.end()], text[m.end():])
+             for m in re.finditer(r"(?<=\d)x(?=\d)|[,:_ ]", text)]
+    fitting = [p for p in pairs if len(p[0].rstrip()) <= limit and len(p[1]) <= limit]
+    if fitting:
+        return "\n".join(fitting[-1])
+    narrowest = min(pairs, key=lambda p: max(len(p[0].rstrip()), len(p[1])), default=None)
+    if narrowest is None or max(len(narrowest[0].rstrip()), len(narrowest[1])) >= len(text):
+        return text
+    return "\n".join(narrowest)

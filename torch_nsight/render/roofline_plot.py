@@ -20,10 +20,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator
 
-from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.render.figure import (
     PathArg,
+    block_groups,
     check_figure_path,
     extend_colors,
     module_colors,
@@ -100,25 +100,6 @@ def placeable(kernels: pd.DataFrame) -> pd.Series:
 def _marker(direction: Any) -> str:
     return DIRECTION_MARKERS.get(direction, OTHER_MARKER) if isinstance(direction, str) \
         else OTHER_MARKER
-
-
-def repeated_blocks(rows: pd.DataFrame) -> dict[str, str]:
-    """Top-level modules that are blocks of one repeated structure (their names differ
-    only by an index, and they launched the same kernels, as many of each), each mapped
-    to one label for all of them: ``{0-3} ×4``, ``layers.{0-11} ×12``. Their points sit on
-    one another; one color and one legend entry with the count say so."""
-    families: dict[tuple[str, tuple[str, ...]], list[tuple[str, tuple[int, ...]]]] = {}
-    for name, part in rows.groupby("_group", sort=False):
-        template, indices = index_template(str(name))
-        if indices:
-            families.setdefault((template, tuple(sorted(part["kernel"]))), []).append(
-                (str(name), indices))
-    labels: dict[str, str] = {}
-    for (template, _), members in families.items():
-        if len(members) > 1:
-            label = f"{folded_name(template, [ix for _, ix in members])} ×{len(members)}"
-            labels.update(dict.fromkeys((name for name, _ in members), label))
-    return labels
 
 
 def _areas(durations: pd.Series, longest: float) -> np.ndarray:
@@ -325,9 +306,9 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     a compute roof at its highest ``peak_flops_per_s`` in the report. Markers: area by
     kernel time, color by top-level module (:func:`top_level_module`; the same color as
     in :func:`~torch_nsight.render.scaling.plot_scaling`; the blocks of a repeated
-    structure share one, :func:`repeated_blocks`), circle forward,
-    triangle backward, square outside both. Kernels that :func:`placeable` rejects are
-    drawn in a strip under the chart, by time, never dropped.
+    structure share one, :func:`~torch_nsight.render.figure.repeated_blocks`), circle
+    forward, triangle backward, square outside both. Kernels that :func:`placeable` rejects
+    are drawn in a strip under the chart, by time, never dropped.
 
     Args:
         profile: the profile.
@@ -350,10 +331,9 @@ def plot_roofline(profile: Profile, path: PathArg | None = None,
     kernels = profile.kernels
     shapes = _shapes(kernels)
     kernels = _shape_kernels(kernels, shape, shapes)
-    rows = kernels.assign(_group=kernels["module_path"].map(top_level_module),
-                          _marker=kernels["direction"].map(_marker))
-    blocks = repeated_blocks(rows)
-    rows["_group"] = rows["_group"].map(lambda group: blocks.get(group, group))
+    rows = kernels.assign(
+        _group=block_groups(kernels["module_path"].map(top_level_module), kernels["kernel"]),
+        _marker=kernels["direction"].map(_marker))
     shown = set(rows["_group"])
     colors = {name: color for name, color in
               extend_colors(module_colors(profile, 1), rows["_group"]).items()

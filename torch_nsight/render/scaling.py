@@ -11,11 +11,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from torch_nsight.analyze.rollup import path_keys
+from torch_nsight.analyze.rollup import module_paths, path_keys
 from torch_nsight.analyze.spread import RUNS_COLUMN, run_times, spread, sum_runs
 from torch_nsight.render.figure import (
     PathArg,
+    block_groups,
     check_figure_path,
+    extend_colors,
     label_modules,
     module_colors,
     new_figure,
@@ -81,6 +83,21 @@ def scaling_frame(profile: Profile, depth: int = 1) -> pd.DataFrame:
         [k for k, _ in pairs], names=["variant", "shape", "module"]))
     noise = spread(summed)["ci95_ns"].rename("ci95_ns").reset_index()
     return out.merge(noise, on=["variant", "shape", "module"], how="left")
+
+
+def _module_groups(profile: Profile, depth: int) -> tuple[dict[str, str], dict[str, str]]:
+    """Each plotted module's group (the blocks of a repeated structure under one label,
+    :func:`~torch_nsight.render.figure.block_groups`, as in the roofline) and each group's
+    color (the roofline's at depth 1)."""
+    tree = profile.module_table(depth)
+    tree = tree[tree["exclusive_ns"] > 0]
+    names = dict(zip(tree["module_path"], label_modules(tree), strict=True))
+    kernels = profile.kernels
+    labels = module_paths(kernels, depth).map(names)
+    groups = block_groups(labels, kernels["kernel"])
+    known = labels.notna()
+    colors = extend_colors(module_colors(profile, depth), groups[known])
+    return dict(zip(labels[known], groups[known], strict=True)), colors
 
 
 def _gpu(profile: Profile) -> str:
@@ -151,7 +168,10 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     Shapes sit on the x axis in the order they appear in the profile; each module is a
     color (:func:`~torch_nsight.render.figure.module_colors`: the roofline's color at
     depth 1), each variant a line style and marker (with a legend of its own when there are
-    several). The module legend lists modules longest first at the last shape. A profile of
+    several). The blocks of a repeated structure (names differing by an index, the same
+    kernels: :func:`~torch_nsight.render.figure.repeated_blocks`) share one color and one
+    legend entry with their count, as in the roofline; their lines sit on one another. The
+    module legend lists modules longest first at the last shape. A profile of
     one shape has no x axis to speak of: it gets horizontal bars instead, one per module
     (and variant), labelled with their time; its legend only tells variants apart (the
     y axis names the modules).
@@ -180,8 +200,10 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
     # Legend order = the order of the lines at the last shape, longest first.
     last = frame[frame["shape"] == shapes[-1]].groupby("module", sort=False)["time_ns"].max()
     order = sorted(dict.fromkeys(frame["module"]), key=lambda m: -last.get(m, 0.0))
-    shared = module_colors(profile, depth)
-    colors = {module: shared[module] for module in order}
+    groups, shared = _module_groups(profile, depth)
+    groups = {module: groups.get(module, module) for module in order}
+    shared = extend_colors(shared, groups.values())
+    colors = {module: shared[groups[module]] for module in order}
 
     figure = new_figure(10.5, 5.8)
     ax = figure.subplots()
@@ -195,8 +217,8 @@ def plot_scaling(profile: Profile, path: PathArg | None = None, depth: int = 1) 
         _draw_lines(ax, frame, shapes, variants, colors)
         ax.set_title(f"Time per module (depth {depth}) vs shape{_gpu(profile)}", fontsize=11)
     if len(shapes) > 1:  # one shape: the bars' own labels name the modules
-        module_handles = [Line2D([], [], color=color, linewidth=3, label=name)
-                          for name, color in colors.items()]
+        module_handles = [Line2D([], [], color=shared[group], linewidth=3, label=group)
+                          for group in dict.fromkeys(groups.values())]
         figure.legend(handles=module_handles, loc="outside right upper", title="module",
                       fontsize=9, title_fontsize=9)
     elif len(variants) > 1:  # what tells the bars of one module apart: their hatch

@@ -108,6 +108,8 @@ TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
 CUT_LAST = ("kernel", "module", "top module")
+#: Label columns, on two lines (``2x512x`` over ``256``) before a module loses its end.
+LABELS = ("shape", "variant")
 #: ... and last, where a code token of a fix still does not fit, these columns go (never
 #: ``dir``: it tells a module's forward row from its backward one).
 DROP_LAST = ("confidence", "basis")
@@ -160,7 +162,8 @@ def render_table(profile: Profile, what: TableKind = "hotspots", fmt: str = "pla
         table = fit_table(headers, rows, aligns, width,
                           beneath="fix" if "fix" in headers else "next step",
                           drop=DROP_FIRST, wrap=WRAP_FIRST, cut=CUT_LAST,
-                          keep_end=("module", "top module"), tablefmt=tablefmt,
+                          keep_end=("module", "top module"), labels=LABELS,
+                          tablefmt=tablefmt,
                           prefer={"next step": 40, "fix": 60}, drop_last=DROP_LAST)
     else:
         table = tabulate(rows, headers=headers, tablefmt=tablefmt, disable_numparse=True,
