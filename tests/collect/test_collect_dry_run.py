@@ -176,11 +176,15 @@ def test_the_child_runs_the_users_settings_and_records_calls(tmp_path: Path, tf3
         assert row.flops == 2 * 4 * d * (2 * d) and row.module_path.endswith(row.module)
     backward = calls[calls["direction"] == "bwd"]
     assert set(backward["module"]) >= set(layers)
+    # each call carries its module's class, forward and backward alike
+    linears = calls[calls["module"].isin(layers)]
+    assert set(linears["module_class"]) == {"torch.nn.modules.linear.Linear"}
     # the directory reads back whole, and its saved profile too
     again = torch_nsight.load(tmp_path / "out")
     assert again.results == profile.results and len(again.calls) == len(calls)
     saved = torch_nsight.load(tmp_path / "out" / "profile.parquet")
     assert saved.meta.settings == settings and len(saved.calls) == len(calls)
+    assert saved.calls["module_class"].fillna("").tolist() == calls["module_class"].fillna("").tolist()
 
 
 @pytest.fixture(scope="module")

@@ -148,9 +148,12 @@ class Instrumentation:
         self.names = tuple(name for name, _ in selected)
         self.messages = {name: name if name else type(module).__name__
                          for name, module in selected}
-        if self._calls is not None:  # each call's module class goes into the calls table
-            self._calls[0].module_classes = {
-                self.messages[name]: qualified_class(module) for name, module in selected}
+        # each call's module class goes into the calls table (a sweep's recorder is the
+        # emitter it passes)
+        recorder = self._calls[0] if self._calls is not None else sink
+        if isinstance(getattr(recorder, "module_classes", None), dict):
+            recorder.module_classes.update(
+                {self.messages[name]: qualified_class(module) for name, module in selected})
         self.ops = op_names
         self.backward = backward
         self._tracks_compiles = track_compiles()
