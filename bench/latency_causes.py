@@ -23,8 +23,9 @@ import pandas as pd
 
 import torch_nsight
 from torch_nsight.analyze import hotspots
-from torch_nsight.analyze.hotspots import LIMITER_FIX
+from torch_nsight.analyze.limiter import LIMITER_CODES
 from torch_nsight.analyze.stalls import stall_targets
+from torch_nsight.render.hotspot_words import NEXT_STEP, word_hotspots
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "latency"
 
@@ -81,9 +82,9 @@ def summary(path: Path) -> dict[str, object]:
     kernels = torch_nsight.load(path).kernels
     latency = kernels[kernels["bound"] == "latency"]
     causes = latency.groupby(latency["limiter"].fillna("none"))["duration_ns"]
-    top = hotspots(kernels, n=10_000)
+    top = word_hotspots(hotspots(kernels, n=10_000))
     top = top[top["bound"] == "latency"].head(10)
-    named = {fix: kind for kind, fix in LIMITER_FIX.items()}
+    named = {NEXT_STEP[kind]: kind for kind in LIMITER_CODES}
     profiled = latency[latency["replicated_from"].isna()]
     agree = pd.Series([bool(AGREES.get(str(c), set()) & families(r))
                        for c, r in zip(profiled["limiter"], profiled["ncu_rules"], strict=True)],

@@ -117,12 +117,12 @@ def latency_top10(kernels: Any) -> dict[str, int]:
     name their limiter (a cause with numbers, not "check occupancy and stalls"), and the
     cause each names (``unnamed`` where its next step names none)."""
     from torch_nsight.analyze import hotspots
-    from torch_nsight.analyze.hotspots import LIMITER_FIX
+    from torch_nsight.analyze.limiter import LIMITER_CODES
 
     top = hotspots(kernels, n=10)
     latency = top[top["bound"] == "latency"]
-    cause_of = {fix: kind for kind, fix in LIMITER_FIX.items()}
-    causes = [cause_of.get(step, "unnamed") for step in latency["next_step"]]
+    causes = [code if code in LIMITER_CODES else "unnamed"
+              for code in latency["next_step_code"]]
     return {"top10_latency_rows": len(latency),
             "top10_latency_named": sum(cause != "unnamed" for cause in causes),
             "top10_latency_causes": causes}

@@ -21,7 +21,7 @@ import pandas as pd
 
 from torch_nsight import analyze as analysis
 from torch_nsight.analyze.frames import label_keys
-from torch_nsight.profile import PathArg, Profile, order_columns, warn_if_mixed
+from torch_nsight.profile import PathArg, Profile, order_columns, warn_if_mixed, worded
 from torch_nsight.record import ProfileMeta, Source
 from torch_nsight.report.calls_table import read_calls
 from torch_nsight.report.sources import ReadOptions, SourceData, expand_paths, read_source
@@ -194,7 +194,7 @@ def _analyzed(part: SourceData) -> pd.DataFrame:
                             settings=part.settings)
     by_path = {s.path: s.metric_set for s in part.sources}
     kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
-    return kernels
+    return worded("kernels", kernels, quiet=True)  # its reasons, where render is imported
 
 
 def _auto_labels(files: list[Path], tables: list[pd.DataFrame]) -> list[str | None]:

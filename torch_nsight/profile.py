@@ -70,10 +70,8 @@ def _unique(values: Iterable[Any]) -> list[Any]:
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Profile:
-    """A profile: one row per profiled kernel launch, plus what was profiled and how.
-
-    Not changed once built (steps return new profiles); two profiles compare equal only if
-    they are the same object.
+    """A profile: one row per profiled kernel launch, plus what was profiled and how. Not
+    changed once built (steps return new profiles); equal only to the same object.
 
     Attributes:
         kernels: the kernel table (:data:`KERNEL_COLUMNS` first).
@@ -235,8 +233,8 @@ class Profile:
         """:meth:`hotspots` with every column, in the analysis' order (for renderers)."""
         key = (n, order, level, fold)
         if key not in self._hotspots:
-            self._hotspots[key] = analysis.hotspots(self.kernels, n=n, order=order,
-                                                    level=level, fold=fold)
+            self._hotspots[key] = worded("hotspots", analysis.hotspots(
+                self.kernels, n=n, order=order, level=level, fold=fold))
         return self._hotspots[key].copy()
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
@@ -269,7 +267,7 @@ class Profile:
             found = self._findings["codes"]
             if fold:
                 found = analysis.fold_findings(found, self.kernels)
-            self._findings[fold] = word_findings(found.copy())
+            self._findings[fold] = worded("findings", found.copy())
         return self._findings[fold].copy()
 
     def by_kernel(self) -> pd.DataFrame:
@@ -411,7 +409,7 @@ class Profile:
         return joined
 
 
-#: How a notebook draws a Profile, and findings' words below: render registers both.
+#: How a notebook draws a Profile, and the words below: render registers them.
 _HTML_RENDERER: list[Callable[[Profile], str]] = []
 
 
@@ -420,22 +418,24 @@ def set_html_renderer(render: Callable[[Profile], str]) -> None:
     _HTML_RENDERER[:] = [render]
 
 
-#: How a finding's codes become words (:mod:`torch_nsight.render.finding_words` registers it).
-_FINDING_WORDS: list[Callable[[pd.DataFrame], pd.DataFrame]] = []
+_WORDS: dict[str, Callable[[pd.DataFrame], pd.DataFrame]] = {}  # table -> its words
+_WORDED = {"findings": ("evidence", "fix"), "hotspots": ("reason", "next_step"),
+           "kernels": ("reason",)}
 
 
-def set_finding_words(words: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
-    """Make ``words`` what writes findings' ``evidence`` and ``fix`` (the last set wins)."""
-    _FINDING_WORDS[:] = [words]
+def set_words(table: str, words: Callable[[pd.DataFrame], pd.DataFrame]) -> None:
+    """Make ``words`` what words ``table``'s codes (render registers them; the last wins)."""
+    _WORDS[table] = words
 
 
-def word_findings(found: pd.DataFrame) -> pd.DataFrame:
-    """``found`` worded by the registered function (None beside the codes without one)."""
-    if _FINDING_WORDS:
-        return _FINDING_WORDS[0](found)
-    logger.warning("torch_nsight.render.finding_words is not imported: evidence and fix "
-                   "are left empty beside their codes")
-    return found.assign(evidence=None, fix=None)
+def worded(table: str, coded: pd.DataFrame, quiet: bool = False) -> pd.DataFrame:
+    """``coded`` worded by what render registered for ``table`` (else None beside it)."""
+    if table in _WORDS:
+        return _WORDS[table](coded)
+    if not quiet:
+        logger.warning("render's words are not imported: %s left empty",
+                       ", ".join(_WORDED[table]))
+    return coded.assign(**{c: None for c in _WORDED[table] if c not in coded})
 
 
 def warn_if_mixed(profile: Profile) -> None:

@@ -42,8 +42,8 @@ KERNEL_KEYS = (*SITE_KEYS, "kernel")
 #: (a column of one kind holding another is damage): names (text, or missing), flags (a
 #: bool, or missing) and numbers (or missing). Columns not named may hold anything.
 NAME_COLUMNS = (*KERNEL_KEYS, "context", "kernel_full", "grid", "block", "precision",
-                "roofline_side", "bound", "reason", "basis", "sol_bottleneck", "gpu",
-                "metric_set", "source", "workload", "ncu_rules", "limiter",
+                "roofline_side", "bound", "reason", "reason_code", "basis", "sol_bottleneck",
+                "gpu", "metric_set", "source", "workload", "ncu_rules", "limiter",
                 "occupancy_limiter", "roof_basis", "flops_basis", "peak_basis",
                 "replicated_from", "kind", "copy_kind")
 FLAG_COLUMNS = ("flops_complete", "above_roof")
@@ -90,7 +90,7 @@ PROFILE_HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "direction", "op", "kernel", "duration_ns", "ci95_ns",
     "bound", "reason", "headroom_ns", "next_step", "blocks", "module_path", "launches",
     "pct_of_total", "pct_of_roof", "precision", "basis", "fused_modules", "aten_ops", "runs",
-    "std_ns", "stable")
+    "std_ns", "stable", "reason_code", "next_step_code")
 PROFILE_MODULE_COLUMNS = (
     "variant", "shape", "module", "direction", "inclusive_ns", "exclusive_ns", "ci95_ns",
     "pct_of_total", "bound", "headroom_ns", "blocks", "module_path", "depth", "kernels",
@@ -98,7 +98,8 @@ PROFILE_MODULE_COLUMNS = (
     "std_ns", "stable")
 PROFILE_MODULE_HOTSPOT_COLUMNS = (
     *PROFILE_MODULE_COLUMNS[:PROFILE_MODULE_COLUMNS.index("headroom_ns") + 1], "next_step",
-    *PROFILE_MODULE_COLUMNS[PROFILE_MODULE_COLUMNS.index("headroom_ns") + 1:])
+    *PROFILE_MODULE_COLUMNS[PROFILE_MODULE_COLUMNS.index("headroom_ns") + 1:],
+    "next_step_code")
 PROFILE_FINDING_COLUMNS = (
     "variant", "shape", "module", "direction", "finding", "est_gain_ns", "fix",
     "gain_bound_ns", "evidence", "confidence", "blocks", "module_path", "op", "kernels",

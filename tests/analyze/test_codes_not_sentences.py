@@ -1,11 +1,13 @@
 """Codes, not sentences, between stages (docs/findings.md, STYLE.md): analysis decides on
-codes and never reads back the words of a reason, a fix, an evidence or a next step.
+codes and never reads back, nor writes, the words of a reason, a fix, an evidence or a next
+step; render writes them.
 
 Two ways to fail: the source (an AST scan of ``torch_nsight/analyze`` for a branch on one of
 those texts: ``.str.startswith``/``.str.contains`` on their columns, ``"small grid (" in
-reason``, a dict looked up by a fix's text) and the behaviour (reword render's sentences, or
-the kernel table's reasons, on a recorded report: every code the analysis returns stays the
-same)."""
+reason``, a dict looked up by a fix's text; and for a column of words written:
+``out["reason"] = ...``, ``.assign(next_step=...)``) and the behaviour (the tables analysis
+returns hold codes and no words; reword render's sentences, or the kernel table's reasons, on
+a recorded report: every code the analysis returns stays the same)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import pytest
 
 import torch_nsight
 import torch_nsight.render.finding_words as finding_words
-from torch_nsight.analyze import findings, fold_findings, hotspots
+import torch_nsight.render.hotspot_words as hotspot_words
+import torch_nsight.render.reason_words as reason_words
+from torch_nsight.analyze import add_limiter, classify, findings, fold_findings, hotspots
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS
 
@@ -79,6 +83,44 @@ def sentence_reads(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
+def sentence_writes(tree: ast.AST) -> list[tuple[int, str]]:
+    """Where a parsed module writes a column of words: (line, what)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:
+            if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant) \
+                    and target.slice.value in WORDS:
+                found.append((node.lineno, f"column {target.slice.value!r} written"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in ("assign", "insert"):
+            named = [k.arg for k in node.keywords if k.arg in WORDS]
+            named += [a.value for a in node.args if isinstance(a, ast.Constant)
+                      and a.value in WORDS]
+            found += [(node.lineno, f"column {name!r} written") for name in named]
+    return found
+
+
+def test_the_scan_sees_the_writes_it_forbids() -> None:
+    caught = sentence_writes(ast.parse(
+        'out["reason"] = pd.Series(reason, index=out.index)\n'
+        'table["next_step"] = [next_step(b) for b in table["bound"]]\n'
+        'frame = frame.assign(reason=words)\n'
+        'frame.insert(3, "next_step", words)\n'))
+    assert [line for line, _ in caught] == [1, 2, 3, 4]
+    assert sentence_writes(ast.parse('out["reason_code"] = codes\nx = row["reason"]\n')) == []
+
+
+def test_analysis_writes_no_words() -> None:
+    """No column of words (a kernel's ``reason``, a hotspot's ``next_step``, a finding's
+    ``evidence`` or ``fix``) is made in analyze: render makes them from the codes."""
+    found = {f"{path.relative_to(PACKAGE)}:{line}": what
+             for path in sorted((PACKAGE / "analyze").rglob("*.py"))
+             for line, what in sentence_writes(ast.parse(path.read_text(), str(path)))}
+    assert found == {}
+
+
 def test_the_scan_sees_the_reads_it_forbids() -> None:
     caught = sentence_reads(ast.parse(
         'small = work["reason"].str.startswith("small grid")\n'
@@ -129,11 +171,38 @@ def test_rewording_render_changes_no_code(conv: torch_nsight.Profile,
 
 
 def test_rewording_the_reasons_changes_no_code(conv: torch_nsight.Profile) -> None:
-    """The kernel table's reasons (classify's and the limiter's words) reworded: the findings'
-    codes and the hotspots' verdicts and next steps stay what they were."""
+    """The kernel table's reasons (render's words) reworded: the findings' codes and the
+    hotspots' verdicts, the facts of their reasons and their next steps stay what they
+    were."""
     reworded = conv.kernels.assign(reason="reworded")
     pd.testing.assert_frame_equal(_codes(conv, reworded), _codes(conv))
-    columns = ["module", "kernel", "bound", "next_step", "headroom_ns"]
+    columns = ["module", "kernel", "bound", "reason_facts", "next_step_code", "headroom_ns"]
     pd.testing.assert_frame_equal(hotspots(reworded, n=50)[columns],
                                   hotspots(conv.kernels, n=50)[columns])
     assert set(FINDING_CODE_COLUMNS) <= set(conv.finding_table().columns)
+
+
+@pytest.mark.parametrize("level", ["kernel", "module"])
+def test_hotspots_are_codes_and_render_words_them(conv: torch_nsight.Profile, level: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """analysis' hotspot tables and kernel table hold the codes of ``reason`` and
+    ``next_step`` and no words; the Profile's hold render's words, and rewording render
+    changes those words alone."""
+    coded = hotspots(conv.kernels, n=50, level=level)  # type: ignore[arg-type]
+    assert not {"reason", "next_step"} & set(coded.columns)
+    assert coded["next_step_code"].map(lambda c: c in hotspot_words.NEXT_STEP).all()
+    again = add_limiter(classify(conv.kernels.drop(columns=["reason", "reason_code",
+                                                           "limiter"])))  # the words' steps
+    assert "reason" not in again and again["reason_code"].notna().all()
+    worded = conv.hotspots(n=50, level=level)  # type: ignore[arg-type]
+    assert worded["next_step"].map(lambda s: isinstance(s, str) and len(s) > 0).all()
+    if level == "kernel":
+        assert worded["reason"].map(lambda s: isinstance(s, str) and len(s) > 0).all()
+        monkeypatch.setattr(reason_words, "_roof_fact", lambda *args: "reworded roof")
+    for code in list(hotspot_words.NEXT_STEP):
+        monkeypatch.setitem(hotspot_words.NEXT_STEP, code, "reworded")
+    again = hotspot_words.word_hotspots(hotspots(conv.kernels, n=50, level=level))
+    assert set(again["next_step"]) == {"reworded"}
+    if level == "kernel":
+        assert again["reason"].str.contains("reworded roof").any()
+    pd.testing.assert_frame_equal(hotspots(conv.kernels, n=50, level=level), coded)

@@ -1,4 +1,4 @@
-"""Hotspot ranking and next-step hints (pure pandas)."""
+"""Hotspot ranking and next-step hints (pure pandas; the hints worded by render)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
-from torch_nsight.analyze import hotspots, next_step
+from torch_nsight.analyze import hotspots, next_step_code
+from torch_nsight.render.hotspot_words import next_step_words, word_hotspots
+
+
+def next_step(bound: object, small_grid: bool, precision: object, *args: object,
+              **kwargs: object) -> str:
+    """The next step analysis codes for a kernel of this class, in render's words."""
+    words = next_step_words(next_step_code(bound, small_grid, precision, *args, **kwargs),
+                            {"precision": precision})
+    assert words is not None
+    return words
 
 
 def test_kernels_ranked_by_headroom_then_time(block: pd.DataFrame) -> None:
@@ -36,7 +46,8 @@ def test_module_level_uses_exclusive_time(block: pd.DataFrame) -> None:
     top = hotspots(block, n=2, order="time", level="module")
     assert top["module_path"].tolist() == ["Block/attn/attn.proj", "Block/attn"]
     assert top["exclusive_ns"].tolist() == [40.0, 20.0]
-    assert top["next_step"].str.len().gt(0).all()
+    assert top["next_step_code"].tolist() == ["less_work", "less_work"]  # compute-bound
+    assert word_hotspots(top)["next_step"].str.len().gt(0).all()
 
 
 @pytest.mark.parametrize("kwargs", [{"n": 0}, {"n": 2.5}, {"order": "flops"}, {"level": "op"}])
@@ -96,7 +107,7 @@ def test_hotspots_pass_the_roofline_side_to_the_next_step(block: pd.DataFrame) -
                                                        "compute", "memory"])
     mlp = work["module_path"] == "Block/mlp"
     work.loc[mlp, ["headroom_ns", "roof_time_ns"]] = [18.0, 2.0]  # 2 of 20 ns: 10% of roof
-    top = hotspots(work, n=5).set_index("module_path")
+    top = word_hotspots(hotspots(work, n=5)).set_index("module_path")
     assert top.loc["Block/attn", "next_step"].startswith("cut DRAM traffic")
     # attn.proj's GEMM runs at (40 - 5) / 40 = 87.5% of its roof: on-chip traffic, not shapes
     assert top.loc["Block/attn/attn.proj", "pct_of_roof"] == pytest.approx(87.5)

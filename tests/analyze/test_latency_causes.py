@@ -18,8 +18,7 @@ import pytest
 import torch_nsight
 from torch_nsight import formats
 from torch_nsight.analyze import hotspots
-from torch_nsight.analyze.hotspots import LIMITER_FIX
-from torch_nsight.analyze.limiter import TAIL_PCT, tail_idle_pct
+from torch_nsight.analyze.limiter import LIMITER_CODES, TAIL_PCT, tail_idle_pct
 from torch_nsight.analyze.stalls import (
     DOMINANT_STALL_PCT,
     LAUNCH_OVERHEAD_NS,
@@ -30,13 +29,14 @@ from torch_nsight.analyze.stalls import (
 )
 from torch_nsight.collect.parent.stall_pass import kernel_filter
 from torch_nsight.metrics import STALL_REASONS, stall_column
+from torch_nsight.render.hotspot_words import NEXT_STEP, word_hotspots, word_kernels
 from torch_nsight.report import read_report, reader
 from torch_nsight.units import format_duration
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "latency"
 REPORTS = {"vit_s": DATA / "vit_s.ncu-rep.xz", "resnet50": DATA / "resnet50.ncu-rep.xz"}
 STALLS = [stall_column(r) for r in STALL_REASONS]
-CAUSE_OF_FIX = {fix: kind for kind, fix in LIMITER_FIX.items()}
+CAUSE_OF_FIX = {NEXT_STEP[kind]: kind for kind in LIMITER_CODES}
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_no_stall_group_is_skipped_for_a_later_rule(kernels) -> None:
 
 @pytest.mark.parametrize("model", ["vit_s", "resnet50"])
 def test_the_top_10_latency_hotspots_name_a_cause_with_numbers(kernels, model: str) -> None:
-    table = hotspots(kernels[model], n=10_000)
+    table = word_hotspots(hotspots(kernels[model], n=10_000))
     top = table[table["bound"] == "latency"].head(10)
     assert len(top) == 10
     for row in top.to_dict("records"):
@@ -194,12 +194,12 @@ def test_the_second_pass_targets_on_the_vit_report(kernels, vit_names) -> None:
 
 def without_stall_reasons(frame: pd.DataFrame) -> pd.DataFrame:
     """The same kernels as the fast set records them since it holds the scheduler's
-    figures: no stall reason, verdicts made again."""
+    figures: no stall reason, verdicts made again (and worded)."""
     from torch_nsight.analyze import classify
     from torch_nsight.analyze.limiter import add_limiter
 
-    return add_limiter(classify(frame.drop(columns=["limiter"]).assign(
-        **{c: math.nan for c in STALLS})))
+    return word_kernels(add_limiter(classify(frame.drop(columns=["limiter"]).assign(
+        **{c: math.nan for c in STALLS}))))
 
 
 @pytest.mark.parametrize("model", ["vit_s", "resnet50"])
@@ -226,7 +226,7 @@ def test_the_scheduler_figures_alone_name_a_cause(kernels, model: str) -> None:
             issued = 100 * row["issued_warps_per_scheduler"]
             assert f"schedulers issue on {issued:.0f}% of cycles" in row["reason"]
             assert not re.search(r"% of stalls", row["reason"])
-    top = hotspots(fast, n=10)
+    top = word_hotspots(hotspots(fast, n=10))
     top = top[top["bound"] == "latency"]
     assert len(top) > 0
     assert top["next_step"].isin(CAUSE_OF_FIX).all(), list(top["reason"])

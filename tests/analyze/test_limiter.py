@@ -17,10 +17,10 @@ import torch_nsight
 from torch_nsight.analyze.limiter import (
     LOW_OCCUPANCY_PCT,
     TAIL_PCT,
-    describe_limiter,
     launch_limiter,
     tail_idle_pct,
 )
+from torch_nsight.render.reason_words import describe_limiter
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPORTS = {

@@ -12,6 +12,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.classify import classify
+from torch_nsight.render.hotspot_words import word_kernels
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "bound_calibration"
 SOL_ONLY = ["sol_bottleneck", "sm_pct", "mem_pct"]
@@ -37,7 +38,7 @@ def test_the_estimate_agrees_with_the_sol_verdict(name: str, kernels: int,
 
 def test_the_evidence_names_the_busiest_unit() -> None:
     k = _kernels("llama_sol")
-    estimated = classify(k.drop(columns=SOL_ONLY))
+    estimated = word_kernels(classify(k.drop(columns=SOL_ONLY)))
     gemm = estimated.loc[estimated["duration_ns"].idxmax()]
     assert gemm["kernel"].startswith("nvjet") and gemm["bound"] == "compute"
     assert gemm["reason"].startswith("SOL estimate: compute") and "(tensor pipe)" in gemm["reason"]

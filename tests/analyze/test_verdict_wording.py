@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 import torch_nsight
-from torch_nsight.analyze.classify import roof_name
 from torch_nsight.render import render_table
+from torch_nsight.render.reason_words import roof_name
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 REPORTS = {

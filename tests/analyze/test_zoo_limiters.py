@@ -13,12 +13,13 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze import hotspots
-from torch_nsight.analyze.hotspots import LIMITER_FIX
+from torch_nsight.analyze.limiter import LIMITER_CODES
 from torch_nsight.analyze.stalls import FEW_ELIGIBLE, ISSUE_BUSY, SCHEDULER_COLUMNS
+from torch_nsight.render.hotspot_words import NEXT_STEP, word_hotspots
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "zoo_fast"
 MODELS = ("bert", "roberta_ragged", "llama_decode", "convnext_t")
-CAUSE_OF_FIX = {fix: kind for kind, fix in LIMITER_FIX.items()}
+CAUSE_OF_FIX = {NEXT_STEP[kind]: kind for kind in LIMITER_CODES}
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -35,7 +36,7 @@ def test_every_latency_bound_kernel_has_the_schedulers_figures(kernels) -> None:
 
 def test_at_most_one_top_10_latency_row_without_a_named_cause(kernels) -> None:
     """Issue 32's target, on recorded reports of models that only verify."""
-    top = hotspots(kernels, n=10)
+    top = word_hotspots(hotspots(kernels, n=10))
     latency = top[top["bound"] == "latency"]
     assert len(latency) > 0
     unnamed = latency[~latency["next_step"].isin(CAUSE_OF_FIX)]

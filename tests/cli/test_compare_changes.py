@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import torch_nsight
-from torch_nsight.analyze import compare_profiles
+from torch_nsight.analyze import compare_profiles, fold_tree, module_tree
 from torch_nsight.analyze.changes import CHANGE_COLUMN, changed_rows, largest_change
 from torch_nsight.cli.main import main
 
@@ -40,7 +41,7 @@ def test_two_recordings_of_one_model_fit_a_screen(before: str, after: str,
     improved = int((rows["verdict"] == "improved").sum())
     assert lines[0].startswith(f"{regressed} regressed, {improved} improved of {len(rows)} "
                                "modules at 5%")
-    changed = changed_rows(rows)
+    changed = changed_rows(rows, base.kernels, cur.kernels)
     largest = largest_change(changed)
     if largest is not None:
         assert f"largest: {largest['module']}" in lines[0]
@@ -56,7 +57,7 @@ def test_regressions_come_first_then_by_size() -> None:
     base = torch_nsight.load(DATA / "hand_s128.ncu-rep.xz").kernels
     cur = torch_nsight.load(DATA / "hand_s512.ncu-rep.xz").kernels
     rows = compare_profiles(base, cur)
-    changed = changed_rows(rows)
+    changed = changed_rows(rows, base, cur)
     regressed = changed["verdict"] == "regressed"
     assert regressed.any() and (~regressed).any()
     first_other = int((~regressed).to_numpy().argmax())
@@ -72,7 +73,7 @@ def test_folded_blocks_add_up() -> None:
     base = torch_nsight.load(DATA / "profile_fast/vit_profile.ncu-rep.xz").kernels
     cur = torch_nsight.load(DATA / "compile/vit_train.ncu-rep.xz").kernels
     rows = compare_profiles(base, cur)
-    changed = changed_rows(rows)
+    changed = changed_rows(rows, base, cur)
     folded = changed[(changed["module"] == "blocks.{0-11}.attn")
                      & (changed["direction"] == "bwd")].iloc[0]
     blocks = rows[rows["module"].str.fullmatch(r"blocks\.\d+\.attn")
@@ -87,14 +88,15 @@ def test_folded_blocks_add_up() -> None:
 def test_the_largest_change_is_the_module_that_carries_it() -> None:
     base = torch_nsight.load(DATA / "runs/gpt2_runs_a").kernels
     cur = torch_nsight.load(DATA / "runs/gpt2_runs_unpadded").kernels
-    largest = largest_change(changed_rows(compare_profiles(base, cur)))
+    largest = largest_change(changed_rows(compare_profiles(base, cur), base, cur))
     assert largest is not None and largest["module"] == "lm_head"  # not GPT2LMHeadModel
 
 
 def test_top_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     pair = [str(DATA / p) for p in PAIRS[1]]
-    rows = compare_profiles(*(torch_nsight.load(p).kernels for p in pair))
-    changed = changed_rows(rows)
+    sides = [torch_nsight.load(p).kernels for p in pair]
+    rows = compare_profiles(*sides)
+    changed = changed_rows(rows, *sides)
     _, lines, _ = _compare(capsys, *pair, "--top", "3")
     at = lines.index("") + 2
     assert lines[at + 3] == ""
@@ -105,3 +107,27 @@ def test_top_and_all(capsys: pytest.CaptureFixture[str]) -> None:
     assert max(map(len, lines)) <= 120
     with pytest.raises(SystemExit):
         main(["compare", *pair, "--top", "3", "--all"])
+
+
+def test_blocks_fold_as_the_module_tree_folds_them() -> None:
+    """Changed rows fold by structure, as hotspots and the module tree do: a ResNet-50
+    recording against the same launches taking twice as long (every module regressed), the
+    changed rows are the folded module tree's, a downsample's Conv2d and BatchNorm
+    (``downsample.0``, ``downsample.1``) are two rows, and a stage's first block (with its
+    downsample) is not folded with the others."""
+    base = torch_nsight.load(DATA / "latency/resnet50.ncu-rep.xz").kernels
+    cur = base.assign(duration_ns=2 * base["duration_ns"])
+    rows = compare_profiles(base, cur)
+    assert set(rows["verdict"]) == {"regressed"}
+    changed = changed_rows(rows, base, cur)
+    tree = fold_tree(module_tree(base, keep_runs=True), base)
+    def folded(table: pd.DataFrame) -> list[tuple[str, str]]:
+        return sorted(zip(table["direction"].map(str), table["module_path"].map(str),
+                          strict=True))
+
+    assert folded(changed) == folded(tree)
+    modules = set(changed["module"])
+    assert {"layer1.0.downsample.0", "layer1.0.downsample.1", "layer1.0",
+            "layer1.{1-2}"} <= modules
+    assert not any("downsample.{" in m for m in modules)
+    assert changed["baseline_ns"].sum() == pytest.approx(rows["baseline_ns"].sum())

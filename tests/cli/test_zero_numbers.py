@@ -138,7 +138,7 @@ def test_a_baseline_of_no_time_has_no_percentage(loaded: torch_nsight.Profile,
     assert (mlp["baseline_ns"] == 0).all() and mlp["change_pct"].isna().all()
     assert set(mlp["verdict"]) == {"regressed"}
     assert not rows["change_pct"].abs().eq(math.inf).any()
-    changed = changed_rows(rows)
+    changed = changed_rows(rows, baseline, loaded.kernels)
     line = verdict_line(rows, largest_change(changed), 5, "module")
     assert line.endswith("largest: mlp bwd +37.31 µs (from no time)")
     table = changes_table(changed, "module", "plain", 120)

@@ -22,7 +22,7 @@ from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.findings import findings, fold_findings
 from torch_nsight.analyze.fold import fold_tree
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
-from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step
+from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step_code
 from torch_nsight.analyze.limiter import add_limiter
 from torch_nsight.analyze.normalize import normalize
 from torch_nsight.analyze.occupancy import add_occupancy
@@ -39,7 +39,7 @@ __all__ = [
     "analyze", "attribute", "attribute_calls", "expand_replicas", "derive_columns",
     "needs", "check_columns", "label_shapes", "label_rows", "add_flops", "add_peaks", "add_roofline",
     "classify", "sol_title", "add_occupancy", "add_limiter", "module_tree", "coverage", "hotspots", "kernel_hotspots",
-    "next_step", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
+    "next_step_code", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
     "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
     "fold_findings", "fold_tree",
     "UNATTRIBUTED",

@@ -1,5 +1,6 @@
 """What a comparison changed, for a pull request: the called rows only, repeated blocks
-folded, the largest changes first, regressions before everything else.
+folded as hotspots fold them (modules of one structure, on both sides), the largest changes
+first, regressions before everything else.
 
 :func:`changed_rows` reshapes the output of
 :func:`torch_nsight.analyze.regress.compare_profiles`::
@@ -18,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.fold import FOLD_COLUMN, fold_rows
+from torch_nsight.analyze.fold import FOLD_COLUMN, STRUCTURE_COLUMN, fold_rows, with_structure
+from torch_nsight.analyze.regress import as_compared
 from torch_nsight.vocabulary import PATH_SEP
 
-__all__ = ["CHANGED", "changed_rows", "largest_change", "CHANGE_COLUMN"]
+__all__ = ["CHANGED", "changed_rows", "with_structures", "largest_change", "CHANGE_COLUMN"]
 
 #: Verdicts a reader of a pull request needs to see: everything but unchanged and noise.
 CHANGED: tuple[str, ...] = ("regressed", "improved", "only in current", "only in baseline",
@@ -31,19 +33,44 @@ CHANGE_COLUMN = "magnitude_ns"
 _SUMS = ("baseline_ns", "current_ns", "change_ns", "baseline_headroom_ns",
          "current_headroom_ns")
 _KEYS = ("variant", "shape", "direction", "depth", "op", "kernel", "verdict")
+#: The structure of a row's module in each profile (:func:`with_structure`): rows fold only
+#: where both agree.
+_STRUCTURES = ("baseline_structure", "current_structure")
 
 
-def changed_rows(rows: pd.DataFrame) -> pd.DataFrame:
+def with_structures(rows: pd.DataFrame, baseline: pd.DataFrame,
+                    current: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the structure of each row's module in the baseline and in the current
+    profile (:func:`torch_nsight.analyze.fold.with_structure`, the current side labelled as
+    ``compare_profiles`` compared it)::
+
+        module_path       direction  ...      module_path       baseline_structure  current_structure
+        Net/stem.0        fwd                 Net/stem.0        #3                  #3
+        Net/stem.1        fwd         ->      Net/stem.1        #5                  #5
+    """
+    current = as_compared(baseline, current)
+    return rows.assign(**{
+        side: with_structure(rows, kernels)[STRUCTURE_COLUMN]
+        for side, kernels in zip(_STRUCTURES, (baseline, current), strict=True)})
+
+
+def changed_rows(rows: pd.DataFrame, baseline: pd.DataFrame,
+                 current: pd.DataFrame) -> pd.DataFrame:
     """The rows whose verdict is in :data:`CHANGED`, folded and ordered.
 
-    Rows that differ only by a block index (``h.3`` and ``h.7``) and share their verdict
-    fold into one (:func:`torch_nsight.analyze.fold.fold_rows`): times, changes and
-    headroom add up, ``change_pct`` is recomputed from the sums, and the spread columns of
-    a folded row are blank (the blocks' runs are not independent). Regressions come first,
-    then every other row, each part by :data:`CHANGE_COLUMN` (largest first).
+    Rows that differ only by a block index (``h.3`` and ``h.7``), share their verdict and
+    whose modules launched the same kernels, in the baseline and in the current profile
+    (:func:`with_structures`, as hotspots and the module tree fold), fold into one
+    (:func:`torch_nsight.analyze.fold.fold_rows`): times, changes and headroom add up,
+    ``change_pct`` is recomputed from the sums, and the spread columns of a folded row are
+    blank (the blocks' runs are not independent). A Conv2d, a BatchNorm and a ReLU
+    (``stem.0``, ``stem.1``, ``stem.2``) never share a row. Regressions come first, then
+    every other row, each part by :data:`CHANGE_COLUMN` (largest first).
 
     Args:
         rows: the output of ``compare_profiles``.
+        baseline: the baseline's kernel table, as given to ``compare_profiles``.
+        current: the current kernel table, as given to ``compare_profiles``.
 
     Returns:
         The changed rows with :data:`torch_nsight.analyze.fold.FOLD_COLUMN` and
@@ -53,8 +80,10 @@ def changed_rows(rows: pd.DataFrame) -> pd.DataFrame:
     if changed.empty:
         return changed.assign(**{FOLD_COLUMN: pd.Series(dtype="int64"),
                                  CHANGE_COLUMN: pd.Series(dtype="float64")})
-    folded = fold_rows(changed, keys=[k for k in _KEYS if k in changed], sums=_SUMS,
-                       rank="baseline_ns", name="module", path="module_path")
+    folded = fold_rows(with_structures(changed, baseline, current),
+                       keys=[*(k for k in _KEYS if k in changed), *_STRUCTURES], sums=_SUMS,
+                       rank="baseline_ns", name="module", path="module_path"
+                       ).drop(columns=list(_STRUCTURES))
     several = folded[FOLD_COLUMN] > 1
     for column in ("baseline_ci95_ns", "current_ci95_ns", "baseline_std_ns",
                    "current_std_ns", "p_value"):

@@ -1,4 +1,4 @@
-"""Hotspots: the kernels or modules worth looking at first, with a hint of what to try."""
+"""Hotspots: the kernels or modules worth looking at first, with the code of what to try."""
 
 from __future__ import annotations
 
@@ -6,13 +6,19 @@ import math
 import re
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
-from torch_nsight.analyze.limiter import small_grid_title
+from torch_nsight.analyze.limiter import (
+    LIMITER_CODES,
+    REASON_INPUTS,
+    VERDICT_INPUTS,
+    small_grid_title,
+)
 from torch_nsight.analyze.rollup import (
     module_tree,
     path_keys,
@@ -26,7 +32,7 @@ HotspotLevel = Literal["kernel", "module"]
 HOTSPOT_COLUMNS = (
     "variant", "shape", "module", "module_path", "direction", "op", "kernel", "launches",
     "duration_ns", "pct_of_total", "headroom_ns", "pct_of_roof", "precision", "bound",
-    "reason", "basis", "next_step", "fused_modules", "aten_ops", *SPREAD_COLUMNS,
+    "reason_facts", "basis", "next_step_code", "fused_modules", "aten_ops", *SPREAD_COLUMNS,
 )
 
 
@@ -34,44 +40,29 @@ HOTSPOT_COLUMNS = (
 LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad", re.IGNORECASE)
 
 
-#: What to change for each launch limiter of a latency-bound kernel (analyze/limiter.py),
-#: the action first, then the limiter's name (its numbers are in the reason).
-LIMITER_FIX = {
-    "small_grid": "give it more work (a larger batch) or fuse it (torch.compile): under "
-                  "one wave",
-    "tail": "fill whole waves (batch, sequence length) or fuse it (torch.compile): "
-            "a partial last wave",
-    "registers": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
-                 "dtype): occupancy limited by registers",
-    "shared_memory": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
-                     "dtype): occupancy limited by shared memory",
-    "block_size": "try another kernel or backend (torch.compile): occupancy limited by its "
-                  "block size",
-    "blocks_per_sm": "fuse it (torch.compile) or use another kernel: blocks too small to "
-                     "fill an SM",
-    # causes named from the warp states (profile --stalls: analyze/stalls.py)
-    "launch_overhead": "cut launches: CUDA graphs (torch.compile(mode='reduce-overhead')) or "
-                       "fuse it with its neighbours (torch.compile): a launch of a few µs",
-    "few_warps": "give it more work (a larger batch) or fuse it (torch.compile): achieved "
-                 "occupancy far below theoretical",
-    "waiting_warps": "fuse it with its neighbours (torch.compile), feed it contiguous or "
-                     "channels-last tensors: its warps wait (profile --stalls tells on what)",
-    "memory_latency": "fuse it with its neighbours (torch.compile), feed it contiguous or "
-                      "channels-last tensors: warps wait on global memory",
-    "synchronization": "try another kernel or backend (torch.compile, cudnn.benchmark, SDPA "
-                       "backend): warps wait at barriers",
-    "instruction_issue": "cut instructions or pick another kernel (torch.compile, "
-                         "cudnn.benchmark, a lower precision): instruction issue or a math "
-                         "pipe is the limit",
-    "shared_memory_access": "try another kernel or backend (torch.compile, cudnn.benchmark): "
-                            "warps wait on shared memory",
-}
+#: ``next_step_code`` of a latency-bound kernel with no limiter named: under one wave by
+#: Nsight Compute's verdict, judged on the roofline alone (a library GEMM or convolution, or
+#: another kernel), or with the speed-of-light data that rules the launch out.
+LATENCY_STEPS = ("under_one_wave", "check_library_below_roof", "profile_roofline_set",
+                 "profile_stalls")
+#: ``next_step_code`` of memory-bound kernels: on the compute side of the DRAM roofline (a
+#: library kernel far below its roof, or another kernel), on its memory side, side unknown.
+MEMORY_STEPS = ("check_library_on_chip", "cut_on_chip_traffic", "cut_dram_traffic",
+                "cut_memory_traffic")
+#: ``next_step_code`` of compute-bound kernels: on the memory side of the DRAM roofline, on
+#: CUDA cores in fp32/fp64/fp16, a library kernel far below its roof, near the roof, else.
+COMPUTE_STEPS = ("cut_instructions", "use_tensor_cores", "check_library_shapes",
+                 "less_work_near_roof", "less_work")
+#: ``next_step_code`` without a bound (no counters); a latency-bound kernel's limiter
+#: (:mod:`torch_nsight.analyze.limiter`) is its own code.
+NO_COUNTERS = "no_counters"
 
 
-def next_step(bound: object, small_grid: bool, precision: object, side: object = None,
-              pct_of_roof: float = math.nan, kernel: object = None, basis: object = None,
-              limiter: object = None) -> str:
-    """Return a short hint of what to look at next for a kernel of this class.
+def next_step_code(bound: object, small_grid: bool, precision: object, side: object = None,
+                   pct_of_roof: float = math.nan, kernel: object = None, basis: object = None,
+                   limiter: object = None) -> str:
+    """Return the code of what to look at next for a kernel of this class (render words it:
+    :mod:`torch_nsight.render.hotspot_words`).
 
     Only a kernel on the memory side of the DRAM roofline is told to cut DRAM traffic: one
     that ncu calls memory-bound (its L1, L2 or DRAM is busy) but whose FLOP per DRAM byte is
@@ -90,47 +81,68 @@ def next_step(bound: object, small_grid: bool, precision: object, side: object =
             :mod:`torch_nsight.analyze.limiter`), None when nothing does or unknown.
 
     Returns:
-        One line of advice, the action first.
+        The limiter's name for a latency-bound kernel with one, else one of
+        :data:`LATENCY_STEPS`, :data:`MEMORY_STEPS`, :data:`COMPUTE_STEPS` or
+        :data:`NO_COUNTERS`.
     """
     low = not pd.isna(pct_of_roof) and pct_of_roof < LATENCY_PCT
     library = isinstance(kernel, str) and LIBRARY_MATMUL.search(kernel) is not None
     if bound == "latency":
-        if isinstance(limiter, str) and limiter in LIMITER_FIX:
-            return LIMITER_FIX[limiter]
+        if limiter in LIMITER_CODES:
+            return limiter  # type: ignore[return-value]
         if small_grid is True:
-            return "fuse it or give it more blocks (batch, split-K): under one wave"
+            return "under_one_wave"
         if basis == "roofline":  # judged from the roofline alone: no speed-of-light data
-            if library:
-                return ("check shapes, alignment and dtype: far below its roof (the roofline "
-                        "metric set tells an L1/L2 limit from latency)")
-            return ("far below its roof: profile it with the roofline metric set to tell an "
-                    "L1/L2 limit from latency (occupancy, stalls)")
-        return ("profile it with metric_set='full' to see its stalls (WarpStateStats): the "
-                "launch is not the limit")
+            return "check_library_below_roof" if library else "profile_roofline_set"
+        return "profile_stalls"
     if bound == "memory":
         if side == "compute":
-            if library and low:
-                return ("check shapes, alignment and dtype: L1/L2-bound, the DRAM roofline is "
-                        "not the limit")
-            return ("cut L1/L2 traffic (reuse, tiling, shared memory): the DRAM roofline is "
-                    "not the limit")
-        if side == "memory":
-            return "cut DRAM traffic: fuse with neighbours, lower-precision data, avoid copies"
-        return ("cut memory traffic (fuse, avoid copies): MemoryWorkloadAnalysis names "
-                "the busy unit")
+            return "check_library_on_chip" if library and low else "cut_on_chip_traffic"
+        return "cut_dram_traffic" if side == "memory" else "cut_memory_traffic"
     if bound == "compute":
         if side == "memory":
-            return ("cut instructions (index math, conversions): SM busy, few FLOPs per "
-                    "DRAM byte")
+            return "cut_instructions"
         if precision in ("fp32", "fp64", "fp16"):
-            return f"move the work to tensor cores: compute-bound on CUDA cores ({precision})"
+            return "use_tensor_cores"
         if library and low:
-            return "check GEMM/conv shapes, alignment and dtype: far below its FLOP roof"
+            return "check_library_shapes"
         if side == "compute" and not pd.isna(pct_of_roof) and not low:
-            return "do less work or use a lower precision: near the FLOP roof"
-        return "do less work or use a lower precision: compute-bound"
-    return ("no counters (a trace, or --metric-set duration): profile it under Nsight "
-            "Compute (torch_nsight.sweep, torch-nsight profile) to classify it")
+            return "less_work_near_roof"
+        return "less_work"
+    return NO_COUNTERS
+
+
+def _reason_facts(df: pd.DataFrame, work: pd.DataFrame, keys: list[str],
+                  agrees: np.ndarray) -> pd.Series:
+    """Per site, each distinct set of the reason's codes and numbers among the launches with
+    the site's bound, with the time (ns) it holds: ``(columns, ((time, values), ...))``, in
+    the order first seen, missing values None (a row not latency-bound keeps classify's
+    columns alone). Render words each and shows the words that hold the most time. A table
+    saved before the codes keeps its words (column ``said``) instead::
+
+        module  kernel   ...          module  kernel  reason_facts
+        attn    gemm_a           ->   attn    gemm_a  (("reason_code", "bound", ...),
+        attn    gemm_a                                 ((2.1e5, ("high_compute", ...)), ...))
+    """
+    columns = ([c for c in REASON_INPUTS if c in df] if "reason_code" in df
+               else ["reason"] if "reason" in df else [])
+    names = ("said",) if columns == ["reason"] else tuple(columns)
+    rows = np.flatnonzero(agrees)
+    latency = (df["bound"].to_numpy()[rows] == "latency").tolist() if "bound" in df \
+        else [False] * len(rows)
+    verdict = [c in VERDICT_INPUTS or c == "reason" for c in columns]
+    sites = zip(*(work[k].to_numpy()[rows].tolist() for k in keys), strict=True)
+    values = zip(*(df[c].to_numpy()[rows].tolist() for c in columns), strict=True) \
+        if columns else iter([()] * len(rows))
+    weights = pd.to_numeric(work["duration_ns"], errors="coerce").fillna(0.0).to_numpy()[rows]
+    held: dict[tuple, dict[tuple, float]] = {}
+    for site, value, weight, slow in zip(sites, values, weights.tolist(), latency, strict=True):
+        fact = tuple(None if v is None or (isinstance(v, float) and v != v)
+                     or not (slow or kept) else v for v, kept in zip(value, verdict, strict=True))
+        facts = held.setdefault(site, {})
+        facts[fact] = facts.get(fact, 0.0) + weight
+    return pd.Series({site: (names, tuple((weight, fact) for fact, weight in facts.items()))
+                      for site, facts in held.items()}, dtype=object)
 
 
 @needs("module", "module_path", "kernel", "duration_ns")
@@ -161,7 +173,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     """
     keys = list(KERNEL_KEYS)
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
-                            "reason", "basis", "roofline_side", "limiter", "sol_bottleneck",
+                            "basis", "roofline_side", "limiter", "sol_bottleneck",
                             "sm_pct", "mem_pct", "waves"])
     work["small_grid"] = [small_grid_title(row) for row in work[
         ["bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
@@ -174,8 +186,9 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     # reasons differ by a percent must not outvote the bound with one repeated reason
     agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
         pd.MultiIndex.from_frame(work[keys])).to_numpy()
-    for column in ("reason", "basis", "limiter", "small_grid"):
+    for column in ("basis", "limiter", "small_grid"):
         out[column] = blank_to_none(dominant(work[agrees], keys, column))
+    out["reason_facts"] = _reason_facts(df, work, keys, agrees).reindex(out.index)
     out["fused_modules"] = _first_fused(df, work, keys)
     out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
                                               "aten_ops")) if "aten_ops" in df else None)
@@ -185,7 +198,7 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")
     out["pct_of_total"] = 100.0 * out["duration_ns"] / totals
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
-    out["next_step"] = [next_step(*row) for row in zip(
+    out["next_step_code"] = [next_step_code(*row) for row in zip(
         out["bound"], out["small_grid"], out["precision"], out["roofline_side"],
         out["pct_of_roof"], out["kernel"], out["basis"], out["limiter"], strict=True)]
     for column in KERNEL_KEYS:
@@ -210,7 +223,9 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
             ``blocks``).
 
     Returns:
-        The top ``n`` rows, best first, with their bound, reason and ``next_step``.
+        The top ``n`` rows, best first, with their bound, the facts of their reason
+        (``reason_facts``, kernels only) and ``next_step_code`` (render words both:
+        :mod:`torch_nsight.render.hotspot_words`).
 
     Raises:
         ValueError: an argument is out of range.
@@ -239,7 +254,7 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         keys = [*LABELS, "direction", "module_path"]
         table = with_spread(add_runs(table, df, keys, on=[*LABELS, "direction", "module_path"],
                                      group_keys=path_keys(df, keys)))
-        table["next_step"] = [next_step(b, False, None) for b in table["bound"]]
+        table["next_step_code"] = [next_step_code(b, False, None) for b in table["bound"]]
         key = "exclusive_headroom_ns" if order == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"
     table = table.sort_values([key, time], ascending=False, na_position="last", kind="stable")

@@ -233,6 +233,12 @@ def _relabel_single(baseline: pd.DataFrame, current: pd.DataFrame,
     return current
 
 
+def as_compared(baseline: pd.DataFrame, current: pd.DataFrame) -> pd.DataFrame:
+    """``current`` as :func:`compare_profiles` lines it up with ``baseline``: under the
+    baseline's label where each side holds one label and they differ, else as is."""
+    return _relabel_single(baseline, current, [])
+
+
 def _matched_sides(baseline: pd.DataFrame, current: pd.DataFrame, by: CompareLevel,
                    depth: int | None) -> pd.DataFrame:
     """Both sides' rows joined on :data:`KEYS`, side columns prefixed ``baseline_`` and

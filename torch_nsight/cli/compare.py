@@ -114,7 +114,8 @@ def provenance_notes(baseline: Profile, current: Profile) -> list[str]:
 
 
 def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str],
-                 notes: list[str], stream: TextIO) -> None:
+                 notes: list[str], stream: TextIO,
+                 kernels: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     """Write the comparison to ``stream`` in ``args.fmt``: csv and json every row; a table
     or markdown the verdict first, then the changed rows folded and ordered by change (at
     most ``args.top``), or every row with ``args.all``.
@@ -125,6 +126,8 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
         header: what the two profiles are, one line each.
         notes: warnings, one sentence each.
         stream: where it goes.
+        kernels: the baseline's and the current kernel tables (the changed rows fold where
+            their modules launched the same kernels on both sides).
     """
     from torch_nsight.analyze.changes import changed_rows, largest_change
     from torch_nsight.render.table_output import frame_text, json_escaped
@@ -139,7 +142,7 @@ def write_output(rows: pd.DataFrame, args: argparse.Namespace, header: list[str]
                     "rows": json.loads(rows.to_json(orient="records", force_ascii=False))}
         stream.write(json_escaped(json.dumps(document, indent=2, ensure_ascii=False)) + "\n")
         return
-    changed = changed_rows(rows)
+    changed = changed_rows(rows, *kernels)
     verdict = verdict_line(rows, largest_change(changed), args.threshold, args.by)
     summary = summary_line(rows, args.threshold, args.by)
     shown = changed if args.top is None else changed.head(args.top)
@@ -252,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
                                "a pass")
     header = [f"baseline {args.baseline}: {baseline.describe()}",
               f"current {args.current}: {current.describe()}"]
-    write_output(rows, args, header, notes, sys.stdout)
+    write_output(rows, args, header, notes, sys.stdout, (baseline.kernels, current.kernels))
     return 1 if (rows["verdict"] == "regressed").any() else 0
 
 

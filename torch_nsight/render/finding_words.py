@@ -5,7 +5,8 @@ Analysis returns findings as codes and numbers (:class:`torch_nsight.analyze.fin
 what is wrong, the kind of module, why, the fix as a code with its parameters, ``facts``);
 nothing there reads these sentences back, so rewording one changes only what is printed.
 Importing this module registers :func:`word_findings` with the Profile record
-(:func:`torch_nsight.profile.set_finding_words`).
+(:func:`torch_nsight.profile.set_words`), and imports the hotspots' words
+(:mod:`torch_nsight.render.hotspot_words`), which register theirs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 
 import pandas as pd
 
+import torch_nsight.render.hotspot_words  # noqa: F401 - registers the hotspots' words
 from torch_nsight.analyze.findings.run_checks import TIMELINE_FACTS
-from torch_nsight.analyze.limiter import describe_cause
-from torch_nsight.profile import set_finding_words
+from torch_nsight.profile import set_words
+from torch_nsight.render.reason_words import describe_cause
 from torch_nsight.render.timeline_words import step_finding_words
 from torch_nsight.units import format_bytes, format_duration
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSIDE_PREFIX
@@ -419,4 +421,4 @@ def word_findings(found: pd.DataFrame) -> pd.DataFrame:
     return out.loc[:, [*first, *(c for c in out.columns if c not in first)]]
 
 
-set_finding_words(word_findings)
+set_words("findings", word_findings)

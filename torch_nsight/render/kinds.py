@@ -74,6 +74,7 @@ def _head(frame: pd.DataFrame, rows: int | None) -> pd.DataFrame:
 
 def _hotspot_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                   depth: int | None, fold: bool = True) -> pd.DataFrame:
+    import torch_nsight.render.hotspot_words  # noqa: F401 - the words
     return profile.hotspot_table(n=rows if rows is not None else max(len(profile.kernels), 1),
                                  order=order, level="kernel", fold=fold)
 
@@ -111,8 +112,10 @@ def _finding_rows(profile: Profile, rows: int | None, order: HotspotOrder,
 
 def _launch_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
-    frame = profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
-                                          if c in profile.kernels])
+    from torch_nsight.render.hotspot_words import word_kernels
+
+    frame = word_kernels(profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
+                                                       if c in profile.kernels]))
     return _head(frame.assign(pct_of_total=_kernel_share(frame)), rows)
 
 
