@@ -7,7 +7,10 @@ TF32 switch reaches them (``fp32_no_tensor_cores`` covers fp32 data), and the te
 stays idle (0.44% on ViT-S/16's patch embedding, 417 µs a step in
 ``bound_calibration/vit_full_sol``). In channels-last layout cuDNN picks its tensor-core
 kernels for such convolutions, where the channels are multiples of 8 (an RGB input's 3
-channels are padded: ``pad_channels``). A kernel whose measured tensor-pipe use is not idle is left
+channels are padded: ``pad_channels``). A convolution of tensors that are not 4-D has no
+layout switch and no known fix (``cudnn.benchmark`` recovered 1.07 and 1.42 ms of the
+11.70 ms wav2vec2's grouped ``Conv1d`` spends so, two measurements on the GPU): its time
+above the tensor roof is a bound (``headroom``), not a gain. A kernel whose measured tensor-pipe use is not idle is left
 out, and so is a site without FLOPs (nothing to place on the tensor roof).
 """
 
@@ -20,7 +23,7 @@ from torch_nsight.analyze.findings.call_shapes import ROLES
 from torch_nsight.analyze.findings.codes import FixCode
 from torch_nsight.analyze.findings.gemm_misaligned import CHANNELS_TO, channel_pads
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, per_run
-from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
 from torch_nsight.vocabulary import SITE_KEYS
@@ -75,7 +78,11 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
             if dims else []
         fix: FixCode = ("pad_channels" if pads else "channels_last") if planar else "none_known"
         found.append(Finding(
-            "conv_no_tensor_cores", rows, gain, "roofline", "medium", fix, module_kind="conv",
+            # no layout switch for a Conv1d or Conv3d, so no model of a fix's gain: the
+            # time above the tensor roof is the most any fix could recover
+            "conv_no_tensor_cores", rows, gain if planar else NAN,
+            "roofline" if planar else HEADROOM, "medium" if planar else "low", fix,
+            module_kind="conv", bound_ns=NAN if planar else gain,
             aten_ops=site.ops, shapes=calls["shapes"].iloc[0] if len(calls) else None,
             layout="nchw" if planar else site.layout, dtype=dtype,
             fix_params={"pads": pads} if pads else {},

@@ -151,9 +151,10 @@ class Instrumentation:
         # each call's module class goes into the calls table (a sweep's recorder is the
         # emitter it passes)
         recorder = self._calls[0] if self._calls is not None else sink
-        if isinstance(getattr(recorder, "module_classes", None), dict):
-            recorder.module_classes.update(
-                {self.messages[name]: qualified_class(module) for name, module in selected})
+        classes = getattr(recorder, "module_classes", None)
+        if isinstance(classes, dict):
+            classes.update({self.messages[name]: qualified_class(module)
+                            for name, module in selected})
         self.ops = op_names
         self.backward = backward
         self._tracks_compiles = track_compiles()
