@@ -178,6 +178,27 @@ def test_a_dry_run_stops_the_script_and_what_it_started(tmp_path: Path) -> None:
     assert not running(helper)  # its process group was killed, the helper included
 
 
+LOUD_ON_STOP = """
+import signal, sys, torch_nsight
+def stopped(signum, frame):  # as torchrun does: a traceback of the signal, then exit
+    print("Traceback: got signal 15 (the launcher's own words)", file=sys.stderr, flush=True)
+    sys.exit(1)
+signal.signal(signal.SIGTERM, stopped)
+for _ in range(10**9):
+    with torch_nsight.step():
+        pass
+"""
+
+
+@pytest.mark.slow
+def test_what_the_command_says_once_stopped_is_not_shown(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(LOUD_ON_STOP)
+    proc = cli("--dry-run", "--steps", "2", "--", sys.executable, "train.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "until its chosen steps ended" in proc.stdout
+    assert "got signal 15" not in proc.stdout + proc.stderr
+
+
 def running(pid: int) -> bool:
     """Whether ``pid`` is alive (a zombie, killed but not yet reaped, is not)."""
     try:

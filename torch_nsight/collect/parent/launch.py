@@ -166,7 +166,11 @@ def _pump(child: _Child) -> None:
     for line in child.proc.stdout:
         child.active_at = time.monotonic()
         child.output.feed(line)
-        if child.spec.echo is not None:
+        if child.spec.echo is not None and child.completed:
+            # what the command says once stopped after its chosen steps (torchrun's
+            # traceback of the SIGTERM) is ours, not the script's: kept, not shown
+            logger.debug("[%s, stopped] %s", child.spec.name, line.rstrip())
+        elif child.spec.echo is not None:
             if not line.startswith(NCU_PROGRESS_LINES):
                 child.spec.echo(line.rstrip("\n"))
         elif line.startswith(CHILD_LOG_PREFIX):
