@@ -262,6 +262,9 @@ def test_a_dry_run_says_what_ncu_would_miss(tmp_path: Path, monkeypatch: pytest.
      "a_file is a file, not a folder"),
     (["--dry-run", "--timeline", "--steps", "1", "--out", "a_file", "--", "python", "x.py"],
      "a_file is a file, not a folder"),
+    # a timeline's dry run checks the command as the other dry runs do
+    (["--dry-run", "--timeline", "--steps", "1", "--", "python", "missing.py"],
+     "missing.py: no such file"),
 ])
 def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str,
                                    monkeypatch: pytest.MonkeyPatch,

@@ -382,7 +382,8 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
                     f"{', then a second pass for --stalls' if args.stalls else ''}) into "
                     f"{report}; -v prints its command line and metrics")
     if args.steps is None:
-        say_comment(f"# every kernel is profiled; {MARKER_HINT}")
+        say_comment("# the script was not run (without --steps ncu profiles every kernel of "
+                    f"the whole run, and there is nothing to rehearse); {MARKER_HINT}")
         return 0
     rehearsed = rehearse(plan)
     if verify is not None:
@@ -401,7 +402,10 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
                          f"10:12); {MARKER_HINT}")
     if args.dry_run:
         check_out_folder(args.out, writable=True)
+        check_command(command)
         plan = script.plan_timeline(command, args.out, steps=args.steps)
+        say_comment(f"# dry run: the command would run as below, PyTorch's profiler recording "
+                    f"step(s) {args.steps} into {args.out}; nothing was run")
         print(shell_command(command, quoted=[
             f"{k}={shlex.quote(v)}" for k, v in plan.script.shown().items()]))
         return 0
