@@ -168,12 +168,18 @@ for _ in range(10**9):
 """
 
 
-@pytest.mark.slow
-def test_a_dry_run_stops_the_script_and_what_it_started(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(STUBBORN)
-    proc = cli("--dry-run", "--steps", "2", "--", sys.executable, "train.py", cwd=tmp_path)
+def stopped_after_step_2(folder: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """A dry run of ``script`` (which never ends by itself) stopped after its step 2."""
+    (folder / "train.py").write_text(script)
+    proc = cli("--dry-run", "--steps", "2", "--", sys.executable, "train.py", cwd=folder)
     assert proc.returncode == 0, proc.stderr
     assert "until its chosen steps ended" in proc.stdout
+    return proc
+
+
+@pytest.mark.slow
+def test_a_dry_run_stops_the_script_and_what_it_started(tmp_path: Path) -> None:
+    stopped_after_step_2(tmp_path, STUBBORN)
     helper = int((tmp_path / "helper.pid").read_text())
     assert not running(helper)  # its process group was killed, the helper included
 
@@ -192,10 +198,7 @@ for _ in range(10**9):
 
 @pytest.mark.slow
 def test_what_the_command_says_once_stopped_is_not_shown(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(LOUD_ON_STOP)
-    proc = cli("--dry-run", "--steps", "2", "--", sys.executable, "train.py", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "until its chosen steps ended" in proc.stdout
+    proc = stopped_after_step_2(tmp_path, LOUD_ON_STOP)
     assert "got signal 15" not in proc.stdout + proc.stderr
 
 
