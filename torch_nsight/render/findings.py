@@ -7,6 +7,7 @@ Importing this module does not import pandas.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.columns import module_cell
@@ -44,6 +45,18 @@ def gain_cell(row: pd.Series) -> str:
     return format_us(gain)
 
 
+def finding_module_cell(row: pd.Series) -> str:
+    """A finding's module; for one that gathers launches of many modules at the root, how
+    many modules of which kind (``LlamaBlock (4 Linear)``): such rows stay apart."""
+    from torch_nsight.render.finding_words import KIND_SAID
+
+    facts = row.get("facts")
+    if not isinstance(facts, Mapping) or "sites" not in facts:
+        return module_cell(row)
+    kind = KIND_SAID.get(str(row.get("module_kind")), "other")
+    return f"{module_cell(row)} ({facts['sites']} {kind})"
+
+
 def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     """Columns of the ``findings`` table.
 
@@ -58,7 +71,7 @@ def finding_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
         gains.append(("measured µs", measured_cell, "right"))
     return [
         *columns,
-        ("module", module_cell, "left"),  # fitted: its distinguishing end kept
+        ("module", finding_module_cell, "left"),  # fitted: its distinguishing end kept
         ("dir", lambda r: _text(r["direction"]), "left"),
         ("finding", lambda r: _text(r["finding"]), "left"),
         *gains,
@@ -80,7 +93,7 @@ def measured_cell(row: pd.Series) -> str:
 def _where(row: pd.Series, labels: list[str]) -> str:
     """The module, with the variant and shape where the profile holds several."""
     tags = [_text(row[label]) for label in labels]
-    return module_cell(row) + (f" ({', '.join(tags)})" if tags else "")
+    return finding_module_cell(row) + (f" ({', '.join(tags)})" if tags else "")
 
 
 def render_findings(frame: pd.DataFrame, fmt: str = "plain",
