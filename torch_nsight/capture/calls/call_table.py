@@ -23,6 +23,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from torch_nsight.capture.calls.op_flops import op_flops
+from torch_nsight.naming import BACKWARD_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -130,3 +131,13 @@ class CallTable:
         """Forget the calls filed so far."""
         with self._lock:
             self._calls.clear()
+
+
+def innermost_class(stack: tuple[str, ...], classes: dict[str, str]) -> str | None:
+    """The class of the innermost module range of ``stack`` (a backward range counts as its
+    module's); None where no module range is open."""
+    for message in reversed(stack):
+        found = classes.get(message.removeprefix(BACKWARD_PREFIX))
+        if found is not None:
+            return found
+    return None

@@ -49,10 +49,10 @@ from typing import Any
 import torch
 
 from torch_nsight.calls_file import calls_document, write_calls
-from torch_nsight.capture.calls.call_table import CallTable
+from torch_nsight.capture.calls.call_table import CallTable, innermost_class
 from torch_nsight.capture.ranges.emitter import NvtxEmitter, OpenRanges, RangeEmitter
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
-from torch_nsight.naming import BACKWARD_PREFIX, backward_op_message, op_message, parse_message
+from torch_nsight.naming import backward_op_message, op_message, parse_message
 
 logger = logging.getLogger(__name__)
 
@@ -381,16 +381,6 @@ class CallRecorder:
             The path written.
         """
         return write_calls(path, self.document())
-
-
-def innermost_class(stack: tuple[str, ...], classes: dict[str, str]) -> str | None:
-    """The class of the innermost module range of ``stack`` (a backward range counts as its
-    module's); None where no module range is open."""
-    for message in reversed(stack):
-        found = classes.get(message.removeprefix(BACKWARD_PREFIX))
-        if found is not None:
-            return found
-    return None
 
 
 def _make_mode(recorder: CallRecorder) -> Any:
