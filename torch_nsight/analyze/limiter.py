@@ -56,6 +56,7 @@ from typing import Literal
 import pandas as pd
 
 from torch_nsight.analyze.classify import ROOF_CLAUSE, SMALL_GRID
+from torch_nsight.analyze.frames import own
 from torch_nsight.analyze.occupancy import as_number as _number
 from torch_nsight.analyze.stalls import (
     FEW_ELIGIBLE,
@@ -342,7 +343,7 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
         A copy with ``limiter`` (None on other rows) and, on latency-bound rows, the
         verdict's numbers in ``reason`` (before its DRAM roofline clause).
     """
-    out = df.copy()
+    out = own(df)
     limiters: list[object] = [None] * len(out)
     reasons = out["reason"].tolist() if "reason" in out else [None] * len(out)
     if "bound" in out:
