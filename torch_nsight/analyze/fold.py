@@ -33,7 +33,7 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
-from torch_nsight.vocabulary import LABELS, join_path, split_path
+from torch_nsight.vocabulary import LABELS, join_path, path_leaf, path_parent, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "with_structure", "FOLD_COLUMN", "STRUCTURE_COLUMN"]
@@ -222,6 +222,7 @@ class _Structures:
     def __init__(self) -> None:
         self._roots: dict[tuple[str, ...], _Node] = {}
         self._codes: dict[tuple[frozenset[object], frozenset[object]], int] = {}
+        self._asked: dict[tuple[tuple[str, ...], str], _Node | None] = {}
 
     def add(self, label: tuple[str, ...], module: str, kernel: tuple[str, ...]) -> None:
         node = self._roots.setdefault(label, _Node())
@@ -231,15 +232,29 @@ class _Structures:
 
     def code(self, label: tuple[str, ...], module: str) -> str:
         """The code of ``module``'s structure (``"#0"`` for a module that launched none)."""
-        node = self._roots.get(label)
-        name = ""
-        for part in split_path(module):
-            if node is None:
-                break
-            node, name = node.children.get(part), part
+        node = self._node(label, module)
         if node is None:
             return "#0"
-        return f"#{self._coded(node, name)}"
+        return f"#{self._coded(node, path_leaf(module))}"
+
+    def _node(self, label: tuple[str, ...], module: str) -> _Node | None:
+        """The node of ``module``: one step from its parent's where that was asked for
+        (rows come parents first), else walked from the root; a path asked for is kept
+        (a walk from the root for each row of a deep tree is quadratic in its depth)."""
+        if (label, module) in self._asked:
+            return self._asked[(label, module)]
+        parent = path_parent(module)
+        if parent is not None and (label, parent) in self._asked:
+            above = self._asked[(label, parent)]
+            node = above.children.get(path_leaf(module)) if above is not None else None
+        else:
+            node = self._roots.get(label)
+            for part in split_path(module):
+                if node is None:
+                    break
+                node = node.children.get(part)
+        self._asked[(label, module)] = node
+        return node
 
     def _coded(self, top: _Node, top_name: str) -> int:
         """The code of ``top``, its subtree coded first (a stack, not recursion: a tree
