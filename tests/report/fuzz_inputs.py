@@ -511,8 +511,8 @@ def use_case(seeds: Seeds, kind: str, index: int, path: Path, cache_dir: Path,
 
 def _plot_timelines(path: Path, cache_dir: Path, out: Path) -> None:
     """The timeline plot of each shape whose step ran, as ``torch-nsight timeline
-    --plot-timeline`` draws them (a profile without a timeline or GPU activity draws
-    none)."""
+    --plot-timeline`` draws them, or of the one step of a trace without shape labels (a
+    profile without a timeline or GPU activity draws none)."""
     from torch_nsight.render import plot_timeline
 
     profile = torch_nsight.load(path, cache_dir=cache_dir)
@@ -520,6 +520,8 @@ def _plot_timelines(path: Path, cache_dir: Path, out: Path) -> None:
     if steps is None or profile.kernels.empty:
         return
     ran = set(steps.loc[steps["kind"] == "step", "shape"])
+    if not profile.shapes and ran:  # a trace without shape labels: its one step
+        plot_timeline(profile, out / "timeline-0.svg")
     for number, shape in enumerate(profile.shapes):
         if shape in ran:
             plot_timeline(profile, out / f"timeline-{number}.svg", shape=shape)

@@ -19,12 +19,15 @@ import pytest
 
 import torch_nsight
 from tests.report.fuzz_inputs import (
+    DATA,
     MAKERS,
     SEED,
+    USES,
     Seeds,
     formula_cells,
     raw_characters,
     run_case,
+    use_case,
 )
 from torch_nsight.errors import ReportError
 
@@ -75,6 +78,25 @@ def test_a_case_is_rebuilt_from_its_seed(seeds: Seeds, tmp_path: Path) -> None:
         path = MAKERS["saved"](seeds, random.Random(f"{SEED}:saved:3"), tmp_path / name)
         made.append(pq.read_table(path))
     assert made[0].equals(made[1])
+
+
+@pytest.mark.parametrize("use", range(len(USES)))
+def test_each_use_reaches_its_output(seeds: Seeds, tmp_path: Path, use: int,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A use of a clean input writes what it is for: the harness checks real output."""
+    timeline = seeds.shared("use-timeline", DATA / "graph_captured_timeline")
+    kind, path = ("trace", timeline) if USES[use] == "timeline" else ("saved", seeds.report)
+    written = use_case(seeds, kind, use, path, seeds.cache_dir, tmp_path)
+    out, err = capsys.readouterr()
+    if USES[use] == "outputs":
+        assert {"table.csv", "table.json"} <= set(written)
+        assert "kernel" in written["table.csv"].splitlines()[0]
+    elif USES[use] == "plot":
+        assert "roofline.svg" in written and "wrote" in out
+    elif USES[use] == "compare":
+        assert "modules compared" in out and err == ""
+    else:
+        assert any(name.startswith("timeline-") for name in written)
 
 
 # --- what the fuzz found -------------------------------------------------------------------
