@@ -28,7 +28,7 @@ Result = TypeVar("Result")
 _COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
 #: A frame of more blocks than this (a column added at a time) is copied whole, into one
 #: block per type: pandas slows down and warns past 100.
-_FRAGMENTED = 50
+_FRAGMENTED = 80
 
 
 def own(df: Frame) -> Frame:
@@ -60,7 +60,7 @@ def keyed(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()) -> p
         variant  shape  module      duration_ns          variant  shape  module  duration_ns
         None     4x128  attn        10.0        ->       ""       4x128  attn    10.0
     """
-    work = df.reindex(columns=list(dict.fromkeys([*keys, *extra]))).copy()
+    work = own(df.reindex(columns=list(dict.fromkeys([*keys, *extra]))))
     for column in keys:
         work[column] = filled(work[column])
     return work
