@@ -118,30 +118,47 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
     size = group_id.map(group_id.value_counts()).to_numpy()
     alone = work[size == 1].assign(**{FOLD_COLUMN: 1})
-    out = [alone] if len(alone) else []
-    for _, members in work[size > 1].groupby(group_id[size > 1], sort=False):
-        ranked = members[rank].astype("float64").fillna(-np.inf)
-        row = members.loc[[ranked.idxmax()]].copy()
-        for column in sums:
-            if column == RUNS_COLUMN and column in members:  # per-run arrays, run by run
-                row[column] = pd.Series([sum_runs(members[column])], index=row.index,
-                                        dtype=object)
-            elif column in members:
-                row[column] = members[column].sum(min_count=1)
-        for column, weight in (weighted or {}).items():
-            if column in members and weight in members:
-                w = members[weight].astype("float64")
-                valid = members[column].notna() & w.notna()
-                row[column] = (float((members.loc[valid, column] * w[valid]).sum()
-                                     / w[valid].sum()) if w[valid].sum() else np.nan)
-        indices = [templates[i][1] for i in members.index]
-        row[name] = folded_name(templates[members.index[0]][0], indices)
-        if path is not None and path in members:
-            row[path] = _fold_path(members[path].tolist())
-        row[FOLD_COLUMN] = len(members)
-        row.index = members.index[:1]  # where its first row stood
-        out.append(row)
+    folding = size > 1
+    if not folding.any():
+        return alone.reset_index(drop=True)
+    members = work[folding]
+    groups = group_id[folding].to_numpy()
+    # each group's facts from its largest row (the first of equals), then its sums and
+    # weighted means, summed as pandas sums a group's own Series (the same last digit)
+    ranked = members[rank].astype("float64").fillna(-np.inf)
+    top = ranked.groupby(groups, sort=False).idxmax()
+    indices = pd.Series(members.index).groupby(groups, sort=False).agg(list).tolist()
+    rows = work.loc[top.to_numpy()].copy()
+    for column in sums:
+        if column not in members:
+            continue
+        values = work[column]
+        if column == RUNS_COLUMN:  # per-run arrays, run by run
+            rows[column] = pd.Series([sum_runs(values.iloc[ix]) for ix in indices],
+                                     index=rows.index, dtype=object)
+        else:
+            rows[column] = [values.iloc[ix].sum(min_count=1) for ix in indices]
+    for column, weight in (weighted or {}).items():
+        if column in members and weight in members:
+            value, w = work[column], work[weight].astype("float64")
+            rows[column] = [_weighted_mean(value.iloc[ix], w.iloc[ix]) for ix in indices]
+    rows[name] = [folded_name(templates[ix[0]][0], [templates[i][1] for i in ix])
+                  for ix in indices]
+    if path is not None and path in members:
+        paths = work[path].to_numpy()
+        rows[path] = [_fold_path(list(paths[ix])) for ix in indices]
+    rows[FOLD_COLUMN] = [len(ix) for ix in indices]
+    rows.index = [ix[0] for ix in indices]  # where each group's first row stood
+    out = [alone, rows] if len(alone) else [rows]
     return pd.concat(out).sort_index(kind="stable").reset_index(drop=True)
+
+
+def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
+    """The mean of ``values`` weighted by ``weights``, over the rows where both are known;
+    NaN where their weights add up to nothing."""
+    valid = values.notna() & weights.notna()
+    total = weights[valid].sum()
+    return float((values[valid] * weights[valid]).sum() / total) if total else np.nan
 
 
 def _fold_path(paths: list[object]) -> object:
