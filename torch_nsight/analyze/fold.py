@@ -212,7 +212,9 @@ def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
     for values in zip(*(distinct[c].tolist() for c in distinct.columns), strict=True):
         structures.add(values[:len(keys)], values[len(keys)], values[len(keys) + 1:])
     del distinct
-    row_keys = zip(*[filled(rows[c]).astype(str).tolist() if c in rows else [""] * len(rows)
+    # each value its own text (``str`` of a str is itself): a deep tree's paths are not
+    # copied into pandas' text type
+    row_keys = zip(*[[str(v) for v in filled(rows[c])] if c in rows else [""] * len(rows)
                      for c in [*keys, path]], strict=True)
     return rows.assign(**{STRUCTURE_COLUMN: [
         structures.code(key[:-1], key[-1]) for key in row_keys]})

@@ -155,7 +155,10 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     tree["order"] = grouped["order"].min()
     tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
     paths = list(numbers)
-    tree["module_path"] = [paths[node] for node in tree.pop("node")]
+    # the path strings themselves, not a copy in pandas' text type per column operation:
+    # the paths of a deep tree are its largest part (O(depth²) characters)
+    tree["module_path"] = pd.Series([paths[node] for node in tree.pop("node")],
+                                    index=tree.index, dtype=object)
     tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
