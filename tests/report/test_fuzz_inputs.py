@@ -164,3 +164,30 @@ def test_format_one_metadata_of_other_types_is_refused(tmp_path: Path) -> None:
     pq.write_table(table.replace_schema_metadata(stored), tmp_path / "old.parquet")
     with pytest.raises(ReportError, match="does not hold a profile's metadata"):
         torch_nsight.load(tmp_path / "old.parquet")
+
+
+def test_names_drawn_in_a_plot_hold_no_raw_character(seeds: Seeds, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    # seed 45, case saved:61: matplotlib warned "Glyph 0 (\x00) missing from font(s)" on
+    # standard error, raw, for a module name holding NUL drawn in the roofline's legend
+    import warnings
+
+    from tests.report.fuzz_inputs import RAW
+    from torch_nsight.cli.main import main
+
+    table = pq.read_table(seeds.saved[1])
+    paths = table.column("module_path").to_pylist()
+    hostile = [None if p is None else "nul\x00\x1b[2J" + p for p in paths]
+    table = table.set_column(table.schema.get_field_index("module_path"), "module_path",
+                             pa.array(hostile, table.schema.field("module_path").type))
+    pq.write_table(table, tmp_path / "names.parquet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report", str(tmp_path / "names.parquet"), "--plot",
+                     str(tmp_path / "roofline.svg")]) == 0
+    out, err = capsys.readouterr()
+    drawn = (tmp_path / "roofline.svg").read_text()
+    assert "nul\\x00\\x1b[2J" in drawn  # escaped, as every other output shows it
+    for text in (out, err, drawn, *(str(w.message) for w in caught)):
+        assert not RAW.search(text)
