@@ -22,6 +22,8 @@ the events the recorded traces hold): ``names`` (``--events`` is then the number
 kernels, each of its own name), ``depth`` (the number of nested module ranges) or
 ``modules`` (events of steps whose blocks hold thousands of distinct module names).
 
+``--by module`` times ``report --by module`` (the module tree) instead of the hotspots.
+
 ``--phases`` prints where this checkout's ``load()`` spends its CPU seconds, in one child
 per trace: imports, reading (file, msgspec's decoding and filing the events), the tables
 (kernels and timeline), the analysis ``load`` runs on them, and rendering what ``report``
@@ -219,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", default="replicated", choices=["replicated", *SHAPES],
                         help="the trace read: copies of a recorded one, or a synthetic shape")
     parser.add_argument("--cases", nargs="+", default=["json.load", "old", "new"])
+    parser.add_argument("--by", default="hotspot",
+                        help="the table report prints (report --by): module for the tree")
     parser.add_argument("--json", type=Path, help="write the results here too")
     parser.add_argument("--phases", action="store_true",
                         help="the CPU seconds of each phase of load() instead of timing")
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         for events in args.events:
             trace = replicate(events, out, args.shape)
             size_mb = trace.stat().st_size / 1e6
-            report = ["-m", "torch_nsight", "report", str(trace), "--top", "5"]
+            report = ["-m", "torch_nsight", "report", str(trace), "--top", "5", "--by", args.by]
             commands = {
                 "json.load": ([sys.executable, "-c", "import json, sys; "
                                "json.load(open(sys.argv[1], encoding='utf-8'))", str(trace)],
@@ -253,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                     if path is not None:
                         env["PYTHONPATH"] = str(path)
                     wall, cpu, peak = measure(command, env, out)
-                    results.append({"shape": args.shape, "events": events, "file_mb": round(size_mb, 1),
+                    results.append({"shape": args.shape, "by": args.by, "events": events,
+                                    "file_mb": round(size_mb, 1),
                                     "case": case, "seconds": round(wall, 2),
                                     "cpu_seconds": round(cpu, 2), "peak_mb": round(peak)})
                     print(f"{events:>9,} events {size_mb:6.1f} MB  {case:<10} "

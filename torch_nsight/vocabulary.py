@@ -139,33 +139,55 @@ def path_prefix(path: str, depth: int) -> str:
     return join_path(split_path(path)[: depth + 1])
 
 
-#: Ancestor chains already built, by path: a chain shares its parent's strings, so that a
-#: tree of depth D costs O(D) strings and tuples of O(D) items, not O(D²) new strings per
-#: node (1,000 nested ranges once took minutes and gigabytes).
-_ANCESTORS: dict[str, tuple[str, ...]] = {}
-_ANCESTORS_KEPT = 1 << 16
+#: Every path seen, by path: the one string kept for it and its parent's, so that a tree
+#: of depth D holds each ancestor once (1,000 nested ranges once took minutes and
+#: gigabytes of new strings per node).
+_NODES: dict[str, tuple[str, str | None]] = {}
+#: The chains of shallow paths, kept whole (a kernel table asks for each row's); a deeper
+#: chain is walked from :data:`_NODES` on each call: kept, the chains of a tree 10,000
+#: deep would hold 50 million items.
+_CHAINS: dict[str, tuple[str, ...]] = {}
+_CHAIN_KEPT_DEPTH = 32
+_KEPT = 1 << 16
 
 
 def ancestors(path: str) -> tuple[str, ...]:
     """The paths of every module on ``path``, the root first and ``path`` itself last."""
-    found = _ANCESTORS.get(path)
+    found = _CHAINS.get(path)
     if found is not None:
         return found
-    if len(_ANCESTORS) > _ANCESTORS_KEPT:
-        _ANCESTORS.clear()
-    missing = [path]  # the uncached paths from ``path`` up, innermost first
-    chain: tuple[str, ...] = ()
-    while PATH_SEP in missing[-1]:
-        parent = missing[-1].rsplit(PATH_SEP, 1)[0]
-        cached = _ANCESTORS.get(parent)
-        if cached is not None:
-            chain = cached
+    chain = []
+    node: str | None = _known(path)
+    while node is not None:
+        chain.append(node)
+        node = _NODES[node][1]
+    result = tuple(reversed(chain))
+    if len(result) <= _CHAIN_KEPT_DEPTH:
+        if len(_CHAINS) > _KEPT:
+            _CHAINS.clear()
+        _CHAINS[path] = result
+    return result
+
+
+def _known(path: str) -> str:
+    """The string kept for ``path``, its ancestors entered in :data:`_NODES` first."""
+    found = _NODES.get(path)
+    if found is not None:
+        return found[0]
+    if len(_NODES) > _KEPT:
+        _NODES.clear()
+    missing = [path]  # the paths not entered yet, from ``path`` up
+    above: str | None = None
+    while (parent := path_parent(missing[-1])) is not None:
+        entered = _NODES.get(parent)
+        if entered is not None:
+            above = entered[0]
             break
         missing.append(parent)
     for node in reversed(missing):
-        chain = (*chain, node)
-        _ANCESTORS[node] = chain
-    return chain
+        _NODES[node] = (node, above)
+        above = node
+    return path
 
 
 def path_depth(path: str) -> int:

@@ -62,6 +62,24 @@ def test_a_thousand_nested_ranges_make_a_tree_of_a_thousand_levels(tmp_path: Pat
     assert f"m{DEPTH - 1}" in out.getvalue()
 
 
+def test_a_deep_row_shows_its_depth_in_place_of_its_indent(tmp_path: Path) -> None:
+    """The printed tree is linear in the depth: past INDENT_LEVELS a row says how deep it
+    is instead of drawing a ``· `` per level (1,000 levels: 2,000 characters a row)."""
+    from torch_nsight.render.columns import INDENT_LEVELS
+
+    path = tmp_path / "deep.json"
+    path.write_text(json.dumps(deep_trace(DEPTH)))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["report", str(path), "--by", "module"]) == 0
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if " m" in line and "fwd" in line]
+    assert len(rows) == DEPTH
+    assert "· " * INDENT_LEVELS + "m16 " in rows[16]
+    assert "· " * (INDENT_LEVELS - 4) + f"(depth {DEPTH - 1}) m{DEPTH - 1} " in rows[-1]
+    assert max(len(line) for line in lines) < 200
+
+
 def test_ancestor_chains_share_their_parents_strings() -> None:
     path = PATH_SEP.join(f"m{level}" for level in range(DEPTH))
     chain = ancestors(path)

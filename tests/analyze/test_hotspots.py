@@ -139,3 +139,38 @@ def test_by_is_not_a_sort_order(block: pd.DataFrame) -> None:
     # by= named the order in 0.1 and the kind of row elsewhere: it went before 1.0
     with pytest.raises(TypeError, match="by"):
         hotspots(block, n=2, by="time")  # type: ignore[call-arg]
+
+
+def test_the_dominant_value_is_the_same_with_the_groups_given() -> None:
+    """kernel_hotspots groups its keys once and hands each column the group numbers: the
+    values and their order are those of grouping the keys again (a recorded sweep)."""
+    from pathlib import Path
+
+    import torch_nsight
+    from torch_nsight.analyze.frames import dominant, filled, keyed
+    from torch_nsight.vocabulary import KERNEL_KEYS
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    kernels = torch_nsight.load(data / "hand_s128.ncu-rep.xz").kernels
+    work = keyed(kernels, list(KERNEL_KEYS), ["duration_ns", "bound", "reason", "precision"])
+    codes = work.groupby(list(KERNEL_KEYS), sort=False).ngroup().to_numpy()
+    agrees = (work["duration_ns"] > work["duration_ns"].median()).to_numpy()
+    distinct = 0
+    for column in ("bound", "reason", "precision"):
+        # by definition: the (keys, value) sums, the largest of each group, ties first seen
+        sums = (work.assign(_value=filled(work[column]))
+                .groupby([*KERNEL_KEYS, "_value"], sort=False, dropna=False)["duration_ns"]
+                .sum().reset_index().sort_values("duration_ns", ascending=False,
+                                                 kind="stable"))
+        expected = sums.drop_duplicates(subset=list(KERNEL_KEYS)).set_index(
+            list(KERNEL_KEYS))["_value"]
+        distinct = max(distinct, expected.nunique())
+        for given in (None, codes):  # (types aside: object text, or pandas' str)
+            pd.testing.assert_series_equal(
+                dominant(work, KERNEL_KEYS, column, groups=given), expected,
+                check_dtype=False, check_index_type=False)
+        pd.testing.assert_series_equal(
+            dominant(work[agrees], KERNEL_KEYS, column),
+            dominant(work[agrees], KERNEL_KEYS, column, groups=codes[agrees]))
+        assert agrees.any() and not agrees.all()
+    assert distinct > 1  # a column whose sites differ

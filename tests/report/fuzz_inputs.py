@@ -10,7 +10,12 @@ escape codes, C1 controls, bidirectional overrides or spreadsheet formulas
 return a profile or raise :class:`~torch_nsight.TorchNsightError`; a profile is then printed
 as ``torch-nsight report`` prints it (hotspots, modules, findings; text, csv, json), its
 log lines and standard error captured, and every channel must hold no raw control
-character (:data:`RAW`) and no csv cell a spreadsheet would take for a formula.
+character (:data:`RAW`) and no csv cell a spreadsheet would take for a formula. Each case
+then goes through one more use (:data:`USES`, rotating with the case): the command line's
+``report --csv/--json`` files, its ``--plot`` (matplotlib's Agg), ``compare`` against a
+clean copy of its kind (either side), or the timeline plot of each shape that ran; a use
+ends in a result or one line of the library's error, and the files it wrote are checked
+as its output is.
 
 Used by tests/report/test_fuzz_inputs.py (a seeded subset) and bench/fuzz_inputs.py (the
 full run, 5,000 cases and more).
@@ -27,6 +32,7 @@ import io
 import json
 import logging
 import lzma
+import os
 import random
 import re
 import shutil
@@ -38,7 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import torch_nsight
+from torch_nsight.environment import CACHE_DIR_ENV
 from torch_nsight.errors import TorchNsightError
+
+os.environ.setdefault("MPLBACKEND", "Agg")  # plots drawn to files, no display
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SEED = 20261127
@@ -176,6 +185,8 @@ class Seeds:
             torch_nsight.load(source, cache_dir=self.cache_dir).save(saved)
             self.saved.append(saved)
         self.saved.append(DATA / "profile_format1.parquet")  # an older format, read as is
+        self.clean_trace = seeds / "clean.json"  # the baseline of a trace's comparison
+        self.clean_trace.write_text(json.dumps(self.documents["trace"]))
 
     def shared(self, name: str, source: Path) -> Path:
         """A copy of ``source`` under ``work/name`` that cases of one kind share (its
@@ -442,6 +453,80 @@ def print_profile(profile: Any, index: int, out: io.StringIO) -> dict[str, str]:
     return {by: stream.getvalue()} if fmt == "csv" else {}
 
 
+#: What a case does with its input after ``report``'s table (:func:`use_case`): case
+#: ``index`` does the ``index``-th.
+USES = ("outputs", "plot", "compare", "timeline")
+
+
+def use_case(seeds: Seeds, kind: str, index: int, path: Path, cache_dir: Path,
+             folder: Path) -> dict[str, str]:
+    """Use the case's input the ``index``-th way of :data:`USES`, through the command line
+    (:func:`torch_nsight.cli.main.main`: its standard output and error are the case's) or,
+    for the timeline plot, the function ``torch-nsight timeline --plot-timeline`` calls.
+
+    Returns:
+        The text files it wrote (csv, json, svg), by name: they are checked as the output
+        channels are.
+
+    Raises:
+        Exception: any but :class:`~torch_nsight.TorchNsightError` (one line from the
+            command line), a bug.
+    """
+    from torch_nsight.cli.main import main
+
+    use = USES[index % len(USES)]
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    previous = os.environ.get(CACHE_DIR_ENV)
+    os.environ[CACHE_DIR_ENV] = str(cache_dir)
+    try:
+        if use == "outputs":
+            by = ("hotspot", "module", "finding", "kernel_name", "launch", "shape")[
+                index // len(USES) % 6]
+            main(["report", str(path), "--by", by, "--csv", str(out / "table.csv"),
+                  "--json", str(out / "table.json")])
+        elif use == "plot":
+            main(["report", str(path), "--plot", str(out / "roofline.svg"),
+                  "--plot-scaling", str(out / "scaling.png")])
+        elif use == "compare":
+            clean = seeds.clean_trace if kind in ("trace", "manifest") else seeds.report
+            sides = [str(clean), str(path)]
+            if index // len(USES) % 2:  # the damaged side as the baseline
+                sides.reverse()
+            by = ("module", "kernel")[index // (2 * len(USES)) % 2]
+            fmt = ("table", "csv", "json", "markdown")[index // (4 * len(USES)) % 4]
+            main(["compare", *sides, "--by", by, "--format", fmt])
+        else:
+            _plot_timelines(path, cache_dir, out)
+    except TorchNsightError:
+        pass  # what the command line turns into one line; the plot's caller too
+    finally:
+        if previous is None:
+            os.environ.pop(CACHE_DIR_ENV, None)
+        else:
+            os.environ[CACHE_DIR_ENV] = previous
+    return {f.name: f.read_text(errors="replace") for f in sorted(out.iterdir())
+            if f.suffix in (".csv", ".json", ".svg")}
+
+
+def _plot_timelines(path: Path, cache_dir: Path, out: Path) -> None:
+    """The timeline plot of each shape whose step ran, as ``torch-nsight timeline
+    --plot-timeline`` draws them, or of the one step of a trace without shape labels (a
+    profile without a timeline or GPU activity draws none)."""
+    from torch_nsight.render import plot_timeline
+
+    profile = torch_nsight.load(path, cache_dir=cache_dir)
+    steps = profile.timeline
+    if steps is None or profile.kernels.empty:
+        return
+    ran = set(steps.loc[steps["kind"] == "step", "shape"])
+    if not profile.shapes and ran:  # a trace without shape labels: its one step
+        plot_timeline(profile, out / "timeline-0.svg")
+    for number, shape in enumerate(profile.shapes):
+        if shape in ran:
+            plot_timeline(profile, out / f"timeline-{number}.svg", shape=shape)
+
+
 def raw_characters(text: str, channel: str) -> list[str]:
     """One problem per raw control character in ``text`` (with what surrounds it)."""
     return [f"raw {match.group()!r} on {channel}: "
@@ -496,6 +581,11 @@ def run_case(seeds: Seeds, kind: str, index: int, seed: int = SEED) -> Outcome:
                 outcome.ending = "loaded"
                 for table, text in print_profile(profile, index, channels["stdout"]).items():
                     outcome.problems += formula_cells(text, table)
+            written = use_case(seeds, kind, index, path, cache_dir, folder)
+            for name, text in written.items():
+                channels[name] = io.StringIO(text)
+                if name.endswith(".csv"):
+                    outcome.problems += formula_cells(text, name)
         for channel, text in channels.items():
             if channel != "error":  # the command line escapes it: see errors_are_escaped
                 outcome.problems += raw_characters(text.getvalue(), channel)

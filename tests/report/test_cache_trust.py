@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from torch_nsight.cli.main import main
 from torch_nsight.errors import ReportError
 from torch_nsight.report import SCHEMA_VERSION, cache_path, read_report
 from torch_nsight.report import cache as report_cache
@@ -90,6 +91,56 @@ def test_parquet_expanding_past_the_cap_is_refused(tmp_path: Path,
         check_parquet_size(path)
     with pytest.raises(ReportError, match="expands to more than"):
         read_profile(path)
+
+
+def _repeat_through_a_dictionary(source: Path, path: Path, column: str, size: int) -> None:
+    """Write ``source`` to ``path`` with every value of ``column`` one string of ``size``
+    bytes: Parquet stores it once, in the column's dictionary page."""
+    table = pq.read_table(source)
+    entry = pa.array(["x" * size] * table.num_rows, table.schema.field(column).type)
+    table = table.set_column(table.schema.get_field_index(column), column, entry)
+    pq.write_table(table, path, compression="zstd", use_dictionary=True)
+
+
+def test_a_profile_repeating_a_string_through_its_dictionary_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    saved = DATA / "profile_format1.parquet"
+    path = tmp_path / "names.parquet"
+    _repeat_through_a_dictionary(saved, path, "kernel", 256 << 10)  # 30 rows: 7.5 MiB
+    assert path.stat().st_size < 64 << 10
+    chunk = pq.read_metadata(path).row_group(0).column(
+        pq.read_schema(path).get_field_index("kernel"))
+    assert chunk.has_dictionary_page and chunk.total_uncompressed_size < 1 << 20
+    monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "1M")
+    check_parquet_size(saved)  # the recorded profile itself passes
+    with pytest.raises(ReportError, match=r"names.parquet expands to more than 1 MiB"):
+        check_parquet_size(path)
+    with pytest.raises(ReportError, match="expands to more than"):
+        read_profile(path)
+    assert main(["report", str(path)]) == 1
+    out, err = capsys.readouterr()
+    (line,) = err.strip().splitlines()
+    assert out == "" and "expands to more than 1 MiB" in line
+    monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "8M")
+    check_parquet_size(path)  # 7.5 MiB of names and the other columns fit
+
+
+def test_a_cache_repeating_a_string_through_its_dictionary_is_read_again(
+        report: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, _ = read_report(report)
+    path = cache_path(report)
+    metadata = pq.read_schema(path).metadata
+    _repeat_through_a_dictionary(path, path, "kernel", 1 << 20)
+    pq.write_table(pq.read_table(path).replace_schema_metadata(metadata), path,
+                   compression="zstd")
+    monkeypatch.setenv("TORCH_NSIGHT_MAX_EXPANDED", "16M")
+    assert len(first) > 16  # more than 16 MiB of names once expanded
+    with pytest.raises(ReportError, match="expands to more than 16 MiB"):
+        check_parquet_size(path)
+    assert report_cache.read_cache(report, SCHEMA_VERSION) is None
+    again, _ = read_report(report)
+    pd.testing.assert_frame_equal(first, again, check_dtype=False)
 
 
 def test_a_cache_expanding_past_the_cap_is_read_again_from_its_report(

@@ -19,12 +19,15 @@ import pytest
 
 import torch_nsight
 from tests.report.fuzz_inputs import (
+    DATA,
     MAKERS,
     SEED,
+    USES,
     Seeds,
     formula_cells,
     raw_characters,
     run_case,
+    use_case,
 )
 from torch_nsight.errors import ReportError
 
@@ -75,6 +78,25 @@ def test_a_case_is_rebuilt_from_its_seed(seeds: Seeds, tmp_path: Path) -> None:
         path = MAKERS["saved"](seeds, random.Random(f"{SEED}:saved:3"), tmp_path / name)
         made.append(pq.read_table(path))
     assert made[0].equals(made[1])
+
+
+@pytest.mark.parametrize("use", range(len(USES)))
+def test_each_use_reaches_its_output(seeds: Seeds, tmp_path: Path, use: int,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A use of a clean input writes what it is for: the harness checks real output."""
+    timeline = seeds.shared("use-timeline", DATA / "graph_captured_timeline")
+    kind, path = ("trace", timeline) if USES[use] == "timeline" else ("saved", seeds.report)
+    written = use_case(seeds, kind, use, path, seeds.cache_dir, tmp_path)
+    out, err = capsys.readouterr()
+    if USES[use] == "outputs":
+        assert {"table.csv", "table.json"} <= set(written)
+        assert "kernel" in written["table.csv"].splitlines()[0]
+    elif USES[use] == "plot":
+        assert "roofline.svg" in written and "wrote" in out
+    elif USES[use] == "compare":
+        assert "modules compared" in out and err == ""
+    else:
+        assert any(name.startswith("timeline-") for name in written)
 
 
 # --- what the fuzz found -------------------------------------------------------------------
@@ -142,3 +164,30 @@ def test_format_one_metadata_of_other_types_is_refused(tmp_path: Path) -> None:
     pq.write_table(table.replace_schema_metadata(stored), tmp_path / "old.parquet")
     with pytest.raises(ReportError, match="does not hold a profile's metadata"):
         torch_nsight.load(tmp_path / "old.parquet")
+
+
+def test_names_drawn_in_a_plot_hold_no_raw_character(seeds: Seeds, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    # seed 45, case saved:61: matplotlib warned "Glyph 0 (\x00) missing from font(s)" on
+    # standard error, raw, for a module name holding NUL drawn in the roofline's legend
+    import warnings
+
+    from tests.report.fuzz_inputs import RAW
+    from torch_nsight.cli.main import main
+
+    table = pq.read_table(seeds.saved[1])
+    paths = table.column("module_path").to_pylist()
+    hostile = [None if p is None else "nul\x00\x1b[2J" + p for p in paths]
+    table = table.set_column(table.schema.get_field_index("module_path"), "module_path",
+                             pa.array(hostile, table.schema.field("module_path").type))
+    pq.write_table(table, tmp_path / "names.parquet")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["report", str(tmp_path / "names.parquet"), "--plot",
+                     str(tmp_path / "roofline.svg")]) == 0
+    out, err = capsys.readouterr()
+    drawn = (tmp_path / "roofline.svg").read_text()
+    assert "nul\\x00\\x1b[2J" in drawn  # escaped, as every other output shows it
+    for text in (out, err, drawn, *(str(w.message) for w in caught)):
+        assert not RAW.search(text)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import filled, own
 from torch_nsight.analyze.ops import kernel_family
 from torch_nsight.vocabulary import (
     INDUCTOR_DTYPE,
@@ -163,7 +163,7 @@ def fill_flops_from_calls(df: pd.DataFrame, calls: pd.DataFrame | None,
         A copy with ``flops``, the per-precision FLOP column, ``precision`` and
         ``flops_complete`` filled where the counters were missing, and ``flops_basis``.
     """
-    out = df.copy()
+    out = own(df)
     # numpy's stubs take no None for an array (it is one: an object array)
     basis = np.where(out["flops"].isna(), None, "counters")  # type: ignore[call-overload]
     out["flops_basis"] = basis
@@ -253,7 +253,7 @@ def fill_flops_from_inductor(df: pd.DataFrame,
     mine = df["flops"].isna() & carried.notna() & df[INDUCTOR_LAUNCH].notna()
     if not mine.any():
         return df
-    out = df.copy()
+    out = own(df)
     out.loc[mine, ["flops", "flops_fp32"]] = 0.0
     out.loc[mine, "precision"] = "fp32"
     out.loc[mine, "flops_complete"] = True

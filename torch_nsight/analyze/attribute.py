@@ -21,6 +21,7 @@ import pandas as pd
 
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
+from torch_nsight.analyze.frames import own
 from torch_nsight.vocabulary import CONTEXT_SEP, UNATTRIBUTED, join_path, outside_module
 
 ATTRIBUTION_COLUMNS = ("variant", "shape", "run", "module", "module_path", "depth",
@@ -112,7 +113,7 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
         ``depth`` (0 for the root), ``direction`` (``fwd``/``bwd``/``step``), ``op`` and
         ``context``.
     """
-    out = df.copy()
+    out = own(df)
     empty: tuple[str, ...] = ()
     columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
                for c in ("range_stack", "range_start_end", "range_other")]
@@ -142,7 +143,7 @@ def label_shapes(df: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:
     Returns:
         A copy with ``shape`` filled.
     """
-    out = df.copy()
+    out = own(df)
     shapes = out["shape"] if "shape" in out else pd.Series(None, index=out.index, dtype=object)
     filled = [shape if isinstance(shape, str) else labels.get(source)
               for shape, source in zip(shapes, out["source"], strict=True)]
@@ -162,7 +163,7 @@ def label_rows(df: pd.DataFrame, label: str) -> pd.DataFrame:
     Returns:
         A copy, labelled.
     """
-    out = df.copy()
+    out = own(df)
     shapes = out["shape"] if "shape" in out else pd.Series(None, index=out.index, dtype=object)
     variants = (out["variant"] if "variant" in out
                 else pd.Series(None, index=out.index, dtype=object))

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.frames import each_distinct
+from torch_nsight.analyze.frames import each_distinct, own
 
 # The SOLBottleneck rule's thresholds (percent of peak), as in ncu's sections/*.py.
 HIGH_THROUGHPUT_PCT = 80.0
@@ -167,7 +167,7 @@ def classify(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with the three columns.
     """
-    out = df.copy()
+    out = own(df)
 
     stand_ins = [c for c in (*COMPUTE_STAND_INS, *MEMORY_STAND_INS) if c in out]
     inputs = [c for c in ("sol_bottleneck", "sm_pct", "mem_pct", "waves", "roofline_side",

@@ -8,6 +8,8 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.frames import own
+
 logger = logging.getLogger(__name__)
 
 
@@ -26,7 +28,7 @@ def derive_columns(kernels: pd.DataFrame, derive: Mapping[str, Any],
     Returns:
         A copy with the columns added.
     """
-    out = kernels.copy()
+    out = own(kernels)
     for name, fn in derive.items():
         values = []
         try:

@@ -33,7 +33,7 @@ import pandas as pd
 
 from torch_nsight.analyze.frames import filled
 from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
-from torch_nsight.vocabulary import LABELS, join_path, split_path
+from torch_nsight.vocabulary import LABELS, join_path, path_leaf, path_parent, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "with_structure", "FOLD_COLUMN", "STRUCTURE_COLUMN"]
@@ -118,30 +118,47 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
     size = group_id.map(group_id.value_counts()).to_numpy()
     alone = work[size == 1].assign(**{FOLD_COLUMN: 1})
-    out = [alone] if len(alone) else []
-    for _, members in work[size > 1].groupby(group_id[size > 1], sort=False):
-        ranked = members[rank].astype("float64").fillna(-np.inf)
-        row = members.loc[[ranked.idxmax()]].copy()
-        for column in sums:
-            if column == RUNS_COLUMN and column in members:  # per-run arrays, run by run
-                row[column] = pd.Series([sum_runs(members[column])], index=row.index,
-                                        dtype=object)
-            elif column in members:
-                row[column] = members[column].sum(min_count=1)
-        for column, weight in (weighted or {}).items():
-            if column in members and weight in members:
-                w = members[weight].astype("float64")
-                valid = members[column].notna() & w.notna()
-                row[column] = (float((members.loc[valid, column] * w[valid]).sum()
-                                     / w[valid].sum()) if w[valid].sum() else np.nan)
-        indices = [templates[i][1] for i in members.index]
-        row[name] = folded_name(templates[members.index[0]][0], indices)
-        if path is not None and path in members:
-            row[path] = _fold_path(members[path].tolist())
-        row[FOLD_COLUMN] = len(members)
-        row.index = members.index[:1]  # where its first row stood
-        out.append(row)
+    folding = size > 1
+    if not folding.any():
+        return alone.reset_index(drop=True)
+    members = work[folding]
+    groups = group_id[folding].to_numpy()
+    # each group's facts from its largest row (the first of equals), then its sums and
+    # weighted means, summed as pandas sums a group's own Series (the same last digit)
+    ranked = members[rank].astype("float64").fillna(-np.inf)
+    top = ranked.groupby(groups, sort=False).idxmax()
+    indices = pd.Series(members.index).groupby(groups, sort=False).agg(list).tolist()
+    rows = work.loc[top.to_numpy()].copy()
+    for column in sums:
+        if column not in members:
+            continue
+        values = work[column]
+        if column == RUNS_COLUMN:  # per-run arrays, run by run
+            rows[column] = pd.Series([sum_runs(values.iloc[ix]) for ix in indices],
+                                     index=rows.index, dtype=object)
+        else:
+            rows[column] = [values.iloc[ix].sum(min_count=1) for ix in indices]
+    for column, weight in (weighted or {}).items():
+        if column in members and weight in members:
+            value, w = work[column], work[weight].astype("float64")
+            rows[column] = [_weighted_mean(value.iloc[ix], w.iloc[ix]) for ix in indices]
+    rows[name] = [folded_name(templates[ix[0]][0], [templates[i][1] for i in ix])
+                  for ix in indices]
+    if path is not None and path in members:
+        paths = work[path].to_numpy()
+        rows[path] = [_fold_path(list(paths[ix])) for ix in indices]
+    rows[FOLD_COLUMN] = [len(ix) for ix in indices]
+    rows.index = [ix[0] for ix in indices]  # where each group's first row stood
+    out = [alone, rows] if len(alone) else [rows]
     return pd.concat(out).sort_index(kind="stable").reset_index(drop=True)
+
+
+def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
+    """The mean of ``values`` weighted by ``weights``, over the rows where both are known;
+    NaN where their weights add up to nothing."""
+    valid = values.notna() & weights.notna()
+    total = weights[valid].sum()
+    return float((values[valid] * weights[valid]).sum() / total) if total else np.nan
 
 
 def _fold_path(paths: list[object]) -> object:
@@ -195,7 +212,9 @@ def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
     for values in zip(*(distinct[c].tolist() for c in distinct.columns), strict=True):
         structures.add(values[:len(keys)], values[len(keys)], values[len(keys) + 1:])
     del distinct
-    row_keys = zip(*[filled(rows[c]).astype(str).tolist() if c in rows else [""] * len(rows)
+    # each value its own text (``str`` of a str is itself): a deep tree's paths are not
+    # copied into pandas' text type
+    row_keys = zip(*[[str(v) for v in filled(rows[c])] if c in rows else [""] * len(rows)
                      for c in [*keys, path]], strict=True)
     return rows.assign(**{STRUCTURE_COLUMN: [
         structures.code(key[:-1], key[-1]) for key in row_keys]})
@@ -222,6 +241,7 @@ class _Structures:
     def __init__(self) -> None:
         self._roots: dict[tuple[str, ...], _Node] = {}
         self._codes: dict[tuple[frozenset[object], frozenset[object]], int] = {}
+        self._asked: dict[tuple[tuple[str, ...], str], _Node | None] = {}
 
     def add(self, label: tuple[str, ...], module: str, kernel: tuple[str, ...]) -> None:
         node = self._roots.setdefault(label, _Node())
@@ -231,15 +251,29 @@ class _Structures:
 
     def code(self, label: tuple[str, ...], module: str) -> str:
         """The code of ``module``'s structure (``"#0"`` for a module that launched none)."""
-        node = self._roots.get(label)
-        name = ""
-        for part in split_path(module):
-            if node is None:
-                break
-            node, name = node.children.get(part), part
+        node = self._node(label, module)
         if node is None:
             return "#0"
-        return f"#{self._coded(node, name)}"
+        return f"#{self._coded(node, path_leaf(module))}"
+
+    def _node(self, label: tuple[str, ...], module: str) -> _Node | None:
+        """The node of ``module``: one step from its parent's where that was asked for
+        (rows come parents first), else walked from the root; a path asked for is kept
+        (a walk from the root for each row of a deep tree is quadratic in its depth)."""
+        if (label, module) in self._asked:
+            return self._asked[(label, module)]
+        parent = path_parent(module)
+        if parent is not None and (label, parent) in self._asked:
+            above = self._asked[(label, parent)]
+            node = above.children.get(path_leaf(module)) if above is not None else None
+        else:
+            node = self._roots.get(label)
+            for part in split_path(module):
+                if node is None:
+                    break
+                node = node.children.get(part)
+        self._asked[(label, module)] = node
+        return node
 
     def _coded(self, top: _Node, top_name: str) -> int:
         """The code of ``top``, its subtree coded first (a stack, not recursion: a tree

@@ -7,7 +7,8 @@
 - :func:`runs_per_group` and :func:`per_run`: a table sums every run it holds; a time per
   run divides by the distinct (report, run) pairs of its group;
 - :func:`dominant`: per group, the value holding the most time;
-- :func:`each_distinct`: a function of a row, worked out once per distinct row.
+- :func:`each_distinct`: a function of a row, worked out once per distinct row;
+- :func:`own`: the copy a pass ``df = step(df)`` changes instead of its input.
 """
 
 from __future__ import annotations
@@ -22,6 +23,22 @@ from pandas.core.groupby import DataFrameGroupBy
 Frame = TypeVar("Frame", pd.Series, pd.DataFrame)
 Result = TypeVar("Result")
 
+#: pandas 3 copies a column when it is written and shared (Copy-on-Write, always on): a
+#: copy that shares the columns until then is enough.
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
+#: A frame of more blocks than this (a column added at a time) is copied whole, into one
+#: block per type: pandas slows down and warns past 100.
+_FRAGMENTED = 80
+
+
+def own(df: Frame) -> Frame:
+    """A copy of ``df`` that a pass may change without changing its caller's: it shares the
+    data under pandas 3 (copied on write, see :data:`_COPY_ON_WRITE`) unless the frame is
+    fragmented, a deep copy otherwise. A deep copy of a wide kernel table costs as much as
+    the pass itself."""
+    blocks = getattr(getattr(df, "_mgr", None), "nblocks", 0)
+    return df.copy(deep=not _COPY_ON_WRITE or blocks > _FRAGMENTED)
+
 
 def filled(values: Frame, fill: object = "") -> Frame:
     """``values`` as objects with their missing entries replaced by ``fill``."""
@@ -31,8 +48,9 @@ def filled(values: Frame, fill: object = "") -> Frame:
 def blank_to_none(values: pd.Series) -> pd.Series:
     """The inverse of :func:`filled`: ``values`` as objects with ``""`` made None, for the
     key columns of a finished table."""
-    return pd.Series([None if v is None or v == "" else v for v in values],
-                     index=values.index, dtype=object)
+    array = np.array(values.to_numpy(dtype=object), dtype=object)  # a copy of its own
+    array[array == ""] = None
+    return pd.Series(array, index=values.index, dtype=object)
 
 
 def keyed(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
@@ -42,7 +60,7 @@ def keyed(df: pd.DataFrame, keys: Sequence[str], extra: Sequence[str] = ()) -> p
         variant  shape  module      duration_ns          variant  shape  module  duration_ns
         None     4x128  attn        10.0        ->       ""       4x128  attn    10.0
     """
-    work = df.reindex(columns=list(dict.fromkeys([*keys, *extra]))).copy()
+    work = own(df.reindex(columns=list(dict.fromkeys([*keys, *extra]))))
     for column in keys:
         work[column] = filled(work[column])
     return work
@@ -71,15 +89,27 @@ def known_sums(groups: DataFrameGroupBy, columns: Sequence[str]) -> pd.DataFrame
 
 
 def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
-             weight: str = "duration_ns") -> pd.Series:
+             weight: str = "duration_ns", groups: np.ndarray | None = None) -> pd.Series:
     """Per group of ``keys``, the value of ``column`` holding the most ``weight`` (ties: the
-    first seen); a missing value counts as ``""``. Indexed by the keys."""
-    narrow = pd.DataFrame({**{key: work[key] for key in keys},  # not a copy of every column
-                           "_value": filled(work[column]), "_weight": work[weight]})
-    sums = (narrow.groupby([*keys, "_value"], sort=False, dropna=False)["_weight"].sum()
-            .reset_index())
-    top = sums.sort_values("_weight", ascending=False, kind="stable")
-    return top.drop_duplicates(subset=list(keys)).set_index(list(keys))["_value"]
+    first seen); a missing value counts as ``""``. Indexed by the keys.
+
+    ``groups``: each row's group number (``ngroup()`` of ``keys`` with ``sort=False``),
+    where the caller has it: a table asked for several columns groups its keys once.
+    """
+    if groups is None:
+        groups = work.groupby(list(keys), sort=False, dropna=False).ngroup().to_numpy()
+    values, uniques = pd.factorize(filled(work[column]).to_numpy())
+    pairs = groups.astype("int64") * max(len(uniques), 1) + values  # (group, value), as one
+    sums = pd.Series(work[weight].to_numpy()).groupby(pairs, sort=False).sum()
+    top = sums.sort_values(ascending=False, kind="stable")
+    pair = top.index.to_numpy()
+    group_of, value_of = np.divmod(pair, max(len(uniques), 1))
+    keep = ~pd.Series(group_of).duplicated().to_numpy()  # each group's first, the largest
+    _, first_row = np.unique(groups, return_index=True)  # where each group first appears
+    index = np.searchsorted(np.unique(groups), group_of[keep])
+    out = work[list(keys)].iloc[first_row[index]].reset_index(drop=True)
+    out["_value"] = np.asarray(uniques, dtype=object)[value_of[keep]]
+    return out.set_index(list(keys))["_value"]
 
 
 def with_columns(table: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:

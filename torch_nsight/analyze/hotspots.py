@@ -178,20 +178,23 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     work["small_grid"] = [small_grid_title(row) for row in work[
         ["bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
     groups = work.groupby(keys, sort=False)
+    codes = groups.ngroup().to_numpy()  # each row's site, grouped once for every column
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
     for column in ("precision", "bound", "roofline_side"):
-        out[column] = blank_to_none(dominant(work, keys, column))
+        out[column] = blank_to_none(dominant(work, keys, column, groups=codes))
     # the evidence shown is that of the launches with the site's bound: launches whose
     # reasons differ by a percent must not outvote the bound with one repeated reason
     agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
         pd.MultiIndex.from_frame(work[keys])).to_numpy()
     for column in ("basis", "limiter", "small_grid"):
-        out[column] = blank_to_none(dominant(work[agrees], keys, column))
+        out[column] = blank_to_none(dominant(work[agrees], keys, column,
+                                             groups=codes[agrees]))
     out["reason_facts"] = _reason_facts(df, work, keys, agrees).reindex(out.index)
     out["fused_modules"] = _first_fused(df, work, keys)
     out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
-                                              "aten_ops")) if "aten_ops" in df else None)
+                                              "aten_ops", groups=codes))
+                       if "aten_ops" in df else None)
     out = add_runs(out.reset_index(), df, KERNEL_KEYS)
     out = per_run(out, df, LABELS, ["launches", "duration_ns", "headroom_ns", "roof_time_ns"])
     out = out.drop(columns="runs")

@@ -56,6 +56,7 @@ from typing import Literal, get_args
 import pandas as pd
 
 from torch_nsight.analyze.classify import SMALL_GRID
+from torch_nsight.analyze.frames import own
 from torch_nsight.analyze.occupancy import as_number as _number
 from torch_nsight.analyze.stalls import (
     FEW_ELIGIBLE,
@@ -192,7 +193,7 @@ def add_limiter(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with ``limiter`` (None on other rows).
     """
-    out = df.copy()
+    out = own(df)
     limiters: list[object] = [None] * len(out)
     if "bound" in out:
         latency = [at for at, bound in enumerate(out["bound"].tolist()) if bound == "latency"]

@@ -36,7 +36,7 @@ from typing import Literal, get_args
 import pandas as pd
 
 from torch_nsight.analyze.devices import capability_of
-from torch_nsight.analyze.frames import each_distinct
+from torch_nsight.analyze.frames import each_distinct, own
 
 #: What limits occupancy, in the order ties are named: the hard caps first, as the driver
 #: sizes the shared memory carveout to reach them (a 32-thread block of no shared memory
@@ -175,7 +175,7 @@ def add_occupancy(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with the three columns.
     """
-    out = df.copy()
+    out = own(df)
     columns = [c for c in ("block_size", "registers_per_thread", "shared_static_bytes",
                            "shared_dynamic_bytes", "shared_reserved_bytes",
                            "shared_config_bytes", "sm_registers", "sm_shared_bytes",

@@ -22,6 +22,7 @@ import re
 
 import pandas as pd
 
+from torch_nsight.analyze.frames import own
 from torch_nsight.vocabulary import JOIN_KEYS
 
 __all__ = ["name_aten_ops", "kernel_family", "ATEN_OPS_COLUMN"]
@@ -84,7 +85,7 @@ def name_aten_ops(df: pd.DataFrame, calls: pd.DataFrame | None) -> pd.DataFrame:
     Returns:
         A copy with ``aten_ops``.
     """
-    out = df.copy()
+    out = own(df)
     out[ATEN_OPS_COLUMN] = pd.Series([None] * len(out), index=out.index, dtype=object)
     if calls is None or calls.empty or "aten_op" not in calls or out.empty:
         return out

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import filled, own
 from torch_nsight.naming import is_inside
 from torch_nsight.vocabulary import join_path, split_path
 
@@ -75,7 +75,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
     """
     import pandas as pd
 
-    out = df.copy()
+    out = own(df)
     if "replicated_from" not in out:
         out["replicated_from"] = pd.Series([None] * len(out), index=out.index, dtype=object)
     if out.empty or not groups:
@@ -102,9 +102,9 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
         keys = list(zip(_values(source, "run"), _values(source, "direction"), strict=True))
         copies = []
         for replica in group["replicas"]:
-            own = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
-                                              and is_inside(m, r))]
-            present = set(zip(_values(own, "run"), _values(own, "direction"), strict=True))
+            mine = out[rows_here & modules.map(lambda m, r=replica: isinstance(m, str)
+                                               and is_inside(m, r))]
+            present = set(zip(_values(mine, "run"), _values(mine, "direction"), strict=True))
             keep = [key not in present for key in keys]
             copy = source.loc[keep].copy()
             if copy.empty:

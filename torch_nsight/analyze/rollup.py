@@ -23,6 +23,7 @@ from torch_nsight.vocabulary import (
     join_path,
     path_depth,
     path_leaf,
+    path_parent,
     path_prefix,
     split_path,
 )
@@ -154,7 +155,10 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     tree["order"] = grouped["order"].min()
     tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
     paths = list(numbers)
-    tree["module_path"] = [paths[node] for node in tree.pop("node")]
+    # the path strings themselves, not a copy in pandas' text type per column operation:
+    # the paths of a deep tree are its largest part (O(depth²) characters)
+    tree["module_path"] = pd.Series([paths[node] for node in tree.pop("node")],
+                                    index=tree.index, dtype=object)
     tree = tree.merge(runs_per_group(df, LABELS), on=list(LABELS), how="left")
     per_run = ["inclusive_ns", "exclusive_ns", "kernels", "exclusive_kernels", "headroom_ns",
                "exclusive_headroom_ns", "flops", "dram_bytes", *(f"t_{b}" for b in BOUNDS)]
@@ -266,13 +270,43 @@ def _call_tree_order(tree: pd.DataFrame,
                                       _natural(path_leaf(prefix)))
         return steps[(group, prefix)]
 
+    def walk(group: tuple[Any, ...], paths: list[str]) -> dict[str, int]:
+        """Each path's place in the depth-first walk of its group's tree (its ancestors
+        joined as nodes where they have no row): a node's rank, not its chain of
+        ancestors, so that the keys are linear in the depth."""
+        children: dict[str, list[str]] = {}
+        seen: set[str] = set()
+        roots: list[str] = []
+        for path in paths:
+            while path not in seen:
+                seen.add(path)
+                parent = path_parent(path)
+                if parent is None:
+                    roots.append(path)
+                    break
+                children.setdefault(parent, []).append(path)
+                path = parent
+        rank: dict[str, int] = {}
+        stack = sorted(roots, key=lambda p: (step(group, p), p), reverse=True)
+        while stack:
+            node = stack.pop()
+            rank[node] = len(rank)
+            stack.extend(sorted(children.get(node, ()), key=lambda p: (step(group, p), p),
+                                reverse=True))
+        return rank
+
+    groups: dict[tuple[Any, ...], list[str]] = {}
+    for variant, shape, direction, path, _ in rows:
+        groups.setdefault((variant, shape, direction), []).append(str(path))
+    ranks = {group: walk(group, paths) for group, paths in groups.items()}
+
     def key(row: tuple[object, ...]) -> tuple[object, ...]:
         variant, shape, direction, path = row[:4]
         group = (variant, shape, direction)
-        walk = tuple(step(group, prefix) for prefix in ancestors(str(path)))
         direction_rank = {"fwd": 0, "bwd": 1}.get(str(direction), 2)
         label = (variant, shape)
-        return (label_first.get(label, 0), label, direction_rank, path == UNATTRIBUTED, walk)
+        return (label_first.get(label, 0), label, direction_rank, path == UNATTRIBUTED,
+                ranks[group][str(path)])
 
     order = sorted(range(len(tree)), key=lambda i: key(rows[i]))
     return tree.iloc[order]

@@ -16,6 +16,7 @@ import pandas as pd
 
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.devices import known_gpu
+from torch_nsight.analyze.frames import own
 from torch_nsight.metrics import PRECISIONS
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ def add_flops(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with the FLOP columns added.
     """
-    out = df.copy()
+    out = own(df)
     sass = pd.DataFrame({c: _column(out, c) for c in SASS_COLUMNS})
     tensor = pd.DataFrame({c: _column(out, c) for c in TENSOR_COLUMNS})
     has_sass = sass.notna().any(axis=1)
@@ -100,7 +101,7 @@ def add_peaks(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with the two peak columns; NaN where the report lacks the peak or clock.
     """
-    out = df.copy()
+    out = own(df)
     for column in PEAK_COLUMNS:
         values = _column(out, column)
         if "source" in out and values.isna().any() and values.notna().any():
@@ -162,7 +163,7 @@ def add_roofline(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         A copy with the roofline columns.
     """
-    out = df.copy()
+    out = own(df)
     duration_s = _column(out, "duration_ns") * 1e-9
     flops = out["flops"].where(out["flops_complete"].astype(bool))
     dram = _column(out, "dram_bytes")

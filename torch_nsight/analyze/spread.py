@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.frames import filled
+from torch_nsight.analyze.frames import filled, own
 from torch_nsight.vocabulary import LABELS
 
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
@@ -145,14 +145,16 @@ def spread(run_ns: pd.Series, stable_pct: float = STABLE_CI_PCT) -> pd.DataFrame
         ``runs``, ``std_ns``, ``ci95_ns`` and ``stable`` (None where one run, or no time),
         on ``run_ns``'s index.
     """
-    n = np.array([len(v) if isinstance(v, np.ndarray) else 0 for v in run_ns], dtype="int64")
+    arrays = list(run_ns)
+    n = np.array([len(v) if isinstance(v, np.ndarray) else 0 for v in arrays], dtype="int64")
     std = np.full(len(n), np.nan)
     mean = np.full(len(n), np.nan)
-    for i, values in enumerate(run_ns):
-        if n[i]:
-            mean[i] = float(np.mean(values))
-        if n[i] > 1:
-            std[i] = float(np.std(values, ddof=1))
+    for count in np.unique(n[n > 0]):  # the rows of one number of runs, as one matrix
+        rows = np.flatnonzero(n == count)
+        matrix = np.stack([arrays[i] for i in rows]).astype("float64", copy=False)
+        mean[rows] = matrix.mean(axis=1)
+        if count > 1:
+            std[rows] = matrix.std(axis=1, ddof=1)
     half = np.full(len(n), np.nan)
     several = n > 1
     if several.any():
@@ -170,7 +172,7 @@ def with_spread(table: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     unless ``keep_runs``)."""
     if RUNS_COLUMN not in table:
         return table
-    out = table.copy()
+    out = own(table)
     columns = spread(out[RUNS_COLUMN].reset_index(drop=True))
     for column in SPREAD_COLUMNS:
         out[column] = columns[column].to_numpy()
@@ -198,7 +200,7 @@ def add_runs(table: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
     lookup = filled(lookup)
     index = (pd.MultiIndex.from_frame(lookup) if len(keys) > 1
              else pd.Index(lookup.iloc[:, 0]))
-    out = table.copy()
+    out = own(table)
     out[RUNS_COLUMN] = list(times.reindex(index).to_numpy())
     return out
 

@@ -101,8 +101,12 @@ def _activity(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     return activity
 
 
+#: What :func:`step_table` returns: the steps, their activities, their gaps.
+StepTables = tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]
+
+
 def step_table(kernels: pd.DataFrame, timeline: pd.DataFrame | None, caller: str,
-               ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+               ) -> StepTables:
     """The numbers of every measured step; also its activities and its gaps.
 
     One row per ``step`` row of the timeline, with the sums of its activities, its data

@@ -18,6 +18,7 @@ from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.frames import blank_to_none, filled, plain
 from torch_nsight.analyze.steps import (
     KERNEL_NEEDS,
+    StepTables,
     gaps_with_modules,
     median_step_gaps,
     module_table,
@@ -56,12 +57,15 @@ def _labelled(out: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 @needs(*KERNEL_NEEDS)
-def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd.DataFrame:
+def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None,
+                     tables: StepTables | None = None) -> pd.DataFrame:
     """One verdict per (variant, shape): GPU-, CPU-, launch-, copy- or data-bound.
 
     Args:
         kernels: a timeline source's activity table (``Profile.kernels``).
         timeline: its step and gap table (``Profile.timeline``).
+        tables: :func:`step_table` of the two, where the caller has it (the verdicts and
+            the findings of one profile share it).
 
     Returns:
         :data:`SUMMARY_COLUMNS`, one row per (variant, shape) in the order its steps first
@@ -72,7 +76,7 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd
         MissingMetricError: either table lacks a column (an Nsight Compute report has no
             timeline).
     """
-    steps, _, gaps = _on_a_gpu(*step_table(kernels, timeline, "timeline_summary"))
+    steps, _, gaps = _on_a_gpu(*(tables or step_table(kernels, timeline, "timeline_summary")))
     if steps.empty:
         return _labelled(pd.DataFrame(columns=list(SUMMARY_COLUMNS)), LABELS)
     out = shape_table(steps)
@@ -102,7 +106,8 @@ def _on_a_gpu(steps: pd.DataFrame, activity: pd.DataFrame, gaps: pd.DataFrame
 
 
 @needs(*KERNEL_NEEDS)
-def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> pd.DataFrame:
+def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None,
+                      tables: StepTables | None = None) -> pd.DataFrame:
     """Every timeline finding per (variant, shape), with a fix and the time it may recover.
 
     The copy and launch rules of :func:`timeline_summary` are findings wherever they hold,
@@ -114,6 +119,7 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
     Args:
         kernels: a timeline source's activity table (``Profile.kernels``).
         timeline: its step and gap table (``Profile.timeline``).
+        tables: :func:`step_table` of the two, where the caller has it.
 
     Returns:
         :data:`STEP_FINDING_COLUMNS`, per (variant, shape) in the order its steps first appear,
@@ -126,7 +132,8 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None) -> p
     Raises:
         MissingMetricError: either table lacks a column.
     """
-    steps, activity, gaps = _on_a_gpu(*step_table(kernels, timeline, "timeline_findings"))
+    steps, activity, gaps = _on_a_gpu(*(tables or step_table(kernels, timeline,
+                                                              "timeline_findings")))
     if steps.empty:
         return pd.DataFrame(columns=list(STEP_FINDING_COLUMNS))
     shapes = shape_table(steps)

@@ -103,6 +103,19 @@ def timed(column: str) -> Callable[[pd.Series], str]:
     return cell
 
 
+#: The most levels a module row is indented by, a ``· `` each: a deeper row shows its depth
+#: in their place (a tree 10,000 deep would otherwise print 100 million characters).
+INDENT_LEVELS = 16
+
+
+def depth_indent(depth: Any) -> str:
+    """The indent of a module row ``depth`` levels deep (0 where unknown)."""
+    levels = 0 if is_missing(depth) else int(depth)
+    if levels <= INDENT_LEVELS:
+        return "· " * levels
+    return "· " * (INDENT_LEVELS - 4) + f"(depth {levels}) "
+
+
 def module_cell(row: pd.Series) -> str:
     """The module of a row, with ``×N`` when it stands for N folded blocks."""
     blocks = row.get("blocks")
@@ -189,7 +202,7 @@ def module_columns(frame: pd.DataFrame, kernels: pd.DataFrame) -> list[Column]:
     return [
         *_labels(kernels),
         ("dir", lambda r: _text(r["direction"]), "left"),
-        ("module", lambda r: "· " * int(r["depth"]) + module_cell(r), "left"),
+        ("module", lambda r: depth_indent(r["depth"]) + module_cell(r), "left"),
         ("total µs", timed("inclusive_ns"), "right"),
         ("self µs", lambda r: format_us(r["exclusive_ns"]), "right"),
         ("share %", lambda r: format_pct(r["pct_of_total"]), "right"),

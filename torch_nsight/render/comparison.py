@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.render.columns import module_cell
+from torch_nsight.render.columns import depth_indent, module_cell
 from torch_nsight.render.fit import fit_columns, tabulated
 from torch_nsight.render.readable_numbers import (
     MISSING,
@@ -181,8 +181,7 @@ def render_rows(rows: pd.DataFrame, by: str, fmt: str, width: int | None = None)
     headers, columns = _label_columns(rows)
     if by == "module":
         headers.append("module")
-        columns.append(lambda r: "· " * int(r["depth"] if not is_missing(r["depth"]) else 0)
-                       + _text(r["module"]))
+        columns.append(lambda r: depth_indent(r["depth"]) + _text(r["module"]))
     else:
         headers += ["module", "kernel"]
         columns += [lambda r: _text(r["module_path"]), lambda r: _text(r["kernel"])]

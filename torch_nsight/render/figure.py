@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Union
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.files import atomic_output
+from torch_nsight.render.readable_numbers import printable
 from torch_nsight.vocabulary import UNATTRIBUTED, path_parent
 
 if TYPE_CHECKING:
@@ -85,6 +87,8 @@ def save_figure(figure: Figure, target: Path | None) -> None:
     """
     if target is None:
         return
+    for text in figure.findobj(Text):  # names from a file, drawn: control characters escaped
+        text.set_text(printable(text.get_text()))
     with atomic_output(target) as temp:
         figure.savefig(temp, format=target.suffix.lower().lstrip("."), bbox_inches="tight")
     logger.info("wrote %s", target)

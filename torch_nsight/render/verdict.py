@@ -58,6 +58,7 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
 def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> list[str]:
     """The verdict section's lines, unwrapped."""
     from torch_nsight.analyze import timeline_findings, timeline_summary
+    from torch_nsight.analyze.steps import step_table
     from torch_nsight.render.timeline_words import word_step_findings, word_summary
 
     traced = set(timeline["source"].dropna())
@@ -68,8 +69,9 @@ def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> 
         folders = sorted({str(Path(s).parent) for s in traced})
         return ["Timeline verdict: the timeline of this focused sweep is in "
                 f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape"]
-    summary = word_summary(timeline_summary(profile.kernels, timeline))
-    findings = word_step_findings(timeline_findings(profile.kernels, timeline))
+    tables = step_table(profile.kernels, timeline, "timeline_summary")  # the two share it
+    summary = word_summary(timeline_summary(profile.kernels, timeline, tables))
+    findings = word_step_findings(timeline_findings(profile.kernels, timeline, tables))
     lines = ["## Timeline verdict" if markdown else "Timeline verdict (PyTorch profiler):"]
     for _, row in summary.iterrows():
         label = " ".join(str(v) for v in (row["variant"], row["shape"]) if isinstance(v, str)

@@ -146,8 +146,9 @@ def check_parquet_size(path: Path, shown: str | os.PathLike[str] | None = None) 
     """Refuse a Parquet file whose columns expand past :func:`expansion_limit`, as a
     compressed report or trace is: the sizes its footer declares, read before any column
     is, each value counted as at least 8 bytes (a run-length encoded column of a million
-    zeros declares a few kilobytes). Strings repeated through a dictionary count at the
-    dictionary's size: their expansion is not bounded here.
+    zeros declares a few kilobytes). A string column encoded through a dictionary declares
+    the dictionary's size, while each of its values expands to a whole entry: it counts at
+    the length of its values (see :func:`_dictionary_expansion`).
 
     Raises:
         ReportError: it declares more than the cap. A file that is not Parquet passes (its
@@ -159,12 +160,65 @@ def check_parquet_size(path: Path, shown: str | os.PathLike[str] | None = None) 
         metadata = pq.read_metadata(path)
     except Exception:  # noqa: BLE001 - pyarrow raises several types for non-Parquet input
         return
+    limit = expansion_limit()
     expanded = 0
+    dictionary_chunks: list[tuple[int, int]] = []  # (row group, column)
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)
         for column in range(row_group.num_columns):  # a run of one value: 8 bytes each
             chunk = row_group.column(column)
             expanded += max(chunk.total_uncompressed_size, 8 * chunk.num_values)
-    limit = expansion_limit()
+            if chunk.has_dictionary_page and chunk.physical_type == "BYTE_ARRAY":
+                dictionary_chunks.append((group, column))
     if expanded > limit:
         raise _refusal(shown or path, limit)
+    if dictionary_chunks:
+        expanded += _dictionary_expansion(path, metadata, dictionary_chunks, limit - expanded)
+    if expanded > limit:
+        raise _refusal(shown or path, limit)
+
+
+def _dictionary_expansion(path: Path, metadata: Any, chunks: list[tuple[int, int]],
+                          room: int) -> int:
+    """The bytes the dictionary-encoded string ``chunks`` hold once each value is its whole
+    entry (counted on top of what the footer declared for them); past ``room`` it returns
+    as soon as it knows.
+
+    While the chunks' values times their declared sizes fit in ``room`` together, nothing
+    is read (no entry is longer than its whole chunk). Otherwise each chunk is read as
+    indices and dictionary, which the footer check has already bounded (``8 x values`` and
+    the declared size), and the lengths of the entries are summed over the indices. A
+    nested column is not read: it counts at the bound.
+    """
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    extra = 0
+    to_read: list[tuple[int, str]] = []
+    bounds = 0
+    for group, column in chunks:
+        chunk = metadata.row_group(group).column(column)
+        bound = chunk.num_values * chunk.total_uncompressed_size
+        bounds += bound
+        if "." in chunk.path_in_schema:
+            extra += bound
+        else:
+            to_read.append((group, chunk.path_in_schema))
+    if bounds <= room:
+        return bounds
+    if extra > room or not to_read:
+        return extra
+    try:
+        parquet = pq.ParquetFile(path, read_dictionary=sorted({name for _, name in to_read}))
+        for group, name in to_read:
+            for part in parquet.read_row_group(group, columns=[name]).column(0).chunks:
+                if hasattr(part, "indices"):
+                    lengths = pc.binary_length(part.dictionary)
+                    extra += pc.sum(pc.take(lengths, part.indices)).as_py() or 0
+                else:  # values stored plainly: counted by the footer already
+                    continue
+                if extra > room:
+                    return extra
+    except Exception:  # noqa: BLE001 - a damaged file: its reading then says what it is
+        return extra
+    return extra
