@@ -132,18 +132,7 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     inclusive_runs = _inclusive_runs(df, depth)
     sums = ["duration_ns", "kernels", "headroom_ns", "flops", "dram_bytes",
             *(f"t_{b}" for b in BOUNDS)]
-    # each leaf row once per ancestor (itself last), in the leaves' order; a node by its
-    # number, so that no path string is copied per (leaf, ancestor): O(leaves x depth)
-    rows, node_ids, leaves = [], [], []
-    numbers: dict[str, int] = {}
-    for row, leaf in enumerate(base["module_path"]):
-        for path in ancestors(leaf):
-            rows.append(row)
-            node_ids.append(numbers.setdefault(path, len(numbers)))
-            leaves.append(path is leaf or path == leaf)
-    nodes = base.drop(columns="module_path").iloc[rows].reset_index(drop=True)
-    nodes["leaf"] = leaves
-    nodes["node"] = node_ids
+    nodes, paths = _per_ancestor(base)
     keys = [*LABELS, "direction", "node"]
     for column in sums:
         nodes[f"x_{column}"] = nodes[column].where(nodes["leaf"], 0)
@@ -154,7 +143,6 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     tree["exclusive_kernels"] = grouped["x_kernels"].sum()
     tree["order"] = grouped["order"].min()
     tree = tree.reset_index().rename(columns={"duration_ns": "inclusive_ns"})
-    paths = list(numbers)
     # the path strings themselves, not a copy in pandas' text type per column operation:
     # the paths of a deep tree are its largest part (O(depth²) characters)
     tree["module_path"] = pd.Series([paths[node] for node in tree.pop("node")],
@@ -183,6 +171,23 @@ def module_tree(df: pd.DataFrame, depth: int | None = None, keep_runs: bool = Fa
     columns = [*MODULE_COLUMNS, RUNS_COLUMN] if keep_runs else list(MODULE_COLUMNS)
     return whole_counts(tree.loc[:, columns].reset_index(drop=True),
                         ("kernels", "exclusive_kernels"))
+
+
+def _per_ancestor(base: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Each row of ``base`` once per ancestor of its module (itself last), in the rows'
+    order, with ``leaf`` (the row's own module) and ``node`` (the ancestor's number in the
+    returned paths): no path string is copied per (row, ancestor), O(rows x depth)."""
+    rows, node_ids, leaves = [], [], []
+    numbers: dict[str, int] = {}
+    for row, leaf in enumerate(base["module_path"]):
+        for path in ancestors(leaf):
+            rows.append(row)
+            node_ids.append(numbers.setdefault(path, len(numbers)))
+            leaves.append(path is leaf or path == leaf)
+    nodes = base.drop(columns="module_path").iloc[rows].reset_index(drop=True)
+    nodes["leaf"] = leaves
+    nodes["node"] = node_ids
+    return nodes, list(numbers)
 
 
 def _inclusive_runs(df: pd.DataFrame, depth: int | None) -> dict[tuple[str, ...], object]:

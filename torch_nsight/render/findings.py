@@ -53,7 +53,7 @@ def finding_module_cell(row: pd.Series) -> str:
     facts = row.get("facts")
     if not isinstance(facts, Mapping) or "sites" not in facts:
         return module_cell(row)
-    kind = KIND_SAID.get(str(row.get("module_kind")), "other")
+    kind = KIND_SAID.get(str(row.get("module_kind")), "modules")
     return f"{module_cell(row)} ({facts['sites']} {kind})"
 
 
