@@ -38,6 +38,13 @@ _TEXT = ("kernel", "kernel_full", "aten_ops", "precision", "bound", "roofline_si
          "peak_basis", "roof_basis", "limiter", "ncu_rules", "sol_bottleneck", "basis")
 
 
+#: Multi-tensor functors of the training loop's own calls, never of an optimizer's update:
+#: ``torch._foreach_norm`` (``clip_grad_norm_``'s norms) and ``_foreach_mul_`` by a tensor
+#: (its scaling by the clip coefficient), as wav2vec2's recorded step runs them outside
+#: any range (``zoo_families/wav2vec2``).
+NOT_A_STEP = ("LpNormFunctor", "BinaryOpScalarTensorFunctor")
+
+
 def contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:
     """Whether each name contains one of ``parts`` (case-insensitive)."""
     pattern = "|".join(re.escape(part.lower()) for part in parts)
@@ -66,8 +73,12 @@ def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     # an optimizer's step: its range, or its multi-tensor kernels outside one; never a call
     # of the loop's own that runs beside it (clipping, GradScaler: an "(outside)" row)
     outside = work["module"].astype(str).str.startswith(OUTSIDE_PREFIX)
+    # outside a step range, the training loop's own multi-tensor kernels are not a step:
+    # clip_grad_norm_'s norms and its scaling by the clip coefficient (a tensor)
+    loop_own = contains(work["kernel_full"], NOT_A_STEP)
     work["is_optimizer"] = ((work["direction"] == OPTIMIZER_DIRECTION)
-                            | contains(work["kernel"], ("multi_tensor_apply",))) & ~outside
+                            | (contains(work["kernel"], ("multi_tensor_apply",)) & ~loop_own)
+                            ) & ~outside
     return work
 
 
