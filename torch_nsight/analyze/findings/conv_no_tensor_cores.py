@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torch_nsight.analyze.analytic import CUDA_CORE_CONVOLUTION
+from torch_nsight.analyze.analytic import DIRECT_CONVOLUTION
 from torch_nsight.analyze.findings.call_shapes import ROLES
 from torch_nsight.analyze.findings.codes import FixCode
 from torch_nsight.analyze.findings.gemm_misaligned import CHANNELS_TO, channel_pads
@@ -49,9 +49,7 @@ def _sixteen_bit(kernel_full: object) -> tuple[str, str] | None:
 def conv_no_tensor_cores(context: Context) -> list[Finding]:
     """One finding per site whose 16-bit convolutions ran on cuDNN's CUDA-core kernels."""
     work = context.work
-    direct = work["kernel"].astype(str).str.contains(
-        CUDA_CORE_CONVOLUTION.pattern, case=False, regex=True) & work["is_conv"]
-    direct &= ~work["kernel"].astype(str).str.contains("depthwise", case=False)
+    direct = work["kernel"].astype(str).str.contains(DIRECT_CONVOLUTION) & work["is_conv"]
     idle = work["tensor_pipe_pct"].isna() | (work["tensor_pipe_pct"] < IDLE_TENSOR_PIPE_PCT)
     dtypes = work["kernel_full"].map(_sixteen_bit)
     candidates = work[direct & idle & dtypes.notna() & work["flops"].notna()]
