@@ -21,6 +21,7 @@ from tests.test_golden_outputs import DATA, Source, find_sources, per_source
 from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
+from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
 from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.vocabulary import JOIN_KEYS, OUTSIDE_PREFIX
 
@@ -122,6 +123,16 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
         if code == "compile_rotary":
             words = _site_words(profile, row)
             assert any(all(re.search(w, words) for w in group) for group in ROTARY), where
+        # a fix already in place: channels-last for a network that runs channels-last
+        if code == "channels_last":
+            kernels = profile.kernels
+            mine = (kernels["variant"].astype(str) == str(row["variant"])) \
+                & (kernels["shape"].astype(str) == str(row["shape"]))
+            assert not runs_channels_last(kernels)[mine].any(), where
+        # a module compiled alone must save more per call than a compiled region costs
+        if code == "compile_module" and row["finding"] == "elementwise_chain":
+            facts = row["facts"]
+            assert row["est_gain_ns"] >= facts["module_calls"] * facts["compiled_call_ns"], where
         # a misaligned GEMM names a dimension that is off its dtype's alignment
         if row["finding"] == "gemm_misaligned" and row["dim_value"] is not None \
                 and not pd.isna(row["dim_value"]):

@@ -172,6 +172,14 @@ def _layout_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
             f"module's {_time(total)}.")
 
 
+def _nchw_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    family = "depthwise-convolution" if _given(row, "cause") == "depthwise" else "batch-norm"
+    return (f"{facts['kernels_per_run']:g} NCHW {family} kernels take "
+            f"{_time(facts['time_ns'])} per run; channels-last kernels did the same work in "
+            f"{100 * facts['left_share']:.0f}% of the time on a recorded NCHW/channels-last "
+            "pair of the same network.")
+
+
 def _optimizer_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     who = f"{row['optimizer']}'s step" if _given(row, "optimizer") else \
         "The optimizer's step (multi-tensor kernels outside a step range)"
@@ -230,6 +238,7 @@ def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
 EVIDENCE: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "gemm_misaligned": _gemm_evidence, "fp32_no_tensor_cores": _fp32_evidence,
     "conv_no_tensor_cores": _conv_cores_evidence, "elementwise_chain": _chain_evidence, "layout_conversion": _layout_evidence,
+    "nchw_kernels": _nchw_evidence,
     "optimizer_not_fused": _optimizer_evidence, "small_grid": _latency_evidence,
     "latency_bound": _latency_evidence,
 }
@@ -301,6 +310,15 @@ def _compile_module(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "not its work).")
 
 
+def _compile_model(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    facts = row.get("facts")
+    cost = facts.get("compiled_call_ns") if isinstance(facts, Mapping) else None
+    each = f" (about {cost / 1e3:.0f} µs of CPU time a call)" if cost else ""
+    return ("Fuse them with their neighbours: torch.compile the model, or the block that holds "
+            f"them; compiled on its own, this module would cost more per call{each} than its "
+            "chain takes.")
+
+
 def _optimizer_fused(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     optimizer = params.get("optimizer")
     if optimizer:
@@ -341,6 +359,9 @@ def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
                 "accesses follow its indices, not the batch; its time is the op's own.")
     if kind == "optimizer":
         return "No PyTorch-level fix known: the step already runs fused."
+    if row.get("finding") == "layout_conversion" and row.get("layout") == "channels_last":
+        return ("No switch known: the model already runs channels-last; cuDNN converts "
+                "these tensors itself (an N x C x 1 x 1 tensor is both layouts at once).")
     return ("No PyTorch-level fix known for this cause: the kernel's launch and memory "
             "accesses are the library's choice for this shape.")
 
@@ -354,6 +375,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "pad_features": _pad_features, "pad_operands": _pad_operands,
     "pad_gemm_dims": _pad_gemm_dims, "pad_channels": _pad_channels,
     "channels_last": _channels_last, "compile_module": _compile_module,
+    "compile_model": _compile_model,
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},

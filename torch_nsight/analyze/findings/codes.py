@@ -20,6 +20,7 @@ FindingCode = Literal[
     "conv_no_tensor_cores",   # a 16-bit convolution cuDNN ran on CUDA cores
     "elementwise_chain",      # memory-bound elementwise kernels in a row in one module
     "layout_conversion",      # cuDNN's NCHW <-> NHWC transposes around a convolution
+    "nchw_kernels",           # NCHW batch-norm and depthwise kernels channels-last replaces
     "optimizer_not_fused",    # an optimizer step run op by op (foreach or a loop)
     "small_grid",             # a latency-bound launch under one wave
     "latency_bound",          # a latency-bound launch with another cause
@@ -47,6 +48,8 @@ OptimizerImpl = Literal["fused", "foreach", "for_loop", "compiled"]
 Cause = Literal[
     # chains
     "loss", "softmax", "layer_norm", "rms_norm", "gelu", "rotary", "optimizer",
+    # NCHW kernels
+    "batch_norm", "depthwise",
     # launches
     "small_grid", "tail", "registers", "shared_memory", "block_size", "blocks_per_sm",
     "launch_overhead", "few_warps", "waiting_warps", "memory_latency", "synchronization",
@@ -70,6 +73,8 @@ FixCode = Literal[
     "compile_loss",            # torch.compile the loss function, or a chunked loss
     "compile_rotary",          # torch.compile the rotary embedding's function
     "compile_module",          # torch.compile the module (fusion)
+    "compile_model",           # torch.compile the whole model: the module alone saves less
+                               # per call than a compiled region costs
     "compile_function",        # torch.compile the code outside the model's modules
     "optimizer_fused",         # the optimizer's own fused=True
     "optimizer_foreach",       # the optimizer's own foreach=True (no fused implementation)
@@ -93,7 +98,8 @@ FOREACH_OPTIMIZERS = frozenset({"Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam"
 
 #: Fusion fits any kind of module's elementwise work (``compile_function`` where it ran
 #: outside every module).
-_FUSABLE: tuple[str, ...] = ("compile_module", "compile_function", "cuda_graphs", "none_known")
+_FUSABLE: tuple[str, ...] = ("compile_module", "compile_model", "compile_function", "cuda_graphs",
+                              "none_known")
 _CONV: tuple[str, ...] = ("channels_last", "pad_channels", "cudnn_benchmark", "tf32_conv",
                           "larger_batch", *_FUSABLE)
 _GEMM: tuple[str, ...] = ("pad_features", "pad_operands", "pad_gemm_dims", "tf32_matmul",

@@ -7,6 +7,12 @@ names): a rotary embedding only where its ops ran (``sin`` and ``cos``, or rotat
 ``neg`` and ``cat``), a tanh GELU only where ``tanh`` ran without ``sigmoid`` (an LSTM cell
 has both), attention's softmax only beside attention's batched matmuls. An optimizer's
 step is :mod:`.optimizer_step`'s.
+
+A chain fuses only where its kernels compute: dtype copies of separate tensors (autocast's
+casts of a Linear's weight, bias and input, and their gradients cast back) have nothing to
+fuse into, so a run needs at least :data:`COMPUTING` kernels that are not copies. And a
+module compiled alone must save more per call than a compiled region costs the CPU
+(:data:`COMPILED_CALL_NS`); a chain that saves less is told to compile the model instead.
 """
 
 from __future__ import annotations
@@ -24,6 +30,16 @@ from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, in_module_r
 
 #: This many qualifying kernels in a row, in one module.
 CHAIN_LENGTH = 3
+#: Kernels of a chain that are not dtype copies (:data:`COPY_FUNCTORS`): at least this many.
+COMPUTING = 2
+#: PyTorch's copy functors (``bfloat16_copy_kernel_cuda``, ``direct_copy_kernel_cuda``...),
+#: in a kernel's full name: a ``.to(dtype)`` or ``copy_``, which fuses only into a consumer.
+COPY_FUNCTORS = ("copy_kernel",)
+#: What one call of a module compiled on its own costs the step's CPU, per direction: half
+#: of the 360-430 µs a compiled ``nn.Linear`` or ``nn.GELU`` added to a CPU-bound training
+#: step per forward and backward (``bench/compiled_call_cost.py``, H100, torch 2.11,
+#: 2026-11-28; docs/benchmarks.md). A model-free figure: no model's finding was fitted.
+COMPILED_CALL_NS = 180_000.0
 #: What a chain computes, from the words of its site (aten ops, kernel functors; lower case):
 #: the first kind whose every group of words has one present, and none of its ``absent``
 #: words, names the fix.
@@ -68,9 +84,16 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
         qualified = ok[sequence.index]
         block = ((place != place.shift()) | (qualified != qualified.shift())).cumsum()
         for _, rows in sequence.groupby(block, sort=False):
-            if qualified[rows.index].all() and len(rows) >= CHAIN_LENGTH:
+            if qualified[rows.index].all() and len(rows) >= CHAIN_LENGTH \
+                    and _computing(rows) >= COMPUTING:
                 chains.append(rows)
     return chains
+
+
+def _computing(rows: pd.DataFrame) -> int:
+    """How many of the chain's kernels compute: those that are not dtype copies."""
+    names = rows.get("kernel_full", rows["kernel"]).fillna(rows["kernel"]).astype(str)
+    return int((~contains(names, COPY_FUNCTORS)).sum())
 
 
 def site_words(rows: pd.DataFrame, ops: tuple[str, ...] = ()) -> str:
@@ -128,11 +151,15 @@ def elementwise_chain(context: Context) -> list[Finding]:
             kind, fix = None, default      # a MoE gate's backward are no rotary embedding
             if not fix_fits(site.kind, fix):
                 fix = "none_known"
+        calls = len(parts) / rows["runs"].iloc[0]  # module calls that ran a chain, per run
+        if fix == "compile_module" and saved.sum() < calls * COMPILED_CALL_NS:
+            fix = "compile_model"  # compiled alone, each call costs more than it saves
         found.append(Finding(
             "elementwise_chain", rows, float(saved.sum()), "roofline", "medium", fix,
             cause=kind, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "time_ns": per_run(rows),
                    "traffic_bytes": per_run(rows, rows["dram_bytes"]),
-                   "one_pass_bytes": max(c["dram_bytes"].max() for c in parts)}))
+                   "one_pass_bytes": max(c["dram_bytes"].max() for c in parts),
+                   "module_calls": calls, "compiled_call_ns": COMPILED_CALL_NS}))
     return found

@@ -1,15 +1,34 @@
 """``layout_conversion``: cuDNN's NCHW <-> NHWC transposes in a convolution's module; gain:
-their measured time. The fix is channels-last for the model and its inputs."""
+their measured time. The fix is channels-last for the model and its inputs, unless the
+network already runs channels-last (:func:`runs_channels_last`): then the conversions are
+cuDNN's own (a squeeze-excitation's N x C x 1 x 1 tensor, which is both layouts at once) and
+no switch removes them."""
 
 from __future__ import annotations
+
+import pandas as pd
 
 from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
-from torch_nsight.vocabulary import SITE_KEYS
+from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
+#: PyTorch's own kernels for channels-last input (batch norm, pooling, upsampling): words of
+#: their functors. cuDNN's NHWC kernels are no sign: it converts NCHW input to run them.
+CHANNELS_LAST_KERNELS = ("channels_last", "_nhwc")
+
+
+def runs_channels_last(work: pd.DataFrame) -> pd.Series:
+    """For each row, whether any of PyTorch's own kernels for channels-last input ran in its
+    variant and shape (a sweep may hold an NCHW variant beside a channels-last one)."""
+    names = work["kernel_full"].fillna(work["kernel"]).astype(str)
+    ran = names.str.contains("at::native::", regex=False) & contains(names,
+                                                                     CHANNELS_LAST_KERNELS)
+    keys = [work[k].astype(str) for k in LABELS if k in work]
+    return ran.groupby(keys, sort=False, dropna=False).transform("any").astype(bool) \
+        if keys else ran
 
 
 @finding_check("layout_conversion")
@@ -17,10 +36,12 @@ def layout_conversion(context: Context) -> list[Finding]:
     """One finding per site where a convolution ran beside layout conversion kernels."""
     work = context.work
     found: list[Finding] = []
+    already_all = runs_channels_last(work)
     layout = contains(work["kernel"], LAYOUT_NAMES)
     for _, group in work[in_groups_with(work, SITE_KEYS, layout)].groupby(list(SITE_KEYS),
                                                                          sort=False):
         rows = group[layout[group.index]]
+        already = bool(already_all[group.index].any())
         site = context.site(group)
         conv = (group["is_conv"].any() or site.kind == "conv"
                 or context.calls_of(group)["aten_op"].str.contains("conv").any())
@@ -33,8 +54,9 @@ def layout_conversion(context: Context) -> list[Finding]:
         planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
         found.append(Finding(
             "layout_conversion", rows, gain, "measured", "medium",
-            "channels_last" if planar else "none_known",
-            module_kind="conv", aten_ops=site.ops, layout="nchw" if planar else None,
+            "channels_last" if planar and not already else "none_known",
+            module_kind="conv", aten_ops=site.ops,
+            layout=("channels_last" if already else "nchw") if planar else None,
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "counts": dict(counts.items()), "gain_ns": gain,
                    "module_ns": per_run(group)}))

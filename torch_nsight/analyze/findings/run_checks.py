@@ -20,6 +20,7 @@ import torch_nsight.analyze.findings.fp32_no_tensor_cores
 # chains, small_grid last: it skips the kernels the others reported)
 import torch_nsight.analyze.findings.gemm_misaligned
 import torch_nsight.analyze.findings.layout_conversion
+import torch_nsight.analyze.findings.nchw_kernels
 import torch_nsight.analyze.findings.optimizer_step
 import torch_nsight.analyze.findings.small_grid  # noqa: F401
 from torch_nsight.analyze.columns import needs

@@ -1,0 +1,39 @@
+"""Elementwise chains that compiling cannot fuse or cannot pay for (issue 43; measured with
+``--verify`` on the GPU, docs/findings.md): autocast's dtype copies of a Linear's weight,
+bias and input are no chain; a module whose chain saves less per call than a compiled
+region costs (:data:`COMPILED_CALL_NS`) is told to compile the model, not itself."""
+
+from __future__ import annotations
+
+import torch_nsight
+from tests.test_golden_outputs import DATA
+from torch_nsight.analyze.findings.elementwise_chain import COMPILED_CALL_NS, COPY_FUNCTORS
+
+FAMILIES = DATA / "zoo_families"
+
+
+def test_autocast_casts_are_no_chain() -> None:
+    profile = torch_nsight.load(FAMILIES / "wav2vec2.ncu-rep.xz", cache=False)
+    kernels = profile.kernels
+    q_proj = kernels[kernels["module_path"].astype(str).str.endswith("layers.3.attention.q_proj")
+                     & (kernels["direction"] == "fwd")]
+    copies = q_proj["kernel_full"].astype(str).str.contains("|".join(COPY_FUNCTORS))
+    assert copies.sum() >= 3  # the casts are there: three in a row before the GEMM
+    found = profile.finding_table(fold=False)
+    chains = found[found["finding"] == "elementwise_chain"]
+    assert len(chains)  # other chains are still found
+    for name in ("q_proj", "k_proj", "v_proj", "intermediate_dense"):
+        assert not chains["module"].astype(str).str.endswith(name).any(), name
+
+
+def test_a_chain_too_small_to_compile_alone_is_told_to_compile_the_model() -> None:
+    found = torch_nsight.load(FAMILIES / "gru_lm.ncu-rep.xz", cache=False).finding_table(
+        fold=False)
+    chains = found[found["finding"] == "elementwise_chain"]
+    small = chains[chains["fix_code"] == "compile_model"]
+    assert len(small)
+    for _, row in small.iterrows():
+        facts = row["facts"]
+        assert row["est_gain_ns"] < facts["module_calls"] * COMPILED_CALL_NS
+        assert "torch.compile the model" in row["fix"]
+    assert not (chains["fix_code"] == "compile_module").any()

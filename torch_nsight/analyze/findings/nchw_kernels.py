@@ -1,0 +1,71 @@
+"""``nchw_kernels``: PyTorch's NCHW batch-norm and depthwise-convolution kernels in a network
+whose 4-D activations are NCHW; gain: the share of their time the channels-last kernels that
+replace them saved on the calibration pair. The fix is channels-last for the model and its
+inputs, the same switch :mod:`.layout_conversion` gives: ``--verify`` measures them together.
+
+**Calibrated** on the zoo's EfficientNet-B0 (a calibration model), its training step profiled
+NCHW and channels-last in one run (``bench/channels_last_costs.py``, H100, 2026-11-28; the
+two reports are ``tests/data/channels_last/``): the NCHW batch-norm kernels' 8.46 ms became
+4.28 ms of channels-last batch-norm kernels (the time left: 0.505), PyTorch's NCHW depthwise
+kernels' 5.72 ms became 1.44 ms of cuDNN's NHWC depthwise kernels (0.25). What else moved
+(1x1 convolutions run as GEMMs, cuDNN's transposes) is other checks' rows.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from torch_nsight.analyze.findings.codes import Cause
+from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
+from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_run
+from torch_nsight.analyze.findings.record import Finding
+from torch_nsight.analyze.findings.registry import Context, finding_check
+from torch_nsight.analyze.findings.sites import takes_4d
+from torch_nsight.vocabulary import SITE_KEYS
+
+#: Kernel family -> (functor words in its full name, words that mark the channels-last
+#: kernel, the share of its NCHW time channels-last took on the calibration pair).
+NCHW_FAMILIES: dict[Cause, tuple[tuple[str, ...], tuple[str, ...], float]] = {
+    "batch_norm": (("batch_norm_",), ("channels_last",), 0.505),
+    "depthwise": (("conv_depthwise2d_",), (), 0.25),
+}
+
+
+def _family_rows(work: pd.DataFrame, words: tuple[str, ...], not_words: tuple[str, ...]
+                 ) -> pd.Series:
+    """The kernels of one family: its functor words, none of the channels-last words."""
+    names = work["kernel_full"].fillna(work["kernel"]).astype(str)
+    mask = contains(names, words)
+    return mask & ~contains(names, not_words) if not_words else mask
+
+
+@finding_check("nchw_kernels")
+def nchw_kernels(context: Context) -> list[Finding]:
+    """One finding per site and family where NCHW kernels ran, in a profile that ran
+    convolutions (a 1-D or 2-D batch norm with no convolution anywhere has no layout) and
+    none of PyTorch's channels-last kernels (:func:`.layout_conversion.runs_channels_last`)."""
+    work = context.work
+    if work.empty or not work["is_conv"].any():
+        return []
+    # (channels-last already: an NCHW kernel left is some tensor's own layout)
+    planar = ~runs_channels_last(work)
+    found: list[Finding] = []
+    for family, (words, not_words, left) in NCHW_FAMILIES.items():
+        mask = _family_rows(work, words, not_words) & planar
+        for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(list(SITE_KEYS),
+                                                                           sort=False):
+            rows = group[mask[group.index]]
+            calls = context.calls_of(group)
+            if rows.empty or (not calls.empty
+                              and not any(takes_4d(s) for s in calls["shapes"])):
+                continue  # recorded calls with no 4-D tensor: nothing to lay out
+            site = context.site(group)
+            time_ns = per_run(rows)
+            found.append(Finding(
+                "nchw_kernels", rows, time_ns * (1 - left), "calibrated", "medium",
+                "channels_last", cause=family,
+                module_kind="batch_norm" if family == "batch_norm" else "conv",
+                aten_ops=site.ops, layout="nchw",
+                facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
+                       "time_ns": time_ns, "left_share": left}))
+    return found
