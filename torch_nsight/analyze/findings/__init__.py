@@ -3,9 +3,10 @@ records of codes (:class:`~.record.Finding`): what is wrong, in what kind of mod
 and the fix with its parameters. Render words them (:mod:`torch_nsight.render.finding_words`);
 nothing here reads a sentence.
 
-Seven checks read the analyzed kernel table (and the calls table, the PyTorch settings and
+Eight checks read the analyzed kernel table (and the calls table, the PyTorch settings and
 a timeline where the profile has them): ``gemm_misaligned``, ``fp32_no_tensor_cores``,
-``conv_no_tensor_cores``, ``optimizer_not_fused``, ``elementwise_chain``, ``layout_conversion`` and ``small_grid``
+``conv_no_tensor_cores``, ``optimizer_not_fused``, ``elementwise_chain``,
+``layout_conversion``, ``nchw_kernels`` and ``small_grid``
 (with ``latency_bound``); a timeline adds the rows of
 :func:`~torch_nsight.analyze.timeline_analysis.timeline_findings`. A kernel claimed by an
 earlier check is not reported again as ``small_grid``; Nsight Compute's own rules, where the
