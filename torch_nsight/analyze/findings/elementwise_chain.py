@@ -146,16 +146,16 @@ def elementwise_chain(context: Context) -> list[Finding]:
         # no module to compile: unattributed, or a call of the loop's own (a loss, GradScaler)
         outside = not in_module_range(rows["module_path"].iat[0] or UNATTRIBUTED)
         default: FixCode = "compile_function" if outside else "compile_module"
-        fix: FixCode = CHAIN_FIX.get(kind or "", default)
-        if not fix_fits(site.kind, fix):  # the ops of a rotary embedding in a gather's or
-            kind, fix = None, default      # a MoE gate's backward are no rotary embedding
-            if not fix_fits(site.kind, fix):
-                fix = "none_known"
+        code: FixCode = CHAIN_FIX.get(kind or "", default)
+        if not fix_fits(site.kind, code):  # the ops of a rotary embedding in a gather's or
+            kind, code = None, default      # a MoE gate's backward are no rotary embedding
+            if not fix_fits(site.kind, code):
+                code = "none_known"
         calls = len(parts) / rows["runs"].iloc[0]  # module calls that ran a chain, per run
-        if fix == "compile_module" and saved.sum() < calls * COMPILED_CALL_NS:
-            fix = "compile_model"  # compiled alone, each call costs more than it saves
+        if code == "compile_module" and saved.sum() < calls * COMPILED_CALL_NS:
+            code = "compile_model"  # compiled alone, each call costs more than it saves
         found.append(Finding(
-            "elementwise_chain", rows, float(saved.sum()), "roofline", "medium", fix,
+            "elementwise_chain", rows, float(saved.sum()), "roofline", "medium", code,
             cause=kind, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "time_ns": per_run(rows),

@@ -21,7 +21,7 @@ from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
-from torch_nsight.vocabulary import SITE_KEYS
+from torch_nsight.vocabulary import LABELS, SITE_KEYS, split_path
 
 #: Kernel family -> (functor words in its full name, words that mark the channels-last
 #: kernel, the share of its NCHW time channels-last took on the calibration pair).
@@ -41,9 +41,11 @@ def _family_rows(work: pd.DataFrame, words: tuple[str, ...], not_words: tuple[st
 
 @finding_check("nchw_kernels")
 def nchw_kernels(context: Context) -> list[Finding]:
-    """One finding per site and family where NCHW kernels ran, in a profile that ran
-    convolutions (a 1-D or 2-D batch norm with no convolution anywhere has no layout) and
-    none of PyTorch's channels-last kernels (:func:`.layout_conversion.runs_channels_last`)."""
+    """One finding per variant, shape and family where NCHW kernels ran, in a profile that
+    ran convolutions (a 1-D or 2-D batch norm with no convolution anywhere has no layout) and
+    none of PyTorch's channels-last kernels (:func:`.layout_conversion.runs_channels_last`);
+    the kernels of many modules are gathered at the model's root (``facts["sites"]``): one
+    switch, one row."""
     work = context.work
     if work.empty or not work["is_conv"].any():
         return []
@@ -52,20 +54,31 @@ def nchw_kernels(context: Context) -> list[Finding]:
     found: list[Finding] = []
     for family, (words, not_words, left) in NCHW_FAMILIES.items():
         mask = _family_rows(work, words, not_words) & planar
-        for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(list(SITE_KEYS),
-                                                                           sort=False):
-            rows = group[mask[group.index]]
+        for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(
+                list(SITE_KEYS), sort=False):
             calls = context.calls_of(group)
-            if rows.empty or (not calls.empty
-                              and not any(takes_4d(s) for s in calls["shapes"])):
-                continue  # recorded calls with no 4-D tensor: nothing to lay out
-            site = context.site(group)
-            time_ns = per_run(rows)
-            found.append(Finding(
-                "nchw_kernels", rows, time_ns * (1 - left), "calibrated", "medium",
-                "channels_last", cause=family,
-                module_kind="batch_norm" if family == "batch_norm" else "conv",
-                aten_ops=site.ops, layout="nchw",
-                facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
-                       "time_ns": time_ns, "left_share": left}))
+            if not calls.empty and not any(takes_4d(s) for s in calls["shapes"]):
+                mask[group.index] = False  # recorded calls with no 4-D tensor: no layout
+        for _, rows in work[mask].groupby([work[k].astype(str) for k in LABELS],
+                                          sort=False, dropna=False):
+            found.append(_finding(context, rows, family, left))
     return found
+
+
+def _finding(context: Context, rows: pd.DataFrame, family: Cause, left: float) -> Finding:
+    """The family's kernels of one variant and shape: at their module, or gathered at the
+    root when they ran in several."""
+    modules = rows["module_path"].nunique()
+    ops = context.site(rows).ops if modules == 1 else ()
+    facts = {"kernels_per_run": len(rows) / rows["runs"].iloc[0], "time_ns": per_run(rows),
+             "left_share": left}
+    if modules > 1:
+        root = split_path(str(rows["module_path"].iat[0]))[0]
+        first = rows.iloc[:1].assign(module=root, module_path=root, direction="", op="")
+        rows = pd.concat([first, rows.iloc[1:]])
+        facts["sites"] = int(modules)
+    return Finding(
+        "nchw_kernels", rows, facts["time_ns"] * (1 - left), "calibrated", "medium",
+        "channels_last", cause=family,
+        module_kind="batch_norm" if family == "batch_norm" else "conv",
+        aten_ops=ops, layout="nchw", facts=facts)
