@@ -128,17 +128,20 @@ def latency_top10(kernels: Any) -> dict[str, int]:
             "top10_latency_causes": causes}
 
 
-def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool = False,
+def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool | str = False,
             stalls: bool = False) -> dict[str, Any]:
+    """``compiled``: True for ``torch.compile(model)``, ``"method"`` for ``model.compile()``."""
     import torch_nsight
 
+    how = "--compile-method" if compiled == "method" else "--compile"
     folder = out / (f"{model}_{metric_set}{'_compiled' if compiled else ''}"
+                    f"{'_method' if compiled == 'method' else ''}"
                     f"{'_stalls' if stalls else ''}")
     ran = _run([*_launcher(model), sys.executable, "-m", "torch_nsight", "profile", "--steps",
                 "12:13", *_ranked(model), "--metric-set", metric_set, "--out", str(folder),
                 "--force", *(["--stalls"] if stalls else []), "--",
                 sys.executable, str(APP), model, "--steps", "14",
-                *(["--compile"] if compiled else [])], timeout=540)
+                *([how] if compiled else [])], timeout=540)
     record: dict[str, Any] = {"rc": ran["rc"], "wall_s": ran["wall_s"],
                               "script_done": f"zoo_app done: {model}" in ran["text"],
                               "crashed": "Traceback" in ran["text"]}
@@ -260,7 +263,8 @@ def run_model(model: str, out: Path, compiled_profile: bool, phases: set[str] | 
             ("stalls", lambda: profile(model, out, stalls=True)),
             ("sol", lambda: sol_sample(model, out)),
             ("timeline", lambda: timeline(model, out, result["bare"].get("step_ms"))),
-            *((("profile_compiled", lambda: profile(model, out, compiled=True)),)
+            *((("profile_compiled", lambda: profile(model, out, compiled=True)),
+               ("profile_compiled_method", lambda: profile(model, out, compiled="method")))
               if compiled_profile else ())):
         if phases is not None and name not in phases:
             continue

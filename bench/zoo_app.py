@@ -1,6 +1,6 @@
 """One model of the zoo as a user's own script would run it (GPU machine), for ``bench/zoo.py``.
 
-    python bench/zoo_app.py MODEL [--steps N] [--compile] [--times FILE]
+    python bench/zoo_app.py MODEL [--steps N] [--compile | --compile-method] [--times FILE]
     torchrun --nproc-per-node 2 bench/zoo_app.py gpt2_ddp ...   (DDP on two GPUs)
 
 Random weights, nothing downloaded. Training steps run bf16 autocast with a real optimizer
@@ -318,7 +318,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model")
     parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--compile", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="torch.compile(model)")
+    parser.add_argument("--compile-method", action="store_true",
+                        help="model.compile(): the module compiled in place")
     parser.add_argument("--times", type=Path, default=None)
     args = parser.parse_args()
     ddp = args.model.endswith("_ddp")
@@ -331,6 +333,8 @@ def main() -> int:
             args.times = None
     model, make = build(args.model)
     torch_nsight.instrument(model)
+    if args.compile_method:
+        model.compile()
     run: Callable[..., object] = model
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
