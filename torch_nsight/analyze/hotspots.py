@@ -13,7 +13,14 @@ import pandas as pd
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
-from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
+from torch_nsight.analyze.frames import (
+    blank_to_none,
+    dominant_values,
+    filled,
+    keyed,
+    known_sums,
+    per_run,
+)
 from torch_nsight.analyze.limiter import (
     LIMITER_CODES,
     REASON_INPUTS,
@@ -201,6 +208,11 @@ def _with_facts(table: pd.DataFrame, facts: _Facts) -> pd.DataFrame:
     return table.assign(reason_facts=facts.of(table["reason_facts"].tolist()).to_numpy())
 
 
+def _by_site(out: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """``values`` (one per site, in site order) as a column of ``out``, blanks None."""
+    return blank_to_none(pd.Series(values, index=out.index, dtype=object))
+
+
 def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Facts]:
     """:func:`kernel_hotspots` with each site's number in ``reason_facts`` in place of its
     facts, and what computes them (:meth:`_Facts.of`): a ranking computes the facts of the
@@ -209,25 +221,29 @@ def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Fac
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
                             "basis", "roofline_side", "limiter", "sol_bottleneck",
                             "sm_pct", "mem_pct", "waves"])
-    work["small_grid"] = [small_grid_title(row) for row in work[
-        ["bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
+    # only a launch classified on Nsight Compute's rule or SOL percentages may be one
+    judged = work["basis"].isin(["ncu_rule", "sol_pct", "sol_estimate"]).to_numpy()
+    small_grid = np.zeros(len(work), dtype=bool)
+    small_grid[judged] = [small_grid_title(row) for row in work.loc[judged, [
+        "bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
+    work["small_grid"] = small_grid
     groups = work.groupby(keys, sort=False)
     codes = groups.ngroup().to_numpy()  # each row's site, grouped once for every column
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
+    # row g of ``out`` is site g: the dominant values come in that order
     for column in ("precision", "bound", "roofline_side"):
-        out[column] = blank_to_none(dominant(work, keys, column, groups=codes))
+        out[column] = _by_site(out, dominant_values(work, column, codes, len(out)))
     # the evidence shown is that of the launches with the site's bound: launches whose
     # reasons differ by a percent must not outvote the bound with one repeated reason
-    agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
-        pd.MultiIndex.from_frame(work[keys])).to_numpy()
+    agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).to_numpy()[codes]
     for column in ("basis", "limiter", "small_grid"):
-        out[column] = blank_to_none(dominant(work[agrees], keys, column,
-                                             groups=codes[agrees]))
+        out[column] = _by_site(out, dominant_values(
+            work.loc[agrees, [column, "duration_ns"]], column, codes[agrees], len(out)))
     out["reason_facts"] = np.arange(len(out))  # the site's number, until its facts
     out["fused_modules"] = _first_fused(df, work, keys)
-    out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
-                                              "aten_ops", groups=codes))
+    out["aten_ops"] = (_by_site(out, dominant_values(work.assign(aten_ops=df["aten_ops"]),
+                                                     "aten_ops", codes, len(out)))
                        if "aten_ops" in df else None)
     out = add_runs(out.reset_index(), df, KERNEL_KEYS)
     out = per_run(out, df, LABELS, ["launches", "duration_ns", "headroom_ns", "roof_time_ns"])
