@@ -58,7 +58,7 @@ class SourceData:
         sweeps: the sweeps that made it.
         settings: PyTorch settings of the profiled process, where known.
         timeline: step windows and idle gaps of a PyTorch profiler trace
-            (:data:`~torch_nsight.report.trace.TIMELINE_COLUMNS`), or None.
+            (:data:`~torch_nsight.report.trace_timeline.TIMELINE_COLUMNS`), or None.
     """
 
     kernels: pd.DataFrame
