@@ -115,14 +115,25 @@ class _OpenAtLaunch:
                  ops: Mapping[Any, list[Span]]) -> None:
         self.stacks, self.others = _by_thread(ranges), _by_thread(annotations)
         self.ops = LazyThreads(ops)  # asked only for activities outside every range
+        # the answer for what was open (thread, range, annotation, graph replay), where the
+        # ranges name what launched: thousands of launches share one, and its tuples
+        self.named: dict[tuple[Any, int, int, bool],
+                         tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def at(self, call: Call) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(range stack, other annotations) of an activity launched by ``call``."""
+        stacks, others = self.stacks.get(call.tid), self.others.get(call.tid)
+        key = (call.tid, -1 if stacks is None else stacks.index_at(call.start),
+               -1 if others is None else others.index_at(call.start),
+               call.name == "cudaGraphLaunch")
+        if key in self.named:
+            return self.named[key]
         thread, launch, cut = call.tid, call.start, len(naming.RECORD_PREFIX)
         stack = (tuple(m[cut:] for m in self.stacks[thread].open_at(launch))
                  if thread in self.stacks else ())
         other = tuple(self.others[thread].open_at(launch)) if thread in self.others else ()
-        if not _names_kernel(stack):
+        named = _names_kernel(stack)
+        if not named:
             launched_in = self.ops.get(thread)
             launcher = launch_message(other, launched_in.open_at(launch)
                                       if launched_in is not None else ())
@@ -130,6 +141,8 @@ class _OpenAtLaunch:
                 stack = (*stack, launcher)
         if call.name == "cudaGraphLaunch":
             other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
+        if named:  # else the answer depends on the op open too
+            self.named[key] = (stack, other)
         return stack, other
 
 

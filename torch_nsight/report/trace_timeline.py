@@ -51,7 +51,9 @@ class Intervals:
             self.parents.append(open_[-1] if open_ else -1)
             open_.append(index)
 
-    def _innermost(self, t: float) -> int:
+    def index_at(self, t: float) -> int:
+        """The number of the innermost event holding ``t`` (-1 for none): two times with
+        the same number have the same events open."""
         index = bisect.bisect_right(self.starts, t) - 1
         while index >= 0 and self.events[index][1] <= t:
             index = self.parents[index]
@@ -59,12 +61,12 @@ class Intervals:
 
     def innermost_at(self, t: float) -> str | None:
         """The name of the innermost event holding ``t``, or None."""
-        index = self._innermost(t)
+        index = self.index_at(t)
         return self.events[index][2] if index >= 0 else None
 
     def open_at(self, t: float) -> list[str]:
         """Names of the events holding ``t`` (start <= t < end), outermost first."""
-        index = self._innermost(t)
+        index = self.index_at(t)
         chain = []
         while index >= 0:
             chain.append(self.events[index][2])
@@ -121,8 +123,8 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
-              events: TraceEvents, source: str,
-              steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+                   events: TraceEvents, source: str,
+                   steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
     """Step and gap rows of every measured iteration."""
     # what the CPU was doing: its ops and calls, never this library's own ranges
     cpu_events = LazyThreads(events.cpu)
@@ -135,6 +137,7 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
     rows: list[dict[str, Any]] = []
     # the columns read below: a label's rows taken from these alone, not from every column
     narrow = frame[["start_ns", "duration_ns", "range_stack", "launch_thread"]]
+    modules: dict[tuple[str, ...], str | None] = {}  # each distinct stack's module, once
     for cpu_start, cpu_end, message in labels:
         label = naming.parse_measure_range(message) or {}
         variant, shape = label.get("variant") or None, label.get("shape") or None
@@ -162,11 +165,13 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
                             order["range_stack"], order["launch_thread"], strict=True))
         cursor, previous = cpu_start, None
         for start, stop, stack, thread in activity:
+            module = modules[stack] if stack in modules else modules.setdefault(
+                stack, _module_of(stack))
             if start - cursor >= MIN_GAP_NS:
                 rows.append(_gap(source, variant, shape, run, cursor, start, previous,
-                                 _module_of(stack), cpu_events.get(thread)))
+                                 module, cpu_events.get(thread)))
             if stop > cursor:
-                cursor, previous = stop, _module_of(stack)
+                cursor, previous = stop, module
         if end - cursor >= MIN_GAP_NS:
             rows.append(_gap(source, variant, shape, run, cursor, end, previous, None, None))
     table = pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
