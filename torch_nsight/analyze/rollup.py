@@ -69,8 +69,8 @@ def coverage(df: pd.DataFrame) -> float:
 def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
     """Each kernel's module path, cut to ``depth`` (``(unattributed)`` where it has none)."""
     paths = df.reindex(columns=["module_path"])["module_path"].fillna(UNATTRIBUTED).astype(str)
-    if depth is not None:
-        paths = paths.map(lambda p: path_prefix(p, depth))
+    if depth is not None:  # each distinct path cut once
+        paths = paths.map({p: path_prefix(p, depth) for p in paths.unique()})
     return paths
 
 

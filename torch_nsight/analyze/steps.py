@@ -131,7 +131,9 @@ def step_table(kernels: pd.DataFrame, timeline: pd.DataFrame | None, caller: str
     steps = steps.merge(sums, on=STEP_KEYS, how="left")
     gaps = _keyed(timeline[timeline["kind"] == "gap"]).reset_index(drop=True)
     gaps["gap_ns"] = gaps["end_ns"].astype("float64") - gaps["start_ns"].astype("float64")
-    gaps["data"] = gaps["cpu"].map(_is_data_loading).astype(bool)
+    cpus = gaps["cpu"].tolist()
+    loading = {cpu: _is_data_loading(cpu) for cpu in set(cpus)}  # each distinct one once
+    gaps["data"] = pd.Series([loading[cpu] for cpu in cpus], index=gaps.index, dtype=bool)
     data = (gaps[gaps["data"]].groupby(STEP_KEYS, sort=False)["gap_ns"].sum()
             .rename("data_ns").reset_index())
     steps = steps.merge(data, on=STEP_KEYS, how="left")

@@ -165,9 +165,10 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     busy_modules = modules[(modules["launches"] >= MODULE_LAUNCHES)
                            & (modules["median_kernel_ns"] < SMALL_KERNEL_NS)
                            & (modules["module_path"] != UNATTRIBUTED)]
+    waits = gaps.loc[~gaps["data"], "gap_ns"]  # each top-level module's, summed in order
+    under = waits.groupby(gaps.loc[~gaps["data"], "top"], sort=False).indices
     for _, module in busy_modules.iterrows():
-        before = gaps[(gaps["top"] == module["module_path"]) & ~gaps["data"]]
-        idle = before["gap_ns"].sum() / steps
+        idle = waits.iloc[under.get(module["module_path"], [])].sum() / steps
         add("small_kernels", module["module"], "top-level",
             idle * (scale if pd.notna(scale) else 1.0), launches=module["launches"],
             median_kernel_ns=module["median_kernel_ns"], idle_ns=idle)
