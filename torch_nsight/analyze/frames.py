@@ -131,6 +131,20 @@ def _dominant_pairs(work: pd.DataFrame, column: str, weight: str,
     return group_of[keep], np.asarray(uniques, dtype=object)[value_of[keep]]
 
 
+def each_value(values: pd.Series, test: Callable[[Any], bool]) -> np.ndarray:
+    """``test`` of each value of ``values`` as a boolean array, called once per distinct
+    value (``values.map(test).astype(bool)`` without a call per row)."""
+    items = values.tolist()
+    known = {value: bool(test(value)) for value in set(items)}
+    return np.array([known[value] for value in items], dtype=bool)
+
+
+def first_values(frame: pd.DataFrame, column: str) -> list[Any]:
+    """The values of ``column`` in the order they first appear, each once (empty where
+    ``frame`` lacks it): a label or GPU column read without walking every row."""
+    return frame[column].drop_duplicates().tolist() if column in frame else []
+
+
 def with_columns(table: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:
     """``table`` with exactly ``columns``, in that order: one absent is NaN, except
     ``blocks``, 1 where nothing was folded (each row is one block)::

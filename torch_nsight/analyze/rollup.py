@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import blank_to_none, filled, known_sums, runs_per_group
+from torch_nsight.analyze.frames import (
+    blank_to_none,
+    each_value,
+    filled,
+    known_sums,
+    runs_per_group,
+)
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 from torch_nsight.vocabulary import (
     LABELS,
@@ -62,7 +68,7 @@ def coverage(df: pd.DataFrame) -> float:
     total = df["duration_ns"].sum()
     if not total or pd.isna(total):
         return float("nan")
-    inside = df.loc[df["module"].map(in_module_range).astype(bool), "duration_ns"].sum()
+    inside = df.loc[each_value(df["module"], in_module_range), "duration_ns"].sum()
     return float(inside / total)
 
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from torch_nsight.analyze.frames import dominant
+from torch_nsight.analyze.frames import dominant, each_value
 from torch_nsight.analyze.rollup import module_paths
 from torch_nsight.analyze.steps import SMALL_KERNEL_NS
 from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range
@@ -149,7 +149,7 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
     root = activity.assign(_root=module_paths(activity, 0))
-    in_model = root["_root"].map(in_module_range).astype(bool)
+    in_model = each_value(root["_root"], in_module_range)
     model = _most(root[in_model], "_root", "duration_ns")
     if is_launch_bound(shape):
         add("launch_bound", model, "root", gain, idle_pct=idle_pct)
