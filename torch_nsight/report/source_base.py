@@ -172,8 +172,8 @@ def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
     bad = duration <= 0
     if not missing_ok:
         bad |= duration.isna()
-    numbers = frame.select_dtypes("number").astype("float64")
-    huge = (numbers.abs() > LARGEST).any(axis=1)  # inf too
+    numbers = frame.select_dtypes("number").astype("float64").to_numpy()
+    huge = pd.Series((np.abs(numbers) > LARGEST).any(axis=1), index=frame.index)  # inf too
     left = LeftOut(where, "kernels")
     left.add("", "invalid durations (zero, negative or missing)", int(bad.sum()))
     left.add("", "infinite or out-of-range numbers", int((huge & ~bad).sum()))
