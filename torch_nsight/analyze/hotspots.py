@@ -32,7 +32,13 @@ from torch_nsight.analyze.rollup import (
     path_keys,
     whole_counts,
 )
-from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
+from torch_nsight.analyze.spread import (
+    RUNS_COLUMN,
+    SPREAD_COLUMNS,
+    add_runs,
+    group_runs,
+    with_spread,
+)
 from torch_nsight.vocabulary import KERNEL_KEYS, LABELS
 
 HotspotOrder = Literal["headroom", "time"]
@@ -245,7 +251,8 @@ def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Fac
     out["aten_ops"] = (_by_site(out, dominant_values(work.assign(aten_ops=df["aten_ops"]),
                                                      "aten_ops", codes, len(out)))
                        if "aten_ops" in df else None)
-    out = add_runs(out.reset_index(), df, KERNEL_KEYS)
+    out = out.reset_index()
+    out[RUNS_COLUMN] = group_runs(df, codes, len(out))
     out = per_run(out, df, LABELS, ["launches", "duration_ns", "headroom_ns", "roof_time_ns"])
     out = out.drop(columns="runs")
     totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")

@@ -30,7 +30,7 @@ from torch_nsight.analyze.frames import filled, own
 from torch_nsight.vocabulary import LABELS
 
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
-           "with_spread", "add_runs", "sum_runs", "t_quantile", "t_two_sided"]
+           "with_spread", "add_runs", "group_runs", "sum_runs", "t_quantile", "t_two_sided"]
 
 #: A row is ``stable`` when its 95% interval's half-width is at most this percent of its
 #: mean. Chosen from the noise measured on the H200 (docs/noise.md): module times of one
@@ -219,6 +219,15 @@ def add_runs(table: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
     out = own(table)
     out[RUNS_COLUMN] = list(times.reindex(index).to_numpy())
     return out
+
+
+def group_runs(df: pd.DataFrame, groups: np.ndarray, count: int,
+               value: str = "duration_ns") -> list[np.ndarray | None]:
+    """:func:`run_times` of the groups numbered ``groups`` (one number per row of ``df``,
+    ``0 <= g < count``), in group order (None for a group without rows): a table of one
+    row per group takes them as they are, with no alignment of keys (:func:`add_runs`)."""
+    times = run_times(df, ["_group"], value, group_keys=pd.DataFrame({"_group": groups}))
+    return list(times.reindex(range(count)).to_numpy())
 
 
 def sum_runs(values: pd.Series) -> np.ndarray | None:
