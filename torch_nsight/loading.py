@@ -193,7 +193,7 @@ def _analyzed(part: SourceData) -> pd.DataFrame:
     kernels = analysis.analyze(part.kernels, part.replication, calls=calls,
                             settings=part.settings)
     by_path = {s.path: s.metric_set for s in part.sources}
-    kernels["metric_set"] = [by_path.get(s) for s in kernels["source"]]
+    kernels["metric_set"] = [by_path.get(s) for s in kernels["source"].tolist()]
     return worded("kernels", kernels, quiet=True)  # its reasons, where render is imported
 
 

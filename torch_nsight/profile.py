@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 import pandas as pd
 
 from torch_nsight import analyze as analysis
-from torch_nsight.analyze.frames import label_keys, with_columns
+from torch_nsight.analyze.frames import first_values, label_keys, with_columns
 from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import CollectionRecord, ProfileMeta, Source
@@ -106,21 +106,21 @@ class Profile:
         """Shape labels: a sweep's in its order, then any other label of the table (or of
         the timeline, whose steps may have no GPU row)."""
         ordered = [s for sweep in self.meta.sweeps for s in sweep.shapes]
-        column = self.kernels.get("shape", [])
-        steps = self.timeline.get("shape", []) if self.timeline is not None else []
+        column = first_values(self.kernels, "shape")
+        steps = first_values(self.timeline, "shape") if self.timeline is not None else []
         return _unique([*ordered, *column, *steps])
 
     @property
     def variants(self) -> list[str]:
         """Variant labels (none for a single model)."""
         ordered = [v for sweep in self.meta.sweeps for v in sweep.variants if v]
-        column = self.kernels.get("variant", [])
+        column = first_values(self.kernels, "variant")
         return _unique([*ordered, *column])
 
     @property
     def gpus(self) -> list[str]:
         """The GPUs the rows were recorded on."""
-        column = self.kernels.get("gpu", [])
+        column = first_values(self.kernels, "gpu")
         return _unique([*column, *(g for s in self.meta.sources for g in s.gpu)])
 
     @property

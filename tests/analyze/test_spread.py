@@ -219,3 +219,17 @@ def test_ranks_are_averaged_without_a_spread_over_them() -> None:
         assert row["duration_ns"] == pytest.approx(per_rank.mean())
         assert row["runs"] == 1 and np.isnan(row["ci95_ns"]) and row["stable"] is None
     assert "±" not in ddp.describe()
+
+
+def test_the_t_table_is_scipys_to_the_last_digit() -> None:
+    """t_quantile reads a table for a few runs (no scipy import): each entry, and any
+    number of degrees of freedom past it, is scipy's own value."""
+    from scipy import special
+
+    from torch_nsight.analyze.spread import T_975, t_quantile
+
+    dof = np.arange(1, len(T_975) + 8)
+    expected = special.stdtrit(dof, 0.975)
+    assert t_quantile(dof).tolist() == expected.tolist()
+    assert t_quantile(dof[: len(T_975)]).tolist() == list(T_975)
+    assert t_quantile(np.array([2.0, 5.0])).tolist() == special.stdtrit([2.0, 5.0], 0.975).tolist()

@@ -53,17 +53,24 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
     Returns:
         A tuple in the order of :data:`ATTRIBUTION_COLUMNS`.
     """
+    return _attributed(_stack_facts(stack), _start_end_facts(start_end), other)
+
+
+#: What a push/pop range stack says (:func:`_stack_facts`): the innermost sweep labels,
+#: (module, direction, path, depth) of its innermost module, its op and op direction, and
+#: the messages that are context.
+StackFacts = tuple[dict[str, str] | None, tuple[str, str | None, str, int] | None, str | None,
+                   str | None, tuple[str, ...]]
+
+
+def _stack_facts(stack: Sequence[str]) -> StackFacts:
+    """The facts of a range stack alone: a table's launches share a few thousand stacks,
+    each worked out once (:func:`attribute`)."""
     measure: dict[str, str] | None = None
     modules: list[naming.RangeKind] = []
     op = None
     op_direction: str | None = None
     context: list[str] = []
-    for message in start_end:
-        parsed = _measure(message)
-        if parsed is None:
-            context.append(message)
-        elif parsed:
-            measure = parsed
     for message in stack:
         parsed = _measure(message)
         if parsed is not None:
@@ -79,24 +86,45 @@ def attribute_ranges(stack: Sequence[str], start_end: Sequence[str],
             context.append(message)
         else:
             modules.append(kind)
-    context.extend(other)
+    placed = ((modules[-1].name, modules[-1].direction, join_path(m.name for m in modules),
+               len(modules) - 1) if modules else None)
+    return measure, placed, op, op_direction, tuple(context)
+
+
+def _start_end_facts(start_end: Sequence[str]) -> tuple[dict[str, str] | None, tuple[str, ...]]:
+    """The sweep labels of the start/end ranges (the innermost given) and their context."""
+    measure: dict[str, str] | None = None
+    context: list[str] = []
+    for message in start_end:
+        parsed = _measure(message)
+        if parsed is None:
+            context.append(message)
+        elif parsed:
+            measure = parsed
+    return measure, tuple(context)
+
+
+def _attributed(stack: StackFacts, start_end: tuple[dict[str, str] | None, tuple[str, ...]],
+                other: Sequence[str]) -> tuple[Any, ...]:
+    """:func:`attribute_ranges` from the facts of the stack and of the start/end ranges: a
+    label of the stack wins over theirs; context is theirs, the stack's, then ``other``."""
+    labels, placed, op, op_direction, stack_context = stack
+    outer, context = start_end
     if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
     direction: str | None
-    if modules:
-        module, direction = modules[-1].name, modules[-1].direction
-        path = join_path(m.name for m in modules)
-        depth = len(modules) - 1
+    if placed is not None:
+        module, direction, path, depth = placed
     elif op is not None:  # outside every module: the row of the call that launched it
         module = path = outside_module(op)
         direction, depth = op_direction, 0
     else:
         module, direction, path, depth = UNATTRIBUTED, None, UNATTRIBUTED, 0
-    measure = measure or {}
+    measure = labels or outer or {}
     run = measure.get("run", "")
     return (measure.get("variant") or None, measure.get("shape") or None,
             int(run) if run.lstrip("-").isdigit() else None, module, path, depth, direction,
-            op, CONTEXT_SEP.join(context) or None)
+            op, CONTEXT_SEP.join([*context, *stack_context, *other]) or None)
 
 
 @needs("range_stack")
@@ -118,13 +146,19 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
                for c in ("range_stack", "range_start_end", "range_other")]
     memo: dict[tuple[tuple[str, ...], ...], tuple[Any, ...]] = {}
+    stacks: dict[tuple[str, ...], StackFacts] = {}  # each distinct stack worked out once
+    outer: dict[tuple[str, ...], tuple[dict[str, str] | None, tuple[str, ...]]] = {}
     rows = []
     for stack, start_end, other in zip(*columns, strict=True):
         key = (tuple(stack if stack is not None else ()),
                tuple(start_end if start_end is not None else ()),
                tuple(other if other is not None else ()))
         if key not in memo:
-            memo[key] = attribute_ranges(*key)
+            if key[0] not in stacks:
+                stacks[key[0]] = _stack_facts(key[0])
+            if key[1] not in outer:
+                outer[key[1]] = _start_end_facts(key[1])
+            memo[key] = _attributed(stacks[key[0]], outer[key[1]], key[2])
         rows.append(memo[key])
     values = list(zip(*rows, strict=True)) if rows else [()] * len(ATTRIBUTION_COLUMNS)
     for column, column_values in zip(ATTRIBUTION_COLUMNS, values, strict=True):

@@ -204,8 +204,9 @@ def with_structure(rows: pd.DataFrame, kernels: pd.DataFrame,
         A copy of ``rows`` with the column added.
     """
     keys = [*LABELS, "direction"]
-    table = kernels.reindex(columns=[*keys, "module_path", *_KERNEL_SHAPE])
-    # each distinct kernel once (the runs repeat them), walked as lists: quicker than Series
+    # each distinct kernel once (the runs repeat them; dropped before they are made text,
+    # then again after), walked as lists: quicker than Series
+    table = kernels.reindex(columns=[*keys, "module_path", *_KERNEL_SHAPE]).drop_duplicates()
     distinct = pd.DataFrame({c: filled(table[c]).astype(str)
                              for c in [*keys, "module_path", *_KERNEL_SHAPE]}).drop_duplicates()
     structures = _Structures()

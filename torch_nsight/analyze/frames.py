@@ -98,6 +98,29 @@ def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
     """
     if groups is None:
         groups = work.groupby(list(keys), sort=False, dropna=False).ngroup().to_numpy()
+    group_of, value_of = _dominant_pairs(work, column, weight, groups)
+    _, first_row = np.unique(groups, return_index=True)  # where each group first appears
+    index = np.searchsorted(np.unique(groups), group_of)
+    out = work[list(keys)].iloc[first_row[index]].reset_index(drop=True)
+    out["_value"] = value_of
+    return out.set_index(list(keys))["_value"]
+
+
+def dominant_values(work: pd.DataFrame, column: str, groups: np.ndarray, count: int,
+                    weight: str = "duration_ns") -> np.ndarray:
+    """:func:`dominant` as an array in group order: the value of group ``g`` (its number in
+    ``groups``, ``0 <= g < count``) at ``g``, NaN for a group with no row in ``work``. A
+    table of one row per group in ``ngroup`` order takes it as it is, with no alignment
+    of keys."""
+    group_of, value_of = _dominant_pairs(work, column, weight, groups)
+    out = np.full(count, np.nan, dtype=object)
+    out[group_of] = value_of
+    return out
+
+
+def _dominant_pairs(work: pd.DataFrame, column: str, weight: str,
+                    groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group numbers, their dominant values) for :func:`dominant`, largest sum first."""
     values, uniques = pd.factorize(filled(work[column]).to_numpy())
     pairs = groups.astype("int64") * max(len(uniques), 1) + values  # (group, value), as one
     sums = pd.Series(work[weight].to_numpy()).groupby(pairs, sort=False).sum()
@@ -105,11 +128,21 @@ def dominant(work: pd.DataFrame, keys: Sequence[str], column: str,
     pair = top.index.to_numpy()
     group_of, value_of = np.divmod(pair, max(len(uniques), 1))
     keep = ~pd.Series(group_of).duplicated().to_numpy()  # each group's first, the largest
-    _, first_row = np.unique(groups, return_index=True)  # where each group first appears
-    index = np.searchsorted(np.unique(groups), group_of[keep])
-    out = work[list(keys)].iloc[first_row[index]].reset_index(drop=True)
-    out["_value"] = np.asarray(uniques, dtype=object)[value_of[keep]]
-    return out.set_index(list(keys))["_value"]
+    return group_of[keep], np.asarray(uniques, dtype=object)[value_of[keep]]
+
+
+def each_value(values: pd.Series, test: Callable[[Any], bool]) -> np.ndarray:
+    """``test`` of each value of ``values`` as a boolean array, called once per distinct
+    value (``values.map(test).astype(bool)`` without a call per row)."""
+    items = values.tolist()
+    known = {value: bool(test(value)) for value in set(items)}
+    return np.array([known[value] for value in items], dtype=bool)
+
+
+def first_values(frame: pd.DataFrame, column: str) -> list[Any]:
+    """The values of ``column`` in the order they first appear, each once (empty where
+    ``frame`` lacks it): a label or GPU column read without walking every row."""
+    return frame[column].drop_duplicates().tolist() if column in frame else []
 
 
 def with_columns(table: pd.DataFrame, columns: Iterable[str]) -> pd.DataFrame:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -12,7 +13,14 @@ import pandas as pd
 from torch_nsight.analyze.classify import LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
-from torch_nsight.analyze.frames import blank_to_none, dominant, filled, keyed, known_sums, per_run
+from torch_nsight.analyze.frames import (
+    blank_to_none,
+    dominant_values,
+    filled,
+    keyed,
+    known_sums,
+    per_run,
+)
 from torch_nsight.analyze.limiter import (
     LIMITER_CODES,
     REASON_INPUTS,
@@ -24,7 +32,13 @@ from torch_nsight.analyze.rollup import (
     path_keys,
     whole_counts,
 )
-from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, add_runs, with_spread
+from torch_nsight.analyze.spread import (
+    RUNS_COLUMN,
+    SPREAD_COLUMNS,
+    add_runs,
+    group_runs,
+    with_spread,
+)
 from torch_nsight.vocabulary import KERNEL_KEYS, LABELS
 
 HotspotOrder = Literal["headroom", "time"]
@@ -112,13 +126,32 @@ def next_step_code(bound: object, small_grid: bool, precision: object, side: obj
     return NO_COUNTERS
 
 
-def _reason_facts(df: pd.DataFrame, work: pd.DataFrame, keys: list[str],
+class _Facts:
+    """The launches of a kernel table that carry a site's reason (those with the site's
+    bound), with their site's number: the facts of chosen sites are computed when asked
+    (:meth:`of`), so a ranking computes them only for the rows it keeps."""
+
+    def __init__(self, df: pd.DataFrame, work: pd.DataFrame, codes: np.ndarray,
+                 agrees: np.ndarray) -> None:
+        self._df, self._work, self._codes, self._agrees = df, work, codes, agrees
+
+    def of(self, sites: Sequence[int]) -> pd.Series:
+        """The ``reason_facts`` of the sites numbered ``sites`` (:func:`_reason_facts`),
+        one per number, NaN for a site no launch agrees with."""
+        wanted = np.asarray(sites, dtype=np.int64)
+        rows = self._agrees & np.isin(self._codes, wanted)
+        facts = _reason_facts(self._df, self._work, self._codes, rows)
+        return pd.Series(facts.reindex(wanted).to_numpy(), dtype=object)
+
+
+def _reason_facts(df: pd.DataFrame, work: pd.DataFrame, codes: np.ndarray,
                   agrees: np.ndarray) -> pd.Series:
-    """Per site, each distinct set of the reason's codes and numbers among the launches with
-    the site's bound, with the time (ns) it holds: ``(columns, ((time, values), ...))``, in
-    the order first seen, missing values None (a row not latency-bound keeps classify's
-    columns alone). Render words each and shows the words that hold the most time. A table
-    saved before the codes keeps its words (column ``said``) instead::
+    """Per site number (``codes`` of the rows, among those ``agrees`` selects), each
+    distinct set of the reason's codes and numbers among the launches with the site's
+    bound, with the time (ns) it holds: ``(columns, ((time, values), ...))``, in the order
+    first seen, missing values None (a row not latency-bound keeps classify's columns
+    alone). Render words each and shows the words that hold the most time. A table saved
+    before the codes keeps its words (column ``said``) instead::
 
         module  kernel   ...          module  kernel  reason_facts
         attn    gemm_a           ->   attn    gemm_a  (("reason_code", "bound", ...),
@@ -131,12 +164,12 @@ def _reason_facts(df: pd.DataFrame, work: pd.DataFrame, keys: list[str],
     latency = (df["bound"].to_numpy()[rows] == "latency").tolist() if "bound" in df \
         else [False] * len(rows)
     verdict = [c in VERDICT_INPUTS or c == "reason" for c in columns]
-    sites = zip(*(work[k].to_numpy()[rows].tolist() for k in keys), strict=True)
     values = zip(*(df[c].to_numpy()[rows].tolist() for c in columns), strict=True) \
         if columns else iter([()] * len(rows))
     weights = pd.to_numeric(work["duration_ns"], errors="coerce").fillna(0.0).to_numpy()[rows]
-    held: dict[tuple, dict[tuple, float]] = {}
-    for site, value, weight, slow in zip(sites, values, weights.tolist(), latency, strict=True):
+    held: dict[int, dict[tuple, float]] = {}
+    for site, value, weight, slow in zip(codes[rows].tolist(), values, weights.tolist(),
+                                         latency, strict=True):
         fact = tuple(None if v is None or (isinstance(v, float) and v != v)
                      or not (slow or kept) else v for v, kept in zip(value, verdict, strict=True))
         facts = held.setdefault(site, {})
@@ -171,31 +204,55 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
         time-weighted; ``fused_modules`` names the modules a kernel fused across modules
         computed for (compiled code; None otherwise).
     """
+    out, facts = _kernel_sites(df, keep_runs)
+    return _with_facts(out, facts)
+
+
+def _with_facts(table: pd.DataFrame, facts: _Facts) -> pd.DataFrame:
+    """``table`` with each row's site number (column ``reason_facts``, as
+    :func:`_kernel_sites` leaves it) replaced by the site's facts."""
+    return table.assign(reason_facts=facts.of(table["reason_facts"].tolist()).to_numpy())
+
+
+def _by_site(out: pd.DataFrame, values: np.ndarray) -> pd.Series:
+    """``values`` (one per site, in site order) as a column of ``out``, blanks None."""
+    return blank_to_none(pd.Series(values, index=out.index, dtype=object))
+
+
+def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Facts]:
+    """:func:`kernel_hotspots` with each site's number in ``reason_facts`` in place of its
+    facts, and what computes them (:meth:`_Facts.of`): a ranking computes the facts of the
+    rows it keeps alone."""
     keys = list(KERNEL_KEYS)
     work = keyed(df, keys, ["duration_ns", "headroom_ns", "roof_time_ns", "precision", "bound",
                             "basis", "roofline_side", "limiter", "sol_bottleneck",
                             "sm_pct", "mem_pct", "waves"])
-    work["small_grid"] = [small_grid_title(row) for row in work[
-        ["bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
+    # only a launch classified on Nsight Compute's rule or SOL percentages may be one
+    judged = work["basis"].isin(["ncu_rule", "sol_pct", "sol_estimate"]).to_numpy()
+    small_grid = np.zeros(len(work), dtype=bool)
+    small_grid[judged] = [small_grid_title(row) for row in work.loc[judged, [
+        "bound", "basis", "sol_bottleneck", "sm_pct", "mem_pct", "waves"]].to_dict("records")]
+    work["small_grid"] = small_grid
     groups = work.groupby(keys, sort=False)
     codes = groups.ngroup().to_numpy()  # each row's site, grouped once for every column
     out = groups.agg(launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"))
     out[["headroom_ns", "roof_time_ns"]] = known_sums(groups, ["headroom_ns", "roof_time_ns"])
+    # row g of ``out`` is site g: the dominant values come in that order
     for column in ("precision", "bound", "roofline_side"):
-        out[column] = blank_to_none(dominant(work, keys, column, groups=codes))
+        out[column] = _by_site(out, dominant_values(work, column, codes, len(out)))
     # the evidence shown is that of the launches with the site's bound: launches whose
     # reasons differ by a percent must not outvote the bound with one repeated reason
-    agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).reindex(
-        pd.MultiIndex.from_frame(work[keys])).to_numpy()
+    agrees = filled(work["bound"]).to_numpy() == filled(out["bound"]).to_numpy()[codes]
     for column in ("basis", "limiter", "small_grid"):
-        out[column] = blank_to_none(dominant(work[agrees], keys, column,
-                                             groups=codes[agrees]))
-    out["reason_facts"] = _reason_facts(df, work, keys, agrees).reindex(out.index)
+        out[column] = _by_site(out, dominant_values(
+            work.loc[agrees, [column, "duration_ns"]], column, codes[agrees], len(out)))
+    out["reason_facts"] = np.arange(len(out))  # the site's number, until its facts
     out["fused_modules"] = _first_fused(df, work, keys)
-    out["aten_ops"] = (blank_to_none(dominant(work.assign(aten_ops=df["aten_ops"]), keys,
-                                              "aten_ops", groups=codes))
+    out["aten_ops"] = (_by_site(out, dominant_values(work.assign(aten_ops=df["aten_ops"]),
+                                                     "aten_ops", codes, len(out)))
                        if "aten_ops" in df else None)
-    out = add_runs(out.reset_index(), df, KERNEL_KEYS)
+    out = out.reset_index()
+    out[RUNS_COLUMN] = group_runs(df, codes, len(out))
     out = per_run(out, df, LABELS, ["launches", "duration_ns", "headroom_ns", "roof_time_ns"])
     out = out.drop(columns="runs")
     totals = out.groupby(list(LABELS))["duration_ns"].transform("sum")
@@ -207,7 +264,8 @@ def kernel_hotspots(df: pd.DataFrame, keep_runs: bool = False) -> pd.DataFrame:
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     out = whole_counts(with_spread(out, keep_runs=keep_runs), ("launches",))
-    return out.loc[:, [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)]
+    columns = [*HOTSPOT_COLUMNS, RUNS_COLUMN] if keep_runs else list(HOTSPOT_COLUMNS)
+    return out.loc[:, columns], _Facts(df, work, codes, agrees)
 
 
 def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
@@ -239,8 +297,9 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         raise ValueError(f"order must be 'headroom' or 'time', got {order!r}")
     if level not in ("kernel", "module"):
         raise ValueError(f"level must be 'kernel' or 'module', got {level!r}")
+    facts = None  # the kernel sites' reasons, computed for the rows kept
     if level == "kernel":
-        table = kernel_hotspots(df, keep_runs=True)
+        table, facts = _kernel_sites(df, keep_runs=True)
         if fold:  # blocks that launched the same kernels, the same way
             table = fold_rows(with_structure(table, df),
                               keys=[*LABELS, "direction", "op", "kernel", STRUCTURE_COLUMN],
@@ -261,4 +320,5 @@ def hotspots(df: pd.DataFrame, n: int = 10, order: HotspotOrder = "headroom",
         key = "exclusive_headroom_ns" if order == "headroom" else "exclusive_ns"
     time = "duration_ns" if level == "kernel" else "exclusive_ns"
     table = table.sort_values([key, time], ascending=False, na_position="last", kind="stable")
-    return table.head(n).reset_index(drop=True)
+    table = table.head(n).reset_index(drop=True)
+    return table if facts is None else _with_facts(table, facts)

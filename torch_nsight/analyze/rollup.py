@@ -13,7 +13,13 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import needs
-from torch_nsight.analyze.frames import blank_to_none, filled, known_sums, runs_per_group
+from torch_nsight.analyze.frames import (
+    blank_to_none,
+    each_value,
+    filled,
+    known_sums,
+    runs_per_group,
+)
 from torch_nsight.analyze.spread import RUNS_COLUMN, SPREAD_COLUMNS, run_times, with_spread
 from torch_nsight.vocabulary import (
     LABELS,
@@ -62,15 +68,15 @@ def coverage(df: pd.DataFrame) -> float:
     total = df["duration_ns"].sum()
     if not total or pd.isna(total):
         return float("nan")
-    inside = df.loc[df["module"].map(in_module_range).astype(bool), "duration_ns"].sum()
+    inside = df.loc[each_value(df["module"], in_module_range), "duration_ns"].sum()
     return float(inside / total)
 
 
 def module_paths(df: pd.DataFrame, depth: int | None = None) -> pd.Series:
     """Each kernel's module path, cut to ``depth`` (``(unattributed)`` where it has none)."""
     paths = df.reindex(columns=["module_path"])["module_path"].fillna(UNATTRIBUTED).astype(str)
-    if depth is not None:
-        paths = paths.map(lambda p: path_prefix(p, depth))
+    if depth is not None:  # each distinct path cut once
+        paths = paths.map({p: path_prefix(p, depth) for p in paths.unique()})
     return paths
 
 

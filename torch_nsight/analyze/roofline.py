@@ -77,8 +77,8 @@ def add_flops(df: pd.DataFrame) -> pd.DataFrame:
     # Without every family, zero FLOPs may hide uncounted work: the precision is unknown.
     precision = [
         None if pd.isna(total) else name if total > 0 else "none" if complete else None
-        for total, name, complete in zip(out["flops"], dominant, out["flops_complete"],
-                                         strict=True)]
+        for total, name, complete in zip(out["flops"].tolist(), dominant.tolist(),
+                                         out["flops_complete"].tolist(), strict=True)]
     out["precision"] = pd.Series(precision, index=out.index, dtype=object)
     return out
 

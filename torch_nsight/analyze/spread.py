@@ -30,7 +30,7 @@ from torch_nsight.analyze.frames import filled, own
 from torch_nsight.vocabulary import LABELS
 
 __all__ = ["STABLE_CI_PCT", "SPREAD_COLUMNS", "RUNS_COLUMN", "run_times", "spread",
-           "with_spread", "add_runs", "sum_runs", "t_quantile", "t_two_sided"]
+           "with_spread", "add_runs", "group_runs", "sum_runs", "t_quantile", "t_two_sided"]
 
 #: A row is ``stable`` when its 95% interval's half-width is at most this percent of its
 #: mean. Chosen from the noise measured on the H200 (docs/noise.md): module times of one
@@ -119,8 +119,24 @@ def _ranks_per_label(df: pd.DataFrame, labels: pd.DataFrame) -> pd.Series:
     return ranks.groupby([labels[c] for c in _LABELS], sort=False).transform("nunique")
 
 
+#: The 97.5th percentile of Student's t for 1 to 32 degrees of freedom, to the last digit
+#: of ``scipy.special.stdtrit(dof, 0.975)`` (tests/analyze/test_spread.py checks each): a
+#: table of a few runs needs no scipy, whose import costs a fifth of a second.
+T_975 = (12.706204736174694, 4.302652729749462, 3.1824463052837078, 2.7764451051977934,
+         2.5705818356363146, 2.4469118511449786, 2.364624251592784, 2.306004135204166,
+         2.262157162798205, 2.228138851986274, 2.200985160091639, 2.1788128296672284,
+         2.1603686564627913, 2.144786687917804, 2.131449545559776, 2.1199052992212546,
+         2.1098155778333156, 2.1009220402410382, 2.0930240544083087, 2.085963447265864,
+         2.0796138447276795, 2.0738730679040254, 2.0686576104190486, 2.0638985616280245,
+         2.0595385527532972, 2.0555294386428735, 2.0518305164802846, 2.0484071417952454,
+         2.045229642132703, 2.0422724563012378, 2.039513446396408, 2.0369333434601016)
+
+
 def t_quantile(dof: np.ndarray) -> np.ndarray:
     """The 97.5th percentile of Student's t for each number of degrees of freedom (>= 1)."""
+    dof = np.asarray(dof)
+    if dof.dtype.kind in "iu" and dof.size and dof.min() >= 1 and dof.max() <= len(T_975):
+        return np.asarray(T_975, dtype="float64")[dof - 1]
     from scipy import special  # (scipy.stats would cost three times the import)
 
     return special.stdtrit(dof, 0.975)
@@ -203,6 +219,15 @@ def add_runs(table: pd.DataFrame, df: pd.DataFrame, keys: Sequence[str],
     out = own(table)
     out[RUNS_COLUMN] = list(times.reindex(index).to_numpy())
     return out
+
+
+def group_runs(df: pd.DataFrame, groups: np.ndarray, count: int,
+               value: str = "duration_ns") -> list[np.ndarray | None]:
+    """:func:`run_times` of the groups numbered ``groups`` (one number per row of ``df``,
+    ``0 <= g < count``), in group order (None for a group without rows): a table of one
+    row per group takes them as they are, with no alignment of keys (:func:`add_runs`)."""
+    times = run_times(df, ["_group"], value, group_keys=pd.DataFrame({"_group": groups}))
+    return list(times.reindex(range(count)).to_numpy())
 
 
 def sum_runs(values: pd.Series) -> np.ndarray | None:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.columns import check_columns, needs
-from torch_nsight.analyze.frames import blank_to_none, filled, keyed, runs_per_group
+from torch_nsight.analyze.frames import blank_to_none, each_value, filled, keyed, runs_per_group
 from torch_nsight.analyze.rollup import module_paths
 from torch_nsight.analyze.spread import spread
 from torch_nsight.vocabulary import LABELS, path_leaf
@@ -131,7 +131,7 @@ def step_table(kernels: pd.DataFrame, timeline: pd.DataFrame | None, caller: str
     steps = steps.merge(sums, on=STEP_KEYS, how="left")
     gaps = _keyed(timeline[timeline["kind"] == "gap"]).reset_index(drop=True)
     gaps["gap_ns"] = gaps["end_ns"].astype("float64") - gaps["start_ns"].astype("float64")
-    gaps["data"] = gaps["cpu"].map(_is_data_loading).astype(bool)
+    gaps["data"] = each_value(gaps["cpu"], _is_data_loading)
     data = (gaps[gaps["data"]].groupby(STEP_KEYS, sort=False)["gap_ns"].sum()
             .rename("data_ns").reset_index())
     steps = steps.merge(data, on=STEP_KEYS, how="left")

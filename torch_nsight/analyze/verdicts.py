@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from torch_nsight.analyze.frames import dominant
+from torch_nsight.analyze.frames import dominant, each_value
 from torch_nsight.analyze.rollup import module_paths
 from torch_nsight.analyze.steps import SMALL_KERNEL_NS
 from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range
@@ -149,7 +149,7 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
     root = activity.assign(_root=module_paths(activity, 0))
-    in_model = root["_root"].map(in_module_range).astype(bool)
+    in_model = each_value(root["_root"], in_module_range)
     model = _most(root[in_model], "_root", "duration_ns")
     if is_launch_bound(shape):
         add("launch_bound", model, "root", gain, idle_pct=idle_pct)
@@ -165,9 +165,10 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     busy_modules = modules[(modules["launches"] >= MODULE_LAUNCHES)
                            & (modules["median_kernel_ns"] < SMALL_KERNEL_NS)
                            & (modules["module_path"] != UNATTRIBUTED)]
+    waits = gaps.loc[~gaps["data"], "gap_ns"]  # each top-level module's, summed in order
+    under = waits.groupby(gaps.loc[~gaps["data"], "top"], sort=False).indices
     for _, module in busy_modules.iterrows():
-        before = gaps[(gaps["top"] == module["module_path"]) & ~gaps["data"]]
-        idle = before["gap_ns"].sum() / steps
+        idle = waits.iloc[under.get(module["module_path"], [])].sum() / steps
         add("small_kernels", module["module"], "top-level",
             idle * (scale if pd.notna(scale) else 1.0), launches=module["launches"],
             median_kernel_ns=module["median_kernel_ns"], idle_ns=idle)

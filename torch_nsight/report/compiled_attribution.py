@@ -150,7 +150,10 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
     """
     if frame.empty or "range_stack" not in frame:
         return frame
-    at = frame["range_stack"].map(lambda s: _compiled_at(s or ()))
+    found: dict[tuple[str, ...], int | None] = {}  # launches share stacks: each seen once
+    opened = [tuple(s or ()) for s in frame["range_stack"].tolist()]
+    at = pd.Series([found[s] if s in found else found.setdefault(s, _compiled_at(s))
+                    for s in opened], index=frame.index, dtype=object)
     inside = at.notna()
     if not inside.any():
         return frame

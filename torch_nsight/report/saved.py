@@ -211,7 +211,7 @@ def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
     records = loads_json(stored, where, "timeline table")
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ReportError(f"{where}: expected a list of timeline rows; {DAMAGED}")
-    from torch_nsight.report.trace import TIMELINE_TEXT, tidy_text
+    from torch_nsight.report.trace_timeline import TIMELINE_TEXT, tidy_text
 
     def valid(row: dict[str, Any]) -> bool:
         return all(v is None or (number(v) if k != "run" else whole(v)) is not None

@@ -58,7 +58,7 @@ class SourceData:
         sweeps: the sweeps that made it.
         settings: PyTorch settings of the profiled process, where known.
         timeline: step windows and idle gaps of a PyTorch profiler trace
-            (:data:`~torch_nsight.report.trace.TIMELINE_COLUMNS`), or None.
+            (:data:`~torch_nsight.report.trace_timeline.TIMELINE_COLUMNS`), or None.
     """
 
     kernels: pd.DataFrame
@@ -172,8 +172,8 @@ def check_times(frame: pd.DataFrame, where: str, *, missing_ok: bool = False
     bad = duration <= 0
     if not missing_ok:
         bad |= duration.isna()
-    numbers = frame.select_dtypes("number").astype("float64")
-    huge = (numbers.abs() > LARGEST).any(axis=1)  # inf too
+    numbers = frame.select_dtypes("number").astype("float64").to_numpy()
+    huge = pd.Series((np.abs(numbers) > LARGEST).any(axis=1), index=frame.index)  # inf too
     left = LeftOut(where, "kernels")
     left.add("", "invalid durations (zero, negative or missing)", int(bad.sum()))
     left.add("", "infinite or out-of-range numbers", int((huge & ~bad).sum()))

@@ -11,10 +11,8 @@ iterations are the annotations named by
 :func:`~torch_nsight.naming.format_measure_range`; an activity belongs to the one whose CPU
 span holds its launch, whatever the thread.
 
-The timeline table has one ``step`` row per measured iteration (its window runs from the
-iteration's CPU start to the end of its last GPU activity) and one ``gap`` row per idle
-interval of at least :data:`MIN_GAP_NS` inside a window, with what the launching thread was
-doing then.
+The timeline table (:mod:`torch_nsight.report.trace_timeline`) has one ``step`` row per
+measured iteration and one ``gap`` row per idle interval inside it.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import bisect
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight import naming
-from torch_nsight.checks import number
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
 from torch_nsight.report.kernel_table import RAW_COLUMNS
 from torch_nsight.report.launch_ops import launch_message
@@ -45,23 +42,20 @@ from torch_nsight.report.trace_events import (
     is_compiled_map,
     read_trace,
 )
-from torch_nsight.vocabulary import outside_module
+from torch_nsight.report.trace_timeline import (
+    Intervals,
+    LazyThreads,
+    timeline_table,
+)
 
 logger = logging.getLogger(__name__)
 
-#: Idle intervals shorter than this are not gaps (a launch's own latency is ~2-5 µs).
-MIN_GAP_NS = 1000.0
 #: Columns a trace adds to the raw table.
 TRACE_COLUMNS = ("kind", "start_ns", "stream", "device", "launch_ns", "launch_thread",
                  "bytes", "copy_kind", "pinned")
-TIMELINE_COLUMNS = ("source", "variant", "shape", "run", "kind", "start_ns", "end_ns",
-                    "cpu_ns", "busy_ns", "launches", "sync_ns", "bare_ns", "ranged_ns",
-                    "bare_spread_pct", "cpu", "prev_module", "next_module")
-_ENQUEUE = ("Launch", "Memcpy", "Memset")
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
 #: CUTLASS's generic kernels, which Nsight Compute names by their operator type.
 _WRAPPERS = frozenset({"Kernel", "Kernel2"})
-_SYNC = ("Synchronize",)
 
 
 def function_name(kernel: str, *, for_filter: bool = False) -> str:
@@ -108,75 +102,8 @@ def _copy_facts(name: str) -> tuple[str | None, bool | None]:
     return kind, None
 
 
-class _Intervals:
-    """The CPU events of one thread, for "what was open at time t" queries.
-
-    Events of one thread nest; each keeps its parent (the innermost event holding its
-    start), so a query walks up from the last event started before ``t``: O(depth).
-    """
-
-    def __init__(self, events: Sequence[tuple[float, float, str]]) -> None:
-        # by start, the longer first where two start together (two stable sorts: quicker
-        # than one on a (start, -end) key)
-        self.events = sorted(sorted(events, key=itemgetter(1), reverse=True),
-                             key=itemgetter(0))
-        self.starts = [e[0] for e in self.events]
-        self.parents: list[int] = []
-        open_: list[int] = []
-        for index, (start, _, _) in enumerate(self.events):
-            while open_ and self.events[open_[-1]][1] <= start:
-                open_.pop()
-            self.parents.append(open_[-1] if open_ else -1)
-            open_.append(index)
-
-    def _innermost(self, t: float) -> int:
-        index = bisect.bisect_right(self.starts, t) - 1
-        while index >= 0 and self.events[index][1] <= t:
-            index = self.parents[index]
-        return index
-
-    def innermost_at(self, t: float) -> str | None:
-        """The name of the innermost event holding ``t``, or None."""
-        index = self._innermost(t)
-        return self.events[index][2] if index >= 0 else None
-
-    def open_at(self, t: float) -> list[str]:
-        """Names of the events holding ``t`` (start <= t < end), outermost first."""
-        index = self._innermost(t)
-        chain = []
-        while index >= 0:
-            chain.append(self.events[index][2])
-            index = self.parents[index]
-        return chain[::-1]
-
-
-def _spread_pct(measured: Mapping[str, Any]) -> float | None:
-    """How far apart the steps timed without the profiler were: (max - min) over their
-    median, in percent; None where the manifest does not say."""
-    try:
-        low, high, median = (float(measured[k]) for k in ("bare_min_ns", "bare_max_ns",
-                                                           "bare_ns"))
-    except (KeyError, TypeError, ValueError):
-        return None
-    # a manifest's damaged numbers give no spread, never inf or a negative one
-    return number(100.0 * (high - low) / median) if median > 0 else None
-
-
-class _LazyThreads:
-    """:class:`_Intervals` of each thread, built when first asked for."""
-
-    def __init__(self, spans: Mapping[Any, list[Span]]) -> None:
-        self.spans = spans
-        self.built: dict[Any, _Intervals] = {}
-
-    def get(self, tid: Any) -> _Intervals | None:
-        if tid not in self.built and tid in self.spans:
-            self.built[tid] = _Intervals(self.spans[tid])
-        return self.built.get(tid)
-
-
-def _by_thread(spans: Mapping[Any, list[Span]]) -> dict[Any, _Intervals]:
-    return {tid: _Intervals(items) for tid, items in spans.items()}
+def _by_thread(spans: Mapping[Any, list[Span]]) -> dict[Any, Intervals]:
+    return {tid: Intervals(items) for tid, items in spans.items()}
 
 
 class _OpenAtLaunch:
@@ -187,15 +114,26 @@ class _OpenAtLaunch:
     def __init__(self, ranges: Mapping[Any, list[Span]], annotations: Mapping[Any, list[Span]],
                  ops: Mapping[Any, list[Span]]) -> None:
         self.stacks, self.others = _by_thread(ranges), _by_thread(annotations)
-        self.ops = _LazyThreads(ops)  # asked only for activities outside every range
+        self.ops = LazyThreads(ops)  # asked only for activities outside every range
+        # the answer for what was open (thread, range, annotation, graph replay), where the
+        # ranges name what launched: thousands of launches share one, and its tuples
+        self.named: dict[tuple[Any, int, int, bool],
+                         tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     def at(self, call: Call) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(range stack, other annotations) of an activity launched by ``call``."""
+        stacks, others = self.stacks.get(call.tid), self.others.get(call.tid)
+        key = (call.tid, -1 if stacks is None else stacks.index_at(call.start),
+               -1 if others is None else others.index_at(call.start),
+               call.name == "cudaGraphLaunch")
+        if key in self.named:
+            return self.named[key]
         thread, launch, cut = call.tid, call.start, len(naming.RECORD_PREFIX)
         stack = (tuple(m[cut:] for m in self.stacks[thread].open_at(launch))
                  if thread in self.stacks else ())
         other = tuple(self.others[thread].open_at(launch)) if thread in self.others else ()
-        if not _names_kernel(stack):
+        named = _names_kernel(stack)
+        if not named:
             launched_in = self.ops.get(thread)
             launcher = launch_message(other, launched_in.open_at(launch)
                                       if launched_in is not None else ())
@@ -203,6 +141,8 @@ class _OpenAtLaunch:
                 stack = (*stack, launcher)
         if call.name == "cudaGraphLaunch":
             other = (*other, GRAPH_REPLAY)  # said in the context, never silently outside
+        if named:  # else the answer depends on the op open too
+            self.named[key] = (stack, other)
         return stack, other
 
 
@@ -232,7 +172,8 @@ def parse_trace(events: TraceEvents, source: str,
     Returns:
         (kernels, timeline, gpu name): the raw table (:data:`RAW_COLUMNS` and
         :data:`TRACE_COLUMNS`, one row per GPU activity, in start order) and the timeline
-        table (:data:`TIMELINE_COLUMNS`); times in ns from the trace's first event.
+        table (:data:`~torch_nsight.report.trace_timeline.TIMELINE_COLUMNS`); times in ns
+        from the trace's first event.
     """
     with collector_paused():  # the events and the rows hold no cycles
         return _parse(events, source, steps or {}, measured_only)
@@ -293,7 +234,7 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
             activity.bytes if activity.bytes is not None else float("nan"), copy_kind,
             pinned, activity.registers))
     frame = resolve_compiled(_kernel_frame(rows), maps)
-    timeline = _timeline(frame, labels, events, source, steps)
+    timeline = timeline_table(frame, labels, events, source, steps)
     origin = events.origin  # times from the trace's start
     for column in ("start_ns", "launch_ns"):
         frame[column] = frame[column] - origin
@@ -317,23 +258,26 @@ _NOT_NUMERIC = frozenset({"source", "kernel", "kernel_full", "grid", "block", "g
 def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     """The rows as a table of :data:`RAW_COLUMNS` and :data:`TRACE_COLUMNS` in start order
     (the columns they lack all NaN, numbers float64, range tuples empty where missing),
-    each column built whole: several times quicker than from records, and one table, not
-    the 100 blocks that adding its columns one by one leaves (pandas then warns that the
-    frame is fragmented, on every trace read)."""
-    if not rows:
-        frame = pd.DataFrame.from_records(rows, columns=_FRAME_COLUMNS)
-    else:
-        given = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
-        frame = pd.DataFrame({c: given.get(c, np.nan) for c in _FRAME_COLUMNS})
-    frame = frame.sort_values("start_ns", kind="stable").reset_index(drop=True)
-    columns: dict[str, Any] = {c: frame[c] for c in frame.columns}
-    columns.update(range_index=np.zeros(len(frame)), kernel_index=np.arange(len(frame)))
-    for column in ("range_stack", "range_start_end", "range_other"):
-        columns[column] = [v if isinstance(v, tuple) else () for v in frame[column]]
-    for column in set(columns) - _NOT_NUMERIC:
-        columns[column] = pd.to_numeric(pd.Series(columns[column], index=frame.index),
-                                        errors="coerce").astype("float64")
-    return pd.DataFrame(columns, index=frame.index)
+    each column built whole from the rows sorted once: one table, not the 100 blocks of
+    columns added one by one (pandas then warns that the frame is fragmented)."""
+    start = pd.Series(list(map(itemgetter(_ROW_COLUMNS.index("start_ns")), rows)))
+    rows = [rows[i] for i in start.sort_values(kind="stable").index]
+    size = len(rows)
+    given = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) \
+        if rows else {}
+    columns: dict[str, Any] = {}
+    for column in _FRAME_COLUMNS:
+        values = given.get(column, [])
+        if column in ("range_stack", "range_start_end", "range_other"):
+            columns[column] = [v if isinstance(v, tuple) else () for v in values]
+        elif column not in given and size:  # none of the rows has it
+            columns[column] = np.full(size, np.nan)
+        elif column in _NOT_NUMERIC:
+            columns[column] = pd.Series(values, dtype=None if size else object)
+        else:
+            columns[column] = pd.to_numeric(pd.Series(values), errors="coerce").astype("float64")
+    columns.update(range_index=np.zeros(size), kernel_index=np.arange(size, dtype="float64"))
+    return pd.DataFrame(columns, index=pd.RangeIndex(size))
 
 
 def _names_kernel(stack: tuple[str, ...]) -> bool:
@@ -342,106 +286,3 @@ def _names_kernel(stack: tuple[str, ...]) -> bool:
     return any(message != naming.WARMUP_MESSAGE for message in stack)
 
 
-def _module_of(stack: tuple[str, ...]) -> str | None:
-    """The innermost module of ``stack``; else, outside every module, the row of its
-    innermost op (``(outside) cross_entropy``), as the analysis names the kernel."""
-    op = None
-    for message in reversed(stack):
-        parsed = naming.parse_message(message)
-        if parsed.kind == "module":
-            return parsed.name
-        if parsed.kind == "op" and op is None:
-            op = parsed.name
-    return outside_module(op) if op is not None else None
-
-
-def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    merged: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def _timeline(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
-              events: TraceEvents, source: str,
-              steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
-    """Step and gap rows of every measured iteration."""
-    # what the CPU was doing: its ops and calls, never this library's own ranges
-    cpu_events = _LazyThreads(events.cpu)
-    call_list = sorted((c.start, c.end, c.name) for c in events.calls.values())
-    call_starts = [c[0] for c in call_list]
-    by_label: dict[str, list[int]] = defaultdict(list)  # the rows launched in each label
-    for position, labelled in enumerate(frame["range_start_end"]):
-        for message in labelled:
-            by_label[message].append(position)
-    rows: list[dict[str, Any]] = []
-    # the columns read below: a label's rows taken from these alone, not from every column
-    narrow = frame[["start_ns", "duration_ns", "range_stack", "launch_thread"]]
-    for cpu_start, cpu_end, message in labels:
-        label = naming.parse_measure_range(message) or {}
-        variant, shape = label.get("variant") or None, label.get("shape") or None
-        run = int(label["run"]) if label.get("run", "").isdigit() else 0
-        mine = narrow.iloc[by_label.get(message, [])]
-        spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
-                         strict=True))
-        end = max([cpu_end, *(e for _, e in spans)])
-        clipped = [(max(s, cpu_start), min(e, end)) for s, e in spans]
-        busy = _union([(s, e) for s, e in clipped if e > s])  # what ran inside the window
-        inside = call_list[bisect.bisect_left(call_starts, cpu_start):
-                           bisect.bisect_left(call_starts, cpu_end)]
-        measured = steps.get(f"{variant or ''}|{shape or ''}", {})
-        rows.append({
-            "source": source, "variant": variant, "shape": shape, "run": run, "kind": "step",
-            "start_ns": cpu_start, "end_ns": end, "cpu_ns": cpu_end - cpu_start,
-            "busy_ns": sum(e - s for s, e in busy),
-            "launches": sum(1 for _, _, n in inside if any(w in n for w in _ENQUEUE)),
-            "sync_ns": sum(e - s for s, e, n in inside
-                           if any(w in n for w in _SYNC) or n == "cudaMemcpy"),
-            "bare_ns": measured.get("bare_ns"), "ranged_ns": measured.get("ranged_ns"),
-            "bare_spread_pct": _spread_pct(measured)})
-        order = mine.sort_values("start_ns")
-        activity = list(zip(order["start_ns"], order["start_ns"] + order["duration_ns"],
-                            order["range_stack"], order["launch_thread"], strict=True))
-        cursor, previous = cpu_start, None
-        for start, stop, stack, thread in activity:
-            if start - cursor >= MIN_GAP_NS:
-                rows.append(_gap(source, variant, shape, run, cursor, start, previous,
-                                 _module_of(stack), cpu_events.get(thread)))
-            if stop > cursor:
-                cursor, previous = stop, _module_of(stack)
-        if end - cursor >= MIN_GAP_NS:
-            rows.append(_gap(source, variant, shape, run, cursor, end, previous, None, None))
-    table = pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
-    for column in ("start_ns", "end_ns", "cpu_ns", "busy_ns", "launches", "sync_ns",
-                   "bare_ns", "ranged_ns", "bare_spread_pct"):
-        table[column] = pd.to_numeric(table[column], errors="coerce").astype("float64")
-    table["run"] = table["run"].astype("Int64")
-    return tidy_text(table)
-
-
-#: The text columns of the timeline table (None where a row has no value).
-TIMELINE_TEXT = ("source", "variant", "shape", "kind", "cpu", "prev_module", "next_module")
-
-
-def tidy_text(table: pd.DataFrame) -> pd.DataFrame:
-    """Text columns of a timeline table as object columns with None for "no value" (NaN
-    after a JSON round trip or a missing key)."""
-    for column in TIMELINE_TEXT:
-        if column in table:
-            table[column] = pd.Series([v if isinstance(v, str) else None
-                                       for v in table[column].tolist()], index=table.index,
-                                      dtype=object)
-    return table
-
-
-def _gap(source: str, variant: str | None, shape: str | None, run: int, start: float,
-         end: float, previous: str | None, following: str | None,
-         cpu: _Intervals | None) -> dict[str, Any]:
-    doing = cpu.innermost_at((start + end) / 2) if cpu is not None else None
-    return {"source": source, "variant": variant, "shape": shape, "run": run, "kind": "gap",
-            "start_ns": start, "end_ns": end,
-            "cpu": doing.removeprefix(naming.RECORD_PREFIX) if doing else "",
-            "prev_module": previous, "next_module": following}

@@ -275,6 +275,10 @@ def _whole(value: Any) -> int | None:
 def _dims(value: Any) -> tuple[int, int, int] | None:
     if type(value) is not list or len(value) != 3:
         return None
+    x, y, z = value
+    if type(x) is int and type(y) is int and type(z) is int \
+            and 0 <= x <= _LARGEST_WHOLE and 0 <= y <= _LARGEST_WHOLE and 0 <= z <= _LARGEST_WHOLE:
+        return x, y, z  # the usual value, as _whole takes each
     dims = tuple(_whole(d) for d in value)
     return None if None in dims else dims  # type: ignore[return-value]
 
