@@ -172,8 +172,8 @@ def parse_trace(events: TraceEvents, source: str,
     Returns:
         (kernels, timeline, gpu name): the raw table (:data:`RAW_COLUMNS` and
         :data:`TRACE_COLUMNS`, one row per GPU activity, in start order) and the timeline
-        table (:data:`~torch_nsight.report.trace_timeline.TIMELINE_COLUMNS`); times in ns
-        from the trace's first event.
+        table (:data:`~torch_nsight.report.trace_timeline.TIMELINE_COLUMNS`); times in ns,
+        counted from the trace's first event.
     """
     with collector_paused():  # the events and the rows hold no cycles
         return _parse(events, source, steps or {}, measured_only)
