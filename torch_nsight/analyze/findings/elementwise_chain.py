@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.analyze.findings.codes import Cause, FixCode, fix_fits
-from torch_nsight.analyze.findings.prepare import contains, per_run
+from torch_nsight.analyze.findings.prepare import contains, full_names, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
@@ -92,8 +92,7 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
 
 def _computing(rows: pd.DataFrame) -> int:
     """How many of the chain's kernels compute: those that are not dtype copies."""
-    names = rows.get("kernel_full", rows["kernel"]).fillna(rows["kernel"]).astype(str)
-    return int((~contains(names, COPY_FUNCTORS)).sum())
+    return int((~contains(full_names(rows), COPY_FUNCTORS)).sum())
 
 
 def site_words(rows: pd.DataFrame, ops: tuple[str, ...] = ()) -> str:

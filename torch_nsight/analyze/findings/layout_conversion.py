@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_run
+from torch_nsight.analyze.findings.prepare import contains, full_names, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
@@ -23,7 +23,7 @@ CHANNELS_LAST_KERNELS = ("channels_last", "_nhwc")
 def runs_channels_last(work: pd.DataFrame) -> pd.Series:
     """For each row, whether any of PyTorch's own kernels for channels-last input ran in its
     variant and shape (a sweep may hold an NCHW variant beside a channels-last one)."""
-    names = work["kernel_full"].fillna(work["kernel"]).astype(str)
+    names = full_names(work)
     ran = names.str.contains("at::native::", regex=False) & contains(names,
                                                                      CHANNELS_LAST_KERNELS)
     keys = [work[k].astype(str) for k in LABELS if k in work]

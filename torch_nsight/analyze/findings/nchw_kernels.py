@@ -17,7 +17,12 @@ import pandas as pd
 
 from torch_nsight.analyze.findings.codes import Cause
 from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
-from torch_nsight.analyze.findings.prepare import contains, in_groups_with, per_run
+from torch_nsight.analyze.findings.prepare import (
+    contains,
+    full_names,
+    in_groups_with,
+    per_run,
+)
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
@@ -34,7 +39,7 @@ NCHW_FAMILIES: dict[Cause, tuple[tuple[str, ...], tuple[str, ...], float]] = {
 def _family_rows(work: pd.DataFrame, words: tuple[str, ...], not_words: tuple[str, ...]
                  ) -> pd.Series:
     """The kernels of one family: its functor words, none of the channels-last words."""
-    names = work["kernel_full"].fillna(work["kernel"]).astype(str)
+    names = full_names(work)
     mask = contains(names, words)
     return mask & ~contains(names, not_words) if not_words else mask
 
@@ -50,19 +55,29 @@ def nchw_kernels(context: Context) -> list[Finding]:
     if work.empty or not work["is_conv"].any():
         return []
     # (channels-last already: an NCHW kernel left is some tensor's own layout)
-    planar = ~runs_channels_last(work)
+    nchw = ~runs_channels_last(work)
+    families = {family: _family_rows(work, words, not_words) & nchw
+                for family, (words, not_words, _) in NCHW_FAMILIES.items()}
+    planar = _planar_sites(context, pd.concat(families.values(), axis=1).any(axis=1))
     found: list[Finding] = []
-    for family, (words, not_words, left) in NCHW_FAMILIES.items():
-        mask = _family_rows(work, words, not_words) & planar
-        for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(
-                list(SITE_KEYS), sort=False):
-            calls = context.calls_of(group)
-            if not calls.empty and not any(takes_4d(s) for s in calls["shapes"]):
-                mask[group.index] = False  # recorded calls with no 4-D tensor: no layout
-        for _, rows in work[mask].groupby([work[k].astype(str) for k in LABELS],
-                                          sort=False, dropna=False):
-            found.append(_finding(context, rows, family, left))
+    for family, mask in families.items():
+        for _, rows in work[mask & planar].groupby([work[k].astype(str) for k in LABELS],
+                                                   sort=False, dropna=False):
+            found.append(_finding(context, rows, family, NCHW_FAMILIES[family][2]))
     return found
+
+
+def _planar_sites(context: Context, mask: pd.Series) -> pd.Series:
+    """For each row, False where its site's recorded calls hold no 4-D tensor (nothing for
+    channels-last to lay out); each site where ``mask`` holds is asked once."""
+    work = context.work
+    planar = pd.Series(True, index=work.index)
+    for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(list(SITE_KEYS),
+                                                                       sort=False):
+        calls = context.calls_of(group)
+        if not calls.empty and not any(takes_4d(s) for s in calls["shapes"]):
+            planar[group.index] = False
+    return planar
 
 
 def _finding(context: Context, rows: pd.DataFrame, family: Cause, left: float) -> Finding:

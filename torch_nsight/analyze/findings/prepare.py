@@ -51,6 +51,12 @@ def contains(names: pd.Series, parts: tuple[str, ...]) -> pd.Series:
     return names.astype(str).str.lower().str.contains(pattern, regex=True)
 
 
+def full_names(rows: pd.DataFrame) -> pd.Series:
+    """Each kernel's full (demangled) name, its short name where the full one is missing:
+    the functor words the checks read (``batch_norm_``, ``copy_kernel``...)."""
+    return rows.get("kernel_full", rows["kernel"]).fillna(rows["kernel"]).astype(str)
+
+
 def prepare(kernels: pd.DataFrame) -> pd.DataFrame:
     """Kernel rows (no copies or memsets) with blank keys ``""``, numbers as floats and each
     row's ``runs``: the number of (source, run) pairs of its (variant, shape)."""
