@@ -160,6 +160,40 @@ def _vision(name: str, size: int, batch: int, *, timm_model: bool, nchw: bool = 
                          lambda m, a, b: nn.functional.cross_entropy(m(a), b), optimizer)
 
 
+def _segmentation(batch: int, size: int) -> tuple[nn.Module, MakeStep]:
+    """torchvision's DeepLabV3 on MobileNetV3 (dilated depthwise convolutions), NCHW, a
+    per-pixel cross-entropy, SGD with momentum; no weights downloaded."""
+    from torchvision.models.segmentation import deeplabv3_mobilenet_v3_large
+
+    model = deeplabv3_mobilenet_v3_large(weights=None, weights_backbone=None,
+                                         num_classes=21).cuda()
+    x = torch.randn(batch, 3, size, size, device="cuda")
+    y = torch.randint(0, 21, (batch, size, size), device="cuda")
+    return model, _train(model, lambda i: (x, y),
+                         lambda m, a, b: nn.functional.cross_entropy(m(a)["out"], b),
+                         lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.9))
+
+
+class _Conformer(nn.Module):
+    """Filter-bank frames to a torchaudio Conformer (depthwise 1-D convolutions, batch norm,
+    attention) to 32 CTC classes; returns (logits, lengths) as wav2vec 2.0 does."""
+
+    def __init__(self) -> None:
+        import torchaudio
+
+        super().__init__()
+        self.front = nn.Linear(80, 256)
+        self.encoder = torchaudio.models.Conformer(input_dim=256, num_heads=4, ffn_dim=1024,
+                                                   num_layers=8, depthwise_conv_kernel_size=31)
+        self.head = nn.Linear(256, 32)
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = torch.full((features.shape[0],), features.shape[1], dtype=torch.long,
+                             device=features.device)
+        out, lengths = self.encoder(self.front(features), lengths)
+        return self.head(out), lengths
+
+
 def _causal_lm(config: object, batch: int, seq: int, vocab: int) -> tuple[nn.Module, MakeStep]:
     from transformers import AutoModelForCausalLM
 
@@ -186,6 +220,20 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
     if name == "mobilenet_v3":  # NCHW, SGD with momentum (torchvision's recipe)
         return _vision("mobilenet_v3_large", 224, 64, timm_model=False, nchw=True,
                        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
+    if name == "regnet_y":  # NCHW, grouped convolutions, SGD with Nesterov momentum
+        return _vision("regnet_y_800mf", 224, 64, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
+                                                           nesterov=True))
+    if name == "swin_t":  # windowed attention; AdamW as torchvision trains it (foreach)
+        return _vision("swin_t", 224, 32, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.05))
+    if name == "deeplab":
+        return _segmentation(8, 320)
+    if name == "conformer":  # torchaudio's Conformer; CTC loss and clipping outside it
+        model = _Conformer().cuda()
+        features = torch.randn(8, 400, 80, device="cuda")
+        targets = torch.randint(1, 32, (8, 60), device="cuda")
+        return model, _ctc(model, features, targets)
     if name == "lstm_lm":  # loss, GradScaler and clipping outside the model; plain SGD
         return _recurrent_lm(nn.LSTM, 10000, 512, 1024, 32, 128,
                              lambda p: torch.optim.SGD(p, lr=1.0))

@@ -34,6 +34,10 @@ CANDIDATES = {
     "sage": ["fused_optimizer"],
     "gat": ["fused_optimizer"],
     "wav2vec2": ["fused_optimizer", "cudnn_benchmark"],
+    "regnet_y": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "swin_t": ["fused_optimizer", "channels_last", "cudnn_benchmark"],
+    "deeplab": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "conformer": ["fused_optimizer", "cudnn_benchmark"],
 }
 
 
