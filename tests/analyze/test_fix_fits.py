@@ -187,3 +187,23 @@ def test_channels_last_only_where_a_4d_tensor_ran() -> None:
     found = torch_nsight.load(DATA / "zoo_families" / "mobilenet_v3.ncu-rep.xz").finding_table(
         fold=False)
     assert (found.loc[found["module_kind"] == "conv", "fix_code"] == "channels_last").any()
+
+
+def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
+    """torchaudio's Conformer (a verification model) runs ``BatchNorm1d`` and depthwise
+    ``Conv1d`` over (N, C, L): PyTorch's NCHW batch-norm kernels, and nothing for
+    channels-last to lay out (its only 4-D tensors are attention's heads). Its batch norms' calls are no GEMM or convolution, so the check
+    once found no shape for them and counted them as NCHW kernels to remove."""
+    from torch_nsight.analyze.findings.sites import takes_4d
+
+    profile = torch_nsight.load(DATA / "zoo_families" / "conformer.ncu-rep.xz")
+    calls = profile.calls
+    assert calls is not None and len(calls)
+    batch_norms = calls[calls["module_class"].astype(str).str.endswith("BatchNorm1d")]
+    assert len(batch_norms)
+    assert not any(takes_4d(shapes) for shapes in batch_norms["input_shapes"])
+    assert profile.kernels["kernel"].astype(str).str.contains("batch_norm").any()
+    found = profile.finding_table(fold=False)
+    assert len(found) and not (found["cause"] == "batch_norm").any()
+    assert not (found["fix_code"] == "channels_last").any(), found.to_string()
+

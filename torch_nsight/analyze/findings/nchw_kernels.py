@@ -25,7 +25,6 @@ from torch_nsight.analyze.findings.prepare import (
 )
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import takes_4d
 from torch_nsight.vocabulary import LABELS, SITE_KEYS, split_path
 
 #: Kernel family -> (functor words in its full name, words that mark the channels-last
@@ -68,14 +67,14 @@ def nchw_kernels(context: Context) -> list[Finding]:
 
 
 def _planar_sites(context: Context, mask: pd.Series) -> pd.Series:
-    """For each row, False where its site's recorded calls hold no 4-D tensor (nothing for
-    channels-last to lay out); each site where ``mask`` holds is asked once."""
+    """For each row, False where its site's recorded calls, of any op, hold no 4-D tensor
+    (nothing for channels-last to lay out: a ``BatchNorm1d`` or ``Conv1d`` over (N, C, L));
+    each site where ``mask`` holds is asked once."""
     work = context.work
     planar = pd.Series(True, index=work.index)
     for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(list(SITE_KEYS),
                                                                        sort=False):
-        calls = context.calls_of(group)
-        if not calls.empty and not any(takes_4d(s) for s in calls["shapes"]):
+        if context.site(group).planar is False:
             planar[group.index] = False
     return planar
 

@@ -242,6 +242,8 @@ class Site:
             ``Conv1d`` cuDNN runs as an NCHW convolution has no channels-last layout).
         recorded: whether the calls table has any call at this site.
         module_class: the qualified class of its module, where the calls table records it.
+        planar: whether any call the calls table records there takes a 4-D tensor (what
+            channels-last lays out); None where it records none.
     """
 
     ops: tuple[str, ...]
@@ -249,6 +251,7 @@ class Site:
     layout: Layout | None
     recorded: bool
     module_class: str | None = None
+    planar: bool | None = None
 
 
 def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
@@ -275,7 +278,8 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         module_class = classes.get(path)
         sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist(),
                                           module_class),
-                          layout, recorded=key in ops, module_class=module_class)
+                          layout, recorded=key in ops, module_class=module_class,
+                          planar=four_d.get(key))
     return sites
 
 
