@@ -125,10 +125,7 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
             assert any(all(re.search(w, words) for w in group) for group in ROTARY), where
         # a fix already in place: channels-last for a network that runs channels-last
         if code == "channels_last":
-            kernels = profile.kernels
-            mine = (kernels["variant"].astype(str) == str(row["variant"])) \
-                & (kernels["shape"].astype(str) == str(row["shape"]))
-            assert not runs_channels_last(kernels)[mine].any(), where
+            assert not _channels_last_in_place(profile, row), where
         # a module compiled alone must save more per call than a compiled region costs
         if code == "compile_module" and row["finding"] == "elementwise_chain":
             facts = row["facts"]
@@ -139,7 +136,33 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
             align = ALIGNMENT.get(str(row["dtype"]), 8)
             assert int(row["dim_value"]) % align != 0, where
             assert row["dim_role"] != "tokens", where  # the rows are no operand's stride
+    _assert_one_layout(source.path, found)
     _assert_ranked(source.path, profile.findings())
+
+
+def _channels_last_in_place(profile: torch_nsight.Profile, row: pd.Series) -> bool:
+    """Whether PyTorch's channels-last kernels ran in the row's variant and shape at a site
+    whose recorded calls hold a 4-D tensor of more than one pixel (a batch norm over
+    N x C x 1 x 1 runs them in an NCHW model: that tensor is both layouts)."""
+    kernels = profile.kernels
+    mine = (kernels["variant"].astype(str) == str(row["variant"])) \
+        & (kernels["shape"].astype(str) == str(row["shape"])) & runs_channels_last(kernels)
+    calls = profile.calls
+    for path in kernels.loc[mine, "module_path"].unique():
+        shapes = [] if calls is None else calls.loc[calls["module_path"] == path, "input_shapes"]
+        four_d = [s for call in shapes for s in call if isinstance(s, tuple) and len(s) == 4]
+        if not four_d or any(s[2] * s[3] > 1 for s in four_d):
+            return True
+    return False
+
+
+def _assert_one_layout(path: str, found: pd.DataFrame) -> None:
+    """One variant and shape is not told both to go channels-last and that it already is."""
+    for _, rows in found.groupby([found["variant"].astype(str), found["shape"].astype(str)]):
+        told = (rows["fix_code"] == "channels_last").any()
+        already = ((rows["finding"] == "layout_conversion")
+                   & (rows["fix_code"] != "channels_last")).any()
+        assert not (told and already), (path, rows[["module", "finding", "fix_code"]])
 
 
 def _assert_ranked(path: str, found: pd.DataFrame) -> None:
@@ -206,4 +229,45 @@ def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
     found = profile.finding_table(fold=False)
     assert len(found) and not (found["cause"] == "batch_norm").any()
     assert not (found["fix_code"] == "channels_last").any(), found.to_string()
+
+
+def test_attention_written_out_is_told_sdpa_not_padding() -> None:
+    """torchvision's Swin-T (a verification model) computes window attention with batched
+    matmuls and a softmax: their misaligned stride is the window's 7 x 7 = 49 tokens, which
+    is attention's sequence length, not a Linear's features to pad."""
+    profile = torch_nsight.load(DATA / "zoo_families" / "swin_t.ncu-rep.xz")
+    calls = profile.calls
+    assert calls is not None
+    by_hand = set(calls.loc[calls["aten_op"] == "_softmax", "module_path"]) \
+        & set(calls.loc[calls["aten_op"] == "bmm", "module_path"])
+    assert by_hand
+    found = profile.finding_table(fold=False)
+    gemms = found[(found["finding"] == "gemm_misaligned") & found["module_path"].isin(by_hand)]
+    assert len(gemms)
+    for _, row in gemms.iterrows():
+        ops = {bad["op"] for bad in row["facts"]["bad"]}
+        if ops <= {"bmm", "baddbmm"}:
+            assert row["fix_code"] == "use_sdpa" and row["dim_role"] == "sequence", row
+        else:
+            assert row["fix_code"] != "use_sdpa", row
+
+
+def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
+    """torchvision's DeepLabV3 (a verification model) runs NCHW; its pooling branch's batch
+    norm over N x C x 1 x 1 runs PyTorch's channels-last kernels. The network was once judged
+    channels-last already ("no switch known") and told to go channels-last in one report."""
+    profile = torch_nsight.load(DATA / "zoo_families" / "deeplab.ncu-rep.xz")
+    kernels, calls = profile.kernels, profile.calls
+    assert calls is not None
+    ran = kernels.loc[runs_channels_last(kernels)
+                      & kernels["kernel"].astype(str).str.contains("channels_last"),
+                      "module_path"].unique()
+    assert len(ran)
+    for path in ran:
+        shapes = calls.loc[calls["module_path"] == path, "input_shapes"]
+        assert all(s[2] * s[3] == 1 for call in shapes for s in call
+                   if isinstance(s, tuple) and len(s) == 4)
+    found = profile.finding_table(fold=False)
+    layout = found[found["finding"] == "layout_conversion"]
+    assert len(layout) and (layout["fix_code"] == "channels_last").all()
 

@@ -28,7 +28,8 @@ from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSI
 #: A GEMM or convolution dimension's role in words.
 ROLE_SAID = {"tokens": "batch x sequence", "out_features": "output features",
              "in_features": "input features", "in_channels": "input channels",
-             "out_channels": "output channels", "spatial": "output positions H x W"}
+             "out_channels": "output channels", "spatial": "output positions H x W",
+             "sequence": "the attention's sequence length"}
 #: What an elementwise chain computes in words.
 CHAIN_SAID = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm written "
               "out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU written out)",

@@ -22,8 +22,9 @@ ROLES = {"M": "tokens", "N": "out_features", "K": "in_features", "C_in": "in_cha
          "C_out": "out_channels", "HxW": "spatial"}
 #: The roles that are a GEMM's strides (leading dimensions). Row-major ``(M, K) @ (K, N)``
 #: has strides K and N, and so have the two GEMMs of its backward (their operands are views
-#: of the same tensors): the rows (tokens) never set an operand's alignment.
-STRIDE_ROLES = frozenset({"out_features", "in_features"})
+#: of the same tensors): the rows (tokens) never set an operand's alignment. ``sequence``:
+#: the stride of attention's batched matmuls (see ``gemm_misaligned``).
+STRIDE_ROLES = frozenset({"out_features", "in_features", "sequence"})
 Roles = dict[str, dict[str, int]]
 CallsOf = Callable[[pd.DataFrame], pd.DataFrame]
 

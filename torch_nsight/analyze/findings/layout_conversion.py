@@ -6,13 +6,16 @@ no switch removes them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 
 from torch_nsight.analyze.findings.prepare import contains, full_names, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import takes_4d
-from torch_nsight.vocabulary import LABELS, SITE_KEYS
+from torch_nsight.analyze.findings.sites import Site, takes_4d
+from torch_nsight.vocabulary import JOIN_KEYS, LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
 #: PyTorch's own kernels for channels-last input (batch norm, pooling, upsampling): words of
@@ -20,12 +23,21 @@ LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
 CHANNELS_LAST_KERNELS = ("channels_last", "_nhwc")
 
 
-def runs_channels_last(work: pd.DataFrame) -> pd.Series:
+def runs_channels_last(work: pd.DataFrame,
+                       sites: Mapping[tuple[Any, ...], Site] | None = None) -> pd.Series:
     """For each row, whether any of PyTorch's own kernels for channels-last input ran in its
-    variant and shape (a sweep may hold an NCHW variant beside a channels-last one)."""
+    variant and shape (a sweep may hold an NCHW variant beside a channels-last one); with
+    ``sites``, not counting a site whose recorded calls lay nothing out (:attr:`Site.planar`
+    False: a batch norm over N x C x 1 x 1, both layouts at once, runs channels-last kernels
+    in an NCHW model)."""
     names = full_names(work)
     ran = names.str.contains("at::native::", regex=False) & contains(names,
                                                                      CHANNELS_LAST_KERNELS)
+    if sites is not None and ran.any():
+        for key, rows in work[ran].groupby(list(JOIN_KEYS), sort=False):
+            site = sites.get(tuple(key))
+            if site is not None and site.planar is False:
+                ran[rows.index] = False
     keys = [work[k].astype(str) for k in LABELS if k in work]
     return ran.groupby(keys, sort=False, dropna=False).transform("any").astype(bool) \
         if keys else ran
@@ -36,7 +48,7 @@ def layout_conversion(context: Context) -> list[Finding]:
     """One finding per site where a convolution ran beside layout conversion kernels."""
     work = context.work
     found: list[Finding] = []
-    already_all = runs_channels_last(work)
+    already_all = runs_channels_last(work, context.sites)
     layout = contains(work["kernel"], LAYOUT_NAMES)
     for _, group in work[in_groups_with(work, SITE_KEYS, layout)].groupby(list(SITE_KEYS),
                                                                          sort=False):

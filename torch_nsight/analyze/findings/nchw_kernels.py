@@ -54,7 +54,7 @@ def nchw_kernels(context: Context) -> list[Finding]:
     if work.empty or not work["is_conv"].any():
         return []
     # (channels-last already: an NCHW kernel left is some tensor's own layout)
-    nchw = ~runs_channels_last(work)
+    nchw = ~runs_channels_last(work, context.sites)
     families = {family: _family_rows(work, words, not_words) & nchw
                 for family, (words, not_words, _) in NCHW_FAMILIES.items()}
     planar = _planar_sites(context, pd.concat(families.values(), axis=1).any(axis=1))

@@ -242,8 +242,9 @@ class Site:
             ``Conv1d`` cuDNN runs as an NCHW convolution has no channels-last layout).
         recorded: whether the calls table has any call at this site.
         module_class: the qualified class of its module, where the calls table records it.
-        planar: whether any call the calls table records there takes a 4-D tensor (what
-            channels-last lays out); None where it records none.
+        planar: whether any call the calls table records there takes a 4-D tensor of more
+            than one pixel (what channels-last lays out: :func:`lays_out`); None where it
+            records none.
     """
 
     ops: tuple[str, ...]
@@ -260,6 +261,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
     :class:`Site`, by its join keys."""
     ops: dict[tuple[Any, ...], tuple[str, ...]] = {}
     four_d: dict[tuple[Any, ...], bool] = {}  # whether any call there takes a 4-D tensor
+    planar: dict[tuple[Any, ...], bool] = {}  # ... one with more than one pixel (lays_out)
     if calls is not None and "aten_op" in calls and len(calls):
         keyed_calls = calls.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes"]
                                     ).astype(object)
@@ -268,6 +270,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         for key, rows in keyed_calls.groupby(list(JOIN_KEYS), sort=False):
             ops[tuple(key)] = ops_at(rows)
             four_d[tuple(key)] = any(takes_4d(shapes) for shapes in rows["input_shapes"])
+            planar[tuple(key)] = any(lays_out(shapes) for shapes in rows["input_shapes"])
     classes = module_classes(calls)
     sites = {}
     for key, rows in work.groupby(list(JOIN_KEYS), sort=False):
@@ -279,7 +282,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist(),
                                           module_class),
                           layout, recorded=key in ops, module_class=module_class,
-                          planar=four_d.get(key))
+                          planar=planar.get(key))
     return sites
 
 
@@ -288,3 +291,13 @@ def takes_4d(shapes: object) -> bool:
     if not isinstance(shapes, (list, tuple)):
         return False
     return any(isinstance(s, (list, tuple)) and len(s) == 4 for s in shapes)
+
+
+def lays_out(shapes: object) -> bool:
+    """Whether a call's input shapes hold a 4-D tensor that channels-last lays out otherwise
+    than NCHW: one of more than one pixel (an N x C x 1 x 1 tensor is both layouts at once,
+    and PyTorch may run its channels-last kernels on it in an NCHW model)."""
+    if not isinstance(shapes, (list, tuple)):
+        return False
+    return any(isinstance(s, (list, tuple)) and len(s) == 4
+               and not (s[2] == 1 and s[3] == 1) for s in shapes)
