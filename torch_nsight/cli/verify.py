@@ -187,7 +187,11 @@ def verified_lines(tried: pd.DataFrame) -> list[str]:
                      f"measured {format_duration(gain, largest='ms', decimals=2)}"
                      f" over {int(first['steps_timed'])} pairs of steps"
                      + (f" ({gain / predicted:.2g}x the prediction)"
-                        if pd.notna(predicted) and predicted > 0 else "") + "; ")
+                        if pd.notna(predicted) and predicted > 0 else "")
+                     + (", above the bound on its kernels (the fix also removed time no "
+                        "kernel holds: launches)"
+                        if pd.isna(predicted) and bound is not None and pd.notna(bound)
+                        and gain > bound else "") + "; ")
         lines.append(head + str(first["verify_detail"]))
     return lines
 

@@ -36,9 +36,15 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
             if c in kernels and kernels[c].nunique(dropna=False) > 1]
 
 
+#: Under a findings table with a bounded row whose fix also cuts launches.
+LAUNCH_NOTE = ("≤: what those kernels could save at most; {fixes} also removes launches, "
+               "whose CPU time a kernel profile does not see, so the step can gain more: "
+               "--verify measures it.")
+
+
 def gain_cell(row: pd.Series) -> str:
-    """A finding's gain: the one a model of its fix counts, else ``≤`` the bound no fix can
-    beat (``gain_bound_ns``: a small grid's time above its roofline), else ``-``."""
+    """A finding's gain: the one a model of its fix counts, else ``≤`` the bound on its
+    kernels' time (``gain_bound_ns``: a small grid's time above its roofline), else ``-``."""
     gain, bound = row["est_gain_ns"], row.get("gain_bound_ns")
     if is_missing(gain) and not is_missing(bound):
         return f"≤ {format_us(bound)}"
@@ -109,6 +115,34 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
     Returns:
         The section; a line saying so when there is no finding.
     """
+    table = _findings_table(frame, fmt, kernels)
+    note = launch_note(frame)
+    if not note or frame.empty:
+        return table
+    if fmt not in ("markdown", "github"):
+        import textwrap
+
+        note = textwrap.fill(note, width=max(60, terminal_width()), subsequent_indent="  ")
+    return f"{table}\n\n{note}"
+
+
+def launch_note(frame: pd.DataFrame) -> str:
+    """The line under a table with a bounded gain whose fix also removes launches (a
+    compile, CUDA graphs): the bound holds for the kernels, not for the step."""
+    from torch_nsight.analyze.findings.codes import CUTS_LAUNCHES
+
+    if frame.empty or "gain_bound_ns" not in frame or "fix_code" not in frame:
+        return ""
+    bounded = frame["est_gain_ns"].isna() & frame["gain_bound_ns"].notna()
+    cutting = frame["fix_code"].isin(CUTS_LAUNCHES)
+    if not (bounded & cutting).any():
+        return ""
+    fixes = "CUDA graphs" if set(frame.loc[bounded & cutting, "fix_code"]) == {"cuda_graphs"} \
+        else "compiling"
+    return LAUNCH_NOTE.format(fixes=fixes)
+
+
+def _findings_table(frame: pd.DataFrame, fmt: str, kernels: pd.DataFrame | None) -> str:
     from tabulate import tabulate
 
     if "facts" in frame:  # worded from the codes here too: a table folded after its words
