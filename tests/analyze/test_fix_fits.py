@@ -142,16 +142,23 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
 
 def _channels_last_in_place(profile: torch_nsight.Profile, row: pd.Series) -> bool:
     """Whether PyTorch's channels-last kernels ran in the row's variant and shape at a site
-    whose recorded calls hold a 4-D tensor of more than one pixel (a batch norm over
-    N x C x 1 x 1 runs them in an NCHW model: that tensor is both layouts)."""
+    (module path and direction) whose recorded calls hold a 4-D tensor of more than one pixel,
+    or that has no recorded call (a batch norm over N x C x 1 x 1 runs them in an NCHW
+    model: that tensor is both layouts; a site without a 4-D tensor lays nothing out)."""
     kernels = profile.kernels
     mine = (kernels["variant"].astype(str) == str(row["variant"])) \
         & (kernels["shape"].astype(str) == str(row["shape"])) & runs_channels_last(kernels)
     calls = profile.calls
-    for path in kernels.loc[mine, "module_path"].unique():
-        shapes = [] if calls is None else calls.loc[calls["module_path"] == path, "input_shapes"]
-        four_d = [s for call in shapes for s in call if isinstance(s, tuple) and len(s) == 4]
-        if not four_d or any(s[2] * s[3] > 1 for s in four_d):
+    for (path, direction), _ in kernels[mine].groupby(["module_path", "direction"],
+                                                      dropna=False):
+        if calls is None:
+            return True
+        here = calls[(calls["module_path"] == path) & (calls["direction"] == direction)]
+        if here.empty:
+            return True
+        four_d = [s for call in here["input_shapes"] for s in call
+                  if isinstance(s, tuple) and len(s) == 4]
+        if any(not (s[2] == 1 and s[3] == 1) for s in four_d):
             return True
     return False
 
@@ -215,8 +222,9 @@ def test_channels_last_only_where_a_4d_tensor_ran() -> None:
 def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
     """torchaudio's Conformer (a verification model) runs ``BatchNorm1d`` and depthwise
     ``Conv1d`` over (N, C, L): PyTorch's NCHW batch-norm kernels, and nothing for
-    channels-last to lay out (its only 4-D tensors are attention's heads). Its batch norms' calls are no GEMM or convolution, so the check
-    once found no shape for them and counted them as NCHW kernels to remove."""
+    channels-last to lay out (its only 4-D tensors are attention's heads). Its batch norms'
+    calls are no GEMM or convolution, so the check once found no shape for them and counted
+    them as NCHW kernels to remove."""
     from torch_nsight.analyze.findings.sites import takes_4d
 
     profile = torch_nsight.load(DATA / "zoo_families" / "conformer.ncu-rep.xz")
@@ -233,29 +241,33 @@ def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
 
 def test_attention_written_out_is_told_sdpa_not_padding() -> None:
     """torchvision's Swin-T (a verification model) computes window attention with batched
-    matmuls and a softmax: their misaligned stride is the window's 7 x 7 = 49 tokens, which
-    is attention's sequence length, not a Linear's features to pad."""
+    matmuls and a softmax: their misaligned stride is the window's 7 x 7 = 49 tokens, the
+    length the softmax normalises over, not a Linear's features to pad."""
     profile = torch_nsight.load(DATA / "zoo_families" / "swin_t.ncu-rep.xz")
     calls = profile.calls
     assert calls is not None
-    by_hand = set(calls.loc[calls["aten_op"] == "_softmax", "module_path"]) \
-        & set(calls.loc[calls["aten_op"] == "bmm", "module_path"])
+    softmax = calls[calls["aten_op"] == "_softmax"]
+    lengths = {path: {shapes[0][-1] for shapes in group["input_shapes"]}
+               for path, group in softmax.groupby("module_path")}
+    by_hand = set(lengths) & set(calls.loc[calls["aten_op"] == "bmm", "module_path"])
     assert by_hand
     found = profile.finding_table(fold=False)
     gemms = found[(found["finding"] == "gemm_misaligned") & found["module_path"].isin(by_hand)]
     assert len(gemms)
     for _, row in gemms.iterrows():
-        ops = {bad["op"] for bad in row["facts"]["bad"]}
-        if ops <= {"bmm", "baddbmm"}:
-            assert row["fix_code"] == "use_sdpa" and row["dim_role"] == "sequence", row
-        else:
-            assert row["fix_code"] != "use_sdpa", row
+        bad = row["facts"]["bad"]
+        sequence = [b for b in bad if b["op"] in ("bmm", "baddbmm")
+                    and b["value"] in lengths[row["module_path"]]]
+        assert (row["fix_code"] == "use_sdpa") == (len(sequence) == len(bad)), row
+        if row["fix_code"] != "use_sdpa":  # nothing of the attention's length is padded
+            assert all(p["role"] != "sequence" for p in row["fix_params"]["pads"]), row
 
 
 def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
     """torchvision's DeepLabV3 (a verification model) runs NCHW; its pooling branch's batch
-    norm over N x C x 1 x 1 runs PyTorch's channels-last kernels. The network was once judged
-    channels-last already ("no switch known") and told to go channels-last in one report."""
+    norm over N x C x 1 x 1 runs PyTorch's channels-last kernels. The network was once
+    judged channels-last already ("no switch known") and told to go channels-last in one
+    report."""
     profile = torch_nsight.load(DATA / "zoo_families" / "deeplab.ncu-rep.xz")
     kernels, calls = profile.kernels, profile.calls
     assert calls is not None
@@ -270,4 +282,3 @@ def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
     found = profile.finding_table(fold=False)
     layout = found[found["finding"] == "layout_conversion"]
     assert len(layout) and (layout["fix_code"] == "channels_last").all()
-

@@ -47,3 +47,15 @@ def test_a_measurement_above_the_bound_is_said_to_be() -> None:
     assert "above the bound on its kernels" in line
     rows["measured_gain_ns"] = rows["gain_bound_ns"].sum() / 2
     assert "above the bound" not in verified_lines(rows)[0]
+    # a fix that cuts no launch is bounded by its kernels: no such words
+    rows[["measured_gain_ns", "fix_code"]] = [MEASURED_NS, "channels_last"]
+    assert "above the bound" not in verified_lines(rows)[0]
+
+
+def test_no_line_once_the_fixes_are_measured() -> None:
+    profile = torch_nsight.load(CONFORMER)
+    found = profile.findings()
+    assert _bounded_launch_cutting(found).any()
+    measured = found.assign(measured_gain_ns=float("nan"))
+    assert "--verify measures" not in " ".join(
+        render_findings(measured, "plain", profile.kernels).split())

@@ -20,24 +20,12 @@ import pandas as pd
 import torch_nsight.render.hotspot_words  # noqa: F401 - registers the hotspots' words
 from torch_nsight.analyze.findings.run_checks import TIMELINE_FACTS
 from torch_nsight.profile import set_words
+from torch_nsight.render.code_words import CHAIN_SAID, IMPL_SAID, ROLE_SAID, SDPA_FOR_GEMM
 from torch_nsight.render.reason_words import describe_cause
 from torch_nsight.render.timeline_words import step_finding_words
 from torch_nsight.units import format_bytes, format_duration
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSIDE_PREFIX
 
-#: A GEMM or convolution dimension's role in words.
-ROLE_SAID = {"tokens": "batch x sequence", "out_features": "output features",
-             "in_features": "input features", "in_channels": "input channels",
-             "out_channels": "output channels", "spatial": "output positions H x W",
-             "sequence": "the attention's sequence length"}
-#: What an elementwise chain computes in words.
-CHAIN_SAID = {"rms_norm": " (an RMSNorm written out)", "layer_norm": " (a LayerNorm written "
-              "out)", "rotary": " (a rotary embedding)", "gelu": " (a tanh GELU written out)",
-              "softmax": " (masking and softmax)",
-              "loss": " (the loss: upcast, log-softmax, NLL)"}
-#: How an optimizer's step ran, in words.
-IMPL_SAID = {"foreach": "one multi-tensor kernel per op (foreach)",
-             "for_loop": "kernels per parameter (a for-loop)"}
 #: Fixes that need no parameter.
 FIX = {
     "tf32_matmul": "Turn on TF32 tensor cores with torch.backends.cuda.matmul.allow_tf32 = True "
@@ -381,6 +369,8 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},
     "compile_function": _compile_function,
+    "use_sdpa": lambda row, params: (SDPA_FOR_GEMM if row.get("finding") == "gemm_misaligned"
+                                     else FIX["use_sdpa"]),
 }
 
 

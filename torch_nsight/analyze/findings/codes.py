@@ -92,14 +92,15 @@ CAUSES: frozenset[str] = frozenset(get_args(Cause))
 
 #: The optimizers with a fused CUDA implementation (``fused=True``), and those with a
 #: ``foreach`` one only (torch 2.x ``torch.optim``).
-#: Fixes that also remove kernel launches, and so CPU dispatch time a kernel profile does not
-#: see: a bound on the kernels' time (``gain_bound_ns``) is no bound on what they save a step
-#: (measured above it on RegNetY and a Conformer, docs/zoo.md, 2026-11-28).
-CUTS_LAUNCHES = frozenset({"compile_module", "compile_model", "compile_function",
-                           "cuda_graphs"})
 FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD"})
 FOREACH_OPTIMIZERS = frozenset({"Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam", "RAdam",
                                 "RMSprop", "Rprop"})
+
+#: Fixes that also remove kernel launches, and so CPU dispatch time a kernel profile does not
+#: see: a bound on the kernels' time (``gain_bound_ns``) is no bound on what they save a step
+#: (measured above it on RegNetY and a Conformer, docs/zoo.md, 2026-11-28).
+CUTS_LAUNCHES: frozenset[FixCode] = frozenset({"compile_module", "compile_model",
+                                               "compile_function", "cuda_graphs"})
 
 #: Fusion fits any kind of module's elementwise work (``compile_function`` where it ran
 #: outside every module).

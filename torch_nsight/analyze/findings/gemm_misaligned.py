@@ -8,8 +8,9 @@ What is at fault, and so the fix, depends on the op:
   dimensions that are the operands' strides (the rows never are, forward or backward), padded
   to :data:`PAD_TO` with a wider ``nn.Linear``;
 * another matmul (``bmm``, ``matmul``): the misaligned stride, padded in the operands;
-  attention written out (batched matmuls beside a softmax): the sequence length,
-  ``scaled_dot_product_attention`` in its place;
+  attention written out (batched matmuls whose stride is a softmax's length at the same
+  site): the sequence length, ``scaled_dot_product_attention`` in its place (another
+  backend where SDPA ran on its math path, whose softmax is ``_safe_softmax``);
 * a convolution that cuBLAS or cuDNN ran with an ``align1``/``align2`` kernel: its channels
   where they are off (padded to a multiple of 8), else the output positions a 1x1
   convolution in NCHW runs its GEMM over (H x W = 49, 196): channels-last;
@@ -58,9 +59,8 @@ _SMALL_ALIGN = re.compile(r"align[12](?!\d)")
 #: CUDA-core kernels: one-element alignment is how they work, not a misalignment.
 SIMT = ("simt",)
 _LINEAR_OPS = frozenset({"mm", "addmm", "linear"})
-#: Attention written out: its batched matmuls, and the softmax (forward or backward) beside.
+#: Attention written out: its batched matmuls (with a softmax beside, ``Site.softmax_lengths``).
 BATCHED_OPS = frozenset({"bmm", "baddbmm"})
-SOFTMAX_OPS = frozenset({"_softmax", "softmax", "_softmax_backward_data", "_safe_softmax"})
 #: The dimensions of a batched matmul that are its operands' strides (row-major).
 ATTENTION_STRIDES = frozenset({"N", "K"})
 
@@ -87,12 +87,14 @@ def _from_gemm_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, 
     if not known:  # a module without a forward GEMM: each call's own dimensions
         first = gemms["dims"].iloc[0]
         known = {ROLES[d]: v for d, v in first.items()}
-    softmax = any(op in SOFTMAX_OPS for op in site.ops)
-    bad = [(c, d, v, _role(c, d, v, known, softmax)) for _, c in gemms.iterrows()
+    bad = [(c, d, v, _role(c, d, v, known, site.softmax_lengths)) for _, c in gemms.iterrows()
            for d, v in c["bad"] if c["dtype"] != "float32" or tf32]
     bad = [(c, d, v, role) for c, d, v, role in bad if role in STRIDE_ROLES]
-    # attention written out: only its batched matmuls' sequence length is off
-    by_hand = bool(bad) and all(role == "sequence" for *_, role in bad)
+    # attention written out: a sequence length is no operand to pad; where something else is
+    # off too, that is the finding
+    others = [b for b in bad if b[3] != "sequence"]
+    by_hand = bool(bad) and not others
+    bad = bad if by_hand else others
     gain = roofline_gain(rows) if len(rows) else 0.0
     if not bad or gain <= 0:
         return []
@@ -107,7 +109,10 @@ def _from_gemm_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, 
     if linear:
         params.update({k: known[k] for k in ("in_features", "out_features") if k in known})
     single = len(gemms) == 1 and rows["kernel"].nunique() == 1
-    code: FixCode = "use_sdpa" if by_hand else "pad_features" if linear else "pad_operands"
+    # SDPA already ran, on its math path (its softmax is _safe_softmax): another backend
+    math_path = "_safe_softmax" in site.ops
+    code: FixCode = (("sdpa_backend" if math_path else "use_sdpa") if by_hand
+                     else "pad_features" if linear else "pad_operands")
     return [Finding("gemm_misaligned", rows, gain, "roofline", "high" if single else "medium",
                     code, module_kind="attention" if by_hand else site.kind,
                     aten_ops=site.ops, shapes=call["shapes"], dim=dim, dim_role=role,
@@ -117,13 +122,14 @@ def _from_gemm_calls(group: pd.DataFrame, gemms: pd.DataFrame, known: dict[str, 
                            "roof_pct": roof_pct(rows), "time_ns": per_run(rows)})]
 
 
-def _role(call: pd.Series, dim: str, value: int, known: dict[str, int], softmax: bool
-          ) -> str:
-    """What a misaligned dimension of a GEMM call is: at a site that also ran a softmax, a
-    batched matmul's stride is attention's sequence length (scores = q @ k^T, softmax, @ v:
-    a window of 7 x 7 = 49 tokens), which no padding of operands fixes cleanly and
-    scaled_dot_product_attention takes as it is; else :func:`~.call_shapes.role_of`."""
-    if softmax and call["aten_op"] in BATCHED_OPS and dim in ATTENTION_STRIDES:
+def _role(call: pd.Series, dim: str, value: int, known: dict[str, int],
+          softmax_lengths: frozenset[int]) -> str:
+    """What a misaligned dimension of a GEMM call is: a batched matmul's stride that is the
+    length a softmax at the same site normalises over is attention's sequence length (scores
+    = q @ k^T, softmax, @ v: a window of 7 x 7 = 49 tokens), which no padding of operands
+    fixes cleanly and scaled_dot_product_attention takes as it is (a head dimension is not
+    it); else :func:`~.call_shapes.role_of`."""
+    if call["aten_op"] in BATCHED_OPS and dim in ATTENTION_STRIDES and value in softmax_lengths:
         return "sequence"
     return role_of(dim, value, known)
 

@@ -27,14 +27,15 @@ def runs_channels_last(work: pd.DataFrame,
                        sites: Mapping[tuple[Any, ...], Site] | None = None) -> pd.Series:
     """For each row, whether any of PyTorch's own kernels for channels-last input ran in its
     variant and shape (a sweep may hold an NCHW variant beside a channels-last one); with
-    ``sites``, not counting a site whose recorded calls lay nothing out (:attr:`Site.planar`
-    False: a batch norm over N x C x 1 x 1, both layouts at once, runs channels-last kernels
-    in an NCHW model)."""
+    ``sites`` (by :data:`~torch_nsight.vocabulary.JOIN_KEYS`, missing keys ``""`` as the
+    checks' prepared table has them: :attr:`Context.sites`), not counting a site whose
+    recorded calls lay nothing out (:attr:`Site.planar` False: a batch norm over
+    N x C x 1 x 1, both layouts at once, runs channels-last kernels in an NCHW model)."""
     names = full_names(work)
     ran = names.str.contains("at::native::", regex=False) & contains(names,
                                                                      CHANNELS_LAST_KERNELS)
     if sites is not None and ran.any():
-        for key, rows in work[ran].groupby(list(JOIN_KEYS), sort=False):
+        for key, rows in work[ran].groupby(list(JOIN_KEYS), sort=False, dropna=False):
             site = sites.get(tuple(key))
             if site is not None and site.planar is False:
                 ran[rows.index] = False

@@ -245,6 +245,8 @@ class Site:
         planar: whether any call the calls table records there takes a 4-D tensor of more
             than one pixel (what channels-last lays out: :func:`lays_out`); None where it
             records none.
+        softmax_lengths: the last dimension of each softmax recorded there (forward,
+            backward or SDPA's math path), the lengths attention written out normalises over.
     """
 
     ops: tuple[str, ...]
@@ -253,6 +255,7 @@ class Site:
     recorded: bool
     module_class: str | None = None
     planar: bool | None = None
+    softmax_lengths: frozenset[int] = frozenset()
 
 
 def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
@@ -262,6 +265,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
     ops: dict[tuple[Any, ...], tuple[str, ...]] = {}
     four_d: dict[tuple[Any, ...], bool] = {}  # whether any call there takes a 4-D tensor
     planar: dict[tuple[Any, ...], bool] = {}  # ... one with more than one pixel (lays_out)
+    lengths: dict[tuple[Any, ...], frozenset[int]] = {}  # softmax_lengths
     if calls is not None and "aten_op" in calls and len(calls):
         keyed_calls = calls.reindex(columns=[*JOIN_KEYS, "aten_op", "input_shapes"]
                                     ).astype(object)
@@ -271,6 +275,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
             ops[tuple(key)] = ops_at(rows)
             four_d[tuple(key)] = any(takes_4d(shapes) for shapes in rows["input_shapes"])
             planar[tuple(key)] = any(lays_out(shapes) for shapes in rows["input_shapes"])
+            lengths[tuple(key)] = softmax_lengths(rows)
     classes = module_classes(calls)
     sites = {}
     for key, rows in work.groupby(list(JOIN_KEYS), sort=False):
@@ -282,7 +287,8 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         sites[key] = Site(mine, site_kind(direction, path, mine, rows["kernel"].tolist(),
                                           module_class),
                           layout, recorded=key in ops, module_class=module_class,
-                          planar=planar.get(key))
+                          planar=planar.get(key),
+                          softmax_lengths=lengths.get(key, frozenset()))
     return sites
 
 
@@ -291,6 +297,20 @@ def takes_4d(shapes: object) -> bool:
     if not isinstance(shapes, (list, tuple)):
         return False
     return any(isinstance(s, (list, tuple)) and len(s) == 4 for s in shapes)
+
+
+#: The softmax ops, forward and backward (``_safe_softmax``: SDPA's math path).
+SOFTMAX_OPS = frozenset({"_softmax", "softmax", "_softmax_backward_data", "_safe_softmax"})
+
+
+def softmax_lengths(calls: pd.DataFrame) -> frozenset[int]:
+    """The last dimension of the first input of each softmax among ``calls`` (rows of the
+    calls table with ``aten_op`` and ``input_shapes``)."""
+    found = calls.loc[calls["aten_op"].isin(SOFTMAX_OPS), "input_shapes"]
+    return frozenset(int(shapes[0][-1]) for shapes in found
+                     if isinstance(shapes, (list, tuple)) and shapes
+                     and isinstance(shapes[0], (list, tuple)) and shapes[0]
+                     and isinstance(shapes[0][-1], int))
 
 
 def lays_out(shapes: object) -> bool:
