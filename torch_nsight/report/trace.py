@@ -239,7 +239,8 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
         frame[column] = frame[column] - origin
     for column in ("start_ns", "end_ns"):
         timeline[column] = timeline[column] - origin
-    gpu = next(iter(dict.fromkeys(frame["gpu"].dropna())), None)
+    gpus = frame["gpu"].dropna().unique()  # in the order first seen
+    gpu = gpus[0] if len(gpus) else None
     return frame, timeline, gpu
 
 
