@@ -122,16 +122,16 @@ class _OpenAtLaunch:
 
     def at(self, call: Call) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(range stack, other annotations) of an activity launched by ``call``."""
-        stacks, others = self.stacks.get(call.tid), self.others.get(call.tid)
-        key = (call.tid, -1 if stacks is None else stacks.index_at(call.start),
-               -1 if others is None else others.index_at(call.start),
-               call.name == "cudaGraphLaunch")
+        thread, launch = call.tid, call.start
+        stacks, others = self.stacks.get(thread), self.others.get(thread)
+        ranged = -1 if stacks is None else stacks.index_at(launch)
+        annotated = -1 if others is None else others.index_at(launch)
+        key = (thread, ranged, annotated, call.name == "cudaGraphLaunch")
         if key in self.named:
             return self.named[key]
-        thread, launch, cut = call.tid, call.start, len(naming.RECORD_PREFIX)
-        stack = (tuple(m[cut:] for m in self.stacks[thread].open_at(launch))
-                 if thread in self.stacks else ())
-        other = tuple(self.others[thread].open_at(launch)) if thread in self.others else ()
+        cut = len(naming.RECORD_PREFIX)
+        stack = tuple(m[cut:] for m in stacks.open_from(ranged)) if stacks is not None else ()
+        other = tuple(others.open_from(annotated)) if others is not None else ()
         named = _names_kernel(stack)
         if not named:
             launched_in = self.ops.get(thread)
@@ -181,20 +181,19 @@ def parse_trace(events: TraceEvents, source: str,
 
 def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, Any]],
            measured_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
-    prefix = naming.RECORD_PREFIX
+    cut = len(naming.RECORD_PREFIX)
     calls = events.calls
-    maps = read_maps([name[len(prefix):] for (_, _, name), _ in events.ranges
+    maps = read_maps([name[cut:] for (_, _, name), _ in events.ranges
                       if is_compiled_map(name)], source)
     labels: list[tuple[float, float, str]] = []
     ranges: dict[Any, list[Span]] = defaultdict(list)
     for span, tid in events.ranges:
         start, end, name = span
-        if is_compiled_map(name):
-            continue
-        message = name[len(prefix):]
-        if naming.parse_measure_range(message):
+        message = name[cut:]
+        # only a message that starts so can be a measured iteration's (most are modules')
+        if message.startswith(naming.MEASURE_PREFIX) and naming.parse_measure_range(message):
             labels.append((start, end, message))
-        else:
+        elif not is_compiled_map(name):
             ranges[tid].append(span)
     labels.sort()
     label_starts = [label[0] for label in labels]
@@ -308,6 +307,8 @@ def _kernel_frame(given: dict[str, list[Any]], source: str) -> pd.DataFrame:
     size = len(given["start_ns"])
     order = np.argsort(np.array(given["start_ns"], dtype="float64"), kind="stable")
     columns: dict[str, Any] = {}
+    nothing = np.full(size, np.nan)  # one array for every column none has (the constructor
+    # copies each into the table's block of numbers)
     for column in _FRAME_COLUMNS:
         if column == "source":
             values: Any = [source] * size
@@ -316,7 +317,7 @@ def _kernel_frame(given: dict[str, list[Any]], source: str) -> pd.DataFrame:
             values = [values[i] for i in order] if column in _NOT_NUMERIC else \
                 np.array(values, dtype="float64")[order] if size else np.empty(0)
         elif size:  # none of the rows has it
-            columns[column] = np.full(size, np.nan)
+            columns[column] = nothing
             continue
         else:
             values = []

@@ -67,7 +67,11 @@ class Intervals:
 
     def open_at(self, t: float) -> list[str]:
         """Names of the events holding ``t`` (start <= t < end), outermost first."""
-        index = self.index_at(t)
+        return self.open_from(self.index_at(t))
+
+    def open_from(self, index: int) -> list[str]:
+        """Names of the event numbered ``index`` (:meth:`index_at`) and of those holding
+        it, outermost first."""
         chain = []
         while index >= 0:
             chain.append(self.events[index][2])
@@ -164,6 +168,10 @@ class _Columns:
                                                dtype=object), errors="coerce")
                 numbers[steps] = read.astype("float64").to_numpy()
                 columns[column] = numbers
+            elif column in _STEP_ONLY:  # NaN in every gap row
+                numbers = np.full(size, np.nan)
+                numbers[steps] = np.array([values[column][i] for i in steps], dtype="float64")
+                columns[column] = numbers
             else:
                 columns[column] = np.array(values[column], dtype="float64") if size \
                     else np.empty(0)
@@ -172,6 +180,8 @@ class _Columns:
 
 #: The step rows' numbers read from the timeline manifest (any JSON value).
 _MEASURED = ("bare_ns", "ranged_ns")
+#: The step rows' numbers worked out here.
+_STEP_ONLY = ("cpu_ns", "busy_ns", "launches", "sync_ns", "bare_spread_pct")
 
 
 def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
