@@ -110,7 +110,7 @@ def _attributed(stack: StackFacts, start_end: tuple[dict[str, str] | None, tuple
     label of the stack wins over theirs; context is theirs, the stack's, then ``other``."""
     labels, placed, op, op_direction, stack_context = stack
     outer, context = start_end
-    if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
+    if op is None and other:  # NCCL names its own calls (ncclAllReduce): the kernel's op
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
     direction: str | None
     if placed is not None:
@@ -145,21 +145,25 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     empty: tuple[str, ...] = ()
     columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
                for c in ("range_stack", "range_start_end", "range_other")]
-    memo: dict[tuple[tuple[str, ...], ...], tuple[Any, ...]] = {}
+    memo: dict[Any, tuple[Any, ...]] = {}
     stacks: dict[tuple[str, ...], StackFacts] = {}  # each distinct stack worked out once
     outer: dict[tuple[str, ...], tuple[dict[str, str] | None, tuple[str, ...]]] = {}
     rows = []
-    for stack, start_end, other in zip(*columns, strict=True):
-        key = (tuple(stack if stack is not None else ()),
-               tuple(start_end if start_end is not None else ()),
-               tuple(other if other is not None else ()))
-        if key not in memo:
-            if key[0] not in stacks:
-                stacks[key[0]] = _stack_facts(key[0])
-            if key[1] not in outer:
-                outer[key[1]] = _start_end_facts(key[1])
-            memo[key] = _attributed(stacks[key[0]], outer[key[1]], key[2])
-        rows.append(memo[key])
+    for given in zip(*(c.tolist() for c in columns), strict=True):
+        try:  # the ranges as the table holds them (tuples): launches repeat them
+            found = memo.get(given)
+        except TypeError:  # lists or arrays: as tuples
+            found, given = None, tuple(tuple(v) if v is not None else () for v in given)
+        if found is None:
+            key = tuple(tuple(v) if v is not None else () for v in given)
+            if key not in memo:
+                if key[0] not in stacks:
+                    stacks[key[0]] = _stack_facts(key[0])
+                if key[1] not in outer:
+                    outer[key[1]] = _start_end_facts(key[1])
+                memo[key] = _attributed(stacks[key[0]], outer[key[1]], key[2])
+            found = memo[given] = memo[key]
+        rows.append(found)
     values = list(zip(*rows, strict=True)) if rows else [()] * len(ATTRIBUTION_COLUMNS)
     for column, column_values in zip(ATTRIBUTION_COLUMNS, values, strict=True):
         dtype = "Int64" if column in ("run", "depth") else object

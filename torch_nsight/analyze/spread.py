@@ -21,7 +21,8 @@ built and folded, and are dropped from the tables users read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -230,7 +231,7 @@ def group_runs(df: pd.DataFrame, groups: np.ndarray, count: int,
     return list(times.reindex(range(count)).to_numpy())
 
 
-def sum_runs(values: pd.Series) -> np.ndarray | None:
+def sum_runs(values: Iterable[Any]) -> np.ndarray | None:
     """The element-wise sum of per-run arrays of one label (a folded row's runs)."""
     arrays = [v for v in values if isinstance(v, np.ndarray)]
     if not arrays or len({len(a) for a in arrays}) != 1:
