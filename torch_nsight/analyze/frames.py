@@ -42,7 +42,10 @@ def own(df: Frame) -> Frame:
 
 def filled(values: Frame, fill: object = "") -> Frame:
     """``values`` as objects with their missing entries replaced by ``fill``."""
-    return values.astype(object).mask(values.isna(), fill)
+    missing = values.isna()
+    if not missing.to_numpy().any():  # most key columns: nothing to replace, nothing to copy
+        return values.astype(object)
+    return values.astype(object).mask(missing, fill)
 
 
 def blank_to_none(values: pd.Series) -> pd.Series:
