@@ -280,9 +280,12 @@ class _Structures:
         self._asked: dict[tuple[tuple[str, ...], str], _Node | None] = {}
 
     def add(self, label: tuple[str, ...], module: str, kernel: tuple[str, ...]) -> None:
-        node = self._roots.setdefault(label, _Node())
-        for part in split_path(module):
-            node = node.children.get(part) or node.children.setdefault(part, _Node())
+        node = self._asked.get((label, module))  # a module's kernels: its node walked once
+        if node is None:
+            node = self._roots.setdefault(label, _Node())
+            for part in split_path(module):
+                node = node.children.get(part) or node.children.setdefault(part, _Node())
+            self._asked[(label, module)] = node
         node.own.add(kernel)
 
     def code(self, label: tuple[str, ...], module: str) -> str:
