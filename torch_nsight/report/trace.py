@@ -130,7 +130,8 @@ class _OpenAtLaunch:
         if key in self.named:
             return self.named[key]
         cut = len(naming.RECORD_PREFIX)
-        stack = tuple(m[cut:] for m in stacks.open_from(ranged)) if stacks is not None else ()
+        stack = tuple([m[cut:] for m in stacks.open_from(ranged)]) if stacks is not None \
+            else ()
         other = tuple(others.open_from(annotated)) if others is not None else ()
         named = _names_kernel(stack)
         if not named:
@@ -334,6 +335,6 @@ def _kernel_frame(given: dict[str, list[Any]], source: str) -> pd.DataFrame:
 def _names_kernel(stack: tuple[str, ...]) -> bool:
     """Whether a range of ``stack`` names what launched a kernel (a module, op, step or
     compiled graph's range; not a warm-up's)."""
-    return any(message != naming.WARMUP_MESSAGE for message in stack)
+    return stack.count(naming.WARMUP_MESSAGE) < len(stack)  # a message other than it
 
 
