@@ -264,7 +264,8 @@ def _columns(activities: list[Activity], launched: list[Call | None],
     for shape in (*dict.fromkeys(fields["grid"]), *dict.fromkeys(fields["block"])):
         if shape not in dims:
             dims[shape] = _dims(shape)
-    copy_facts = [copies[n] if k == "memcpy" else (None, None) for n, k in zip(names, kinds, strict=True)]
+    copy_facts = [copies[n] if k == "memcpy" else (None, None)
+                  for n, k in zip(names, kinds, strict=True)]
     return {
         "kernel": [short[n] if k == "kernel" else n for n, k in zip(names, kinds, strict=True)],
         "kernel_full": names, "grid": [dims[g] for g in fields["grid"]],
