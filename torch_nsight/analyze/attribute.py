@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight import naming
@@ -110,7 +111,7 @@ def _attributed(stack: StackFacts, start_end: tuple[dict[str, str] | None, tuple
     label of the stack wins over theirs; context is theirs, the stack's, then ``other``."""
     labels, placed, op, op_direction, stack_context = stack
     outer, context = start_end
-    if op is None:  # NCCL names its own calls (domain NCCL: ncclAllReduce): the kernel's op
+    if op is None and other:  # NCCL names its own calls (ncclAllReduce): the kernel's op
         op = next((m for m in reversed(other) if NCCL_COLLECTIVE.match(m)), None)
     direction: str | None
     if placed is not None:
@@ -145,26 +146,70 @@ def attribute(df: pd.DataFrame) -> pd.DataFrame:
     empty: tuple[str, ...] = ()
     columns = [out[c] if c in out else pd.Series([empty] * len(out), index=out.index)
                for c in ("range_stack", "range_start_end", "range_other")]
-    memo: dict[tuple[tuple[str, ...], ...], tuple[Any, ...]] = {}
-    stacks: dict[tuple[str, ...], StackFacts] = {}  # each distinct stack worked out once
+    distinct = _distinct_ranges([c.to_numpy(dtype=object) for c in columns])
+    if distinct is None:  # values pandas cannot tell apart (lists, arrays): row by row
+        answers, inverse = _attributed_rows(columns), None
+    else:  # each distinct triple of range tuples worked out once
+        keys, inverse = distinct
+        answers = _attributed_rows(keys)
+    values = list(zip(*answers, strict=True)) if answers else [()] * len(ATTRIBUTION_COLUMNS)
+    for column, column_values in zip(ATTRIBUTION_COLUMNS, values, strict=True):
+        dtype = "Int64" if column in ("run", "depth") else object
+        taken = (list(column_values) if inverse is None
+                 else np.array(column_values, dtype=object)[inverse])
+        out[column] = pd.Series(taken, index=out.index, dtype=dtype)
+    return out
+
+
+def _distinct_ranges(columns: list[np.ndarray]
+                     ) -> tuple[list[tuple[Any, ...]], np.ndarray] | None:
+    """The distinct (stack, start/end, other) triples of the rows, as tuples (None counts as
+    no range), and each row's number among them; None where a value cannot be hashed (a
+    list) or is missing otherwise than as None (the row-by-row path says what it is).
+
+    A large trace's 66,000 launches hold 30,000 distinct triples: pandas tells them apart
+    (``factorize``), Python works each out once."""
+    codes, uniques = [], []
+    for values in columns:
+        try:
+            code, unique = pd.factorize(values)
+        except TypeError:
+            return None
+        missing = code < 0
+        if missing.any() and any(v is not None for v in values[missing]):
+            return None
+        codes.append(np.where(missing, len(unique), code).astype(np.int64))
+        uniques.append([tuple(v) for v in unique] + [()])
+    sizes = [len(u) for u in uniques]
+    combined = (codes[0] * sizes[1] + codes[1]) * sizes[2] + codes[2]
+    numbers, inverse = np.unique(combined, return_inverse=True)
+    keys = []
+    for number in numbers.tolist():
+        rest, other = divmod(number, sizes[2])
+        stack, start_end = divmod(rest, sizes[1])
+        keys.append((uniques[0][stack], uniques[1][start_end], uniques[2][other]))
+    return keys, inverse.reshape(-1)
+
+
+def _attributed_rows(rows: Any) -> list[tuple[Any, ...]]:
+    """:func:`attribute_ranges` of each (stack, start/end, other) of ``rows`` (a list of
+    triples, or the three columns), each distinct stack and start/end worked out once."""
+    if not isinstance(rows, list):
+        rows = zip(*(c.tolist() for c in rows), strict=True)
+    memo: dict[Any, tuple[Any, ...]] = {}
+    stacks: dict[tuple[str, ...], StackFacts] = {}
     outer: dict[tuple[str, ...], tuple[dict[str, str] | None, tuple[str, ...]]] = {}
-    rows = []
-    for stack, start_end, other in zip(*columns, strict=True):
-        key = (tuple(stack if stack is not None else ()),
-               tuple(start_end if start_end is not None else ()),
-               tuple(other if other is not None else ()))
+    answers = []
+    for given in rows:
+        key = tuple(tuple(v) if v is not None else () for v in given)
         if key not in memo:
             if key[0] not in stacks:
                 stacks[key[0]] = _stack_facts(key[0])
             if key[1] not in outer:
                 outer[key[1]] = _start_end_facts(key[1])
             memo[key] = _attributed(stacks[key[0]], outer[key[1]], key[2])
-        rows.append(memo[key])
-    values = list(zip(*rows, strict=True)) if rows else [()] * len(ATTRIBUTION_COLUMNS)
-    for column, column_values in zip(ATTRIBUTION_COLUMNS, values, strict=True):
-        dtype = "Int64" if column in ("run", "depth") else object
-        out[column] = pd.Series(list(column_values), index=out.index, dtype=dtype)
-    return out
+        answers.append(memo[key])
+    return answers
 
 
 def label_shapes(df: pd.DataFrame, labels: Mapping[str, str]) -> pd.DataFrame:

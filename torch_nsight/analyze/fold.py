@@ -27,6 +27,7 @@ structure (hotspots, the module tree, findings with their codes, the top module 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -134,14 +135,15 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
             continue
         values = work[column]
         if column == RUNS_COLUMN:  # per-run arrays, run by run
-            rows[column] = pd.Series([sum_runs(values.iloc[ix]) for ix in indices],
+            arrays = values.to_numpy(dtype=object)
+            rows[column] = pd.Series([sum_runs(arrays[ix]) for ix in indices],
                                      index=rows.index, dtype=object)
         else:
-            rows[column] = [values.iloc[ix].sum(min_count=1) for ix in indices]
+            rows[column] = _group_sums(values, indices)
     for column, weight in (weighted or {}).items():
         if column in members and weight in members:
-            value, w = work[column], work[weight].astype("float64")
-            rows[column] = [_weighted_mean(value.iloc[ix], w.iloc[ix]) for ix in indices]
+            rows[column] = _weighted_means(work[column], work[weight].astype("float64"),
+                                           indices)
     rows[name] = [folded_name(templates[ix[0]][0], [templates[i][1] for i in ix])
                   for ix in indices]
     if path is not None and path in members:
@@ -151,6 +153,39 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     rows.index = [ix[0] for ix in indices]  # where each group's first row stood
     out = [alone, rows] if len(alone) else [rows]
     return pd.concat(out).sort_index(kind="stable").reset_index(drop=True)
+
+
+def _group_sums(values: pd.Series, indices: list[list[int]]) -> list[Any]:
+    """Each group's ``values.iloc[rows].sum(min_count=1)``, worked out on the column's
+    array where it holds float64 (no Series a group): NaN skipped, the rest summed by
+    numpy as pandas sums it (the same last digit); NaN for a group of NaN alone."""
+    if values.dtype != np.float64:
+        return [values.iloc[ix].sum(min_count=1) for ix in indices]
+    array = values.to_numpy()
+    sums: list[Any] = []
+    for ix in indices:
+        part = array[ix]
+        known = ~np.isnan(part)
+        sums.append(part.sum() if known.all() else
+                    np.where(known, part, 0.0).sum() if known.any() else np.nan)
+    return sums
+
+
+def _weighted_means(values: pd.Series, weights: pd.Series, indices: list[list[int]]
+                    ) -> list[float]:
+    """:func:`_weighted_mean` of each group, on the columns' arrays where both hold
+    float64."""
+    if values.dtype != np.float64:
+        return [_weighted_mean(values.iloc[ix], weights.iloc[ix]) for ix in indices]
+    value_array, weight_array = values.to_numpy(), weights.to_numpy()
+    means: list[float] = []
+    for ix in indices:
+        value, weight = value_array[ix], weight_array[ix]
+        valid = ~np.isnan(value) & ~np.isnan(weight)
+        total = weight[valid].sum()
+        means.append(float((value[valid] * weight[valid]).sum() / total) if total
+                     else np.nan)
+    return means
 
 
 def _weighted_mean(values: pd.Series, weights: pd.Series) -> float:
@@ -245,9 +280,12 @@ class _Structures:
         self._asked: dict[tuple[tuple[str, ...], str], _Node | None] = {}
 
     def add(self, label: tuple[str, ...], module: str, kernel: tuple[str, ...]) -> None:
-        node = self._roots.setdefault(label, _Node())
-        for part in split_path(module):
-            node = node.children.get(part) or node.children.setdefault(part, _Node())
+        node = self._asked.get((label, module))  # a module's kernels: its node walked once
+        if node is None:
+            node = self._roots.setdefault(label, _Node())
+            for part in split_path(module):
+                node = node.children.get(part) or node.children.setdefault(part, _Node())
+            self._asked[(label, module)] = node
         node.own.add(kernel)
 
     def code(self, label: tuple[str, ...], module: str) -> str:

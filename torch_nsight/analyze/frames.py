@@ -42,7 +42,10 @@ def own(df: Frame) -> Frame:
 
 def filled(values: Frame, fill: object = "") -> Frame:
     """``values`` as objects with their missing entries replaced by ``fill``."""
-    return values.astype(object).mask(values.isna(), fill)
+    missing = values.isna()
+    if not missing.to_numpy().any():  # most key columns: nothing to replace, nothing to copy
+        return values.astype(object)
+    return values.astype(object).mask(missing, fill)
 
 
 def blank_to_none(values: pd.Series) -> pd.Series:
@@ -175,7 +178,11 @@ def each_distinct(rows: pd.DataFrame, compute: Callable[[dict[str, Any]], Result
         return [compute({}) for _ in range(len(rows))]
     if not len(rows):
         return []
-    codes = rows.groupby(list(rows.columns), sort=False, dropna=False).ngroup().to_numpy()
+    # a column missing in every row tells no row apart (a trace has no counters): grouped
+    # by the others alone
+    keys = [c for c in rows.columns if not rows[c].isna().all()]
+    codes = (rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy() if keys
+             else np.zeros(len(rows), dtype=np.int64))
     _, first = np.unique(codes, return_index=True)  # each group's first row, by group
     results = [compute(row) for row in rows.iloc[first].to_dict("records")]
     return [results[code] for code in codes]

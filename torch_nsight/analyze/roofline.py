@@ -75,8 +75,8 @@ def add_flops(df: pd.DataFrame) -> pd.DataFrame:
     names = {col: name for name, (col, _, _) in PRECISIONS.items()}
     dominant = flops.fillna(-1.0).idxmax(axis=1).map(names)
     # Without every family, zero FLOPs may hide uncounted work: the precision is unknown.
-    precision = [
-        None if pd.isna(total) else name if total > 0 else "none" if complete else None
+    precision = [  # (total != total: NaN, a float of the float64 column's tolist())
+        None if total != total else name if total > 0 else "none" if complete else None
         for total, name, complete in zip(out["flops"].tolist(), dominant.tolist(),
                                          out["flops_complete"].tolist(), strict=True)]
     out["precision"] = pd.Series(precision, index=out.index, dtype=object)

@@ -21,7 +21,8 @@ built and folded, and are dropped from the tables users read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,23 @@ _RUN = ["source", "run"]
 def _placeheld(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``columns`` of ``df`` (absent ones empty) as text, missing values ``""``."""
     out = df.reindex(columns=list(columns))
-    return filled(out).astype(str)
+    return pd.DataFrame({c: _as_text(out[c]) for c in out.columns}, index=out.index)
+
+
+def _as_text(values: pd.Series) -> pd.Series:
+    """``filled(values).astype(str)``; text without a missing value as it is, and whole
+    numbers (a run) made text once per distinct value, not once per row."""
+    if values.dtype == "str" and not values.isna().any():
+        return values
+    if values.dtype in ("Int64", object):
+        codes, uniques = pd.factorize(values)  # a missing value: -1, the last text
+        distinct = uniques.tolist()
+        # each distinct value is one text: whole numbers, or text (1 and True, which
+        # factorize takes for one value, are never both there)
+        if values.dtype == "Int64" or all(type(v) is str for v in distinct):
+            texts = np.array([str(v) for v in distinct] + [""], dtype=object)
+            return pd.Series(texts[codes], index=values.index, dtype="str")
+    return filled(values).astype(str)
 
 
 def run_times(df: pd.DataFrame, keys: Sequence[str], value: str = "duration_ns",
@@ -230,7 +247,7 @@ def group_runs(df: pd.DataFrame, groups: np.ndarray, count: int,
     return list(times.reindex(range(count)).to_numpy())
 
 
-def sum_runs(values: pd.Series) -> np.ndarray | None:
+def sum_runs(values: Iterable[Any]) -> np.ndarray | None:
     """The element-wise sum of per-run arrays of one label (a folded row's runs)."""
     arrays = [v for v in values if isinstance(v, np.ndarray)]
     if not arrays or len({len(a) for a in arrays}) != 1:

@@ -22,7 +22,6 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Mapping
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from torch_nsight.report.kernel_table import RAW_COLUMNS
 from torch_nsight.report.launch_ops import launch_message
 from torch_nsight.report.names import format_dims
 from torch_nsight.report.trace_events import (
+    Activity,
     Call,
     Span,
     TraceEvents,
@@ -122,16 +122,17 @@ class _OpenAtLaunch:
 
     def at(self, call: Call) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(range stack, other annotations) of an activity launched by ``call``."""
-        stacks, others = self.stacks.get(call.tid), self.others.get(call.tid)
-        key = (call.tid, -1 if stacks is None else stacks.index_at(call.start),
-               -1 if others is None else others.index_at(call.start),
-               call.name == "cudaGraphLaunch")
+        thread, launch = call.tid, call.start
+        stacks, others = self.stacks.get(thread), self.others.get(thread)
+        ranged = -1 if stacks is None else stacks.index_at(launch)
+        annotated = -1 if others is None else others.index_at(launch)
+        key = (thread, ranged, annotated, call.name == "cudaGraphLaunch")
         if key in self.named:
             return self.named[key]
-        thread, launch, cut = call.tid, call.start, len(naming.RECORD_PREFIX)
-        stack = (tuple(m[cut:] for m in self.stacks[thread].open_at(launch))
-                 if thread in self.stacks else ())
-        other = tuple(self.others[thread].open_at(launch)) if thread in self.others else ()
+        cut = len(naming.RECORD_PREFIX)
+        stack = tuple([m[cut:] for m in stacks.open_from(ranged)]) if stacks is not None \
+            else ()
+        other = tuple(others.open_from(annotated)) if others is not None else ()
         named = _names_kernel(stack)
         if not named:
             launched_in = self.ops.get(thread)
@@ -181,20 +182,19 @@ def parse_trace(events: TraceEvents, source: str,
 
 def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, Any]],
            measured_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
-    prefix = naming.RECORD_PREFIX
+    cut = len(naming.RECORD_PREFIX)
     calls = events.calls
-    maps = read_maps([name[len(prefix):] for (_, _, name), _ in events.ranges
+    maps = read_maps([name[cut:] for (_, _, name), _ in events.ranges
                       if is_compiled_map(name)], source)
     labels: list[tuple[float, float, str]] = []
     ranges: dict[Any, list[Span]] = defaultdict(list)
     for span, tid in events.ranges:
         start, end, name = span
-        if is_compiled_map(name):
-            continue
-        message = name[len(prefix):]
-        if naming.parse_measure_range(message):
+        message = name[cut:]
+        # only a message that starts so can be a measured iteration's (most are modules')
+        if message.startswith(naming.MEASURE_PREFIX) and naming.parse_measure_range(message):
             labels.append((start, end, message))
-        else:
+        elif not is_compiled_map(name):
             ranges[tid].append(span)
     labels.sort()
     label_starts = [label[0] for label in labels]
@@ -206,76 +206,129 @@ def _parse(events: TraceEvents, source: str, steps: Mapping[str, Mapping[str, An
             return labels[index]
         return None
 
-    rows = []
-    # kernels repeat: each distinct name and launch shape is worked out once
-    short_names: dict[str, str] = {}
-    dims: dict[tuple[int, int, int] | None, str | None] = {}
-    for activity in events.activities:
+    # what each launch call had open, and its measured iteration: the only per-launch work
+    # (the activities' own fields go to the table a column at a time)
+    activities = events.activities
+    opened_at: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    launched: list[Call | None] = []
+    in_label: list[tuple[str, ...]] = []
+    kept: list[int] = []
+    nowhere: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    for position, activity in enumerate(activities):
         call = calls.get(activity.correlation)  # type: ignore[arg-type]
-        launch = call.start if call is not None else float("nan")
-        thread = call.tid if call is not None else None
-        stack, other = opened.at(call) if call is not None else ((), ())
-        label = label_at(launch) if call is not None else None
+        if call is None:
+            label = None
+            opened_at.append(nowhere)
+        else:
+            label = label_at(call.start)
+            opened_at.append(opened.at(call))
         if measured_only and label is None:
+            opened_at.pop()
             continue
-        name, kind = activity.name, activity.kind
-        copy_kind, pinned = _copy_facts(name) if kind == "memcpy" else (None, None)
-        if kind == "kernel" and name not in short_names:
-            short_names[name] = function_name(name)
-        for shape in (activity.grid, activity.block):
-            if shape not in dims:
-                dims[shape] = _dims(shape)
-        rows.append((
-            source, short_names[name] if kind == "kernel" else name, name,
-            dims[activity.grid], dims[activity.block], activity.duration,
-            events.gpus.get(activity.device), stack, (label[2],) if label else (), other,
-            kind, activity.start, activity.stream if activity.stream is not None else -1,
-            activity.device, launch, int(thread) if isinstance(thread, int) else -1,
-            activity.bytes if activity.bytes is not None else float("nan"), copy_kind,
-            pinned, activity.registers))
-    frame = resolve_compiled(_kernel_frame(rows), maps)
+        kept.append(position)
+        launched.append(call)
+        in_label.append((label[2],) if label else ())
+    if len(kept) < len(activities):
+        activities = [activities[i] for i in kept]
+    frame = _kernel_frame(_columns(activities, launched, opened_at, in_label, events.gpus),
+                          source)
+    frame = resolve_compiled(frame, maps)
     timeline = timeline_table(frame, labels, events, source, steps)
     origin = events.origin  # times from the trace's start
     for column in ("start_ns", "launch_ns"):
         frame[column] = frame[column] - origin
     for column in ("start_ns", "end_ns"):
         timeline[column] = timeline[column] - origin
-    gpu = next(iter(dict.fromkeys(frame["gpu"].dropna())), None)
+    gpus = frame["gpu"].dropna().unique()  # in the order first seen
+    gpu = gpus[0] if len(gpus) else None
     return frame, timeline, gpu
 
 
-#: The columns of a row of :func:`parse_trace`'s kernel table, in the order it builds them.
-_ROW_COLUMNS = ("source", "kernel", "kernel_full", "grid", "block", "duration_ns", "gpu",
-                "range_stack", "range_start_end", "range_other", "kind", "start_ns", "stream",
-                "device", "launch_ns", "launch_thread", "bytes", "copy_kind", "pinned",
-                "registers_per_thread")
+def _columns(activities: list[Activity], launched: list[Call | None],
+             opened_at: list[tuple[tuple[str, ...], tuple[str, ...]]],
+             in_label: list[tuple[str, ...]], gpus: Mapping[int, str]) -> dict[str, list[Any]]:
+    """The kernel table's columns, in file order: the activities' fields and what their
+    launch calls had open. Kernels repeat: each distinct name and launch shape is worked
+    out once."""
+    fields = dict(zip(Activity._fields, map(list, zip(*activities, strict=True)),
+                      strict=True)) if activities else {f: [] for f in Activity._fields}
+    names, kinds = fields["name"], fields["kind"]
+    short: dict[str, str] = {}
+    dims: dict[tuple[int, int, int] | None, str | None] = {}
+    copies: dict[str, tuple[str | None, bool | None]] = {}
+    for name, kind in zip(names, kinds, strict=True):
+        if kind == "kernel" and name not in short:
+            short[name] = function_name(name)
+        elif kind == "memcpy" and name not in copies:
+            copies[name] = _copy_facts(name)
+    for shape in (*dict.fromkeys(fields["grid"]), *dict.fromkeys(fields["block"])):
+        if shape not in dims:
+            dims[shape] = _dims(shape)
+    copy_facts = [copies[n] if k == "memcpy" else (None, None)
+                  for n, k in zip(names, kinds, strict=True)]
+    return {
+        "kernel": [short[n] if k == "kernel" else n for n, k in zip(names, kinds, strict=True)],
+        "kernel_full": names, "grid": [dims[g] for g in fields["grid"]],
+        "block": [dims[b] for b in fields["block"]], "duration_ns": fields["duration"],
+        "gpu": [gpus.get(d) for d in fields["device"]],
+        "range_stack": [o[0] for o in opened_at], "range_start_end": in_label,
+        "range_other": [o[1] for o in opened_at], "kind": kinds, "start_ns": fields["start"],
+        "stream": [-1 if v is None else v for v in fields["stream"]],
+        "device": fields["device"],
+        "launch_ns": [float("nan") if c is None else c.start for c in launched],
+        "launch_thread": [c.tid if c is not None and isinstance(c.tid, int) else -1
+                          for c in launched],
+        "bytes": [float("nan") if v is None else v for v in fields["bytes"]],
+        "copy_kind": [c[0] for c in copy_facts], "pinned": [c[1] for c in copy_facts],
+        "registers_per_thread": fields["registers"]}
+
+
 _FRAME_COLUMNS = list(dict.fromkeys([*RAW_COLUMNS, *TRACE_COLUMNS]))
 _NOT_NUMERIC = frozenset({"source", "kernel", "kernel_full", "grid", "block", "gpu", "kind",
                           "range_stack", "range_start_end", "range_other", "copy_kind",
                           "pinned", "workload", "sol_bottleneck"})  # the rest is float64
+_RANGES = ("range_stack", "range_start_end", "range_other")
 
 
-def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    """The rows as a table of :data:`RAW_COLUMNS` and :data:`TRACE_COLUMNS` in start order
-    (the columns they lack all NaN, numbers float64, range tuples empty where missing),
-    each column built whole from the rows sorted once: one table, not the 100 blocks of
-    columns added one by one (pandas then warns that the frame is fragmented)."""
-    start = pd.Series(list(map(itemgetter(_ROW_COLUMNS.index("start_ns")), rows)))
-    rows = [rows[i] for i in start.sort_values(kind="stable").index]
-    size = len(rows)
-    given = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True)) \
-        if rows else {}
+def _kernel_frame(given: dict[str, list[Any]], source: str) -> pd.DataFrame:
+    """The columns as a table of :data:`RAW_COLUMNS` and :data:`TRACE_COLUMNS` in start order
+    (the columns they lack all NaN, numbers float64), each column built whole, in the order
+    of a stable sort of the start times: one table, not the 100 blocks of columns added
+    one by one (pandas then warns that the frame is fragmented).
+
+    ======================  ====================================================
+    given (file order)      the table (start order)
+    ======================  ====================================================
+    kernel, grid, ...       as given, text columns ``str`` (object where none is)
+    duration_ns, start_ns   float64
+    (a column not given)    NaN
+    range_index             0.0
+    kernel_index            0.0, 1.0, ... in start order
+    ======================  ====================================================
+    """
+    size = len(given["start_ns"])
+    order = np.argsort(np.array(given["start_ns"], dtype="float64"), kind="stable")
     columns: dict[str, Any] = {}
+    nothing = np.full(size, np.nan)  # one array for every column none has (the constructor
+    # copies each into the table's block of numbers)
     for column in _FRAME_COLUMNS:
-        values = given.get(column, [])
-        if column in ("range_stack", "range_start_end", "range_other"):
-            columns[column] = [v if isinstance(v, tuple) else () for v in values]
-        elif column not in given and size:  # none of the rows has it
-            columns[column] = np.full(size, np.nan)
+        if column == "source":
+            values: Any = [source] * size
+        elif column in given:
+            values = given[column]
+            values = [values[i] for i in order] if column in _NOT_NUMERIC else \
+                np.array(values, dtype="float64")[order] if size else np.empty(0)
+        elif size:  # none of the rows has it
+            columns[column] = nothing
+            continue
+        else:
+            values = []
+        if column in _RANGES:
+            columns[column] = values
         elif column in _NOT_NUMERIC:
             columns[column] = pd.Series(values, dtype=None if size else object)
         else:
-            columns[column] = pd.to_numeric(pd.Series(values), errors="coerce").astype("float64")
+            columns[column] = values if size else np.empty(0)
     columns.update(range_index=np.zeros(size), kernel_index=np.arange(size, dtype="float64"))
     return pd.DataFrame(columns, index=pd.RangeIndex(size))
 
@@ -283,6 +336,6 @@ def _kernel_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
 def _names_kernel(stack: tuple[str, ...]) -> bool:
     """Whether a range of ``stack`` names what launched a kernel (a module, op, step or
     compiled graph's range; not a warm-up's)."""
-    return any(message != naming.WARMUP_MESSAGE for message in stack)
+    return stack.count(naming.WARMUP_MESSAGE) < len(stack)  # a message other than it
 
 

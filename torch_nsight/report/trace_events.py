@@ -284,11 +284,23 @@ def _dims(value: Any) -> tuple[int, int, int] | None:
 
 
 def _activity(kind: str, name: str, start: float, duration: float, args: _Args) -> Activity:
-    device = _whole(args.device)
-    return Activity(kind, name, start, duration, _whole(args.correlation),
-                    device if device is not None else 0, _whole(args.stream),
-                    number(args.bytes), _dims(args.grid), _dims(args.block),
-                    _whole(args.registers))
+    # the usual values (whole numbers in range, or None) taken as they are, without a call
+    # each; whole() and number() decide the others
+    correlation, device, stream, registers = (args.correlation, args.device, args.stream,
+                                              args.registers)
+    if type(correlation) is not int or not 0 <= correlation <= _LARGEST_WHOLE:
+        correlation = whole(correlation)
+    if type(device) is not int or not 0 <= device <= _LARGEST_WHOLE:
+        device = whole(device)
+    if type(stream) is not int or not 0 <= stream <= _LARGEST_WHOLE:
+        stream = whole(stream)
+    if type(registers) is not int or not 0 <= registers <= _LARGEST_WHOLE:
+        registers = whole(registers)
+    size = args.bytes
+    return Activity(kind, name, start, duration, correlation,
+                    device if device is not None else 0, stream,
+                    number(size) if size is not None else None, _dims(args.grid),
+                    _dims(args.block), registers)
 
 
 def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:

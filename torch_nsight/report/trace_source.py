@@ -40,8 +40,10 @@ class TraceFile:
 def trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) -> Source:
     """The :class:`Source` of one trace, from its raw table; its note says why kernels are
     not attributed, when some are not."""
-    in_module = frame["range_stack"].map(
-        lambda stack: any(naming.parse_message(m).kind == "module" for m in stack))
+    known: dict[tuple[str, ...], bool] = {}  # launches share stacks: each read once
+    in_module = pd.Series([known[s] if s in known else known.setdefault(s, _in_module(s))
+                           for s in frame["range_stack"].tolist()], index=frame.index,
+                          dtype=bool)
     note = None if in_module.any() or frame.empty else (
         "none of its GPU activity ran inside a torch_nsight range: record it with "
         "torch_nsight.timeline(), or instrument the model with "
@@ -55,3 +57,7 @@ def trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) ->
     return Source(path=str(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
                   metric_set="timeline", has_module_ranges=bool(in_module.any()) or frame.empty,
                   note=note)
+
+
+def _in_module(stack: tuple[str, ...]) -> bool:
+    return any(naming.parse_message(m).kind == "module" for m in stack)

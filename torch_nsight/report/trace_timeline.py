@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import bisect
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight import naming
@@ -66,7 +67,11 @@ class Intervals:
 
     def open_at(self, t: float) -> list[str]:
         """Names of the events holding ``t`` (start <= t < end), outermost first."""
-        index = self.index_at(t)
+        return self.open_from(self.index_at(t))
+
+    def open_from(self, index: int) -> list[str]:
+        """Names of the event numbered ``index`` (:meth:`index_at`) and of those holding
+        it, outermost first."""
         chain = []
         while index >= 0:
             chain.append(self.events[index][2])
@@ -122,6 +127,63 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return merged
 
 
+class _Columns:
+    """The timeline table's rows, kept a column at a time (a dict per gap row, 66,429 of
+    them in a large trace, and ``from_records`` over them were a third of the reading)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[Any]] = {c: [] for c in TIMELINE_COLUMNS}
+
+    def step(self, row: Mapping[str, Any]) -> None:
+        for column, values in self.values.items():
+            values.append(row.get(column))
+
+    def gaps(self, fixed: Mapping[str, Any], starts: list[float], ends: list[float],
+             varying: Mapping[str, list[Any]]) -> None:
+        """Gap rows: ``fixed`` the same in each, ``varying`` (and the times) one a row."""
+        count = len(starts)
+        self.values["start_ns"].extend(starts)
+        self.values["end_ns"].extend(ends)
+        for column, values in self.values.items():
+            if column in varying:
+                values.extend(varying[column])
+            elif column not in ("start_ns", "end_ns"):
+                values.extend([fixed.get(column)] * count)
+
+    def table(self, steps: list[int]) -> pd.DataFrame:
+        """The table: numbers float64 (NaN where none), ``run`` Int64, text as objects with
+        None (as :func:`tidy_text` makes them); ``steps`` are the step rows' numbers,
+        whose measured times came from a manifest and are read as ``pd.to_numeric`` reads
+        them."""
+        values, size = self.values, len(self.values["kind"])
+        columns: dict[str, Any] = {}
+        for column in TIMELINE_COLUMNS:
+            if column in TIMELINE_TEXT:  # each value a str or None already
+                columns[column] = pd.Series(values[column], dtype=object)
+            elif column == "run":
+                columns[column] = pd.array(values[column], dtype="Int64")
+            elif column in _MEASURED:
+                numbers = np.full(size, np.nan)
+                read = pd.to_numeric(pd.Series([values[column][i] for i in steps],
+                                               dtype=object), errors="coerce")
+                numbers[steps] = read.astype("float64").to_numpy()
+                columns[column] = numbers
+            elif column in _STEP_ONLY:  # NaN in every gap row
+                numbers = np.full(size, np.nan)
+                numbers[steps] = np.array([values[column][i] for i in steps], dtype="float64")
+                columns[column] = numbers
+            else:
+                columns[column] = np.array(values[column], dtype="float64") if size \
+                    else np.empty(0)
+        return pd.DataFrame(columns, index=pd.RangeIndex(size))
+
+
+#: The step rows' numbers read from the timeline manifest (any JSON value).
+_MEASURED = ("bare_ns", "ranged_ns")
+#: The step rows' numbers worked out here.
+_STEP_ONLY = ("cpu_ns", "busy_ns", "launches", "sync_ns", "bare_spread_pct")
+
+
 def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
                    events: TraceEvents, source: str,
                    steps: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
@@ -134,52 +196,93 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
     for position, labelled in enumerate(frame["range_start_end"]):
         for message in labelled:
             by_label[message].append(position)
-    rows: list[dict[str, Any]] = []
-    # the columns read below: a label's rows taken from these alone, not from every column
-    narrow = frame[["start_ns", "duration_ns", "range_stack", "launch_thread"]]
+    # the columns read below, once, as arrays and lists
+    starts, durations = frame["start_ns"].to_numpy(), frame["duration_ns"].to_numpy()
+    stacks, threads = frame["range_stack"].tolist(), frame["launch_thread"].tolist()
     modules: dict[tuple[str, ...], str | None] = {}  # each distinct stack's module, once
+    rows, step_rows = _Columns(), []
+    enqueues = _each_name(lambda n: any(w in n for w in _ENQUEUE))
+    waits = _each_name(lambda n: any(w in n for w in _SYNC) or n == "cudaMemcpy")
     for cpu_start, cpu_end, message in labels:
         label = naming.parse_measure_range(message) or {}
         variant, shape = label.get("variant") or None, label.get("shape") or None
         run = int(label["run"]) if label.get("run", "").isdigit() else 0
-        mine = narrow.iloc[by_label.get(message, [])]
-        spans = list(zip(mine["start_ns"], mine["start_ns"] + mine["duration_ns"],
-                         strict=True))
+        mine = np.array(by_label.get(message, []), dtype=np.intp)
+        began = starts[mine]
+        stopped = began + durations[mine]
+        spans = list(zip(began.tolist(), stopped.tolist(), strict=True))
         end = max([cpu_end, *(e for _, e in spans)])
         clipped = [(max(s, cpu_start), min(e, end)) for s, e in spans]
         busy = _union([(s, e) for s, e in clipped if e > s])  # what ran inside the window
         inside = call_list[bisect.bisect_left(call_starts, cpu_start):
                            bisect.bisect_left(call_starts, cpu_end)]
         measured = steps.get(f"{variant or ''}|{shape or ''}", {})
-        rows.append({
-            "source": source, "variant": variant, "shape": shape, "run": run, "kind": "step",
-            "start_ns": cpu_start, "end_ns": end, "cpu_ns": cpu_end - cpu_start,
-            "busy_ns": sum(e - s for s, e in busy),
-            "launches": sum(1 for _, _, n in inside if any(w in n for w in _ENQUEUE)),
-            "sync_ns": sum(e - s for s, e, n in inside
-                           if any(w in n for w in _SYNC) or n == "cudaMemcpy"),
+        fixed = {"source": source, "variant": variant, "shape": shape, "run": run}
+        step_rows.append(len(rows.values["kind"]))
+        rows.step({
+            **fixed, "kind": "step", "start_ns": cpu_start, "end_ns": end,
+            "cpu_ns": cpu_end - cpu_start, "busy_ns": sum(e - s for s, e in busy),
+            "launches": sum(1 for _, _, n in inside if enqueues(n)),
+            "sync_ns": sum(e - s for s, e, n in inside if waits(n)),
             "bare_ns": measured.get("bare_ns"), "ranged_ns": measured.get("ranged_ns"),
             "bare_spread_pct": _spread_pct(measured)})
-        order = mine.sort_values("start_ns")
-        activity = list(zip(order["start_ns"], order["start_ns"] + order["duration_ns"],
-                            order["range_stack"], order["launch_thread"], strict=True))
-        cursor, previous = cpu_start, None
-        for start, stop, stack, thread in activity:
-            module = modules[stack] if stack in modules else modules.setdefault(
-                stack, _module_of(stack))
-            if start - cursor >= MIN_GAP_NS:
-                rows.append(_gap(source, variant, shape, run, cursor, start, previous,
-                                 module, cpu_events.get(thread)))
-            if stop > cursor:
-                cursor, previous = stop, module
-        if end - cursor >= MIN_GAP_NS:
-            rows.append(_gap(source, variant, shape, run, cursor, end, previous, None, None))
-    table = pd.DataFrame.from_records(rows, columns=list(TIMELINE_COLUMNS))
-    for column in ("start_ns", "end_ns", "cpu_ns", "busy_ns", "launches", "sync_ns",
-                   "bare_ns", "ranged_ns", "bare_spread_pct"):
-        table[column] = pd.to_numeric(table[column], errors="coerce").astype("float64")
-    table["run"] = table["run"].astype("Int64")
-    return tidy_text(table)
+        order = mine[np.argsort(began, kind="quicksort")]  # as sort_values("start_ns")
+        activity = zip(starts[order].tolist(), (starts[order] + durations[order]).tolist(),
+                       [stacks[i] for i in order], [threads[i] for i in order], strict=True)
+        _gaps(rows, fixed, (cpu_start, end), activity, modules, cpu_events)
+    return rows.table(step_rows)
+
+
+def _each_name(test: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``test``, worked out once per distinct call name."""
+    known: dict[str, bool] = {}
+
+    def cached(name: str) -> bool:
+        answer = known.get(name)
+        if answer is None:
+            answer = known[name] = test(name)
+        return answer
+
+    return cached
+
+
+def _gaps(rows: _Columns, fixed: dict[str, Any], window: tuple[float, float],
+          activity: Iterable[tuple[float, float, tuple[str, ...], float]],
+          modules: dict[tuple[str, ...], str | None], cpu_events: LazyThreads) -> None:
+    """The gap rows of one measured iteration: each idle stretch of ``window`` between
+    its activity (in start order), with the modules around it and what the CPU did."""
+    cursor, end = window
+    previous: str | None = None
+    starts: list[float] = []
+    ends: list[float] = []
+    before: list[str | None] = []
+    after: list[str | None] = []
+    doing: list[str] = []
+    cut = len(naming.RECORD_PREFIX)
+    threads: dict[Any, Intervals | None] = {}
+    for start, stop, stack, thread in activity:
+        module = modules[stack] if stack in modules else modules.setdefault(
+            stack, _module_of(stack))
+        if start - cursor >= MIN_GAP_NS:
+            cpu = threads[thread] if thread in threads else threads.setdefault(
+                thread, cpu_events.get(thread))
+            name = cpu.innermost_at((cursor + start) / 2) if cpu is not None else None
+            starts.append(cursor)
+            ends.append(start)
+            before.append(previous)
+            after.append(module)
+            doing.append(name[cut:] if name and name.startswith(naming.RECORD_PREFIX)
+                         else name or "")
+        if stop > cursor:
+            cursor, previous = stop, module
+    if end - cursor >= MIN_GAP_NS:
+        starts.append(cursor)
+        ends.append(end)
+        before.append(previous)
+        after.append(None)
+        doing.append("")
+    rows.gaps({**fixed, "kind": "gap"}, starts, ends,
+              {"cpu": doing, "prev_module": before, "next_module": after})
 
 
 #: The text columns of the timeline table (None where a row has no value).
@@ -195,13 +298,3 @@ def tidy_text(table: pd.DataFrame) -> pd.DataFrame:
                                        for v in table[column].tolist()], index=table.index,
                                       dtype=object)
     return table
-
-
-def _gap(source: str, variant: str | None, shape: str | None, run: int, start: float,
-         end: float, previous: str | None, following: str | None,
-         cpu: Intervals | None) -> dict[str, Any]:
-    doing = cpu.innermost_at((start + end) / 2) if cpu is not None else None
-    return {"source": source, "variant": variant, "shape": shape, "run": run, "kind": "gap",
-            "start_ns": start, "end_ns": end,
-            "cpu": doing.removeprefix(naming.RECORD_PREFIX) if doing else "",
-            "prev_module": previous, "next_module": following}
