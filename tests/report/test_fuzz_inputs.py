@@ -51,6 +51,18 @@ def test_damaged_inputs_load_or_are_refused_and_print_nothing_raw(seeds: Seeds,
     assert {o.ending for o in outcomes} <= {"loaded", "refused"}
 
 
+@pytest.mark.parametrize("index", [112, 781, 809, 901, 925])
+def test_the_saved_cases_the_full_run_found(seeds: Seeds, index: int) -> None:
+    """The full run's failures of 2026-11-28 (``bench/fuzz_inputs.py``, the seed
+    :data:`SEED`): a flag column of a saved profile made the hotspot words raise (112); a
+    precision name with control characters reached an SVG id (781, 809) and, drawn as a tick
+    label the axes make only when drawn, matplotlib's missing-glyph warning on stderr (901,
+    925)."""
+    outcome = run_case(seeds, "saved", index)
+    assert not outcome.problems, "\n".join(outcome.problems)
+    assert outcome.ending in ("loaded", "refused")
+
+
 def test_the_checks_see_raw_characters_and_formulas() -> None:
     assert raw_characters("a\x1b[2Jb", "stdout") and raw_characters("x\u202ey", "log")
     assert raw_characters("\x9b31m", "stderr") and raw_characters("cr\rhere", "stdout")

@@ -13,12 +13,13 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
+from matplotlib.ticker import Formatter
 
 from torch_nsight.analyze.fold import folded_name, index_template
 from torch_nsight.files import atomic_output
@@ -87,11 +88,48 @@ def save_figure(figure: Figure, target: Path | None) -> None:
     """
     if target is None:
         return
-    for text in figure.findobj(Text):  # names from a file, drawn: control characters escaped
-        text.set_text(printable(text.get_text()))
+    _escape_names(figure)
     with atomic_output(target) as temp:
         figure.savefig(temp, format=target.suffix.lower().lstrip("."), bbox_inches="tight")
     logger.info("wrote %s", target)
+
+
+class _Escaped(Formatter):
+    """A tick formatter whose labels come out of ``inner`` with control characters
+    escaped: tick labels are made only when the figure is drawn."""
+
+    def __init__(self, inner: Formatter) -> None:
+        self.inner = inner
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return printable(str(self.inner(x, pos)))
+
+    def format_ticks(self, values: Any) -> list[str]:
+        return [printable(str(label)) for label in self.inner.format_ticks(values)]
+
+    def set_locs(self, locs: Any) -> None:
+        self.inner.set_locs(locs)
+
+    def get_offset(self) -> str:
+        return printable(str(self.inner.get_offset()))
+
+
+def _escape_names(figure: Figure) -> None:
+    """Every name from a file that the figure draws or writes, control characters escaped:
+    its texts, the tick labels its axes make only when drawn (shapes, modules), and the ids
+    an SVG writes (``compute-roof:<precision>``)."""
+    for text in figure.findobj(Text):
+        text.set_text(printable(text.get_text()))
+    for ax in figure.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for formatter, put in ((axis.get_major_formatter(), axis.set_major_formatter),
+                                   (axis.get_minor_formatter(), axis.set_minor_formatter)):
+                if not isinstance(formatter, _Escaped):
+                    put(_Escaped(formatter))
+    for artist in figure.findobj():
+        gid = artist.get_gid()
+        if isinstance(gid, str):
+            artist.set_gid(printable(gid))
 
 
 def own_kernels(module: str) -> str:

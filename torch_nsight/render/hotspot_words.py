@@ -123,6 +123,8 @@ def word_kernels(kernels: pd.DataFrame) -> pd.DataFrame:
     others = inputs.get("bound", pd.Series(None, index=inputs.index)).ne("latency")
     launch = [c for c in inputs if c not in VERDICT_INPUTS]
     if launch:
+        flags = [c for c in launch if inputs[c].dtype == bool]  # (no missing value to take)
+        inputs[flags] = inputs[flags].astype(object)
         inputs.loc[others.to_numpy(), launch] = None
     words = each_distinct(inputs, reason_words) if len(kernels) else []
     return kernels.assign(reason=pd.Series(words, index=kernels.index, dtype=object))
