@@ -64,11 +64,22 @@ def write_error(path: Path, err: OSError) -> OutputWriteError:
     return OutputWriteError(f"cannot write {path}: {reason}")
 
 
+#: The longest file name most file systems take, in bytes.
+NAME_MAX = 255
+
+
+def _name_within(name: str, limit: int) -> str:
+    """``name`` cut to at most ``limit`` bytes of UTF-8 (a temporary name beside a legal
+    244-byte output name must stay legal too)."""
+    return name.encode()[:max(limit, 1)].decode(errors="ignore") or "out"
+
+
 def _create(target: Path) -> Path:
     """A new, empty file beside ``target``, created exclusively (mode 0666 less the umask:
     a team can share the folder)."""
     for _ in range(100):
-        temp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        tail = f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        temp = target.with_name(f".{_name_within(target.name, NAME_MAX - 1 - len(tail))}{tail}")
         try:
             os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666))
         except FileExistsError:
