@@ -189,13 +189,14 @@ def verified_lines(tried: pd.DataFrame) -> list[str]:
                      + (f" ({gain / predicted:.2g}x the prediction)"
                         if pd.notna(predicted) and predicted > 0 else "")
                      + (", its mean above the bound on its kernels (the fix also removes "
-                        "time no kernel holds: launches)" if _above_bound(rows, bound) else "")
+                        "time no kernel holds: launches)"
+                        if _above_bound(rows, predicted, bound) else "")
                      + "; ")
         lines.append(head + str(first["verify_detail"]))
     return lines
 
 
-def _above_bound(rows: pd.DataFrame, bound: float | None) -> bool:
+def _above_bound(rows: pd.DataFrame, predicted: float, bound: float | None) -> bool:
     """Whether a fix that also cuts launches measured, on average, more than its rows' bound
     on their kernels' time (predictions that are a bound only; whether that is beyond the
     noise is the verdict's own line)."""
@@ -204,7 +205,7 @@ def _above_bound(rows: pd.DataFrame, bound: float | None) -> bool:
     from torch_nsight.analyze.findings.codes import CUTS_LAUNCHES
 
     gain = rows.iloc[0].get("measured_gain_ns")
-    return (bound is not None and pd.notna(bound) and pd.isna(rows["est_gain_ns"].sum(min_count=1))
+    return (pd.isna(predicted) and bound is not None and pd.notna(bound)
             and bool(rows["fix_code"].isin(CUTS_LAUNCHES).any()) and pd.notna(gain)
             and gain > bound)
 

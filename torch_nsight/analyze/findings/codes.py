@@ -99,13 +99,13 @@ FOREACH_OPTIMIZERS = frozenset({"Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam"
 #: Fixes that also remove kernel launches, and so CPU dispatch time a kernel profile does not
 #: see: a bound on the kernels' time (``gain_bound_ns``) is no bound on what they save a step
 #: (measured above it on RegNetY and a Conformer, docs/zoo.md, 2026-11-28).
-CUTS_LAUNCHES: frozenset[FixCode] = frozenset({"compile_module", "compile_model",
-                                               "compile_function", "cuda_graphs"})
+_CUTTING: tuple[FixCode, ...] = ("compile_module", "compile_model", "compile_function",
+                                 "cuda_graphs")
+CUTS_LAUNCHES: frozenset[FixCode] = frozenset(_CUTTING)
 
 #: Fusion fits any kind of module's elementwise work (``compile_function`` where it ran
 #: outside every module).
-_FUSABLE: tuple[str, ...] = ("compile_module", "compile_model", "compile_function", "cuda_graphs",
-                              "none_known")
+_FUSABLE: tuple[str, ...] = (*_CUTTING, "none_known")
 _CONV: tuple[str, ...] = ("channels_last", "pad_channels", "cudnn_benchmark", "tf32_conv",
                           "larger_batch", *_FUSABLE)
 _GEMM: tuple[str, ...] = ("pad_features", "pad_operands", "pad_gemm_dims", "tf32_matmul",

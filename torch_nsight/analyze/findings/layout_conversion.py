@@ -14,8 +14,8 @@ import pandas as pd
 from torch_nsight.analyze.findings.prepare import contains, full_names, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import Site, takes_4d
-from torch_nsight.vocabulary import JOIN_KEYS, LABELS, SITE_KEYS
+from torch_nsight.analyze.findings.sites import Site, flat_rows, takes_4d
+from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
 #: PyTorch's own kernels for channels-last input (batch norm, pooling, upsampling): words of
@@ -34,11 +34,8 @@ def runs_channels_last(work: pd.DataFrame,
     names = full_names(work)
     ran = names.str.contains("at::native::", regex=False) & contains(names,
                                                                      CHANNELS_LAST_KERNELS)
-    if sites is not None and ran.any():
-        for key, rows in work[ran].groupby(list(JOIN_KEYS), sort=False, dropna=False):
-            site = sites.get(tuple(key))
-            if site is not None and site.planar is False:
-                ran[rows.index] = False
+    if sites is not None:
+        ran &= ~flat_rows(work, sites, ran)
     keys = [work[k].astype(str) for k in LABELS if k in work]
     return ran.groupby(keys, sort=False, dropna=False).transform("any").astype(bool) \
         if keys else ran

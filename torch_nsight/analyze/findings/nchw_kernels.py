@@ -20,12 +20,12 @@ from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
 from torch_nsight.analyze.findings.prepare import (
     contains,
     full_names,
-    in_groups_with,
     per_run,
 )
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.vocabulary import LABELS, SITE_KEYS, split_path
+from torch_nsight.analyze.findings.sites import flat_rows
+from torch_nsight.vocabulary import LABELS, split_path
 
 #: Kernel family -> (functor words in its full name, words that mark the channels-last
 #: kernel, the share of its NCHW time channels-last took on the calibration pair).
@@ -57,26 +57,14 @@ def nchw_kernels(context: Context) -> list[Finding]:
     nchw = ~runs_channels_last(work, context.sites)
     families = {family: _family_rows(work, words, not_words) & nchw
                 for family, (words, not_words, _) in NCHW_FAMILIES.items()}
-    planar = _planar_sites(context, pd.concat(families.values(), axis=1).any(axis=1))
+    # a BatchNorm1d or Conv1d over (N, C, L): nothing for channels-last to lay out
+    planar = ~flat_rows(work, context.sites, pd.concat(families.values(), axis=1).any(axis=1))
     found: list[Finding] = []
     for family, mask in families.items():
         for _, rows in work[mask & planar].groupby([work[k].astype(str) for k in LABELS],
                                                    sort=False, dropna=False):
             found.append(_finding(context, rows, family, NCHW_FAMILIES[family][2]))
     return found
-
-
-def _planar_sites(context: Context, mask: pd.Series) -> pd.Series:
-    """For each row, False where its site's recorded calls, of any op, hold no 4-D tensor
-    (nothing for channels-last to lay out: a ``BatchNorm1d`` or ``Conv1d`` over (N, C, L));
-    each site where ``mask`` holds is asked once."""
-    work = context.work
-    planar = pd.Series(True, index=work.index)
-    for _, group in work[in_groups_with(work, SITE_KEYS, mask)].groupby(list(SITE_KEYS),
-                                                                       sort=False):
-        if context.site(group).planar is False:
-            planar[group.index] = False
-    return planar
 
 
 def _finding(context: Context, rows: pd.DataFrame, family: Cause, left: float) -> Finding:

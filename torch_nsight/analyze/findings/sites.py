@@ -13,7 +13,7 @@ optimizer's.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -292,11 +292,16 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
     return sites
 
 
+def _four_d(shapes: object) -> list[Any]:
+    """The 4-D shapes among a call's input shapes."""
+    if not isinstance(shapes, (list, tuple)):
+        return []
+    return [s for s in shapes if isinstance(s, (list, tuple)) and len(s) == 4]
+
+
 def takes_4d(shapes: object) -> bool:
     """Whether a call's input shapes hold a 4-D tensor (what channels-last lays out)."""
-    if not isinstance(shapes, (list, tuple)):
-        return False
-    return any(isinstance(s, (list, tuple)) and len(s) == 4 for s in shapes)
+    return bool(_four_d(shapes))
 
 
 #: The softmax ops, forward and backward (``_safe_softmax``: SDPA's math path).
@@ -317,7 +322,18 @@ def lays_out(shapes: object) -> bool:
     """Whether a call's input shapes hold a 4-D tensor that channels-last lays out otherwise
     than NCHW: one of more than one pixel (an N x C x 1 x 1 tensor is both layouts at once,
     and PyTorch may run its channels-last kernels on it in an NCHW model)."""
-    if not isinstance(shapes, (list, tuple)):
-        return False
-    return any(isinstance(s, (list, tuple)) and len(s) == 4
-               and not (s[2] == 1 and s[3] == 1) for s in shapes)
+    return any(not (s[2] == 1 and s[3] == 1) for s in _four_d(shapes))
+
+
+def flat_rows(work: pd.DataFrame, sites: Mapping[tuple[Any, ...], Site],
+              mask: pd.Series) -> pd.Series:
+    """For each row of ``work`` (the checks' prepared table) where ``mask`` holds, whether
+    its site's recorded calls lay nothing out (:attr:`Site.planar` False: a batch norm over
+    (N, C, L) or N x C x 1 x 1); each such site asked once. False elsewhere."""
+    flat = pd.Series(False, index=work.index)
+    if mask.any():
+        for key, rows in work[mask].groupby(list(JOIN_KEYS), sort=False, dropna=False):
+            site = sites.get(tuple(key))
+            if site is not None and site.planar is False:
+                flat[rows.index] = True
+    return flat
