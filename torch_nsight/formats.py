@@ -92,6 +92,14 @@ LOG_SUFFIX = ".log"
 #: ``out/`` does not read the second pass as a report of its own; reading the first report
 #: merges it (:mod:`torch_nsight.report.stall_merge`).
 STALL_FOLDER = "stalls"
+#: The folder beside a report profiled with ``profile --sample-launches``: the timeline of the
+#: same steps (the launch list, recorded without ncu) and :data:`LAUNCH_PLAN`, which launches
+#: ncu profiled and which measured launch each other one takes its counters from
+#: (:mod:`torch_nsight.report.launch_samples`).
+LAUNCH_FOLDER = "launches"
+LAUNCH_PLAN = "plan.json"
+LAUNCH_KIND = "torch_nsight.launch_plan"
+LAUNCH_FORMAT = 1
 
 
 class FormatError(ValueError):
@@ -191,6 +199,11 @@ def stall_report_of(report: str | os.PathLike[str]) -> Path:
     report's suffix (``.ncu-rep`` or ``.ncu-rep.xz``): the same file name in that folder."""
     path = Path(report)
     return path.parent / STALL_FOLDER / path.name
+
+
+def launch_plan_of(report: str | os.PathLike[str]) -> Path:
+    """Where the launch plan of ``report`` is (:data:`LAUNCH_FOLDER`), whatever its suffix."""
+    return Path(report).parent / LAUNCH_FOLDER / LAUNCH_PLAN
 
 
 def is_sweep_dir(path: str | os.PathLike[str]) -> bool:

@@ -4,7 +4,9 @@ The sweep's sibling check (:mod:`torch_nsight.capture.replicas.siblings`) leaves
 out of replay;
 :func:`expand_replicas` gives each of them the representative's rows back, renamed, with
 ``replicated_from`` naming the module that was actually measured, so every kernel of the
-model still has a row.
+model still has a row. A launch that ``profile --sample-launches`` did not profile
+(``sampled_from``, :mod:`torch_nsight.report.launch_samples`) names the module of the launch
+whose counters it carries the same way (:func:`name_sampled_sources`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,26 @@ def _values(frame: pd.DataFrame, column: str) -> list[Any]:
     return list(frame[column]) if column in frame else [None] * len(frame)
 
 
+def name_sampled_sources(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (owned) with a ``replicated_from`` column: for a row that carries another
+    launch's counters (``sampled_from``, that row's ``kernel_index`` in the same source), the
+    module of that launch; None elsewhere."""
+    import pandas as pd
+
+    if "replicated_from" not in df:
+        df["replicated_from"] = pd.Series([None] * len(df), index=df.index, dtype=object)
+    if "sampled_from" not in df or df.empty:
+        return df
+    copied = df["sampled_from"].notna()
+    measured = df[~copied]
+    module_of = dict(zip(zip(measured["source"], measured["kernel_index"], strict=True),
+                         measured["module"], strict=True))
+    found = [module_of.get((s, k)) for s, k in zip(df.loc[copied, "source"],
+                                                    df.loc[copied, "sampled_from"], strict=True)]
+    df.loc[copied, "replicated_from"] = pd.Series(found, index=df.index[copied], dtype=object)
+    return df
+
+
 @needs("module", "direction")
 def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """Copy each representative's kernel rows to its replicas.
@@ -75,9 +97,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
     """
     import pandas as pd
 
-    out = own(df)
-    if "replicated_from" not in out:
-        out["replicated_from"] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    out = name_sampled_sources(own(df))
     if out.empty or not groups:
         return out
 

@@ -49,6 +49,7 @@ from torch_nsight.cli.outputs import (
     check_outputs,
     description,
 )
+from torch_nsight.cli.profile_launches import add_sample_option, check_sampling, sample_launches
 from torch_nsight.cli.profile_stalls import (
     add_stalls_option,
     check_stalls,
@@ -132,6 +133,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "say what ncu would get")
     add_verify_options(parser)
     add_stalls_option(parser)
+    add_sample_option(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -278,7 +280,11 @@ def _say_where_and_how_long(report: Path, log: Path, record: dict[str, Any]) -> 
     """The report's path, ncu's log and the run's time by phase, on stderr."""
     phases = record["phases_s"]
     say(f"report: {report} (ncu's output: {log})", sys.stderr)
-    say(f"time: {sum(phases.values()):.1f} s = start-up {phases['start']:.1f} s (the command "
+    first = record.get("sampled_launches") or {}
+    listed = (f"the launch list {first['seconds']:.1f} s ({first['launches']} launches) + "
+              if first else "")
+    say(f"time: {sum(phases.values()) + first.get('seconds', 0.0):.1f} s = {listed}"
+        f"start-up {phases['start']:.1f} s (the command "
         f"until its first profiled kernel) + profiling {record['kernels_profiled']} "
         f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
 
@@ -299,6 +305,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_nsight.collect.parent.script import world_size
 
     check_stalls(args, world_size(os.environ))
+    check_sampling(args, world_size(os.environ))
     ranks = parse_ranks(args.ranks)
     rank = current_rank(os.environ)
     if not _profiles_rank(ranks, rank):
@@ -322,11 +329,12 @@ def run(args: argparse.Namespace) -> int:
     check_out_folder(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
-    plan = script.plan_script(command, report, ncu=ncu, known=ncu_cli.known_metric_bases(ncu),
-                              **options)
     _warn_what_is_profiled(args)
     with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
         forget_old_pass(report)
+        plan = script.plan_script(command, report, ncu=ncu, **options,
+                                  known=ncu_cli.known_metric_bases(ncu),
+                                  **sample_launches(args, command, report))
         ran = script.run_script(plan)
         profile = ran.profile
         if args.stalls:

@@ -80,6 +80,7 @@ class ScriptPlan(Plan):
     timeout: float | None
     expected_kernels: int | None
     quiet: bool = False
+    launches: Mapping[str, Any] | None = None  # --sample-launches: the launch list's pass
     entered: float = field(default_factory=time.time)
 
     @property
@@ -189,6 +190,7 @@ class ScriptPlan(Plan):
                    "metric_set": self.metric_set, "replicate": self.replicate,
                    "metrics": self.metrics, "ncu_command": self.ncu_command,
                    "exit_status": outcome.returncode, "kernels_profiled": kernels,
+                   "sampled_launches": None if self.launches is None else dict(self.launches),
                    "kernels_per_step": round(kernels / len(ran), 1) if ran and kernels
                    else None,  # per profiled step
                    "steps_profiled": settled.items,
@@ -248,7 +250,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                 launch_skip: int | None = None, launch_count: int | None = None,
                 ncu_args: Sequence[str] = (), replicate: bool = True,
                 known: frozenset[str] | None = None, timeout: float | None = None,
-                quiet: bool = False, environ: Mapping[str, str] | None = None) -> ScriptPlan:
+                quiet: bool = False, environ: Mapping[str, str] | None = None,
+                launches: Mapping[str, Any] | None = None,
+                kernel_id: str | None = None) -> ScriptPlan:
     """Check a command to profile and build its ``ncu`` command line.
 
     Args:
@@ -266,6 +270,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         timeout: seconds the command may run.
         quiet: no progress line.
         environ: the environment to start from (default ``os.environ``).
+        launches, kernel_id: ``--sample-launches``: the launch list's pass (for the
+            manifest) and ncu's ``--kernel-id`` (identical siblings are then not replicated:
+            the launch list's groups stand in for them).
     """
     environ = dict(os.environ if environ is None else environ)
     chosen = ncu_cli.resolve_metric_set(metric_set)
@@ -274,6 +281,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         extra += ["-k", f"regex:{kernel_name}", "--kernel-name-base", "demangled"]
     elif leaves_out_nccl(metric_set, environ):
         extra += ["-k", NOT_NCCL]
+    if kernel_id is not None:
+        extra += ["--kernel-id", kernel_id]
+        replicate = False
     if launch_skip is not None:
         extra += ["--launch-skip", str(launch_skip)]
     if launch_count is not None:
@@ -291,11 +301,12 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                                   measured_only=steps is not None)
     script = ScriptEnv(steps=steps, status=_status_path(report), replicate=replicate)
     n_steps = None if steps is None else steps.count
-    expected = (launch_count if launch_count is not None
+    expected = (launch_count if launch_count is not None else launches["profiled"] if launches
                 else _expected(report, command, metric_set, n_steps, replicate))
     return ScriptPlan(command=list(command), ncu_command=built, metric_set=chosen.name,
                       metrics=metrics, report=report, script=script, environ=environ,
-                      timeout=timeout, expected_kernels=expected, quiet=quiet)
+                      timeout=timeout, expected_kernels=expected, quiet=quiet,
+                      launches=launches)
 
 
 def plan_timeline(command: Sequence[str], folder: Path, *, steps: Steps,

@@ -1,0 +1,84 @@
+"""``torch-nsight profile --sample-launches``: the option, its checks, and the launch list's
+pass before ncu's (the pass itself: :mod:`torch_nsight.collect.parent.launch_list`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_nsight.cli.outputs import UsageError
+from torch_nsight.formats import launch_plan_of
+
+SAMPLE_HELP = (
+    "run the command once without ncu first, recording the chosen steps' launches, then "
+    "profile only a few of each kind of repeated launch (same kernel, grid, block, "
+    "registers, similar duration; 3 spread over the step) and give the others their "
+    "counters: for steps that launch the same kernels many times from inside one call (a "
+    "recurrent layer's time steps), where identical blocks cannot be told apart. Needs "
+    "--steps")
+
+
+def add_sample_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--sample-launches`` to ``profile``'s parser."""
+    parser.add_argument("--sample-launches", action="store_true", help=SAMPLE_HELP)
+
+
+def check_sampling(args: argparse.Namespace, world_size: int) -> None:
+    """Refuse ``--sample-launches`` where ncu's numbering cannot follow the launch list.
+
+    Raises:
+        UsageError: without ``--steps``; with ``--timeline``, ``--stalls``, ``-k``,
+            ``--launch-skip``, ``--launch-count`` or ncu's own filters in ``--ncu-arg``; in a
+            run of several ranks.
+    """
+    if not getattr(args, "sample_launches", False):
+        return
+    if args.steps is None:
+        raise UsageError("--sample-launches numbers the launches of the chosen steps: pass "
+                         "--steps A:B (and mark the loop with torch_nsight.step())")
+    if args.ranks is not None or world_size > 1:
+        raise UsageError("--sample-launches runs the command a second time, which a run of "
+                         "several ranks cannot do alone: profile one process without it")
+    clashing = [option for option, given in (
+        ("--timeline", args.timeline), ("--stalls", getattr(args, "stalls", False)),
+        ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
+        ("--launch-count", args.launch_count is not None),
+        ("--ncu-arg " + next((a for a in args.ncu_arg if _filters(a)), ""),
+         any(_filters(a) for a in args.ncu_arg))) if given]
+    if clashing:
+        raise UsageError(f"--sample-launches chooses the launches ncu profiles itself: it "
+                         f"does not go with {clashing[0]}")
+
+
+def _filters(arg: str) -> bool:
+    return arg.split("=")[0] in ("-k", "--kernel-name", "--kernel-id", "--launch-skip", "-s",
+                                 "--launch-count", "-c", "--filter-mode", "--kernel-name-base",
+                                 "--nvtx-include", "--nvtx-exclude")
+
+
+def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Path
+                    ) -> dict[str, Any]:
+    """With ``--sample-launches``, run the launch list's pass: what
+    :func:`~torch_nsight.collect.parent.script.plan_script` takes of it (``launches``,
+    ``kernel_id``). Without it, a launch list left beside ``report`` by an earlier run is
+    removed (the new report would otherwise be read with it).
+
+    Raises:
+        NothingProfiledError: the pass recorded no launch.
+        UsageError: the command cannot be started.
+    """
+    if not getattr(args, "sample_launches", False):
+        shutil.rmtree(launch_plan_of(report).parent, ignore_errors=True)
+        return {}
+    from torch_nsight.collect.parent.launch_list import record_launches
+
+    try:
+        sampled = record_launches(command, report, steps=args.steps, timeout=args.timeout,
+                                  quiet=False, environ=os.environ)
+    except FileNotFoundError:
+        raise UsageError(f"could not start {command[0]}") from None
+    return {"launches": sampled.summary(), "kernel_id": sampled.plan.kernel_id}

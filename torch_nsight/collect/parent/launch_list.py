@@ -1,0 +1,82 @@
+"""``profile --sample-launches``: the launch list recorded first, without ncu, and the
+invocation numbers ncu then profiles (see :mod:`torch_nsight.report.launch_samples`).
+
+The command runs once with PyTorch's profiler recording its chosen steps into the folder
+:data:`~torch_nsight.formats.LAUNCH_FOLDER` beside the report, and is stopped when they have
+ended; the plan written there (:data:`~torch_nsight.formats.LAUNCH_PLAN`) gives ncu's
+``--kernel-id`` and is read again with the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch_nsight import formats
+from torch_nsight.collect.parent.script import run_until_steps_end
+from torch_nsight.environment import ScriptEnv, Steps
+from torch_nsight.errors import NothingProfiledError, ReportError
+from torch_nsight.report.launch_samples import LaunchPlan, launch_list, plan_samples
+from torch_nsight.report.source_base import ReadOptions
+from torch_nsight.report.timeline_source import TimelineDirectory
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SampledLaunches:
+    """The launch list's pass: the plan, and what the run's manifest records of it."""
+
+    plan: LaunchPlan
+    seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        """For the run's manifest: launches, how many ncu profiles, the pass's seconds."""
+        return {"launches": self.plan.launches, "profiled": self.plan.profiled,
+                "seconds": round(self.seconds, 3)}
+
+
+def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
+                    timeout: float | None, quiet: bool,
+                    environ: Mapping[str, str]) -> SampledLaunches:
+    """Run ``command`` without ncu until its chosen steps end, recording them, and write
+    the plan of which launches ncu profiles beside ``report``.
+
+    Raises:
+        NothingProfiledError: the command recorded no launch of the chosen steps.
+        FileNotFoundError: the command does not exist.
+        KeyboardInterrupt: interrupted.
+    """
+    plan_path = formats.launch_plan_of(report)
+    folder = plan_path.parent
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    started = time.monotonic()
+    env = ScriptEnv(timeline=folder.resolve(), steps=steps,
+                    status=folder / "status.jsonl").environment(dict(environ))
+    outcome = run_until_steps_end("launch list", command, env, folder, steps=steps.count,
+                                  timeout=timeout, quiet=quiet)
+    (folder / "status.jsonl").unlink(missing_ok=True)
+    if not formats.is_timeline_dir(folder):
+        raise NothingProfiledError(f"--sample-launches: the command recorded no launch list "
+                                   f"without ncu (exit status {outcome.returncode}"
+                                   f"{'; ' + outcome.stopped if outcome.stopped else ''}): "
+                                   "run it without --sample-launches")
+    try:
+        kernels = TimelineDirectory().read(folder, ReadOptions(cache=False)).kernels
+        plan = plan_samples(launch_list(kernels))
+    except ReportError as err:
+        raise NothingProfiledError(f"--sample-launches: {err}") from err
+    if plan.launches == 0:
+        raise NothingProfiledError("--sample-launches: no kernel ran inside the chosen steps "
+                                   "without ncu")
+    formats.write_json(plan_path, plan.document())
+    seconds = time.monotonic() - started
+    logger.info("launch list: %d launches in %.1f s, ncu profiles %d of them", plan.launches,
+                seconds, plan.profiled)
+    return SampledLaunches(plan, seconds)
