@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 #: Columns a trace adds to the raw table.
 TRACE_COLUMNS = ("kind", "start_ns", "stream", "device", "launch_ns", "launch_thread",
                  "bytes", "copy_kind", "pinned")
-_ANONYMOUS = re.compile(r"\(anonymous namespace\)::")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::|<unnamed>::")  # the profiler's, ncu's
 #: CUTLASS's generic kernels, which Nsight Compute names by their operator type.
 _WRAPPERS = frozenset({"Kernel", "Kernel2"})
 
