@@ -139,12 +139,12 @@ def record_sampled(out: Path) -> int:
                               out / "sampled.log")}
     kept = out / "sampled"
     (kept / "launches").mkdir(parents=True, exist_ok=True)
+    for name in ("timeline.json", "trace.json.gz", "plan.json"):  # first: the check reads them
+        shutil.copy(raw / "launches" / name, kept / "launches" / name)
     subprocess.run([sys.executable, str(HERE / "strip_code_modules.py"),
                     str(raw / "report.ncu-rep"), str(kept / "report.ncu-rep")], cwd=ROOT,
                    check=True)
     subprocess.run(["xz", "-9", "-f", str(kept / "report.ncu-rep")], check=True)
-    for name in ("timeline.json", "trace.json.gz", "plan.json"):
-        shutil.copy(raw / "launches" / name, kept / "launches" / name)
     shutil.rmtree(raw)
     (kept / "timing.json").write_text(json.dumps(timing, indent=1) + "\n")
     print(json.dumps(timing, indent=1))
