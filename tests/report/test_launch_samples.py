@@ -15,7 +15,6 @@ import pandas as pd
 import pytest
 
 import torch_nsight
-from torch_nsight.cli.main import main
 from torch_nsight.errors import ReportError
 from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.launch_samples import (
@@ -134,15 +133,3 @@ def test_a_plan_reads_back_and_names_ncus_filter(launches: pd.DataFrame,
                             range_start_end=[(s,) for s in launches["step"]])
     with pytest.raises(ReportError, match="CUDA graph"):
         launch_list(graph)
-
-
-@pytest.mark.parametrize("argv, clash", [
-    ([], "--steps"), (["--steps", "3:4", "-k", "gemm"], "-k"),
-    (["--steps", "3:4", "--timeline"], "--timeline"),
-    (["--steps", "3:4", "--ncu-arg=--kernel-id=::x:1"], "--ncu-arg"),
-])
-def test_sampling_refuses_what_would_shift_ncus_numbers(
-        argv: list[str], clash: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "--sample-launches", *argv, "--", "python", "x.py"]) == 1
-    error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "--sample-launches" in error[0] and clash in error[0], error

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,3 +83,43 @@ def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Pa
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
     return {"launches": sampled.summary(), "kernel_id": sampled.plan.kernel_id}
+
+
+#: The hint needs the profiling it would save to exceed the launch list's cost (about one
+#: start-up of the command) by this factor.
+HINT_MARGIN = 1.5
+
+
+def sampling_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float) -> str | None:
+    """One line suggesting ``--sample-launches`` when this profile's repeated launches cost
+    more profiling than a launch list would (see :func:`~torch_nsight.report.launch_samples.
+    sampled_count`), or None.
+
+    Args:
+        kernels: the profile's kernel table.
+        seconds_per_kernel: what one profiled kernel cost this run.
+        start_s: this run's start-up (the launch list's pass costs about as much).
+    """
+    from torch_nsight.report.launch_samples import sampled_count
+
+    measured, sampled = sampled_count(kernels)
+    saved = (measured - sampled) * seconds_per_kernel
+    if saved <= HINT_MARGIN * start_s or measured == sampled:
+        return None
+    return (f"hint: {measured - sampled} of the {measured} kernels profiled repeat a kind of "
+            f"launch profiled 3 times already: --sample-launches would profile about {sampled} "
+            f"(about {saved:.0f} s less profiling, for one more start-up of the command without "
+            f"ncu, about {start_s:.0f} s)")
+
+
+def say_sampling_hint(args: argparse.Namespace, kernels: Any, record: dict[str, Any]) -> None:
+    """The hint on standard error after a profile that did not sample its launches."""
+    from torch_nsight.cli.text import say
+
+    phases, profiled = record.get("phases_s") or {}, record.get("kernels_profiled") or 0
+    if getattr(args, "sample_launches", False) or args.metric_set == "duration" or not profiled:
+        return
+    hint = sampling_hint(kernels, seconds_per_kernel=phases.get("profiling", 0.0) / profiled,
+                         start_s=phases.get("start", 0.0))
+    if hint is not None:
+        say(hint, sys.stderr)

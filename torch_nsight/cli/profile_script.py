@@ -49,7 +49,12 @@ from torch_nsight.cli.outputs import (
     check_outputs,
     description,
 )
-from torch_nsight.cli.profile_launches import add_sample_option, check_sampling, sample_launches
+from torch_nsight.cli.profile_launches import (
+    add_sample_option,
+    check_sampling,
+    sample_launches,
+    say_sampling_hint,
+)
 from torch_nsight.cli.profile_stalls import (
     add_stalls_option,
     check_stalls,
@@ -352,6 +357,7 @@ def run(args: argparse.Namespace) -> int:
         table = run_verify(profile.finding_table(fold=args.fold), verify)
         print_verified(table, profile.kernels, args.n or 10, args.fmt)
     _say_where_and_how_long(report, plan.log, ran.record)
+    say_sampling_hint(args, profile.kernels, ran.record)
     return ran.exit_status
 
 

@@ -181,6 +181,31 @@ def plan_samples(launches: pd.DataFrame, *, samples: int = SAMPLES,
     return LaunchPlan(len(launches), tuple(sorted(keep)), profiled)
 
 
+def sampled_count(kernels: pd.DataFrame) -> tuple[int, int]:
+    """How many launches a profile measured, and how many of them ``--sample-launches`` would
+    have profiled: :func:`plan_samples` over its measured rows (not replicated, not copied),
+    their ncu durations standing in for the launch list's.
+
+    Args:
+        kernels: a kernel table (``kernel_full``, ``grid``, ``block``, ``duration_ns``,
+            ``range_start_end``; ``registers_per_thread``, ``replicated_from`` when present).
+    """
+    rows = kernels[kernels["replicated_from"].isna()] if "replicated_from" in kernels \
+        else kernels
+    rows = rows[rows["kernel_full"].notna()]
+    if rows.empty:
+        return 0, 0
+    listed = pd.DataFrame({
+        "kernel_full": rows["kernel_full"].to_numpy(), "grid": rows["grid"].to_numpy(),
+        "block": rows["block"].to_numpy(), "duration_ns": rows["duration_ns"].to_numpy(),
+        "registers_per_thread": rows.get("registers_per_thread", pd.Series(
+            float("nan"), index=rows.index)).to_numpy(),
+        "step": rows["range_start_end"].astype(str).to_numpy()})
+    listed["function"] = [function_name(n, for_filter=True) for n in listed["kernel_full"]]
+    listed["invocation"] = listed.groupby("function", sort=False).cumcount() + 1
+    return len(listed), plan_samples(listed).profiled
+
+
 def _aligned(frame: pd.DataFrame, expected: pd.DataFrame) -> list[int] | None:
     """For each expected launch, the position in ``frame`` of its ncu row (-1: none): rows
     matched in order by function, grid and block, a few launches skipped where ncu did not

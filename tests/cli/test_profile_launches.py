@@ -1,0 +1,41 @@
+"""``profile --sample-launches`` at the command line: what it refuses, and the hint a profile
+whose repeated launches would have cost less sampled prints (on the zoo's recordings,
+tests/data/zoo_families: an LSTM language model's step and Swin-T's, H100)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import torch_nsight
+from torch_nsight.cli.main import main
+from torch_nsight.cli.profile_launches import sampling_hint
+
+ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
+#: One profiled kernel and the start-up, as the fast default measured them on lstm_lm's step
+#: (docs/benchmarks.md, 2026-11-28: 1,433 kernels, 66.1 s whole).
+SECONDS_PER_KERNEL, START_S = 0.035, 15.0
+
+
+@pytest.mark.parametrize("argv, clash", [
+    ([], "--steps"), (["--steps", "3:4", "-k", "gemm"], "-k"),
+    (["--steps", "3:4", "--timeline"], "--timeline"),
+    (["--steps", "3:4", "--ncu-arg=--kernel-id=::x:1"], "--ncu-arg"),
+])
+def test_sampling_refuses_what_would_shift_ncus_numbers(
+        argv: list[str], clash: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--sample-launches", *argv, "--", "python", "x.py"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "--sample-launches" in error[0] and clash in error[0], error
+
+
+def test_the_hint_names_what_sampling_would_save_where_it_pays() -> None:
+    lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
+    hint = sampling_hint(lstm, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S)
+    # 1,433 launches, 343 of them kept by the plan over the recorded step's own rows
+    assert hint is not None and hint.startswith("hint: 1090 of the 1433 kernels"), hint
+    assert "--sample-launches would profile about 343" in hint and "about 38 s less" in hint
+    # a transformer whose launches differ too much to pay back a start-up
+    swin = torch_nsight.load(ZOO / "swin_t.ncu-rep.xz", cache=False).kernels
+    assert sampling_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
