@@ -4,13 +4,17 @@ tests/data/zoo_families: an LSTM language model's step and Swin-T's, H100)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
 
 import torch_nsight
 from torch_nsight.cli.main import main
-from torch_nsight.cli.profile_launches import sampling_hint
+from torch_nsight.cli.profile_launches import sampling_hint, say_sampling_hint
+from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
+from torch_nsight.environment import Steps
+from torch_nsight.errors import OutputWriteError
 
 ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
 #: One profiled kernel and the start-up, as the fast default measured them on lstm_lm's step
@@ -19,7 +23,7 @@ SECONDS_PER_KERNEL, START_S = 0.035, 15.0
 
 
 @pytest.mark.parametrize("argv, clash", [
-    ([], "--steps"), (["--steps", "3:4", "-k", "gemm"], "-k"),
+    ([], "--steps"), (["--steps", "3:5"], "one step"), (["--steps", "3:4", "-k", "gemm"], "-k"),
     (["--steps", "3:4", "--timeline"], "--timeline"),
     (["--steps", "3:4", "--ncu-arg=--kernel-id=::x:1"], "--ncu-arg"),
 ])
@@ -39,3 +43,34 @@ def test_the_hint_names_what_sampling_would_save_where_it_pays() -> None:
     # a transformer whose launches differ too much to pay back a start-up
     swin = torch_nsight.load(ZOO / "swin_t.ncu-rep.xz", cache=False).kernels
     assert sampling_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
+
+
+def test_the_hint_is_shown_only_where_the_option_is_taken(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
+    record = {"phases_s": {"start": START_S, "profiling": 1433 * SECONDS_PER_KERNEL},
+              "kernels_profiled": 1433}
+    options = dict(sample_launches=False, metric_set="fast", ranks=None, timeline=False,
+                   stalls=False, kernel_name=None, launch_skip=None, launch_count=None,
+                   ncu_arg=[])
+    for steps in (None, Steps(12, 14)):  # refused: no step, two steps
+        say_sampling_hint(argparse.Namespace(**options, steps=steps), lstm, record)
+        assert capsys.readouterr().err == ""
+    say_sampling_hint(argparse.Namespace(**options, steps=Steps(12, 13)), lstm, record)
+    assert capsys.readouterr().err.startswith("hint: 1090 of the 1433 kernels")
+
+
+def test_an_earlier_launch_list_goes_and_nothing_else(tmp_path: Path) -> None:
+    report = tmp_path / "report.ncu-rep"
+    folder = tmp_path / "launches"
+    folder.mkdir()
+    for name in ("plan.json", "timeline.json", "trace.json.gz", "rockets.csv"):
+        (folder / name).write_text("x")
+    forget_launches(report)
+    assert sorted(p.name for p in folder.iterdir()) == ["rockets.csv"]
+    with pytest.raises(OutputWriteError, match="rockets.csv"):  # before anything runs
+        record_launches(["no-such-command"], report, steps=Steps(3, 4), timeout=1.0,
+                        quiet=True, environ={})
+    (folder / "rockets.csv").unlink()
+    forget_launches(report)
+    assert not folder.exists()

@@ -133,3 +133,41 @@ def test_a_plan_reads_back_and_names_ncus_filter(launches: pd.DataFrame,
                             range_start_end=[(s,) for s in launches["step"]])
     with pytest.raises(ReportError, match="CUDA graph"):
         launch_list(graph)
+
+
+def test_copies_across_modules_take_their_own_ranges() -> None:
+    """Swin-T's step recorded launch by launch (tests/data/zoo_families, H100): its own rows
+    as the launch list, the plan's rows kept as ncu would keep them, the others copied from
+    launches of other blocks; each copy takes its own module ranges, and every module keeps
+    its measured time within 3%."""
+    kernels = torch_nsight.load(DATA.parent / "zoo_families" / "swin_t.ncu-rep.xz",
+                                cache=False).kernels
+    rows = kernels[kernels["replicated_from"].isna()].reset_index(drop=True)
+    rows = rows.assign(range_index=0, kernel_index=range(len(rows)))
+    listed = rows.loc[:, ["kernel_full", "grid", "block", "registers_per_thread",
+                          "duration_ns", "range_stack", "range_other"]].copy()
+    listed["step"] = rows["range_start_end"].astype(str)
+    listed["function"] = [function_name(n, for_filter=True) for n in listed["kernel_full"]]
+    listed["invocation"] = listed.groupby("function", sort=False).cumcount() + 1
+    plan = plan_samples(listed)
+    merged = sampled_table(rows[listed["invocation"].isin(set(plan.invocations))], plan, listed)
+    assert merged is not None and len(merged) == len(rows)
+    copied = merged["sampled_from"].notna()
+    moved = [a != b for a, b in zip(merged["range_stack"], rows["range_stack"], strict=True)]
+    assert copied.sum() == len(rows) - plan.profiled and not any(moved)
+    source_stacks = rows.set_index("kernel_index")["range_stack"]
+    assert any(source_stacks[k] != s for k, s in zip(merged.loc[copied, "sampled_from"],
+                                                      merged.loc[copied, "range_stack"],
+                                                      strict=True))
+    modules = merged.groupby(merged["range_stack"].map(" / ".join))["duration_ns"].sum()
+    truth = rows.groupby(rows["range_stack"].map(" / ".join))["duration_ns"].sum()
+    assert ((modules / truth - 1).abs() <= 0.03).all()
+
+
+def test_a_plan_is_read_only_with_its_own_report(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    shutil.copytree(DATA / "sampled" / "launches", tmp_path / "launches")
+    shutil.copy(DATA / "profile.ncu-rep.xz", tmp_path / "every.ncu-rep.xz")
+    with caplog.at_level(logging.WARNING):
+        every = torch_nsight.load(tmp_path / "every.ncu-rep.xz", cache=False)
+    assert len(every.kernels) == 625 and every.replicated_rows == 0 and not caplog.text

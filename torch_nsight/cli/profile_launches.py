@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.outputs import UsageError
-from torch_nsight.formats import launch_plan_of
 
 SAMPLE_HELP = (
     "run the command once without ncu first, recording the chosen steps' launches, then "
@@ -32,7 +30,7 @@ def check_sampling(args: argparse.Namespace, world_size: int) -> None:
     """Refuse ``--sample-launches`` where ncu's numbering cannot follow the launch list.
 
     Raises:
-        UsageError: without ``--steps``; with ``--timeline``, ``--stalls``, ``-k``,
+        UsageError: without ``--steps`` or with more than one step; with ``--timeline``, ``--stalls``, ``-k``,
             ``--launch-skip``, ``--launch-count`` or ncu's own filters in ``--ncu-arg``; in a
             run of several ranks.
     """
@@ -41,6 +39,10 @@ def check_sampling(args: argparse.Namespace, world_size: int) -> None:
     if args.steps is None:
         raise UsageError("--sample-launches numbers the launches of the chosen steps: pass "
                          "--steps A:B (and mark the loop with torch_nsight.step())")
+    if args.steps.count != 1:
+        raise UsageError(f"--sample-launches profiles one step (--steps {args.steps.first}): "
+                         "under ncu the calls table's kernel, launched at the end of the "
+                         "first step, shifts the numbers ncu gives the launches after it")
     if args.ranks is not None or world_size > 1:
         raise UsageError("--sample-launches runs the command a second time, which a run of "
                          "several ranks cannot do alone: profile one process without it")
@@ -58,7 +60,8 @@ def check_sampling(args: argparse.Namespace, world_size: int) -> None:
 def _filters(arg: str) -> bool:
     return arg.split("=")[0] in ("-k", "--kernel-name", "--kernel-id", "--launch-skip", "-s",
                                  "--launch-count", "-c", "--filter-mode", "--kernel-name-base",
-                                 "--nvtx-include", "--nvtx-exclude")
+                                 "--nvtx-include", "--nvtx-exclude", "--range-filter",
+                                 "--launch-skip-before-match", "--kernel-regex-base")
 
 
 def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Path
@@ -72,10 +75,11 @@ def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Pa
         NothingProfiledError: the pass recorded no launch.
         UsageError: the command cannot be started.
     """
+    from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
+
     if not getattr(args, "sample_launches", False):
-        shutil.rmtree(launch_plan_of(report).parent, ignore_errors=True)
+        forget_launches(report)
         return {}
-    from torch_nsight.collect.parent.launch_list import record_launches
 
     try:
         sampled = record_launches(command, report, steps=args.steps, timeout=args.timeout,
@@ -115,9 +119,15 @@ def sampling_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float) ->
 def say_sampling_hint(args: argparse.Namespace, kernels: Any, record: dict[str, Any]) -> None:
     """The hint on standard error after a profile that did not sample its launches."""
     from torch_nsight.cli.text import say
+    from torch_nsight.collect.parent.script import world_size
 
     phases, profiled = record.get("phases_s") or {}, record.get("kernels_profiled") or 0
     if getattr(args, "sample_launches", False) or args.metric_set == "duration" or not profiled:
+        return
+    try:  # only where the option would be taken
+        check_sampling(argparse.Namespace(**{**vars(args), "sample_launches": True}),
+                       world_size(os.environ))
+    except UsageError:
         return
     hint = sampling_hint(kernels, seconds_per_kernel=phases.get("profiling", 0.0) / profiled,
                          start_s=phases.get("start", 0.0))

@@ -395,6 +395,9 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
                     f"{plan.metric_set} metric set ({len(plan.metrics)} metrics"
                     f"{', then a second pass for --stalls' if args.stalls else ''}) into "
                     f"{report}; -v prints its command line and metrics")
+    if getattr(args, "sample_launches", False):
+        say_comment("# --sample-launches: the command first runs without ncu to list its "
+                    "launches; ncu's --kernel-id, added then, keeps a few of each kind")
     if args.steps is None:
         say_comment("# the script was not run (without --steps ncu profiles every kernel of "
                     f"the whole run, and there is nothing to rehearse); {MARKER_HINT}")

@@ -71,11 +71,14 @@ class LaunchPlan:
         launches: launches in the launch list.
         invocations: the invocation numbers ncu keeps, sorted (every function).
         profiled: launches ncu profiles with them.
+        report: the file name of the report profiled with it (without ``.xz``); a report of
+            another name in the same folder is read without it.
     """
 
     launches: int
     invocations: tuple[int, ...]
     profiled: int
+    report: str = ""
 
     @property
     def kernel_id(self) -> str:
@@ -85,7 +88,7 @@ class LaunchPlan:
     def document(self) -> dict[str, Any]:
         """The plan as :data:`~torch_nsight.formats.LAUNCH_PLAN` holds it."""
         return {"kind": formats.LAUNCH_KIND, "format": formats.LAUNCH_FORMAT,
-                "launches": self.launches, "profiled": self.profiled,
+                "launches": self.launches, "profiled": self.profiled, "report": self.report,
                 "invocations": list(self.invocations)}
 
     @classmethod
@@ -99,12 +102,14 @@ class LaunchPlan:
             data = formats.read_tagged(path, formats.LAUNCH_KIND, formats.LAUNCH_FORMAT)
         except formats.FormatError as err:
             raise ReportError(str(err)) from err
-        numbers = data.get("invocations")
+        # a plan written before it named its report was profile's one report's
+        numbers, report = data.get("invocations"), data.get("report", "report.ncu-rep")
         launches, profiled = whole(data.get("launches")), whole(data.get("profiled"))
         if (not isinstance(numbers, list) or launches is None or profiled is None
+                or not isinstance(report, str)
                 or any((whole(n) or 0) < 1 for n in numbers)):
             raise ReportError(f"{path} is not a launch plan (its numbers are damaged)")
-        return cls(launches, tuple(sorted({int(n) for n in numbers})), profiled)
+        return cls(launches, tuple(sorted({int(n) for n in numbers})), profiled, report)
 
 
 def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -259,7 +264,8 @@ def sampled_table(frame: pd.DataFrame, plan: LaunchPlan, launches: pd.DataFrame
         plan: what ncu was to profile.
         launches: the launch list (:func:`launch_list`).
     """
-    if len(launches) != plan.launches:
+    launches = launches.reset_index(drop=True)
+    if len(launches) != plan.launches or len(frame) > plan.profiled:
         return None
     order = frame.sort_values(["range_index", "kernel_index"], kind="stable")
     expected = launches["invocation"].isin(set(plan.invocations))
@@ -297,6 +303,10 @@ def with_sampled_launches(frame: pd.DataFrame, report: Path, options: ReadOption
         return frame
     try:
         plan = LaunchPlan.read(path)
+        if plan.report != report.name.removesuffix(".xz"):
+            logger.debug("%s: the launch plan in %s is another report's (%s)", report.name,
+                         path.parent, plan.report)
+            return frame
         data = TimelineDirectory().read(path.parent, options)
         merged = sampled_table(frame, plan, launch_list(data.kernels))
     except ReportError as err:
@@ -304,8 +314,8 @@ def with_sampled_launches(frame: pd.DataFrame, report: Path, options: ReadOption
                        err)
         return frame
     if merged is None:
-        logger.warning("%s: ncu's kernels do not line up with the launch list in %s (the "
-                       "command launched other kernels under ncu): the launches ncu did not "
-                       "profile are left out", report.name, path.parent)
+        logger.warning("%s: ncu's kernels do not line up with the launch list in %s (in "
+                       "order, by function, grid and block): the launches ncu did not profile "
+                       "are left out", report.name, path.parent)
         return frame
     return merged

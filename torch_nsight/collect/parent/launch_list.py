@@ -9,18 +9,18 @@ ended; the plan written there (:data:`~torch_nsight.formats.LAUNCH_PLAN`) gives 
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from torch_nsight import formats
 from torch_nsight.collect.parent.script import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
-from torch_nsight.errors import NothingProfiledError, ReportError
+from torch_nsight.errors import NothingProfiledError, OutputWriteError, ReportError
 from torch_nsight.report.launch_samples import LaunchPlan, launch_list, plan_samples
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
@@ -41,6 +41,18 @@ class SampledLaunches:
                 "seconds": round(self.seconds, 3)}
 
 
+def forget_launches(report: Path) -> None:
+    """Remove what an earlier ``--sample-launches`` run left beside ``report`` (the plan, the
+    launch list's manifest and trace): a new report would otherwise be read with them. Nothing
+    else in the folder is touched."""
+    folder = formats.launch_plan_of(report).parent
+    for path in (formats.launch_plan_of(report), folder / formats.TIMELINE_MANIFEST,
+                 folder / "status.jsonl", *folder.glob("trace*.json.gz")):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # left where it holds anything else
+        folder.rmdir()
+
+
 def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                     timeout: float | None, quiet: bool,
                     environ: Mapping[str, str]) -> SampledLaunches:
@@ -49,13 +61,19 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
 
     Raises:
         NothingProfiledError: the command recorded no launch of the chosen steps.
+        OutputWriteError: the launch list's folder holds files torch_nsight did not write.
         FileNotFoundError: the command does not exist.
         KeyboardInterrupt: interrupted.
     """
     plan_path = formats.launch_plan_of(report)
     folder = plan_path.parent
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    forget_launches(report)
+    folder.mkdir(parents=True, exist_ok=True)
+    foreign = sorted(p.name for p in folder.iterdir())
+    if foreign:
+        raise OutputWriteError(f"--sample-launches writes its launch list into {folder}, "
+                                f"which holds files torch_nsight did not write ({', '.join(foreign[:3])}): "
+                                "choose another --out")
     started = time.monotonic()
     env = ScriptEnv(timeline=folder.resolve(), steps=steps,
                     status=folder / "status.jsonl").environment(dict(environ))
@@ -69,7 +87,7 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                    "run it without --sample-launches")
     try:
         kernels = TimelineDirectory().read(folder, ReadOptions(cache=False)).kernels
-        plan = plan_samples(launch_list(kernels))
+        plan = replace(plan_samples(launch_list(kernels)), report=report.name)
     except ReportError as err:
         raise NothingProfiledError(f"--sample-launches: {err}") from err
     if plan.launches == 0:
