@@ -1,11 +1,11 @@
-"""``profile --sample-launches`` against the default and ``--metric-set duration`` on the zoo's
+"""``profile --replicate-launches`` against the default and ``--metric-set duration`` on the zoo's
 recurrent steps (issue 46, item 1), whole commands timed from outside, on the GPU machine:
 
     PYTHONPATH=/tmp/site:$PWD python bench/launch_sampling.py --out OUT [--models lstm_lm,gru_lm]
 
 Per model, ``torch-nsight profile --steps 12:13`` of ``bench/zoo_app.py MODEL --steps 14``:
 the fast default (every launch profiled: the recurrent layers have no identical blocks),
-the same with ``--sample-launches``, and ``--metric-set duration`` with and without it.
+the same with ``--replicate-launches``, and ``--metric-set duration`` with and without it.
 The sampled profile's modules are compared with the default's (the launches it measured):
 per module, sampled time / measured time - 1. Writes OUT/launch_sampling.json.
 """
@@ -23,9 +23,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "bench" / "zoo_app.py"
-CASES = {"fast": [], "fast_sampled": ["--sample-launches"],
+CASES = {"fast": [], "fast_sampled": ["--replicate-launches"],
          "duration": ["--metric-set", "duration"],
-         "duration_sampled": ["--metric-set", "duration", "--sample-launches"]}
+         "duration_sampled": ["--metric-set", "duration", "--replicate-launches"]}
 
 
 def _run(model: str, folder: Path, extra: list[str]) -> dict[str, Any]:

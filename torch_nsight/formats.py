@@ -92,10 +92,10 @@ LOG_SUFFIX = ".log"
 #: ``out/`` does not read the second pass as a report of its own; reading the first report
 #: merges it (:mod:`torch_nsight.report.stall_merge`).
 STALL_FOLDER = "stalls"
-#: The folder beside a report profiled with ``profile --sample-launches``: the timeline of the
+#: The folder beside a report profiled with ``profile --replicate-launches``: the timeline of the
 #: same steps (the launch list, recorded without ncu) and :data:`LAUNCH_PLAN`, which launches
 #: ncu profiled and which measured launch each other one takes its counters from
-#: (:mod:`torch_nsight.report.launch_samples`).
+#: (:mod:`torch_nsight.report.launch_replicas`).
 LAUNCH_FOLDER = "launches"
 LAUNCH_PLAN = "plan.json"
 LAUNCH_KIND = "torch_nsight.launch_plan"

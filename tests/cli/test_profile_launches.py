@@ -1,5 +1,5 @@
-"""``profile --sample-launches`` at the command line: what it refuses, and the hint a profile
-whose repeated launches would have cost less sampled prints (on the zoo's recordings,
+"""``profile --replicate-launches`` at the command line: what it refuses, and the hint a profile
+whose repeated launches would have cost less replicated prints (on the zoo's recordings,
 tests/data/zoo_families: an LSTM language model's step and Swin-T's, H100)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.cli.main import main
-from torch_nsight.cli.profile_launches import sampling_hint, say_sampling_hint
+from torch_nsight.cli.profile_launches import replication_hint, say_replication_hint
 from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
 from torch_nsight.environment import Steps
 from torch_nsight.errors import OutputWriteError
@@ -27,22 +27,22 @@ SECONDS_PER_KERNEL, START_S = 0.035, 15.0
     (["--steps", "3:4", "--timeline"], "--timeline"),
     (["--steps", "3:4", "--ncu-arg=--kernel-id=::x:1"], "--ncu-arg"),
 ])
-def test_sampling_refuses_what_would_shift_ncus_numbers(
+def test_replication_refuses_what_would_shift_ncus_numbers(
         argv: list[str], clash: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["profile", "--sample-launches", *argv, "--", "python", "x.py"]) == 1
+    assert main(["profile", "--replicate-launches", *argv, "--", "python", "x.py"]) == 1
     error = capsys.readouterr().err.strip().splitlines()
-    assert len(error) == 1 and "--sample-launches" in error[0] and clash in error[0], error
+    assert len(error) == 1 and "--replicate-launches" in error[0] and clash in error[0], error
 
 
-def test_the_hint_names_what_sampling_would_save_where_it_pays() -> None:
+def test_the_hint_names_what_replication_would_save_where_it_pays() -> None:
     lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
-    hint = sampling_hint(lstm, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S)
+    hint = replication_hint(lstm, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S)
     # 1,433 launches, 343 of them kept by the plan over the recorded step's own rows
     assert hint is not None and hint.startswith("hint: 1090 of the 1433 kernels"), hint
-    assert "--sample-launches would profile about 343" in hint and "about 38 s less" in hint
+    assert "--replicate-launches would profile about 343" in hint and "about 38 s less" in hint
     # a transformer whose launches differ too much to pay back a start-up
     swin = torch_nsight.load(ZOO / "swin_t.ncu-rep.xz", cache=False).kernels
-    assert sampling_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
+    assert replication_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
 
 
 def test_the_hint_is_shown_only_where_the_option_is_taken(
@@ -50,13 +50,13 @@ def test_the_hint_is_shown_only_where_the_option_is_taken(
     lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
     record = {"phases_s": {"start": START_S, "profiling": 1433 * SECONDS_PER_KERNEL},
               "kernels_profiled": 1433}
-    options = dict(sample_launches=False, metric_set="fast", ranks=None, timeline=False,
+    options = dict(replicate_launches=False, metric_set="fast", ranks=None, timeline=False,
                    stalls=False, kernel_name=None, launch_skip=None, launch_count=None,
                    ncu_arg=[])
     for steps in (None, Steps(12, 14)):  # refused: no step, two steps
-        say_sampling_hint(argparse.Namespace(**options, steps=steps), lstm, record)
+        say_replication_hint(argparse.Namespace(**options, steps=steps), lstm, record)
         assert capsys.readouterr().err == ""
-    say_sampling_hint(argparse.Namespace(**options, steps=Steps(12, 13)), lstm, record)
+    say_replication_hint(argparse.Namespace(**options, steps=Steps(12, 13)), lstm, record)
     assert capsys.readouterr().err.startswith("hint: 1090 of the 1433 kernels")
 
 

@@ -12,8 +12,8 @@ default) and ``torch-nsight profile --timeline --steps 3:6``, then keeps, in ``O
 * ``timeline/``: ``timeline.json`` and the trace (``trace*.json.gz``) of steps 3 to 5;
 * ``timing.json``: the wall time of each command and what it printed last.
 
-With ``--sampled``, only ``torch-nsight profile --steps 3:4 --sample-launches`` (issue 46),
-kept in ``OUT/sampled/``: ``report.ncu-rep.xz`` (stripped and compressed as above) and
+With ``--replicated``, only ``torch-nsight profile --steps 3:4 --replicate-launches`` (issue 46),
+kept in ``OUT/replicated/``: ``report.ncu-rep.xz`` (stripped and compressed as above) and
 ``launches/`` (the launch list's ``timeline.json`` and trace, and ``plan.json``), with
 ``timing.json``.
 
@@ -129,15 +129,15 @@ def record(out: Path) -> int:
     return 0
 
 
-def record_sampled(out: Path) -> int:
-    """``profile --sample-launches`` of this script's loop, kept as the fixture holds it."""
-    raw = out / "raw_sampled"
+def record_replicated(out: Path) -> int:
+    """``profile --replicate-launches`` of this script's loop, kept as the fixture holds it."""
+    raw = out / "raw_replicated"
     script = str(HERE / "record_outside.py")
-    timing = {"sampled": _run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4",
-                               "--sample-launches", "--out", str(raw), "--force", "--",
+    timing = {"replicated": _run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4",
+                               "--replicate-launches", "--out", str(raw), "--force", "--",
                                sys.executable, script, "--train", "--steps", "5"],
-                              out / "sampled.log")}
-    kept = out / "sampled"
+                              out / "replicated.log")}
+    kept = out / "replicated"
     (kept / "launches").mkdir(parents=True, exist_ok=True)
     for name in ("timeline.json", "trace.json.gz", "plan.json"):  # first: the check reads them
         shutil.copy(raw / "launches" / name, kept / "launches" / name)
@@ -155,8 +155,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, help="where to record (not with --train)")
     parser.add_argument("--train", action="store_true", help="run the loop itself")
-    parser.add_argument("--sampled", action="store_true",
-                        help="record only profile --sample-launches (OUT/sampled)")
+    parser.add_argument("--replicated", action="store_true",
+                        help="record only profile --replicate-launches (OUT/replicated)")
     parser.add_argument("--steps", type=int, default=5, help="iterations of the loop")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -164,9 +164,9 @@ def main() -> int:
         return train(args.steps, args.device)
     if args.out is None:
         parser.error("give OUT (record) or --train (the loop)")
-    if args.sampled:
+    if args.replicated:
         args.out.mkdir(parents=True, exist_ok=True)
-        return record_sampled(args.out)
+        return record_replicated(args.out)
     return record(args.out)
 
 

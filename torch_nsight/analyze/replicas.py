@@ -4,9 +4,9 @@ The sweep's sibling check (:mod:`torch_nsight.capture.replicas.siblings`) leaves
 out of replay;
 :func:`expand_replicas` gives each of them the representative's rows back, renamed, with
 ``replicated_from`` naming the module that was actually measured, so every kernel of the
-model still has a row. A launch that ``profile --sample-launches`` did not profile
-(``sampled_from``, :mod:`torch_nsight.report.launch_samples`) names the module of the launch
-whose counters it carries the same way (:func:`name_sampled_sources`).
+model still has a row. A launch that ``profile --replicate-launches`` did not profile
+(``representative_index``, :mod:`torch_nsight.report.launch_replicas`) names the module of
+the launch whose counters it carries the same way (:func:`name_launch_representatives`).
 """
 
 from __future__ import annotations
@@ -59,22 +59,23 @@ def _values(frame: pd.DataFrame, column: str) -> list[Any]:
     return list(frame[column]) if column in frame else [None] * len(frame)
 
 
-def name_sampled_sources(df: pd.DataFrame) -> pd.DataFrame:
+def name_launch_representatives(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` (owned) with a ``replicated_from`` column: for a row that carries another
-    launch's counters (``sampled_from``, that row's ``kernel_index`` in the same source), the
-    module of that launch; None elsewhere."""
+    launch's counters (``representative_index``: that row's ``kernel_index`` in the same
+    source), the module of that launch; None elsewhere."""
     import pandas as pd
 
     if "replicated_from" not in df:
         df["replicated_from"] = pd.Series([None] * len(df), index=df.index, dtype=object)
-    if "sampled_from" not in df or df.empty:
+    if "representative_index" not in df or df.empty:
         return df
-    copied = df["sampled_from"].notna()
+    copied = df["representative_index"].notna()
     measured = df[~copied]
     module_of = dict(zip(zip(measured["source"], measured["kernel_index"], strict=True),
                          measured["module"], strict=True))
     found = [module_of.get((s, k)) for s, k in zip(df.loc[copied, "source"],
-                                                    df.loc[copied, "sampled_from"], strict=True)]
+                                                    df.loc[copied, "representative_index"],
+                                                    strict=True)]
     df.loc[copied, "replicated_from"] = pd.Series(found, index=df.index[copied], dtype=object)
     return df
 
@@ -97,7 +98,7 @@ def expand_replicas(df: pd.DataFrame, groups: Sequence[Mapping[str, Any]]) -> pd
     """
     import pandas as pd
 
-    out = name_sampled_sources(own(df))
+    out = name_launch_representatives(own(df))
     if out.empty or not groups:
         return out
 

@@ -1,4 +1,4 @@
-"""``torch-nsight profile --sample-launches``: the option, its checks, and the launch list's
+"""``torch-nsight profile --replicate-launches``: the option, its checks, and the launch list's
 pass before ncu's (the pass itself: :mod:`torch_nsight.collect.parent.launch_list`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from torch_nsight.cli.outputs import UsageError
 
-SAMPLE_HELP = (
+REPLICATE_HELP = (
     "run the command once without ncu first, recording the chosen steps' launches, then "
     "profile only a few of each kind of repeated launch (same kernel, grid, block, "
     "registers, similar duration; 3 spread over the step) and give the others their "
@@ -21,30 +21,31 @@ SAMPLE_HELP = (
     "--steps")
 
 
-def add_sample_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--sample-launches`` to ``profile``'s parser."""
-    parser.add_argument("--sample-launches", action="store_true", help=SAMPLE_HELP)
+def add_replicate_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--replicate-launches`` to ``profile``'s parser."""
+    parser.add_argument("--replicate-launches", action="store_true", help=REPLICATE_HELP)
 
 
-def check_sampling(args: argparse.Namespace, world_size: int) -> None:
-    """Refuse ``--sample-launches`` where ncu's numbering cannot follow the launch list.
+def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
+    """Refuse ``--replicate-launches`` where ncu's numbering cannot follow the launch list.
 
     Raises:
-        UsageError: without ``--steps`` or with more than one step; with ``--timeline``, ``--stalls``, ``-k``,
+        UsageError: without ``--steps`` or with more than one step; with ``--timeline``,
+            ``--stalls``, ``-k``,
             ``--launch-skip``, ``--launch-count`` or ncu's own filters in ``--ncu-arg``; in a
             run of several ranks.
     """
-    if not getattr(args, "sample_launches", False):
+    if not getattr(args, "replicate_launches", False):
         return
     if args.steps is None:
-        raise UsageError("--sample-launches numbers the launches of the chosen steps: pass "
+        raise UsageError("--replicate-launches numbers the launches of the chosen steps: pass "
                          "--steps A:B (and mark the loop with torch_nsight.step())")
     if args.steps.count != 1:
-        raise UsageError(f"--sample-launches profiles one step (--steps {args.steps.first}): "
+        raise UsageError(f"--replicate-launches profiles one step (--steps {args.steps.first}): "
                          "under ncu the calls table's kernel, launched at the end of the "
                          "first step, shifts the numbers ncu gives the launches after it")
     if args.ranks is not None or world_size > 1:
-        raise UsageError("--sample-launches runs the command a second time, which a run of "
+        raise UsageError("--replicate-launches runs the command a second time, which a run of "
                          "several ranks cannot do alone: profile one process without it")
     clashing = [option for option, given in (
         ("--timeline", args.timeline), ("--stalls", getattr(args, "stalls", False)),
@@ -53,7 +54,7 @@ def check_sampling(args: argparse.Namespace, world_size: int) -> None:
         ("--ncu-arg " + next((a for a in args.ncu_arg if _filters(a)), ""),
          any(_filters(a) for a in args.ncu_arg))) if given]
     if clashing:
-        raise UsageError(f"--sample-launches chooses the launches ncu profiles itself: it "
+        raise UsageError(f"--replicate-launches chooses the launches ncu profiles itself: it "
                          f"does not go with {clashing[0]}")
 
 
@@ -64,9 +65,9 @@ def _filters(arg: str) -> bool:
                                  "--launch-skip-before-match", "--kernel-regex-base")
 
 
-def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Path
+def replicate_launches(args: argparse.Namespace, command: Sequence[str], report: Path
                     ) -> dict[str, Any]:
-    """With ``--sample-launches``, run the launch list's pass: what
+    """With ``--replicate-launches``, run the launch list's pass: what
     :func:`~torch_nsight.collect.parent.script.plan_script` takes of it (``launches``,
     ``kernel_id``). Without it, a launch list left beside ``report`` by an earlier run is
     removed (the new report would otherwise be read with it).
@@ -77,16 +78,16 @@ def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Pa
     """
     from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
 
-    if not getattr(args, "sample_launches", False):
+    if not getattr(args, "replicate_launches", False):
         forget_launches(report)
         return {}
 
     try:
-        sampled = record_launches(command, report, steps=args.steps, timeout=args.timeout,
+        listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
                                   quiet=False, environ=os.environ)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
-    return {"launches": sampled.summary(), "kernel_id": sampled.plan.kernel_id}
+    return {"launches": listed.summary(), "kernel_id": listed.plan.kernel_id}
 
 
 #: The hint needs the profiling it would save to exceed the launch list's cost (about one
@@ -94,42 +95,42 @@ def sample_launches(args: argparse.Namespace, command: Sequence[str], report: Pa
 HINT_MARGIN = 1.5
 
 
-def sampling_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float) -> str | None:
-    """One line suggesting ``--sample-launches`` when this profile's repeated launches cost
-    more profiling than a launch list would (see :func:`~torch_nsight.report.launch_samples.
-    sampled_count`), or None.
+def replication_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float) -> str | None:
+    """One line suggesting ``--replicate-launches`` when this profile's repeated launches cost
+    more profiling than a launch list would (see :func:`~torch_nsight.report.launch_replicas.
+    replicated_count`), or None.
 
     Args:
         kernels: the profile's kernel table.
         seconds_per_kernel: what one profiled kernel cost this run.
         start_s: this run's start-up (the launch list's pass costs about as much).
     """
-    from torch_nsight.report.launch_samples import sampled_count
+    from torch_nsight.report.launch_replicas import replicated_count
 
-    measured, sampled = sampled_count(kernels)
-    saved = (measured - sampled) * seconds_per_kernel
-    if saved <= HINT_MARGIN * start_s or measured == sampled:
+    measured, profiled = replicated_count(kernels)
+    saved = (measured - profiled) * seconds_per_kernel
+    if saved <= HINT_MARGIN * start_s or measured == profiled:
         return None
-    return (f"hint: {measured - sampled} of the {measured} kernels profiled repeat a kind of "
-            f"launch profiled 3 times already: --sample-launches would profile about {sampled} "
+    return (f"hint: {measured - profiled} of the {measured} kernels profiled repeat a kind of "
+            f"launch profiled 3 times already: --replicate-launches would profile about {profiled} "
             f"(about {saved:.0f} s less profiling, for one more start-up of the command without "
             f"ncu, about {start_s:.0f} s)")
 
 
-def say_sampling_hint(args: argparse.Namespace, kernels: Any, record: dict[str, Any]) -> None:
-    """The hint on standard error after a profile that did not sample its launches."""
+def say_replication_hint(args: argparse.Namespace, kernels: Any, record: dict[str, Any]) -> None:
+    """The hint on standard error after a profile that did not replicate its launches."""
     from torch_nsight.cli.text import say
     from torch_nsight.collect.parent.script import world_size
 
     phases, profiled = record.get("phases_s") or {}, record.get("kernels_profiled") or 0
-    if getattr(args, "sample_launches", False) or args.metric_set == "duration" or not profiled:
+    if getattr(args, "replicate_launches", False) or args.metric_set == "duration" or not profiled:
         return
     try:  # only where the option would be taken
-        check_sampling(argparse.Namespace(**{**vars(args), "sample_launches": True}),
+        check_launch_replication(argparse.Namespace(**{**vars(args), "replicate_launches": True}),
                        world_size(os.environ))
     except UsageError:
         return
-    hint = sampling_hint(kernels, seconds_per_kernel=phases.get("profiling", 0.0) / profiled,
+    hint = replication_hint(kernels, seconds_per_kernel=phases.get("profiling", 0.0) / profiled,
                          start_s=phases.get("start", 0.0))
     if hint is not None:
         say(hint, sys.stderr)

@@ -50,10 +50,10 @@ from torch_nsight.cli.outputs import (
     description,
 )
 from torch_nsight.cli.profile_launches import (
-    add_sample_option,
-    check_sampling,
-    sample_launches,
-    say_sampling_hint,
+    add_replicate_option,
+    check_launch_replication,
+    replicate_launches,
+    say_replication_hint,
 )
 from torch_nsight.cli.profile_stalls import (
     add_stalls_option,
@@ -138,7 +138,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                              "say what ncu would get")
     add_verify_options(parser)
     add_stalls_option(parser)
-    add_sample_option(parser)
+    add_replicate_option(parser)
     add_table_options(parser)
     add_force(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
@@ -285,7 +285,7 @@ def _say_where_and_how_long(report: Path, log: Path, record: dict[str, Any]) -> 
     """The report's path, ncu's log and the run's time by phase, on stderr."""
     phases = record["phases_s"]
     say(f"report: {report} (ncu's output: {log})", sys.stderr)
-    first = record.get("sampled_launches") or {}
+    first = record.get("replicated_launches") or {}
     listed = (f"the launch list {first['seconds']:.1f} s ({first['launches']} launches) + "
               if first else "")
     say(f"time: {sum(phases.values()) + first.get('seconds', 0.0):.1f} s = {listed}"
@@ -310,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_nsight.collect.parent.script import world_size
 
     check_stalls(args, world_size(os.environ))
-    check_sampling(args, world_size(os.environ))
+    check_launch_replication(args, world_size(os.environ))
     ranks = parse_ranks(args.ranks)
     rank = current_rank(os.environ)
     if not _profiles_rank(ranks, rank):
@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
         forget_old_pass(report)
         plan = script.plan_script(command, report, ncu=ncu, **options,
                                   known=ncu_cli.known_metric_bases(ncu),
-                                  **sample_launches(args, command, report))
+                                  **replicate_launches(args, command, report))
         ran = script.run_script(plan)
         profile = ran.profile
         if args.stalls:
@@ -357,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         table = run_verify(profile.finding_table(fold=args.fold), verify)
         print_verified(table, profile.kernels, args.n or 10, args.fmt)
     _say_where_and_how_long(report, plan.log, ran.record)
-    say_sampling_hint(args, profile.kernels, ran.record)
+    say_replication_hint(args, profile.kernels, ran.record)
     return ran.exit_status
 
 
@@ -395,8 +395,8 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
                     f"{plan.metric_set} metric set ({len(plan.metrics)} metrics"
                     f"{', then a second pass for --stalls' if args.stalls else ''}) into "
                     f"{report}; -v prints its command line and metrics")
-    if getattr(args, "sample_launches", False):
-        say_comment("# --sample-launches: the command first runs without ncu to list its "
+    if getattr(args, "replicate_launches", False):
+        say_comment("# --replicate-launches: the command first runs without ncu to list its "
                     "launches; ncu's --kernel-id, added then, keeps a few of each kind")
     if args.steps is None:
         say_comment("# the script was not run (without --steps ncu profiles every kernel of "

@@ -1,6 +1,6 @@
 """The reader of Nsight Compute reports (``.ncu-rep``, ``.ncu-rep.xz``), with the calls
 table beside them (``NAME.calls.json``) or carried inside them, and the launches
-``profile --sample-launches`` did not profile (:mod:`torch_nsight.report.launch_samples`).
+``profile --replicate-launches`` did not profile (:mod:`torch_nsight.report.launch_replicas`).
 
 A report's raw table (:func:`~torch_nsight.report.kernel_table.read_report`) loses the kernels that
 only carry messages (the calls table, compiled graphs' kernel maps); the kernels of compiled
@@ -26,7 +26,7 @@ from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.kernel_table import read_report
-from torch_nsight.report.launch_samples import with_sampled_launches
+from torch_nsight.report.launch_replicas import with_replicated_launches
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.stall_merge import find_stall_report, merge_stall_pass
 
@@ -58,7 +58,7 @@ class NcuReport:
         frame, carried = split_carried_calls(frame, path)
         frame, replication = split_carried_replication(frame, path)
         frame = attribute_compiled(frame, path)
-        frame = with_sampled_launches(with_stall_pass(frame, path, options), path, options)
+        frame = with_replicated_launches(with_stall_pass(frame, path, options), path, options)
         source = report_source(path, self.name, frame, meta)
         if source.note is None:
             source = dataclasses.replace(source, note=_sweep_note(path, frame))

@@ -1,5 +1,5 @@
-"""``profile --sample-launches``: the launch list recorded first, without ncu, and the
-invocation numbers ncu then profiles (see :mod:`torch_nsight.report.launch_samples`).
+"""``profile --replicate-launches``: the launch list recorded first, without ncu, and the
+invocation numbers ncu then profiles (see :mod:`torch_nsight.report.launch_replicas`).
 
 The command runs once with PyTorch's profiler recording its chosen steps into the folder
 :data:`~torch_nsight.formats.LAUNCH_FOLDER` beside the report, and is stopped when they have
@@ -21,7 +21,7 @@ from torch_nsight import formats
 from torch_nsight.collect.parent.script import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, OutputWriteError, ReportError
-from torch_nsight.report.launch_samples import LaunchPlan, launch_list, plan_samples
+from torch_nsight.report.launch_replicas import LaunchPlan, launch_list, plan_representatives
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class SampledLaunches:
+class ReplicatedLaunches:
     """The launch list's pass: the plan, and what the run's manifest records of it."""
 
     plan: LaunchPlan
@@ -42,7 +42,7 @@ class SampledLaunches:
 
 
 def forget_launches(report: Path) -> None:
-    """Remove what an earlier ``--sample-launches`` run left beside ``report`` (the plan, the
+    """Remove what an earlier ``--replicate-launches`` run left beside ``report`` (the plan, the
     launch list's manifest and trace): a new report would otherwise be read with them. Nothing
     else in the folder is touched."""
     folder = formats.launch_plan_of(report).parent
@@ -55,7 +55,7 @@ def forget_launches(report: Path) -> None:
 
 def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                     timeout: float | None, quiet: bool,
-                    environ: Mapping[str, str]) -> SampledLaunches:
+                    environ: Mapping[str, str]) -> ReplicatedLaunches:
     """Run ``command`` without ncu until its chosen steps end, recording them, and write
     the plan of which launches ncu profiles beside ``report``.
 
@@ -71,8 +71,9 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
     folder.mkdir(parents=True, exist_ok=True)
     foreign = sorted(p.name for p in folder.iterdir())
     if foreign:
-        raise OutputWriteError(f"--sample-launches writes its launch list into {folder}, "
-                                f"which holds files torch_nsight did not write ({', '.join(foreign[:3])}): "
+        raise OutputWriteError(f"--replicate-launches writes its launch list into {folder}, "
+                                f"which holds files torch_nsight did not write "
+                                f"({', '.join(foreign[:3])}): "
                                 "choose another --out")
     started = time.monotonic()
     env = ScriptEnv(timeline=folder.resolve(), steps=steps,
@@ -81,20 +82,20 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                   timeout=timeout, quiet=quiet)
     (folder / "status.jsonl").unlink(missing_ok=True)
     if not formats.is_timeline_dir(folder):
-        raise NothingProfiledError(f"--sample-launches: the command recorded no launch list "
+        raise NothingProfiledError(f"--replicate-launches: the command recorded no launch list "
                                    f"without ncu (exit status {outcome.returncode}"
                                    f"{'; ' + outcome.stopped if outcome.stopped else ''}): "
-                                   "run it without --sample-launches")
+                                   "run it without --replicate-launches")
     try:
         kernels = TimelineDirectory().read(folder, ReadOptions(cache=False)).kernels
-        plan = replace(plan_samples(launch_list(kernels)), report=report.name)
+        plan = replace(plan_representatives(launch_list(kernels)), report=report.name)
     except ReportError as err:
-        raise NothingProfiledError(f"--sample-launches: {err}") from err
+        raise NothingProfiledError(f"--replicate-launches: {err}") from err
     if plan.launches == 0:
-        raise NothingProfiledError("--sample-launches: no kernel ran inside the chosen steps "
+        raise NothingProfiledError("--replicate-launches: no kernel ran inside the chosen steps "
                                    "without ncu")
     formats.write_json(plan_path, plan.document())
     seconds = time.monotonic() - started
     logger.info("launch list: %d launches in %.1f s, ncu profiles %d of them", plan.launches,
                 seconds, plan.profiled)
-    return SampledLaunches(plan, seconds)
+    return ReplicatedLaunches(plan, seconds)

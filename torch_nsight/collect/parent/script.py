@@ -80,7 +80,7 @@ class ScriptPlan(Plan):
     timeout: float | None
     expected_kernels: int | None
     quiet: bool = False
-    launches: Mapping[str, Any] | None = None  # --sample-launches: the launch list's pass
+    launches: Mapping[str, Any] | None = None  # --replicate-launches: the launch list's pass
     entered: float = field(default_factory=time.time)
 
     @property
@@ -190,7 +190,7 @@ class ScriptPlan(Plan):
                    "metric_set": self.metric_set, "replicate": self.replicate,
                    "metrics": self.metrics, "ncu_command": self.ncu_command,
                    "exit_status": outcome.returncode, "kernels_profiled": kernels,
-                   "sampled_launches": None if self.launches is None else dict(self.launches),
+                   "replicated_launches": None if self.launches is None else dict(self.launches),
                    "kernels_per_step": round(kernels / len(ran), 1) if ran and kernels
                    else None,  # per profiled step
                    "steps_profiled": settled.items,
@@ -270,7 +270,7 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         timeout: seconds the command may run.
         quiet: no progress line.
         environ: the environment to start from (default ``os.environ``).
-        launches, kernel_id: ``--sample-launches``: the launch list's pass (for the
+        launches, kernel_id: ``--replicate-launches``: the launch list's pass (for the
             manifest) and ncu's ``--kernel-id`` (identical siblings are then not replicated:
             the launch list's groups stand in for them).
     """

@@ -1,0 +1,47 @@
+"""``torch-nsight profile --replicate-launches`` on the GPU: an LSTM language model's step (a
+cuDNN ``nn.LSTM`` launching its kernels once per time step from one call) gets a row for
+every launch of the launch list, most of them copied from a few profiled ones, and its
+modules' times within a few percent of the same step profiled launch by launch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import torch_nsight
+from torch_nsight.formats import launch_plan_of
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "data" / "record_outside.py"
+
+
+def _profile(tmp_path: Path, out: str, *extra: str) -> torch_nsight.Profile:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4",
+                           *extra, "--out", out, "--", sys.executable, str(SCRIPT), "--train",
+                           "--steps", "5"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=400)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "outside_lstm done" in output, output
+    return torch_nsight.load(tmp_path / out / "report.ncu-rep")
+
+
+@pytest.mark.gpu
+def test_replicated_launches_stand_for_every_launch(tmp_path: Path) -> None:
+    replicated = _profile(tmp_path, "replicated", "--replicate-launches")
+    every = _profile(tmp_path, "every")
+    assert launch_plan_of(tmp_path / "replicated" / "report.ncu-rep").is_file()
+    s, e = replicated.kernels, every.kernels
+    assert len(s) == len(e), (len(s), len(e))
+    copied = s["replicated_from"].notna()
+    assert copied.sum() > len(s) / 3, copied.sum()  # the LSTM's time steps
+    lstm = s["module"].astype(str).str.contains("lstm")
+    assert s.loc[lstm & copied, "replicated_from"].astype(str).str.contains("lstm").all()
+    by_module = (s.groupby("module")["duration_ns"].sum()
+                 / e.groupby("module")["duration_ns"].sum())
+    assert ((by_module - 1).abs() < 0.1).all(), by_module
