@@ -20,8 +20,6 @@ Writes OUT/launch_sampling_probe.json.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import os
 import subprocess
@@ -29,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-NCU = "/usr/local/cuda/bin/ncu"
+from ncu_launch_filters import NCU, listed  # bench/ is on the path when run as a script
+
 APP = r"""
 import json, os, sys, torch, nvtx
 x = torch.randn(2048, 2048, device="cuda")
@@ -81,17 +80,6 @@ VARIANTS = {
     "group": ["--kernel-id", "::regex:.*:(1|3|5)"],
     "late": ["--kernel-id", "::regex:.*:(40|41|70)"],
 }
-
-
-def listed(report: Path) -> list[dict[str, str]]:
-    done = subprocess.run([NCU, "--import", str(report), "--page", "raw", "--csv",
-                           "--metrics", "launch__grid_size,launch__block_size,"
-                           "launch__grid_dim_x,launch__block_dim_x"],
-                          capture_output=True, text=True, check=False)
-    rows = list(csv.DictReader(io.StringIO(done.stdout)))
-    return [{"name": r.get("Kernel Name", ""), "grid": r.get("launch__grid_size", ""),
-             "block": r.get("launch__block_size", ""), "id": r.get("ID", "")}
-            for r in rows[1:]]
 
 
 def traced(path: Path) -> list[dict[str, object]]:
