@@ -38,8 +38,8 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
     if not getattr(args, "replicate_launches", False):
         return
     if args.steps is None:
-        raise UsageError("--replicate-launches numbers the launches of the chosen steps: pass "
-                         "--steps A:B (and mark the loop with torch_nsight.step())")
+        raise UsageError("--replicate-launches numbers the launches of one chosen step: pass "
+                         "--steps A (and mark the loop with torch_nsight.step())")
     if args.steps.count != 1:
         raise UsageError(f"--replicate-launches profiles one step (--steps {args.steps.first}): "
                          "under ncu the calls table's kernel, launched at the end of the "

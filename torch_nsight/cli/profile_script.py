@@ -326,7 +326,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = dict(metric_set=args.metric_set, steps=args.steps, kernel_name=args.kernel_name,
                    launch_skip=args.launch_skip, launch_count=args.launch_count,
-                   ncu_args=args.ncu_arg, replicate=not args.no_replicate,
+                   ncu_args=args.ncu_arg, replicate=not (args.no_replicate
+                                                 or getattr(args, "replicate_launches", False)),
                    timeout=args.timeout)
     if args.dry_run:
         return dry_run(args, command, report, options, verify)
