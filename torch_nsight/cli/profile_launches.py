@@ -18,7 +18,7 @@ REPLICATE_HELP = (
     "registers, similar duration; 3 spread over the step) and give the others their "
     "counters: for steps that launch the same kernels many times from inside one call (a "
     "recurrent layer's time steps), where identical blocks cannot be told apart. Needs "
-    "--steps")
+    "one step (--steps A)")
 
 
 def add_replicate_option(parser: argparse.ArgumentParser) -> None:
@@ -31,9 +31,8 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
 
     Raises:
         UsageError: without ``--steps`` or with more than one step; with ``--timeline``,
-            ``--stalls``, ``-k``,
-            ``--launch-skip``, ``--launch-count`` or ncu's own filters in ``--ncu-arg``; in a
-            run of several ranks.
+            ``--stalls``, ``-k``, ``--launch-skip``, ``--launch-count`` or ncu's own filters
+            in ``--ncu-arg``; in a run of several ranks.
     """
     if not getattr(args, "replicate_launches", False):
         return
@@ -66,7 +65,7 @@ def _filters(arg: str) -> bool:
 
 
 def replicate_launches(args: argparse.Namespace, command: Sequence[str], report: Path
-                    ) -> dict[str, Any]:
+                       ) -> dict[str, Any]:
     """With ``--replicate-launches``, run the launch list's pass: what
     :func:`~torch_nsight.collect.parent.script.plan_script` takes of it (``launches``,
     ``kernel_id``). Without it, a launch list left beside ``report`` by an earlier run is
@@ -81,10 +80,9 @@ def replicate_launches(args: argparse.Namespace, command: Sequence[str], report:
     if not getattr(args, "replicate_launches", False):
         forget_launches(report)
         return {}
-
     try:
         listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
-                                  quiet=False, environ=os.environ)
+                                 quiet=False, environ=os.environ)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
     return {"launches": listed.summary(), "kernel_id": listed.plan.kernel_id}
