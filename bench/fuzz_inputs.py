@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from tests.report.fuzz_inputs import MAKERS, SEED, Seeds, run_case  # noqa: E402
 
-#: Cases per kind of input at ``--scale 1``: 5,200 in all.
+#: Cases per kind of input at ``--scale 1``: 5,600 in all.
 CASES = {"saved": 1200, "cache": 600, "manifest": 1000, "calls": 800, "trace": 1200,
-         "report": 400}
+         "report": 400, "launches": 400}
 
 
 def main(argv: list[str] | None = None) -> int:

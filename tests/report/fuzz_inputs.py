@@ -175,9 +175,12 @@ class Seeds:
         self.raw_report = lzma.decompress(self.report.read_bytes())
         with gzip.open(DATA / "graph_captured_timeline" / "trace.json.gz", "rt") as handle:
             self.documents["trace"] = json.load(handle)
+        launches = DATA / "outside_lstm" / "replicated" / "launches"
         for name, path in (("timeline", DATA / "graph_captured_timeline" / "timeline.json"),
                            ("sweep", DATA / "findings_gemm" / "sweep.json"),
-                           ("calls", DATA / "hand_s128.calls.json")):
+                           ("calls", DATA / "hand_s128.calls.json"),
+                           ("plan", launches / "plan.json"),
+                           ("launch_timeline", launches / "timeline.json")):
             self.documents[name] = json.loads(path.read_text())
         for name, source in (("timeline", DATA / "timeline_decode"),
                              ("report", self.report)):
@@ -366,9 +369,32 @@ def make_report(seeds: Seeds, rng: random.Random, folder: Path) -> Path:
     return path
 
 
+def make_launches(seeds: Seeds, rng: random.Random, folder: Path) -> Path:
+    """A report profiled with ``--replicate-launches`` (shared, its cache read once) whose
+    launch plan, launch list manifest or launch list trace is damaged (each case writes all
+    three, so that no case inherits another's damage)."""
+    source = DATA / "outside_lstm" / "replicated"
+    target = seeds.shared("launches", source)
+    roll = rng.random()
+    plan, manifest = seeds.documents["plan"], seeds.documents["launch_timeline"]
+    if roll < 0.5:
+        plan = mutate_document(plan, rng, ("invocations", "launches", "profiled", "report",
+                                           "format", "kind"))
+    elif roll < 0.8:
+        manifest = mutate_document(manifest, rng, ("items", "trace", "format", "kind"))
+    (target / "launches" / "plan.json").write_bytes(dump(plan, rng) if roll < 0.5 else
+                                                    json.dumps(plan).encode())
+    (target / "launches" / "timeline.json").write_bytes(
+        dump(manifest, rng) if 0.5 <= roll < 0.8 else json.dumps(manifest).encode())
+    trace = (source / "launches" / "trace.json.gz").read_bytes()
+    (target / "launches" / "trace.json.gz").write_bytes(
+        mutate_bytes(trace, rng, 0.3) if roll >= 0.8 else trace)
+    return target / "report.ncu-rep.xz"
+
+
 MAKERS: dict[str, Callable[[Seeds, random.Random, Path], Path]] = {
     "saved": make_saved, "cache": make_cache, "manifest": make_manifest, "calls": make_calls,
-    "trace": make_trace, "report": make_report}
+    "trace": make_trace, "report": make_report, "launches": make_launches}
 
 
 # --- reading a case and checking what it prints --------------------------------------------
