@@ -20,6 +20,7 @@ from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.launch_replicas import (
     LaunchPlan,
     launch_list,
+    numbered,
     plan_representatives,
     replicated_table,
     with_replicated_launches,
@@ -147,8 +148,7 @@ def test_copies_across_modules_take_their_own_ranges() -> None:
     listed = rows.loc[:, ["kernel_full", "grid", "block", "registers_per_thread",
                           "duration_ns", "range_stack", "range_other"]].copy()
     listed["step"] = rows["range_start_end"].astype(str)
-    listed["function"] = [function_name(n, for_filter=True) for n in listed["kernel_full"]]
-    listed["invocation"] = listed.groupby("function", sort=False).cumcount() + 1
+    listed = numbered(listed)
     plan = plan_representatives(listed)
     merged = replicated_table(rows[listed["invocation"].isin(set(plan.invocations))], plan, listed)
     assert merged is not None and len(merged) == len(rows)

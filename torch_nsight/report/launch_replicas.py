@@ -137,10 +137,16 @@ def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
     rows = rows.sort_values("launch_ns", kind="stable").reset_index(drop=True)
     out = rows.loc[:, ["kernel_full", "grid", "block", "registers_per_thread", "duration_ns",
                        *_PLACE]]
-    out["function"] = [function_name(n, for_filter=True) for n in rows["kernel_full"]]
     out["step"] = [r[0] for r in rows["range_start_end"]]
-    out["invocation"] = out.groupby("function", sort=False).cumcount() + 1
-    return out
+    return numbered(out)
+
+
+def numbered(launches: pd.DataFrame) -> pd.DataFrame:
+    """``launches`` (in launch order, ``kernel_full``) with ``function``, the name ncu numbers
+    a kernel by, and ``invocation``, its number (1, 2, ... per function)."""
+    launches["function"] = [function_name(n, for_filter=True) for n in launches["kernel_full"]]
+    launches["invocation"] = launches.groupby("function", sort=False).cumcount() + 1
+    return launches
 
 
 def _groups(launches: pd.DataFrame, split: float) -> pd.Series:
@@ -160,7 +166,7 @@ def _groups(launches: pd.DataFrame, split: float) -> pd.Series:
 
 
 def plan_representatives(launches: pd.DataFrame, *, representatives: int = REPRESENTATIVES,
-                 split: float = SPLIT) -> LaunchPlan:
+                         split: float = SPLIT) -> LaunchPlan:
     """The invocation numbers to profile: :data:`REPRESENTATIVES` launches of each group spread
     over the step (every launch of a smaller group), and :data:`CARRIERS` after each
     function's last launch of each step.
@@ -187,9 +193,9 @@ def plan_representatives(launches: pd.DataFrame, *, representatives: int = REPRE
 
 
 def replicated_count(kernels: pd.DataFrame) -> tuple[int, int]:
-    """How many launches a profile measured, and how many of them ``--replicate-launches`` would
-    have profiled: :func:`plan_representatives` over its measured rows (not replicated, not copied),
-    their ncu durations standing in for the launch list's.
+    """How many launches a profile measured, and how many of them ``--replicate-launches``
+    would have profiled: :func:`plan_representatives` over its measured rows (not replicated,
+    not copied), their ncu durations standing in for the launch list's.
 
     Args:
         kernels: a kernel table (``kernel_full``, ``grid``, ``block``, ``duration_ns``,
@@ -206,9 +212,7 @@ def replicated_count(kernels: pd.DataFrame) -> tuple[int, int]:
         "registers_per_thread": rows.get("registers_per_thread", pd.Series(
             float("nan"), index=rows.index)).to_numpy(),
         "step": rows["range_start_end"].astype(str).to_numpy()})
-    listed["function"] = [function_name(n, for_filter=True) for n in listed["kernel_full"]]
-    listed["invocation"] = listed.groupby("function", sort=False).cumcount() + 1
-    return len(listed), plan_representatives(listed).profiled
+    return len(listed), plan_representatives(numbered(listed)).profiled
 
 
 def _aligned(frame: pd.DataFrame, expected: pd.DataFrame) -> list[int] | None:
