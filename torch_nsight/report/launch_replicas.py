@@ -14,8 +14,9 @@ module range can tell them apart. So the command runs twice:
    on an H100, ``bench/launch_sampling_probe.py``), and profiles the numbers kept.
    :func:`plan_representatives` keeps, per *group* of alike launches (same kernel, grid, block,
    registers and step, durations within :data:`SPLIT` of each other), :data:`REPRESENTATIVES`
-   spread over the step (first, middle, last); one set of numbers serves every function,
-   so ncu profiles a superset, never fewer.
+   spread over the step (first, middle, last); one set of numbers serves every function
+   (ncu refuses a second ``--kernel-id``: ``bench/roofline_passes.py``), so ncu profiles a
+   superset, never fewer.
 
 Reading the report (:func:`with_replicated_launches`) aligns its rows with the launches ncu was
 to profile, then gives every other launch a copy of the measured row of its group nearest
