@@ -136,6 +136,19 @@ def test_a_plan_reads_back_and_names_ncus_filter(launches: pd.DataFrame,
         launch_list(graph)
 
 
+def test_a_step_that_ran_compiled_graphs_is_not_listed() -> None:
+    """A compiled ViT's training steps recorded without ncu (tests/data/compile, H200): under
+    ncu each compiled graph's first call in the step launches a kernel of its own to carry its
+    kernel map, which the list does not hold, so the numbers would not match ncu's; the same
+    steps eager list every launch."""
+    compiled = TimelineDirectory().read(DATA.parent / "compile" / "vit_timeline",
+                                        ReadOptions(cache=False)).kernels
+    with pytest.raises(ReportError, match="compiled graphs ran in the chosen steps"):
+        launch_list(compiled)
+    eager = TimelineDirectory().read(DATA.parent / "timeline_train", ReadOptions(cache=False))
+    assert len(launch_list(eager.kernels)) == int((eager.kernels["kind"] == "kernel").sum())
+
+
 def test_copies_across_modules_take_their_own_ranges() -> None:
     """Swin-T's step recorded launch by launch (tests/data/zoo_families, H100): its own rows
     as the launch list, the plan's rows kept as ncu would keep them, the others copied from

@@ -41,9 +41,10 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight import formats
+from torch_nsight import formats, naming
 from torch_nsight.checks import whole
 from torch_nsight.errors import ReportError
+from torch_nsight.report.compiled_attribution import FUSED_COLUMN
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import GRAPH_REPLAY, function_name
@@ -127,7 +128,10 @@ def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
 
     Raises:
         ReportError: a launch without a launch call (a CUDA graph's replay): ncu numbers
-            those in another order.
+            those in another order; or a compiled graph ran in the chosen steps: under ncu,
+            its first call there launches the kernel that carries its kernel map
+            (:mod:`torch_nsight.capture.compiled.ranges`), a launch the list does not hold,
+            which shifts the numbers of the launches after it.
     """
     rows = kernels[(kernels["kind"] == "kernel") & kernels["range_start_end"].map(bool)]
     replayed = rows["launch_ns"].isna() | rows["range_stack"].map(lambda s: GRAPH_REPLAY in s)
@@ -135,11 +139,22 @@ def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
         raise ReportError(f"{int(replayed.sum())} kernel(s) of the chosen steps replay a CUDA "
                           "graph, which ncu numbers in another order than the launch list: "
                           "profile without --replicate-launches")
+    if _ran_compiled(rows):
+        raise ReportError("compiled graphs ran in the chosen steps: under ncu each carries its "
+                          "kernel map with a launch of its own, which shifts the numbers ncu "
+                          "gives the launches after it: profile without --replicate-launches")
     rows = rows.sort_values("launch_ns", kind="stable").reset_index(drop=True)
     out = rows.loc[:, ["kernel_full", "grid", "block", "registers_per_thread", "duration_ns",
                        *_PLACE]]
     out["step"] = [r[0] for r in rows["range_start_end"]]
     return numbered(out)
+
+
+def _ran_compiled(rows: pd.DataFrame) -> bool:
+    """Whether any of ``rows`` ran in a compiled graph: given modules by its kernel map
+    (the reader then adds ``fused_modules``) or left in its ``compiled:`` range."""
+    return FUSED_COLUMN in rows or bool(rows["range_stack"].map(
+        lambda stack: any(str(r).startswith(naming.COMPILED_PREFIX) for r in stack or ())).any())
 
 
 def numbered(launches: pd.DataFrame) -> pd.DataFrame:
