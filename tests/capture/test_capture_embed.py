@@ -14,7 +14,7 @@ from torch_nsight import formats
 from torch_nsight.capture.calls import embed
 from torch_nsight.capture.ranges.detect import NCU_VARIABLE
 from torch_nsight.capture.script.step import reset_steps, step
-from torch_nsight.environment import STEPS_ENV
+from torch_nsight.environment import NUMBERED_ENV, STEPS_ENV
 
 
 @pytest.fixture
@@ -52,6 +52,27 @@ def test_under_profile_steps_the_first_chosen_step_is_carried(carried, monkeypat
     finally:
         handle.remove()
     assert len(carried) == 1  # once
+
+
+def test_with_launches_numbered_the_first_step_is_carried_after_the_last(
+        carried, monkeypatch) -> None:
+    """profile --replicate-launches: ncu numbers every launch of the chosen steps from a
+    launch list recorded without ncu, so the carrier's own launch comes after all of them."""
+    monkeypatch.setenv(STEPS_ENV, "2:5")
+    monkeypatch.setenv(NUMBERED_ENV, "1")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    handle = torch_nsight.instrument(model)
+    try:
+        counts = []
+        for index in range(6):
+            with step(emitter=Ranges()):
+                model(torch.randn(index + 1, 8)).sum().backward()
+            counts.append(len(carried))
+        assert counts == [0, 0, 0, 0, 1, 1]  # at step 4's end, the last chosen
+        assert _linear_batches(carried[0]) == {3}  # what step 2 ran: batch 3
+    finally:
+        handle.remove()
+    assert len(carried) == 1
 
 
 def test_by_hand_the_first_iteration_is_carried_when_the_next_starts(carried) -> None:

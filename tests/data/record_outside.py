@@ -15,7 +15,8 @@ default) and ``torch-nsight profile --timeline --steps 3:6``, then keeps, in ``O
 With ``--replicated``, only ``torch-nsight profile --steps 3:4 --replicate-launches`` (issue 46),
 kept in ``OUT/replicated/``: ``report.ncu-rep.xz`` (stripped and compressed as above) and
 ``launches/`` (the launch list's ``timeline.json`` and trace, and ``plan.json``), with
-``timing.json``.
+``timing.json``. With ``--replicated --two-steps``, the same of ``--steps 3:5`` in
+``OUT/replicated_two_steps/``.
 
 The loop alone (what the two commands run):
 
@@ -129,15 +130,17 @@ def record(out: Path) -> int:
     return 0
 
 
-def record_replicated(out: Path) -> int:
-    """``profile --replicate-launches`` of this script's loop, kept as the fixture holds it."""
+def record_replicated(out: Path, *, two_steps: bool = False) -> int:
+    """``profile --replicate-launches`` of this script's loop (one step, or two), kept as the
+    fixture holds it."""
     raw = out / "raw_replicated"
     script = str(HERE / "record_outside.py")
-    timing = {"replicated": _run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4",
+    steps, loop = ("3:5", "6") if two_steps else ("3:4", "5")
+    timing = {"replicated": _run([sys.executable, "-m", "torch_nsight", "profile", "--steps", steps,
                                "--replicate-launches", "--out", str(raw), "--force", "--",
-                               sys.executable, script, "--train", "--steps", "5"],
+                               sys.executable, script, "--train", "--steps", loop],
                               out / "replicated.log")}
-    kept = out / "replicated"
+    kept = out / ("replicated_two_steps" if two_steps else "replicated")
     (kept / "launches").mkdir(parents=True, exist_ok=True)
     for name in ("timeline.json", "trace.json.gz", "plan.json"):  # first: the check reads them
         shutil.copy(raw / "launches" / name, kept / "launches" / name)
@@ -157,6 +160,8 @@ def main() -> int:
     parser.add_argument("--train", action="store_true", help="run the loop itself")
     parser.add_argument("--replicated", action="store_true",
                         help="record only profile --replicate-launches (OUT/replicated)")
+    parser.add_argument("--two-steps", action="store_true",
+                        help="with --replicated: steps 3 and 4 (OUT/replicated_two_steps)")
     parser.add_argument("--steps", type=int, default=5, help="iterations of the loop")
     parser.add_argument("--device", default="cuda", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,7 +171,7 @@ def main() -> int:
         parser.error("give OUT (record) or --train (the loop)")
     if args.replicated:
         args.out.mkdir(parents=True, exist_ok=True)
-        return record_replicated(args.out)
+        return record_replicated(args.out, two_steps=args.two_steps)
     return record(args.out)
 
 

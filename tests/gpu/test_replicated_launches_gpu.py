@@ -1,7 +1,8 @@
 """``torch-nsight profile --replicate-launches`` on the GPU: an LSTM language model's step (a
 cuDNN ``nn.LSTM`` launching its kernels once per time step from one call) gets a row for
 every launch of the launch list, most of them copied from a few profiled ones, and its
-modules' times within a few percent of the same step profiled launch by launch."""
+modules' times within a few percent of the same step profiled launch by launch; two steps the
+same, each with its own copies, the calls table carried after the last."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "data" / "record_outside.py"
 
 
-def _profile(tmp_path: Path, out: str, *extra: str) -> torch_nsight.Profile:
+def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4") -> torch_nsight.Profile:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "profile", "--steps", "3:4",
+    proc = subprocess.run([sys.executable, "-m", "torch_nsight", "profile", "--steps", steps,
                            *extra, "--out", out, "--", sys.executable, str(SCRIPT), "--train",
-                           "--steps", "5"], cwd=tmp_path, env=env, capture_output=True,
+                           "--steps", "6"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=400)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "outside_lstm done" in output, output
@@ -45,3 +46,20 @@ def test_replicated_launches_stand_for_every_launch(tmp_path: Path) -> None:
     by_module = (s.groupby("module")["duration_ns"].sum()
                  / e.groupby("module")["duration_ns"].sum())
     assert ((by_module - 1).abs() < 0.1).all(), by_module
+
+
+@pytest.mark.gpu
+def test_two_steps_are_replicated_each_on_its_own(tmp_path: Path) -> None:
+    one = _profile(tmp_path, "one", "--replicate-launches").kernels
+    two = _profile(tmp_path, "two", "--replicate-launches", steps="3:5").kernels
+    assert len(two) == 2 * len(one), (len(two), len(one))
+    assert set(two["run"].astype(int)) == {3, 4}
+    for run, rows in two.groupby(two["run"].astype(int)):
+        copied = rows["replicated_from"].notna()
+        assert copied.sum() > len(rows) / 3, (run, copied.sum())
+        sources = set(rows.loc[copied, "representative_index"].astype(int))
+        assert sources <= set(rows.loc[~copied, "kernel_index"].astype(int)), run  # its own
+    # the calls table, carried after step 4's last launch, gives both steps their FLOPs
+    assert two["flops"].gt(0).groupby(two["run"].astype(int)).sum().min() > 0
+    by_step = two.groupby([two["run"].astype(int), "module"])["duration_ns"].sum().unstack(0)
+    assert ((by_step[4] / by_step[3] - 1).abs() < 0.1).all(), by_step

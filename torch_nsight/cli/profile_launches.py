@@ -18,7 +18,7 @@ REPLICATE_HELP = (
     "registers, similar duration; 3 spread over the step) and give the others their "
     "counters: for steps that launch the same kernels many times from inside one call (a "
     "recurrent layer's time steps), where identical blocks cannot be told apart. Needs "
-    "one step (--steps A)")
+    "steps with an end (--steps A or A:B), eager (no compiled or CUDA graphs in them)")
 
 
 def add_replicate_option(parser: argparse.ArgumentParser) -> None:
@@ -30,19 +30,19 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
     """Refuse ``--replicate-launches`` where ncu's numbering cannot follow the launch list.
 
     Raises:
-        UsageError: without ``--steps`` or with more than one step; with ``--timeline``,
+        UsageError: without ``--steps`` or with steps without an end; with ``--timeline``,
             ``--stalls``, ``-k``, ``--launch-skip``, ``--launch-count`` or ncu's own filters
             in ``--ncu-arg``; in a run of several ranks.
     """
     if not getattr(args, "replicate_launches", False):
         return
     if args.steps is None:
-        raise UsageError("--replicate-launches numbers the launches of one chosen step: pass "
-                         "--steps A (and mark the loop with torch_nsight.step())")
-    if args.steps.count != 1:
-        raise UsageError(f"--replicate-launches profiles one step (--steps {args.steps.first}): "
-                         "under ncu the calls table's kernel, launched at the end of the "
-                         "first step, shifts the numbers ncu gives the launches after it")
+        raise UsageError("--replicate-launches numbers the launches of the chosen steps: pass "
+                         "--steps A or A:B (and mark the loop with torch_nsight.step())")
+    if args.steps.count is None:
+        raise UsageError(f"--replicate-launches lists the chosen steps' launches before ncu "
+                         f"runs, so the steps need an end: --steps {args.steps.first}:B, "
+                         f"not --steps {args.steps.first}:")
     if args.ranks is not None or world_size > 1:
         raise UsageError("--replicate-launches runs the command a second time, which a run of "
                          "several ranks cannot do alone: profile one process without it")

@@ -57,8 +57,9 @@ REPRESENTATIVES = 3
 #: launches of their own kind: the same kernel, grid and block can still do other work (a
 #: GEMM's K is not in its grid).
 SPLIT = 1.25
-#: Numbers kept after each function's last launch of a step: the kernels that carry messages
-#: into the report (the calls table) launch there, under ncu only.
+#: Numbers kept after each function's last launch of the chosen steps: the kernels that carry
+#: messages into the report (the calls table, at the last chosen step's end) launch there,
+#: under ncu only.
 CARRIERS = 4
 #: Columns that place a launch (its module ranges): a copy takes its own launch's.
 _PLACE = ("range_stack", "range_other")
@@ -185,7 +186,7 @@ def plan_representatives(launches: pd.DataFrame, *, representatives: int = REPRE
                          split: float = SPLIT) -> LaunchPlan:
     """The invocation numbers to profile: :data:`REPRESENTATIVES` launches of each group spread
     over the step (every launch of a smaller group), and :data:`CARRIERS` after each
-    function's last launch of each step.
+    function's last launch of the chosen steps.
 
     Args:
         launches: :func:`launch_list`'s table.
@@ -201,9 +202,8 @@ def plan_representatives(launches: pd.DataFrame, *, representatives: int = REPRE
             last = len(invocations) - 1
             keep.update(invocations[round(i * last / max(representatives - 1, 1))]
                         for i in range(representatives))
-    for _, members in launches.groupby(["step", "function"], sort=False):
-        top = int(members["invocation"].max())
-        keep.update(range(top + 1, top + 1 + CARRIERS))
+    for top in launches.groupby("function", sort=False)["invocation"].max():
+        keep.update(range(int(top) + 1, int(top) + 1 + CARRIERS))
     profiled = int(launches["invocation"].isin(keep).sum())
     return LaunchPlan(len(launches), tuple(sorted(keep)), profiled)
 

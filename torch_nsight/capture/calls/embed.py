@@ -91,18 +91,23 @@ class CallsCarrier:
             go through (``first_iteration`` unless ``per_step``).
         per_step: record the first measured step (:meth:`step_started`, :meth:`step_ended`)
             instead of the first iteration.
+        at_last: carry it at the last measured step's end rather than the first's: ncu
+            numbers the launches from a launch list (``profile --replicate-launches``), where
+            the carrier's own launch must come after all of them.
     """
 
-    def __init__(self, recorder: Any, *, per_step: bool) -> None:
+    def __init__(self, recorder: Any, *, per_step: bool, at_last: bool = False) -> None:
         self.recorder = recorder
         self.per_step = per_step
+        self.at_last = at_last
         self._window: contextlib.AbstractContextManager[Any] | None = None
+        self._recorded = False
         self._carried = False
         self.rows = 0  # calls carried (0 until then)
 
     def step_started(self) -> None:
         """A measured step starts: record it, if it is the first (never raises)."""
-        if not self.per_step or self._carried or self._window is not None:
+        if not self.per_step or self._carried or self._recorded or self._window is not None:
             return
         try:
             window = self.recorder.recording()
@@ -112,18 +117,20 @@ class CallsCarrier:
             logger.warning("torch_nsight: could not record the calls table: %s", err)
             self._carried = True
 
-    def step_ended(self, *, failed: bool = False) -> None:
-        """A measured step ends: stop recording and carry the table (never raises). A step
+    def step_ended(self, *, failed: bool = False, last: bool = True) -> None:
+        """A measured step ends: stop recording and carry the table, or with
+        :attr:`at_last` hold it until the ``last`` measured step ends (never raises). A step
         that ``failed`` (raised) is forgotten and the next measured step recorded instead."""
-        if self._window is None:
-            return
-        window, self._window = self._window, None
-        with contextlib.suppress(Exception):
-            window.__exit__(None, None, None)
-        if failed:
-            self.recorder.clear()
-            return
-        self.carry()
+        if self._window is not None:
+            window, self._window = self._window, None
+            with contextlib.suppress(Exception):
+                window.__exit__(None, None, None)
+            if failed:
+                self.recorder.clear()
+                return
+            self._recorded = True
+        if self._recorded and (last or not self.at_last):
+            self.carry()
 
     def carry(self) -> None:
         """Carry the table recorded so far, once (never raises)."""

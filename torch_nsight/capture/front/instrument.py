@@ -183,11 +183,13 @@ class Instrumentation:
             from torch_nsight.capture.calls.embed import CallsCarrier
             from torch_nsight.capture.calls.recorder import CallRecorder
 
-            per_step = carry and ScriptEnv.from_env(os.environ).steps is not None
+            script = ScriptEnv.from_env(os.environ)
+            per_step = carry and script.steps is not None
             sink = CallRecorder(sink, first_iteration=not per_step,
                                 on_done=lambda _recorder: self._finish_calls(),
                                 refuse=lambda: compiled_refusal(model), name_outside=carry)
-            self._calls = (sink, path, CallsCarrier(sink, per_step=per_step) if carry else None)
+            self._calls = (sink, path, CallsCarrier(sink, per_step=per_step,
+                                                    at_last=script.numbered) if carry else None)
             atexit.register(self._finish_calls)  # a script that never removes the handle
         return sink
 

@@ -253,10 +253,12 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                          mismatches=[line for r in self._checking for line in r.mismatches])
         self._checking = []
         if self._handles:
+            chosen = self._read().steps
+            last = chosen is None or chosen.last is None or self.index >= chosen.last
             for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order
                 # inside the measured range, so ncu keeps the carrier; a step that raised
                 # is not carried (the next chosen step is recorded instead)
-                carrier.step_ended(failed=kind is not None)
+                carrier.step_ended(failed=kind is not None, last=last)
             for replication in _replications():
                 replication.step_ended()
         for handle in reversed(self._handles):
