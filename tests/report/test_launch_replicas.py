@@ -149,6 +149,27 @@ def test_a_step_that_ran_compiled_graphs_is_not_listed() -> None:
     assert len(launch_list(eager.kernels)) == int((eager.kernels["kind"] == "kernel").sum())
 
 
+def test_two_steps_each_take_copies_of_their_own_launches() -> None:
+    """Steps 3 and 4 of the LSTM loop under --replicate-launches (tests/data/outside_lstm/
+    replicated_two_steps, H200): the calls table was carried after step 4's last launch, so
+    the launch list's numbers held across both steps."""
+    kernels = torch_nsight.load(DATA / "replicated_two_steps" / "report.ncu-rep.xz",
+                                cache=False).kernels
+    plan = LaunchPlan.read(DATA / "replicated_two_steps" / "launches" / "plan.json")
+    assert len(kernels) == plan.launches == 1252 and plan.profiled == 506
+    run = kernels["run"].astype(int)
+    assert run.value_counts().to_dict() == {3: 626, 4: 626}
+    for _, rows in kernels.groupby(run):
+        copied = rows["replicated_from"].notna()
+        assert copied.sum() > len(rows) / 3
+        assert set(rows.loc[copied, "representative_index"].astype(int)) <= set(
+            rows.loc[~copied, "kernel_index"].astype(int))  # from its own step
+    assert (kernels["flops"].gt(0).groupby(run).sum() > 0).all()  # the calls table: both
+    by_step = kernels.groupby([run, "module"])["duration_ns"].sum().unstack(0)
+    large = by_step[3] >= 0.01 * by_step[3].sum()
+    assert large.sum() >= 5 and ((by_step[4] / by_step[3] - 1)[large].abs() <= 0.03).all()
+
+
 def test_copies_across_modules_take_their_own_ranges() -> None:
     """Swin-T's step recorded launch by launch (tests/data/zoo_families, H100): its own rows
     as the launch list, the plan's rows kept as ncu would keep them, the others copied from
