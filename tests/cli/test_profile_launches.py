@@ -15,6 +15,7 @@ from torch_nsight.cli.profile_launches import replication_hint, say_replication_
 from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
 from torch_nsight.environment import Steps
 from torch_nsight.errors import OutputWriteError
+from torch_nsight.report.launch_replicas import replicated_count
 
 ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
 #: One profiled kernel and the start-up, as the fast default measured them on lstm_lm's step
@@ -43,6 +44,15 @@ def test_the_hint_names_what_replication_would_save_where_it_pays() -> None:
     # a transformer whose launches differ too much to pay back a start-up
     swin = torch_nsight.load(ZOO / "swin_t.ncu-rep.xz", cache=False).kernels
     assert replication_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
+
+
+def test_the_hint_counts_the_blocks_the_option_would_profile_one_by_one() -> None:
+    """Mixtral-style MoE (tests/data/zoo_families, every launch of the step): identical blocks
+    profiled once left 347 kernels to profile; --replicate-launches turns that off, and its
+    plan over all 1,284 launches keeps 993: no hint, however cheap a start-up."""
+    moe = torch_nsight.load(ZOO / "mixtral_moe.ncu-rep.xz", cache=False).kernels
+    assert replicated_count(moe) == (347, 993)
+    assert replication_hint(moe, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=0.01) is None
 
 
 def test_the_hint_is_shown_only_where_the_option_is_taken(

@@ -107,7 +107,7 @@ def replication_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float)
 
     measured, profiled = replicated_count(kernels)
     saved = (measured - profiled) * seconds_per_kernel
-    if saved <= HINT_MARGIN * start_s or measured == profiled:
+    if saved <= HINT_MARGIN * start_s:
         return None
     return (f"hint: {measured - profiled} of the {measured} kernels profiled repeat a kind of "
             f"launch profiled 3 times already: --replicate-launches would profile about {profiled} "

@@ -209,26 +209,27 @@ def plan_representatives(launches: pd.DataFrame, *, representatives: int = REPRE
 
 
 def replicated_count(kernels: pd.DataFrame) -> tuple[int, int]:
-    """How many launches a profile measured, and how many of them ``--replicate-launches``
-    would have profiled: :func:`plan_representatives` over its measured rows (not replicated,
-    not copied), their ncu durations standing in for the launch list's.
+    """How many launches a profile measured, and how many ``--replicate-launches`` would have
+    profiled: :func:`plan_representatives` over every launch of its steps, ncu's durations
+    standing in for the launch list's. The option profiles identical blocks one by one, so
+    the launches copied from another block count as launches there.
 
     Args:
         kernels: a kernel table (``kernel_full``, ``grid``, ``block``, ``duration_ns``,
             ``range_start_end``; ``registers_per_thread``, ``replicated_from`` when present).
     """
-    rows = kernels[kernels["replicated_from"].isna()] if "replicated_from" in kernels \
-        else kernels
-    rows = rows[rows["kernel_full"].notna()]
+    rows = kernels[kernels["kernel_full"].notna()]
     if rows.empty:
         return 0, 0
+    measured = int(rows["replicated_from"].isna().sum()) if "replicated_from" in rows \
+        else len(rows)
     listed = pd.DataFrame({
         "kernel_full": rows["kernel_full"].to_numpy(), "grid": rows["grid"].to_numpy(),
         "block": rows["block"].to_numpy(), "duration_ns": rows["duration_ns"].to_numpy(),
         "registers_per_thread": rows.get("registers_per_thread", pd.Series(
             float("nan"), index=rows.index)).to_numpy(),
         "step": rows["range_start_end"].astype(str).to_numpy()})
-    return len(listed), plan_representatives(numbered(listed)).profiled
+    return measured, plan_representatives(numbered(listed)).profiled
 
 
 def _aligned(frame: pd.DataFrame, expected: pd.DataFrame) -> list[int] | None:
