@@ -54,16 +54,22 @@ def lists() -> dict[str, tuple[list[str], list[str]]]:
     }
 
 
-def run(app: Path, report: Path, metrics: list[str], extra: list[str], include: str
-        ) -> dict[str, object]:
+def run(app: Path, report: Path, metrics: list[str], extra: list[str], include: str, *,
+        timeout: float = 300) -> dict[str, object]:
+    """One ncu command over ``app``, timed from outside: its exit status, seconds, the distinct
+    pass counts of its kernels, ``passes_each`` (every kernel's), the kernels it profiled
+    (``context:stream:name:invocation``) and its error lines."""
     started = time.time()
     done = subprocess.run([NCU, "--clock-control", "none", "--nvtx", "--nvtx-include",
                            f"torch_nsight@{include}/", "-f", "-o", str(report), *extra,
                            "--metrics", ",".join(metrics), sys.executable, str(app)],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=timeout)
     text = done.stdout + done.stderr
+    each = [int(n) for n in re.findall(r"(\d+) pass", text)]
     return {"rc": done.returncode, "wall_s": round(time.time() - started, 2),
-            "passes": sorted({int(n) for n in re.findall(r"(\d+) pass", text)})}
+            "passes": sorted(set(each)), "passes_each": each,
+            "profiled": re.findall(r'Profiling "([^"]+)"', text),
+            "errors": [line for line in text.splitlines() if "ERR" in line][:5]}
 
 
 def main() -> None:
@@ -81,6 +87,8 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name, (metrics, extra) in lists().items():
                 record = run(app, report, metrics, extra, "tn_measure")
+                for bulky in ("passes_each", "profiled"):
+                    record.pop(bulky)
                 result.setdefault(name, []).append(record)  # type: ignore[union-attr]
                 print(name, repeat, record, flush=True)
         (args.out / "ncu_kernel_cost.json").write_text(json.dumps(result, indent=1))

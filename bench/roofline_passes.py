@@ -25,16 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from ncu_kernel_cost import run  # bench/ is on the path of a bench script
 
 from torch_nsight.metrics import METRIC_SETS, METRICS
 
-NCU = "/usr/local/cuda/bin/ncu"
 ROUNDS = 8
 KERNELS = ROUNDS * 4
 APP = f"""
@@ -83,16 +80,10 @@ def lists() -> dict[str, tuple[list[str], list[str]]]:
 
 def ncu(app: Path, report: Path, metrics: list[str], extra: list[str], include: str
         ) -> dict[str, object]:
-    started = time.time()
-    done = subprocess.run([NCU, "--clock-control", "none", "--nvtx", "--nvtx-include",
-                           f"torch_nsight@{include}/", "-f", "-o", str(report), *extra,
-                           "--metrics", ",".join(metrics), sys.executable, str(app)],
-                          capture_output=True, text=True, timeout=400)
-    text = done.stdout + done.stderr
-    return {"rc": done.returncode, "wall_s": round(time.time() - started, 2),
-            "passes": [int(n) for n in re.findall(r"(\d+) pass", text)],
-            "profiled": re.findall(r'Profiling "([^"]+)"', text),
-            "errors": [line for line in text.splitlines() if "ERR" in line][:5]}
+    """:func:`ncu_kernel_cost.run` (every kernel's passes as ``passes``)."""
+    record = run(app, report, metrics, extra, include, timeout=400)
+    record["passes"] = record.pop("passes_each")
+    return record
 
 
 def main() -> None:
