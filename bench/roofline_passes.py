@@ -6,8 +6,9 @@
 Part 1, passes. A small app holds 4 GiB on the GPU and launches, inside the profiled NVTX
 range, 8 rounds of three elementwise kernels and one bf16 GEMM (32 kernels). Each metric
 list below is one ncu command timed from outside; ncu's own "N passes" lines give the passes
-of every kernel; (wall - start-up) / 32 is the cost of one kernel, the start-up being the same
-command with a filter that matches nothing. The lists: the ``fast`` and ``roofline`` sets;
+of every kernel; (wall - start-up) / 32 is the cost of one kernel, the start-up being the mean
+of part 2's two commands that profile one kernel each (the command with a filter that matches
+nothing is run and kept too, but it runs first, cold). The lists: the ``fast`` and ``roofline`` sets;
 the roofline set's metrics without the SpeedOfLight section; the section alone; the two SOL
 percentages alone; the FLOP counters (all fifteen, the nine CUDA-core ones, the six tensor ones,
 the CUDA-core ones without FP64, the three tensor precisions PyTorch trains in); the fast set

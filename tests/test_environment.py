@@ -92,8 +92,8 @@ FULL = ScriptEnv(steps=Steps(10, 12), status=Path("/tmp/out/report.status.jsonl"
     ScriptEnv(), FULL, ScriptEnv(steps=Steps(5, None), instrument=True),
     ScriptEnv(steps=Steps(0, 1), status=Path("relative/status.jsonl"), replicate=True),
     ScriptEnv(timeline=Path("/tmp/t"), steps=Steps(3, 5)),
-    ScriptEnv(steps=Steps(12, 14), numbered=True),
-], ids=["empty", "full", "open-ended", "profile", "timeline", "numbered"])
+    ScriptEnv(steps=Steps(12, 14), carry_last=True),
+], ids=["empty", "full", "open-ended", "profile", "timeline", "carry-last"])
 def test_what_the_command_writes_the_script_reads_back(script: ScriptEnv) -> None:
     written = script.to_env()
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in written.items())

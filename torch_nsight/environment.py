@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 __all__ = ["ScriptEnv", "Steps", "SCRIPT_VARIABLES", "STEPS_ENV", "STATUS_ENV",
            "REPLICATE_ENV", "REHEARSAL_ENV", "INSTRUMENT_ENV", "TIMELINE_ENV", "APPLY_ENV",
-           "ALTERNATE_ENV", "TIMING_ENV", "NUMBERED_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
+           "ALTERNATE_ENV", "TIMING_ENV", "CARRY_LAST_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
            "EARLY_CUDA_ENV", "MAX_EXPANDED_ENV"]
 
 # What ``torch-nsight profile`` tells the script it runs (one field of ScriptEnv each):
@@ -56,10 +56,10 @@ TIMING_ENV = "TORCH_NSIGHT_TIMING"
 #: ``1``: ncu profiles the chosen steps' launches by their numbers in a launch list
 #: (``profile --replicate-launches``), so the calls table is carried at the last chosen step's
 #: end, after every launch ncu numbers, instead of the first's.
-NUMBERED_ENV = "TORCH_NSIGHT_NUMBERED"
+CARRY_LAST_ENV = "TORCH_NSIGHT_CARRY_LAST"
 #: The variables of :class:`ScriptEnv`, in the order :meth:`ScriptEnv.to_env` writes them.
 SCRIPT_VARIABLES = (TIMELINE_ENV, STEPS_ENV, REPLICATE_ENV, STATUS_ENV, REHEARSAL_ENV,
-                    INSTRUMENT_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, NUMBERED_ENV)
+                    INSTRUMENT_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, CARRY_LAST_ENV)
 
 # The user's settings for torch_nsight's own processes, and the sweep's word to its child:
 #: the ``ncu`` executable (:func:`torch_nsight.collect.shared.ncu.find_ncu`).
@@ -175,7 +175,7 @@ class ScriptEnv:
         fixes: the fixes :func:`torch_nsight.instrument` applies (``profile --verify``).
         alternate: the fixes applied are switched off and on step by step.
         timing: the file the chosen steps' times go to (``profile --verify``).
-        numbered: ncu profiles launches by their numbers in a launch list
+        carry_last: ncu profiles launches by their numbers in a launch list
             (``profile --replicate-launches``): the calls table is carried at the last
             chosen step's end.
         refused: what :meth:`from_env` left out: (variable, why) for each malformed value
@@ -191,7 +191,7 @@ class ScriptEnv:
     fixes: tuple[FixSpec, ...] = ()
     alternate: bool = False
     timing: Path | None = None
-    numbered: bool = False
+    carry_last: bool = False
     refused: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def to_env(self) -> dict[str, str]:
@@ -210,7 +210,7 @@ class ScriptEnv:
             APPLY_ENV: format_fixes(self.fixes) if self.fixes else None,
             ALTERNATE_ENV: "1" if self.alternate else None,
             TIMING_ENV: None if self.timing is None else str(self.timing),
-            NUMBERED_ENV: "1" if self.numbered else None,
+            CARRY_LAST_ENV: "1" if self.carry_last else None,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -265,7 +265,7 @@ class ScriptEnv:
                    fixes=read(APPLY_ENV, lambda text: tuple(parse_fixes(text)), ()),
                    alternate=read(ALTERNATE_ENV, _flag, False),
                    timing=read(TIMING_ENV, Path, None),
-                   numbered=read(NUMBERED_ENV, _flag, False),
+                   carry_last=read(CARRY_LAST_ENV, _flag, False),
                    refused=tuple(refused))
 
 

@@ -14,7 +14,7 @@ from torch_nsight import formats
 from torch_nsight.capture.calls import embed
 from torch_nsight.capture.ranges.detect import NCU_VARIABLE
 from torch_nsight.capture.script.step import reset_steps, step
-from torch_nsight.environment import NUMBERED_ENV, STEPS_ENV
+from torch_nsight.environment import CARRY_LAST_ENV, STEPS_ENV
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_with_launches_numbered_the_first_step_is_carried_after_the_last(
     """profile --replicate-launches: ncu numbers every launch of the chosen steps from a
     launch list recorded without ncu, so the carrier's own launch comes after all of them."""
     monkeypatch.setenv(STEPS_ENV, "2:5")
-    monkeypatch.setenv(NUMBERED_ENV, "1")
+    monkeypatch.setenv(CARRY_LAST_ENV, "1")
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
     handle = torch_nsight.instrument(model)
     try:
@@ -73,6 +73,27 @@ def test_with_launches_numbered_the_first_step_is_carried_after_the_last(
     finally:
         handle.remove()
     assert len(carried) == 1
+
+
+def test_with_launches_numbered_a_last_step_that_raises_still_carries(
+        carried, monkeypatch) -> None:
+    """The table recorded over step 2 is carried when step 3, the last chosen, ends by
+    raising: still inside the range ncu profiles."""
+    monkeypatch.setenv(STEPS_ENV, "2:4")
+    monkeypatch.setenv(CARRY_LAST_ENV, "1")
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    handle = torch_nsight.instrument(model)
+    try:
+        for index in range(4):
+            with pytest.raises(RuntimeError) if index == 3 else _nothing(), \
+                    step(emitter=Ranges()):
+                model(torch.randn(index + 1, 8)).sum().backward()
+                if index == 3:
+                    assert carried == []
+                    raise RuntimeError("out of memory, say")
+        assert len(carried) == 1 and _linear_batches(carried[0]) == {3}
+    finally:
+        handle.remove()
 
 
 def test_by_hand_the_first_iteration_is_carried_when_the_next_starts(carried) -> None:

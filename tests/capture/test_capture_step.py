@@ -75,3 +75,39 @@ def test_explicit_indices_and_a_range_closed_by_an_exception() -> None:
 
 def test_public_name() -> None:
     assert torch_nsight.step is step
+
+
+def test_a_step_inside_a_step_is_part_of_it(caplog: pytest.LogCaptureFixture) -> None:
+    """Gradient accumulation marked twice (the micro-batches inside the optimizer step): the
+    outer steps keep their numbers 0, 1, 2, ... and the inner ones open no range, with one
+    warning for the process."""
+    ranges = Ranges()
+    env = {**UNDER_NCU, STEPS_ENV: "1:3"}
+    seen = []
+    for _ in range(4):
+        with step(environ=env, emitter=ranges) as outer:
+            for _ in range(3):
+                with step(environ=env, emitter=ranges) as inner:
+                    seen.append((outer.index, inner.index, inner.measured))
+    assert [o for o, _, _ in seen[::3]] == [0, 1, 2, 3]
+    assert all(o == i and not measured for o, i, measured in seen)
+    starts = [m for kind, m in ranges.events if kind == "start"]
+    assert starts == [MEASURE_MESSAGE, "sweep;variant=;shape=;run=1",
+                      MEASURE_MESSAGE, "sweep;variant=;shape=;run=2"]
+    assert caplog.text.count("step() entered while step 0 is open") == 1  # once
+    with step(environ=env) as after:  # the loop's steps go on counting
+        assert after.index == 4
+
+
+def test_a_step_whose_start_fails_leaves_no_step_open(monkeypatch) -> None:
+    from torch_nsight.capture.script import step as step_module
+
+    def fail(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the status file's disk is full")
+
+    monkeypatch.setattr(step_module, "_status", fail)
+    with pytest.raises(RuntimeError, match="disk is full"), step(environ={}):
+        pass
+    monkeypatch.undo()
+    with step(environ={}) as next_step:
+        assert next_step.index == 1  # not inert: no step is left open

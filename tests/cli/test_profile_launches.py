@@ -17,7 +17,8 @@ from torch_nsight.environment import Steps
 from torch_nsight.errors import OutputWriteError
 from torch_nsight.report.launch_replicas import replicated_count
 
-ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
+DATA = Path(__file__).resolve().parents[1] / "data"
+ZOO = DATA / "zoo_families"
 #: One profiled kernel and the start-up, as the fast default measured them on lstm_lm's step
 #: (docs/benchmarks.md, 2026-11-28: 1,433 kernels, 66.1 s whole).
 SECONDS_PER_KERNEL, START_S = 0.035, 15.0
@@ -53,6 +54,14 @@ def test_the_hint_counts_the_blocks_the_option_would_profile_one_by_one() -> Non
     moe = torch_nsight.load(ZOO / "mixtral_moe.ncu-rep.xz", cache=False).kernels
     assert replicated_count(moe) == (347, 993)
     assert replication_hint(moe, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=0.01) is None
+
+
+def test_no_hint_for_a_step_that_ran_compiled_graphs() -> None:
+    """A compiled ViT's step (tests/data/compile): its repeated launches would pay at a
+    roofline rate, but --replicate-launches refuses compiled graphs, so no hint."""
+    vit = torch_nsight.load(DATA / "compile" / "vit_train_flops.ncu-rep.xz", cache=False).kernels
+    assert replicated_count(vit)[0] - replicated_count(vit)[1] > 100
+    assert replication_hint(vit, seconds_per_kernel=0.3, start_s=15.0) is None
 
 
 def test_the_hint_is_shown_only_where_the_option_is_taken(

@@ -19,6 +19,7 @@ from torch_nsight.errors import ReportError
 from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.launch_replicas import (
     LaunchPlan,
+    check_steps_listed,
     launch_list,
     numbered,
     plan_representatives,
@@ -165,6 +166,11 @@ def test_two_steps_each_take_copies_of_their_own_launches() -> None:
         assert set(rows.loc[copied, "representative_index"].astype(int)) <= set(
             rows.loc[~copied, "kernel_index"].astype(int))  # from its own step
     assert (kernels["flops"].gt(0).groupby(run).sum() > 0).all()  # the calls table: both
+    listed = launch_list(TimelineDirectory().read(DATA / "replicated_two_steps" / "launches",
+                                                  ReadOptions(cache=False)).kernels)
+    check_steps_listed(listed, 2)
+    with pytest.raises(ReportError, match="ran 2 of the 3 chosen steps"):
+        check_steps_listed(listed, 3)  # --steps 3:6 of a loop that stops after step 4
     by_step = kernels.groupby([run, "module"])["duration_ns"].sum().unstack(0)
     large = by_step[3] >= 0.01 * by_step[3].sum()
     assert large.sum() >= 5 and ((by_step[4] / by_step[3] - 1)[large].abs() <= 0.03).all()

@@ -96,15 +96,17 @@ HINT_MARGIN = 1.5
 def replication_hint(kernels: Any, *, seconds_per_kernel: float, start_s: float) -> str | None:
     """One line suggesting ``--replicate-launches`` when this profile's repeated launches cost
     more profiling than a launch list would (see :func:`~torch_nsight.report.launch_replicas.
-    replicated_count`), or None.
+    replicated_count`), or None (also where compiled graphs ran, which the option refuses).
 
     Args:
         kernels: the profile's kernel table.
         seconds_per_kernel: what one profiled kernel cost this run.
         start_s: this run's start-up (the launch list's pass costs about as much).
     """
-    from torch_nsight.report.launch_replicas import replicated_count
+    from torch_nsight.report.launch_replicas import ran_compiled, replicated_count
 
+    if ran_compiled(kernels):  # the option refuses compiled graphs
+        return None
     measured, profiled = replicated_count(kernels)
     saved = (measured - profiled) * seconds_per_kernel
     if saved <= HINT_MARGIN * start_s:

@@ -48,6 +48,7 @@ from torch_nsight.report.compiled_attribution import FUSED_COLUMN
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import GRAPH_REPLAY, function_name
+from torch_nsight.vocabulary import INDUCTOR_LAUNCH
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
         raise ReportError(f"{int(replayed.sum())} kernel(s) of the chosen steps replay a CUDA "
                           "graph, which ncu numbers in another order than the launch list: "
                           "profile without --replicate-launches")
-    if _ran_compiled(rows):
+    if ran_compiled(rows):
         raise ReportError("compiled graphs ran in the chosen steps: under ncu each carries its "
                           "kernel map with a launch of its own, which shifts the numbers ncu "
                           "gives the launches after it: profile without --replicate-launches")
@@ -151,11 +152,29 @@ def launch_list(kernels: pd.DataFrame) -> pd.DataFrame:
     return numbered(out)
 
 
-def _ran_compiled(rows: pd.DataFrame) -> bool:
-    """Whether any of ``rows`` ran in a compiled graph: given modules by its kernel map
-    (the reader then adds ``fused_modules``) or left in its ``compiled:`` range."""
-    return FUSED_COLUMN in rows or bool(rows["range_stack"].map(
-        lambda stack: any(str(r).startswith(naming.COMPILED_PREFIX) for r in stack or ())).any())
+def ran_compiled(rows: pd.DataFrame) -> bool:
+    """Whether any of ``rows`` ran in a compiled graph: an Inductor kernel (``triton_*``), a
+    kernel its map gave fused modules or a launch, or one left in its ``compiled:`` range."""
+    if rows.empty:
+        return False
+    marked = [c for c in (FUSED_COLUMN, INDUCTOR_LAUNCH) if c in rows]
+    return bool(rows["kernel_full"].astype(str).str.startswith("triton").any()
+                or any(rows[c].notna().any() for c in marked)
+                or rows["range_stack"].map(lambda stack: any(
+                    str(r).startswith(naming.COMPILED_PREFIX) for r in stack or ())).any())
+
+
+def check_steps_listed(launches: pd.DataFrame, count: int) -> None:
+    """Refuse a launch list that holds fewer steps than the ``count`` chosen: ncu's run would
+    carry the calls table at the last chosen step's end, which the command never reaches.
+
+    Raises:
+        ReportError: the steps the command ran, against those chosen.
+    """
+    ran = int(launches["step"].nunique())
+    if 0 < ran < count:  # none at all: no kernel ran, said by the caller
+        raise ReportError(f"the command ran {ran} of the {count} chosen steps: choose steps it "
+                          "runs (--steps), or let it run longer")
 
 
 def numbered(launches: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,10 @@ When the table is recorded:
 
 * with a step selection (``torch-nsight profile --steps A:B`` sets
   :attr:`~torch_nsight.environment.ScriptEnv.steps`): over the first chosen step, forward,
-  backward and optimizer, and carried at that step's end, inside the range ncu profiles;
+  backward and optimizer, and carried at that step's end, inside the range ncu profiles; under
+  ``profile --replicate-launches`` (:attr:`~torch_nsight.environment.ScriptEnv.carry_last`)
+  at the last chosen step's end instead, so that the carrier's own launch comes after every
+  launch ncu numbers from the launch list;
 * otherwise: over the model's first iteration (its first forward and the backward after it),
   and carried when the next iteration starts, when the instrumentation is removed, or at
   exit.
@@ -120,7 +123,9 @@ class CallsCarrier:
     def step_ended(self, *, failed: bool = False, last: bool = True) -> None:
         """A measured step ends: stop recording and carry the table, or with
         :attr:`at_last` hold it until the ``last`` measured step ends (never raises). A step
-        that ``failed`` (raised) is forgotten and the next measured step recorded instead."""
+        that ``failed`` (raised) while recording is forgotten and the next measured step
+        recorded instead; with :attr:`at_last`, a table recorded earlier is still carried when
+        the last step ends, raising or not (inside the measured range either way)."""
         if self._window is not None:
             window, self._window = self._window, None
             with contextlib.suppress(Exception):

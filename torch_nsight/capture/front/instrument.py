@@ -189,7 +189,7 @@ class Instrumentation:
                                 on_done=lambda _recorder: self._finish_calls(),
                                 refuse=lambda: compiled_refusal(model), name_outside=carry)
             self._calls = (sink, path, CallsCarrier(sink, per_step=per_step,
-                                                    at_last=script.numbered) if carry else None)
+                                                    at_last=script.carry_last) if carry else None)
             atexit.register(self._finish_calls)  # a script that never removes the handle
         return sink
 

@@ -57,12 +57,27 @@ __all__ = ["step", "reset_steps"]
 
 _COUNTER = {"next": 0}
 _LOCK = threading.Lock()
+#: The steps entered and not yet left (any thread): a step made while one is open is inert.
+_OPEN: list[int] = []
+_WARNED_NESTED: list[bool] = []
 
 
 def reset_steps() -> None:
     """Start counting steps from 0 again (for tests, or a second loop to measure)."""
     with _LOCK:
         _COUNTER["next"] = 0
+        _OPEN.clear()
+        _WARNED_NESTED.clear()
+
+
+def _warn_nested(outer: int) -> None:
+    """Once per process: a step inside another is not counted."""
+    if _WARNED_NESTED:
+        return
+    _WARNED_NESTED.append(True)
+    logger.warning("torch_nsight: torch_nsight.step() entered while step %d is open (a step "
+                   "inside a step, or on another thread): it is not counted and opens no "
+                   "range; mark one level of the loop (the optimizer steps) with it", outer)
 
 
 _STATUS: dict[str, StatusWriter | None] = {}
@@ -136,7 +151,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     """
 
     __slots__ = ("index", "_handles", "_environ", "_script", "_emitter", "_session", "_window",
-                 "_began", "_checking", "_timer")
+                 "_began", "_checking", "_timer", "_inert")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
@@ -144,9 +159,14 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
                                   or index < 0):
             raise ValueError(f"index must be an int >= 0 or None, got {index!r}")
         with _LOCK:
-            if index is None:
+            outer = _OPEN[-1] if _OPEN else None
+            if outer is not None:  # inside another step: part of it, not a step
+                index = outer
+            elif index is None:
                 index = _COUNTER["next"]
-            _COUNTER["next"] = index + 1
+            if outer is None:
+                _COUNTER["next"] = index + 1
+        self._inert = outer is not None
         self.index = index
         self._handles: list[object] = []
         self._environ = os.environ if environ is None else environ
@@ -160,8 +180,9 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
 
     @property
     def measured(self) -> bool:
-        """Whether this step runs inside the profiled ranges."""
-        return self._in_window(self._read())
+        """Whether this step runs inside the profiled ranges (never a step made inside
+        another, which is part of that one)."""
+        return not self._inert and self._in_window(self._read())
 
     def _read(self) -> ScriptEnv:
         """What ``torch-nsight profile`` tells this step (read when it starts)."""
@@ -176,6 +197,23 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             or detect_profiler(self._environ) is not None)
 
     def __enter__(self) -> step:
+        if self._inert:
+            _warn_nested(self.index)
+            return self
+        with _LOCK:
+            _OPEN.append(self.index)
+        try:
+            return self._enter()
+        except BaseException:
+            self._close()
+            raise
+
+    def _close(self) -> None:
+        with _LOCK:
+            if self.index in _OPEN:
+                _OPEN.remove(self.index)
+
+    def _enter(self) -> step:
         script = self._script = ScriptEnv.from_env(self._environ)  # read once per step
         folder = None if script.timeline is None else str(script.timeline)
         chosen = script.steps
@@ -232,12 +270,20 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         per step), and a fix that changes them beyond the tolerance is not counted;
         otherwise this does nothing.
         """
-        timer = self._timer_for(self._read())
+        timer = None if self._inert else self._timer_for(self._read())
         if timer is not None and self.index in timer.chosen:
             timer.record_loss(self.index, loss)
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  trace: TracebackType | None) -> None:
+        if self._inert:
+            return
+        try:
+            self._exit(kind, value)
+        finally:
+            self._close()
+
+    def _exit(self, kind: type[BaseException] | None, value: BaseException | None) -> None:
         if self._timer is not None:  # first thing: the step's own work ends here
             self._timer.ended(self.index, failed=kind is not None)
             self._timer = None
@@ -257,7 +303,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             last = chosen is None or chosen.last is None or self.index >= chosen.last
             for carrier in reversed(_carriers()):  # dispatch modes leave in reverse order
                 # inside the measured range, so ncu keeps the carrier; a step that raised
-                # is not carried (the next chosen step is recorded instead)
+                # while recorded is not carried (the next chosen step is recorded instead)
                 carrier.step_ended(failed=kind is not None, last=last)
             for replication in _replications():
                 replication.step_ended()

@@ -21,7 +21,12 @@ from torch_nsight import formats
 from torch_nsight.collect.parent.script import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, OutputWriteError, ReportError
-from torch_nsight.report.launch_replicas import LaunchPlan, launch_list, plan_representatives
+from torch_nsight.report.launch_replicas import (
+    LaunchPlan,
+    check_steps_listed,
+    launch_list,
+    plan_representatives,
+)
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 
@@ -88,7 +93,9 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                    "run it without --replicate-launches")
     try:
         kernels = TimelineDirectory().read(folder, ReadOptions(cache=False)).kernels
-        plan = replace(plan_representatives(launch_list(kernels)), report=report.name)
+        listed = launch_list(kernels)
+        check_steps_listed(listed, steps.count or 1)
+        plan = replace(plan_representatives(listed), report=report.name)
     except ReportError as err:
         raise NothingProfiledError(f"--replicate-launches: {err}") from err
     if plan.launches == 0:

@@ -300,7 +300,7 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                                   exclude_replicas=replicate, extra_args=extra,
                                   measured_only=steps is not None)
     script = ScriptEnv(steps=steps, status=_status_path(report), replicate=replicate,
-                       numbered=kernel_id is not None)
+                       carry_last=kernel_id is not None)
     n_steps = None if steps is None else steps.count
     expected = (launch_count if launch_count is not None else launches["profiled"] if launches
                 else _expected(report, command, metric_set, n_steps, replicate))
