@@ -14,7 +14,13 @@ from matplotlib.lines import Line2D
 
 from torch_nsight.profile import Profile
 from torch_nsight.render import plot_roofline, plot_scaling
-from torch_nsight.render.figure import PALETTE, UNATTRIBUTED_COLOR, extend_colors, module_colors
+from torch_nsight.render.figure import (
+    PALETTE,
+    UNATTRIBUTED_COLOR,
+    extend_colors,
+    module_colors,
+    save_figure,
+)
 from torch_nsight.render.roofline_plot import compute_roofs, precision_label, top_level_module
 from torch_nsight.render.scaling import scaling_frame
 
@@ -82,6 +88,19 @@ def test_colors_by_top_level_module_and_title(profile: Profile) -> None:
     assert legend_names == groups
     title = figure.axes[0].get_title()
     assert "NVIDIA H200" in title and "1x512" in title and "36 of 40" in title
+
+
+def test_a_saved_figure_keeps_its_title_lines(profile: Profile, tmp_path: Path) -> None:
+    """Escaping what came from a file keeps the title's own line breaks: a title drawn as one
+    line with a literal backslash-n runs off the figure."""
+    figure = plot_roofline(profile)
+    lines = figure.axes[0].get_title().split("\n")
+    assert len(lines) == 2
+    save_figure(figure, tmp_path / "roofline.png")
+    assert figure.axes[0].get_title().split("\n") == lines
+    figure.axes[0].set_title("NVIDIA H200 \x1b[31m\nsecond line")
+    save_figure(figure, tmp_path / "again.svg")
+    assert figure.axes[0].get_title() == "NVIDIA H200 \\x1b[31m\nsecond line"
 
 
 def test_no_strip_when_every_kernel_has_flops(profile: Profile) -> None:

@@ -102,16 +102,22 @@ class _Escaped(Formatter):
         self.inner = inner
 
     def __call__(self, x: float, pos: int | None = None) -> str:
-        return printable(str(self.inner(x, pos)))
+        return _printable_lines(str(self.inner(x, pos)))
 
     def format_ticks(self, values: Any) -> list[str]:
-        return [printable(str(label)) for label in self.inner.format_ticks(values)]
+        return [_printable_lines(str(label)) for label in self.inner.format_ticks(values)]
 
     def set_locs(self, locs: Any) -> None:
         self.inner.set_locs(locs)
 
     def get_offset(self) -> str:
-        return printable(str(self.inner.get_offset()))
+        return _printable_lines(str(self.inner.get_offset()))
+
+
+def _printable_lines(text: str) -> str:
+    """``text`` with control characters escaped line by line: a figure's own line breaks
+    (a two-line title) stay line breaks."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _escape_names(figure: Figure) -> None:
@@ -119,7 +125,7 @@ def _escape_names(figure: Figure) -> None:
     its texts, the tick labels its axes make only when drawn (shapes, modules), and the ids
     an SVG writes (``compute-roof:<precision>``)."""
     for text in figure.findobj(Text):
-        text.set_text(printable(text.get_text()))
+        text.set_text(_printable_lines(text.get_text()))
     for ax in figure.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for formatter, put in ((axis.get_major_formatter(), axis.set_major_formatter),
