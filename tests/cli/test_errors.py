@@ -128,6 +128,16 @@ def test_library_error_traceback_only_with_vv(verbosity: list[str], traceback: b
     assert ("OutputExistsError" in result.stderr) is traceback
 
 
+def test_the_traceback_names_the_subcommand_not_the_users_command(
+        caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile``'s own ``command`` is the user's (``-- python train.py``): the log line
+    before the traceback says which subcommand failed, not that list."""
+    assert main(["-vv", "profile", "--replicate-launches", "--steps", "3:", "--", "python",
+                 "train.py"]) == 1
+    assert "profile failed" in caplog.text and "'--'" not in caplog.text
+    assert capsys.readouterr().err.strip().endswith("not --steps 3:")
+
+
 @pytest.mark.parametrize("bug", [RuntimeError, ValueError, OSError, ImportError, KeyError])
 def test_a_bug_is_not_swallowed(bug: type[Exception], report: Path,
                                 monkeypatch: pytest.MonkeyPatch) -> None:

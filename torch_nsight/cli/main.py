@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in SUBCOMMANDS:
         sub = module.add_parser(subparsers)
         _verbosity(sub, top=False)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, subcommand=sub.prog.split()[-1])
     return parser
 
 
@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except TorchNsightError as err:
         if args.verbose >= 2:
-            logger.exception("%s failed", args.command)
+            logger.exception("%s failed", args.subcommand)
         from torch_nsight.render.readable_numbers import printable
 
         message = printable(" ".join(str(err).split())) or type(err).__name__
@@ -117,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(err, PermissionError) and err.errno not in _FILE_SYSTEM_ERRORS:
             raise
         if args.verbose >= 2:
-            logger.exception("%s failed", args.command)
+            logger.exception("%s failed", args.subcommand)
         print(f"{PROG}: error: {err.filename or 'a file'}: {err.strerror} (check its "
               "permissions, or pass --out a folder you can write)", file=sys.stderr)
         return 1
