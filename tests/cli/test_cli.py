@@ -112,6 +112,23 @@ def test_the_readme_shows_what_the_demo_prints(tmp_path: Path,
     assert shown == err + out
 
 
+def test_the_readme_shows_what_report_prints_of_its_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The profile's output in the README: the rows as `report` reads the same recording
+    today (its `time:` line is the recording command's own)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("Its real output on an H200", 1)[1]
+    shown = section.split("```\n", 2)[1].splitlines(keepends=True)
+    assert shown[-1].startswith("time: ")
+    monkeypatch.setenv("COLUMNS", "130")
+    recorded = DATA / "profile_fast" / "vit_profile_replicated.ncu-rep.xz"
+    status, out, err = run_main(["report", str(recorded), "--top", "2"], tmp_path,
+                                monkeypatch, capsys)
+    assert status == 0, err
+    assert "".join(shown[:-1]) == out
+
+
 def test_demo_finds_its_report_through_the_package() -> None:
     resource = torch_nsight.demo.recorded_report()
     assert resource.is_file()
