@@ -326,9 +326,9 @@ class Profile:
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
                    if coverage == coverage else "")
-                + (f"; {replicated} rows replicated" if (replicated := self.replicated_rows)
+                + (f"; {replicated:,} rows replicated" if (replicated := self.replicated_rows)
                    else "")
-                + (f"; {shallow} rows timed by the timeline only (focus)"
+                + (f"; {shallow:,} rows timed by the timeline only (focus)"
                    if (shallow := self.shallow_rows) else "")
                 + (f"; settings: {settings}" if settings else ""))
 

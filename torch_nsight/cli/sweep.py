@@ -31,7 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "sweep", help="profile a model factory across input shapes under ncu",
         description=description(__doc__))
     add_target_options(parser, example="1x512x1024,4x512x1024")
-    parser.add_argument("--warmup", type=int, default=2, metavar="N")
+    parser.add_argument("--warmup", type=int, default=2, metavar="N",
+                        help="iterations of each shape before the measured ones, unprofiled "
+                             "(default 2)")
     parser.add_argument("--runs", type=int, default=1, metavar="N",
                         help="measured iterations per shape, each kept as a run: tables "
                              "give the spread of their times and compare tells a change "
