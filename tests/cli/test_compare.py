@@ -188,6 +188,23 @@ def test_different_gpus_warn_once_on_stderr_and_in_the_header(
                for line in out.splitlines())
 
 
+def test_a_terminal_reads_each_warning_once(data: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Standard output and error on one terminal: the warning is in the table's header
+    only; as csv, or with either stream redirected, on standard error too."""
+    from torch_nsight.cli import compare as compare_command
+
+    profile = torch_nsight.load(data / "hand_s128.ncu-rep.xz")
+    path = profile.with_kernels(profile.kernels.assign(gpu="NVIDIA A100")).save(
+        tmp_path / "a100.parquet")
+    monkeypatch.setattr(compare_command, "_same_terminal", lambda: True)
+    _, out, err = compare(capsys, data / "hand_s128.ncu-rep.xz", path)
+    assert err == "" and "different GPUs" in out
+    _, out, err = compare(capsys, data / "hand_s128.ncu-rep.xz", path, "--format", "csv")
+    assert "different GPUs" in err and "different GPUs" not in out
+
+
 @pytest.mark.parametrize("argv", [
     ["a.ncu-rep"],
     ["a.ncu-rep", "b.ncu-rep", "--threshold", "five"],

@@ -243,8 +243,10 @@ def run(args: argparse.Namespace) -> int:
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
-    for note in first_notes(notes):
-        print(wrap_text(printable(f"torch-nsight: warning: {note}")), file=sys.stderr)
+    # the table and markdown say them too: a terminal showing both would read them twice
+    if args.fmt in ("csv", "json") or not _same_terminal():
+        for note in first_notes(notes):
+            print(wrap_text(printable(f"torch-nsight: warning: {note}")), file=sys.stderr)
     if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
                                            "fused")).all():
         from torch_nsight.errors import TorchNsightError
@@ -257,6 +259,14 @@ def run(args: argparse.Namespace) -> int:
               f"current {args.current}: {current.describe()}"]
     write_output(rows, args, header, notes, sys.stdout, (baseline.kernels, current.kernels))
     return 1 if (rows["verdict"] == "regressed").any() else 0
+
+
+def _same_terminal() -> bool:
+    """Whether standard output and standard error are one terminal."""
+    try:
+        return sys.stdout.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False
 
 
 __all__ = ["add_parser", "run", "parse_threshold", "render_rows", "summary_line",
