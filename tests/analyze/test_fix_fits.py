@@ -22,6 +22,7 @@ from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
 from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
+from torch_nsight.analyze.findings.run_checks import TINY_GAIN_NS
 from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.vocabulary import JOIN_KEYS, OUTSIDE_PREFIX
 
@@ -174,15 +175,18 @@ def _assert_one_layout(path: str, found: pd.DataFrame) -> None:
 
 def _assert_ranked(path: str, found: pd.DataFrame) -> None:
     """The findings a user acts on first: every row with a fix above every row with none
-    known, each group by gain (unknown gains last), as the user reads them (folded)."""
+    known, each group by gain: measurable gains, then bounds alone (unknown gains), then
+    gains under what a step's timer resolves, as the user reads them (folded)."""
     found = found.reindex(columns=["finding", "fix_code", "est_gain_ns"])
     no_fix = found["fix_code"].eq("none_known")
     assert no_fix.tolist() == sorted(no_fix), (path, found.to_string())
     for flag in (False, True):
         gains = found.loc[no_fix == flag, "est_gain_ns"].astype("float64")
-        known = gains.dropna().tolist()
-        assert known == sorted(known, reverse=True), path
-        assert gains.isna().tolist() == sorted(gains.isna().tolist()), path
+        tier = [0 if g >= TINY_GAIN_NS else 2 if g < TINY_GAIN_NS else 1 for g in gains]
+        assert tier == sorted(tier), (path, found.to_string())
+        for level in (0, 2):
+            known = [g for g, t in zip(gains, tier, strict=True) if t == level]
+            assert known == sorted(known, reverse=True), path
 
 
 def test_a_fused_optimizer_ranks_above_causes_no_fix_recovers() -> None:
@@ -282,3 +286,25 @@ def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
     found = profile.finding_table(fold=False)
     layout = found[found["finding"] == "layout_conversion"]
     assert len(layout) and (layout["fix_code"] == "channels_last").all()
+
+
+@pytest.mark.parametrize("path", ["zoo_families/lstm_lm.ncu-rep.xz",
+                                  "zoo_families/gru_lm.ncu-rep.xz",
+                                  "outside_lstm/replicated/report.ncu-rep.xz"])
+def test_a_cudnn_recurrent_layer_is_not_told_to_fuse_its_own_kernels(path: str) -> None:
+    """cuDNN runs a whole nn.LSTM / nn.GRU in one call (``_cudnn_rnn``, its backward) with its
+    own elementwise kernels (``elemWiseRNNcell``, ``LSTM_elementWise_bp1``), which
+    torch.compile passes through: no elementwise chain, no compile advice, at that site.
+    The sites are read from the calls table, the kernels from the report."""
+    profile = torch_nsight.load(DATA / path)
+    calls = profile.calls
+    assert calls is not None
+    layers = set(calls.loc[calls["aten_op"].astype(str).str.startswith("_cudnn_rnn"),
+                           "module_path"])
+    assert layers  # the recording ran cuDNN's recurrent layer
+    kernels = profile.kernels[profile.kernels["module_path"].isin(layers)]
+    assert kernels["kernel"].astype(str).str.contains("elementWise|elemWise").any()
+    found = profile.finding_table(fold=False)
+    at_layer = found[found["module_path"].isin(layers)]
+    assert not (at_layer["finding"] == "elementwise_chain").any(), at_layer
+    assert not at_layer["fix_code"].isin(["compile_module", "compile_model"]).any(), at_layer

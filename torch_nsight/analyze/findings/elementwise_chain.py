@@ -32,6 +32,12 @@ from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, in_module_r
 CHAIN_LENGTH = 3
 #: Kernels of a chain that are not dtype copies (:data:`COPY_FUNCTORS`): at least this many.
 COMPUTING = 2
+#: ATen calls that run a library's whole layer with the library's own kernels (cuDNN's and
+#: MIOpen's recurrent layers: ``elemWiseRNNcell``, ``LSTM_elementWise_bp1``...): torch.compile
+#: passes them through, so their elementwise kernels fuse with nothing.
+LIBRARY_CALLS = ("_cudnn_rnn", "miopen_rnn")
+#: Calls that compute nothing a fusion saves: copies, casts, fills and allocations.
+NOT_COMPUTING = ("_to_copy", "copy_", "clone", "set_", "zeros", "zero_", "fill_", "empty")
 #: PyTorch's copy functors (``bfloat16_copy_kernel_cuda``, ``direct_copy_kernel_cuda``...),
 #: in a kernel's full name: a ``.to(dtype)`` or ``copy_``, which fuses only into a consumer.
 COPY_FUNCTORS = ("copy_kernel",)
@@ -90,6 +96,13 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
     return chains
 
 
+def _library_layer(ops: tuple[str, ...]) -> bool:
+    """Whether a site's calls are a library's layer (:data:`LIBRARY_CALLS`) and nothing
+    else that computes: its elementwise kernels are the library's own."""
+    return any(op.startswith(LIBRARY_CALLS) for op in ops) and all(
+        op.startswith(LIBRARY_CALLS) or op in NOT_COMPUTING for op in ops)
+
+
 def _computing(rows: pd.DataFrame) -> int:
     """How many of the chain's kernels compute: those that are not dtype copies."""
     return int((~contains(full_names(rows), COPY_FUNCTORS)).sum())
@@ -138,6 +151,8 @@ def elementwise_chain(context: Context) -> list[Finding]:
     for key, parts in grouped.items():
         rows = pd.concat(parts)
         site = context.site(rows)
+        if _library_layer(site.ops):
+            continue
         saved = pd.Series([c["duration_ns"].sum() * (1 - c["dram_bytes"].max()
                                                      / c["dram_bytes"].sum())
                            / c["runs"].iloc[0] for c in parts])
