@@ -165,7 +165,7 @@ def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> p
 
 
 #: A gain under this per run (ns) is below what a step's timer resolves (CUDA events: about
-#: 0.5 µs): it ranks after the bounds, with the findings that recover nothing measurable.
+#: 0.5 µs): such findings rank last, after every bound.
 TINY_GAIN_NS = 1_000.0
 
 
@@ -173,16 +173,16 @@ def ranked(found: pd.DataFrame) -> pd.DataFrame:
     """Findings in the order a user acts on them: those with a fix, then those whose cause
     has no known PyTorch-level fix (``fix_code`` ``none_known``); in each, the gains a
     model of the fix counts (``est_gain_ns``), largest first, then the findings with only
-    a bound (``gain_bound_ns``: what no fix can beat), largest first, then the gains under
-    :data:`TINY_GAIN_NS`. A bound is not a gain: it never ranks above a measurable one, and
-    time no fix recovers never above a fix."""
+    a bound (``gain_bound_ns``: what no fix can beat), largest first; last, the gains under
+    :data:`TINY_GAIN_NS`, which recover nothing a step could measure. A bound is not a gain:
+    it never ranks above a measurable one, and time no fix recovers never above a fix."""
     if found.empty:
         return found
     no_fix = found["fix_code"].eq("none_known") if "fix_code" in found else False
     bound = found.get("gain_bound_ns", pd.Series(np.nan, index=found.index))
     tiny = found["est_gain_ns"].lt(TINY_GAIN_NS)
     order = found.assign(_no_fix=no_fix, _tiny=tiny, _bound=bound).sort_values(
-        ["_no_fix", "_tiny", "est_gain_ns", "_bound"], ascending=[True, True, False, False],
+        ["_tiny", "_no_fix", "est_gain_ns", "_bound"], ascending=[True, True, False, False],
         na_position="last", kind="stable")
     return order.drop(columns=["_no_fix", "_tiny", "_bound"])
 
