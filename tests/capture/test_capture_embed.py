@@ -4,6 +4,9 @@ GPU (tests/report/test_carried_calls.py reads reports recorded with it)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 import pytest
 import torch
 from capture_models import Ranges
@@ -84,13 +87,7 @@ def test_with_launches_numbered_a_last_step_that_raises_still_carries(
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
     handle = torch_nsight.instrument(model)
     try:
-        for index in range(4):
-            with pytest.raises(RuntimeError) if index == 3 else _nothing(), \
-                    step(emitter=Ranges()):
-                model(torch.randn(index + 1, 8)).sum().backward()
-                if index == 3:
-                    assert carried == []
-                    raise RuntimeError("out of memory, say")
+        _steps_raising(model, 4, raise_at=3, before=lambda: carried == [])
         assert len(carried) == 1 and _linear_batches(carried[0]) == {3}
     finally:
         handle.remove()
@@ -131,13 +128,7 @@ def test_a_chosen_step_that_raises_is_not_carried_the_next_is(carried, monkeypat
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
     handle = torch_nsight.instrument(model)
     try:
-        for index in range(4):
-            with pytest.raises(RuntimeError) if index == 1 else _nothing(), \
-                    step(emitter=Ranges()):
-                loss = model(torch.randn(index + 1, 8)).sum()
-                if index == 1:
-                    raise RuntimeError("out of memory, say")
-                loss.backward()
+        _steps_raising(model, 4, raise_at=1)
         assert len(carried) == 1 and _linear_batches(carried[0]) == {3}  # step 2, whole
         backward = [r for r in carried[0]["rows"] if r["range_stack"][-1:] == ["bwd:0"]]
         assert backward  # its backward is in it
@@ -145,7 +136,15 @@ def test_a_chosen_step_that_raises_is_not_carried_the_next_is(carried, monkeypat
         handle.remove()
 
 
-def _nothing():
-    import contextlib
-
-    return contextlib.nullcontext()
+def _steps_raising(model: nn.Module, count: int, *, raise_at: int,
+                   before: Callable[[], bool] = lambda: True) -> None:
+    """Iteration i runs a batch of i + 1 rows; iteration ``raise_at`` raises after its
+    forward (its backward never runs), ``before`` holding just then."""
+    for index in range(count):
+        with pytest.raises(RuntimeError) if index == raise_at else contextlib.nullcontext(), \
+                step(emitter=Ranges()):
+            loss = model(torch.randn(index + 1, 8)).sum()
+            if index == raise_at:
+                assert before()
+                raise RuntimeError("out of memory, say")
+            loss.backward()
