@@ -22,14 +22,15 @@ from pathlib import Path
 
 from torch_nsight.errors import OutputBusyError, OutputWriteError
 
-__all__ = ["atomic_output", "locked_folder", "gzip_file", "LOCK_NAME", "write_error",
+__all__ = ["atomic_output", "locked_folder", "rank_lock", "gzip_file", "LOCK_NAME", "write_error",
            "is_full", "free_space"]
 
 #: The lock file of an output folder being written (removed when the writer is done).
 LOCK_NAME = ".torch_nsight.lock"
 _FULL = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT})
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_held: dict[Path, tuple[int, int]] = {}  # folder -> (lock file descriptor, holders)
+#: (folder, lock file's name) -> (lock file descriptor, holders)
+_held: dict[tuple[Path, str], tuple[int, int]] = {}
 
 
 def _size(count: float) -> str:
@@ -136,9 +137,14 @@ def gzip_file(source: Path) -> Path:
 
 
 @contextlib.contextmanager
-def locked_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
+def locked_folder(folder: str | os.PathLike[str], name: str = LOCK_NAME) -> Iterator[Path]:
     """Hold ``folder`` (created if missing) as this process's output folder while the
     ``with`` block runs; the same process may enter it again (a focused sweep's passes).
+
+    Args:
+        folder: the output folder.
+        name: the lock file's name: one per writer of its own files in a shared folder (the
+            ranks of ``profile --ranks``, each writing ``report-rank<R>``: :func:`rank_lock`).
 
     Raises:
         OutputBusyError: another process holds it.
@@ -149,30 +155,37 @@ def locked_folder(folder: str | os.PathLike[str]) -> Iterator[Path]:
     except (FileExistsError, NotADirectoryError) as err:
         raise OutputWriteError(f"cannot use {folder} as an output folder: it, or a folder it "
                                "lies in, is a file; name a folder") from err
-    if where in _held:
-        handle, holders = _held[where]
-        _held[where] = (handle, holders + 1)
+    key = (where, name)
+    if key in _held:
+        handle, holders = _held[key]
+        _held[key] = (handle, holders + 1)
     else:
-        _held[where] = (_lock(where), 1)
+        _held[key] = (_lock(where, name), 1)
     try:
         yield where
     finally:
-        handle, holders = _held.pop(where)
+        handle, holders = _held.pop(key)
         if holders > 1:
-            _held[where] = (handle, holders - 1)
+            _held[key] = (handle, holders - 1)
         else:
             with contextlib.suppress(OSError):
-                os.unlink(where / LOCK_NAME)
+                os.unlink(where / name)
             os.close(handle)  # closing releases the lock
 
 
-def _lock(folder: Path) -> int:
-    """Lock ``folder``'s lock file, writing this process's id in it."""
+def rank_lock(rank: int | None) -> str:
+    """The lock file's name of a writer of an output folder: :data:`LOCK_NAME`, or one per
+    rank of a distributed run, whose ranks write their own files into one folder."""
+    return LOCK_NAME if rank is None else f".torch_nsight-rank{rank}.lock"
+
+
+def _lock(folder: Path, name: str = LOCK_NAME) -> int:
+    """Lock ``folder``'s lock file ``name``, writing this process's id in it."""
     try:
         import fcntl
     except ImportError:  # no advisory locks (Windows): nothing to hold
         return os.open(os.devnull, os.O_RDONLY)
-    handle = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+    handle = os.open(folder / name, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as err:

@@ -15,7 +15,7 @@ import pytest
 
 from torch_nsight import formats
 from torch_nsight.errors import OutputBusyError, OutputWriteError
-from torch_nsight.files import LOCK_NAME, atomic_output, locked_folder
+from torch_nsight.files import LOCK_NAME, atomic_output, locked_folder, rank_lock
 
 from .conftest import run_main
 
@@ -117,6 +117,29 @@ def test_a_second_writer_of_a_folder_is_refused_naming_the_first(
     with locked_folder(tmp_path / "out"), locked_folder(tmp_path / "out"):  # reentrant
         assert (tmp_path / "out" / LOCK_NAME).read_text().strip() == str(os.getpid())
     assert list((tmp_path / "out").iterdir()) == []  # the lock file goes with the writer
+
+
+def test_the_ranks_of_one_run_write_one_folder_each_under_its_own_lock(
+        tmp_path: Path) -> None:
+    """profile --ranks 0,1: both ranks write report-rank<R> into one --out; rank 0 holding
+    its lock leaves rank 1 free, and a second rank 0 is refused."""
+    folder = str(tmp_path / "out")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom torch_nsight.files import locked_folder, "
+         f"rank_lock\nwith locked_folder({folder!r}, rank_lock(0)):\n"
+         "    print('held', flush=True)\n    sys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with locked_folder(folder, rank_lock(1)):
+            pass
+        with pytest.raises(OutputBusyError, match=f"process {holder.pid}"), \
+                locked_folder(folder, rank_lock(0)):
+            pass
+    finally:
+        holder.communicate("")
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 @pytest.mark.parametrize("command", [["sweep", "model.py:make", "--shapes", "4x16",

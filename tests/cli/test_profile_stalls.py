@@ -35,7 +35,7 @@ with open("{calls}", "a") as log:
     log.write(json.dumps(args) + "\\n")
 second = "--kernel-name-base" in args and args[args.index("-k") + 1].startswith("regex:^(?:")
 out = args[args.index("-o") + 1]
-app = args[args.index("-k") + 8:] if second else args[args.index("-o") + 2:]
+app = args[args.index("{python}"):]  # the command profiled: python train.py
 code = subprocess.run(app, env={{**os.environ,
                                 "NV_COMPUTE_PROFILER_PERFWORKS_DIR": "/fake"}}).returncode
 if second and "{mode}" == "fail":

@@ -75,7 +75,7 @@ from torch_nsight.cli.verify import (
 )
 from torch_nsight.environment import NCU_ENV, Steps
 from torch_nsight.errors import NcuNotFoundError
-from torch_nsight.files import locked_folder
+from torch_nsight.files import locked_folder, rank_lock
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import current_rank
 
@@ -317,8 +317,9 @@ def run(args: argparse.Namespace) -> int:
         logger.info("rank %d is not profiled: running it plainly", rank)
         return run_plainly(command)
     verify = verify_plan(args, command, args.steps) if args.verify else None
+    lock = rank_lock(None if ranks is None else rank)  # ranks write into one folder
     if args.timeline:
-        return run_timeline(args, command)
+        return run_timeline(args, command, lock)
     name = "report" if rank is None or ranks is None else f"report-rank{rank}"
     report = args.out / f"{name}.ncu-rep"
     from torch_nsight.collect.parent import script
@@ -336,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     _warn_what_is_profiled(args)
-    with locked_folder(args.out):  # one writer at a time: a second run refuses in one line
+    with locked_folder(args.out, lock):  # one writer at a time: a second one refuses
         forget_old_pass(report)
         plan = script.plan_script(command, report, ncu=ncu, **options,
                                   known=ncu_cli.known_metric_bases(ncu),
@@ -409,7 +410,7 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
     return rehearsed
 
 
-def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
+def run_timeline(args: argparse.Namespace, command: Sequence[str], lock: str) -> int:
     """``profile --timeline``: the command runs plainly, its chosen steps recorded by
     PyTorch's profiler (see :mod:`torch_nsight.capture.script.profiler_steps`); then the verdict."""
     from torch_nsight.collect.parent import script
@@ -438,7 +439,7 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str]) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     plan = script.plan_timeline(command, args.out, steps=args.steps, timeout=args.timeout)
     try:
-        with locked_folder(args.out):
+        with locked_folder(args.out, lock):
             ran = script.run_script(plan)
     except FileNotFoundError:
         raise UsageError(f"could not start {command[0]}") from None
