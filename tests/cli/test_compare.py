@@ -203,6 +203,9 @@ def test_a_terminal_reads_each_warning_once(data: Path, tmp_path: Path,
     assert err == "" and "different GPUs" in out
     _, out, err = compare(capsys, data / "hand_s128.ncu-rep.xz", path, "--format", "csv")
     assert "different GPUs" in err and "different GPUs" not in out
+    # nothing matched: no table follows, so the warnings that say why are on standard error
+    status, out, err = compare(capsys, data / "sweep_stack", path)
+    assert status == 1 and out == "" and "different GPUs" in err
 
 
 @pytest.mark.parametrize("argv", [

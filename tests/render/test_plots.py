@@ -99,8 +99,11 @@ def test_a_saved_figure_keeps_its_title_lines(profile: Profile, tmp_path: Path) 
     save_figure(figure, tmp_path / "roofline.png")
     assert figure.axes[0].get_title().split("\n") == lines
     figure.axes[0].set_title("NVIDIA H200 \x1b[31m\nsecond line")
+    legend = figure.legends[0].get_texts()[0]
+    legend.set_text("blocks.0\nnot a line of the figure's own")  # a name read from a file
     save_figure(figure, tmp_path / "again.svg")
     assert figure.axes[0].get_title() == "NVIDIA H200 \\x1b[31m\nsecond line"
+    assert legend.get_text() == "blocks.0\\nnot a line of the figure's own"
 
 
 def test_no_strip_when_every_kernel_has_flops(profile: Profile) -> None:

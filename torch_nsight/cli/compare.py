@@ -243,12 +243,14 @@ def run(args: argparse.Namespace) -> int:
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
     notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
+    unmatched = bool(len(rows)) and bool(rows["verdict"].isin(
+        ("only in baseline", "only in current", "fused")).all())
     # the table and markdown say them too: a terminal showing both would read them twice
-    if args.fmt in ("csv", "json") or not _same_terminal():
+    # (not when nothing matched: no table follows)
+    if unmatched or args.fmt in ("csv", "json") or not _same_terminal():
         for note in first_notes(notes):
             print(wrap_text(printable(f"torch-nsight: warning: {note}")), file=sys.stderr)
-    if len(rows) and rows["verdict"].isin(("only in baseline", "only in current",
-                                           "fused")).all():
+    if unmatched:
         from torch_nsight.errors import TorchNsightError
 
         # an error prints no table: one line on stderr (cli/main.py), nothing on stdout

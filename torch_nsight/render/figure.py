@@ -102,21 +102,21 @@ class _Escaped(Formatter):
         self.inner = inner
 
     def __call__(self, x: float, pos: int | None = None) -> str:
-        return _printable_lines(str(self.inner(x, pos)))
+        return printable(str(self.inner(x, pos)))
 
     def format_ticks(self, values: Any) -> list[str]:
-        return [_printable_lines(str(label)) for label in self.inner.format_ticks(values)]
+        return [printable(str(label)) for label in self.inner.format_ticks(values)]
 
     def set_locs(self, locs: Any) -> None:
         self.inner.set_locs(locs)
 
     def get_offset(self) -> str:
-        return _printable_lines(str(self.inner.get_offset()))
+        return printable(str(self.inner.get_offset()))
 
 
 def _printable_lines(text: str) -> str:
-    """``text`` with control characters escaped line by line: a figure's own line breaks
-    (a two-line title) stay line breaks."""
+    """``text`` with control characters escaped line by line: a title's own line breaks
+    stay line breaks (the plotters build titles of several lines)."""
     return "\n".join(printable(line) for line in text.split("\n"))
 
 
@@ -124,8 +124,13 @@ def _escape_names(figure: Figure) -> None:
     """Every name from a file that the figure draws or writes, control characters escaped:
     its texts, the tick labels its axes make only when drawn (shapes, modules), and the ids
     an SVG writes (``compute-roof:<precision>``)."""
-    for text in figure.findobj(Text):
-        text.set_text(_printable_lines(text.get_text()))
+    # the titles the plotters build (matplotlib keeps the left and right ones, and the
+    # figure's, in attributes of its own)
+    titles = {id(getattr(owner, name, None)) for owner in (figure, *figure.axes)
+              for name in ("title", "_left_title", "_right_title", "_suptitle")}
+    for text in figure.findobj(Text):  # a name's own line break is escaped, a title's kept
+        escape = _printable_lines if id(text) in titles else printable
+        text.set_text(escape(text.get_text()))
     for ax in figure.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for formatter, put in ((axis.get_major_formatter(), axis.set_major_formatter),
