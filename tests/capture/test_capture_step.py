@@ -111,3 +111,29 @@ def test_a_step_whose_start_fails_leaves_no_step_open(monkeypatch) -> None:
     monkeypatch.undo()
     with step(environ={}) as next_step:
         assert next_step.index == 1  # not inert: no step is left open
+
+
+def test_only_an_open_step_of_this_thread_holds_a_new_one() -> None:
+    """A step open on another thread, or one entered and dropped without leaving it (a
+    callback that raised), leaves this thread's next steps counted."""
+    import gc
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    def other_loop() -> None:
+        with step(environ={}):
+            entered.set()
+            release.wait(5)
+
+    worker = threading.Thread(target=other_loop)
+    worker.start()
+    entered.wait(5)
+    with step(environ={}) as mine:
+        assert mine.index == 1  # counted: the other thread's open step is not its outer
+    release.set()
+    worker.join()
+    step(environ={}).__enter__()  # never left, then dropped
+    gc.collect()
+    with step(environ={}) as later:
+        assert later.index == 3  # counted: inert, it would be 2, the dropped step's

@@ -55,11 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         "tree and roofline per module.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _verbosity(parser, top=True)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # (not ``command``: profile's own argument is the user's command)
+    subparsers = parser.add_subparsers(dest="subcommand", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS:
         sub = module.add_parser(subparsers)
         _verbosity(sub, top=False)
-        sub.set_defaults(run=module.run, subcommand=sub.prog.split()[-1])
+        sub.set_defaults(run=module.run)
     return parser
 
 

@@ -25,6 +25,7 @@ from torch_nsight.analyze.findings.codes import Cause, FixCode, fix_fits
 from torch_nsight.analyze.findings.prepare import contains, full_names, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
+from torch_nsight.analyze.findings.sites import NOT_COMPUTING, op_word
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, in_module_range
 
@@ -33,11 +34,10 @@ CHAIN_LENGTH = 3
 #: Kernels of a chain that are not dtype copies (:data:`COPY_FUNCTORS`): at least this many.
 COMPUTING = 2
 #: ATen calls that run a library's whole layer with the library's own kernels (cuDNN's and
-#: MIOpen's recurrent layers: ``elemWiseRNNcell``, ``LSTM_elementWise_bp1``...): torch.compile
-#: passes them through, so their elementwise kernels fuse with nothing.
-LIBRARY_CALLS = ("_cudnn_rnn", "miopen_rnn")
-#: Calls that compute nothing a fusion saves: copies, casts, fills and allocations.
-NOT_COMPUTING = ("_to_copy", "copy_", "clone", "set_", "zeros", "zero_", "fill_", "empty")
+#: MIOpen's recurrent layers: ``elemWiseRNNcell``, ``LSTM_elementWise_bp1``...), as
+#: :func:`~.sites.op_word` writes them: torch.compile passes them through, so their
+#: elementwise kernels fuse with nothing.
+LIBRARY_CALLS = ("cudnn_rnn", "miopen_rnn")
 #: PyTorch's copy functors (``bfloat16_copy_kernel_cuda``, ``direct_copy_kernel_cuda``...),
 #: in a kernel's full name: a ``.to(dtype)`` or ``copy_``, which fuses only into a consumer.
 COPY_FUNCTORS = ("copy_kernel",)
@@ -99,8 +99,9 @@ def _chains(work: pd.DataFrame) -> list[pd.DataFrame]:
 def _library_layer(ops: tuple[str, ...]) -> bool:
     """Whether a site's calls are a library's layer (:data:`LIBRARY_CALLS`) and nothing
     else that computes: its elementwise kernels are the library's own."""
-    return any(op.startswith(LIBRARY_CALLS) for op in ops) and all(
-        op.startswith(LIBRARY_CALLS) or op in NOT_COMPUTING for op in ops)
+    words = [op_word(op) for op in ops]
+    return any(w.startswith(LIBRARY_CALLS) for w in words) and all(
+        w.startswith(LIBRARY_CALLS) or w in NOT_COMPUTING for w in words)
 
 
 def _computing(rows: pd.DataFrame) -> int:

@@ -123,15 +123,26 @@ def _has(ops: Iterable[str], words: tuple[str, ...]) -> bool:
     return False
 
 
+#: Calls that compute nothing a fusion or a fix saves: copies, views, fills, allocations (as
+#: :func:`op_word` writes them).
+NOT_COMPUTING = frozenset({"to_copy", "copy", "clone", "view", "new_zeros", "zeros", "zero",
+                           "zeros_like", "empty", "empty_like", "fill", "arange",
+                           "scalar_tensor", "set"})
+
+
+def op_word(op: str) -> str:
+    """An aten op's name as the kinds read it: lower case, no leading or trailing ``_``."""
+    return op.lower().strip("_")
+
+
 def kind_of_ops(ops: Iterable[str]) -> ModuleKind | None:
     """The kind of a site whose calls are ``ops`` (aten op names); None for no op, or only
-    copies and views; ``elementwise`` for other ops."""
-    ops = [str(o).lower().strip("_").rstrip("_") for o in ops if isinstance(o, str) and o]
+    copies and views (:data:`NOT_COMPUTING`); ``elementwise`` for other ops."""
+    ops = [op_word(str(o)) for o in ops if isinstance(o, str) and o]
     for kind, words in KIND_BY_OPS:
         if _has(ops, words):
             return kind
-    plain = [o for o in ops if o not in ("to_copy", "copy", "clone", "view", "new_zeros",
-                                          "zeros", "empty", "fill", "arange", "scalar_tensor")]
+    plain = [o for o in ops if o not in NOT_COMPUTING]
     return "elementwise" if plain else None
 
 

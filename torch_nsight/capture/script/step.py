@@ -33,6 +33,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -57,8 +58,9 @@ __all__ = ["step", "reset_steps"]
 
 _COUNTER = {"next": 0}
 _LOCK = threading.Lock()
-#: The steps entered and not yet left (any thread): a step made while one is open is inert.
-_OPEN: list[int] = []
+#: The steps entered and not yet left, per thread (weak: one dropped without leaving it no
+#: longer counts): a step made on a thread while one is open there is inert.
+_OPEN = threading.local()
 _WARNED_NESTED: list[bool] = []
 
 
@@ -66,8 +68,15 @@ def reset_steps() -> None:
     """Start counting steps from 0 again (for tests, or a second loop to measure)."""
     with _LOCK:
         _COUNTER["next"] = 0
-        _OPEN.clear()
+        _open_steps().clear()
         _WARNED_NESTED.clear()
+
+
+def _open_steps() -> list[weakref.ref[step]]:
+    """This thread's open steps, those no longer alive dropped."""
+    stack: list[weakref.ref[step]] = _OPEN.__dict__.setdefault("steps", [])
+    stack[:] = [ref for ref in stack if ref() is not None]
+    return stack
 
 
 def _warn_nested(outer: int) -> None:
@@ -75,9 +84,9 @@ def _warn_nested(outer: int) -> None:
     if _WARNED_NESTED:
         return
     _WARNED_NESTED.append(True)
-    logger.warning("torch_nsight: torch_nsight.step() entered while step %d is open (a step "
-                   "inside a step, or on another thread): it is not counted and opens no "
-                   "range; mark one level of the loop (the optimizer steps) with it", outer)
+    logger.warning("torch_nsight: torch_nsight.step() entered while step %d is open on this "
+                   "thread (a step inside a step): it is not counted and opens no range; mark "
+                   "one level of the loop (the optimizer steps) with it", outer)
 
 
 _STATUS: dict[str, StatusWriter | None] = {}
@@ -151,15 +160,17 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
     """
 
     __slots__ = ("index", "_handles", "_environ", "_script", "_emitter", "_session", "_window",
-                 "_began", "_checking", "_timer", "_inert")
+                 "_began", "_checking", "_timer", "_inert", "__weakref__")
 
     def __init__(self, index: int | None = None, *, environ: Mapping[str, str] | None = None,
                  emitter: object | None = None) -> None:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)
                                   or index < 0):
             raise ValueError(f"index must be an int >= 0 or None, got {index!r}")
+        open_steps = _open_steps()
+        outer_step = open_steps[-1]() if open_steps else None
+        outer: int | None = None if outer_step is None else outer_step.index
         with _LOCK:
-            outer = _OPEN[-1] if _OPEN else None
             if outer is not None:  # inside another step: part of it, not a step
                 index = outer
             elif index is None:
@@ -167,7 +178,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             if outer is None:
                 _COUNTER["next"] = index + 1
         self._inert = outer is not None
-        self.index = index
+        self.index: int = index
         self._handles: list[object] = []
         self._environ = os.environ if environ is None else environ
         self._script: ScriptEnv | None = None  # read when the step starts
@@ -200,8 +211,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if self._inert:
             _warn_nested(self.index)
             return self
-        with _LOCK:
-            _OPEN.append(self.index)
+        _open_steps().append(weakref.ref(self))
         try:
             return self._enter()
         except BaseException:
@@ -209,9 +219,8 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
             raise
 
     def _close(self) -> None:
-        with _LOCK:
-            if self.index in _OPEN:
-                _OPEN.remove(self.index)
+        open_steps = _open_steps()
+        open_steps[:] = [ref for ref in open_steps if ref() is not self]
 
     def _enter(self) -> step:
         script = self._script = ScriptEnv.from_env(self._environ)  # read once per step
