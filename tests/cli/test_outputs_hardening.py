@@ -91,17 +91,23 @@ def test_a_file_size_limit_is_one_line_and_leaves_nothing(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_second_writer_of_a_folder_is_refused_naming_the_first(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+def _holder(folder: Path, name: str) -> subprocess.Popen[str]:
+    """Another process holding ``folder``'s lock ``name`` until its standard input closes."""
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys\nfrom torch_nsight.files import locked_folder\n"
-         f"with locked_folder({str(tmp_path / 'out')!r}):\n"
+         f"with locked_folder({str(folder)!r}, {name!r}):\n"
          "    print('held', flush=True)\n    sys.stdin.read()\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_second_writer_of_a_folder_is_refused_naming_the_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    holder = _holder(tmp_path / "out", LOCK_NAME)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputBusyError, match=f"being written by process {holder.pid}"), \
                 locked_folder(tmp_path / "out"):
             pass
@@ -123,15 +129,9 @@ def test_the_ranks_of_one_run_write_one_folder_each_under_its_own_lock(
         tmp_path: Path) -> None:
     """profile --ranks 0,1: both ranks write report-rank<R> into one --out; rank 0 holding
     its lock leaves rank 1 free, and a second rank 0 is refused."""
-    folder = str(tmp_path / "out")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom torch_nsight.files import locked_folder, "
-         f"rank_lock\nwith locked_folder({folder!r}, rank_lock(0)):\n"
-         "    print('held', flush=True)\n    sys.stdin.read()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    folder = tmp_path / "out"
+    holder = _holder(folder, rank_lock(0))
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with locked_folder(folder, rank_lock(1)):
             pass
         with pytest.raises(OutputBusyError, match=f"process {holder.pid}"), \
