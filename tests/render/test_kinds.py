@@ -50,7 +50,7 @@ def test_typing_matches_the_registry() -> None:
 @pytest.mark.parametrize("command", ["report", "demo"])
 def test_cli_choices_come_from_the_registry(command: str) -> None:
     parser = build_parser()
-    subparsers = next(a for a in parser._actions if a.dest == "command")
+    subparsers = next(a for a in parser._actions if a.dest == "subcommand")
     options = {a.dest: a for a in subparsers.choices[command]._actions}
     assert tuple(options["by"].choices) == tuple(GROUPINGS)  # no former name
     assert tuple(options["sort"].choices) == HOTSPOT_ORDERS
