@@ -41,7 +41,7 @@ from torch_nsight.vocabulary import INDUCTOR_DTYPE, INDUCTOR_FLOPS, INDUCTOR_LAU
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["resolve_compiled", "take_carried", "read_maps", "FUSED_COLUMN"]
+__all__ = ["resolve_compiled", "take_carried", "read_maps", "compiled_at", "FUSED_COLUMN"]
 
 FUSED_COLUMN = "fused_modules"
 _INDUCTOR_PREFIX = "triton"
@@ -128,7 +128,8 @@ class _Cursor:
         return index
 
 
-def _compiled_at(stack: Sequence[str]) -> int | None:
+def compiled_at(stack: Sequence[str]) -> int | None:
+    """Where in a range stack its innermost compiled graph's range is (None: none)."""
     for index in range(len(stack) - 1, -1, -1):
         if stack[index].startswith(naming.COMPILED_PREFIX):
             return index
@@ -152,7 +153,7 @@ def resolve_compiled(frame: pd.DataFrame, maps: Sequence[dict[str, Any]]) -> pd.
         return frame
     found: dict[tuple[str, ...], int | None] = {}  # launches share stacks: each seen once
     opened = [tuple(s or ()) for s in frame["range_stack"].tolist()]
-    at = pd.Series([found[s] if s in found else found.setdefault(s, _compiled_at(s))
+    at = pd.Series([found[s] if s in found else found.setdefault(s, compiled_at(s))
                     for s in opened], index=frame.index, dtype=object)
     inside = at.notna()
     if not inside.any():

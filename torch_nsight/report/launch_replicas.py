@@ -41,10 +41,10 @@ from typing import Any
 
 import pandas as pd
 
-from torch_nsight import formats, naming
+from torch_nsight import formats
 from torch_nsight.checks import whole
 from torch_nsight.errors import ReportError
-from torch_nsight.report.compiled_attribution import FUSED_COLUMN
+from torch_nsight.report.compiled_attribution import FUSED_COLUMN, compiled_at
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import GRAPH_REPLAY, function_name
@@ -160,8 +160,8 @@ def ran_compiled(rows: pd.DataFrame) -> bool:
     marked = [c for c in (FUSED_COLUMN, INDUCTOR_LAUNCH) if c in rows]
     return bool(rows["kernel_full"].astype(str).str.startswith("triton").any()
                 or any(rows[c].notna().any() for c in marked)
-                or rows["range_stack"].map(lambda stack: any(
-                    str(r).startswith(naming.COMPILED_PREFIX) for r in stack or ())).any())
+                or rows["range_stack"].map(
+                    lambda stack: compiled_at(tuple(map(str, stack or ()))) is not None).any())
 
 
 def check_steps_listed(launches: pd.DataFrame, count: int) -> None:
