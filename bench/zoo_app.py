@@ -112,7 +112,8 @@ def _recurrent_lm(cell: type[nn.Module], vocab: int, embed: int, hidden: int, ba
 
 
 class _Graph(nn.Module):
-    """Two message-passing layers of torch_geometric (``GATConv`` or ``SAGEConv``)."""
+    """Two message-passing layers of torch_geometric (``GATConv``, ``GINConv`` or
+    ``SAGEConv``)."""
 
     def __init__(self, conv: str, features: int, hidden: int, classes: int) -> None:
         super().__init__()
@@ -121,6 +122,12 @@ class _Graph(nn.Module):
         if conv == "gat":
             self.conv1 = gnn.GATConv(features, hidden // 4, heads=4)
             self.conv2 = gnn.GATConv(hidden, classes, heads=1)
+        elif conv == "gin":  # sum aggregation, then an MLP with a batch norm
+            def mlp(a: int, b: int) -> nn.Module:
+                return nn.Sequential(nn.Linear(a, b), nn.BatchNorm1d(b), nn.ReLU(),
+                                     nn.Linear(b, b))
+            self.conv1 = gnn.GINConv(mlp(features, hidden))
+            self.conv2 = gnn.GINConv(mlp(hidden, classes))
         else:
             self.conv1 = gnn.SAGEConv(features, hidden)
             self.conv2 = gnn.SAGEConv(hidden, classes)
@@ -194,12 +201,15 @@ class _Conformer(nn.Module):
         return self.head(out), lengths
 
 
-def _causal_lm(config: object, batch: int, seq: int, vocab: int) -> tuple[nn.Module, MakeStep]:
+def _causal_lm(config: object, batch: int, seq: int, vocab: int,
+               optimizer: Callable[..., torch.optim.Optimizer] | None = None
+               ) -> tuple[nn.Module, MakeStep]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(config).cuda()
     ids = torch.randint(0, vocab, (batch, seq), device="cuda")
-    return model, _train(model, lambda i: (ids,), lambda m, a: m(input_ids=a, labels=a).loss)
+    return model, _train(model, lambda i: (ids,), lambda m, a: m(input_ids=a, labels=a).loss,
+                         optimizer)
 
 
 def build(name: str) -> tuple[nn.Module, MakeStep]:
@@ -244,6 +254,28 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         return _graph("gat", 100_000, 1_000_000)
     if name == "sage":
         return _graph("sage", 50_000, 500_000)
+    if name == "gin":  # torch_geometric GINConv, TF32 on, Adam
+        return _graph("gin", 100_000, 1_000_000)
+    if name == "shufflenet":  # NCHW, channel shuffles, SGD with momentum and weight decay
+        return _vision("shufflenet_v2_x1_0", 224, 128, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.5, momentum=0.9,
+                                                           weight_decay=4e-5))
+    if name == "llama_train":  # RMSNorm, rotary, SwiGLU; AdamW as most scripts make it
+        from transformers import LlamaConfig
+
+        config = LlamaConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+                             num_attention_heads=12, num_key_value_heads=4, vocab_size=32000)
+        return _causal_lm(config, 8, 512, 32000,
+                          lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1))
+    if name == "qwen2_moe":  # experts and a shared expert, Hugging Face's own MoE code
+        from transformers import Qwen2MoeConfig
+
+        return _causal_lm(Qwen2MoeConfig(hidden_size=512, intermediate_size=1024,
+                                         moe_intermediate_size=512,
+                                         shared_expert_intermediate_size=1024,
+                                         num_hidden_layers=4, num_attention_heads=8,
+                                         num_key_value_heads=4, num_experts=16,
+                                         num_experts_per_tok=4, vocab_size=32000), 8, 256, 32000)
     if name == "mixtral_moe":
         from transformers import MixtralConfig
 

@@ -38,6 +38,11 @@ CANDIDATES = {
     "swin_t": ["fused_optimizer", "channels_last", "cudnn_benchmark"],
     "deeplab": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
     "conformer": ["fused_optimizer", "cudnn_benchmark"],
+    "mixtral_moe": ["tf32", "fused_optimizer"],
+    "qwen2_moe": ["tf32", "fused_optimizer"],
+    "gin": ["fused_optimizer", "cudnn_benchmark"],
+    "shufflenet": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "llama_train": ["fused_optimizer"],
 }
 
 

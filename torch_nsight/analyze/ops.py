@@ -37,7 +37,7 @@ FAMILIES: tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...] = tuple(
         ("conv", r"conv|dgrad|wgrad|fprop|implicit.*gemm|nchwToNhwc|nhwcToNchw",
          r"conv"),
         ("gemm", r"gemm|nvjet|cutlass|cublas|xmma", r"^(addmm|mm|bmm|baddbmm|matmul|linear|"
-         r"_scaled_mm|addbmm)"),
+         r"_scaled_mm|addbmm|_grouped_mm|_scaled_grouped_mm)"),
         ("cat", r"CatArrayBatchedCopy", r"^(cat|stack)"),
         ("norm", r"layer_norm|rms_norm|batch_norm|group_norm", r"norm"),
         ("softmax", r"softmax", r"softmax"),

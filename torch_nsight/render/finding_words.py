@@ -355,6 +355,19 @@ def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "accesses are the library's choice for this shape.")
 
 
+def _tf32(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    conv = row.get("fix_code") == "tf32_conv"
+    half = params.get("half_elsewhere")
+    if not half:
+        return FIX["tf32_conv" if conv else "tf32_matmul"]
+    ops = ", ".join(params.get("ops") or ()) or "these ops"
+    setting = "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"
+    return (f"The step's other {'convolutions' if conv else 'GEMMs'} ran {half} but these ran "
+            f"float32: autocast does not cast every op ({ops} here). Cast their inputs and "
+            f"weights to {half} yourself (x.to(torch.{half})), or turn on TF32 tensor cores "
+            f"with torch.backends.{setting} = True.")
+
+
 def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
     """A fix without parameters: its one sentence."""
     return lambda row, params: text
@@ -368,7 +381,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},
-    "compile_function": _compile_function,
+    "compile_function": _compile_function, "tf32_matmul": _tf32, "tf32_conv": _tf32,
     "use_sdpa": lambda row, params: (SDPA_FOR_GEMM if row.get("finding") == "gemm_misaligned"
                                      else FIX["use_sdpa"]),
 }

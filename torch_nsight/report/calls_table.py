@@ -7,7 +7,9 @@ One row per distinct torch-level call::
     /out/sweep  None     2x128x256  ("LlamaBlock", "mlp", "mlp.up_proj")  "mm"     ...  1
 
 ``range_start_end`` and ``range_other`` are empty: the ops' ranges are all in
-``range_stack``. ``flops`` and ``bytes`` are per call (float, NaN where unknown). Where the
+``range_stack``. ``flops`` and ``bytes`` are per call (float, NaN where unknown; a grouped
+GEMM recorded before its FLOPs were counted is counted from its shapes,
+:mod:`torch_nsight.shape_flops`). Where the
 rows record the class of the module each call ran in, a ``module_class`` column holds it
 (``torch.nn.modules.conv.Conv2d``; None outside every module); tables recorded before
 classes were recorded have no such column.
@@ -23,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.calls_file import read_call_rows
+from torch_nsight.shape_flops import shape_flops
 
 CALLS_COLUMNS = ("source", "variant", "shape", "range_stack", "range_start_end",
                  "range_other", "aten_op", "input_shapes", "input_dtypes", "output_shapes",
@@ -42,7 +45,7 @@ def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
             "input_dtypes": tuple(row.get("input_dtypes") or ()),
             "output_shapes": _shapes(row.get("output_shapes")),
             "output_dtypes": tuple(row.get("output_dtypes") or ()),
-            "flops": row.get("flops"), "bytes": row.get("bytes"),
+            "flops": _flops(row), "bytes": row.get("bytes"),
             "count": int(row.get("count") or 1)})
     frame = pd.DataFrame.from_records(records, columns=list(CALLS_COLUMNS))
     frame[["flops", "bytes"]] = frame[["flops", "bytes"]].astype("float64")
@@ -50,6 +53,14 @@ def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
         frame["module_class"] = pd.Series([row.get("module_class") or None for row in rows],
                                           index=frame.index, dtype=object)
     return frame
+
+
+def _flops(row: Mapping[str, Any]) -> Any:
+    """The row's FLOPs per call, counted from its shapes where it has none."""
+    flops = row.get("flops")
+    if flops is None or flops != flops:  # None or NaN
+        return shape_flops(str(row.get("op")), _shapes(row.get("input_shapes")))
+    return flops
 
 
 def _shapes(value: Any) -> tuple[tuple[int, ...], ...]:

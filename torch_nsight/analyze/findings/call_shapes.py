@@ -10,11 +10,12 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.analyze.frames import filled
+from torch_nsight.shape_flops import GROUPED_GEMM_OPS
 from torch_nsight.vocabulary import JOIN_KEYS
 
 #: Tensor-core GEMM dimensions should be multiples of this many elements, per input dtype.
 ALIGNMENT = {"bfloat16": 8, "float16": 8, "float32": 4}
-GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul"})
+GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", *GROUPED_GEMM_OPS})
 #: What a GEMM dimension is, by the forward GEMM of the same module (M tokens, N output
 #: features, K input features): a backward GEMM's M can be the output features (the weight
 #: gradient of an lm_head has M = the vocabulary); and a convolution's.
@@ -39,6 +40,12 @@ def gemm_dims(op: str, shapes: Any) -> tuple[int, int, int] | None:
         return (a[-2], b[-1], a[-1]) if len(a) >= 2 and len(b) >= 2 else None
     except (TypeError, ValueError, IndexError):
         return None
+
+
+def _operand(op: str, inputs: int) -> int:
+    """Which input of a GEMM call holds its second operand: the last (``mm``; ``addmm``'s
+    bias comes first), a grouped GEMM's second (its group offsets come after)."""
+    return 1 if op in GROUPED_GEMM_OPS and inputs > 1 else inputs - 1
 
 
 def conv_dims(shapes: Any, outputs: Any) -> dict[str, int] | None:
@@ -80,7 +87,7 @@ def heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
         else:  # a forward convolution: (input, weight, ...) -> output
             named = (conv_dims(call["input_shapes"], call["output_shapes"])
                      if "backward" not in op else None) or {}
-        dtype = str(dtypes[-1] if gemm and named else dtypes[0]) if dtypes else ""
+        dtype = str(dtypes[_operand(op, len(dtypes)) if gemm and named else 0]) if dtypes else ""
         align = ALIGNMENT.get(dtype, 0)
         checked = named if gemm else {d: v for d, v in named.items() if d != "HxW"}
         shapes = call["input_shapes"]

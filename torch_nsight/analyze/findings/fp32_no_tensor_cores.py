@@ -3,8 +3,9 @@ unknown); gain: their time above the TF32 tensor roof reached at
 :data:`~.prepare.ATTAINABLE_FRACTION`.
 
 The kernel's precision says so where the FLOP counters were recorded (``fp32`` with no
-tensor-core FLOPs); without them (a timeline trace, the duration set), its name does: CUTLASS's
-``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
+tensor-core FLOPs); where its FLOPs come from the calls table (the fast set), its tensor pipe
+idle (:data:`IDLE_TENSOR_PIPE_PCT`) does; without either (a timeline trace, the duration set),
+its name does: CUTLASS's ``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
 """
 
 from __future__ import annotations
@@ -21,10 +22,17 @@ from torch_nsight.vocabulary import SITE_KEYS, tf32_enabled
 #: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
 #: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
 HALF_SHARE = 0.01
+#: A kernel whose tensor pipe was busy under this share of its cycles (%, the fast set's
+#: ``tensor_pipe_pct``) ran no tensor-core work: the CUDA-core FFMA and SIMT GEMMs of the
+#: recorded Mixtral-style experts (``zoo_families/mixtral_moe``) 0.000-0.029%, the TF32 and bf16
+#: tensor-core GEMMs of ``gat`` and ``whisper_s`` 13% and more.
+IDLE_TENSOR_PIPE_PCT = 0.1
 #: CUDA-core fp32 GEMM kernels by name: CUTLASS's SIMT SGEMMs, cuBLAS's FFMA kernels.
 CUDA_CORE_NAMES = ("simt_sgemm", "_ffma_", "sgemm")
 #: 16-bit data in a kernel's name or template arguments (cuDNN's ``implicit_convolve_sgemm``
 #: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
+#: The 16-bit dtypes autocast runs GEMMs and convolutions in.
+HALF_DTYPES = ("bfloat16", "float16")
 SIXTEEN_BIT = ("tf32", "hmma", "bf16", "f16", "bfloat16", "__half", "half")
 
 
@@ -37,13 +45,35 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
+def _fp32_ops(rows: pd.DataFrame, calls_of: CallsOf) -> list[str]:
+    """The GEMM or convolution ops called on fp32 data where ``rows`` ran."""
+    mine = calls_of(rows)
+    return list(dict.fromkeys(mine.loc[mine["dtype"] == "float32", "aten_op"].astype(str)))
+
+
+def _half_elsewhere(heavy: pd.DataFrame, rows: pd.DataFrame) -> str | None:
+    """The 16-bit dtype most of the step's other GEMM and convolution calls ran in, None where
+    they ran none: fp32 work beside them is an op autocast does not cast (a grouped GEMM
+    under ``torch.autocast``), not a model in fp32."""
+    if heavy.empty:
+        return None
+    here = heavy["module_path"].astype(str) == str(rows["module_path"].iat[0])
+    dtypes = heavy.loc[~here, "dtype"].astype(str)
+    half = dtypes[dtypes.isin(HALF_DTYPES)]
+    return str(half.mode().iat[0]) if len(half) else None
+
+
 @finding_check("fp32_no_tensor_cores")
 def fp32_no_tensor_cores(context: Context) -> list[Finding]:
     """One finding per site and kind (GEMM or convolution) whose fp32 kernels ran no
     tensor-core FLOPs while its TF32 switch is off or unknown."""
     work = context.work
     tensor = work[list(TENSOR_COLUMNS)].sum(axis=1, min_count=1)
-    counted = (work["precision"] == "fp32") & (tensor == 0)
+    idle_pipe = pd.to_numeric(work["tensor_pipe_pct"], errors="coerce") < IDLE_TENSOR_PIPE_PCT
+    # (from the tensor pipe: kernels given FLOPs by the calls table; cuDNN attention's
+    # convert_dq_to_16bits has none, and a kernel with no work has nothing to move)
+    counted = (work["precision"] == "fp32") & (
+        (tensor == 0) | (tensor.isna() & idle_pipe & (work["flops"] > 0)))
     # no FLOP counters: the CUDA-core kernels by name, fp32 by construction
     by_name = ((work["precision"] == "") & contains(work["kernel"], CUDA_CORE_NAMES)
                & ~contains(work["kernel"], SIXTEEN_BIT)
@@ -69,7 +99,9 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
             "fp32_no_tensor_cores", rows, gain, "roofline", "high" if tf32 is False else "medium",
             "tf32_conv" if conv else "tf32_matmul", module_kind=site.kind, aten_ops=site.ops,
             layout=site.layout, dtype="float32",
-            fix_params={"setting": "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"},
+            fix_params={"setting": "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32",
+                        "half_elsewhere": _half_elsewhere(context.heavy, rows),
+                        "ops": _fp32_ops(rows, context.calls_of)},
             facts={"conv": conv, "tf32": tf32, "by_name": named,
                    "kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
                    "flops_per_run": per_run(rows, rows["flops"]),

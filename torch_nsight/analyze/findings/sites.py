@@ -32,7 +32,8 @@ KIND_BY_OPS: tuple[tuple[ModuleKind, tuple[str, ...]], ...] = (
                    "cudnn_attention")),
     ("linear", ("linear", "addmm")),
     ("linear", ("mm",)),  # exactly mm (below): a Linear without bias, or its backward
-    ("matmul", ("bmm", "baddbmm", "matmul", "einsum")),
+    # (an MoE's experts: ``_grouped_mm``, and its fp8 ``_scaled_grouped_mm``)
+    ("matmul", ("bmm", "baddbmm", "matmul", "einsum", "grouped_mm")),
     ("batch_norm", ("batch_norm",)),
     ("layer_norm", ("layer_norm",)),
     ("group_norm", ("group_norm",)),

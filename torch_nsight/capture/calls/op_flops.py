@@ -5,12 +5,15 @@ torch's ``convolution_backward`` formula counts a grouped (depthwise) convolutio
 gradient as if every input channel met every output channel: ``groups`` times too many
 (97x the forward on a depthwise 7x7 over 96 channels, 768x at 768), which put ConvNeXt's
 backward kernels far above their roof. Its weight gradient does one multiply-add per forward
-one; its input gradient is torch's own count.
+one; its input gradient is torch's own count. Ops the registry has no formula for are counted
+from their shapes where :mod:`torch_nsight.shape_flops` knows them (the grouped GEMM).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from torch_nsight.shape_flops import shape_flops
 
 
 def _is_grouped_conv_backward(packet: Any, args: Any) -> bool:
@@ -41,7 +44,8 @@ def op_flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
 
     formula = flop_registry.get(packet)
     if formula is None:
-        return None
+        shapes = [list(a.shape) for a in args if hasattr(a, "shape")]
+        return shape_flops(getattr(packet, "__name__", ""), shapes)
     if _is_grouped_conv_backward(packet, args):
         return _grouped_conv_backward_flops(args)
     # As FlopCounterMode._count_flops calls the registered (shape-wrapped) formulas.
