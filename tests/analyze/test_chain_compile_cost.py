@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch_nsight
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.elementwise_chain import COMPILED_CALL_NS, COPY_FUNCTORS
+from torch_nsight.analyze.findings.switch_fixes import switch_fix
+from torch_nsight.verify_exchange import FixSpec
 
 FAMILIES = DATA / "zoo_families"
 
@@ -37,4 +39,6 @@ def test_a_chain_too_small_to_compile_alone_is_told_to_compile_the_model() -> No
         facts = row["facts"]
         assert row["est_gain_ns"] < facts["module_calls"] * COMPILED_CALL_NS
         assert "torch.compile the model" in row["fix"]
+        # its switch is the fix it gives: the whole model compiled, never the module alone
+        assert switch_fix(row) == FixSpec("compile", "")
     assert not (chains["fix_code"] == "compile_module").any()

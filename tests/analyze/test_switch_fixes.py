@@ -9,7 +9,7 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
-from torch_nsight.verify_exchange import FIX_OPTIONS, check_fix, target_matches
+from torch_nsight.verify_exchange import FIX_OPTIONS, FixSpec, check_fix, target_matches
 from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -47,11 +47,11 @@ def test_the_recorded_findings_name_their_switch_and_its_module(
         assert spec.target == ("" if "/" not in path else path_leaf(path))
 
 
-def test_a_gelu_chain_gets_the_fused_gelu_and_small_chains_no_compile_switch() -> None:
+def test_a_gelu_chain_gets_the_fused_gelu_and_no_compile_of_its_own() -> None:
     """The tanh GELU's chain is switched to the fused op; the attention projections' chains,
     autocast's casts, are no chain any more (they were ``compile@c_attn`` before); a chain too
-    small to pay for a compiled region of its own is told to compile the model, which has no
-    switch (docs/findings.md)."""
+    small to pay for a compiled region of its own is told to compile the model, whose switch
+    compiles the whole model (tests/analyze/test_chain_compile_cost.py)."""
     found = load("decoder_train").finding_table()
     chains = found[found["finding"] == "elementwise_chain"]
     specs = {switch_fix(row).fix: row for _, row in chains.iterrows()
@@ -60,7 +60,7 @@ def test_a_gelu_chain_gets_the_fused_gelu_and_small_chains_no_compile_switch() -
     assert specs["gelu_tanh"]["fix_code"] == "use_gelu_tanh"
     assert specs["gelu_tanh"]["fix"].startswith("Use F.gelu(approximate='tanh')")
     assert not chains["module"].astype(str).str.endswith(("c_attn", "c_proj", "c_fc")).any()
-    assert all(switch_fix(row) is None for _, row in chains.iterrows()
+    assert all(switch_fix(row) == FixSpec("compile", "") for _, row in chains.iterrows()
                if row["fix_code"] == "compile_model")
     # the loss's chain: a code change (torch.compile of the loss function), no switch
     loss = chains[chains["cause"] == "loss"].squeeze()
@@ -82,7 +82,7 @@ def test_a_fused_optimizer_is_told_nothing(model: str) -> None:
     assert not found["fix_code"].isin(["optimizer_fused", "optimizer_foreach"]).any()
     chains = found[found["finding"] == "elementwise_chain"]
     assert all(switch_fix(row) is not None for _, row in chains.iterrows()
-               if row["fix_code"] not in ("compile_loss", "compile_model"))
+               if row["fix_code"] != "compile_loss")
     assert len(found) > 0
 
 

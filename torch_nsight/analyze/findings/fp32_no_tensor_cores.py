@@ -33,6 +33,15 @@ CUDA_CORE_NAMES = ("simt_sgemm", "_ffma_", "sgemm")
 #: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
 #: The 16-bit dtypes autocast runs GEMMs and convolutions in.
 HALF_DTYPES = ("bfloat16", "float16")
+#: The GEMM and convolution ops ``torch.autocast`` casts to 16-bit on CUDA (its lower-precision
+#: list, ``aten/src/ATen/autocast_mode.cpp``). An fp32 one of these beside 16-bit GEMMs ran
+#: with autocast switched off on purpose (Hugging Face's rotary angles); any other GEMM op
+#: (``_grouped_mm``) autocast leaves in the dtype it was given.
+AUTOCAST_CASTS = frozenset({
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "matmul", "einsum",
+    "linear", "chain_matmul", "linalg_multi_dot", "linalg_vecdot", "prelu", "convolution",
+    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "convolution_backward"})
 SIXTEEN_BIT = ("tf32", "hmma", "bf16", "f16", "bfloat16", "__half", "half")
 
 
@@ -45,17 +54,20 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
-def _fp32_ops(rows: pd.DataFrame, calls_of: CallsOf) -> list[str]:
-    """The GEMM or convolution ops called on fp32 data where ``rows`` ran."""
+def _uncast_ops(rows: pd.DataFrame, calls_of: CallsOf) -> list[str]:
+    """The GEMM or convolution ops called on fp32 data where ``rows`` ran that autocast does
+    not cast (:data:`AUTOCAST_CASTS`)."""
     mine = calls_of(rows)
-    return list(dict.fromkeys(mine.loc[mine["dtype"] == "float32", "aten_op"].astype(str)))
+    ops = mine.loc[mine["dtype"] == "float32", "aten_op"].astype(str)
+    return list(dict.fromkeys(op for op in ops if op not in AUTOCAST_CASTS))
 
 
-def _half_elsewhere(heavy: pd.DataFrame, rows: pd.DataFrame) -> str | None:
-    """The 16-bit dtype most of the step's other GEMM and convolution calls ran in, None where
-    they ran none: fp32 work beside them is an op autocast does not cast (a grouped GEMM
-    under ``torch.autocast``), not a model in fp32."""
-    if heavy.empty:
+def _half_elsewhere(heavy: pd.DataFrame, rows: pd.DataFrame, uncast: list[str]) -> str | None:
+    """The 16-bit dtype most of the step's other GEMM and convolution calls ran in, where the
+    fp32 ones here are ops autocast does not cast (``uncast``; a grouped GEMM under
+    ``torch.autocast``); None where they are not, or the step ran no 16-bit GEMM (a model
+    in fp32)."""
+    if heavy.empty or not uncast:
         return None
     here = heavy["module_path"].astype(str) == str(rows["module_path"].iat[0])
     dtypes = heavy.loc[~here, "dtype"].astype(str)
@@ -95,13 +107,14 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
         if gain <= 0:
             continue
         site = context.site(rows)
+        uncast = _uncast_ops(rows, context.calls_of)
         found.append(Finding(
             "fp32_no_tensor_cores", rows, gain, "roofline", "high" if tf32 is False else "medium",
             "tf32_conv" if conv else "tf32_matmul", module_kind=site.kind, aten_ops=site.ops,
             layout=site.layout, dtype="float32",
             fix_params={"setting": "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32",
-                        "half_elsewhere": _half_elsewhere(context.heavy, rows),
-                        "ops": _fp32_ops(rows, context.calls_of)},
+                        "half_elsewhere": _half_elsewhere(context.heavy, rows, uncast),
+                        "ops": uncast},
             facts={"conv": conv, "tf32": tf32, "by_name": named,
                    "kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
                    "flops_per_run": per_run(rows, rows["flops"]),

@@ -1,0 +1,67 @@
+"""Mixture-of-experts steps whose experts run ``_grouped_mm`` in float32 under bf16 autocast
+(autocast does not cast it), recorded on the GPU machine: a Mixtral-style MoE (H100, calls
+table recorded before the grouped GEMM's FLOPs were counted: counted on reading) and a
+Qwen2-MoE, a verification model (H200, counted when recorded). Their expert GEMMs take the
+calls' FLOPs, sit under their roof, and the step's first finding moves them to tensor cores,
+saying that the step's other GEMMs ran 16-bit. Every expectation is read from the source's own
+tables."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from tests.test_golden_outputs import DATA
+from torch_nsight.analyze.findings.codes import fix_fits
+from torch_nsight.shape_flops import GROUPED_GEMM_OPS
+
+MOES = ["mixtral_moe", "qwen2_moe"]
+
+
+@pytest.fixture(scope="module", params=MOES)
+def moe(request: pytest.FixtureRequest) -> torch_nsight.Profile:
+    return torch_nsight.load(DATA / "zoo_families" / f"{request.param}.ncu-rep.xz")
+
+
+def _grouped(frame: pd.DataFrame, column: str) -> pd.Series:
+    return frame[column].map(
+        lambda ops: isinstance(ops, str) and bool(GROUPED_GEMM_OPS & set(ops.split(", "))))
+
+
+def test_expert_gemms_take_the_calls_flops_under_their_roof(moe: torch_nsight.Profile) -> None:
+    calls, kernels = moe.calls, moe.kernels
+    grouped_calls = calls[_grouped(calls, "aten_op")]
+    assert len(grouped_calls) and (grouped_calls["flops"] > 0).all()
+    gemms = kernels[_grouped(kernels, "aten_ops")]
+    assert len(gemms) and (gemms["flops"] > 0).all()
+    assert (gemms["pct_of_roof"] <= 100).all()  # a count that puts work above a roof is a bug
+    # each site's kernels hold its calls' FLOPs, once
+    site = ["module_path", "direction"]
+    held = gemms.groupby(site)["flops"].sum()
+    made = (grouped_calls["flops"] * grouped_calls["count"]).groupby(
+        [grouped_calls[k] for k in site]).sum()
+    runs = kernels["run"].nunique() if "run" in kernels else 1
+    assert ((held / (made * max(runs, 1))).round(6) == 1).all()
+
+
+def test_the_first_finding_moves_the_experts_to_tensor_cores(moe: torch_nsight.Profile) -> None:
+    found = moe.findings()
+    first = found.iloc[0]
+    assert first["finding"] == "fp32_no_tensor_cores"
+    assert set(GROUPED_GEMM_OPS & set(str(first["aten_ops"]).split(", ")))
+    assert first["fix_code"] == "tf32_matmul"
+    assert fix_fits(first["module_kind"], first["fix_code"])
+    # the step's other GEMMs ran 16-bit: the fix says autocast left these in float32
+    calls = moe.calls
+    others = calls[calls["aten_op"].isin(["mm", "addmm", "bmm", "linear"])
+                   & (calls["module_path"] != first["module_path"])]
+    half = others["input_dtypes"].map(lambda dtypes: dtypes[-1]).mode().iat[0]
+    assert first["fix_params"]["half_elsewhere"] == half == "bfloat16"
+    assert set(first["fix_params"]["ops"]) <= GROUPED_GEMM_OPS
+    assert "autocast does not cast" in str(first["fix"])
+    # a gain is never more than the time of the kernels it is about (a folded row's blocks
+    # together: every expert GEMM of its direction)
+    kernels = moe.kernels
+    mine = kernels[_grouped(kernels, "aten_ops") & (kernels["direction"] == first["direction"])]
+    assert 0 < first["est_gain_ns"] < mine["duration_ns"].sum()
