@@ -67,6 +67,7 @@ FIX_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "gelu_tanh": {},
     "cudnn_benchmark": {},
     "fused_optimizer": {},
+    "cast": {"dtype": str},
 }
 #: The options a kind must be given.
 REQUIRED = {"sdpa_backend": ("backend",)}

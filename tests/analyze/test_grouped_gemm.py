@@ -2,9 +2,9 @@
 (autocast does not cast it), recorded on the GPU machine: a Mixtral-style MoE (H100, calls
 table recorded before the grouped GEMM's FLOPs were counted: counted on reading) and a
 Qwen2-MoE, a verification model (H200, counted when recorded). Their expert GEMMs take the
-calls' FLOPs, sit under their roof, and the step's first finding moves them to tensor cores,
-saying that the step's other GEMMs ran 16-bit. Every expectation is read from the source's own
-tables."""
+calls' FLOPs, sit under their roof, and the step's first finding casts them to the 16-bit
+dtype the step's other GEMMs ran in (no switch: a code change). Every expectation is read from
+the source's own tables."""
 
 from __future__ import annotations
 
@@ -50,14 +50,14 @@ def test_the_first_finding_moves_the_experts_to_tensor_cores(moe: torch_nsight.P
     first = found.iloc[0]
     assert first["finding"] == "fp32_no_tensor_cores"
     assert set(GROUPED_GEMM_OPS & set(str(first["aten_ops"]).split(", ")))
-    assert first["fix_code"] == "tf32_matmul"
+    assert first["fix_code"] == "cast_to_half"
     assert fix_fits(first["module_kind"], first["fix_code"])
     # the step's other GEMMs ran 16-bit: the fix says autocast left these in float32
     calls = moe.calls
     others = calls[calls["aten_op"].isin(["mm", "addmm", "bmm", "linear"])
                    & (calls["module_path"] != first["module_path"])]
     half = others["input_dtypes"].map(lambda dtypes: dtypes[-1]).mode().iat[0]
-    assert first["fix_params"]["half_elsewhere"] == half == "bfloat16"
+    assert first["fix_params"]["dtype"] == half == "bfloat16"
     assert set(first["fix_params"]["ops"]) <= GROUPED_GEMM_OPS
     assert "autocast does not cast" in str(first["fix"])
     # a gain is never more than the time of the kernels it is about (a folded row's blocks

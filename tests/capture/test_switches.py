@@ -235,3 +235,44 @@ def test_gelu_tanh_refuses_what_is_not_the_tanh_gelu(module: nn.Module) -> None:
     (outcome,) = apply_fixes(model, [FixSpec("gelu_tanh", "0")])
     assert outcome.status == "failed"
     assert "forward" not in vars(model[0])  # nothing changed
+
+
+class Experts(nn.Module):
+    """A mixture of experts' GEMMs as Hugging Face runs them: ``torch._grouped_mm`` over
+    the routed tokens, which autocast leaves in the dtype it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 16, 8))
+        self.dtypes: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        out = torch._grouped_mm(x, self.weight, offs)
+        self.dtypes.append(out.dtype)
+        return out
+
+
+def test_a_cast_runs_the_grouped_gemm_in_16_bit_and_gives_float32_back() -> None:
+    model = Experts()
+    x = torch.randn(32, 16, requires_grad=True)
+    offs = torch.tensor([8, 16, 24, 32], dtype=torch.int32)
+    plain = model(x, offs)
+    (outcome,) = apply_fixes(model, parse_fixes("cast"))
+    assert outcome.status == "applied" and outcome.toggle is not None
+    cast = model(x, offs)
+    cast.sum().backward()
+    assert model.dtypes == [torch.float32, torch.float32]  # the module's output as before
+    by_hand = torch._grouped_mm(x.bfloat16(), model.weight.bfloat16(), offs).float()
+    assert torch.equal(cast, by_hand) and not torch.equal(cast, plain)
+    # above autograd: the gradients come back to the float32 leaves
+    assert x.grad is not None and x.grad.dtype == torch.float32
+    assert model.weight.grad is not None and model.weight.grad.dtype == torch.float32
+    outcome.toggle.off()  # off: the call as the model makes it
+    assert torch.equal(model(x, offs), plain)
+    outcome.toggle.on()
+    assert torch.equal(model(x, offs), by_hand)
+
+
+def test_a_cast_to_anything_but_16_bit_is_refused() -> None:
+    (outcome,) = apply_fixes(Experts(), [FixSpec("cast", "", {"dtype": "float64"})])
+    assert outcome.status == "failed" and "float64" in str(outcome.error)

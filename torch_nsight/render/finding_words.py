@@ -126,11 +126,13 @@ def _fp32_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
         return (f"fp32 {what} on CUDA cores: {facts['kernel']} is a CUDA-core (SIMT/FFMA) "
                 f"kernel ({_time(facts.get('time_ns'))} per run; the profile has no FLOP "
                 f"counters to say more); {setting} is {state}.")
+    peak = {"bfloat16": "bf16", "float16": "fp16"}.get(str(facts.get("roof_precision")), "TF32")
+    roof = facts.get("roof_ns", facts.get("tf32_roof_ns"))  # (named so before 2026-11-28)
     return (f"fp32 {what} on CUDA cores, no tensor-core FLOPs: "
             f"{facts['flops_per_run'] / 1e9:.1f} GFLOP per run at "
-            f"{facts['flops_per_ns'] / 1e3:.1f} TFLOP/s; {setting} is {state}; at the TF32 "
+            f"{facts['flops_per_ns'] / 1e3:.1f} TFLOP/s; {setting} is {state}; at the {peak} "
             f"tensor peak ({facts['peak_flops_per_s'] / 1e12:.0f} TFLOP/s) its roofline "
-            f"is {_time(facts['tf32_roof_ns'])} per run.")
+            f"is {_time(roof)} per run.")
 
 
 def _conv_cores_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
@@ -355,17 +357,14 @@ def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "accesses are the library's choice for this shape.")
 
 
-def _tf32(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
-    conv = row.get("fix_code") == "tf32_conv"
-    half = params.get("half_elsewhere")
-    if not half:
-        return FIX["tf32_conv" if conv else "tf32_matmul"]
+def _cast_to_half(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    half = params.get("dtype") or "bfloat16"
     ops = ", ".join(params.get("ops") or ()) or "these ops"
-    setting = "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32"
-    return (f"The step's other {'convolutions' if conv else 'GEMMs'} ran {half} but these ran "
-            f"float32: autocast does not cast every op ({ops} here). Cast their inputs and "
-            f"weights to {half} yourself (x.to(torch.{half})), or turn on TF32 tensor cores "
-            f"with torch.backends.{setting} = True.")
+    return (f"The step's other GEMMs ran {half} but these ran float32: autocast does not cast "
+            f"{ops}. Cast their inputs and weights to {half} yourself (x.to(torch.{half}) "
+            f"before the call, the weights kept in {half} or cast there); TF32 "
+            f"(torch.backends.{params.get('setting', 'cuda.matmul.allow_tf32')} = True) "
+            "reaches them too, for less.")
 
 
 def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
@@ -381,7 +380,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},
-    "compile_function": _compile_function, "tf32_matmul": _tf32, "tf32_conv": _tf32,
+    "compile_function": _compile_function, "cast_to_half": _cast_to_half,
     "use_sdpa": lambda row, params: (SDPA_FOR_GEMM if row.get("finding") == "gemm_misaligned"
                                      else FIX["use_sdpa"]),
 }

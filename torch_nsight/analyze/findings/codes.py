@@ -66,6 +66,7 @@ FixCode = Literal[
     "cudnn_benchmark",         # let cuDNN time its algorithms
     "tf32_matmul",             # TF32 tensor cores for matmuls, or bf16
     "tf32_conv",               # TF32 tensor cores for convolutions, or bf16
+    "cast_to_half",            # an op autocast leaves in fp32: cast it to the step's 16-bit dtype
     "use_rms_norm",            # F.rms_norm / nn.RMSNorm
     "use_layer_norm",          # F.layer_norm / nn.LayerNorm
     "use_gelu_tanh",           # F.gelu(approximate="tanh")
@@ -109,6 +110,7 @@ _FUSABLE: tuple[str, ...] = (*_CUTTING, "none_known")
 _CONV: tuple[str, ...] = ("channels_last", "pad_channels", "cudnn_benchmark", "tf32_conv",
                           "larger_batch", *_FUSABLE)
 _GEMM: tuple[str, ...] = ("pad_features", "pad_operands", "pad_gemm_dims", "tf32_matmul",
+                          "cast_to_half",
                           "larger_batch", *_FUSABLE)
 #: The fixes that fit each kind of module: a fix outside its kind's list is a fix for another
 #: kind of module (a Linear's padding for a convolution, a fused optimizer for a norm).
@@ -116,7 +118,8 @@ FIXES_FOR: dict[str | None, tuple[str, ...]] = {
     "conv": _CONV,
     "linear": _GEMM,
     # (a rotary embedding's module computes its angles with a matmul)
-    "matmul": ("pad_operands", "pad_gemm_dims", "tf32_matmul", "use_sdpa", "compile_rotary",
+    "matmul": ("pad_operands", "pad_gemm_dims", "tf32_matmul", "cast_to_half", "use_sdpa",
+               "compile_rotary",
                "larger_batch", *_FUSABLE),
     "gemm": (*_GEMM, "compile_rotary"),  # a GEMM by name alone: a matmul's too
     "attention": ("sdpa_backend", "use_sdpa", "compile_rotary", *_FUSABLE),
@@ -135,7 +138,7 @@ FIXES_FOR: dict[str | None, tuple[str, ...]] = {
     "optimizer": ("optimizer_fused", "optimizer_foreach", "compile_optimizer_step",
                   "none_known"),
     # a site whose kind is unknown (no calls, unnamed kernels; outside every module)
-    None: ("pad_gemm_dims", "tf32_matmul", "tf32_conv", "compile_loss", "use_sdpa",
+    None: ("pad_gemm_dims", "tf32_matmul", "tf32_conv", "cast_to_half", "compile_loss", "use_sdpa",
            "use_rms_norm", "use_layer_norm", "use_gelu_tanh", "compile_rotary", *_FUSABLE),
 }
 

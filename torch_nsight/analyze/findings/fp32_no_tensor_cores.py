@@ -1,6 +1,10 @@
 """``fp32_no_tensor_cores``: fp32 GEMMs and convolutions on CUDA cores with TF32 off (or
 unknown); gain: their time above the TF32 tensor roof reached at
-:data:`~.prepare.ATTAINABLE_FRACTION`.
+:data:`~.prepare.ATTAINABLE_FRACTION`. Where the step's other GEMMs ran 16-bit and these are
+ops autocast does not cast (``_grouped_mm``), the fix is to cast them to that dtype
+(``cast_to_half``) and the roof is its tensor peak: torch runs an fp32 grouped GEMM as one
+small GEMM per group, which TF32 sped up by 17% at the recorded Mixtral-style experts'
+shapes and a bf16 cast by 4.1x (one grouped kernel; H200, ``bench/grouped_mm_precision.py``).
 
 The kernel's precision says so where the FLOP counters were recorded (``fp32`` with no
 tensor-core FLOPs); where its FLOPs come from the calls table (the fast set), its tensor pipe
@@ -13,6 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from torch_nsight.analyze.findings.call_shapes import CallsOf
+from torch_nsight.analyze.findings.codes import FixCode
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
@@ -33,6 +38,8 @@ CUDA_CORE_NAMES = ("simt_sgemm", "_ffma_", "sgemm")
 #: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
 #: The 16-bit dtypes autocast runs GEMMs and convolutions in.
 HALF_DTYPES = ("bfloat16", "float16")
+#: The tensor-core peak of each 16-bit dtype (kernel-table column, per cycle).
+HALF_PEAKS = {"bfloat16": "peak_tensor_bf16_per_cycle", "float16": "peak_tensor_fp16_per_cycle"}
 #: The GEMM and convolution ops ``torch.autocast`` casts to 16-bit on CUDA (its lower-precision
 #: list, ``aten/src/ATen/autocast_mode.cpp``). An fp32 one of these beside 16-bit GEMMs ran
 #: with autocast switched off on purpose (Hugging Face's rotary angles); any other GEMM op
@@ -98,26 +105,29 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
         named = bool(by_name[rows.index].all())
         if tf32 or not (named or _fp32_data(rows, context.calls_of)):
             continue
-        peak = rows["peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
-        tf32_ns = 1e9 * pd.concat([rows["flops"] / peak,
+        uncast = _uncast_ops(rows, context.calls_of)
+        half = _half_elsewhere(context.heavy, rows, uncast)
+        # cast to the step's 16-bit dtype where autocast left the op in fp32, else TF32
+        peak = rows[HALF_PEAKS[half] if half else "peak_tensor_tf32_per_cycle"] \
+            * rows["sm_clock_hz"]
+        roof_ns = 1e9 * pd.concat([rows["flops"] / peak,
                                    rows["dram_bytes"] / rows["peak_bytes_per_s"]],
                                   axis=1).max(axis=1, skipna=False)
-        gain = per_run(rows, (rows["duration_ns"] - tf32_ns / ATTAINABLE_FRACTION)
+        gain = per_run(rows, (rows["duration_ns"] - roof_ns / ATTAINABLE_FRACTION)
                        .clip(lower=0.0))
         if gain <= 0:
             continue
         site = context.site(rows)
-        uncast = _uncast_ops(rows, context.calls_of)
+        fix: FixCode = "cast_to_half" if half else "tf32_conv" if conv else "tf32_matmul"
         found.append(Finding(
             "fp32_no_tensor_cores", rows, gain, "roofline", "high" if tf32 is False else "medium",
-            "tf32_conv" if conv else "tf32_matmul", module_kind=site.kind, aten_ops=site.ops,
-            layout=site.layout, dtype="float32",
+            fix, module_kind=site.kind, aten_ops=site.ops, layout=site.layout, dtype="float32",
             fix_params={"setting": "cudnn.allow_tf32" if conv else "cuda.matmul.allow_tf32",
-                        "half_elsewhere": _half_elsewhere(context.heavy, rows, uncast),
-                        "ops": uncast},
+                        **({"dtype": half, "ops": uncast} if half else {})},
             facts={"conv": conv, "tf32": tf32, "by_name": named,
                    "kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
                    "flops_per_run": per_run(rows, rows["flops"]),
                    "flops_per_ns": rows["flops"].sum() / rows["duration_ns"].sum(),
-                   "peak_flops_per_s": peak.max(), "tf32_roof_ns": per_run(rows, tf32_ns)}))
+                   "peak_flops_per_s": peak.max(), "roof_precision": half or "tf32",
+                   "roof_ns": per_run(rows, roof_ns)}))
     return found

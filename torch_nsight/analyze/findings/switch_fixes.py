@@ -29,6 +29,8 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     # TF32 tensor cores for matmuls and convolutions: the whole process
     "tf32_matmul": lambda target: FixSpec("tf32"),
     "tf32_conv": lambda target: FixSpec("tf32"),
+    # the grouped GEMMs autocast leaves in fp32, cast in the module that calls them
+    "cast_to_half": lambda target: FixSpec("cast", target),
     # one kernel for the chain: torch.compile of the module it ran in
     "compile_module": lambda target: FixSpec("compile", target),
     # the fix says compile the model (the module alone would cost more than it saves): the

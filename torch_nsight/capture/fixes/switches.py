@@ -25,6 +25,11 @@ and written with the step times), never left half-way.
   a probe first) computes it with ``F.gelu(x, approximate="tanh")``, one kernel; off gives
   it its own forward back;
 * ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark``; off restores what it was;
+* ``cast``: inside the target's forward, the grouped GEMMs autocast leaves in float32
+  (``torch._grouped_mm``, ``F.grouped_mm``) take their float inputs cast to 16-bit (the
+  option ``dtype``, else autocast's own dtype where it is on, else bfloat16) and give their
+  result back in float32: above autograd, so their backward runs 16-bit too; off removes
+  the hooks;
 * ``fused_optimizer``: the optimizers of the model's parameters step with their fused
   implementation (:class:`~torch_nsight.capture.fixes.toggle.FusedFlag`); off restores their flags.
 """
@@ -42,6 +47,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812 - PyTorch's own spelling
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from torch_nsight.capture.fixes.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.fixes.toggle import (
@@ -261,10 +267,52 @@ def _sdpa_backend(model: nn.Module, targets: Targets, options: Mapping[str, Any]
     backend = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH,
                "efficient": SDPBackend.EFFICIENT_ATTENTION,
                "cudnn": SDPBackend.CUDNN_ATTENTION}[str(options["backend"])]
+    return _around_forward(targets, lambda: sdpa_kernel(backend))
+
+
+#: The ops ``cast`` casts: GEMMs ``torch.autocast`` does not cast (by function name).
+_UNCAST = frozenset({"_grouped_mm", "grouped_mm"})
+_HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class _CastUncast(TorchFunctionMode):
+    """Casts the float32 inputs of :data:`_UNCAST` calls to ``dtype``, their result back."""
+
+    def __init__(self, dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") not in _UNCAST:
+            return func(*args, **kwargs)
+        dtype = self.dtype or (torch.get_autocast_dtype("cuda")
+                               if torch.is_autocast_enabled("cuda") else torch.bfloat16)
+
+        def cast(value: Any) -> Any:
+            return (value.to(dtype) if isinstance(value, Tensor)
+                    and value.dtype == torch.float32 else value)
+        out = func(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
+        given = [a for a in args if isinstance(a, Tensor) and a.is_floating_point()]
+        return out.to(torch.float32) if given and given[0].dtype == torch.float32 else out
+
+
+@switch("cast")
+def _cast(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> Toggle:
+    name = options.get("dtype")
+    if name is not None and (not isinstance(name, str) or name not in _HALF):
+        raise ValueError(f"cast to {name!r}: one of {', '.join(_HALF)}")
+    return _around_forward(targets, lambda: _CastUncast(None if name is None else _HALF[name]))
+
+
+def _around_forward(targets: Targets, make: Callable[[], Any]) -> Toggle:
+    """A context made by ``make`` entered before and left after (always) each forward of
+    every target, while on; off removes the hooks."""
     entered = threading.local()  # the contexts open on this thread (nested calls)
 
     def enter(module: nn.Module, args: Any) -> None:
-        context = sdpa_kernel(backend)
+        context = make()
         context.__enter__()
         entered.__dict__.setdefault("stack", []).append(context)
 
