@@ -3,8 +3,8 @@
 table recorded before the grouped GEMM's FLOPs were counted: counted on reading) and a
 Qwen2-MoE, a verification model (H200, counted when recorded). Their expert GEMMs take the
 calls' FLOPs, sit under their roof, and the step's first finding casts them to the 16-bit
-dtype the step's other GEMMs ran in (no switch: a code change). Every expectation is read from
-the source's own tables."""
+dtype the step's other GEMMs ran in (``--verify`` switches it as ``cast@<module>``). Every
+expectation is read from the source's own tables."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import torch_nsight
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.codes import fix_fits
+from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
 from torch_nsight.shape_flops import GROUPED_GEMM_OPS
 
 MOES = ["mixtral_moe", "qwen2_moe"]
@@ -57,11 +58,17 @@ def test_the_first_finding_moves_the_experts_to_tensor_cores(moe: torch_nsight.P
     others = calls[calls["aten_op"].isin(["mm", "addmm", "bmm", "linear"])
                    & (calls["module_path"] != first["module_path"])]
     half = others["input_dtypes"].map(lambda dtypes: dtypes[-1]).mode().iat[0]
-    assert first["fix_params"]["dtype"] == half == "bfloat16"
+    assert first["fix_params"]["dtype"] == half
     assert set(first["fix_params"]["ops"]) <= GROUPED_GEMM_OPS
     assert "autocast does not cast" in str(first["fix"])
+    # --verify casts them in the experts' forward, to the dtype the gain was predicted for
+    spec = switch_fix(first)
+    assert spec is not None and spec.fix == "cast"
+    assert spec.target == fix_target(first["module_path"]) and "experts" in spec.target
+    assert dict(spec.options) == {"dtype": first["fix_params"]["dtype"]}
     # a gain is never more than the time of the kernels it is about (a folded row's blocks
     # together: every expert GEMM of its direction)
     kernels = moe.kernels
     mine = kernels[_grouped(kernels, "aten_ops") & (kernels["direction"] == first["direction"])]
     assert 0 < first["est_gain_ns"] < mine["duration_ns"].sum()
+

@@ -246,8 +246,11 @@ class Experts(nn.Module):
         self.weight = nn.Parameter(torch.randn(4, 16, 8))
         self.dtypes: list[torch.dtype] = []
 
+    by_keyword = False
+
     def forward(self, x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-        out = torch._grouped_mm(x, self.weight, offs)
+        out = (torch._grouped_mm(input=x, mat2=self.weight, offs=offs) if self.by_keyword
+               else torch._grouped_mm(x, self.weight, offs))
         self.dtypes.append(out.dtype)
         return out
 
@@ -271,6 +274,9 @@ def test_a_cast_runs_the_grouped_gemm_in_16_bit_and_gives_float32_back() -> None
     assert torch.equal(model(x, offs), plain)
     outcome.toggle.on()
     assert torch.equal(model(x, offs), by_hand)
+    # operands given by keyword: cast, and the result back in float32 all the same
+    model.by_keyword = True
+    assert torch.equal(model(x, offs), by_hand) and model.dtypes[-1] == torch.float32
 
 
 def test_a_cast_to_anything_but_16_bit_is_refused() -> None:

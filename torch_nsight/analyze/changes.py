@@ -65,7 +65,7 @@ def changed_rows(rows: pd.DataFrame, baseline: pd.DataFrame,
     ``change_pct`` is recomputed from the sums, and the spread columns of a folded row are
     blank (the blocks' runs are not independent). A Conv2d, a BatchNorm and a ReLU
     (``stem.0``, ``stem.1``, ``stem.2``) never share a row. Regressions come first, then
-    every other row, each part by :data:`CHANGE_COLUMN` (largest first).
+    improvements, then every other row, each part by :data:`CHANGE_COLUMN` (largest first).
 
     Args:
         rows: the output of ``compare_profiles``.
@@ -95,8 +95,10 @@ def changed_rows(rows: pd.DataFrame, baseline: pd.DataFrame,
     one_sided = folded["current_ns"].fillna(0) - folded["baseline_ns"].fillna(0)
     magnitude = folded["change_ns"].where(folded["change_ns"].notna(), one_sided)
     folded[CHANGE_COLUMN] = magnitude.abs().astype("float64")
-    regressed = (folded["verdict"] != "regressed").astype(int)
-    order = np.lexsort((-folded[CHANGE_COLUMN].fillna(0).to_numpy(), regressed.to_numpy()))
+    # regressed, improved, then the rest (new, gone, unchanged): the headline's largest change
+    # (a regression or an improvement) heads its part, above modules found on one side only
+    part = folded["verdict"].map({"regressed": 0, "improved": 1}).fillna(2).astype(int)
+    order = np.lexsort((-folded[CHANGE_COLUMN].fillna(0).to_numpy(), part.to_numpy()))
     return folded.iloc[order].reset_index(drop=True)
 
 

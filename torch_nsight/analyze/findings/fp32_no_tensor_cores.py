@@ -16,30 +16,22 @@ from __future__ import annotations
 
 import pandas as pd
 
+from torch_nsight.analyze.analytic import TENSOR_PRECISION
 from torch_nsight.analyze.findings.call_shapes import CallsOf
 from torch_nsight.analyze.findings.codes import FixCode
+from torch_nsight.analyze.findings.conv_no_tensor_cores import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
-from torch_nsight.vocabulary import SITE_KEYS, tf32_enabled
+from torch_nsight.metrics import PRECISIONS
+from torch_nsight.vocabulary import HALF_DTYPES, SITE_KEYS, tf32_enabled
 
 #: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
 #: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
 HALF_SHARE = 0.01
-#: A kernel whose tensor pipe was busy under this share of its cycles (%, the fast set's
-#: ``tensor_pipe_pct``) ran no tensor-core work: the CUDA-core FFMA and SIMT GEMMs of the
-#: recorded Mixtral-style experts (``zoo_families/mixtral_moe``) 0.000-0.029%, the TF32 and bf16
-#: tensor-core GEMMs of ``gat`` and ``whisper_s`` 13% and more.
-IDLE_TENSOR_PIPE_PCT = 0.1
 #: CUDA-core fp32 GEMM kernels by name: CUTLASS's SIMT SGEMMs, cuBLAS's FFMA kernels.
 CUDA_CORE_NAMES = ("simt_sgemm", "_ffma_", "sgemm")
-#: 16-bit data in a kernel's name or template arguments (cuDNN's ``implicit_convolve_sgemm``
-#: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
-#: The 16-bit dtypes autocast runs GEMMs and convolutions in.
-HALF_DTYPES = ("bfloat16", "float16")
-#: The tensor-core peak of each 16-bit dtype (kernel-table column, per cycle).
-HALF_PEAKS = {"bfloat16": "peak_tensor_bf16_per_cycle", "float16": "peak_tensor_fp16_per_cycle"}
 #: The GEMM and convolution ops ``torch.autocast`` casts to 16-bit on CUDA (its lower-precision
 #: list, ``aten/src/ATen/autocast_mode.cpp``). An fp32 one of these beside 16-bit GEMMs ran
 #: with autocast switched off on purpose (Hugging Face's rotary angles); any other GEMM op
@@ -49,6 +41,8 @@ AUTOCAST_CASTS = frozenset({
     "linear", "chain_matmul", "linalg_multi_dot", "linalg_vecdot", "prelu", "convolution",
     "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
     "conv_transpose2d", "conv_transpose3d", "cudnn_convolution", "convolution_backward"})
+#: 16-bit data in a kernel's name or template arguments (cuDNN's ``implicit_convolve_sgemm``
+#: also runs ``__nv_bfloat16`` convolutions on CUDA cores: no TF32 switch reaches those).
 SIXTEEN_BIT = ("tf32", "hmma", "bf16", "f16", "bfloat16", "__half", "half")
 
 
@@ -70,16 +64,20 @@ def _uncast_ops(rows: pd.DataFrame, calls_of: CallsOf) -> list[str]:
 
 
 def _half_elsewhere(heavy: pd.DataFrame, rows: pd.DataFrame, uncast: list[str]) -> str | None:
-    """The 16-bit dtype most of the step's other GEMM and convolution calls ran in, where the
-    fp32 ones here are ops autocast does not cast (``uncast``; a grouped GEMM under
-    ``torch.autocast``); None where they are not, or the step ran no 16-bit GEMM (a model
-    in fp32)."""
+    """The dtype most of the same step's other GEMM and convolution calls (same variant and
+    shape) ran in, where it is 16-bit and the fp32 calls here are ops autocast does not cast
+    (``uncast``; a grouped GEMM under ``torch.autocast``); None otherwise (a model in fp32,
+    one bf16 head in it, or an op autocast casts)."""
     if heavy.empty or not uncast:
         return None
-    here = heavy["module_path"].astype(str) == str(rows["module_path"].iat[0])
-    dtypes = heavy.loc[~here, "dtype"].astype(str)
-    half = dtypes[dtypes.isin(HALF_DTYPES)]
-    return str(half.mode().iat[0]) if len(half) else None
+    others = heavy["module_path"].astype(str) != str(rows["module_path"].iat[0])
+    for label in ("variant", "shape"):
+        if label in heavy and label in rows:
+            others &= heavy[label].astype(str) == str(rows[label].iat[0])
+    dtypes = heavy.loc[others, "dtype"].astype(str)
+    dtypes = dtypes[dtypes != ""]
+    most = str(dtypes.mode().iat[0]) if len(dtypes) else None
+    return most if most in HALF_DTYPES else None
 
 
 @finding_check("fp32_no_tensor_cores")
@@ -108,8 +106,8 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
         uncast = _uncast_ops(rows, context.calls_of)
         half = _half_elsewhere(context.heavy, rows, uncast)
         # cast to the step's 16-bit dtype where autocast left the op in fp32, else TF32
-        peak = rows[HALF_PEAKS[half] if half else "peak_tensor_tf32_per_cycle"] \
-            * rows["sm_clock_hz"]
+        peak = rows[PRECISIONS[TENSOR_PRECISION[half]][1] if half
+                    else "peak_tensor_tf32_per_cycle"] * rows["sm_clock_hz"]
         roof_ns = 1e9 * pd.concat([rows["flops"] / peak,
                                    rows["dram_bytes"] / rows["peak_bytes_per_s"]],
                                   axis=1).max(axis=1, skipna=False)

@@ -47,6 +47,9 @@ SWITCH_FIXES: dict[str, Callable[[str], FixSpec]] = {
     # the optimizer's own class made with fused=True: its flag set before each step
     "optimizer_fused": lambda target: FixSpec("fused_optimizer"),
 }
+#: Fix code -> the finding's fix parameters its switch takes as options (the dtype a cast
+#: was predicted for).
+SWITCH_OPTIONS: dict[str, tuple[str, ...]] = {"cast_to_half": ("dtype",)}
 #: A timeline finding (worded by the timeline's analysis, no fix code) -> its switch.
 TIMELINE_SWITCHES: dict[str, Callable[[str], FixSpec]] = {
     "launch_bound": lambda target: FixSpec("compile", "", _REDUCE_OVERHEAD),
@@ -71,4 +74,10 @@ def switch_fix(finding: Mapping[str, Any]) -> FixSpec | None:
     code = finding.get("fix_code")
     make = (SWITCH_FIXES.get(code) if isinstance(code, str) and code
             else TIMELINE_SWITCHES.get(str(finding.get("finding"))))
-    return None if make is None else make(fix_target(finding.get("module_path")))
+    if make is None:
+        return None
+    spec = make(fix_target(finding.get("module_path")))
+    params = finding.get("fix_params")
+    given = {key: params[key] for key in SWITCH_OPTIONS.get(str(code), ())
+             if isinstance(params, Mapping) and params.get(key) is not None}
+    return FixSpec(spec.fix, spec.target, {**spec.options, **given}) if given else spec

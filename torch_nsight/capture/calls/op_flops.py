@@ -45,7 +45,8 @@ def op_flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
     formula = flop_registry.get(packet)
     if formula is None:
         shapes = [list(a.shape) for a in args if hasattr(a, "shape")]
-        return shape_flops(getattr(packet, "__name__", ""), shapes)
+        counted = shape_flops(getattr(packet, "__name__", ""), shapes)
+        return None if counted is None else int(counted)  # (a symbolic size made concrete)
     if _is_grouped_conv_backward(packet, args):
         return _grouped_conv_backward_flops(args)
     # As FlopCounterMode._count_flops calls the registered (shape-wrapped) formulas.

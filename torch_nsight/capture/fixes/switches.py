@@ -293,8 +293,9 @@ class _CastUncast(TorchFunctionMode):
         def cast(value: Any) -> Any:
             return (value.to(dtype) if isinstance(value, Tensor)
                     and value.dtype == torch.float32 else value)
+        given = [a for a in (*args, *kwargs.values())
+                 if isinstance(a, Tensor) and a.is_floating_point()]
         out = func(*[cast(a) for a in args], **{k: cast(v) for k, v in kwargs.items()})
-        given = [a for a in args if isinstance(a, Tensor) and a.is_floating_point()]
         return out.to(torch.float32) if given and given[0].dtype == torch.float32 else out
 
 
