@@ -1,7 +1,7 @@
 """The import rules, read from the source: one-way layers, no cycle, the child kept apart.
 
 The order (docs/architecture.md): the stage-neutral modules (errors, naming, metrics,
-formats, vocabulary, record, the calls file, units, checks, files), then capture, report, analyze, the Profile
+formats, vocabulary, record, the calls file, units, checks, files, shape FLOPs), then capture, report, analyze, the Profile
 record, loading, render, collect (whose parent returns a loaded Profile) and the CLI on top.
 Capture is a side branch: the stages that read and show profiles never import it (torch).
 
@@ -26,7 +26,8 @@ from typing import TypeVar
 
 PACKAGE = Path(__file__).resolve().parents[1] / "torch_nsight"
 NEUTRAL = ("version", "errors", "naming", "metrics", "formats", "vocabulary", "record",
-           "calls_file", "units", "status", "verify_exchange", "checks", "files", "environment")
+           "calls_file", "units", "status", "verify_exchange", "checks", "files", "environment",
+           "shape_flops")
 ORDER = ("neutral", "capture", "report", "analyze", "profile", "loading", "render", "collect",
          "demo", "cli", "top")
 #: Third-party packages a stage must never import (capture runs in the user's process
