@@ -13,7 +13,9 @@ import pytest
 
 import torch_nsight
 from tests.test_golden_outputs import DATA
+from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.codes import fix_fits
+from torch_nsight.analyze.hotspots import LIBRARY_ON_CUDA_CORES
 from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
 from torch_nsight.shape_flops import GROUPED_GEMM_OPS
 
@@ -72,3 +74,34 @@ def test_the_first_finding_moves_the_experts_to_tensor_cores(moe: torch_nsight.P
     mine = kernels[_grouped(kernels, "aten_ops") & (kernels["direction"] == first["direction"])]
     assert 0 < first["est_gain_ns"] < mine["duration_ns"].sum()
 
+
+
+def test_the_experts_hotspots_are_told_tensor_cores_whatever_their_bound(
+        moe: torch_nsight.Profile) -> None:
+    """Their next step agrees with the finding: tensor cores first, not "a larger batch" for
+    the expert GEMMs under one wave."""
+    table = moe.hotspots(n=10_000)
+    experts = table[table["aten_ops"].map(
+        lambda ops: isinstance(ops, str) and bool(GROUPED_GEMM_OPS & set(ops.split(", "))))
+        & table["kernel"].astype(str).str.contains("gemm|cutlass|xmma", case=False)]
+    assert len(experts) and (experts["bound"] != "compute").any()
+    told = experts["next_step_code"]
+    assert told.isin([LIBRARY_ON_CUDA_CORES, "use_tensor_cores"]).all()
+    assert (told[experts["bound"] != "compute"] == LIBRARY_ON_CUDA_CORES).all()
+
+
+@pytest.mark.parametrize("name", ["lstm_lm", "gru_lm", "qwen2_moe", "mixtral_moe", "gat"])
+def test_only_kernels_that_ran_on_cuda_cores_are_told_so(name: str) -> None:
+    """A site told it ran on CUDA cores had FLOPs and an idle tensor pipe in every launch
+    (cuDNN's fp16 RNN GEMMs and its flash attention, given fp32 and no FLOPs by the calls
+    table as a site's other kernels, are not told so)."""
+    profile = torch_nsight.load(DATA / "zoo_families" / f"{name}.ncu-rep.xz")
+    kernels, table = profile.kernels, profile.hotspots(n=100_000, fold=False)
+    busy = kernels[pd.to_numeric(kernels["tensor_pipe_pct"], errors="coerce")
+                   >= IDLE_TENSOR_PIPE_PCT]
+    told = table[table["next_step_code"] == LIBRARY_ON_CUDA_CORES]
+    keys = ["module_path", "direction", "kernel"]
+    busy_sites = set(map(tuple, busy[keys].astype(str).to_numpy()))
+    assert not busy_sites & set(map(tuple, told[keys].astype(str).to_numpy()))
+    if name in ("lstm_lm", "gru_lm"):  # their tensor-core GEMMs exist and are not told
+        assert busy["kernel"].astype(str).str.contains("gemm|nvjet", case=False).any()

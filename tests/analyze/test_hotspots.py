@@ -105,6 +105,8 @@ def test_hotspots_pass_the_roofline_side_to_the_next_step(block: pd.DataFrame) -
     # every kernel memory-bound by ncu; softmax and norm below the ridge, the GEMMs above
     work = block.assign(bound="memory", roofline_side=["memory", "compute", "memory",
                                                        "compute", "memory"])
+    # tensor-core GEMMs (a GEMM of fp32 FLOPs on CUDA cores is told tensor cores first)
+    work["precision"] = work["precision"].mask(work["kernel"] == "gemm", "tensor_bf16")
     mlp = work["module_path"] == "Block/mlp"
     work.loc[mlp, ["headroom_ns", "roof_time_ns"]] = [18.0, 2.0]  # 2 of 20 ns: 10% of roof
     top = word_hotspots(hotspots(work, n=5)).set_index("module_path")

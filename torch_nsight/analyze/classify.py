@@ -83,6 +83,11 @@ def _title_bound(title: str, sm_pct: float, mem_pct: float) -> str | None:
     return bound
 
 
+#: Tensor-pipe use (percent of peak, the fast set's ``tensor_pipe_pct``) under which a kernel
+#: did no tensor-core work worth the name: cuDNN's direct convolutions 0.44% and 0.27%, the
+#: FFMA and SIMT GEMMs of the recorded Mixtral-style experts 0.000-0.029%; tensor-core GEMMs
+#: of ``gat`` and ``whisper_s`` 13% and more.
+IDLE_TENSOR_PIPE_PCT = 1.0
 #: The stand-ins of each SOL percentage: column -> the unit it names in the evidence.
 COMPUTE_STAND_INS = {"sm_issue_pct": "SM issue", "tensor_pipe_pct": "tensor pipe"}
 MEMORY_STAND_INS = {"dram_busy_pct": "DRAM", "l1_lsu_pct": "L1"}

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.classify import LATENCY_PCT
+from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT, LATENCY_PCT
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.fold import STRUCTURE_COLUMN, fold_rows, with_structure
 from torch_nsight.analyze.frames import (
@@ -54,6 +54,13 @@ HOTSPOT_COLUMNS = (
 LIBRARY_MATMUL = re.compile(r"gemm|nvjet|cutlass|cublas|xmma|fprop|dgrad|wgrad", re.IGNORECASE)
 
 
+#: Precisions of CUDA-core work (a tensor-core kernel's are ``tensor_*``).
+CUDA_CORES = ("fp32", "fp64", "fp16")
+#: ``next_step_code`` of a library GEMM or convolution that ran on CUDA cores and is not
+#: compute-bound (those are told :data:`COMPUTE_STEPS`' ``use_tensor_cores``): tensor cores
+#: come first whatever limits it (the fp32 experts' GEMMs of the recorded MoE steps were told
+#: "a larger batch" under one wave beside a finding to cast them).
+LIBRARY_ON_CUDA_CORES = "library_on_cuda_cores"
 #: ``next_step_code`` of a latency-bound kernel with no limiter named: under one wave by
 #: Nsight Compute's verdict, judged on the roofline alone (a library GEMM or convolution, or
 #: another kernel), or with the speed-of-light data that rules the launch out.
@@ -74,7 +81,7 @@ NO_COUNTERS = "no_counters"
 
 def next_step_code(bound: object, small_grid: bool, precision: object, side: object = None,
                    pct_of_roof: float = math.nan, kernel: object = None, basis: object = None,
-                   limiter: object = None) -> str:
+                   limiter: object = None, cuda_cores: object = False) -> str:
     """Return the code of what to look at next for a kernel of this class (render words it:
     :mod:`torch_nsight.render.hotspot_words`).
 
@@ -93,6 +100,7 @@ def next_step_code(bound: object, small_grid: bool, precision: object, side: obj
         basis: the classification's basis (``roofline``: judged without speed-of-light data).
         limiter: what limits a latency-bound kernel's launch (``limiter``, see
             :mod:`torch_nsight.analyze.limiter`), None when nothing does or unknown.
+        cuda_cores: whether the kernel's work ran on CUDA cores (:func:`on_cuda_cores`).
 
     Returns:
         The limiter's name for a latency-bound kernel with one, else one of
@@ -101,6 +109,9 @@ def next_step_code(bound: object, small_grid: bool, precision: object, side: obj
     """
     low = not pd.isna(pct_of_roof) and pct_of_roof < LATENCY_PCT
     library = isinstance(kernel, str) and LIBRARY_MATMUL.search(kernel) is not None
+    if library and isinstance(cuda_cores, (bool, np.bool_)) and cuda_cores \
+            and bound in ("latency", "memory"):
+        return LIBRARY_ON_CUDA_CORES
     if bound == "latency":
         if limiter in LIMITER_CODES:
             return limiter  # type: ignore[return-value]
@@ -116,7 +127,7 @@ def next_step_code(bound: object, small_grid: bool, precision: object, side: obj
     if bound == "compute":
         if side == "memory":
             return "cut_instructions"
-        if precision in ("fp32", "fp64", "fp16"):
+        if precision in CUDA_CORES:
             return "use_tensor_cores"
         if library and low:
             return "check_library_shapes"
@@ -214,6 +225,18 @@ def _with_facts(table: pd.DataFrame, facts: _Facts) -> pd.DataFrame:
     return table.assign(reason_facts=facts.of(table["reason_facts"].tolist()).to_numpy())
 
 
+def on_cuda_cores(df: pd.DataFrame) -> pd.Series:
+    """Whether each launch did floating-point work on CUDA cores: a CUDA-core precision with
+    FLOPs, and its tensor pipe idle where the fast set measured it (the calls table gives a
+    site's other kernels fp32 and 0 FLOPs; cuDNN's fp16 RNN GEMMs, 79% busy, and its flash
+    attention, 10%, are neither)."""
+    flops = pd.to_numeric(df["flops"], errors="coerce") if "flops" in df else np.nan
+    pipe = (pd.to_numeric(df["tensor_pipe_pct"], errors="coerce") if "tensor_pipe_pct" in df
+            else pd.Series(np.nan, index=df.index))
+    return (df["precision"].isin(CUDA_CORES) & (flops > 0)
+            & ~(pipe >= IDLE_TENSOR_PIPE_PCT)).astype(bool)
+
+
 def _by_site(out: pd.DataFrame, values: np.ndarray) -> pd.Series:
     """``values`` (one per site, in site order) as a column of ``out``, blanks None."""
     return blank_to_none(pd.Series(values, index=out.index, dtype=object))
@@ -246,6 +269,8 @@ def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Fac
     for column in ("basis", "limiter", "small_grid"):
         out[column] = _by_site(out, dominant_values(
             work.loc[agrees, [column, "duration_ns"]], column, codes[agrees], len(out)))
+    cuda = on_cuda_cores(df).to_numpy()
+    out["cuda_cores"] = np.bincount(codes, weights=cuda, minlength=len(out)) > 0
     out["reason_facts"] = np.arange(len(out))  # the site's number, until its facts
     out["fused_modules"] = _first_fused(df, work, keys)
     out["aten_ops"] = (_by_site(out, dominant_values(work.assign(aten_ops=df["aten_ops"]),
@@ -260,7 +285,9 @@ def _kernel_sites(df: pd.DataFrame, keep_runs: bool) -> tuple[pd.DataFrame, _Fac
     out["pct_of_roof"] = 100.0 * out["roof_time_ns"] / out["duration_ns"]
     out["next_step_code"] = [next_step_code(*row) for row in zip(
         out["bound"], out["small_grid"], out["precision"], out["roofline_side"],
-        out["pct_of_roof"], out["kernel"], out["basis"], out["limiter"], strict=True)]
+        out["pct_of_roof"], out["kernel"], out["basis"], out["limiter"], out["cuda_cores"],
+        strict=True)]
+    out = out.drop(columns="cuda_cores")
     for column in KERNEL_KEYS:
         out[column] = blank_to_none(out[column])
     out = whole_counts(with_spread(out, keep_runs=keep_runs), ("launches",))

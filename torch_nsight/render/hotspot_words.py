@@ -71,6 +71,8 @@ NEXT_STEP = {
                         "DRAM byte",
     "use_tensor_cores": "move the work to tensor cores: compute-bound on CUDA cores "
                         "({precision})",
+    "library_on_cuda_cores": "move the work to tensor cores: a GEMM or convolution on CUDA "
+                             "cores ({precision})",
     "check_library_shapes": "check GEMM/conv shapes, alignment and dtype: far below its FLOP "
                             "roof",
     "less_work_near_roof": "do less work or use a lower precision: near the FLOP roof",

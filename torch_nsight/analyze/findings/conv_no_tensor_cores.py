@@ -19,6 +19,7 @@ from __future__ import annotations
 import pandas as pd
 
 from torch_nsight.analyze.analytic import DIRECT_CONVOLUTION
+from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.call_shapes import ROLES
 from torch_nsight.analyze.findings.codes import FixCode
 from torch_nsight.analyze.findings.gemm_misaligned import CHANNELS_TO, channel_pads
@@ -28,9 +29,6 @@ from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import takes_4d
 from torch_nsight.vocabulary import SITE_KEYS
 
-#: Tensor-pipe use (percent of peak) under which a kernel did no tensor-core work worth
-#: the name (0.44% and 0.27% on the recorded direct convolutions).
-IDLE_TENSOR_PIPE_PCT = 1.0
 #: The 16-bit data type in a kernel's template arguments, and the tensor peak it would use.
 SIXTEEN_BIT = {"__nv_bfloat16": ("bfloat16", "peak_tensor_bf16_per_cycle"),
                "__half": ("float16", "peak_tensor_fp16_per_cycle")}

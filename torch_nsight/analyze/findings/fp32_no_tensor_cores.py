@@ -17,9 +17,9 @@ from __future__ import annotations
 import pandas as pd
 
 from torch_nsight.analyze.analytic import TENSOR_PRECISION
+from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.call_shapes import CallsOf
 from torch_nsight.analyze.findings.codes import FixCode
-from torch_nsight.analyze.findings.conv_no_tensor_cores import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
