@@ -15,8 +15,8 @@ import torch_nsight
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.codes import fix_fits
-from torch_nsight.analyze.hotspots import LIBRARY_ON_CUDA_CORES
 from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
+from torch_nsight.analyze.hotspots import LIBRARY_ON_CUDA_CORES
 from torch_nsight.shape_flops import GROUPED_GEMM_OPS
 
 MOES = ["mixtral_moe", "qwen2_moe"]
