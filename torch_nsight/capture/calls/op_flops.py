@@ -5,8 +5,8 @@ torch's ``convolution_backward`` formula counts a grouped (depthwise) convolutio
 gradient as if every input channel met every output channel: ``groups`` times too many
 (97x the forward on a depthwise 7x7 over 96 channels, 768x at 768), which put ConvNeXt's
 backward kernels far above their roof. Its weight gradient does one multiply-add per forward
-one; its input gradient is torch's own count. Ops the registry has no formula for are counted
-from their shapes where :mod:`torch_nsight.shape_flops` knows them (the grouped GEMM).
+one; its input gradient is torch's own count. An op the registry has no formula for is
+counted by its shapes where :mod:`torch_nsight.shape_flops` knows it (the grouped GEMM).
 """
 
 from __future__ import annotations
