@@ -20,7 +20,7 @@ from .test_profile_command import FAKE_NCU, cli
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 TRAIN = """
-import sys, torch, torch_nsight
+import sys, time, torch, torch_nsight
 from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 37))
@@ -36,11 +36,13 @@ for _ in range(int(sys.argv[1]) if sys.argv[1:] else 24):
         optimizer.step()
         optimizer.zero_grad()
         step.record_loss(loss)
+        time.sleep({pause})  # the CPU's own work between launches, where asked
 """
 
 
-def script(tmp_path: Path, *, scaled: bool = False) -> None:
-    (tmp_path / "train.py").write_text(TRAIN.replace("{scaled}", "1" if scaled else ""))
+def script(tmp_path: Path, *, scaled: bool = False, pause: float = 0.0) -> None:
+    (tmp_path / "train.py").write_text(TRAIN.replace("{scaled}", "1" if scaled else "")
+                                       .replace("{pause}", str(pause)))
 
 
 def findings_section(out: str) -> list[str]:
@@ -99,12 +101,15 @@ def test_a_fix_that_changes_the_loss_is_not_counted(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
     """A fake ncu gives the recorded fp32 GEMM report, whose top finding (TF32 off) has a
-    switch; it is measured on the script's own steps."""
+    switch; it is measured on the script's own steps. The script's steps sleep 20 ms beside
+    the report's one 2.7 ms GEMM: the bare step the runs timed leaves the GPU idle most of
+    it, a step_idle finding, whose one long launch says the CPU's own work, not launches,
+    holds it (no switch)."""
     ncu = tmp_path / "ncu"
     report = DATA / "findings_fp32_off" / "sweep.ncu-rep.xz"
     ncu.write_text(FAKE_NCU.format(python=sys.executable, mode="ok", report=report))
     ncu.chmod(0o755)
-    script(tmp_path)
+    script(tmp_path, pause=0.02)
     proc = cli("--ncu", str(ncu), "--steps", "4:10", "--verify", "--verify-rounds", "1", "--",
                sys.executable, "train.py", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -117,6 +122,13 @@ def test_a_profile_measures_its_top_findings_switch(tmp_path: Path) -> None:
     assert line.startswith("verified: fp32_no_tensor_cores in Linear")
     assert ": measured: tf32: predicted " in line and "x the prediction" in line
     assert "over 10 pairs of steps" in line
+    section = findings_section(proc.stdout)
+    (at,) = [i for i, r in enumerate(section) if "step_idle" in r]
+    assert "bare_step" in section[at]  # its gain: the bare step against its kernels
+    assert "No switch known" in section[at + 1] and "--timeline" in " ".join(section[at + 1:])
+    bare = float(re.search(r"the GPU idles ([0-9.]+) ms of the bare step's ([0-9.]+) ms",
+                           proc.stderr).group(2))
+    assert bare >= 20.0  # the sleep is in every step, with or without the fix
 
 
 def test_a_script_that_never_instruments_cannot_have_its_fix_applied(

@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
     emit(profile, args)
     if verify is not None:
         import torch_nsight.render.finding_words  # noqa: F401 - the words
-        table = run_verify(profile.finding_table(fold=args.fold), verify)
+        table = run_verify(profile.finding_table(fold=args.fold), verify, profile.kernels)
         print_verified(table, profile.kernels, args.n or 10, args.fmt)
     _say_where_and_how_long(report, plan.log, ran.record)
     say_replication_hint(args, profile.kernels, ran.record)

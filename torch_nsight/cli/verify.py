@@ -132,8 +132,10 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: Steps |
                       timeout=getattr(args, "timeout", None))
 
 
-def run_verify(found: pd.DataFrame, plan: VerifyPlan) -> pd.DataFrame:
-    """Measure, with a progress line per run on standard error.
+def run_verify(found: pd.DataFrame, plan: VerifyPlan,
+               kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Measure, with a progress line per run on standard error (``kernels``: the profile's,
+    to judge the GPU's idle time in the bare step).
 
     Raises:
         UsageError: the command cannot be started.
@@ -142,7 +144,8 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan) -> pd.DataFrame:
     from torch_nsight.collect.parent.measure import verify_on_steps
 
     try:
-        return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr))
+        return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr),
+                               kernels=kernels)
     except FileNotFoundError:
         raise UsageError(f"could not start {plan.command[0]}") from None
 

@@ -226,7 +226,20 @@ def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
             f"{facts['share_pct']:.1f}% of the run's GPU time).")
 
 
+def _idle_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    why = (f"{facts['small_kernel_pct']:.0f}% of its {facts['launches_per_run']:.0f} launches "
+           f"are shorter than {_time(facts['small_kernel_ns'])}, less than eager PyTorch takes "
+           "to launch one" if _given(row, "cause") == "launch_overhead"
+           else "its launches are not mostly short: the CPU's own work between them (data, a "
+           "synchronization, Python) holds it")
+    return (f"The step took {_time(facts['bare_step_ns'])} without the profiler (--verify's "
+            f"steps with no fix), its kernels {_time(facts['kernel_ns'])}: the GPU waited for "
+            f"the CPU {_time(facts['idle_ns'])} ({facts['idle_pct']:.0f}% of the step); "
+            f"{why}.")
+
+
 EVIDENCE: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
+    "step_idle": _idle_evidence,
     "gemm_misaligned": _gemm_evidence, "fp32_no_tensor_cores": _fp32_evidence,
     "conv_no_tensor_cores": _conv_cores_evidence, "elementwise_chain": _chain_evidence, "layout_conversion": _layout_evidence,
     "nchw_kernels": _nchw_evidence,
@@ -302,6 +315,11 @@ def _compile_module(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
 
 
 def _compile_model(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    if row.get("finding") == "step_idle":
+        return ("Launch fewer kernels: torch.compile the model (fused kernels, launched by "
+                "generated code); mode=\"reduce-overhead\" also replays them as CUDA graphs. "
+                "A graph break (an .item(), a data-dependent shape) can make it slower: "
+                "--verify measures it.")
     facts = row.get("facts")
     cost = facts.get("compiled_call_ns") if isinstance(facts, Mapping) else None
     each = f" (about {cost / 1e3:.0f} µs of CPU time a call)" if cost else ""
@@ -350,6 +368,9 @@ def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
                 "accesses follow its indices, not the batch; its time is the op's own.")
     if kind == "optimizer":
         return "No PyTorch-level fix known: the step already runs fused."
+    if row.get("finding") == "step_idle":
+        return ("No switch known: see where the GPU waits with torch-nsight profile --timeline "
+                "(data loading, a synchronization such as .item(), Python between launches).")
     if row.get("finding") == "layout_conversion" and row.get("layout") == "channels_last":
         return ("No switch known: the model already runs channels-last; cuDNN converts "
                 "these tensors itself (an N x C x 1 x 1 tensor is both layouts at once).")

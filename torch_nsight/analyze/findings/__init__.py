@@ -11,7 +11,8 @@ a timeline where the profile has them): ``gemm_misaligned``, ``fp32_no_tensor_co
 :func:`~torch_nsight.analyze.timeline_analysis.timeline_findings`. A kernel claimed by an
 earlier check is not reported again as ``small_grid``; Nsight Compute's own rules, where the
 report has their sections, are evidence on the findings of their kernels
-(:mod:`torch_nsight.analyze.rules`). Rules, thresholds and gain formulas, with the gains
+(:mod:`torch_nsight.analyze.rules`). ``profile --verify`` adds one more from the bare step
+it timed (:mod:`.step_idle`). Rules, thresholds and gain formulas, with the gains
 checked against recorded fixes, are in ``docs/findings.md``.
 
 The package: :mod:`.codes` (the codes and which fixes fit which kind of module),

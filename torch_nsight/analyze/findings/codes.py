@@ -24,6 +24,7 @@ FindingCode = Literal[
     "optimizer_not_fused",    # an optimizer step run op by op (foreach or a loop)
     "small_grid",             # a latency-bound launch under one wave
     "latency_bound",          # a latency-bound launch with another cause
+    "step_idle",              # the GPU idle in the bare step (--verify times it)
 ]
 
 #: What the module is, from the ops the calls table records at its site (else its kernels'

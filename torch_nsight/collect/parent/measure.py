@@ -203,13 +203,18 @@ def _record(table: pd.DataFrame, positions: list[int], spec: FixSpec, status: st
 
 
 def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
-                    say: Callable[[str], None] | None = None) -> pd.DataFrame:
+                    say: Callable[[str], None] | None = None,
+                    kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """Measure the fixes of the top findings (or ``plan.fixes``) on the user's steps.
 
     Args:
         found: a finding table (:meth:`Profile.finding_table`), ranked.
         plan: what to run.
         say: where the progress lines go, one per run started and ended (default: logged).
+        kernels: the profile's kernel table: with it, the bare step the runs timed (their
+            steps with the fix off) against the kernels' time may add a ``step_idle``
+            finding (:mod:`~torch_nsight.analyze.findings.step_idle`), whose switch is then
+            measured too where no run did already.
 
     Returns:
         ``found`` (with a row per fix asked for by name) and
@@ -239,7 +244,49 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
             f"{_ms(gain.before_ns)} -> {_ms(gain.after_ns)} per step, gain "
             f"{_ms(gain.gain_ns)} over {gain.pairs} pairs; {detail}"
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
+    if kernels is not None and not plan.fixes:
+        table = _with_idle(table, kernels, runs, plan, tell, n_steps)
     return table
+
+
+def _bare_step_ns(runs: dict[str, list[BareRun]]) -> float:
+    """The median of every run's timed steps with the fix off: the user's step as it runs."""
+    import statistics
+
+    off = [p.off_ns for done in runs.values() for r in done
+           if r.error is None and r.times is not None for p in step_pairs(r.times.steps)]
+    return statistics.median(off) if len(off) >= MIN_PAIRS else float("nan")
+
+
+def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[BareRun]],
+               plan: VerifyPlan, tell: Callable[[str], None], n_steps: int) -> pd.DataFrame:
+    """``table`` with the ``step_idle`` finding of the bare step the runs timed, where the GPU
+    idles enough of it; its switch measured (by the runs already made where one measured
+    it)."""
+    import pandas as pd
+
+    from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
+    from torch_nsight.analyze.verdicts import FINDING_PCT
+    from torch_nsight.render.finding_words import word_findings
+
+    bare = _bare_step_ns(runs)
+    row = step_idle(kernels, bare)
+    if row is None:
+        tell(f"verify: the bare step ({_ms(bare)}) leaves the GPU idle under {FINDING_PCT:g}% "
+             "of it, or the profile holds several shapes" if bare == bare
+             else "verify: too few bare steps timed to judge the GPU's idle time")
+        return table
+    idle = _with_columns(word_findings(pd.DataFrame([row])))
+    spec = switch_fix(idle.iloc[0])
+    tell(f"verify: the GPU idles {_ms(row['est_gain_ns'])} of the bare step's {_ms(bare)}"
+         + (f": measuring {spec.describe()}" if spec is not None else ": no switch fixes it"))
+    if spec is not None:
+        key = spec.describe()
+        if key not in runs:
+            runs.update(_run_rounds(plan, [([0], spec)], idle, tell))
+        status, detail, gain = _judge(runs[key], plan.loss_tolerance, n_steps)
+        _record(idle, [0], spec, status, detail, gain)
+    return add_step_idle(table, idle.iloc[0].to_dict())
 
 
 def _ran(run: BareRun, spec: FixSpec) -> str:

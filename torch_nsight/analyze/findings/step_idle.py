@@ -1,0 +1,101 @@
+"""``step_idle``: the time the GPU idles in the user's bare step, from ``profile --verify``.
+
+A kernel profile cannot see it: under ncu a step runs several times slower even where no
+kernel is profiled (2.4-12x, ``bench/ncu_unprofiled_steps.py``), so no step of the profiled
+process says how long the user's step takes. ``--verify``'s bare runs do: their steps with
+the fix off are the user's step as it runs (:func:`step_idle`). What the step takes beyond
+its kernels' time is time the GPU waits for the CPU (its launches, its own work, a
+synchronization), which no kernel's fix recovers.
+
+The cause and the fix come from the step's launches, by the timeline's own rule
+(:mod:`torch_nsight.analyze.verdicts`): where most of them are shorter than a launch takes
+(:data:`~torch_nsight.analyze.steps.SMALL_KERNEL_NS`, :data:`SMALL_KERNEL_PCT` of them), the
+launches hold the step (``launch_overhead``) and torch.compile of the model cuts them
+(``compile_model``, which ``--verify`` then measures); otherwise the CPU's own work does,
+which no switch fixes (``none_known``: the timeline shows where). The gain is the idle time:
+what the step would lose if the GPU never waited, a bound on what cutting launches saves.
+Not a registered check: it needs the bare step, which only ``--verify`` times.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.findings.codes import Cause, FixCode
+from torch_nsight.analyze.findings.run_checks import ranked
+from torch_nsight.analyze.findings.sites import root_class
+from torch_nsight.analyze.frames import runs_per_group
+from torch_nsight.analyze.steps import SMALL_KERNEL_NS
+from torch_nsight.analyze.verdicts import FINDING_PCT, SMALL_KERNEL_PCT
+from torch_nsight.vocabulary import (
+    FINDING_CODE_COLUMNS,
+    FINDING_RECORD_COLUMNS,
+    LABELS,
+    in_module_range,
+    split_path,
+)
+
+__all__ = ["BARE_STEP_BASIS", "add_step_idle", "step_idle"]
+
+#: ``gain_basis`` of a gain read from the bare step's time against its kernels'.
+BARE_STEP_BASIS = "bare_step"
+
+
+def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
+    """The ``step_idle`` finding of a profiled step whose bare time is ``bare_ns``, as a row
+    of :data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`; None where the GPU idles
+    under :data:`~torch_nsight.analyze.verdicts.FINDING_PCT` of the step, or the profile
+    holds more than one (variant, shape) (which of them the bare step is, is unknown).
+
+    Args:
+        kernels: the profile's kernel table (``Profile.kernels``): ``duration_ns`` per
+            launch, the runs (steps) they come from.
+        bare_ns: the median step without the profiler (``--verify``'s steps with the fix
+            off, every run pooled).
+    """
+    if kernels.empty or not bare_ns > 0:
+        return None
+    labels = runs_per_group(kernels, LABELS)
+    if len(labels) != 1:
+        return None
+    runs = float(labels["runs"].iloc[0])
+    durations = kernels["duration_ns"].astype(float)
+    kernel_ns = float(durations.sum()) / runs
+    idle = bare_ns - kernel_ns
+    if not math.isfinite(idle) or 100.0 * idle / bare_ns < FINDING_PCT:
+        return None
+    small_pct = 100.0 * float((durations < SMALL_KERNEL_NS).mean())
+    launches = small_pct >= SMALL_KERNEL_PCT
+    cause: Cause | None = "launch_overhead" if launches else None
+    fix: FixCode = "compile_model" if launches else "none_known"
+    roots = [split_path(str(p))[0] for p in kernels.get("module_path", pd.Series(dtype=object))
+             if in_module_range(p)]
+    root = max(set(roots), key=roots.count) if roots else None
+    facts = {"bare_step_ns": bare_ns, "kernel_ns": kernel_ns, "idle_ns": idle,
+             "idle_pct": 100.0 * idle / bare_ns,
+             "launches_per_run": len(kernels) / runs,
+             "small_kernel_pct": small_pct, "small_kernel_ns": SMALL_KERNEL_NS}
+    row: dict[str, Any] = {**dict.fromkeys(FINDING_RECORD_COLUMNS),
+                           **dict.fromkeys(FINDING_CODE_COLUMNS)}
+    row.update({**labels.iloc[0][list(LABELS)].to_dict(), "module": root, "module_path": root,
+                "finding": "step_idle", "cause": cause, "module_class": root_class(root),
+                "fix_code": fix, "fix_params": {}, "facts": facts, "est_gain_ns": idle,
+                "gain_bound_ns": math.nan, "gain_basis": BARE_STEP_BASIS,
+                "confidence": "medium"})
+    return row
+
+
+def add_step_idle(found: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
+    """``found`` (a finding table, codes and maybe words) with ``row`` added in
+    :func:`~torch_nsight.analyze.findings.run_checks.ranked` order; a column ``row`` lacks
+    stays empty in it."""
+    extra = pd.DataFrame([{c: row.get(c) for c in found.columns}], columns=found.columns,
+                         dtype=object)
+    both = pd.concat([found, extra], ignore_index=True) if len(found) else extra
+    for column in found.columns:  # the table's own types: a float column stays float
+        if pd.api.types.is_numeric_dtype(found[column].dtype):
+            both[column] = pd.to_numeric(both[column], errors="coerce")
+    return ranked(both).reset_index(drop=True)
