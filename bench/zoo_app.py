@@ -267,6 +267,26 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
                              num_attention_heads=12, num_key_value_heads=4, vocab_size=32000)
         return _causal_lm(config, 8, 512, 32000,
                           lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1))
+    if name == "gpt_neox":  # parallel attention and MLP, partial rotary; AdamW, foreach
+        from transformers import GPTNeoXConfig
+
+        config = GPTNeoXConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
+                               num_attention_heads=12, vocab_size=50304, rotary_pct=0.25)
+        return _causal_lm(config, 8, 512, 50304,
+                          lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1))
+    if name == "densenet121":  # NCHW, a concatenation per layer, SGD with momentum
+        return _vision("densenet121", 224, 32, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
+                                                           weight_decay=1e-4))
+    if name == "distilbert":  # an encoder classifier, Adam (foreach)
+        from transformers import DistilBertConfig, DistilBertForSequenceClassification
+
+        model = DistilBertForSequenceClassification(DistilBertConfig()).cuda()
+        ids = torch.randint(0, 30522, (32, 256), device="cuda")
+        labels = torch.randint(0, 2, (32,), device="cuda")
+        return model, _train(model, lambda i: (ids, labels),
+                             lambda m, a, b: m(input_ids=a, labels=b).loss,
+                             lambda p: torch.optim.Adam(p, lr=5e-5))
     if name == "qwen2_moe":  # experts and a shared expert, Hugging Face's own MoE code
         from transformers import Qwen2MoeConfig
 

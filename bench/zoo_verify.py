@@ -43,6 +43,9 @@ CANDIDATES = {
     "gin": ["fused_optimizer", "cudnn_benchmark"],
     "shufflenet": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
     "llama_train": ["fused_optimizer"],
+    "gpt_neox": ["fused_optimizer", "compile"],
+    "densenet121": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "distilbert": ["fused_optimizer", "compile"],
 }
 
 
