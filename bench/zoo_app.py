@@ -271,7 +271,7 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         from transformers import GPTNeoXConfig
 
         config = GPTNeoXConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=6,
-                               num_attention_heads=12, vocab_size=50304, rotary_pct=0.25)
+                               num_attention_heads=12, vocab_size=50304)
         return _causal_lm(config, 8, 512, 50304,
                           lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1))
     if name == "densenet121":  # NCHW, a concatenation per layer, SGD with momentum
