@@ -54,7 +54,7 @@ def gain_cell(row: pd.Series) -> str:
 def finding_module_cell(row: pd.Series) -> str:
     """A finding's module; for one that gathers launches of many modules at the root, how
     many modules of which kind (``LlamaBlock (4 Linear)``): such rows stay apart."""
-    from torch_nsight.render.finding_words import KIND_SAID
+    from torch_nsight.render.finding_evidence import KIND_SAID
 
     facts = row.get("facts")
     if not isinstance(facts, Mapping) or "sites" not in facts:
