@@ -53,7 +53,10 @@ class Context:
 
     def site(self, rows: pd.DataFrame) -> Site:
         """The codes of the site where ``rows`` ran (its first row's join keys)."""
-        key = tuple(rows[k].iat[0] for k in JOIN_KEYS)
+        return self.site_at(tuple(rows[k].iat[0] for k in JOIN_KEYS))
+
+    def site_at(self, key: tuple[Any, ...]) -> Site:
+        """The codes of the site of these join keys' values."""
         return self.sites.get(key, Site((), None, None, recorded=False))
 
 

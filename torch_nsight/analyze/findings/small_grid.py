@@ -20,9 +20,11 @@ says.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.findings.codes import Cause, FixCode
@@ -31,7 +33,7 @@ from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.findings.sites import Site, layout_of
 from torch_nsight.analyze.limiter import LIMITER_INPUTS
-from torch_nsight.vocabulary import LABELS, SITE_KEYS, UNATTRIBUTED, split_path
+from torch_nsight.vocabulary import JOIN_KEYS, LABELS, SITE_KEYS, UNATTRIBUTED, split_path
 
 #: A kernel site holding at least this share (%) of its label's time.
 SMALL_GRID_PCT = 5.0
@@ -98,24 +100,35 @@ def small_grid(context: Context) -> list[Finding]:
     candidates = work[(work["bound"] == "latency") & caused & ~work["is_optimizer"]
                       & ~work.index.isin(context.claimed)]
     found: list[Finding] = []
-    rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]] = []
-    for _, rows in candidates.groupby([*SITE_KEYS, "kernel"], sort=False):
-        time = per_run(rows)
-        share = 100.0 * time / label_time[rows.index].iloc[0]
-        gain = per_run(rows, rows["headroom_ns"])
+    rest: list[tuple[np.ndarray, Cause | None, FixCode, str | None]] = []
+    # per group, from arrays: no frame is cut for a group that the share sends to the rest
+    times = (candidates["duration_ns"] / candidates["runs"]).to_numpy(dtype=float)
+    bounds = (candidates["headroom_ns"] / candidates["runs"]).to_numpy(dtype=float)
+    totals = label_time[candidates.index].to_numpy(dtype=float)
+    smalls = small[candidates.index].to_numpy(dtype=bool)
+    library = (candidates["is_gemm"] | candidates["is_conv"]).to_numpy(dtype=bool)
+    compiled = candidates["is_compiled"].to_numpy(dtype=bool)
+    values = {c: candidates[c].to_numpy(dtype=object)
+              for c in dict.fromkeys((*JOIN_KEYS, "limiter"))}
+    for positions in candidates.groupby([*SITE_KEYS, "kernel"], sort=False).indices.values():
+        part = bounds[positions]
+        gain = float(part.sum()) if not np.isnan(part).any() else math.nan
         if not gain > 0:
             continue  # without a roofline (no FLOPs or bytes) there is no headroom to judge
-        under_one = bool(small[rows.index].any())
-        cause: Cause | None = "small_grid" if under_one else rows["limiter"].iat[0] or None
-        site = context.site(rows)
-        attributed = rows["module_path"].iat[0] not in ("", UNATTRIBUTED)
-        library = bool((rows["is_gemm"] | rows["is_conv"]).any())
-        code = latency_fix(site, cause, context.settings, attributed, library,
-                           bool(rows["is_compiled"].all()))
+        first = positions[0]
+        time = float(times[positions].sum())
+        share = 100.0 * time / totals[first]
+        under_one = bool(smalls[positions].any())
+        cause: Cause | None = "small_grid" if under_one else values["limiter"][first] or None
+        site = context.site_at(tuple(values[k][first] for k in JOIN_KEYS))
+        attributed = values["module_path"][first] not in ("", UNATTRIBUTED)
+        code = latency_fix(site, cause, context.settings, attributed,
+                           bool(library[positions].any()), bool(compiled[positions].all()))
         if share < SMALL_GRID_PCT:
             if attributed and code != "none_known":
-                rest.append((rows, cause, code, site.kind))
+                rest.append((positions, cause, code, site.kind))
             continue
+        rows = candidates.iloc[positions]
         found.append(Finding(
             "small_grid" if under_one else "latency_bound", rows, NAN, HEADROOM, "low", code,
             cause=cause, module_kind=site.kind, aten_ops=site.ops, layout=site.layout,
@@ -123,20 +136,23 @@ def small_grid(context: Context) -> list[Finding]:
             facts={"kernel": rows.iloc[0]["kernel"], "waves": rows["waves"].min(),
                    "roof_pct": roof_pct(rows), "time_ns": time, "share_pct": share,
                    "launch": _launch(rows)}, bound_ns=gain))
-    return found + _by_kind(rest, label_time)
+    return found + _by_kind(candidates, times, rest, label_time)
 
 
-def _by_kind(rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]],
+def _by_kind(candidates: pd.DataFrame, times: np.ndarray,
+             rest: list[tuple[np.ndarray, Cause | None, FixCode, str | None]],
              label_time: pd.Series) -> list[Finding]:
-    """The latency-bound sites under the share alone, gathered by label, kind of module and
-    fix: one finding at the model's root where they hold :data:`SMALL_GRID_PCT` together."""
-    gathered: dict[tuple[Any, ...], list[tuple[pd.DataFrame, Cause | None]]] = {}
-    for rows, cause, code, kind in rest:
-        key = (*(rows[c].iat[0] for c in LABELS), kind, code)
-        gathered.setdefault(key, []).append((rows, cause))
+    """The latency-bound sites under the share alone (their positions in ``candidates``,
+    whose per-run times are ``times``), gathered by label, kind of module and fix: one
+    finding at the model's root where they hold :data:`SMALL_GRID_PCT` together."""
+    labels = [candidates[c].to_numpy(dtype=object) for c in LABELS]
+    gathered: dict[tuple[Any, ...], list[tuple[np.ndarray, Cause | None]]] = {}
+    for positions, cause, code, kind in rest:
+        key = (*(label[positions[0]] for label in labels), kind, code)
+        gathered.setdefault(key, []).append((positions, cause))
     found: list[Finding] = []
     for key, parts in gathered.items():
-        rows = pd.concat([r for r, _ in parts])
+        rows = candidates.iloc[np.concatenate([p for p, _ in parts])]
         time = per_run(rows)
         share = 100.0 * time / label_time[rows.index].iloc[0]
         modules = rows["module_path"].nunique()
@@ -144,7 +160,7 @@ def _by_kind(rest: list[tuple[pd.DataFrame, Cause | None, FixCode, str | None]],
             continue
         causes: dict[str, float] = {}
         for part, cause in parts:
-            causes[str(cause)] = causes.get(str(cause), 0.0) + per_run(part)
+            causes[str(cause)] = causes.get(str(cause), 0.0) + float(times[part].sum())
         top = max(causes, key=lambda c: causes[c])
         root = split_path(str(rows["module_path"].iat[0]))[0]
         kind, code = key[len(LABELS)], key[len(LABELS) + 1]
