@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         plan = verify_plan(args, command, read_steps(args.steps, "--steps"))
         say(profile.describe())
         import torch_nsight.render.finding_words  # noqa: F401 - the words
-        print_verified(run_verify(profile.finding_table(fold=args.fold), plan, profile.kernels),
+        print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
                        profile.kernels, args.n, args.fmt)
         return 0
     if args.benchmark:

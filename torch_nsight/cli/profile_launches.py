@@ -50,14 +50,15 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
         ("--timeline", args.timeline), ("--stalls", getattr(args, "stalls", False)),
         ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
         ("--launch-count", args.launch_count is not None),
-        ("--ncu-arg " + next((a for a in args.ncu_arg if _filters(a)), ""),
-         any(_filters(a) for a in args.ncu_arg))) if given]
+        ("--ncu-arg " + next((a for a in args.ncu_arg if filters_launches(a)), ""),
+         any(filters_launches(a) for a in args.ncu_arg))) if given]
     if clashing:
         raise UsageError(f"--replicate-launches chooses the launches ncu profiles itself: it "
                          f"does not go with {clashing[0]}")
 
 
-def _filters(arg: str) -> bool:
+def filters_launches(arg: str) -> bool:
+    """Whether an ncu argument chooses which launches ncu profiles."""
     return arg.split("=")[0] in ("-k", "--kernel-name", "--kernel-id", "--launch-skip", "-s",
                                  "--launch-count", "-c", "--filter-mode", "--kernel-name-base",
                                  "--nvtx-include", "--nvtx-exclude", "--range-filter",

@@ -110,7 +110,9 @@ def small_grid(context: Context) -> list[Finding]:
     compiled = candidates["is_compiled"].to_numpy(dtype=bool)
     values = {c: candidates[c].to_numpy(dtype=object)
               for c in dict.fromkeys((*JOIN_KEYS, "limiter"))}
-    for positions in candidates.groupby([*SITE_KEYS, "kernel"], sort=False).indices.values():
+    groups = candidates.groupby([*SITE_KEYS, "kernel"], sort=False).indices
+    # in the order the groups first appear (pandas 2 hands ``indices`` back sorted by key)
+    for positions in sorted(groups.values(), key=lambda p: int(p[0])):
         part = bounds[positions]
         gain = float(part.sum()) if not np.isnan(part).any() else math.nan
         if not gain > 0:

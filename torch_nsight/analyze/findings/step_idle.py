@@ -20,6 +20,7 @@ Not a registered check: it needs the bare step, which only ``--verify`` times.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 import pandas as pd
@@ -54,7 +55,7 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
         kernels: the profile's kernel table (``Profile.kernels``): ``duration_ns`` per
             launch, the runs (steps) they come from.
         bare_ns: the median step without the profiler (``--verify``'s steps with the fix
-            off, every run pooled).
+            off); the profile must hold every kernel of its steps.
     """
     if kernels.empty or not bare_ns > 0:
         return None
@@ -73,14 +74,15 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
     fix: FixCode = "compile_model" if launches else "none_known"
     roots = [split_path(str(p))[0] for p in kernels.get("module_path", pd.Series(dtype=object))
              if in_module_range(p)]
-    root = max(set(roots), key=roots.count) if roots else None
+    root = Counter(roots).most_common(1)[0][0] if roots else None  # first seen on ties
     facts = {"bare_step_ns": bare_ns, "kernel_ns": kernel_ns, "idle_ns": idle,
              "idle_pct": 100.0 * idle / bare_ns,
              "launches_per_run": len(kernels) / runs,
              "small_kernel_pct": small_pct, "small_kernel_ns": SMALL_KERNEL_NS}
     row: dict[str, Any] = {**dict.fromkeys(FINDING_RECORD_COLUMNS),
                            **dict.fromkeys(FINDING_CODE_COLUMNS)}
-    row.update({**labels.iloc[0][list(LABELS)].to_dict(), "module": root, "module_path": root,
+    said = {c: (v if v != "" else None) for c, v in labels.iloc[0][list(LABELS)].items()}
+    row.update({**said, "module": root, "module_path": root,
                 "finding": "step_idle", "cause": cause, "module_class": root_class(root),
                 "fix_code": fix, "fix_params": {}, "facts": facts, "est_gain_ns": idle,
                 "gain_bound_ns": math.nan, "gain_basis": BARE_STEP_BASIS,
@@ -92,8 +94,10 @@ def add_step_idle(found: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
     """``found`` (a finding table, codes and maybe words) with ``row`` added in
     :func:`~torch_nsight.analyze.findings.run_checks.ranked` order; a column ``row`` lacks
     stays empty in it."""
-    extra = pd.DataFrame([{c: row.get(c) for c in found.columns}], columns=found.columns,
-                         dtype=object)
+    values = {c: row.get(c) for c in found.columns}
+    if "blocks" in found.columns:  # a folded table: the model's one row is one block
+        values["blocks"] = 1
+    extra = pd.DataFrame([values], columns=found.columns, dtype=object)
     both = pd.concat([found, extra], ignore_index=True) if len(found) else extra
     for column in found.columns:  # the table's own types: a float column stays float
         if pd.api.types.is_numeric_dtype(found[column].dtype):

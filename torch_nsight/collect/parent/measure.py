@@ -211,8 +211,9 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
         found: a finding table (:meth:`Profile.finding_table`), ranked.
         plan: what to run.
         say: where the progress lines go, one per run started and ended (default: logged).
-        kernels: the profile's kernel table: with it, the bare step the runs timed (their
-            steps with the fix off) against the kernels' time may add a ``step_idle``
+        kernels: the profile's kernel table, where it holds every kernel of its steps:
+            with it, the bare step the runs timed (their steps with the fix off) against
+            the kernels' time may add a ``step_idle``
             finding (:mod:`~torch_nsight.analyze.findings.step_idle`), whose switch is then
             measured too where no run did already.
 
@@ -245,21 +246,31 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
             f"{_ms(gain.gain_ns)} over {gain.pairs} pairs; {detail}"
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     if kernels is not None and not plan.fixes:
-        table = _with_idle(table, kernels, runs, plan, tell, n_steps)
+        compiled = {spec.describe() for _, spec in chosen if spec.fix == "compile"}
+        table = _with_idle(table, kernels, runs, compiled, plan, tell, n_steps)
     return table
 
 
-def _bare_step_ns(runs: dict[str, list[BareRun]]) -> float:
-    """The median of every run's timed steps with the fix off: the user's step as it runs."""
+def _bare_step_ns(runs: dict[str, list[BareRun]], compiled: set[str]) -> float:
+    """The median of the runs' timed steps with the fix off: the user's step as it runs.
+    The runs of a compile switch (``compiled``: their keys) count only where no other run
+    timed enough steps: with the compiled callable switched off, a step ran slower than in
+    the other runs (docs/zoo.md)."""
     import statistics
 
-    off = [p.off_ns for done in runs.values() for r in done
-           if r.error is None and r.times is not None for p in step_pairs(r.times.steps)]
+    def off_steps(keys: list[str]) -> list[float]:
+        return [p.off_ns for key in keys for r in runs[key]
+                if r.error is None and r.times is not None for p in step_pairs(r.times.steps)]
+
+    off = off_steps([k for k in runs if k not in compiled])
+    if len(off) < MIN_PAIRS:
+        off = off_steps(list(runs))
     return statistics.median(off) if len(off) >= MIN_PAIRS else float("nan")
 
 
 def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[BareRun]],
-               plan: VerifyPlan, tell: Callable[[str], None], n_steps: int) -> pd.DataFrame:
+               compiled: set[str], plan: VerifyPlan, tell: Callable[[str], None],
+               n_steps: int) -> pd.DataFrame:
     """``table`` with the ``step_idle`` finding of the bare step the runs timed, where the GPU
     idles enough of it; its switch measured (by the runs already made where one measured
     it)."""
@@ -269,7 +280,7 @@ def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[
     from torch_nsight.analyze.verdicts import FINDING_PCT
     from torch_nsight.render.finding_words import word_findings
 
-    bare = _bare_step_ns(runs)
+    bare = _bare_step_ns(runs, compiled)
     row = step_idle(kernels, bare)
     if row is None:
         tell(f"verify: the bare step ({_ms(bare)}) leaves the GPU idle under {FINDING_PCT:g}% "
