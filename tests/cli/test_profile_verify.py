@@ -201,3 +201,31 @@ def test_a_fix_that_makes_the_loss_nan_is_not_counted() -> None:
         change = loss_change([StepPair(10.0, 9.0, 2.0, loss) for loss in on])
         assert measured_status(gain, change) == "loss_changed"
     assert measured_status(gain, loss_change([StepPair(10.0, 9.0, 2.0, 2.01)])) == "measured"
+
+
+def test_the_idle_time_is_judged_only_on_a_profile_of_every_kernel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bare step's time beyond its kernels is the GPU's idle time only where the profile
+    holds every kernel of its chosen steps."""
+    import argparse
+
+    from torch_nsight.cli.profile_script import _left_out
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    whole = {"steps_profiled": [{"status": "ok"}, {"status": "ok"}]}
+
+    def args(**given: object) -> argparse.Namespace:
+        base = {"kernel_name": None, "launch_skip": None, "launch_count": None,
+                "ncu_arg": [], "steps": Steps.parse("10:12"), "metric_set": "fast"}
+        return argparse.Namespace(**{**base, **given})
+
+    assert _left_out(args(), whole) is None
+    assert _left_out(args(kernel_name="gemm"), whole) == "-k"
+    assert _left_out(args(launch_count=10), whole) == "--launch-count"
+    assert _left_out(args(ncu_arg=["--kernel-id=::regex:gemm:1"]), whole) == "--ncu-arg"
+    assert _left_out(args(ncu_arg=["--cache-control=all"]), whole) is None
+    assert _left_out(args(steps=None), whole) is not None
+    assert _left_out(args(), {"steps_profiled": [{"status": "ok"}, {"status": "error"}]})
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert _left_out(args(), whole) == "NCCL kernels"
+    assert _left_out(args(metric_set="duration"), whole) is None  # one pass keeps NCCL
