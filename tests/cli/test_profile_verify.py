@@ -209,7 +209,7 @@ def test_the_idle_time_is_judged_only_on_a_profile_of_every_kernel(
     holds every kernel of its chosen steps."""
     import argparse
 
-    from torch_nsight.cli.profile_script import _left_out
+    from torch_nsight.cli.verify import _left_out
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     whole = {"steps_profiled": [{"status": "ok"}, {"status": "ok"}]}

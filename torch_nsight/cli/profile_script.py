@@ -68,10 +68,9 @@ from torch_nsight.cli.text import say, say_comment, shell_command
 from torch_nsight.cli.verify import (
     add_verify_options,
     check_verify_options,
-    print_verified,
-    run_verify,
     verify_named_fixes,
     verify_plan,
+    verify_profile,
 )
 from torch_nsight.environment import NCU_ENV, Steps
 from torch_nsight.errors import NcuNotFoundError
@@ -355,41 +354,10 @@ def run(args: argparse.Namespace) -> int:
 
     emit(profile, args)
     if verify is not None:
-        import torch_nsight.render.finding_words  # noqa: F401 - the words
-        left_out = _left_out(args, ran.record)
-        if left_out is not None:
-            say(f"verify: the profile leaves out kernels of the step ({left_out}): the GPU's "
-                "idle time in the bare step is not judged", sys.stderr)
-        table = run_verify(profile.finding_table(fold=args.fold), verify,
-                           None if left_out is not None else profile.kernels)
-        print_verified(table, profile.kernels, args.n or 10, args.fmt)
+        verify_profile(profile, args, verify, ran.record)
     _say_where_and_how_long(report, plan.log, ran.record)
     say_replication_hint(args, profile.kernels, ran.record)
     return ran.exit_status
-
-
-def _left_out(args: argparse.Namespace, record: dict[str, Any]) -> str | None:
-    """What makes the profile miss kernels of the chosen steps (no steps chosen, an option
-    that filters the launches, NCCL left out, a chosen step that did not end), None where
-    it holds them all: only then is the bare step's time beyond its kernels per step the
-    GPU's idle time."""
-    from torch_nsight.cli.profile_launches import filters_launches
-    from torch_nsight.collect.parent import script
-
-    given = [option for option, on in (
-        ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
-        ("--launch-count", args.launch_count is not None),
-        ("--ncu-arg", any(filters_launches(a) for a in args.ncu_arg))) if on]
-    if args.steps is None:
-        return "no --steps: the whole run, not a step"
-    if given:
-        return given[0]
-    if script.leaves_out_nccl(args.metric_set, os.environ):
-        return "NCCL kernels"
-    steps = record.get("steps_profiled") or []
-    if not steps or any(step.get("status") != "ok" for step in steps):
-        return "a chosen step did not end"
-    return None
 
 
 def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,

@@ -12,9 +12,10 @@ over how many pairs of steps.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.arguments import read_steps
 from torch_nsight.cli.outputs import UsageError
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
 
     from torch_nsight.collect.parent.measure import VerifyPlan
     from torch_nsight.environment import Steps
+    from torch_nsight.profile import Profile
 
 __all__ = ["add_verify_options", "print_verified", "verify_plan", "run_verify",
            "verified_lines", "verify_named_fixes", "verify_options_given",
-           "check_verify_options"]
+           "check_verify_options", "verify_profile"]
 
 
 def add_verify_options(parser: argparse.ArgumentParser, *, flag: bool = True) -> None:
@@ -148,6 +150,46 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan,
                                kernels=kernels)
     except FileNotFoundError:
         raise UsageError(f"could not start {plan.command[0]}") from None
+
+
+def verify_profile(profile: Profile, args: argparse.Namespace, plan: VerifyPlan,
+                   record: dict[str, Any]) -> None:
+    """``profile --verify`` after the profile: its findings' switches measured and printed;
+    the GPU's idle time in the bare step judged where the profile holds every kernel of its
+    chosen steps (:func:`_left_out`; ``record``: the run's manifest)."""
+    import torch_nsight.render.finding_words  # noqa: F401 - the words
+
+    left_out = _left_out(args, record)
+    if left_out is not None:
+        say(f"verify: the profile leaves out kernels of the step ({left_out}): the GPU's "
+            "idle time in the bare step is not judged", sys.stderr)
+    table = run_verify(profile.finding_table(fold=args.fold), plan,
+                       None if left_out is not None else profile.kernels)
+    print_verified(table, profile.kernels, args.n or 10, args.fmt)
+
+
+def _left_out(args: argparse.Namespace, record: dict[str, Any]) -> str | None:
+    """What makes the profile miss kernels of the chosen steps (no steps chosen, an option
+    that filters the launches, NCCL left out, a chosen step that did not end), None where
+    it holds them all: only then is the bare step's time beyond its kernels per step the
+    GPU's idle time."""
+    from torch_nsight.cli.profile_launches import filters_launches
+    from torch_nsight.collect.parent import script
+
+    given = [option for option, on in (
+        ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
+        ("--launch-count", args.launch_count is not None),
+        ("--ncu-arg", any(filters_launches(a) for a in args.ncu_arg))) if on]
+    if args.steps is None:
+        return "no --steps: the whole run, not a step"
+    if given:
+        return given[0]
+    if script.leaves_out_nccl(args.metric_set, os.environ):
+        return "NCCL kernels"
+    steps = record.get("steps_profiled") or []
+    if not steps or any(step.get("status") != "ok" for step in steps):
+        return "a chosen step did not end"
+    return None
 
 
 def print_verified(table: pd.DataFrame, kernels: pd.DataFrame | None, rows: int | None,
