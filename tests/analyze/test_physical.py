@@ -1,40 +1,34 @@
 """Physically possible numbers on every recorded source in tests/data: no kernel above its
-roofline ceiling (which no kernel can be), however its FLOPs were counted."""
+roofline ceiling (which no kernel can be), however its FLOPs were counted. Each source read
+as the golden tests read it (once per source and worker, in its source's group)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-import torch_nsight
-from torch_nsight.errors import TorchNsightError
+from tests.test_golden_outputs import Source, find_sources, per_source
+from tests.test_golden_outputs import load as golden_load
 
-DATA = Path(__file__).resolve().parents[1] / "data"
-
-
-def recorded_sources() -> list[Path]:
-    """Every recorded source in tests/data: reports, saved profiles and sweep folders."""
-    found = [*DATA.glob("*.ncu-rep.xz"), *DATA.glob("*/*.ncu-rep.xz"), *DATA.glob("*.parquet")]
-    found += [p for p in DATA.glob("*/") if (p / "sweep.json").exists()]
-    found += [p for p in DATA.glob("*/*/") if (p / "sweep.json").exists()]
-    return sorted(found)
+#: Every recorded source that is a profile: reports, saved profiles, sweep folders.
+PROFILES = [s for s in find_sources()
+            if s.kind in ("report", "report in a sweep folder", "saved profile", "sweep",
+                          "focused sweep")]
 
 
 def test_there_are_sources_to_check() -> None:
-    assert len(recorded_sources()) >= 30
+    assert len(PROFILES) >= 30
 
 
-@pytest.mark.parametrize("source", recorded_sources(),
-                         ids=lambda p: str(p.relative_to(DATA)))
-def test_no_kernel_above_its_roof(source: Path, caplog: pytest.LogCaptureFixture) -> None:
-    try:
-        kernels = torch_nsight.load(source, cache=False).kernels
-    except TorchNsightError as err:  # a source that is not a profile on its own
-        pytest.skip(str(err))
+@pytest.mark.parametrize("source", per_source(PROFILES))
+def test_no_kernel_above_its_roof(source: Source) -> None:
+    loaded = golden_load(source.path)
+    if loaded.profile is None:  # a source that is not a profile on its own
+        pytest.skip(str(loaded.error))
+    kernels = loaded.profile.kernels
     if "pct_of_roof" not in kernels:
         pytest.skip("no roofline columns")
     assert not (kernels["pct_of_roof"] > 100).any()
     above = kernels["above_roof"].sum() if "above_roof" in kernels else 0
     assert above == 0, kernels.loc[kernels["above_roof"], ["kernel", "module_path"]]
-    assert "above their roofline ceiling" not in caplog.text
+    said = " ".join(record.getMessage() for record in loaded.records)
+    assert "above their roofline ceiling" not in said

@@ -1,7 +1,8 @@
 """One width for everything printed: every source in tests/data through ``report`` (and a
 few through ``findings`` and other table kinds) at COLUMNS=120 prints no line over 120
 columns on stdout or stderr, log records included, and no table cell that starts with "…"
-(a module name keeps its head). In this process, for speed."""
+(a module name keeps its head). In this process, for speed: each source read as the golden
+tests read it, once per source and worker, in its source's group."""
 
 from __future__ import annotations
 
@@ -64,9 +65,16 @@ def test_the_walk_finds_every_kind_of_source() -> None:
     assert len(SOURCES) >= 35
 
 
-@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(DATA)))
+@pytest.mark.parametrize("source", [
+    pytest.param(p, marks=pytest.mark.xdist_group(p.relative_to(DATA).as_posix()),
+                 id=p.relative_to(DATA).as_posix()) for p in SOURCES])
 def test_report_fits_120_columns(source: Path, logged: None,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+                                 capsys: pytest.CaptureFixture[str],
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch_nsight.loading
+    from tests.test_golden_outputs import _read_once
+
+    monkeypatch.setattr(torch_nsight.loading, "load", _read_once)
     _check(["report", str(source)], capsys)
 
 
