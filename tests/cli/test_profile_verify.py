@@ -222,7 +222,8 @@ def test_the_idle_time_is_judged_only_on_a_profile_of_every_kernel(
     assert _left_out(args(), whole) is None
     assert _left_out(args(kernel_name="gemm"), whole) == "-k"
     assert _left_out(args(launch_count=10), whole) == "--launch-count"
-    assert _left_out(args(ncu_arg=["--kernel-id=::regex:gemm:1"]), whole) == "--ncu-arg"
+    assert _left_out(args(ncu_arg=["--kernel-id=::regex:gemm:1"]), whole) == (
+        "--ncu-arg --kernel-id=::regex:gemm:1")
     assert _left_out(args(ncu_arg=["--cache-control=all"]), whole) is None
     assert _left_out(args(steps=None), whole) is not None
     assert _left_out(args(), {"steps_profiled": [{"status": "ok"}, {"status": "error"}]})

@@ -47,14 +47,21 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
         raise UsageError("--replicate-launches runs the command a second time, which a run of "
                          "several ranks cannot do alone: profile one process without it")
     clashing = [option for option, given in (
-        ("--timeline", args.timeline), ("--stalls", getattr(args, "stalls", False)),
+        ("--timeline", args.timeline), ("--stalls", getattr(args, "stalls", False)))
+        if given] + launch_filters(args)
+    if clashing:
+        raise UsageError(f"--replicate-launches chooses the launches ncu profiles itself: it "
+                         f"does not go with {clashing[0]}")
+
+
+def launch_filters(args: argparse.Namespace) -> list[str]:
+    """The options given that choose which launches ncu profiles (``-k``, the launch
+    filters, an ``--ncu-arg`` that filters), as the user wrote them."""
+    return [option for option, given in (
         ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
         ("--launch-count", args.launch_count is not None),
         ("--ncu-arg " + next((a for a in args.ncu_arg if filters_launches(a)), ""),
          any(filters_launches(a) for a in args.ncu_arg))) if given]
-    if clashing:
-        raise UsageError(f"--replicate-launches chooses the launches ncu profiles itself: it "
-                         f"does not go with {clashing[0]}")
 
 
 def filters_launches(arg: str) -> bool:

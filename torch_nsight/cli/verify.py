@@ -173,13 +173,10 @@ def _left_out(args: argparse.Namespace, record: dict[str, Any]) -> str | None:
     that filters the launches, NCCL left out, a chosen step that did not end), None where
     it holds them all: only then is the bare step's time beyond its kernels per step the
     GPU's idle time."""
-    from torch_nsight.cli.profile_launches import filters_launches
+    from torch_nsight.cli.profile_launches import launch_filters
     from torch_nsight.collect.parent import script
 
-    given = [option for option, on in (
-        ("-k", args.kernel_name), ("--launch-skip", args.launch_skip is not None),
-        ("--launch-count", args.launch_count is not None),
-        ("--ncu-arg", any(filters_launches(a) for a in args.ncu_arg))) if on]
+    given = launch_filters(args)
     if args.steps is None:
         return "no --steps: the whole run, not a step"
     if given:
