@@ -7,7 +7,9 @@ Per model, ``torch-nsight profile --steps 12:13`` of ``bench/zoo_app.py MODEL --
 the fast default (every launch profiled: the recurrent layers have no identical blocks),
 the same with ``--replicate-launches``, and ``--metric-set duration`` with and without it.
 The sampled profile's modules are compared with the default's (the launches it measured):
-per module, sampled time / measured time - 1. Writes OUT/launch_sampling.json.
+per module, sampled time / measured time - 1; so is the default under ncu's application
+replay (``fast_app_replay``, one pass: the script runs once). ``--cases fast,duration`` runs
+the default and its anchor only (any model of the zoo). Writes OUT/launch_sampling.json.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "bench" / "zoo_app.py"
 CASES = {"fast": [], "fast_sampled": ["--replicate-launches"],
          "duration": ["--metric-set", "duration"],
-         "duration_sampled": ["--metric-set", "duration", "--replicate-launches"]}
+         "duration_sampled": ["--metric-set", "duration", "--replicate-launches"],
+         "fast_app_replay": ["--ncu-arg=--replay-mode=application"],
+         "duration_app_replay": ["--metric-set", "duration",
+                                 "--ncu-arg=--replay-mode=application"]}
+#: The cases whose modules are set against the default's (``fast``), where both ran.
+COMPARED = ("fast_sampled", "fast_app_replay")
 
 
 def _run(model: str, folder: Path, extra: list[str]) -> dict[str, Any]:
@@ -49,31 +56,42 @@ def _modules(folder: Path) -> tuple[Any, int, int]:
     return kernels.groupby("module")["duration_ns"].sum(), len(kernels), copied
 
 
+def _compare(measured_at: Path, other_at: Path) -> dict[str, Any]:
+    """Per module, the other command's time / the default's - 1 (what replication or another
+    replay mode changes)."""
+    try:
+        measured, rows, _ = _modules(measured_at)
+        other, other_rows, copied = _modules(other_at)
+    except Exception as err:  # noqa: BLE001 - a bench records what failed
+        return {"error": f"{type(err).__name__}: {err}"}
+    ratio = (other / measured - 1).dropna()
+    return {"rows_measured": rows, "rows_other": other_rows, "copied": copied,
+            "total_ratio": float(other.sum() / measured.sum()),
+            "module_median_abs": float(statistics.median(ratio.abs())),
+            "module_max_abs": float(ratio.abs().max()),
+            "modules": {str(k): round(float(v), 5) for k, v in ratio.items()}}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--models", default="lstm_lm,gru_lm")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help="which commands (default: all); fast,duration alone is the "
+                             "default profile against its anchor")
     args = parser.parse_args()
+    cases = {case: CASES[case] for case in args.cases.split(",")}
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for model in args.models.split(","):
         entry: dict[str, Any] = {}
-        for case, extra in CASES.items():
+        for case, extra in cases.items():
             entry[case] = _run(model, args.out / f"{model}_{case}", extra)
             print(model, case, entry[case]["rc"], entry[case]["wall_s"], flush=True)
-        try:
-            measured, rows, _ = _modules(args.out / f"{model}_fast")
-            sampled, sampled_rows, copied = _modules(args.out / f"{model}_fast_sampled")
-            ratio = (sampled / measured - 1).dropna()
-            entry["compare"] = {
-                "rows_measured": rows, "rows_sampled": sampled_rows, "copied": copied,
-                "total_ratio": float(sampled.sum() / measured.sum()),
-                "module_median_abs": float(statistics.median(ratio.abs())),
-                "module_max_abs": float(ratio.abs().max()),
-                "modules": {str(k): round(float(v), 5) for k, v in ratio.items()}}
-        except Exception as err:  # noqa: BLE001 - a bench records what failed
-            entry["compare"] = {"error": f"{type(err).__name__}: {err}"}
-        print(model, json.dumps(entry.get("compare", {}))[:600], flush=True)
+        for case in (c for c in COMPARED if c in cases and "fast" in cases):
+            entry[f"compare_{case}"] = _compare(args.out / f"{model}_fast",
+                                                args.out / f"{model}_{case}")
+            print(model, case, json.dumps(entry[f"compare_{case}"])[:600], flush=True)
         results[model] = entry
         (args.out / "launch_sampling.json").write_text(json.dumps(results, indent=1))
     return 0

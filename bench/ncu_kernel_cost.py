@@ -7,7 +7,9 @@ range ncu profiles. Each ncu command is timed from outside: first with a filter 
 matches nothing (ncu's and the app's own start-up), then with ``duration``'s list (no
 hardware counter), the ``fast`` list, ``fast`` without its four busy counters, ``fast``
 with the duration from cycles instead of ``gpu__time_duration``, and ``fast`` and
-``duration`` with ``--cache-control none``. (wall - start-up) / 300 is the cost of a
+``duration`` with ``--cache-control none``, and ``fast`` and ``duration`` under
+application replay (``--replay-mode application``: one pass, so the app runs once). The
+start-up is timed twice (the first command is cold). (wall - start-up) / 300 is the cost of a
 kernel. Also checks that ncu reports 1 pass for each list. Writes OUT/ncu_kernel_cost.json.
 """
 
@@ -51,6 +53,8 @@ def lists() -> dict[str, tuple[list[str], list[str]]]:
                                       + cycles, []),
         "fast_cache_none": (fast, ["--cache-control", "none"]),
         "duration_cache_none": (duration, ["--cache-control", "none"]),
+        "fast_app_replay": (fast, ["--replay-mode", "application"]),
+        "duration_app_replay": (duration, ["--replay-mode", "application"]),
     }
 
 
@@ -76,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--only", default="", help="comma-separated list names (default: all)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -83,9 +88,12 @@ def main() -> None:
         app.write_text(APP)
         duration = METRIC_SETS["duration"].metrics
         result: dict[str, object] = {"kernels": KERNELS, "start_up": [
-            run(app, report, list(duration), [], "nothing_matches")]}
+            run(app, report, list(duration), [], "nothing_matches") for _ in range(2)]}
+        only = [n for n in args.only.split(",") if n]
         for repeat in range(args.repeats):
             for name, (metrics, extra) in lists().items():
+                if only and name not in only:
+                    continue
                 record = run(app, report, metrics, extra, "tn_measure")
                 for bulky in ("passes_each", "profiled"):
                     record.pop(bulky)
