@@ -9,7 +9,8 @@ the same with ``--replicate-launches``, and ``--metric-set duration`` with and w
 The sampled profile's modules are compared with the default's (the launches it measured):
 per module, sampled time / measured time - 1; so is the default under ncu's application
 replay (``fast_app_replay``, one pass: the script runs once). ``--cases fast,duration`` runs
-the default and its anchor only (any model of the zoo). Writes OUT/launch_sampling.json.
+the default and its anchor only (any model of the zoo); ``--warm`` runs the script alone
+once before a model's commands (the first command otherwise reads its files cold). Writes OUT/launch_sampling.json.
 """
 
 from __future__ import annotations
@@ -79,12 +80,19 @@ def main() -> int:
     parser.add_argument("--cases", default=",".join(CASES),
                         help="which commands (default: all); fast,duration alone is the "
                              "default profile against its anchor")
+    parser.add_argument("--warm", action="store_true",
+                        help="run each model's script once alone (3 steps, untimed) first")
     args = parser.parse_args()
     cases = {case: CASES[case] for case in args.cases.split(",")}
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
     for model in args.models.split(","):
         entry: dict[str, Any] = {}
+        if args.warm:  # the first command of a model reads its files cold: not the command's cost
+            started = time.time()
+            subprocess.run([sys.executable, str(APP), model, "--steps", "3"], cwd=ROOT,
+                           capture_output=True, check=False)
+            entry["warm_s"] = round(time.time() - started, 1)
         for case, extra in cases.items():
             entry[case] = _run(model, args.out / f"{model}_{case}", extra)
             print(model, case, entry[case]["rc"], entry[case]["wall_s"], flush=True)
