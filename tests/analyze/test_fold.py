@@ -143,7 +143,10 @@ def test_the_first_block_that_skips_work_folds_apart() -> None:
     tree = profile.modules(fold=True)
     names = set(tree.loc[tree["direction"] == "bwd", "module"])
     assert "0.input_layernorm" in names and "{1-3}.input_layernorm" in names
-    assert "{0-3}.mlp" in names  # the rest of the blocks are alike
+    # the rest of the blocks are alike, but a child stays under the block it is in
+    assert {"0.mlp", "{1-3}.mlp"} <= names and "{0-3}.mlp" not in names
+    # a flat table has no nesting: there the four blocks' MLPs are one row
+    assert "{0-3}.mlp" in set(profile.hotspot_table(fold=True)["module"])
 
 
 def test_a_conv_a_batch_norm_and_a_relu_never_share_a_row() -> None:
@@ -163,3 +166,26 @@ def test_a_conv_a_batch_norm_and_a_relu_never_share_a_row() -> None:
     k = profile.kernels
     launched = k.loc[k["kernel"] == "nchwToNhwcKernel", "module"]
     assert set(launched) == {"stem.0", "stage1.0", "stage2.0"}
+
+
+def test_a_folded_tree_nests_each_row_under_the_block_it_folded_with() -> None:
+    """resnet50's ``layer1.0`` (its downsample) does not fold with ``layer1.{1-2}``, but the
+    three blocks' BatchNorms launch the same kernels: they once folded into ``layer1.{0-2}.bn1
+    ×3`` under ``layer1.0``, whose children then added up to twice its time. In the folded
+    tree every row's children and own time add up to its total."""
+    from torch_nsight.vocabulary import path_parent
+
+    profile = torch_nsight.load(DATA / "latency" / "resnet50.ncu-rep.xz", cache=False)
+    tree = profile.modules(depth=3, fold=True)
+    assert {"layer1.0.bn1", "layer1.{1-2}.bn1"} <= set(tree["module"])
+    parents = tree["module_path"].map(lambda p: path_parent(p) if isinstance(p, str) else None)
+    children = tree.groupby([tree["direction"], parents])["inclusive_ns"].sum()
+    checked = 0
+    for _, row in tree[tree["depth"] < 3].iterrows():
+        below = children.get((row["direction"], row["module_path"]))
+        if below is None:
+            continue
+        assert below + row["exclusive_ns"] == pytest.approx(row["inclusive_ns"], rel=1e-9), (
+            row["module"])
+        checked += 1
+    assert checked > 10

@@ -155,3 +155,24 @@ def test_compare_of_a_current_with_zero_durations_names_it(
                                 capsys)
     assert status == 1 and out == "" and PRINTED.search(err) is None
     assert "the current profile (CURRENT) cannot be compared" in err
+
+
+def test_a_step_the_gpu_never_idles_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Each run's first kernel stretched over the whole run: the GPU never idles, so there
+    is no idle time to share among the modules (once a ZeroDivisionError in the verdict),
+    and no finding of idle time."""
+    with gzip.open(TRACE, "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    events = document["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    for run in (e for e in events if str(e.get("name", "")).startswith("torch_nsight/sweep;")):
+        first = next(k for k in kernels if run["ts"] <= k["ts"] <= run["ts"] + run["dur"])
+        first.update(ts=run["ts"], dur=run["dur"])
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(document))
+    status, out, err = run_main(["report", str(path)], tmp_path, monkeypatch, capsys)
+    _clean(status, out, err)
+    verdict = out[out.index("Timeline verdict"):]
+    assert "GPU-bound" in verdict and "The GPU was busy 100.0%" in verdict
+    assert "small_kernels" not in verdict and "gpu_idle" not in verdict

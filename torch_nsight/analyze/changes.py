@@ -19,7 +19,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from torch_nsight.analyze.fold import FOLD_COLUMN, STRUCTURE_COLUMN, fold_rows, with_structure
+from torch_nsight.analyze.fold import (
+    FOLD_COLUMN,
+    STRUCTURE_COLUMN,
+    fold_rows,
+    with_parent_groups,
+    with_structure,
+)
 from torch_nsight.analyze.regress import as_compared
 from torch_nsight.vocabulary import PATH_SEP
 
@@ -80,10 +86,10 @@ def changed_rows(rows: pd.DataFrame, baseline: pd.DataFrame,
     if changed.empty:
         return changed.assign(**{FOLD_COLUMN: pd.Series(dtype="int64"),
                                  CHANGE_COLUMN: pd.Series(dtype="float64")})
-    folded = fold_rows(with_structures(changed, baseline, current),
-                       keys=[*(k for k in _KEYS if k in changed), *_STRUCTURES], sums=_SUMS,
-                       rank="baseline_ns", name="module", path="module_path"
-                       ).drop(columns=list(_STRUCTURES))
+    nested, keys = with_parent_groups(with_structures(changed, baseline, current),
+                                      [*(k for k in _KEYS if k in changed), *_STRUCTURES])
+    folded = fold_rows(nested, keys=keys, sums=_SUMS, rank="baseline_ns", name="module",
+                       path="module_path").drop(columns=[*_STRUCTURES, keys[-1]])
     several = folded[FOLD_COLUMN] > 1
     for column in ("baseline_ci95_ns", "current_ci95_ns", "baseline_std_ns",
                    "current_std_ns", "p_value"):

@@ -37,7 +37,8 @@ from torch_nsight.analyze.spread import RUNS_COLUMN, sum_runs, with_spread
 from torch_nsight.vocabulary import LABELS, join_path, path_leaf, path_parent, split_path
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
-           "with_structure", "FOLD_COLUMN", "STRUCTURE_COLUMN"]
+           "parent_groups", "with_parent_groups", "with_structure", "FOLD_COLUMN",
+           "STRUCTURE_COLUMN"]
 
 FOLD_COLUMN = "blocks"
 #: What a module launched (its subtree's kernels: name, grid, block): blocks fold only where
@@ -354,6 +355,51 @@ def fold_tree(tree: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.Dat
     keys = ["variant", "shape", "direction", "depth"]
     if kernels is not None:
         tree, keys = with_structure(tree, kernels), [*keys, STRUCTURE_COLUMN]
+    tree, keys = with_parent_groups(tree, keys)
     folded = fold_rows(tree, keys=keys, sums=TREE_SUMS, rank="inclusive_ns",
                        path="module_path")
-    return with_spread(folded.drop(columns=[STRUCTURE_COLUMN], errors="ignore"))
+    return with_spread(folded.drop(columns=[STRUCTURE_COLUMN, _PARENT], errors="ignore"))
+
+
+#: The fold group of a row's parent module (:func:`parent_groups`), a key while folding.
+_PARENT = "__parent_group"
+
+
+def parent_groups(rows: pd.DataFrame, keys: Sequence[str], name: str = "module",
+                  path: str = "module_path") -> list[int]:
+    """Each row's parent module's fold group (-1 for a row whose parent is not among the
+    rows): a row folds only with rows whose parents folded together, so in a module tree
+    ``layer1.0.bn1`` stays under ``layer1.0`` where ``layer1.0`` did not fold with
+    ``layer1.{1-2}``, though the three BatchNorms launch the same kernels. Rows are walked
+    parents first (by the depth of their path); a row's group is its ``keys``, its index
+    template (a row without an index is a group of its own) and its parent's group; its
+    parent is the row of its path's parent with the same labels and direction."""
+    tree = [k for k in (*LABELS, "direction") if k in rows]
+    label_of = (list(zip(*[[str(v) for v in filled(rows[k])] for k in tree], strict=True))
+                if tree else [()] * len(rows))
+    own_keys = [k for k in keys if k in rows and k != "depth"]
+    keys_of = (list(zip(*[[str(v) for v in filled(rows[k])] for k in own_keys],
+                        strict=True)) if own_keys else [()] * len(rows))
+    paths, names = rows[path].tolist(), rows[name].tolist()
+    depths = [len(split_path(p)) if isinstance(p, str) else 0 for p in paths]
+    group_of: dict[tuple[tuple[str, ...], object], int] = {}
+    codes: dict[tuple[object, ...], int] = {}
+    parents = [-1] * len(rows)
+    for i in np.argsort(depths, kind="stable").tolist():
+        label, at = label_of[i], paths[i]
+        above = path_parent(at) if isinstance(at, str) else None
+        parent = group_of.get((label, above), -1) if above is not None else -1
+        template, indices = index_template(names[i])
+        own = (keys_of[i], template if indices else ("row", i), parent)
+        group_of.setdefault((label, at), codes.setdefault(own, len(codes)))
+        parents[i] = parent
+    return parents
+
+
+def with_parent_groups(rows: pd.DataFrame, keys: Sequence[str], name: str = "module",
+                       path: str = "module_path") -> tuple[pd.DataFrame, list[str]]:
+    """``rows`` with their parents' fold groups (:func:`parent_groups`) in a column, and
+    ``keys`` with that column: what :func:`fold_rows` takes to fold a tree's rows only under
+    parents that folded together (drop the column after)."""
+    return (rows.assign(**{_PARENT: parent_groups(rows, keys, name, path)}),
+            [*keys, _PARENT])

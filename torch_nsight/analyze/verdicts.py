@@ -146,7 +146,9 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
         add("pageable_copies", _most(pageable, "module", "duration_ns"), "innermost", time,
             copies=len(pageable) / steps, bytes=pageable["copy_bytes"].sum() / steps,
             time_ns=time)
-    gain, scale = shape["gain_idle_ns"], shape["gain_idle_ns"] / shape["other_idle_ns"]
+    gain = shape["gain_idle_ns"]
+    # the share of the idle time the bare step keeps (none where the GPU never idled)
+    scale = gain / shape["other_idle_ns"] if shape["other_idle_ns"] > 0 else float("nan")
     idle_pct = 100.0 * gain / step_ns  # of the step the verdict judges
     root = activity.assign(_root=module_paths(activity, 0))
     in_model = each_value(root["_root"], in_module_range)
@@ -169,6 +171,8 @@ def label_findings(shape: pd.Series, activity: pd.DataFrame, gaps: pd.DataFrame,
     under = waits.groupby(gaps.loc[~gaps["data"], "top"], sort=False).indices
     for _, module in busy_modules.iterrows():
         idle = waits.iloc[under.get(module["module_path"], [])].sum() / steps
+        if not idle > 0:  # the GPU never waited before it: nothing for it to gain
+            continue
         add("small_kernels", module["module"], "top-level",
             idle * (scale if pd.notna(scale) else 1.0), launches=module["launches"],
             median_kernel_ns=module["median_kernel_ns"], idle_ns=idle)
