@@ -77,3 +77,23 @@ def test_python_m_a_module_found_without_importing_it(tmp_path: Path) -> None:
     assert_refused(dry_run(sys.executable, "-u", "-m", "no_such_module_here", "--lr", "3",
                            cwd=tmp_path), "no_such_module_here: no such module")
     assert_passed(dry_run(sys.executable, "-m", "trainer.main", "--lr", "3", cwd=tmp_path))
+
+
+def test_a_script_given_without_its_interpreter_is_told_to_add_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile --steps 2:3 train.py`` (no ``--``, no ``python``): the rehearsal cannot start
+    ``train.py``, and the line says how to run it; an empty ``--command`` is named."""
+    from .conftest import run_main
+
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    status, _, err = run_main(["profile", "--dry-run", "--steps", "2:3", "train.py",
+                               "--lr", "3"], tmp_path, monkeypatch, capsys)
+    assert status == 1
+    assert err.strip().endswith(
+        "could not start train.py: to run a Python script, put the interpreter first: "
+        "-- python train.py --lr 3"), err
+    report = str(ROOT / "tests" / "data" / "convnet_fwd.ncu-rep.xz")
+    status, _, err = run_main(["findings", report, "--verify", "--command", " ", "--steps",
+                               "2:4"], tmp_path, monkeypatch, capsys)
+    assert status == 1 and "--command is empty" in err and "Traceback" not in err

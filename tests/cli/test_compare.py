@@ -273,3 +273,19 @@ def test_different_ncu_versions_warn(data: Path, tmp_path: Path,
     (line,) = err.splitlines()
     assert "different ncu versions" in line and "2023.1.0" in line and recorded in line
     assert line.removeprefix("torch-nsight: ") in out.splitlines()
+
+
+def test_two_different_models_are_said_to_share_little(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ResNet-50 step against a ViT-S step: two rows match (the AdamW step and the rows
+    outside modules), the others are on one side only; the output says how little of each
+    side's time the verdicts speak of. The same step on both sides says nothing of it."""
+    for name in ("resnet50", "vit_s"):
+        shutil.copy(DATA / "latency" / f"{name}.ncu-rep.xz", tmp_path / f"{name}.ncu-rep.xz")
+    status, out, err = compare(capsys, tmp_path / "resnet50.ncu-rep.xz",
+                               tmp_path / "vit_s.ncu-rep.xz", "--format", "csv")
+    said = " ".join(err.split())
+    assert "different models or shapes?" in said and "(2 of 556 rows)" in said, err
+    status, out, err = compare(capsys, tmp_path / "resnet50.ncu-rep.xz",
+                               tmp_path / "resnet50.ncu-rep.xz", "--format", "csv")
+    assert status == 0 and "different models" not in err + out

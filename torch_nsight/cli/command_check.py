@@ -15,6 +15,7 @@ to the run.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from torch_nsight.cli.outputs import UsageError
 
-__all__ = ["check_command"]
+__all__ = ["cannot_start", "check_command"]
 
 #: Options of ``python`` that take the next word as their value.
 _PYTHON_VALUES = frozenset({"-W", "-X", "-Q", "--check-hash-based-pycs"})
@@ -45,6 +46,19 @@ for part in parts[1:]:
 sys.exit(0 if spec is not None else 3)
 """
 _NOT_CHECKED = "the dry run could not check the command"
+
+
+def cannot_start(command: Sequence[str]) -> UsageError:
+    """The error for a command whose program could not be started (not found, or not a file
+    that can run): a script given without its interpreter is told to put one first."""
+    if not command or not command[0]:
+        return UsageError("the command is empty: give the program to run after --, e.g. "
+                          "-- python train.py")
+    program = command[0]
+    if program.endswith(".py"):
+        return UsageError(f"could not start {program}: to run a Python script, put the "
+                          f"interpreter first: -- python {shlex.join(command)}")
+    return UsageError(f"could not start {program}: not on PATH, or not a file that can run")
 
 
 def check_command(command: Sequence[str]) -> None:

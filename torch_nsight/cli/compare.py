@@ -222,6 +222,28 @@ def load_side(side: str, path: Path) -> Profile:
                         ) from err
 
 
+#: Below this share (%) of either side's time in rows both profiles hold, the comparison says
+#: it covers only that part (two different models, or shapes, compared).
+MATCHED_PCT = 50.0
+_ONE_SIDED = ("only in baseline", "only in current", "fused")
+
+
+def matched_notes(rows: pd.DataFrame) -> list[str]:
+    """A note where the rows both profiles hold carry under :data:`MATCHED_PCT` of either
+    side's time: the verdicts then speak of that part only (different models or shapes?)."""
+    both = ~rows["verdict"].isin(_ONE_SIDED)
+    shares = []
+    for side in ("baseline_ns", "current_ns"):
+        total = float(rows[side].sum())
+        shares.append(100.0 * float(rows.loc[both, side].sum()) / total if total > 0
+                      else 100.0)
+    if min(shares) >= MATCHED_PCT:
+        return []
+    return [f"the rows both profiles hold carry {shares[0]:.1f}% of the baseline's time and "
+            f"{shares[1]:.1f}% of the current's ({int(both.sum())} of {len(rows)} rows): "
+            "different models or shapes? The verdicts speak of that part only"]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight compare``.
 
@@ -242,9 +264,9 @@ def run(args: argparse.Namespace) -> int:
     current = load_side("current", args.current)
     rows = compare_profiles(baseline.kernels, current.kernels, by=args.by,
                             threshold=args.threshold, depth=args.depth)
-    notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current)]
-    unmatched = bool(len(rows)) and bool(rows["verdict"].isin(
-        ("only in baseline", "only in current", "fused")).all())
+    unmatched = bool(len(rows)) and bool(rows["verdict"].isin(_ONE_SIDED).all())
+    notes = [*rows.attrs.get("notes", []), *provenance_notes(baseline, current),
+             *([] if unmatched or rows.empty else matched_notes(rows))]
     # the table and markdown say them too: a terminal showing both would read them twice
     # (not when nothing matched: no table follows)
     if unmatched or args.fmt in ("csv", "json") or not _same_terminal():

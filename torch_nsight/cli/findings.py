@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
             command = shlex.split(args.command)
         except ValueError as err:
             raise UsageError(f"--command {args.command!r}: {err}") from None
+        if not command:
+            raise UsageError("--command is empty: give the command that made the report, "
+                             "e.g. --command \"python train.py\"")
         plan = verify_plan(args, command, read_steps(args.steps, "--steps"))
         say(profile.describe())
         import torch_nsight.render.finding_words  # noqa: F401 - the words

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
 
 REPLICATE_HELP = (
@@ -91,8 +92,8 @@ def replicate_launches(args: argparse.Namespace, command: Sequence[str], report:
     try:
         listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
                                  quiet=False, environ=os.environ)
-    except FileNotFoundError:
-        raise UsageError(f"could not start {command[0]}") from None
+    except (FileNotFoundError, PermissionError):
+        raise cannot_start(command) from None
     return {"launches": listed.summary(), "kernel_id": listed.plan.kernel_id}
 
 

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.arguments import accept_dashed_values, at_least, read_steps
-from torch_nsight.cli.command_check import check_command
+from torch_nsight.cli.command_check import cannot_start, check_command
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
@@ -438,8 +438,8 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str], lock: str) ->
     try:
         with locked_folder(args.out, lock):
             ran = script.run_script(plan)
-    except FileNotFoundError:
-        raise UsageError(f"could not start {command[0]}") from None
+    except (FileNotFoundError, PermissionError):
+        raise cannot_start(command) from None
     emit(ran.profile, args)
     say(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
         sys.stderr)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.text import say_comment
 from torch_nsight.errors import NothingProfiledError
 from torch_nsight.units import counted
@@ -26,8 +26,8 @@ def rehearse(plan: ScriptPlan) -> int:
 
     try:
         done = script.rehearse(plan)
-    except FileNotFoundError:
-        raise UsageError(f"could not start {plan.command[0]}") from None
+    except (FileNotFoundError, PermissionError):
+        raise cannot_start(plan.command) from None
     if done.exit_status is None:
         ended = "until its chosen steps ended"
     elif done.stopped is not None:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.arguments import read_steps
+from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.text import say, say_comment
 from torch_nsight.render.readable_numbers import printable
@@ -148,8 +149,8 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan,
     try:
         return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr),
                                kernels=kernels)
-    except FileNotFoundError:
-        raise UsageError(f"could not start {plan.command[0]}") from None
+    except (FileNotFoundError, PermissionError):
+        raise cannot_start(plan.command) from None
 
 
 def verify_profile(profile: Profile, args: argparse.Namespace, plan: VerifyPlan,

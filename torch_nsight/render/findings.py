@@ -39,7 +39,7 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
 #: Under a findings table with a bounded row whose fix also cuts launches.
 LAUNCH_NOTE = ("≤: what those kernels could save at most; {fixes} also removes launches, "
                "whose CPU time a kernel profile does not see, so the step can gain more: "
-               "--verify measures it.")
+               "torch-nsight profile --verify measures it on your steps.")
 
 
 def gain_cell(row: pd.Series) -> str:
