@@ -134,7 +134,26 @@ def _files_and_labels(paths: PathArg | Iterable[PathArg], given: Sequence[str] |
     if given is not None and len(expanded) != len(files):
         raise ValueError("labels name one source each, but a folder of reports was given: "
                          "pass its files one by one with a label each")
-    return expanded, _check_labels(given, expanded)
+    return _once(expanded, _check_labels(given, expanded))
+
+
+def _once(files: list[Path], labels: list[str] | None
+          ) -> tuple[list[Path], list[str] | None]:
+    """``files`` and their labels with a file given again under the same label read once:
+    its rows, counted once per (source, run), would otherwise add up as one run of twice the
+    time."""
+    seen: set[tuple[str, str | None]] = set()
+    kept: list[int] = []
+    for index, file in enumerate(files):
+        key = (os.path.realpath(file), labels[index] if labels is not None else None)
+        if key in seen:
+            logger.warning("%s is given twice%s: read once", file,
+                           f" with the label {key[1]!r}" if key[1] is not None else "")
+            continue
+        seen.add(key)
+        kept.append(index)
+    return ([files[i] for i in kept],
+            [labels[i] for i in kept] if labels is not None else None)
 
 
 def _read(files: list[Path], options: ReadOptions, calls: PathArg | None) -> list[SourceData]:

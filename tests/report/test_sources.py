@@ -205,3 +205,16 @@ def test_a_cache_that_cannot_be_written_is_skipped_quietly(tmp_path: Path, caplo
     profile = torch_nsight.load(report, cache_dir=blocked)
     assert len(profile.kernels) == 40 and "cache" not in caplog.text.lower()
     assert not list(tmp_path.rglob(f"*{CACHE_SUFFIX}"))
+
+
+def test_a_report_given_twice_under_one_label_is_read_once(caplog) -> None:
+    """The same file twice with the same label was one (source, run) of twice the time."""
+    report = DATA / "convnet_fwd.ncu-rep.xz"
+    once = torch_nsight.load(report, labels=["x"], cache=False)
+    with caplog.at_level("WARNING", logger="torch_nsight"):
+        twice = torch_nsight.load([report, report], labels=["x", "x"], cache=False)
+    assert "given twice with the label 'x': read once" in caplog.text
+    assert len(twice.kernels) == len(once.kernels)
+    assert twice.modules()["inclusive_ns"].tolist() == once.modules()["inclusive_ns"].tolist()
+    apart = torch_nsight.load([report, report], labels=["a", "b"], cache=False)
+    assert set(apart.kernels["variant"]) == {"a", "b"}  # two labels (a sweep's: variants)
