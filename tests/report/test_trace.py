@@ -169,3 +169,34 @@ def test_trace_and_report_rows_join_and_save(train: Profile, tmp_path: Path) -> 
     again = Profile.read(joined.save(tmp_path / "both.parquet"))
     assert len(again.kernels) == len(train.kernels) + len(report.kernels)
     assert set(again.kernels["grid"].dropna().map(type)) == {str}
+
+
+def test_copies_that_overlap_count_once(tmp_path: Path) -> None:
+    """The recorded copy-bound step with each host copy run twice at once on another stream:
+    the step's copy time is the time some copy ran (the union), never the sum of their
+    durations, which can exceed the step."""
+    import gzip
+    import json
+    import shutil
+
+    from torch_nsight.analyze.steps import step_table
+
+    folder = tmp_path / "timeline_copy"
+    shutil.copytree(DATA / "timeline_copy", folder)
+    with gzip.open(folder / "trace-0.json.gz", "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    events = document["traceEvents"]
+    twins = [{**e, "args": {**e["args"], "stream": e["args"]["stream"] + 1}}
+             for e in events if e.get("cat") == "gpu_memcpy"]
+    document["traceEvents"] = events + twins
+    with gzip.open(folder / "trace-0.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump(document, handle)
+    once = torch_nsight.load(DATA / "timeline_copy", cache=False)
+    twice = torch_nsight.load(folder, cache=False)
+    copies = [(p.kernels["kind"] == "memcpy").sum() for p in (once, twice)]
+    assert copies[1] == 2 * copies[0] > 0
+    before = step_table(once.kernels, once.timeline, "test")[0]
+    after = step_table(twice.kernels, twice.timeline, "test")[0]
+    assert after["copy_ns"].tolist() == pytest.approx(before["copy_ns"].tolist())
+    assert (after["copy_pct"] <= 100.0).all() and (after["copy_busy_pct"] <= 100.0).all()
+    assert after["copies"].sum() == 2 * before["copies"].sum()

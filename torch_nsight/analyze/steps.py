@@ -148,6 +148,11 @@ def step_table(kernels: pd.DataFrame, timeline: pd.DataFrame | None, caller: str
     steps["launches_per_ms"] = steps["launches"] * 1e6 / _positive(wall)
     steps["small_kernel_pct"] = 100.0 * steps["small"] / _positive(steps["kernels"])
     steps["small_kernel_time_pct"] = 100.0 * steps["small_ns"] / _positive(steps["kernel_ns"])
+    # the time some copy ran: copies on several streams overlap, so their durations' sum
+    # may exceed the step (a timeline read before the union was kept: capped at busy)
+    union = (steps["copy_busy_ns"].astype("float64") if "copy_busy_ns" in steps
+             else pd.Series(np.nan, index=steps.index))
+    steps["copy_ns"] = union.where(union.notna(), steps["copy_ns"].clip(upper=busy))
     steps["copy_gb_per_s"] = steps["copy_bytes"] / _positive(steps["copy_ns"])  # B/ns = GB/s
     steps["copy_pct"] = steps["copy_ns"] * per_wall
     steps["copy_busy_pct"] = 100.0 * steps["copy_ns"] / _positive(busy)

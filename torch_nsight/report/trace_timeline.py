@@ -25,8 +25,8 @@ from torch_nsight.vocabulary import outside_module
 #: Idle intervals shorter than this are not gaps (a launch's own latency is ~2-5 µs).
 MIN_GAP_NS = 1000.0
 TIMELINE_COLUMNS = ("source", "variant", "shape", "run", "kind", "start_ns", "end_ns",
-                    "cpu_ns", "busy_ns", "launches", "sync_ns", "bare_ns", "ranged_ns",
-                    "bare_spread_pct", "cpu", "prev_module", "next_module")
+                    "cpu_ns", "busy_ns", "copy_busy_ns", "launches", "sync_ns", "bare_ns",
+                    "ranged_ns", "bare_spread_pct", "cpu", "prev_module", "next_module")
 _ENQUEUE = ("Launch", "Memcpy", "Memset")
 _SYNC = ("Synchronize",)
 
@@ -181,7 +181,7 @@ class _Columns:
 #: The step rows' numbers read from the timeline manifest (any JSON value).
 _MEASURED = ("bare_ns", "ranged_ns")
 #: The step rows' numbers worked out here.
-_STEP_ONLY = ("cpu_ns", "busy_ns", "launches", "sync_ns", "bare_spread_pct")
+_STEP_ONLY = ("cpu_ns", "busy_ns", "copy_busy_ns", "launches", "sync_ns", "bare_spread_pct")
 
 
 def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
@@ -198,6 +198,7 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
             by_label[message].append(position)
     # the columns read below, once, as arrays and lists
     starts, durations = frame["start_ns"].to_numpy(), frame["duration_ns"].to_numpy()
+    copies = (frame["kind"] == "memcpy").to_numpy()
     stacks, threads = frame["range_stack"].tolist(), frame["launch_thread"].tolist()
     modules: dict[tuple[str, ...], str | None] = {}  # each distinct stack's module, once
     rows, step_rows = _Columns(), []
@@ -214,6 +215,9 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
         end = max([cpu_end, *(e for _, e in spans)])
         clipped = [(max(s, cpu_start), min(e, end)) for s, e in spans]
         busy = _union([(s, e) for s, e in clipped if e > s])  # what ran inside the window
+        # the time some copy ran (copies on several streams overlap: not their sum)
+        copying = _union([(s, e) for (s, e), copy in zip(clipped, copies[mine].tolist(),
+                                                            strict=True) if copy and e > s])
         inside = call_list[bisect.bisect_left(call_starts, cpu_start):
                            bisect.bisect_left(call_starts, cpu_end)]
         measured = steps.get(f"{variant or ''}|{shape or ''}", {})
@@ -222,6 +226,7 @@ def timeline_table(frame: pd.DataFrame, labels: list[tuple[float, float, str]],
         rows.step({
             **fixed, "kind": "step", "start_ns": cpu_start, "end_ns": end,
             "cpu_ns": cpu_end - cpu_start, "busy_ns": sum(e - s for s, e in busy),
+            "copy_busy_ns": sum(e - s for s, e in copying),
             "launches": sum(1 for _, _, n in inside if enqueues(n)),
             "sync_ns": sum(e - s for s, e, n in inside if waits(n)),
             "bare_ns": measured.get("bare_ns"), "ranged_ns": measured.get("ranged_ns"),
