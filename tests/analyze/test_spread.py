@@ -200,6 +200,11 @@ def test_a_kernel_swapped_for_a_slower_one_is_a_regression_by_kernel(three) -> N
     assert "align1" in flagged["kernel"].iloc[0]  # the kernel cuBLAS fell back to
     assert flagged["change_pct"].iloc[0] > 100 and flagged["p_value"].iloc[0] < 0.05
     assert any("ran other kernels" in note for note in rows.attrs["notes"])
+    # the kernel it replaced is counted once: in the regressed row's baseline, not again
+    replaced = rows[rows["verdict"] == "replaced"]
+    assert replaced["module_path"].tolist() == ["GPT2LMHeadModel/lm_head"]
+    assert replaced["baseline_ns"].iloc[0] == pytest.approx(flagged["baseline_ns"].iloc[0])
+    assert not (rows["verdict"] == "only in baseline").any()
     same = compare_profiles(three["a"].kernels, three["b"].kernels, threshold=2.0, by="kernel")
     assert not same["verdict"].isin(["regressed", "improved"]).any()
 

@@ -27,9 +27,11 @@ logger = logging.getLogger(__name__)
 
 CompareLevel = Literal["module", "kernel"]
 Verdict = Literal["regressed", "improved", "unchanged", "within noise", "fused",
-                  "only in baseline", "only in current"]
+                  "only in baseline", "only in current", "replaced"]
+#: ``replaced``: a baseline kernel of a module that ran other kernels in the current profile,
+#: compared as a whole on the current kernels' rows (its time is their baseline).
 VERDICTS: tuple[str, ...] = ("regressed", "improved", "unchanged", "within noise", "fused",
-                             "only in baseline", "only in current")
+                             "only in baseline", "only in current", "replaced")
 KEYS: dict[str, tuple[str, ...]] = {
     "module": (*LABELS, "direction", "module_path"),
     "kernel": (*LABELS, "direction", "module_path", "op", "kernel"),
@@ -188,6 +190,7 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
             out.loc[after.index, ["baseline_ns", "change_ns", "change_pct", "p_value"]] = [
                 base_ns, cur_ns - base_ns, change, p]
             out.loc[after.index, "verdict"] = verdict
+            out.loc[before.index, "verdict"] = "replaced"  # counted in the rows above
             first = group.iloc[0]
             notes.append(f"{first['module_path']} ({first['direction']}) ran other kernels "
                          f"({', '.join(dict.fromkeys(after['kernel']))} instead of "
@@ -308,7 +311,8 @@ def compare_profiles(baseline: pd.DataFrame, current: pd.DataFrame, *,
     Rows on one side only are kept, as ``only in baseline`` or ``only in current``; a
     module of the baseline whose work the current profile ran inside kernels fused across
     modules (its ``fused_modules``, as ``torch.compile`` does) is ``fused``: its time is
-    in the enclosing module the fused kernel belongs to.
+    in the enclosing module the fused kernel belongs to. A module that ran other kernels is
+    compared as a whole on its current-only rows; its baseline-only rows are ``replaced``.
 
     Args:
         baseline: the attributed, classified kernel table before the change

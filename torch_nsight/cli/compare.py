@@ -231,6 +231,7 @@ _ONE_SIDED = ("only in baseline", "only in current", "fused")
 def matched_notes(rows: pd.DataFrame) -> list[str]:
     """A note where the rows both profiles hold carry under :data:`MATCHED_PCT` of either
     side's time: the verdicts then speak of that part only (different models or shapes?)."""
+    rows = rows[rows["verdict"] != "replaced"]  # their time is in the rows that replaced them
     both = ~rows["verdict"].isin(_ONE_SIDED)
     shares = []
     for side in ("baseline_ns", "current_ns"):

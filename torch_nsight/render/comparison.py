@@ -41,7 +41,7 @@ def summary_line(rows: pd.DataFrame, threshold: float, by: str) -> str:
     counts = count_verdicts(rows)
     parts = [f"{counts[v]} {v}" for v in ("regressed", "improved", "within noise",
                                           "unchanged", "fused", "only in baseline",
-                                          "only in current")
+                                          "only in current", "replaced")
              if counts.get(v)]
     line = (f"{by}s compared at threshold {threshold:g}%: "
             + (", ".join(parts) if parts else "nothing to compare"))
