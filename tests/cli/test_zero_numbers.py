@@ -176,3 +176,4 @@ def test_a_step_the_gpu_never_idles_in(tmp_path: Path, monkeypatch: pytest.Monke
     verdict = out[out.index("Timeline verdict"):]
     assert "GPU-bound" in verdict and "The GPU was busy 100.0%" in verdict
     assert "small_kernels" not in verdict and "gpu_idle" not in verdict
+    assert "Try: The GPU is the limit" in verdict

@@ -200,3 +200,17 @@ def test_copies_that_overlap_count_once(tmp_path: Path) -> None:
     assert after["copy_ns"].tolist() == pytest.approx(before["copy_ns"].tolist())
     assert (after["copy_pct"] <= 100.0).all() and (after["copy_busy_pct"] <= 100.0).all()
     assert after["copies"].sum() == 2 * before["copies"].sum()
+
+
+def test_a_gpu_bound_step_that_idles_is_not_told_the_gpu_alone_limits_it() -> None:
+    """The recorded GPT-2 training step is GPU-bound (busy 73% of its bare step), yet its GPU
+    idles 27% of it: what to try says both, beside the gpu_idle finding."""
+    from torch_nsight.analyze import timeline_summary
+    from torch_nsight.render.timeline_words import word_summary
+
+    profile = torch_nsight.load(DATA / "timeline_train", cache=False)
+    summary = word_summary(timeline_summary(profile.kernels, profile.timeline))
+    row = summary.iloc[0]
+    assert row["verdict"] == "GPU-bound"
+    assert row["advice"].startswith("The GPU is busy most of the step")
+    assert "idle time the findings below name" in row["advice"]

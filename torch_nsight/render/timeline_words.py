@@ -21,6 +21,7 @@ from torch_nsight.analyze.verdicts import (
     COPY_BUSY_PCT,
     COPY_WALL_PCT,
     DATA_WAIT_PCT,
+    FINDING_PCT,
     LAUNCH_BUSY_PCT,
     bare_uncertain,
     judged_busy_pct,
@@ -255,11 +256,28 @@ def word_summary(summary: pd.DataFrame) -> pd.DataFrame:
     out = summary.copy()
     out["evidence"] = pd.Series([verdict_evidence(pd.Series(f)) for f in out["facts"]],
                                 index=out.index, dtype=object)
-    out["advice"] = pd.Series([VERDICT_ADVICE[v] for v in out["verdict"]], index=out.index,
-                              dtype=object)
+    out["advice"] = pd.Series([verdict_advice(v, pd.Series(f)) for v, f in
+                               zip(out["verdict"], out["facts"], strict=True)],
+                              index=out.index, dtype=object)
     out["largest_gaps"] = pd.Series([largest_gaps_text(g) for g in out["largest_gaps"]],
                                     index=out.index, dtype=object)
     return out.loc[:, list(WORDED_SUMMARY_COLUMNS)]
+
+
+#: What to try on a GPU-bound step that still idles a finding's share of it.
+_GPU_BOUND_IDLE = ("The GPU is busy most of the step: speed up its slowest modules and kernels "
+                   "(Nsight Compute: torch_nsight.sweep; bf16 tensor cores, fused kernels such "
+                   "as scaled_dot_product_attention, torch.compile), and take the idle time "
+                   "the findings below name off the step.")
+
+
+def verdict_advice(verdict: str, row: pd.Series) -> str:
+    """What to try for a shape's ``verdict``; a GPU-bound step whose GPU idles at least
+    :data:`~torch_nsight.analyze.verdicts.FINDING_PCT` of it is not told the GPU alone is
+    the limit."""
+    if verdict == "GPU-bound" and 100.0 - judged_busy_pct(row) >= FINDING_PCT:
+        return _GPU_BOUND_IDLE
+    return VERDICT_ADVICE[verdict]
 
 
 def step_finding_words(facts: Mapping[str, Any], finding: str) -> tuple[str, str]:
