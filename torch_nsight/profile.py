@@ -26,7 +26,7 @@ from torch_nsight.analyze.spread import runs_and_ranks
 from torch_nsight.errors import MissingMetricError
 from torch_nsight.record import CollectionRecord, ProfileMeta, Source
 from torch_nsight.report import saved
-from torch_nsight.units import counted
+from torch_nsight.units import counted, listed
 from torch_nsight.vocabulary import (
     PROFILE_FINDING_COLUMNS,
     PROFILE_HOTSPOT_COLUMNS,
@@ -312,7 +312,7 @@ class Profile:
         """One line: GPU, kernel count, shapes, variants, coverage and non-default settings."""
         from torch_nsight.record import stored_settings_summary
 
-        shapes, variants = ", ".join(map(str, self.shapes)) or "unlabelled", ", ".join(self.variants)
+        shapes, variants = listed(self.shapes) or "unlabelled", listed(self.variants)
         try:
             coverage = self.coverage
         except MissingMetricError:  # a table built by hand: say what can be said

@@ -8,6 +8,7 @@ tables and plot titles. Each helper takes a raw value in the unit the analysis c
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 #: What a missing value (None, NaN) reads as in a table.
@@ -100,3 +101,15 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
         The words, the count with thousands separators.
     """
     return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+#: Names :func:`listed` gives before it says how many more there are.
+NAMES_LISTED = 12
+
+
+def listed(names: Sequence[object]) -> str:
+    """``names`` joined with commas: the first :data:`NAMES_LISTED` of many, then how many
+    more (a trace of thousands of shapes, named on one line)."""
+    shown = ", ".join(map(str, names[:NAMES_LISTED]))
+    more = len(names) - NAMES_LISTED
+    return shown + (f" and {more:,} more" if more > 0 else "")

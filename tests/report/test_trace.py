@@ -214,3 +214,30 @@ def test_a_gpu_bound_step_that_idles_is_not_told_the_gpu_alone_limits_it() -> No
     assert row["verdict"] == "GPU-bound"
     assert row["advice"].startswith("The GPU is busy most of the step")
     assert "idle time the findings below name" in row["advice"]
+
+
+def test_a_trace_of_many_shapes_judges_the_first_and_names_how_many_more(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded GPT-2 steps relabelled as three shapes, with room for one verdict and
+    two names: one verdict block (a trace of thousands of shapes once printed and judged
+    each, 20,000 lines), the others counted; the header names two shapes and counts one."""
+    import torch_nsight.render.verdict as verdict
+    import torch_nsight.units as units
+
+    with gzip.open(DATA / "timeline_train" / "trace-0.json.gz", "rt", encoding="utf-8") as f:
+        document = json.load(f)
+    for event in document["traceEvents"]:
+        name = str(event.get("name", ""))
+        if name.startswith("torch_nsight/sweep;") and "run=" in name:
+            run = name.rsplit("run=", 1)[1]
+            event["name"] = name.replace("shape=8x512", f"shape=s{run}")
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(document))
+    monkeypatch.setattr(verdict, "SHAPES_SHOWN", 1)
+    monkeypatch.setattr(units, "NAMES_LISTED", 2)
+    profile = torch_nsight.load(path, cache=False)
+    assert profile.shapes == ["s0", "s1", "s2"]
+    assert "shapes s0, s1 and 1 more;" in profile.describe()
+    text = verdict.render_verdicts(profile)
+    assert "(the first 1 of 3 shapes;" in " ".join(text.split())
+    assert "\ns0: " in text and "\ns1: " not in text and "\ns2: " not in text

@@ -105,6 +105,14 @@ def _on_a_gpu(steps: pd.DataFrame, activity: pd.DataFrame, gaps: pd.DataFrame
     return steps[steps["source"].isin(on_gpu)], activity, gaps[gaps["source"].isin(on_gpu)]
 
 
+def _by_label(frame: pd.DataFrame) -> dict[tuple[Any, Any], pd.DataFrame]:
+    """``frame``'s rows per (variant, shape), as the shape table's keys read them."""
+    if frame.empty:
+        return {}
+    groups = frame.groupby(["variant", "shape"], sort=False, dropna=False)
+    return {key: part for key, part in groups}
+
+
 @needs(*KERNEL_NEEDS)
 def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None,
                       tables: StepTables | None = None) -> pd.DataFrame:
@@ -140,11 +148,13 @@ def timeline_findings(kernels: pd.DataFrame, timeline: pd.DataFrame | None,
     modules = module_table(activity, 1, shapes[[*LABELS, "steps"]])
     gaps = gaps_with_modules(activity, gaps)
     rows: list[dict[str, Any]] = []
+    # each table split by (variant, shape) once: filtering it again for each of many shapes
+    # is quadratic in them
+    parts = [_by_label(frame) for frame in (activity, gaps, modules)]
     for _, shape in shapes.iterrows():
-        def mine(frame: pd.DataFrame, shape: pd.Series = shape) -> pd.DataFrame:
-            return frame[(frame["variant"] == shape["variant"])
-                         & (frame["shape"] == shape["shape"])]
-        found = label_findings(shape, mine(activity), mine(gaps), mine(modules))
+        key = (shape["variant"], shape["shape"])
+        found = label_findings(shape, *(part.get(key, frame.iloc[:0]) for part, frame in
+                                        zip(parts, (activity, gaps, modules), strict=True)))
         numbers = plain(shape.to_dict())
         for row in found:
             row.update(variant=shape["variant"], shape=shape["shape"], gain_basis="timeline",

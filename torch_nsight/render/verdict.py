@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 #: Findings shown per shape under its verdict.
 FINDINGS_SHOWN = 3
+#: Shapes (variant, shape) given a verdict; a trace of more says how many it leaves out.
+SHAPES_SHOWN = 20
 
 
 def _step_noise(row: pd.Series) -> str:
@@ -69,10 +71,15 @@ def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> 
         folders = sorted({str(Path(s).parent) for s in traced})
         return ["Timeline verdict: the timeline of this focused sweep is in "
                 f"{', '.join(folders)}: `torch-nsight report` it for the verdict per shape"]
-    tables = step_table(profile.kernels, timeline, "timeline_summary")  # the two share it
-    summary = word_summary(timeline_summary(profile.kernels, timeline, tables))
-    findings = word_step_findings(timeline_findings(profile.kernels, timeline, tables))
+    kernels, timeline, left_out = _first_shapes(profile.kernels, timeline)
+    tables = step_table(kernels, timeline, "timeline_summary")  # the two share it
+    summary = word_summary(timeline_summary(kernels, timeline, tables))
+    findings = word_step_findings(timeline_findings(kernels, timeline, tables))
     lines = ["## Timeline verdict" if markdown else "Timeline verdict (PyTorch profiler):"]
+    if left_out:
+        lines.append(f"(the first {SHAPES_SHOWN} of {SHAPES_SHOWN + left_out} shapes; every "
+                     "shape's verdict in Python: torch_nsight.analyze.timeline_summary("
+                     "profile.kernels, profile.timeline))")
     for _, row in summary.iterrows():
         label = " ".join(str(v) for v in (row["variant"], row["shape"]) if isinstance(v, str)
                          and v) or "all steps"
@@ -92,3 +99,21 @@ def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> 
                          f"{format_duration(finding['est_gain_ns'])} per step{share_text}): "
                          f"{finding['fix']}")
     return [printable(line) for line in lines]  # names from the trace, one line each
+
+
+def _first_shapes(kernels: pd.DataFrame, timeline: pd.DataFrame
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """The kernels and the timeline of the first :data:`SHAPES_SHOWN` (variant, shape)
+    labels of the timeline's steps, and how many labels are left out (a trace of thousands
+    of shapes would print and judge each)."""
+    def labels(frame: pd.DataFrame) -> pd.Series:
+        return (frame["variant"].astype(object).fillna("").astype(str) + "\x1f"
+                + frame["shape"].astype(object).fillna("").astype(str))
+
+    steps = timeline[timeline["kind"] == "step"]
+    order = list(dict.fromkeys(labels(steps)))
+    if len(order) <= SHAPES_SHOWN:
+        return kernels, timeline, 0
+    kept = set(order[:SHAPES_SHOWN])
+    return (kernels[labels(kernels).isin(kept)], timeline[labels(timeline).isin(kept)],
+            len(order) - SHAPES_SHOWN)
