@@ -322,7 +322,7 @@ class Profile:
         noun = ("kernel launch", "kernel launches") if most > 1 else ("kernel", "kernels")
         count = (counted(len(self.kernels), *noun) + f" over {most} runs" * (most > 1)
                  + f" of {ranks} ranks" * (ranks > 1))
-        return (f"{', '.join(self.gpus) or 'unknown GPU'}: {count}, shapes "
+        return (f"{listed(self.gpus) or 'unknown GPU'}: {count}, shapes "
                 f"{shapes}" + (f", variants {variants}" if variants else "")
                 + (f"; {100 * coverage:.0f}% of GPU time inside module ranges"
                    if coverage == coverage else "")

@@ -107,9 +107,23 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
 NAMES_LISTED = 12
 
 
+#: The longest name a line of text shows whole (:func:`shortened`).
+NAME_CHARS = 100
+
+
+def shortened(name: object, limit: int = NAME_CHARS) -> str:
+    """``name`` as text, one of more than ``limit`` characters cut in its middle (``…``):
+    its start and its end say which it is, and a line stays a line."""
+    text = str(name)
+    if len(text) <= limit:
+        return text
+    head = (limit - 1) * 2 // 3
+    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+
+
 def listed(names: Sequence[object]) -> str:
-    """``names`` joined with commas: the first :data:`NAMES_LISTED` of many, then how many
-    more (a trace of thousands of shapes, named on one line)."""
-    shown = ", ".join(map(str, names[:NAMES_LISTED]))
+    """``names`` joined with commas, each :func:`shortened`: the first :data:`NAMES_LISTED`
+    of many, then how many more (a trace of thousands of shapes, named on one line)."""
+    shown = ", ".join(shortened(name) for name in names[:NAMES_LISTED])
     more = len(names) - NAMES_LISTED
     return shown + (f" and {more:,} more" if more > 0 else "")

@@ -241,3 +241,31 @@ def test_a_trace_of_many_shapes_judges_the_first_and_names_how_many_more(
     text = verdict.render_verdicts(profile)
     assert "(the first 1 of 3 shapes;" in " ".join(text.split())
     assert "\ns0: " in text and "\ns1: " not in text and "\ns2: " not in text
+
+
+def test_names_longer_than_a_line_are_cut_in_the_verdict_and_the_header(
+        tmp_path: Path) -> None:
+    """The recorded GPT-2 steps with a 100,000-character embedding module, GPU and shape:
+    the verdict and the one-line description stay lines (the names once filled 4,400 lines
+    of a terminal), each name cut in its middle, its start and end kept."""
+    from torch_nsight.render.verdict import render_verdicts
+    from torch_nsight.units import NAME_CHARS
+
+    with gzip.open(DATA / "timeline_train" / "trace-0.json.gz", "rt", encoding="utf-8") as f:
+        document = json.load(f)
+    long = "w" + "e" * 100_000
+    for event in document["traceEvents"]:
+        name = str(event.get("name", ""))
+        if name in ("torch_nsight/wte", "torch_nsight/bwd:wte"):
+            event["name"] = name.replace("wte", long)
+        elif name.startswith("torch_nsight/sweep;"):
+            event["name"] = name.replace("shape=8x512", "shape=" + "8x" * 50_000)
+    document["deviceProperties"][0]["name"] = "H" * 100_000
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(document))
+    profile = torch_nsight.load(path, cache=False)
+    assert long in set(profile.kernels["module"])  # read whole, shown cut
+    text = render_verdicts(profile) + "\n" + profile.describe()
+    assert len(text) < 10_000, len(text)
+    assert max(len(word) for word in text.split()) <= NAME_CHARS + 2
+    assert "…" in text and "weee" in text

@@ -107,7 +107,7 @@ TEXT_FORMATS = ("plain", "simple", "grid", "simple_grid", "rounded_grid", "heavy
                 "fancy_outline", "psql", "presto", "pretty", "rst", "orgtbl")
 #: ... then the columns whose text wraps onto more lines, then those cut short.
 WRAP_FIRST = ("next step", "fix")
-CUT_LAST = ("kernel", "module", "top module")
+CUT_LAST = ("kernel", "module", "top module", "shape", "variant")
 #: Label columns, on two lines (``2x512x`` over ``256``) before a module loses its end.
 LABELS = ("shape", "variant")
 #: ... and last, where a code token of a fix still does not fit, these columns go (never

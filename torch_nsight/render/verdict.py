@@ -3,18 +3,21 @@ and the findings with the module where each happens."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_nsight.render.fit import terminal_width, wrap_text
 from torch_nsight.render.readable_numbers import printable
-from torch_nsight.units import format_duration
+from torch_nsight.units import NAME_CHARS, format_duration, shortened
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from torch_nsight.profile import Profile
 
+#: A word no line shows whole (a module or kernel name from a hostile trace).
+_LONG_WORD = re.compile(rf"\S{{{NAME_CHARS + 1},}}")
 #: Findings shown per shape under its verdict.
 FINDINGS_SHOWN = 3
 #: Shapes (variant, shape) given a verdict; a trace of more says how many it leaves out.
@@ -81,8 +84,8 @@ def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> 
                      "shape's verdict in Python: torch_nsight.analyze.timeline_summary("
                      "profile.kernels, profile.timeline))")
     for _, row in summary.iterrows():
-        label = " ".join(str(v) for v in (row["variant"], row["shape"]) if isinstance(v, str)
-                         and v) or "all steps"
+        label = " ".join(shortened(v) for v in (row["variant"], row["shape"])
+                         if isinstance(v, str) and v) or "all steps"
         head = f"**{label}: {row['verdict']}**" if markdown else f"{label}: {row['verdict']}"
         lines += ["", head, f"  {row['evidence']}", f"  Try: {row['advice']}"]
         if row["steps"] > 1 and row["wall_ci95_ns"] == row["wall_ci95_ns"]:
@@ -92,13 +95,15 @@ def _verdict_lines(profile: Profile, timeline: pd.DataFrame, markdown: bool) -> 
         mine = findings[(findings["variant"].fillna("") == (row["variant"] or ""))
                         & (findings["shape"].fillna("") == (row["shape"] or ""))]
         for _, finding in mine.head(FINDINGS_SHOWN).iterrows():
-            where = f" in {finding['module']}" if isinstance(finding["module"], str) else ""
+            where = (f" in {shortened(finding['module'])}" if isinstance(finding["module"], str)
+                     else "")
             share = finding.get("pct_of_step")
             share_text = f", {share:.0f}% of it" if share == share and share else ""
             lines.append(f"  - {finding['finding']}{where} (up to "
                          f"{format_duration(finding['est_gain_ns'])} per step{share_text}): "
                          f"{finding['fix']}")
-    return [printable(line) for line in lines]  # names from the trace, one line each
+    # names from the trace, one line each; a name longer than a line cut in its middle
+    return [_LONG_WORD.sub(lambda m: shortened(m.group()), printable(line)) for line in lines]
 
 
 def _first_shapes(kernels: pd.DataFrame, timeline: pd.DataFrame
