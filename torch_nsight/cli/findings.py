@@ -103,16 +103,7 @@ def run(args: argparse.Namespace) -> int:
     profile = read_profile(args.reports, args.label)
     say_missing_metrics(profile)
     if args.verify:
-        import shlex
-
-        try:
-            command = shlex.split(args.command)
-        except ValueError as err:
-            raise UsageError(f"--command {args.command!r}: {err}") from None
-        if not command:
-            raise UsageError("--command is empty: give the command that made the report, "
-                             "e.g. --command \"python train.py\"")
-        plan = verify_plan(args, command, read_steps(args.steps, "--steps"))
+        plan = verify_plan(args, _command(args.command), read_steps(args.steps, "--steps"))
         say(profile.describe())
         import torch_nsight.render.finding_words  # noqa: F401 - the words
         print_verified(run_verify(profile.finding_table(fold=args.fold), plan),
@@ -150,3 +141,21 @@ def run(args: argparse.Namespace) -> int:
                             f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
                             f"{format_duration(row['after_ns'], unit='µs', decimals=1)}"))
     return 0
+
+
+def _command(given: str) -> list[str]:
+    """``--command``'s words, as a shell splits them.
+
+    Raises:
+        UsageError: they do not split (an open quote), or there are none.
+    """
+    import shlex
+
+    try:
+        command = shlex.split(given)
+    except ValueError as err:
+        raise UsageError(f"--command {given!r}: {err}") from None
+    if not command:
+        raise UsageError("--command is empty: give the command that made the report, e.g. "
+                         "--command \"python train.py\"")
+    return command
