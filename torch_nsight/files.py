@@ -7,7 +7,8 @@ on any failure, an interrupt included, the temporary file goes and the target is
 (a full disk leaves no 0-byte output behind). A full disk or a file-size limit becomes one
 :class:`~torch_nsight.errors.OutputWriteError` naming the path and the free space.
 :func:`locked_folder` keeps a second process from writing the same output folder at the
-same time. Stage-neutral: no torch, no pandas.
+same time. :func:`path_text` writes a path whose name is not UTF-8 as text that can be
+stored and printed. Stage-neutral: no torch, no pandas.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from torch_nsight.errors import OutputBusyError, OutputWriteError
 
 __all__ = ["atomic_output", "locked_folder", "rank_lock", "gzip_file", "LOCK_NAME", "write_error",
-           "is_full", "free_space"]
+           "is_full", "free_space", "path_text"]
 
 #: The lock file of an output folder being written (removed when the writer is done).
 LOCK_NAME = ".torch_nsight.lock"
@@ -69,10 +70,24 @@ def write_error(path: Path, err: OSError) -> OutputWriteError:
 NAME_MAX = 255
 
 
+def path_text(path: str | os.PathLike[str]) -> str:
+    """``path`` as text that Parquet, JSON and a terminal take: a byte of a name that is not
+    UTF-8 (Python holds it as a lone surrogate, ``"\\udcff"``) is written ``\\xff``, as
+    ``ls -b`` shows it. For a table's ``source`` and messages; open files by the path."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def _name_within(name: str, limit: int) -> str:
-    """``name`` cut to at most ``limit`` bytes of UTF-8 (a temporary name beside a legal
-    244-byte output name must stay legal too)."""
-    return name.encode()[:max(limit, 1)].decode(errors="ignore") or "out"
+    """``name`` cut to at most ``limit`` bytes on a character (a temporary name beside a
+    legal 244-byte output name must stay legal too); a byte of a name that is not UTF-8 is
+    kept as it is."""
+    kept, size = [], 0
+    for char in name:
+        size += len(os.fsencode(char))
+        if size > max(limit, 1):
+            break
+        kept.append(char)
+    return "".join(kept) or "out"
 
 
 def _create(target: Path) -> Path:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from torch_nsight import analyze as analysis
 from torch_nsight.analyze.frames import label_keys
+from torch_nsight.files import path_text
 from torch_nsight.profile import PathArg, Profile, order_columns, warn_if_mixed, worded
 from torch_nsight.record import ProfileMeta, Source
 from torch_nsight.report.calls_table import read_calls
@@ -50,7 +51,7 @@ def _paths(paths: PathArg | Iterable[PathArg]) -> list[Path]:
 
 
 def _label_of(path: Path) -> str:
-    name = path.name
+    name = path_text(path.name)  # a label is stored and printed
     for suffix in (".ncu-rep.xz", ".ncu-rep", ".parquet"):
         if name.endswith(suffix):
             return name[: -len(suffix)]

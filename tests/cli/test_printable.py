@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,12 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_printable_escapes_controls_and_keeps_the_rest() -> None:
     assert printable("h.0.attn µs ±") == "h.0.attn µs ±"
     assert printable("a\x1b[31mb\nc\u202e") == "a\\x1b[31mb\\nc\\u202e"
+
+
+def test_printable_shows_a_byte_of_a_name_that_is_not_utf8_as_ls_does() -> None:
+    """Python keeps such a byte as a lone surrogate, which a UTF-8 terminal refuses."""
+    shown = printable(os.fsdecode(b"run\xff.ncu-rep"))
+    assert shown == "run\\xff.ncu-rep" and shown.encode("utf-8")
 
 
 @pytest.mark.parametrize("by", sorted(GROUPINGS))

@@ -96,10 +96,18 @@ def shorten(text: Any, width: int) -> str:
 
 
 #: Characters a terminal acts on instead of showing (C0 and C1 controls, escape sequences,
-#: bidirectional marks and overrides, line and paragraph separators): a file or kernel name
-#: holding them is shown escaped.
+#: bidirectional marks and overrides, line and paragraph separators), and lone surrogates
+#: (a byte of a file name that is not UTF-8, which no UTF-8 stream takes): a file or kernel
+#: name holding them is shown escaped.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-                     "\u2066-\u2069]")
+                     "\u2066-\u2069\ud800-\udfff]")
+
+
+def _escaped(char: str) -> str:
+    """``\\x1b``, ``\\u202e``; a byte of a name that is not UTF-8 as itself: ``\\xff``."""
+    if "\udc80" <= char <= "\udcff":
+        return f"\\x{ord(char) - 0xdc00:02x}"
+    return char.encode("unicode_escape").decode("ascii")
 
 
 def printable(text: str) -> str:
@@ -107,7 +115,7 @@ def printable(text: str) -> str:
     what any text the command line prints (a table, a line, a csv cell, an error) shows of
     a name read from a file. The one sanitiser: every edge where text leaves goes through it
     (json, which has escapes of its own, through :data:`CONTROL` as ``\\u001b``)."""
-    return CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return CONTROL.sub(lambda m: _escaped(m.group()), text)
 
 
 def printable_rows(rows: list[list[Any]]) -> list[list[str]]:

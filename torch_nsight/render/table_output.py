@@ -226,7 +226,8 @@ def write_table(profile: Profile, path: PathArg, what: TableKind = "hotspots",
             if suffix == ".csv":
                 csv_frame(frame).to_csv(temp, index=False)
             elif suffix == ".parquet":
-                _nested_as_json(frame).to_parquet(temp, index=False)
+                with open(temp, "wb") as file:  # pyarrow opens no name that is not UTF-8
+                    _nested_as_json(frame).to_parquet(file, index=False)
             else:
                 temp.write_text(frame_text(frame, "json", indent=2), encoding="utf-8")
     logger.info("wrote %s table to %s", what, target)

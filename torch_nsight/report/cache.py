@@ -53,7 +53,7 @@ def cache_path(report: str | os.PathLike[str],
     folder = cache_dir if cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or None
     if folder is None:
         return report.with_name(report.name + CACHE_SUFFIX)
-    digest = hashlib.sha1(str(report.resolve()).encode()).hexdigest()[:12]
+    digest = hashlib.sha1(os.fsencode(report.resolve())).hexdigest()[:12]  # any name's bytes
     return Path(folder) / f"{report.name}.{digest}{CACHE_SUFFIX}"
 
 
@@ -164,14 +164,16 @@ def read_cache(report: str | os.PathLike[str], schema_version: int,
     if not path.is_file():
         return None
     try:
-        stored = json.loads(pq.read_schema(path).metadata[_META_KEY])
+        with open(path, "rb") as file:  # pyarrow opens no name that is not UTF-8
+            stored = json.loads(pq.read_schema(file).metadata[_META_KEY])
         if not isinstance(stored, dict) or stored.get("key") != {
                 **_key(Path(report), schema_version),
                 "source_digest": source_digest(Path(report))}:
             logger.debug("cache %s is stale; reading the report again", path)
             return None
         check_parquet_size(path)
-        arrow = pq.read_table(path)
+        with open(path, "rb") as file:
+            arrow = pq.read_table(file)
         if columns is not None and arrow.column_names != list(columns):
             logger.info("cache %s does not hold the table's columns; reading the report "
                         "again", path)
@@ -235,8 +237,8 @@ def write_cache(report: str | os.PathLike[str], table: pd.DataFrame, meta: dict[
             written.getvalue())))
         arrow = arrow.replace_schema_metadata(
             {**(arrow.schema.metadata or {}), _META_KEY: json.dumps(stored, default=str)})
-        with atomic_output(path) as temp:
-            pq.write_table(arrow, temp)
+        with atomic_output(path) as temp, open(temp, "wb") as file:
+            pq.write_table(arrow, file)  # pyarrow opens no name that is not UTF-8
     except (OSError, OutputWriteError, pa.ArrowException) as err:
         logger.debug("not caching %s (%s)", report, err)
         return None

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.calls_file import read_call_rows
+from torch_nsight.files import path_text
 from torch_nsight.shape_flops import shape_flops
 
 CALLS_COLUMNS = ("source", "variant", "shape", "range_stack", "range_start_end",
@@ -75,4 +76,4 @@ def read_calls(path: str | os.PathLike[str]) -> pd.DataFrame:
     Raises:
         ReportError: it is not a calls file.
     """
-    return calls_frame(read_call_rows(path), str(Path(path).resolve()))
+    return calls_frame(read_call_rows(path), path_text(Path(path).resolve()))

@@ -157,7 +157,8 @@ def check_parquet_size(path: Path, shown: str | os.PathLike[str] | None = None) 
     import pyarrow.parquet as pq
 
     try:
-        metadata = pq.read_metadata(path)
+        with open(path, "rb") as file:  # pyarrow opens no name that is not UTF-8
+            metadata = pq.read_metadata(file)
     except Exception:  # noqa: BLE001 - pyarrow raises several types for non-Parquet input
         return
     limit = expansion_limit()
@@ -209,16 +210,17 @@ def _dictionary_expansion(path: Path, metadata: Any, chunks: list[tuple[int, int
     if extra > room or not to_read:
         return extra
     try:
-        parquet = pq.ParquetFile(path, read_dictionary=sorted({name for _, name in to_read}))
-        for group, name in to_read:
-            for part in parquet.read_row_group(group, columns=[name]).column(0).chunks:
-                if hasattr(part, "indices"):
-                    lengths = pc.binary_length(part.dictionary)
-                    extra += pc.sum(pc.take(lengths, part.indices)).as_py() or 0
-                else:  # values stored plainly: counted by the footer already
-                    continue
-                if extra > room:
-                    return extra
+        with open(path, "rb") as file:  # pyarrow opens no name that is not UTF-8
+            parquet = pq.ParquetFile(file, read_dictionary=sorted({n for _, n in to_read}))
+            for group, name in to_read:
+                for part in parquet.read_row_group(group, columns=[name]).column(0).chunks:
+                    if hasattr(part, "indices"):
+                        lengths = pc.binary_length(part.dictionary)
+                        extra += pc.sum(pc.take(lengths, part.indices)).as_py() or 0
+                    else:  # values stored plainly: counted by the footer already
+                        continue
+                    if extra > room:
+                        return extra
     except Exception:  # noqa: BLE001 - a damaged file: its reading then says what it is
         return extra
     return extra

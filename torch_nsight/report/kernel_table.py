@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 
 from torch_nsight.checks import say_left_out
+from torch_nsight.files import path_text
 from torch_nsight.metrics import METRIC_SETS, METRICS, OPTIONAL_KINDS
 from torch_nsight.report import cache as report_cache
 from torch_nsight.report import reader
@@ -149,13 +150,13 @@ def read_report(path: str | os.PathLike[str], *, cache: bool = True,
                         "again", source.name)
         elif cached is not None:
             frame, meta = cached
-            frame["source"] = str(source)
+            frame["source"] = path_text(source)
             if meta.get("left_out"):  # the damage is said on every read, not only the first
                 say_left_out(meta["left_out"], logger)
             return frame, meta
     with reader.local_report(source) as local:  # NVIDIA's reader in a recycled worker
         read = read_report_file(local, str(path), workers)
-    frame = records_to_frame(read.records, str(source))
+    frame = records_to_frame(read.records, path_text(source))
     meta = describe(frame, read)
     del read
     if meta["left_out"]:

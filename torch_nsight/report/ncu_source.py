@@ -22,6 +22,7 @@ import pandas as pd
 from torch_nsight import formats, naming
 from torch_nsight.calls_file import check_call_rows
 from torch_nsight.errors import ReportError
+from torch_nsight.files import path_text
 from torch_nsight.record import Source
 from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
@@ -67,7 +68,7 @@ class NcuReport:
             inside(path.parent, calls_file.name, f"the calls file beside {path}")
             calls = read_calls(calls_file)
         else:
-            calls = calls_frame(carried, str(path.resolve())) if carried is not None else None
+            calls = calls_frame(carried, path_text(path.resolve())) if carried is not None else None
         return SourceData(frame, [source], replication=replication, calls=calls)
 
 
@@ -118,7 +119,7 @@ def report_source(path: Path, kind: str, frame: pd.DataFrame,
     note says why no kernel is attributed, when none is."""
     gpu = meta.get("gpu")
     note = range_note(frame)
-    return Source(path=str(path.resolve()), kind=kind,
+    return Source(path=path_text(path.resolve()), kind=kind,
                   gpu=tuple(gpu if isinstance(gpu, list) else [gpu] if gpu else []),
                   ncu_version=meta.get("ncu_version"), reader_version=meta.get("reader_version"),
                   metric_set=meta.get("metric_set"),

@@ -49,15 +49,17 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
         The path to hand to ``ncu_report.load_report``; a temporary file is removed after.
 
     Raises:
-        ReportError: the file does not exist, is not valid xz, or expands past the cap
-            (:func:`~torch_nsight.report.expand.expansion_limit`).
+        ReportError: the file does not exist or is not a regular file, is not valid xz, or
+            expands past the cap (:func:`~torch_nsight.report.expand.expansion_limit`).
     """
     source = Path(path)
     if not source.is_file():
-        raise ReportError(f"report {source} does not exist: pass the path of a file "
-                          "written by `ncu -o` (a .ncu-rep or .ncu-rep.xz)")
+        what = "is not a regular file" if source.exists() else "does not exist"
+        raise ReportError(f"report {source} {what}: pass the path of a file written by "
+                          "`ncu -o` (a .ncu-rep or .ncu-rep.xz)")
     if source.suffix != ".xz":
-        yield source
+        with _named_in_utf8(source) as named:
+            yield named
         return
     handle, name = tempfile.mkstemp(suffix=".ncu-rep", prefix="torch_nsight-")
     try:
@@ -79,6 +81,29 @@ def local_report(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
+
+
+@contextlib.contextmanager
+def _named_in_utf8(source: Path) -> Iterator[Path]:
+    """``source``, or a link to it named in UTF-8 where its own path is not (Nsight's reader
+    opens no other name), removed after."""
+    try:
+        str(source).encode()
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield source
+        return
+    folder = Path(tempfile.mkdtemp(prefix="torch_nsight-"))
+    link = folder / "report.ncu-rep"
+    try:
+        link.symlink_to(source.absolute())
+        yield link
+    finally:
+        with contextlib.suppress(OSError):
+            link.unlink()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 #: The first bytes of every Nsight Compute report.

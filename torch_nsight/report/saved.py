@@ -108,8 +108,8 @@ def write_profile(kernels: pd.DataFrame, calls: pd.DataFrame | None, meta: Profi
     if timeline is not None:
         stored[TIMELINE_KEY] = timeline.to_json(orient="records", default_handler=str)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **stored})
-    with atomic_output(target) as temp:
-        pq.write_table(table, temp)
+    with atomic_output(target) as temp, open(temp, "wb") as file:
+        pq.write_table(table, file)  # pyarrow opens no name that is not UTF-8
     return target
 
 
@@ -126,11 +126,13 @@ def read_profile(path: str | os.PathLike[str]
     import pyarrow.parquet as pq
 
     source = Path(path)
-    if not source.is_file():
-        raise ReportError(f"profile {source} does not exist")
+    if not source.is_file():  # a FIFO or a device is not opened: it could block or never end
+        what = "is not a regular file" if source.exists() else "does not exist"
+        raise ReportError(f"profile {source} {what}")
     check_parquet_size(source)  # a bomb refused before its columns expand
     try:
-        table = pq.read_table(source)
+        with open(source, "rb") as file:  # pyarrow opens no name that is not UTF-8
+            table = pq.read_table(file)
         frame = table.to_pandas()
     except Exception as err:  # pyarrow raises several types for non-Parquet input
         raise ReportError(f"{source} is not a Parquet file written by Profile.save, or its "
@@ -204,7 +206,8 @@ def read_timeline(path: str | os.PathLike[str]) -> pd.DataFrame | None:
     """
     import pyarrow.parquet as pq
 
-    stored = (pq.read_schema(path).metadata or {}).get(TIMELINE_KEY)
+    with open(path, "rb") as file:  # pyarrow opens no name that is not UTF-8
+        stored = (pq.read_schema(file).metadata or {}).get(TIMELINE_KEY)
     if stored is None:
         return None
     where = f"{path} (its torch_nsight.timeline metadata)"

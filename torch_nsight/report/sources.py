@@ -58,10 +58,13 @@ def read_source(path: Path, options: ReadOptions) -> SourceData:
     """Read one file or folder with the first reader that accepts it.
 
     Raises:
-        ReportError: it does not exist, or no reader accepts it, or its reader failed.
+        ReportError: it does not exist or is neither a regular file nor a folder (a device,
+            a FIFO: never opened, it could block or never end), or no reader accepts it, or
+            its reader failed.
     """
-    if not path.exists():
-        raise ReportError(f"{path} does not exist: pass an Nsight Compute report "
+    if not path.is_file() and not path.is_dir():
+        what = "is not a regular file (a device, a FIFO?)" if path.exists() else "does not exist"
+        raise ReportError(f"{path} {what}: pass an Nsight Compute report "
                           "(.ncu-rep, .ncu-rep.xz), a saved profile (.parquet), a sweep's or "
                           "timeline's output directory, or a PyTorch profiler trace (.json)")
     for reader in READERS:

@@ -15,6 +15,7 @@ import pandas as pd
 from torch_nsight import formats
 from torch_nsight.checks import DAMAGED, check_schema
 from torch_nsight.errors import ReportError
+from torch_nsight.files import path_text
 from torch_nsight.record import CollectionRecord, Source
 from torch_nsight.report.calls_table import calls_frame
 from torch_nsight.report.focused_kernels import TIMELINE_FOLDER, stand_in_rows
@@ -89,8 +90,8 @@ class SweepDirectory:
                                             manifest.get("replication") or ())
             kernels = pd.concat([kernels.assign(deep_profiled=True), extra],
                                 ignore_index=True)
-        calls = calls_frame(manifest.get("calls") or [], str(path.resolve()))
-        return SourceData(kernels, sources or [Source(path=str(path.resolve()), kind=self.name)],
+        calls = calls_frame(manifest.get("calls") or [], path_text(path.resolve()))
+        return SourceData(kernels, sources or [Source(path=path_text(path.resolve()), kind=self.name)],
                           replication=list(manifest.get("replication") or []), calls=calls,
                           sweeps=[record], settings=dict(manifest.get("settings") or {}),
                           timeline=timeline)

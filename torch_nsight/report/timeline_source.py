@@ -13,6 +13,7 @@ import pandas as pd
 from torch_nsight import formats
 from torch_nsight.checks import check_schema
 from torch_nsight.errors import ReportError
+from torch_nsight.files import path_text
 from torch_nsight.record import CollectionRecord
 from torch_nsight.report.source_base import (
     ReadOptions,
@@ -86,4 +87,4 @@ def _record(manifest: dict[str, Any], path: Path) -> CollectionRecord:
         variants=tuple(dict.fromkeys(str(i.get("variant") or "") for i in items)),
         options={"profiler": "torch.profiler", "backward": manifest.get("backward"),
                  "dtype": manifest.get("dtype")},
-        items=items, output_dir=str(path.resolve()))
+        items=items, output_dir=path_text(path.resolve()))

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from torch_nsight import naming
+from torch_nsight.files import path_text
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled
 from torch_nsight.report.kernel_table import RAW_COLUMNS
 from torch_nsight.report.launch_ops import launch_message
@@ -153,7 +154,7 @@ def trace_tables(path: Path, steps: Mapping[str, Mapping[str, Any]] | None = Non
     ``path`` (its resolved path the ``source``), the collector paused over both: the events
     are dropped before it runs again, so it never walks them."""
     with collector_paused():
-        return parse_trace(read_trace(path), str(path.resolve()), steps,
+        return parse_trace(read_trace(path), path_text(path.resolve()), steps,
                            measured_only=measured_only)
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 
 from torch_nsight import formats, naming
 from torch_nsight.errors import ReportError
+from torch_nsight.files import path_text
 from torch_nsight.record import Source
 from torch_nsight.report.source_base import ReadOptions, SourceData
 from torch_nsight.report.trace import GRAPH_REPLAY, trace_tables
@@ -54,7 +55,7 @@ def trace_source(path: Path, kind: str, frame: pd.DataFrame, gpu: str | None) ->
                 "ranges (graph: unattributed): ranges are recorded when a graph is captured, "
                 "not when it replays; torch.compile(mode='reduce-overhead') graphs are "
                 "attributed")
-    return Source(path=str(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
+    return Source(path=path_text(path.resolve()), kind=kind, gpu=(gpu,) if gpu else (),
                   metric_set="timeline", has_module_ranges=bool(in_module.any()) or frame.empty,
                   note=note)
 
