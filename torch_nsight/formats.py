@@ -98,6 +98,9 @@ STALL_FOLDER = "stalls"
 #: (:mod:`torch_nsight.report.launch_replicas`).
 LAUNCH_FOLDER = "launches"
 LAUNCH_PLAN = "plan.json"
+#: The folder of a focused sweep's timeline pass (``sweep(..., focus=0.9)``), in its output
+#: directory.
+FOCUS_FOLDER = "timeline"
 LAUNCH_KIND = "torch_nsight.launch_plan"
 LAUNCH_FORMAT = 1
 
@@ -160,6 +163,49 @@ def child_files(directory: str | os.PathLike[str], name: str) -> dict[str, Path]
     base = Path(directory)
     return {"report": base / f"{name}{REPORT_SUFFIX}", "result": base / f"{name}{RESULT_SUFFIX}",
             "status": base / f"{name}{STATUS_SUFFIX}", "log": base / f"{name}{LOG_SUFFIX}"}
+
+
+def sweep_child(device: object | None = None) -> str:
+    """A sweep child's name: ``sweep``, or ``sweep-gpu<device>`` per chosen GPU (characters
+    other than letters and digits as ``_``)."""
+    if device is None:
+        return "sweep"
+    return "sweep-gpu" + "".join(c if c.isalnum() else "_" for c in str(device))
+
+
+def sweep_files(children: list[str]) -> list[str]:
+    """What a sweep writes into its output directory, relative to it: the manifest, the
+    saved profile, the job description and the files of each child in ``children``."""
+    return [SWEEP_MANIFEST, PROFILE_FILE, "job.json",
+            *(path.name for name in children for path in child_files("", name).values())]
+
+
+def timeline_trace(index: int) -> str:
+    """The Chrome trace of a timeline's ``index``-th (variant, shape), before gzip."""
+    return f"trace-{index}.json"
+
+
+def timeline_files(count: int) -> list[str]:
+    """What a timeline of ``count`` (variant, shape) pairs writes into its output directory,
+    relative to it: the manifest and each trace (written plain, then gzip'd)."""
+    return [TIMELINE_MANIFEST, *(timeline_trace(i) + end for i in range(count)
+                                 for end in ("", ".gz"))]
+
+
+def run_files(report: str | os.PathLike[str], *, ncu: bool = True) -> list[str]:
+    """What a profiled command's run writes, replaces or removes beside ``report``, relative
+    to its folder (glob patterns): the report, its run record, log, result and status; under
+    ``ncu``, also the same of the ``--stalls`` pass and the launch list of
+    ``--replicate-launches`` (a run without them removes an earlier one's)."""
+    name = Path(Path(report).name)
+    own = [name.name, *(name.with_suffix(end).name for end in
+                        (RUN_SUFFIX, LOG_SUFFIX, RESULT_SUFFIX, STATUS_SUFFIX))]
+    if not ncu:
+        return own
+    stalls = [f"{STALL_FOLDER}/{file}" for file in (*own, name.name + ".xz")]
+    listed = [f"{LAUNCH_FOLDER}/{file}" for file in (LAUNCH_PLAN, TIMELINE_MANIFEST,
+                                                     "status.jsonl", "trace*.json.gz")]
+    return [*own, *stalls, *listed]
 
 
 def write_json(path: str | os.PathLike[str], data: Mapping[str, Any]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.outputs import (
     add_force,
+    check_out_files,
     check_out_folder,
     check_outputs,
     description,
@@ -146,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
         if out.is_dir():
             check_outputs([args.csv, args.roofline, args.scaling], args.force)
     reason = "--recorded was given" if args.recorded else why_no_gpu()
+    if out is not None and not reason:  # a live demo keeps its sweep in out/sweep
+        from torch_nsight.formats import sweep_child, sweep_files
+
+        check_out_files(out / "sweep", sweep_files([sweep_child()]), args.force)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     profile = recorded_profile(reason) if reason else live_profile(out)

@@ -20,7 +20,7 @@ from torch_nsight.errors import OutputWriteError, TorchNsightError
 from torch_nsight.files import write_error
 
 __all__ = ["UsageError", "OutputExistsError", "OutputWriteError", "description", "add_force",
-           "check_outputs", "check_out_folder", "writing"]
+           "check_outputs", "check_out_folder", "check_out_files", "writing"]
 
 
 class UsageError(TorchNsightError):
@@ -62,11 +62,17 @@ def check_outputs(paths: Iterable[Path | None], force: bool,
             nor a file that exists inside one (a sweep's manifest, a report).
 
     Raises:
-        UsageError: an output is an input, a folder, or its folder does not exist or is not
-            writable.
+        UsageError: two outputs are one file, an output is an input, a folder, or its folder
+            does not exist or is not writable.
         OutputExistsError: some outputs exist and ``force`` is False.
     """
     chosen = [p for p in paths if p is not None]
+    seen: set[Path] = set()
+    for path in chosen:  # the second written would replace the first
+        if path.resolve() in seen:
+            raise UsageError(f"{path}: named for two outputs of this command; give each "
+                             "output its own file")
+        seen.add(path.resolve())
     clobbered = [str(p) for p in chosen if _overwrites_input(p, list(inputs))]
     if clobbered:
         raise UsageError(f"{', '.join(clobbered)}: is an input of this command (or a file "
@@ -141,6 +147,30 @@ def check_out_folder(out: Path, option: str = "--out", *, writable: bool = False
         raise OutputWriteError(f"{option} {out}: {what} cannot be written "
                                f"({err.strerror}): pass {option} a folder you can write"
                                ) from None
+
+
+def check_out_files(out: Path, written: Iterable[str], force: bool,
+                    option: str = "--out") -> None:
+    """Refuse, before any work, an output folder that holds a file the command writes,
+    replaces or removes there, unless ``force``; files it never writes do not count.
+
+    Args:
+        out: the output folder (it need not exist).
+        written: those files (or folders), relative to ``out``; glob patterns allowed.
+        force: overwrite anyway.
+        option: the option that named the folder, for the message.
+
+    Raises:
+        OutputExistsError: some exist and ``force`` is False.
+    """
+    if force or not out.is_dir():
+        return
+    held = sorted({path.relative_to(out).as_posix() for pattern in written
+                   for path in out.glob(pattern)})
+    if held:
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise OutputExistsError(f"{out} already holds {shown}; pass --force to overwrite, "
+                                f"or another {option}")
 
 
 @contextlib.contextmanager

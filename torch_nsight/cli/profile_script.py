@@ -45,6 +45,7 @@ from torch_nsight.cli.command_check import cannot_start, check_command
 from torch_nsight.cli.outputs import (
     UsageError,
     add_force,
+    check_out_files,
     check_out_folder,
     check_outputs,
     description,
@@ -75,6 +76,7 @@ from torch_nsight.cli.verify import (
 from torch_nsight.environment import NCU_ENV, Steps
 from torch_nsight.errors import NcuNotFoundError
 from torch_nsight.files import locked_folder, rank_lock
+from torch_nsight.formats import TIMELINE_MANIFEST, run_files
 from torch_nsight.metrics import DEFAULT_PROFILE_METRIC_SET, METRIC_SETS
 from torch_nsight.status import current_rank
 
@@ -333,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
         return dry_run(args, command, report, options, verify)
     ncu = _checked_ncu(args.ncu)
     check_out_folder(args.out)
+    check_out_files(args.out, run_files(report), args.force)
     args.out.mkdir(parents=True, exist_ok=True)
     check_outputs([report], args.force)
     _warn_what_is_profiled(args)
@@ -411,7 +414,6 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str], lock: str) ->
     """``profile --timeline``: the command runs plainly, its chosen steps recorded by
     PyTorch's profiler (see :mod:`torch_nsight.capture.script.profiler_steps`); then the verdict."""
     from torch_nsight.collect.parent import script
-    from torch_nsight.formats import TIMELINE_MANIFEST
 
     if args.steps is None:
         raise UsageError("--timeline records the steps chosen with --steps (e.g. --steps "
@@ -427,8 +429,8 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str], lock: str) ->
         return 0
     check_out_folder(args.out)
     manifest = args.out / TIMELINE_MANIFEST
-    if manifest.exists() and not args.force:
-        raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
+    check_out_files(args.out, [*run_files(manifest, ncu=False), "trace*.json.gz", "trace.json",
+                               "trace-rank*.json"], args.force)
     for old in [*args.out.glob("trace*.json.gz"), manifest] if args.force else ():
         old.unlink(missing_ok=True)
     from torch_nsight.cli.report import emit

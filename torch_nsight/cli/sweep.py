@@ -9,13 +9,18 @@ sweep's output directory (``--out``) reads back with ``torch-nsight report DIR``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from torch_nsight.cli.arguments import parse_target
-from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, description
+from torch_nsight.cli.outputs import (
+    UsageError,
+    add_force,
+    check_out_files,
+    check_out_folder,
+    description,
+)
 from torch_nsight.cli.profile_script import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.text import say
@@ -102,23 +107,13 @@ def parse_shapes(text: str) -> list[tuple[int, ...]]:
     return shapes
 
 
-def _holds_a_sweep(out: Path) -> bool:
-    """Whether ``out`` holds a sweep with a shape that ran: a folder whose every shape failed
-    (or a dry run's) holds nothing worth keeping and is replaced without ``--force``."""
-    from torch_nsight.formats import SWEEP_MANIFEST
+def written(devices: list[int] | None, focus: float | None) -> list[str]:
+    """What a sweep run from the command line writes into its output directory (its
+    children: one, or one per chosen GPU; with ``focus``, the timeline pass's folder)."""
+    from torch_nsight.formats import FOCUS_FOLDER, sweep_child, sweep_files
 
-    try:
-        manifest = json.loads((out / SWEEP_MANIFEST).read_text())
-        items = manifest["record"]["items"]
-        options = manifest["record"]["options"]
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return True  # unreadable: not ours to judge, keep it
-    if not isinstance(options, dict) or not isinstance(items, list):
-        return True
-    ran = options.get("profiler") is not None
-    return ran and any(isinstance(i, dict) and i.get("status") == "ok" for i in items)
+    children = [sweep_child(d) for d in devices] if devices else [sweep_child()]
+    return [*sweep_files(children), *([FOCUS_FOLDER] if focus is not None else [])]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         failed.
 
     Raises:
-        UsageError: bad TARGET, shapes or options; the output directory holds a sweep and
+        UsageError: bad TARGET, shapes or options.
+        OutputExistsError: the output directory holds what the sweep writes there and
             ``--force`` was not given.
         TorchNsightError: from the sweep (ncu missing, counters not permitted, every shape
             failed...).
@@ -150,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
         out = None if args.dry_run else Path(DEFAULT_OUT)
     if out is not None:
         check_out_folder(out)
-    if out is not None and _holds_a_sweep(out) and not args.force:
-        raise UsageError(f"{out} already holds a sweep; pass --force to replace it")
+        check_out_files(out, written(devices, args.focus), args.force)
     from torch_nsight.cli.report import emit
     from torch_nsight.collect.parent.sweep import sweep
 

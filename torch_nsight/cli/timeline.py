@@ -17,7 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.cli.outputs import UsageError, add_force, check_out_folder, check_outputs
+from torch_nsight.cli.outputs import (
+    UsageError,
+    add_force,
+    check_out_files,
+    check_out_folder,
+    check_outputs,
+)
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.sweep import add_target_options
 from torch_nsight.cli.text import say
@@ -55,17 +61,6 @@ def plot_paths(path: Path, shapes: list[str]) -> dict[str, Path]:
     return {shape: path.with_name(f"{path.stem}-{shape}{path.suffix}") for shape in shapes}
 
 
-def _holds_a_timeline(manifest: Path) -> bool:
-    """Whether a manifest records a shape that worked (a failed run's is replaced)."""
-    import json
-
-    try:
-        items = json.loads(manifest.read_text(encoding="utf-8")).get("items", [])
-    except (OSError, ValueError, AttributeError):
-        return manifest.exists()
-    return any(item.get("status") == "ok" for item in items)
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight timeline``.
 
@@ -73,13 +68,14 @@ def run(args: argparse.Namespace) -> int:
         0 (failed shapes are listed on standard error).
 
     Raises:
-        UsageError: bad TARGET, shapes or options; the output directory holds a timeline
-            and ``--force`` was not given.
+        UsageError: bad TARGET, shapes or options.
+        OutputExistsError: the output directory holds what a timeline writes there, or a
+            plot exists, and ``--force`` was not given.
         TorchNsightError: every shape failed.
     """
     from torch_nsight.cli.arguments import parse_target
     from torch_nsight.cli.sweep import parse_shapes
-    from torch_nsight.formats import TIMELINE_MANIFEST
+    from torch_nsight.formats import timeline_files
 
     settle_table_options(args)
     target = parse_target(args.target, "TARGET")
@@ -92,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
         labels = ["x".join(map(str, s)) for s in shapes]
         check_outputs(list(plot_paths(args.plot_timeline, labels).values()), args.force)
     check_out_folder(args.out)
-    if _holds_a_timeline(args.out / TIMELINE_MANIFEST) and not args.force:
-        raise UsageError(f"{args.out} already holds a timeline; pass --force to replace it")
+    check_out_files(args.out, timeline_files(len(shapes)), args.force)
     from torch_nsight.cli.report import emit
     from torch_nsight.collect.timeline import timeline
 

@@ -175,7 +175,7 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
             args, kwargs = build_inputs(job, shape, device, model_dtype(module))
             with tracking_compiles():  # a compiled model compiles in the bare warm-up
                 item.update(_record(module, args, kwargs, job, variant, label, device,
-                                    work / f"trace-{index}.json", run_step))
+                                    work / formats.timeline_trace(index), run_step))
         except Exception as err:  # noqa: BLE001 - one shape's failure is recorded
             logger.warning("timeline of %s%s failed: %s: %s", label,
                            f" ({variant})" if variant else "", type(err).__name__, err)

@@ -24,7 +24,7 @@ from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import function_name
 
-TIMELINE_FOLDER = "timeline"
+TIMELINE_FOLDER = formats.FOCUS_FOLDER
 
 
 def focus_set(kernels: pd.DataFrame, share: float) -> tuple[list[str], list[str], float]:

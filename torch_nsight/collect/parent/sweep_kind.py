@@ -44,8 +44,7 @@ def child_specs(plan: SweepPlan, private: Path) -> list[ChildSpec]:
     slots = ([([i], visible[i % len(visible)], f"sweep-shape{i}") for i in range(n_shapes)]
              if plan.executor is not None else
              [(list(range(n_shapes))[slot::len(visible)], device,
-               "sweep" if devices is None else "sweep-gpu" + "".join(
-                   c if c.isalnum() else "_" for c in str(devices[slot])))
+               formats.sweep_child(None if devices is None else devices[slot]))
               for slot, device in enumerate(visible)])
     for indices, device, name in slots:
         if not indices:
