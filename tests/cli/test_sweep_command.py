@@ -80,12 +80,9 @@ def test_a_file_target_is_imported_by_the_child_only(tmp_path: Path,
                               capsys)
     assert status == 1 and "the profile holds no kernel (a dry run profiles nothing" in err
     assert "metrics missing" not in err and not (tmp_path / "p.png").exists()
-    # a dry run's folder is kept too: the next run replaces it with --force only
+    # a dry run's folder holds no profile: the next run replaces it
     status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
                                "-o", "out"], tmp_path, monkeypatch, capsys)
-    assert status == 1 and "out already holds job.json" in err and "--force" in err
-    status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run",
-                               "-o", "out", "--force"], tmp_path, monkeypatch, capsys)
     assert status == 0, err
     # without -o a dry run keeps nothing
     status, _, err = run_main(["sweep", "model.py:make", "--shapes", "4x16", "--dry-run"],

@@ -13,8 +13,9 @@ import argparse
 import contextlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from torch_nsight.errors import OutputWriteError, TorchNsightError
 from torch_nsight.files import write_error
@@ -171,6 +172,19 @@ def check_out_files(out: Path, written: Iterable[str], force: bool,
         shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
         raise OutputExistsError(f"{out} already holds {shown}; pass --force to overwrite, "
                                 f"or another {option}")
+
+
+def kept_nothing(manifest: Path, worked: Callable[[Any], bool]) -> bool:
+    """Whether ``manifest`` (a sweep's or a timeline's) records a run that kept nothing,
+    ``worked`` being False of it (every shape failed, or a dry run): that run's folder is
+    replaced without ``--force``, a failed run never blocking the next. A missing or
+    unreadable manifest is not such a record."""
+    import json
+
+    try:
+        return not worked(json.loads(manifest.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 @contextlib.contextmanager

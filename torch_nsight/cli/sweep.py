@@ -20,6 +20,7 @@ from torch_nsight.cli.outputs import (
     check_out_files,
     check_out_folder,
     description,
+    kept_nothing,
 )
 from torch_nsight.cli.profile_script import add_ncu_options, ncu_advice
 from torch_nsight.cli.report import add_table_options, settle_table_options
@@ -116,6 +117,14 @@ def written(devices: list[int] | None, focus: float | None) -> list[str]:
     return [*sweep_files(children), *([FOCUS_FOLDER] if focus is not None else [])]
 
 
+def _profiled_a_shape(manifest: dict[str, Any]) -> bool:
+    """Whether a sweep's manifest records a shape profiled (not a dry run's, not a run whose
+    every shape failed)."""
+    record = manifest["record"]
+    return record["options"].get("profiler") is not None and any(
+        isinstance(item, dict) and item.get("status") == "ok" for item in record["items"])
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``torch-nsight sweep``.
 
@@ -145,8 +154,11 @@ def run(args: argparse.Namespace) -> int:
     if out is None:  # a dry run keeps nothing unless asked; a sweep writes here
         out = None if args.dry_run else Path(DEFAULT_OUT)
     if out is not None:
+        from torch_nsight.formats import SWEEP_MANIFEST
+
         check_out_folder(out)
-        check_out_files(out, written(devices, args.focus), args.force)
+        check_out_files(out, written(devices, args.focus), args.force or kept_nothing(
+            out / SWEEP_MANIFEST, _profiled_a_shape))
     from torch_nsight.cli.report import emit
     from torch_nsight.collect.parent.sweep import sweep
 

@@ -23,6 +23,7 @@ from torch_nsight.cli.outputs import (
     check_out_files,
     check_out_folder,
     check_outputs,
+    kept_nothing,
 )
 from torch_nsight.cli.report import add_table_options, settle_table_options
 from torch_nsight.cli.sweep import add_target_options
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from torch_nsight.cli.arguments import parse_target
     from torch_nsight.cli.sweep import parse_shapes
-    from torch_nsight.formats import timeline_files
+    from torch_nsight.formats import TIMELINE_MANIFEST, timeline_files
 
     settle_table_options(args)
     target = parse_target(args.target, "TARGET")
@@ -88,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
         labels = ["x".join(map(str, s)) for s in shapes]
         check_outputs(list(plot_paths(args.plot_timeline, labels).values()), args.force)
     check_out_folder(args.out)
-    check_out_files(args.out, timeline_files(len(shapes)), args.force)
+    check_out_files(args.out, timeline_files(len(shapes)), args.force or kept_nothing(
+        args.out / TIMELINE_MANIFEST,
+        lambda manifest: any(item.get("status") == "ok" for item in manifest["items"])))
     from torch_nsight.cli.report import emit
     from torch_nsight.collect.timeline import timeline
 
