@@ -11,7 +11,12 @@ import pandas as pd
 import torch_nsight
 from torch_nsight.analyze import hotspots
 from torch_nsight.profile import Profile
-from torch_nsight.render.hotspot_words import NEXT_STEP, word_hotspots, word_kernels
+from torch_nsight.render.hotspot_words import (
+    NEXT_STEP,
+    next_step_words,
+    word_hotspots,
+    word_kernels,
+)
 from torch_nsight.render.reason_words import reason_words
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -26,7 +31,8 @@ def test_each_reason_is_the_words_of_a_launch_of_its_site(profile: Profile) -> N
                        strict=True))
     for row in top.itertuples():
         assert (row.module_path, row.kernel, row.reason, row.reason_code) in launches
-        assert row.next_step == NEXT_STEP[row.next_step_code].format(precision=row.precision)
+        assert row.next_step == next_step_words(row.next_step_code, row._asdict())
+        assert row.next_step.startswith(NEXT_STEP[row.next_step_code].split("{")[0])
     assert k["reason"].tolist() == [reason_words(r) for r in k.to_dict("records")]
 
 
@@ -45,3 +51,27 @@ def test_saved_and_read_back_the_words_are_the_same(profile: Profile, tmp_path: 
     pd.testing.assert_frame_equal(again.hotspots(n=50), profile.hotspots(n=50))
     pd.testing.assert_frame_equal(word_hotspots(hotspots(again.kernels, n=50)),
                                   profile.hotspot_table(n=50))
+
+
+def test_the_next_step_names_the_alternatives_the_ops_have() -> None:
+    """On the recorded Llama training step, the attention backward limited by registers is
+    told to try another SDPA backend, and elementwise kernels limited the same way are not;
+    on the recorded ResNet-50 step, channels-last batch-norm kernels waiting on memory are
+    not told to go channels-last (a layout no fact says is at fault)."""
+    from pathlib import Path
+
+    import torch_nsight
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    llama = torch_nsight.load(data / "zoo_families" / "llama_train.ncu-rep.xz", cache=False)
+    hot = llama.hotspot_table(n=30)
+    other = hot[hot["next_step_code"].map(lambda c: "{alternatives}" in NEXT_STEP.get(c, ""))]
+    attention = other["aten_ops"].fillna("").str.contains("attention")
+    assert attention.any() and (~attention).any()
+    assert other.loc[attention, "next_step"].str.contains("SDPA backend").all()
+    assert not other.loc[~attention, "next_step"].str.contains("SDPA").any()
+    resnet = torch_nsight.load(data / "latency" / "resnet50.ncu-rep.xz", cache=False)
+    hot = resnet.hotspot_table(n=30)
+    waiting = hot[hot["kernel"].str.contains("channels_last")
+                  & hot["next_step_code"].isin(["memory_latency", "waiting_warps"])]
+    assert len(waiting) and not waiting["next_step"].str.contains("channels-last").any()

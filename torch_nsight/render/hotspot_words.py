@@ -25,10 +25,10 @@ NEXT_STEP = {
                   "one wave",
     "tail": "fill whole waves (batch, sequence length) or fuse it (torch.compile): "
             "a partial last wave",
-    "registers": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
-                 "dtype): occupancy limited by registers",
-    "shared_memory": "try another kernel or backend (torch.compile, SDPA/cuDNN backend, "
-                     "dtype): occupancy limited by shared memory",
+    "registers": "try another kernel or backend ({alternatives}): occupancy limited by "
+                 "registers",
+    "shared_memory": "try another kernel or backend ({alternatives}): occupancy limited by "
+                     "shared memory",
     "block_size": "try another kernel or backend (torch.compile): occupancy limited by its "
                   "block size",
     "blocks_per_sm": "fuse it (torch.compile) or use another kernel: blocks too small to "
@@ -38,19 +38,18 @@ NEXT_STEP = {
                        "fuse it with its neighbours (torch.compile): a launch of a few µs",
     "few_warps": "give it more work (a larger batch) or fuse it (torch.compile): achieved "
                  "occupancy far below theoretical",
-    "waiting_warps": "fuse it with its neighbours (torch.compile), feed it contiguous or "
-                     "channels-last tensors: its warps wait (profile --stalls tells on what)",
-    "memory_latency": "fuse it with its neighbours (torch.compile), feed it contiguous or "
-                      "channels-last tensors: warps wait on global memory",
-    "synchronization": "try another kernel or backend (torch.compile, cudnn.benchmark, SDPA "
-                       "backend): warps wait at barriers",
-    "instruction_issue": "cut instructions or pick another kernel (torch.compile, "
-                         "cudnn.benchmark, a lower precision): instruction issue or a math "
-                         "pipe is the limit",
-    "shared_memory_access": "try another kernel or backend (torch.compile, cudnn.benchmark): "
-                            "warps wait on shared memory",
+    "waiting_warps": "fuse it with its neighbours (torch.compile) or cut its memory "
+                     "accesses: its warps wait (profile --stalls tells on what)",
+    "memory_latency": "fuse it with its neighbours (torch.compile) or cut its memory "
+                      "accesses: warps wait on global memory",
+    "synchronization": "try another kernel or backend ({alternatives}): warps wait at "
+                       "barriers",
+    "instruction_issue": "cut instructions or pick another kernel ({alternatives}, a lower "
+                         "precision): instruction issue or a math pipe is the limit",
+    "shared_memory_access": "try another kernel or backend ({alternatives}): warps wait on "
+                            "shared memory",
     # latency-bound without a limiter
-    "under_one_wave": "fuse it or give it more blocks (batch, split-K): under one wave",
+    "under_one_wave": "fuse it or give it more blocks ({more_blocks}): under one wave",
     "check_library_below_roof": "check shapes, alignment and dtype: far below its roof (the "
                                 "roofline metric set tells an L1/L2 limit from latency)",
     "profile_roofline_set": "far below its roof: profile it with the roofline metric set to "
@@ -82,12 +81,35 @@ NEXT_STEP = {
 }
 
 
+def _alternatives(ops: object) -> str:
+    """The other kernels or backends worth trying for a hotspot's aten ops (``aten_ops``):
+    Inductor's for any; for attention an SDPA backend, for a convolution cuDNN's search."""
+    text = ops if isinstance(ops, str) else ""
+    found = ["torch.compile"]
+    if "attention" in text:
+        found.append("another SDPA backend: torch.nn.attention.sdpa_kernel")
+    if "convolution" in text:
+        found.append("cudnn.benchmark")
+    return ", ".join(found)
+
+
+def _more_blocks(ops: object) -> str:
+    """How a hotspot's op gets more blocks: a GEMM by split-K as well as a larger batch."""
+    text = ops if isinstance(ops, str) else ""
+    gemm = any(op in text for op in ("mm", "linear", "matmul"))
+    return "batch, split-K" if gemm else "a larger batch"
+
+
 def next_step_words(code: object, row: Mapping[str, object]) -> str | None:
-    """The ``next_step`` of one hotspot row: its code's words, with the row's precision
-    where they name it; None for a row without a code."""
+    """The ``next_step`` of one hotspot row: its code's words, with the row's precision and
+    the alternatives its aten ops have where they name them; None for a row without a
+    code."""
     if not isinstance(code, str) or code not in NEXT_STEP:
         return None
-    return NEXT_STEP[code].format(precision=row.get("precision"))
+    ops = row.get("aten_ops")
+    return NEXT_STEP[code].format(precision=row.get("precision"),
+                                  alternatives=_alternatives(ops),
+                                  more_blocks=_more_blocks(ops))
 
 
 def _beside(table: pd.DataFrame, code: str, words: str, values: list[object]) -> pd.DataFrame:
