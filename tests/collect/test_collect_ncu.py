@@ -231,3 +231,15 @@ def test_metric_cache_errors_fall_back_to_querying(tmp_path: Path, monkeypatch) 
         ncu_cli.known_metric_bases.cache_clear()
         assert len(ncu_cli.known_metric_bases(str(short), "0")) == 3
     assert queries(short_count) == 2 and not (tmp_path / "home").exists()
+
+
+def test_an_ncu_that_runs_no_child_is_named(fake_ncu) -> None:
+    """A fake ncu that exits 0 without starting the child: the failure says the child
+    printed nothing (it once ended on "Its last output lines:" and nothing after it)."""
+    from torch_nsight.errors import TorchNsightError
+
+    script, _ = fake_ncu([], run_app=False)
+    with pytest.raises(TorchNsightError) as info:
+        torch_nsight.sweep(Stack(), [(2, 16)], ncu=script, quiet=True)
+    message = str(info.value)
+    assert "It printed nothing" in message and "Its last output lines" not in message

@@ -22,6 +22,15 @@ from torch_nsight.errors import CounterPermissionError, TorchNsightError
 logger = logging.getLogger(__name__)
 
 
+def _last_lines(text: str) -> str:
+    """What ends a dead child's message: its last output lines, or that it printed none
+    (an ncu that ran no program, a child killed before its first line)."""
+    if text.strip():
+        return f". Its last output lines:\n{text}"
+    return (". It printed nothing: was the child started at all (a wrapper or an ncu that "
+            "ran no program)? Rerun with -v")
+
+
 def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
     """The (variant, shape) records of one child, with what the parent knows added: a child
     that died leaves its unfinished items as failed, with its last output lines."""
@@ -31,7 +40,7 @@ def child_items(outcome: ChildOutcome) -> list[dict[str, Any]]:
         None if results.get("finished") else
         f"the child process ended (exit status {outcome.returncode}) before finishing"
         + (f"; it was stopped because {outcome.stopped}" if outcome.stopped else "")
-        + f". Its last output lines:\n{outcome.output.last_lines(12)}")
+        + _last_lines(outcome.output.last_lines(12)))
     for item in items:
         if item.get("status") in ("pending", "running"):
             item.update(status="failed", error=died)
