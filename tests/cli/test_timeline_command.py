@@ -129,3 +129,15 @@ def test_usage_errors_are_one_line(tmp_path: Path, args: list[str], message: str
     assert status == 1
     (line,) = err.strip().splitlines()[-1:]
     assert line.startswith("torch-nsight: error:") and message in line
+
+
+def test_a_factory_that_returns_no_module_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The factory's result, not an AttributeError deep inside (``'int' object has no
+    attribute 'to'``), is what the error names."""
+    (tmp_path / "mk.py").write_text("def make():\n    return 3\n")
+    status, _, err = run_main(["timeline", "mk.py:make", "--shapes", "8x32", "--out", "tl"],
+                              tmp_path, monkeypatch, capsys)
+    assert status == 1 and "the factory returned int, not an nn.Module" in err, err
+    assert "AttributeError" not in err

@@ -169,6 +169,9 @@ def _record_all(job: Job, work: Path, *, quiet: bool) -> tuple[list[dict[str, An
         try:
             module = job.variants[variant]
             module = module if isinstance(module, torch.nn.Module) else module()
+            if not isinstance(module, torch.nn.Module):  # as the sweep's worker says it
+                raise TypeError(f"the factory returned {type(module).__name__}, not an "
+                                "nn.Module")
             if job.dtype is not None:
                 module = module.to(getattr(torch, job.dtype))
             module = module.to(device)
