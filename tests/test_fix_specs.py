@@ -27,6 +27,7 @@ def test_the_compact_form_and_json_read_alike() -> None:
     ("pad_linear:multiple=x", "multiple must be int"),
     ("sdpa_backend@attn", "needs option backend"),
     ("sdpa_backend:backend=fast", "backend must be one of"),
+    ("cast:dtype=bogus", "dtype must be one of bfloat16, float16"),
     ("tf32:on", "is not KEY=VALUE"),
     ("[1]", "must be an object"),
     ("[{", "not valid JSON"),
@@ -34,6 +35,13 @@ def test_the_compact_form_and_json_read_alike() -> None:
 def test_a_bad_fix_is_refused_naming_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_fixes(text)
+
+
+def test_the_cast_dtypes_are_those_the_switch_takes() -> None:
+    from torch_nsight.capture.fixes.switches import _HALF
+    from torch_nsight.verify_exchange import CAST_DTYPES
+
+    assert set(CAST_DTYPES) == set(_HALF)
 
 
 def test_every_kind_has_a_switch_in_the_script() -> None:
