@@ -154,6 +154,12 @@ def test_a_dry_run_rehearses_the_chosen_steps_without_ncu_and_stops_after_them(
     calls = int(lines[2].split("modules instrumented, ")[1].split()[0])
     assert calls >= 6  # 3 linears forward, their backward, the sum
     assert out.rstrip().endswith("# ready: without --dry-run, ncu profiles step(s) 2, 3")
+    # its steps ran on the CPU (this machine has no GPU, or the script chose none): said
+    import torch
+
+    if not torch.cuda.is_available():
+        assert ("# warning: the chosen steps initialized no CUDA (the model and its inputs "
+                "on the CPU?)") in out
     assert not (tmp_path / "torch_nsight_profile").exists()  # nothing written
 
 

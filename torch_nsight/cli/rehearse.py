@@ -67,6 +67,9 @@ def rehearse(plan: ScriptPlan) -> int:
                     f"ended after step {done.last_step}")
     chosen = (", ".join(str(s["index"]) for s in ran) if plan.n_steps is not None
               else f"{ran[0]['index']} and every later one")
+    if ran and all(s.get("cuda") == 0 for s in ran):
+        say_comment("# warning: the chosen steps initialized no CUDA (the model and its inputs "
+                    "on the CPU?): under ncu they would launch no kernel to profile")
     say_comment(f"# ready: without --dry-run, ncu profiles step(s) {chosen}")
     return 0
 

@@ -125,13 +125,17 @@ def _how_it_ended(kind: type[BaseException] | None,
 
 
 def _what_was_recorded() -> dict[str, int]:
-    """For a chosen step's status line: the modules instrumented, the calls carried, the
-    replicas left out of profiling, whether compiled graphs ran."""
+    """For a chosen step's status line: whether CUDA was initialized (a CPU-only step
+    launches no kernel), the modules instrumented, the calls carried, the replicas left out
+    of profiling, whether compiled graphs ran."""
+    import torch
+
     from torch_nsight.capture.compiled.inductor import compiled_graphs_seen
     from torch_nsight.capture.ranges.registry import active_instrumentations
 
     handles = list(active_instrumentations())
-    return {"modules": sum(len(h.names) for h in handles),
+    return {"cuda": int(torch.cuda.is_initialized()),  # 0: no CUDA work could have run
+            "modules": sum(len(h.names) for h in handles),
             "compiled": int(compiled_graphs_seen()),
             "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
             "replicas": sum(h.replication.replicas for h in handles
