@@ -175,7 +175,8 @@ def by_rank(df: pd.DataFrame) -> pd.DataFrame:
 
     Returns:
         :data:`RANK_COLUMNS`, by rank: launches and GPU time per run, the time and share in
-        NCCL communication kernels, and the module holding most time.
+        NCCL communication kernels, and the module holding most of the time outside them
+        (its share of that time).
 
     Raises:
         ValueError: no row has a rank.
@@ -193,7 +194,11 @@ def by_rank(df: pd.DataFrame) -> pd.DataFrame:
         launches=("duration_ns", "size"), duration_ns=("duration_ns", "sum"),
         nccl_ns=("_nccl", "sum")).reset_index()
     out["nccl_pct"] = 100.0 * out["nccl_ns"] / out["duration_ns"]
-    out = out.merge(_top(work, keys, "module", ranked), on=keys, how="left")
+    # the module that holds most of the rank's own work: an NCCL kernel's time is mostly
+    # waiting for the other ranks, in whichever module's backward launched it
+    compute = work[~is_nccl]
+    out = out.merge(_top(compute, keys, "module", ranked) if len(compute)
+                    else _top(work, keys, "module", ranked), on=keys, how="left")
     out = per_run(out, ranked, keys, ["launches", "duration_ns", "nccl_ns"])
     out["rank"] = out["rank"].astype(int)
     out = out.sort_values("rank", kind="stable")
