@@ -6,7 +6,8 @@ gradient as if every input channel met every output channel: ``groups`` times to
 (97x the forward on a depthwise 7x7 over 96 channels, 768x at 768), which put ConvNeXt's
 backward kernels far above their roof. Its weight gradient does one multiply-add per forward
 one; its input gradient is torch's own count. An op the registry has no formula for is
-counted by its shapes where :mod:`torch_nsight.shape_flops` knows it (the grouped GEMM).
+counted by its shapes where :mod:`torch_nsight.shape_flops` knows it (the grouped GEMM, cuDNN's
+recurrent layers).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def op_flops(packet: Any, args: Any, kwargs: Any, out: Any) -> int | None:
 
     formula = flop_registry.get(packet)
     if formula is None:
-        shapes = [list(a.shape) for a in args if hasattr(a, "shape")]
+        shapes = [list(t.shape) for a in args  # a list argument's tensors in its place
+                  for t in (a if isinstance(a, (list, tuple)) else (a,)) if hasattr(t, "shape")]
         counted = shape_flops(getattr(packet, "__name__", ""), shapes)
         return None if counted is None else int(counted)  # (a symbolic size made concrete)
     if _is_grouped_conv_backward(packet, args):
