@@ -15,11 +15,10 @@ import torch_nsight
 from torch_nsight.analyze import hotspots
 from torch_nsight.analyze.limiter import LIMITER_CODES
 from torch_nsight.analyze.stalls import FEW_ELIGIBLE, ISSUE_BUSY, SCHEDULER_COLUMNS
-from torch_nsight.render.hotspot_words import NEXT_STEP, word_hotspots
+from torch_nsight.render.hotspot_words import word_hotspots
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "zoo_fast"
 MODELS = ("bert", "roberta_ragged", "llama_decode", "convnext_t")
-CAUSE_OF_FIX = {NEXT_STEP[kind]: kind for kind in LIMITER_CODES}
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -39,7 +38,7 @@ def test_at_most_one_top_10_latency_row_without_a_named_cause(kernels) -> None:
     top = word_hotspots(hotspots(kernels, n=10))
     latency = top[top["bound"] == "latency"]
     assert len(latency) > 0
-    unnamed = latency[~latency["next_step"].isin(CAUSE_OF_FIX)]
+    unnamed = latency[~latency["next_step_code"].isin(LIMITER_CODES)]
     assert len(unnamed) <= 1, list(unnamed["reason"])
     for reason in latency["reason"]:
         assert re.search(r"\d", reason.rpartition("latency")[2]), reason  # numbers behind it

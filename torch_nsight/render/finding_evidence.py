@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_nsight.render.code_words import CHAIN_SAID, IMPL_SAID, ROLE_SAID
+from torch_nsight.render.readable_numbers import format_rate
 from torch_nsight.render.reason_words import describe_cause
 from torch_nsight.units import format_bytes, format_duration
 
@@ -78,8 +79,9 @@ def _fp32_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     peak = {"bfloat16": "bf16", "float16": "fp16"}.get(str(facts.get("roof_precision")), "TF32")
     roof = facts.get("roof_ns", facts.get("tf32_roof_ns"))  # (named so before 2026-11-28)
     return (f"fp32 {what} on CUDA cores, no tensor-core FLOPs: "
-            f"{facts['flops_per_run'] / 1e9:.1f} GFLOP per run at "
-            f"{facts['flops_per_ns'] / 1e3:.1f} TFLOP/s; {setting} is {state}; at the {peak} "
+            f"{format_rate(facts['flops_per_run'], 'FLOP')} per run at "
+            f"{format_rate(facts['flops_per_ns'] * 1e9, 'FLOP/s')}; {setting} is {state}; at "
+            f"the {peak} "
             f"tensor peak ({facts['peak_flops_per_s'] / 1e12:.0f} TFLOP/s) its roofline "
             f"is {_time(roof)} per run.")
 
@@ -90,7 +92,7 @@ def _conv_cores_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> st
     busy = f"its tensor pipe {pipe:.2f}% busy" if not math.isnan(pipe) else "no tensor-core kernel"
     return (f"{dtype} convolution on CUDA cores: {facts['kernel']} is cuDNN's direct kernel "
             f"({busy}; {_time(facts['time_ns'])} per run, "
-            f"{facts['flops_per_run'] / 1e9:.1f} GFLOP); at the {dtype} tensor peak "
+            f"{format_rate(facts['flops_per_run'], 'FLOP')}); at the {dtype} tensor peak "
             f"({facts['peak_flops_per_s'] / 1e12:.0f} TFLOP/s) its roofline is "
             f"{_time(facts['tensor_roof_ns'])} per run.")
 
