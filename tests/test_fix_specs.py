@@ -39,9 +39,9 @@ def test_a_bad_fix_is_refused_naming_what_is_wrong(text: str, message: str) -> N
 
 def test_the_cast_dtypes_are_those_the_switch_takes() -> None:
     from torch_nsight.capture.fixes.switches import _HALF
-    from torch_nsight.verify_exchange import CAST_DTYPES
+    from torch_nsight.vocabulary import HALF_DTYPES
 
-    assert set(CAST_DTYPES) == set(_HALF)
+    assert set(HALF_DTYPES) == set(_HALF)
 
 
 def test_every_kind_has_a_switch_in_the_script() -> None:

@@ -72,7 +72,9 @@ def _rnn(shapes: Sequence[Sequence[int]]) -> int | None:
     if not weights or len(weights) % groups:
         return None
     per = len(weights) // groups
-    if per not in (2, 4, 5):  # w_ih, w_hh[, b_ih, b_hh][, w_hr]
+    # w_ih, w_hh[, b_ih, b_hh][, w_hr]: the matrices are the first two and a projection
+    matrix_at = {2: (0, 1), 3: (0, 1, 2), 4: (0, 1), 5: (0, 1, 4)}.get(per)
+    if matrix_at is None:
         return None
     gates_hidden = weights[1] // shapes[at_hx][-1]  # w_hh: (gates x hidden, hidden or proj)
     if not gates_hidden or weights[0] % gates_hidden:
@@ -82,7 +84,7 @@ def _rnn(shapes: Sequence[Sequence[int]]) -> int | None:
         return None
     tokens = prod(shapes[0]) // features
     matrices = [w for g in range(groups) for i, w in enumerate(weights[g * per:(g + 1) * per])
-                if i < 2 or i == 4]
+                if i in matrix_at]
     return 2 * tokens * sum(matrices)
 
 

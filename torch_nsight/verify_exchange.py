@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch_nsight.vocabulary import HALF_DTYPES
+
 __all__ = ["FIX_OPTIONS", "FixSpec", "StepTimes", "check_fix", "fix_on_at", "target_matches",
            "format_fixes", "parse_fixes", "read_timing", "TIMING_SCHEMA"]
 
@@ -57,8 +59,6 @@ _READ_SCHEMAS = (1, TIMING_SCHEMA)
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
-#: The dtypes the ``cast`` fix takes (the capture side's ``_HALF`` keys).
-CAST_DTYPES = ("bfloat16", "float16")
 #: Each fix kind and the options it takes, with the type each must have.
 FIX_OPTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "compile": {"mode": str, "backend": str, "fullgraph": bool, "dynamic": bool},
@@ -136,8 +136,8 @@ def _check_values(spec: FixSpec) -> None:
                          f"{options['mode']!r}")
     if spec.fix == "pad_linear" and options.get("multiple", 64) < 2:
         raise ValueError(f"fix pad_linear: multiple must be >= 2, got {options['multiple']}")
-    if spec.fix == "cast" and options.get("dtype", CAST_DTYPES[0]) not in CAST_DTYPES:
-        raise ValueError(f"fix cast: dtype must be one of {', '.join(CAST_DTYPES)}, got "
+    if spec.fix == "cast" and options.get("dtype", HALF_DTYPES[0]) not in HALF_DTYPES:
+        raise ValueError(f"fix cast: dtype must be one of {', '.join(HALF_DTYPES)}, got "
                          f"{options['dtype']!r}")
     if spec.fix == "sdpa_backend" and options["backend"] not in SDPA_BACKENDS:
         raise ValueError(f"fix sdpa_backend: backend must be one of {', '.join(SDPA_BACKENDS)}"

@@ -20,7 +20,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.mark.parametrize(("cell", "options"), [
     (torch.nn.GRU, {}), (torch.nn.GRU, {"bias": False}), (torch.nn.GRU, {"bidirectional": True}),
-    (torch.nn.LSTM, {"proj_size": 8}),
+    (torch.nn.LSTM, {"proj_size": 8}), (torch.nn.LSTM, {"proj_size": 8, "bias": False}),
 ])
 def test_a_recurrent_layer_counts_its_gemms(cell: type[torch.nn.Module],
                                             options: dict[str, object]) -> None:

@@ -186,11 +186,11 @@ def _call_swapped_kernels(out: pd.DataFrame, threshold: float, alpha: float,
         row = pd.Series({"baseline_ns": base_ns, "current_ns": cur_ns, "change_pct": change,
                          "p_value": p})
         verdict = _verdict(row, threshold, alpha)
+        out.loc[after.index, ["baseline_ns", "change_ns", "change_pct", "p_value"]] = [
+            base_ns, cur_ns - base_ns, change, p]
+        out.loc[after.index, "verdict"] = verdict
+        out.loc[before.index, "verdict"] = "replaced"  # counted in the rows above
         if verdict in ("regressed", "improved"):
-            out.loc[after.index, ["baseline_ns", "change_ns", "change_pct", "p_value"]] = [
-                base_ns, cur_ns - base_ns, change, p]
-            out.loc[after.index, "verdict"] = verdict
-            out.loc[before.index, "verdict"] = "replaced"  # counted in the rows above
             first = group.iloc[0]
             notes.append(f"{first['module_path']} ({first['direction']}) ran other kernels "
                          f"({', '.join(dict.fromkeys(after['kernel']))} instead of "

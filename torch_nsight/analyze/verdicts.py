@@ -8,7 +8,6 @@ numbers of a finding (its module and the time it may recover), never text:
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import pandas as pd
@@ -105,9 +104,9 @@ def _most(frame: pd.DataFrame, column: str, weight: str) -> str | None:
     a few times per shape on small tables, where a pandas group-by costs milliseconds."""
     totals: dict[object, float] = {}
     for value, amount in zip(frame[column].tolist(), frame[weight].tolist(), strict=True):
-        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        if value is None or pd.isna(value) or value == "":
             continue
-        add = float(amount) if amount is not None and amount == amount else 0.0
+        add = 0.0 if amount is None or pd.isna(amount) else float(amount)
         totals[value] = totals.get(value, 0.0) + add
     if not totals:
         return None

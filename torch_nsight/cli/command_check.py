@@ -48,9 +48,16 @@ sys.exit(0 if spec is not None else 3)
 _NOT_CHECKED = "the dry run could not check the command"
 
 
-def cannot_start(command: Sequence[str]) -> UsageError:
+def cannot_start(command: Sequence[str], err: OSError | None = None) -> UsageError:
     """The error for a command whose program could not be started (not found, or not a file
-    that can run): a script given without its interpreter is told to put one first."""
+    that can run): a script given without its interpreter is told to put one first.
+
+    Raises:
+        OSError: ``err`` again where it names another file than the program (a file the run
+            reads or writes): not the program's start.
+    """
+    if err is not None and err.filename not in (None, *command[:1]):
+        raise err
     if not command or not command[0]:
         return UsageError("the command is empty: give the program to run after --, e.g. "
                           "-- python train.py")

@@ -92,8 +92,8 @@ def replicate_launches(args: argparse.Namespace, command: Sequence[str], report:
     try:
         listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
                                  quiet=False, environ=os.environ)
-    except (FileNotFoundError, PermissionError):
-        raise cannot_start(command) from None
+    except (FileNotFoundError, PermissionError) as err:
+        raise cannot_start(command, err) from None
     return {"launches": listed.summary(), "kernel_id": listed.plan.kernel_id}
 
 

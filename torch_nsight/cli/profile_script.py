@@ -440,8 +440,8 @@ def run_timeline(args: argparse.Namespace, command: Sequence[str], lock: str) ->
     try:
         with locked_folder(args.out, lock):
             ran = script.run_script(plan)
-    except (FileNotFoundError, PermissionError):
-        raise cannot_start(command) from None
+    except (FileNotFoundError, PermissionError) as err:
+        raise cannot_start(command, err) from None
     emit(ran.profile, args)
     say(f"timeline: {args.out} (open the trace*.json.gz in https://ui.perfetto.dev)",
         sys.stderr)

@@ -26,8 +26,8 @@ def rehearse(plan: ScriptPlan) -> int:
 
     try:
         done = script.rehearse(plan)
-    except (FileNotFoundError, PermissionError):
-        raise cannot_start(plan.command) from None
+    except (FileNotFoundError, PermissionError) as err:
+        raise cannot_start(plan.command, err) from None
     if done.exit_status is None:
         ended = "until its chosen steps ended"
     elif done.stopped is not None:

@@ -149,8 +149,8 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan,
     try:
         return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr),
                                kernels=kernels)
-    except (FileNotFoundError, PermissionError):
-        raise cannot_start(plan.command) from None
+    except (FileNotFoundError, PermissionError) as err:
+        raise cannot_start(plan.command, err) from None
 
 
 def verify_profile(profile: Profile, args: argparse.Namespace, plan: VerifyPlan,

@@ -81,23 +81,32 @@ NEXT_STEP = {
 }
 
 
+#: The aten ops whose hotspots are GEMMs (split-K gives them more blocks).
+_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv",
+                       "_grouped_mm", "_scaled_mm", "_scaled_grouped_mm"})
+
+
+def _ops(ops: object) -> list[str]:
+    """The aten op names of a hotspot's ``aten_ops`` (``"mul, addmm"``)."""
+    return [op.strip() for op in ops.split(",")] if isinstance(ops, str) else []
+
+
 def _alternatives(ops: object) -> str:
     """The other kernels or backends worth trying for a hotspot's aten ops (``aten_ops``):
     Inductor's for any; for attention an SDPA backend, for a convolution cuDNN's search."""
-    text = ops if isinstance(ops, str) else ""
+    names = _ops(ops)
     found = ["torch.compile"]
-    if "attention" in text:
+    if any("scaled_dot_product" in op or op.endswith("attention") for op in names):
         found.append("another SDPA backend: torch.nn.attention.sdpa_kernel")
-    if "convolution" in text:
+    if any(op.startswith(("convolution", "cudnn_convolution", "_convolution"))
+           for op in names):
         found.append("cudnn.benchmark")
     return ", ".join(found)
 
 
 def _more_blocks(ops: object) -> str:
     """How a hotspot's op gets more blocks: a GEMM by split-K as well as a larger batch."""
-    text = ops if isinstance(ops, str) else ""
-    gemm = any(op in text for op in ("mm", "linear", "matmul"))
-    return "batch, split-K" if gemm else "a larger batch"
+    return "batch, split-K" if _GEMM_OPS & set(_ops(ops)) else "a larger batch"
 
 
 def next_step_words(code: object, row: Mapping[str, object]) -> str | None:

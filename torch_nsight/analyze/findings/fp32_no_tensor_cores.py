@@ -10,8 +10,9 @@ The kernel's precision says so where the FLOP counters were recorded (``fp32`` w
 tensor-core FLOPs); where its FLOPs come from the calls table (the fast set), its tensor pipe
 idle (:data:`IDLE_TENSOR_PIPE_PCT`) does; without either (a timeline trace, the duration set),
 its name does: CUTLASS's ``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
-Launches shorter than :data:`~torch_nsight.analyze.steps.SMALL_KERNEL_NS` are left out: the
-launch holds them, whatever unit does their math.
+Launches shorter than a launch takes
+(:data:`~torch_nsight.analyze.stalls.LAUNCH_OVERHEAD_NS`) are left out: the launch holds them,
+whatever unit does their math.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains,
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
-from torch_nsight.analyze.steps import SMALL_KERNEL_NS
+from torch_nsight.analyze.stalls import LAUNCH_OVERHEAD_NS
 from torch_nsight.metrics import PRECISIONS
 from torch_nsight.vocabulary import HALF_DTYPES, SITE_KEYS, tf32_enabled
 
@@ -100,7 +101,7 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
                & ~contains(work["kernel_full"], SIXTEEN_BIT))
     # a launch shorter than a launch takes is held by its launch: no faster math unit
     # shortens the step (HF's rotary embedding, a 33 kFLOP fp32 GEMM of 4 µs)
-    long_enough = work["duration_ns"] >= SMALL_KERNEL_NS
+    long_enough = work["duration_ns"] >= LAUNCH_OVERHEAD_NS
     candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name) & long_enough]
     found: list[Finding] = []
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
