@@ -39,6 +39,8 @@ SWEEP_MANIFEST = "sweep.json"
 SWEEP_KIND = "torch_nsight.sweep"
 SWEEP_FORMAT = 1
 PROFILE_FILE = "profile.parquet"
+#: A kept sweep's job description, beside its manifest.
+SWEEP_JOB = "job.json"
 TIMELINE_MANIFEST = "timeline.json"
 TIMELINE_KIND = "torch_nsight.timeline"
 TIMELINE_FORMAT = 1
@@ -98,6 +100,9 @@ STALL_FOLDER = "stalls"
 #: (:mod:`torch_nsight.report.launch_replicas`).
 LAUNCH_FOLDER = "launches"
 LAUNCH_PLAN = "plan.json"
+#: The launch list's status stream and traces, in :data:`LAUNCH_FOLDER` (the timeline's).
+LAUNCH_STATUS = "status.jsonl"
+LAUNCH_TRACES = "trace*.json.gz"
 #: The folder of a focused sweep's timeline pass (``sweep(..., focus=0.9)``), in its output
 #: directory.
 FOCUS_FOLDER = "timeline"
@@ -176,7 +181,7 @@ def sweep_child(device: object | None = None) -> str:
 def sweep_files(children: list[str]) -> list[str]:
     """What a sweep writes into its output directory, relative to it: the manifest, the
     saved profile, the job description and the files of each child in ``children``."""
-    return [SWEEP_MANIFEST, PROFILE_FILE, "job.json",
+    return [SWEEP_MANIFEST, PROFILE_FILE, SWEEP_JOB,
             *(path.name for name in children for path in child_files("", name).values())]
 
 
@@ -204,7 +209,7 @@ def run_files(report: str | os.PathLike[str], *, ncu: bool = True) -> list[str]:
         return own
     stalls = [f"{STALL_FOLDER}/{file}" for file in (*own, name.name + ".xz")]
     listed = [f"{LAUNCH_FOLDER}/{file}" for file in (LAUNCH_PLAN, TIMELINE_MANIFEST,
-                                                     "status.jsonl", "trace*.json.gz")]
+                                                     LAUNCH_STATUS, LAUNCH_TRACES)]
     return [*own, *stalls, *listed]
 
 

@@ -21,6 +21,7 @@ import pandas as pd
 
 from torch_nsight.analyze.fold import (
     FOLD_COLUMN,
+    PARENT_COLUMN,
     STRUCTURE_COLUMN,
     fold_rows,
     with_parent_groups,
@@ -89,7 +90,7 @@ def changed_rows(rows: pd.DataFrame, baseline: pd.DataFrame,
     nested, keys = with_parent_groups(with_structures(changed, baseline, current),
                                       [*(k for k in _KEYS if k in changed), *_STRUCTURES])
     folded = fold_rows(nested, keys=keys, sums=_SUMS, rank="baseline_ns", name="module",
-                       path="module_path").drop(columns=[*_STRUCTURES, keys[-1]])
+                       path="module_path").drop(columns=[*_STRUCTURES, PARENT_COLUMN])
     several = folded[FOLD_COLUMN] > 1
     for column in ("baseline_ci95_ns", "current_ci95_ns", "baseline_std_ns",
                    "current_std_ns", "p_value"):

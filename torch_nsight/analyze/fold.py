@@ -38,12 +38,14 @@ from torch_nsight.vocabulary import LABELS, join_path, path_leaf, path_parent, s
 
 __all__ = ["fold_rows", "fold_tree", "index_template", "format_indices", "folded_name",
            "parent_groups", "with_parent_groups", "with_structure", "FOLD_COLUMN",
-           "STRUCTURE_COLUMN"]
+           "PARENT_COLUMN", "STRUCTURE_COLUMN"]
 
 FOLD_COLUMN = "blocks"
 #: What a module launched (its subtree's kernels: name, grid, block): blocks fold only where
 #: it agrees.
 STRUCTURE_COLUMN = "structure"
+#: The fold group of a row's parent module (:func:`parent_groups`), a key while folding.
+PARENT_COLUMN = "__parent_group"
 _KERNEL_SHAPE = ("kernel", "grid", "block")
 _SLOT = "{}"
 
@@ -358,11 +360,8 @@ def fold_tree(tree: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.Dat
     tree, keys = with_parent_groups(tree, keys)
     folded = fold_rows(tree, keys=keys, sums=TREE_SUMS, rank="inclusive_ns",
                        path="module_path")
-    return with_spread(folded.drop(columns=[STRUCTURE_COLUMN, _PARENT], errors="ignore"))
+    return with_spread(folded.drop(columns=[STRUCTURE_COLUMN, PARENT_COLUMN], errors="ignore"))
 
-
-#: The fold group of a row's parent module (:func:`parent_groups`), a key while folding.
-_PARENT = "__parent_group"
 
 
 def parent_groups(rows: pd.DataFrame, keys: Sequence[str], name: str = "module",
@@ -401,5 +400,5 @@ def with_parent_groups(rows: pd.DataFrame, keys: Sequence[str], name: str = "mod
     """``rows`` with their parents' fold groups (:func:`parent_groups`) in a column, and
     ``keys`` with that column: what :func:`fold_rows` takes to fold a tree's rows only under
     parents that folded together (drop the column after)."""
-    return (rows.assign(**{_PARENT: parent_groups(rows, keys, name, path)}),
-            [*keys, _PARENT])
+    return (rows.assign(**{PARENT_COLUMN: parent_groups(rows, keys, name, path)}),
+            [*keys, PARENT_COLUMN])

@@ -52,7 +52,7 @@ def forget_launches(report: Path) -> None:
     else in the folder is touched."""
     folder = formats.launch_plan_of(report).parent
     for path in (formats.launch_plan_of(report), folder / formats.TIMELINE_MANIFEST,
-                 folder / "status.jsonl", *folder.glob("trace*.json.gz")):
+                 folder / formats.LAUNCH_STATUS, *folder.glob(formats.LAUNCH_TRACES)):
         path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # left where it holds anything else
         folder.rmdir()
@@ -82,10 +82,10 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                 "choose another --out")
     started = time.monotonic()
     env = ScriptEnv(timeline=folder.resolve(), steps=steps,
-                    status=folder / "status.jsonl").environment(dict(environ))
+                    status=folder / formats.LAUNCH_STATUS).environment(dict(environ))
     outcome = run_until_steps_end("launch list", command, env, folder, steps=steps.count,
                                   timeout=timeout, quiet=quiet)
-    (folder / "status.jsonl").unlink(missing_ok=True)
+    (folder / formats.LAUNCH_STATUS).unlink(missing_ok=True)
     if not formats.is_timeline_dir(folder):
         raise NothingProfiledError(f"--replicate-launches: the command recorded no launch list "
                                    f"without ncu (exit status {outcome.returncode}"

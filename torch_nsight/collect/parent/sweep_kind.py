@@ -68,7 +68,7 @@ def child_specs(plan: SweepPlan, private: Path) -> list[ChildSpec]:
     if keep:
         description = {**jobs.describe_job(plan.job), "options": plan.options,
                        "commands": {s.name: s.command for s in specs}, "created": now()}
-        formats.write_json(work / "job.json", description)
+        formats.write_json(work / formats.SWEEP_JOB, description)
     return specs
 
 
