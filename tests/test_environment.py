@@ -160,7 +160,12 @@ def test_the_command_tells_the_script_through_script_env(tmp_path: Path) -> None
     plan = plan_script(["python", "train.py"], tmp_path / "report.ncu-rep", ncu="ncu",
                        metric_set="fast", steps=Steps(10, 12), environ={"PATH": "/bin"})
     assert ScriptEnv.from_env(plan.env) == plan.script == ScriptEnv(
-        steps=Steps(10, 12), status=tmp_path / "report.status.jsonl", replicate=True)
+        steps=Steps(10, 12), status=tmp_path / "report.status.jsonl", replicate=True,
+        replicate_ops=True)
+    # a single-pass set measures every launch: its repeated op calls are not left out
+    single = plan_script(["python", "train.py"], tmp_path / "report.ncu-rep", ncu="ncu",
+                         metric_set="duration", steps=Steps(10, 12), environ={})
+    assert (single.script.replicate, single.script.replicate_ops) == (True, False)
     assert (plan.steps, plan.n_steps, plan.replicate, plan.timeline) == (Steps(10, 12), 2,
                                                                          True, False)
     timeline = plan_timeline(["python", "train.py"], tmp_path, steps=Steps(4, None),

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 __all__ = ["ScriptEnv", "Steps", "SCRIPT_VARIABLES", "STEPS_ENV", "STATUS_ENV",
            "REPLICATE_ENV", "REHEARSAL_ENV", "INSTRUMENT_ENV", "TIMELINE_ENV", "APPLY_ENV",
-           "ALTERNATE_ENV", "TIMING_ENV", "CARRY_LAST_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
+           "ALTERNATE_ENV", "TIMING_ENV", "CARRY_LAST_ENV", "REPLICATE_OPS_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
            "EARLY_CUDA_ENV", "MAX_EXPANDED_ENV"]
 
 # What ``torch-nsight profile`` tells the script it runs (one field of ScriptEnv each):
@@ -57,9 +57,14 @@ TIMING_ENV = "TORCH_NSIGHT_TIMING"
 #: (``profile --replicate-launches``), so the calls table is carried at the last chosen step's
 #: end, after every launch ncu numbers, instead of the first's.
 CARRY_LAST_ENV = "TORCH_NSIGHT_CARRY_LAST"
+#: ``1``: in the first chosen step, an op call that repeats an earlier one (same op, same
+#: arguments' shapes, strides, dtypes and alignment) runs inside the ``replica`` range ncu
+#: leaves out, and takes that call's rows (:mod:`torch_nsight.capture.replicas.op_calls`).
+REPLICATE_OPS_ENV = "TORCH_NSIGHT_REPLICATE_OPS"
 #: The variables of :class:`ScriptEnv`, in the order :meth:`ScriptEnv.to_env` writes them.
 SCRIPT_VARIABLES = (TIMELINE_ENV, STEPS_ENV, REPLICATE_ENV, STATUS_ENV, REHEARSAL_ENV,
-                    INSTRUMENT_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, CARRY_LAST_ENV)
+                    INSTRUMENT_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, CARRY_LAST_ENV,
+                    REPLICATE_OPS_ENV)
 
 # The user's settings for torch_nsight's own processes, and the sweep's word to its child:
 #: the ``ncu`` executable (:func:`torch_nsight.collect.shared.ncu.find_ncu`).
@@ -178,6 +183,7 @@ class ScriptEnv:
         carry_last: ncu profiles launches by their numbers in a launch list
             (``profile --replicate-launches``): the calls table is carried at the last
             chosen step's end.
+        replicate_ops: repeated op calls of the first chosen step are profiled once.
         refused: what :meth:`from_env` left out: (variable, why) for each malformed value
             (not written, not compared).
     """
@@ -192,6 +198,7 @@ class ScriptEnv:
     alternate: bool = False
     timing: Path | None = None
     carry_last: bool = False
+    replicate_ops: bool = False
     refused: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def to_env(self) -> dict[str, str]:
@@ -211,6 +218,7 @@ class ScriptEnv:
             ALTERNATE_ENV: "1" if self.alternate else None,
             TIMING_ENV: None if self.timing is None else str(self.timing),
             CARRY_LAST_ENV: "1" if self.carry_last else None,
+            REPLICATE_OPS_ENV: "1" if self.replicate_ops else None,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -266,6 +274,7 @@ class ScriptEnv:
                    alternate=read(ALTERNATE_ENV, _flag, False),
                    timing=read(TIMING_ENV, Path, None),
                    carry_last=read(CARRY_LAST_ENV, _flag, False),
+                   replicate_ops=read(REPLICATE_OPS_ENV, _flag, False),
                    refused=tuple(refused))
 
 

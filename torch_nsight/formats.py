@@ -64,6 +64,10 @@ COMPILED_MAP_KIND = "torch_nsight.compiled_map"
 #: groups :class:`~torch_nsight.capture.replicas.replica.ScriptReplication` checked and left out).
 REPLICATION_PREFIX = "replication:"
 REPLICATION_KIND = "torch_nsight.replication"
+#: The message of the range that carries a profiled step's repeated op calls, which ncu left
+#: out (:mod:`torch_nsight.capture.replicas.op_calls`), packed like the calls table.
+OP_REPLICAS_PREFIX = "op-replicas:"
+OP_REPLICAS_KIND = "torch_nsight.op_replicas"
 
 #: What a reader takes from each file, as :func:`torch_nsight.checks.check_schema` checks it.
 CALLS_ROW_SCHEMA = {"range_stack": [str], "op": str, "input_shapes": [[WHOLE]],

@@ -39,6 +39,12 @@ MEASURE_PREFIX = "sweep"
 WARMUP_MESSAGE = "warmup"
 # The start/end range around a sweep's replicated siblings; its ncu command excludes it.
 REPLICA_MESSAGE = "replica"
+#: The NVTX domain of the push/pop range around each op call profiled while repeated op calls
+#: are left out (:mod:`torch_nsight.capture.replicas.op_calls`): its message is
+#: :data:`CALL_PREFIX` and the call's number in the step, which the report's rows keep among
+#: their other ranges.
+CALL_DOMAIN = "torch_nsight.call"
+CALL_PREFIX = "torch_nsight.call:"
 COMPILED_PREFIX = "compiled:"
 #: An optimizer's step (``step:AdamW``): a module of the optimizer's class name, direction
 #: ``step``.

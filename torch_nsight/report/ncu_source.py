@@ -28,6 +28,7 @@ from torch_nsight.report.calls_table import calls_frame, read_calls
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
 from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.launch_replicas import with_replicated_launches
+from torch_nsight.report.op_replicas import split_carried_op_replicas, with_op_replicas
 from torch_nsight.report.source_base import ReadOptions, SourceData, inside, rank_in_name
 from torch_nsight.report.stall_merge import find_stall_report, merge_stall_pass
 
@@ -58,6 +59,7 @@ class NcuReport:
                                   dtype="Int64")
         frame, carried = split_carried_calls(frame, path)
         frame, replication = split_carried_replication(frame, path)
+        frame = with_op_replicas(*split_carried_op_replicas(frame, path), path)
         frame = attribute_compiled(frame, path)
         frame = with_replicated_launches(with_stall_pass(frame, path, options), path, options)
         source = report_source(path, self.name, frame, meta)

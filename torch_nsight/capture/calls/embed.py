@@ -146,6 +146,14 @@ class CallsCarrier:
             document = self.recorder.document()
             if document["rows"] and carry_calls(document):
                 self.rows = len(document["rows"])
+            replicas = getattr(self.recorder, "op_replicas", None)
+            if replicas is not None and replicas.replicas:
+                from torch_nsight.formats import OP_REPLICAS_PREFIX, pack_message
+
+                carried = replicas.document()
+                carry_message(pack_message(OP_REPLICAS_PREFIX, carried),
+                              f"the repeated op calls ({len(carried['replicas'])} of "
+                              f"{carried['calls']})")
         except Exception as err:  # noqa: BLE001 - never into the user's program
             logger.warning("torch_nsight: could not carry the calls table into the report: "
                            "%s: %s", type(err).__name__, err)

@@ -50,7 +50,9 @@ import torch
 
 from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.capture.calls.call_table import CallTable, innermost_class
+from torch_nsight.capture.calls.dispatch_mode import make_mode
 from torch_nsight.capture.ranges.emitter import NvtxEmitter, OpenRanges, RangeEmitter
+from torch_nsight.capture.replicas.op_calls import OpReplicas
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import backward_op_message, op_message, parse_message
 
@@ -134,6 +136,9 @@ class CallRecorder:
         self.module_classes: dict[str, str] = {}
         # why recording must not start now (None: it may), asked before each start
         self.refuse = refuse
+        #: Repeated op calls left out of ncu's replay while recording (set by the
+        #: instrumentation under ``profile``; :mod:`torch_nsight.capture.replicas.op_calls`).
+        self.op_replicas: OpReplicas | None = None
 
     # -- emitter protocol ------------------------------------------------------------------
 
@@ -265,7 +270,7 @@ class CallRecorder:
         reason = self.refuse() if self.refuse is not None else None
         if reason is not None:
             raise _Refused(reason)
-        mode = _make_mode(self)
+        mode = make_mode(self)
         mode.__enter__()
         self._mode = mode
         self._mode_thread = threading.get_ident()
@@ -363,8 +368,18 @@ class CallRecorder:
         return rows
 
     def clear(self) -> None:
-        """Forget the rows recorded so far."""
+        """Forget the rows recorded so far (and the op calls left out)."""
         self._table.clear()
+        if self.op_replicas is not None:
+            self.op_replicas.clear()
+
+    def replica_range(self, func: Any, args: Any, kwargs: Any) -> Callable[[], None] | None:
+        """While recording with :attr:`op_replicas`: open the range of this op call (see
+        :meth:`~torch_nsight.capture.replicas.op_calls.OpReplicas.enter`) and return what
+        closes it."""
+        if self.op_replicas is None or not self._recording:
+            return None
+        return self.op_replicas.enter(func, args, kwargs, self._local.stack)
 
     def document(self) -> dict[str, Any]:
         """The calls table as the JSON document a calls file holds (lists, not tuples; see
@@ -381,61 +396,3 @@ class CallRecorder:
             The path written.
         """
         return write_calls(path, self.document())
-
-
-def _make_mode(recorder: CallRecorder) -> Any:
-    """The ``TorchDispatchMode`` that feeds ``recorder`` (the class is built on first use)."""
-    return _mode_class()(recorder)
-
-
-@functools.cache
-def _mode_class() -> type:
-    import sys
-
-    from torch._ops import HigherOrderOperator
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    # PyTorch wraps a mode's __torch_dispatch__ against Dynamo tracing, which imports
-    # torch._dynamo (about 1 s). A process that has not imported Dynamo has compiled
-    # nothing that could trace into the mode, so the wrapper is skipped there.
-    dynamo_loaded = "torch._dynamo" in sys.modules
-
-    class _CallRecordingMode(TorchDispatchMode):
-        # Higher-order operators come to __torch_dispatch__ instead of raising.
-        supports_higher_order_operators = True
-
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return dynamo_loaded
-
-        @classmethod
-        def ignore_compile_internals(cls) -> bool:
-            # Dynamo compiles with the mode on the stack (else it runs the frame eagerly
-            # from then on) and runs compiled code under it: the model stays compiled.
-            return True
-
-        def __init__(self, recorder: CallRecorder) -> None:
-            super().__init__()
-            self.recorder = recorder
-
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
-            kwargs = kwargs or {}
-            recorder = self.recorder
-            if isinstance(func, HigherOrderOperator):
-                if recorder._recording:
-                    recorder._record_higher_order(func)
-                return func(*args, **kwargs)
-            message = recorder.outside_message(func)
-            if message is not None:  # named: its kernels, and its row of the calls table
-                recorder.push(message)
-            try:
-                out = func(*args, **kwargs)
-                if recorder._recording:
-                    recorder._record_safely(func, args, kwargs, out)
-            finally:
-                if message is not None:
-                    recorder.pop()
-            return out
-
-    return _CallRecordingMode

@@ -66,6 +66,7 @@ from torch_nsight.capture.ranges.outside import unwatch_outside_calls, watch_out
 from torch_nsight.capture.ranges.registry import active_instrumentations
 from torch_nsight.capture.ranges.selection import Selector, check_selectors, select_modules
 from torch_nsight.capture.ranges.stack import STACK, RangeStack
+from torch_nsight.capture.replicas.op_calls import OpReplicas
 from torch_nsight.environment import APPLY_ENV, ScriptEnv
 from torch_nsight.naming import backward_message, op_message
 
@@ -188,6 +189,8 @@ class Instrumentation:
             sink = CallRecorder(sink, first_iteration=not per_step,
                                 on_done=lambda _recorder: self._finish_calls(),
                                 refuse=lambda: compiled_refusal(model), name_outside=carry)
+            if per_step and script.replicate_ops:
+                sink.op_replicas = OpReplicas(getattr(self.replication, "leaving_out", None))
             self._calls = (sink, path, CallsCarrier(sink, per_step=per_step,
                                                     at_last=script.carry_last) if carry else None)
             atexit.register(self._finish_calls)  # a script that never removes the handle

@@ -64,6 +64,11 @@ class ReplicaMarkers:
         if handle is not None:
             nvtx.end_range(handle)
 
+    def leaving_out(self) -> bool:
+        """Whether a replica range is open now (on any thread)."""
+        with self.lock:
+            return any(self.open.values())
+
     def bind(self, message: str) -> tuple[Callable[[], None], Callable[[], None]]:
         """Return the zero-argument push and pop of the range ``message``."""
         bind = getattr(self.inner, "bind", None)
@@ -184,6 +189,10 @@ class ScriptReplication:
         if self.groups:
             logger.info("torch_nsight: %d replica(s) of %d group(s) are left out of profiling "
                         "and take their representative's rows", self.replicas, len(self.groups))
+
+    def leaving_out(self) -> bool:
+        """Whether a replica's range is open now (its calls are left out of profiling)."""
+        return self.markers.leaving_out()
 
     @property
     def replicas(self) -> int:

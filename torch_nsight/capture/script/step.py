@@ -126,8 +126,8 @@ def _how_it_ended(kind: type[BaseException] | None,
 
 def _what_was_recorded() -> dict[str, int]:
     """For a chosen step's status line: whether CUDA was initialized (a CPU-only step
-    launches no kernel), the modules instrumented, the calls carried, the replicas left out
-    of profiling, whether compiled graphs ran."""
+    launches no kernel), the modules instrumented, the calls carried, the replicas and the
+    repeated op calls left out of profiling, whether compiled graphs ran."""
     import torch
 
     from torch_nsight.capture.compiled.inductor import compiled_graphs_seen
@@ -139,7 +139,10 @@ def _what_was_recorded() -> dict[str, int]:
             "compiled": int(compiled_graphs_seen()),
             "calls": sum(h.carrier.rows for h in handles if h.carrier is not None),
             "replicas": sum(h.replication.replicas for h in handles
-                            if h.replication is not None)}
+                            if h.replication is not None),
+            "op_replicas": sum(len(h.carrier.recorder.op_replicas.replicas) for h in handles
+                               if h.carrier is not None
+                               and h.carrier.recorder.op_replicas is not None)}
 
 
 def _replications() -> list[ScriptReplication]:

@@ -156,7 +156,7 @@ class ScriptPlan(Plan):
             logger.warning("stopped the command: %s", outcome.stopped)
         status = _status_path(self.report)
         steps: list[dict[str, Any]] = [{k: e.get(k) for k in ("index", "status", "elapsed_s", "modules", "calls",
-                                        "replicas") if k in e}
+                                        "replicas", "op_replicas") if k in e}
                  for e in StatusReader(status).poll() if e.get("event") == "item_end"]
         status.unlink(missing_ok=True)
         return steps
@@ -265,7 +265,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         launch_skip, launch_count: ncu's ``--launch-skip`` / ``--launch-count``.
         ncu_args: more ncu arguments.
         replicate: identical siblings profiled once (needs ``--steps`` and a step before
-            the first chosen one, where ``instrument()`` checks them).
+            the first chosen one, where ``instrument()`` checks them), and, but for a
+            single-pass set (which measures every launch cheaply), the first chosen step's
+            repeated op calls too (:mod:`torch_nsight.capture.replicas.op_calls`).
         known: the metric base names this ncu knows (None: pass every metric).
         timeout: seconds the command may run.
         quiet: no progress line.
@@ -300,7 +302,8 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                                   exclude_replicas=replicate, extra_args=extra,
                                   measured_only=steps is not None)
     script = ScriptEnv(steps=steps, status=_status_path(report), replicate=replicate,
-                       carry_last=kernel_id is not None)
+                       carry_last=kernel_id is not None,
+                       replicate_ops=replicate and chosen.name not in SINGLE_PASS_SETS)
     n_steps = None if steps is None else steps.count
     expected = (launch_count if launch_count is not None else launches["profiled"] if launches
                 else _expected(report, command, metric_set, n_steps, replicate))

@@ -92,7 +92,8 @@ def plan_stall_pass(first: ScriptPlan, functions: Sequence[str], *, ncu: str,
                     "--filter-mode", "per-launch-config", "-c", "1",
                     *ncu_cli.check_extra_args(ncu_args)],
         measured_only=first.steps is not None)
-    script = dataclasses.replace(first.script, status=report.with_suffix(formats.STATUS_SUFFIX))
+    script = dataclasses.replace(first.script, status=report.with_suffix(formats.STATUS_SUFFIX),
+                                 replicate_ops=False)  # matched to the first pass by name
     return dataclasses.replace(first, ncu_command=command, metric_set=STALL_PASS.name,
                                metrics=metrics, report=report, script=script,
                                expected_kernels=expected, entered=time.time())
