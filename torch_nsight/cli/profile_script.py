@@ -124,9 +124,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("-k", "--kernel-name", default=None, metavar="REGEX",
                         help="profile only kernels whose name matches (ncu -k)")
     parser.add_argument("--no-replicate", action="store_true",
-                        help="profile every one of identical repeated layers (default: "
-                             "instrument() checks them on the step before --steps A and the "
-                             "replicas take their representative's measurements)")
+                        help="profile every one of identical repeated layers and repeated "
+                             "op calls (default: instrument() checks the layers on the step "
+                             "before --steps A, and an op call of step A that repeats an "
+                             "earlier one takes its measurements)")
     parser.add_argument("--launch-skip", type=int, default=None, metavar="N",
                         help="skip the first N kernel launches (scripts without the marker)")
     parser.add_argument("--launch-count", type=int, default=None, metavar="N",
