@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any, Literal
 
 #: What a missing value (None, NaN) reads as in a table.
@@ -109,16 +110,19 @@ NAMES_LISTED = 12
 
 #: The longest name a line of text shows whole (:func:`shortened`).
 NAME_CHARS = 100
+#: The share of a :func:`shortened` name's kept characters taken from its start.
+HEAD_SHARE = Fraction(2, 3)
 
 
-def shortened(name: object, limit: int = NAME_CHARS) -> str:
+def shortened(name: object, limit: int = NAME_CHARS, *, head: Fraction = HEAD_SHARE) -> str:
     """``name`` as text, one of more than ``limit`` characters cut in its middle (``…``):
-    its start and its end say which it is, and a line stays a line."""
+    its start and its end say which it is, and a line stays a line. ``head`` is the share
+    of the ``limit - 1`` characters kept that comes from its start (rounded down)."""
     text = str(name)
     if len(text) <= limit:
         return text
-    head = (limit - 1) * 2 // 3
-    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+    start = math.floor((limit - 1) * head)
+    return text[:start] + "…" + text[len(text) - (limit - 1 - start):]
 
 
 def listed(names: Sequence[object]) -> str:

@@ -202,6 +202,27 @@ def test_copies_that_overlap_count_once(tmp_path: Path) -> None:
     assert after["copies"].sum() == 2 * before["copies"].sum()
 
 
+@pytest.mark.parametrize(("name", "verdict", "advice_code"), [
+    # busy 72.9% of its bare step: its GPU idles 27.1% of it, from FINDING_PCT (10%)
+    ("timeline_train", "GPU-bound", "gpu_bound_idle"),
+    ("timeline_decode", "launch-bound", "launch-bound"),
+    ("timeline_copy", "copy-bound", "copy-bound"),
+])
+def test_analyze_decides_what_to_try_as_a_code(name: str, verdict: str,
+                                               advice_code: str) -> None:
+    """The advice is analyze's code: a GPU-bound step whose GPU idles at least FINDING_PCT
+    of it gets its own, any other verdict its verdict's."""
+    from torch_nsight.analyze import timeline_summary
+    from torch_nsight.analyze.verdicts import FINDING_PCT
+
+    profile = torch_nsight.load(DATA / name, cache=False)
+    row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
+    assert (row["verdict"], row["advice_code"]) == (verdict, advice_code)
+    if name == "timeline_train":
+        assert 100.0 - row["bare_busy_pct"] == pytest.approx(27.1, abs=0.05)
+        assert 100.0 - row["bare_busy_pct"] >= FINDING_PCT
+
+
 def test_a_gpu_bound_step_that_idles_is_not_told_the_gpu_alone_limits_it() -> None:
     """The recorded GPT-2 training step is GPU-bound (busy 73% of its bare step), yet its GPU
     idles 27% of it: what to try says both, beside the gpu_idle finding."""

@@ -111,15 +111,7 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     if rows.empty:
         return rows.assign(**{FOLD_COLUMN: pd.Series(dtype="int64")})
     work = rows.reset_index(drop=True)
-    templates = [index_template(value) for value in work[name]]
-    group_keys = pd.DataFrame({k: filled(work[k], "\0")
-                               for k in keys if k in work})
-    group_keys["__template"] = [t for t, _ in templates]
-    group_keys["__indexed"] = [bool(ix) for _, ix in templates]
-    # a row without an index folds with none
-    group_keys.loc[~group_keys["__indexed"], "__template"] = [
-        f"\0row{i}" for i in np.flatnonzero(~group_keys["__indexed"].to_numpy())]
-    group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
+    group_id, templates = _fold_groups(work, keys, name)
     size = group_id.map(group_id.value_counts()).to_numpy()
     alone = work[size == 1].assign(**{FOLD_COLUMN: 1})
     folding = size > 1
@@ -156,6 +148,20 @@ def fold_rows(rows: pd.DataFrame, *, keys: Sequence[str], sums: Sequence[str] = 
     rows.index = [ix[0] for ix in indices]  # where each group's first row stood
     out = [alone, rows] if len(alone) else [rows]
     return pd.concat(out).sort_index(kind="stable").reset_index(drop=True)
+
+
+def _fold_groups(rows: pd.DataFrame, keys: Sequence[str], name: str
+                 ) -> tuple[pd.Series, list[tuple[str, tuple[int, ...]]]]:
+    """Each row's fold group (a number, in the order of the groups' first rows): its
+    ``keys`` (those it has) and its ``name``'s index template, a row without an index a
+    group of its own; and each name's template with its indices. ``rows`` indexed 0..n-1."""
+    templates = [index_template(value) for value in rows[name]]
+    group_keys = pd.DataFrame({k: filled(rows[k], "\0") for k in keys if k in rows})
+    # a row without an index folds with none
+    group_keys["__template"] = [template if indices else f"\0row{i}"
+                                for i, (template, indices) in enumerate(templates)]
+    group_id = group_keys.groupby(list(group_keys.columns), sort=False, dropna=False).ngroup()
+    return group_id, templates
 
 
 def _group_sums(values: pd.Series, indices: list[list[int]]) -> list[Any]:
@@ -370,26 +376,23 @@ def parent_groups(rows: pd.DataFrame, keys: Sequence[str], name: str = "module",
     rows): a row folds only with rows whose parents folded together, so in a module tree
     ``layer1.0.bn1`` stays under ``layer1.0`` where ``layer1.0`` did not fold with
     ``layer1.{1-2}``, though the three BatchNorms launch the same kernels. Rows are walked
-    parents first (by the depth of their path); a row's group is its ``keys``, its index
-    template (a row without an index is a group of its own) and its parent's group; its
-    parent is the row of its path's parent with the same labels and direction."""
+    parents first (by the depth of their path); a row's group is its group in
+    :func:`fold_rows` by ``keys`` (its keys and its index template) and its parent's group;
+    its parent is the row of its path's parent with the same labels and direction."""
     tree = [k for k in (*LABELS, "direction") if k in rows]
     label_of = (list(zip(*[[str(v) for v in filled(rows[k])] for k in tree], strict=True))
                 if tree else [()] * len(rows))
-    own_keys = [k for k in keys if k in rows and k != "depth"]
-    keys_of = (list(zip(*[[str(v) for v in filled(rows[k])] for k in own_keys],
-                        strict=True)) if own_keys else [()] * len(rows))
-    paths, names = rows[path].tolist(), rows[name].tolist()
+    own_groups = _fold_groups(rows.reset_index(drop=True), keys, name)[0].tolist()
+    paths = rows[path].tolist()
     depths = [len(split_path(p)) if isinstance(p, str) else 0 for p in paths]
     group_of: dict[tuple[tuple[str, ...], object], int] = {}
-    codes: dict[tuple[object, ...], int] = {}
+    codes: dict[tuple[int, int], int] = {}
     parents = [-1] * len(rows)
     for i in np.argsort(depths, kind="stable").tolist():
         label, at = label_of[i], paths[i]
         above = path_parent(at) if isinstance(at, str) else None
         parent = group_of.get((label, above), -1) if above is not None else -1
-        template, indices = index_template(names[i])
-        own = (keys_of[i], template if indices else ("row", i), parent)
+        own = (own_groups[i], parent)
         group_of.setdefault((label, at), codes.setdefault(own, len(codes)))
         parents[i] = parent
     return parents

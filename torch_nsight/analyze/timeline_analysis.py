@@ -25,7 +25,12 @@ from torch_nsight.analyze.steps import (
     shape_table,
     step_table,
 )
-from torch_nsight.analyze.verdicts import decide_verdict, is_distorted, label_findings
+from torch_nsight.analyze.verdicts import (
+    decide_advice,
+    decide_verdict,
+    is_distorted,
+    label_findings,
+)
 from torch_nsight.vocabulary import LABELS
 
 SUMMARY_COLUMNS = (
@@ -34,7 +39,7 @@ SUMMARY_COLUMNS = (
     "copies_per_step", "copy_bytes_per_step", "copy_gb_per_s", "pageable_copies_per_step",
     "copy_pct", "copy_busy_pct", "data_wait_pct", "sync_pct", "largest_gaps",
     "distortion_pct", "profiler_pct", "bare_busy_pct", "bare_spread_pct", "verdict",
-    "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable", "facts",
+    "advice_code", "distorted", "wall_mean_ns", "wall_std_ns", "wall_ci95_ns", "stable", "facts",
 )
 #: The timeline's own findings: where (the module and its level in the tree), what, and the
 #: share of the step. :func:`torch_nsight.analyze.findings` turns each into a row of the one
@@ -85,6 +90,7 @@ def timeline_summary(kernels: pd.DataFrame, timeline: pd.DataFrame | None,
     # every median the rules read, by the rules' names: what render words a verdict from
     out["facts"] = pd.Series([plain(row.to_dict()) for _, row in out.iterrows()],
                              index=out.index, dtype=object)
+    out["advice_code"] = [decide_advice(row) for _, row in out.iterrows()]
     largest: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
     for _, gap in median_step_gaps(steps, gaps).iterrows():
         largest.setdefault((gap["variant"], gap["shape"]), []).append(

@@ -18,6 +18,8 @@ from torch_nsight.analyze.steps import SMALL_KERNEL_NS
 from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range
 
 Verdict = Literal["GPU-bound", "CPU-bound", "launch-bound", "copy-bound", "data-bound"]
+#: What to try, as a code: a verdict's own, or ``gpu_bound_idle`` (see :func:`decide_advice`).
+Advice = Literal[Verdict, "gpu_bound_idle"]
 
 #: data-bound: the GPU idles, with the CPU loading data, for this share (%) of the step.
 DATA_WAIT_PCT = 20.0
@@ -96,6 +98,16 @@ def decide_verdict(row: pd.Series) -> Verdict:
     if judged_busy_pct(row) < LAUNCH_BUSY_PCT:
         return "CPU-bound"
     return "GPU-bound"
+
+
+def decide_advice(row: pd.Series) -> Advice:
+    """What to try for a shape whose ``verdict`` is decided: its verdict's own advice, but
+    ``gpu_bound_idle`` for a GPU-bound step whose GPU idles at least :data:`FINDING_PCT` of
+    it (it is not told the GPU alone is the limit)."""
+    verdict: Verdict = row["verdict"]
+    if verdict == "GPU-bound" and 100.0 - judged_busy_pct(row) >= FINDING_PCT:
+        return "gpu_bound_idle"
+    return verdict
 
 
 def _most(frame: pd.DataFrame, column: str, weight: str) -> str | None:

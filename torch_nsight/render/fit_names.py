@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from fractions import Fraction
+
+from torch_nsight.units import shortened
 
 __all__ = ["MAX_NAME_END", "name_lines", "label_lines", "distinguishing_width"]
 
@@ -31,12 +34,9 @@ def _last_part(name: str) -> str:
 def _cut(text: str, limit: int, *, keep_end: bool) -> str:
     """``text`` in ``limit`` characters: its start and ``…``, or with ``keep_end`` its
     start, ``…`` and its end."""
-    if len(text) <= limit:
-        return text
-    if not keep_end:
-        return text[:limit - 1] + "…"
-    head = (limit - 1) // 3
-    return text[:head] + "…" + text[len(text) - (limit - 1 - head):]
+    if keep_end:  # a module path's end says which it is: two thirds of it kept
+        return shortened(text, limit, head=Fraction(1, 3))
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def name_lines(text: str, limit: int, *, keep_end: bool) -> str:

@@ -21,7 +21,6 @@ from torch_nsight.analyze.verdicts import (
     COPY_BUSY_PCT,
     COPY_WALL_PCT,
     DATA_WAIT_PCT,
-    FINDING_PCT,
     LAUNCH_BUSY_PCT,
     bare_uncertain,
     judged_busy_pct,
@@ -51,11 +50,16 @@ ADVICE: dict[str, str] = {
     "module": "Compile or graph-capture this module (torch.compile(module, "
               "mode=\"reduce-overhead\")) so its small kernels fuse or launch together.",
 }
-#: What to try, per verdict.
+#: What to try, per advice code (:func:`~torch_nsight.analyze.verdicts.decide_advice`): a
+#: verdict's own, and a GPU-bound step's that still idles a finding's share of it.
 VERDICT_ADVICE: dict[str, str] = {
     "data-bound": ADVICE["data-bound"], "copy-bound": ADVICE["copy-bound"],
     "launch-bound": ADVICE["launch-bound"], "CPU-bound": ADVICE["cpu"],
     "GPU-bound": ADVICE["GPU-bound"],
+    "gpu_bound_idle": "The GPU is busy most of the step: speed up its slowest modules and "
+                      "kernels (Nsight Compute: torch_nsight.sweep; bf16 tensor cores, fused "
+                      "kernels such as scaled_dot_product_attention, torch.compile), and take "
+                      "the idle time the findings below name off the step.",
 }
 #: The fix, per finding.
 FINDING_FIXES: dict[str, str] = {
@@ -235,9 +239,9 @@ def finding_evidence(found: Mapping[str, Any], shape: pd.Series) -> str:
 
 
 #: The columns of :func:`word_summary`: the summary's, its verdict's evidence and advice
-#: beside the verdict, ``largest_gaps`` in words.
+#: (in place of ``advice_code``) beside the verdict, ``largest_gaps`` in words.
 WORDED_SUMMARY_COLUMNS = tuple(
-    c for column in SUMMARY_COLUMNS if column != "facts"
+    c for column in SUMMARY_COLUMNS if column not in ("facts", "advice_code")
     for c in ((column, "evidence", "advice") if column == "verdict" else (column,)))
 #: The columns of :func:`word_step_findings`: the findings' with their evidence and fix in
 #: place of the numbers they are written from.
@@ -256,28 +260,11 @@ def word_summary(summary: pd.DataFrame) -> pd.DataFrame:
     out = summary.copy()
     out["evidence"] = pd.Series([verdict_evidence(pd.Series(f)) for f in out["facts"]],
                                 index=out.index, dtype=object)
-    out["advice"] = pd.Series([verdict_advice(v, pd.Series(f)) for v, f in
-                               zip(out["verdict"], out["facts"], strict=True)],
+    out["advice"] = pd.Series([VERDICT_ADVICE[code] for code in out["advice_code"]],
                               index=out.index, dtype=object)
     out["largest_gaps"] = pd.Series([largest_gaps_text(g) for g in out["largest_gaps"]],
                                     index=out.index, dtype=object)
     return out.loc[:, list(WORDED_SUMMARY_COLUMNS)]
-
-
-#: What to try on a GPU-bound step that still idles a finding's share of it.
-_GPU_BOUND_IDLE = ("The GPU is busy most of the step: speed up its slowest modules and kernels "
-                   "(Nsight Compute: torch_nsight.sweep; bf16 tensor cores, fused kernels such "
-                   "as scaled_dot_product_attention, torch.compile), and take the idle time "
-                   "the findings below name off the step.")
-
-
-def verdict_advice(verdict: str, row: pd.Series) -> str:
-    """What to try for a shape's ``verdict``; a GPU-bound step whose GPU idles at least
-    :data:`~torch_nsight.analyze.verdicts.FINDING_PCT` of it is not told the GPU alone is
-    the limit."""
-    if verdict == "GPU-bound" and 100.0 - judged_busy_pct(row) >= FINDING_PCT:
-        return _GPU_BOUND_IDLE
-    return VERDICT_ADVICE[verdict]
 
 
 def step_finding_words(facts: Mapping[str, Any], finding: str) -> tuple[str, str]:
