@@ -108,6 +108,8 @@ DUPLICATES = {
     # the report of a repeated-runs sweep read alone: nine other sweeps' reports are
     "runs/gpt2_runs_a/sweep.ncu-rep.xz", "runs/gpt2_runs_b/sweep.ncu-rep.xz",
     "runs/gpt2_runs_unpadded/sweep.ncu-rep.xz", "runs/gpt2_runs10/sweep.ncu-rep.xz",
+    # the step with every launch profiled: its replicated twin, read with copies, stands for it
+    "op_replicas/measured.ncu-rep.xz",
 }
 
 

@@ -44,7 +44,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -52,9 +52,11 @@ from torch_nsight.calls_file import calls_document, write_calls
 from torch_nsight.capture.calls.call_table import CallTable, innermost_class
 from torch_nsight.capture.calls.dispatch_mode import make_mode
 from torch_nsight.capture.ranges.emitter import NvtxEmitter, OpenRanges, RangeEmitter
-from torch_nsight.capture.replicas.op_calls import OpReplicas
 from torch_nsight.formats import CALLS_FORMAT, CALLS_KIND
 from torch_nsight.naming import backward_op_message, op_message, parse_message
+
+if TYPE_CHECKING:
+    from torch_nsight.capture.replicas.op_calls import OpReplicas
 
 logger = logging.getLogger(__name__)
 

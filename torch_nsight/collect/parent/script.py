@@ -63,8 +63,7 @@ class ScriptPlan(Plan):
             ``.run.json`` and status file beside it).
         script: what the command is told (the steps, the status file, the replicas, the
             timeline's folder), written into its environment.
-        environ: the environment it starts from (``script`` is written over it: see
-            :attr:`env`).
+        environ: the environment it starts from (``script`` written over it: :attr:`env`).
         timeout: seconds the command may run (None: no limit).
         expected_kernels: kernels the run should profile, when known before it starts.
         quiet: no progress line.
@@ -155,8 +154,8 @@ class ScriptPlan(Plan):
         if outcome.stopped:
             logger.warning("stopped the command: %s", outcome.stopped)
         status = _status_path(self.report)
-        steps: list[dict[str, Any]] = [{k: e.get(k) for k in ("index", "status", "elapsed_s", "modules", "calls",
-                                        "replicas", "op_replicas") if k in e}
+        keys = ("index", "status", "elapsed_s", "modules", "calls", "replicas", "op_replicas")
+        steps: list[dict[str, Any]] = [{k: e.get(k) for k in keys if k in e}
                  for e in StatusReader(status).poll() if e.get("event") == "item_end"]
         status.unlink(missing_ok=True)
         return steps
@@ -264,10 +263,8 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         kernel_name: only kernels whose name matches this regex (ncu ``-k``).
         launch_skip, launch_count: ncu's ``--launch-skip`` / ``--launch-count``.
         ncu_args: more ncu arguments.
-        replicate: identical siblings profiled once (needs ``--steps`` and a step before
-            the first chosen one, where ``instrument()`` checks them), and, but for a
-            single-pass set (which measures every launch cheaply), the first chosen step's
-            repeated op calls too (:mod:`torch_nsight.capture.replicas.op_calls`).
+        replicate: identical siblings, and (but with a single-pass set) the first chosen
+            step's repeated op calls, profiled once (``capture.replicas.op_calls``).
         known: the metric base names this ncu knows (None: pass every metric).
         timeout: seconds the command may run.
         quiet: no progress line.
