@@ -49,3 +49,19 @@ def test_the_compiled_step_is_placed_on_the_roofline_forward_and_backward() -> N
     assert doing.any()
     assert k.loc[doing, "kernel"].map(is_arithmetic).all()
     assert (k.loc[doing, "precision"] == "tensor_bf16").mean() > 0.9
+
+
+@pytest.mark.skipif(not WITH_FLOPS.is_file(), reason="the recording with FLOPs in the kernel "
+                    "maps is not there yet")
+def test_a_bf16_convolution_cudnn_ran_on_cuda_cores_is_on_the_fp32_roof() -> None:
+    profile = torch_nsight.load(WITH_FLOPS, cache=False)
+    k = profile.kernels
+    direct = k[k["kernel"] == "implicit_convolve_sgemm"]  # the patch embedding's, bf16 data
+    assert len(direct) and (k.loc[direct.index, "inductor_dtype"] == "bfloat16").all()
+    assert (direct["precision"] == "fp32").all() and (direct["flops"] > 0).all()
+    assert not direct["above_roof"].any()
+    # its fix is the layout that gets cuDNN's tensor-core kernels, never TF32 (bf16 data)
+    found = profile.findings()
+    mine = found[found["module"] == "patch_embed.proj"]
+    assert "conv_no_tensor_cores" in set(mine["finding"])
+    assert "fp32_no_tensor_cores" not in set(mine["finding"])

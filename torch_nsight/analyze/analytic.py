@@ -286,6 +286,11 @@ def fill_flops_from_inductor(df: pd.DataFrame,
     values = share * carried.loc[share.index]
     precision = pd.Series([_precision(str(d), settings or {})
                            for d in out.loc[share.index, INDUCTOR_DTYPE]], index=share.index)
+    # 16-bit data that a CUDA-core convolution ran (cuDNN's direct kernels): the fp32 roof
+    on_cuda_cores = out.loc[share.index, "kernel"].astype(str).map(
+        lambda name: bool(CUDA_CORE_CONVOLUTION.search(name))).astype(bool)
+    precision = precision.mask(on_cuda_cores & precision.isin(list(TENSOR_PRECISION.values())),
+                               "fp32")
     for name, rows in precision.groupby(precision, sort=False):
         out.loc[rows.index, "flops"] = values.loc[rows.index]
         out.loc[rows.index, "flops_fp32"] = 0.0

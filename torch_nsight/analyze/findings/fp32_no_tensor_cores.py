@@ -29,7 +29,7 @@ from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.stalls import LAUNCH_OVERHEAD_NS
 from torch_nsight.metrics import PRECISIONS
-from torch_nsight.vocabulary import HALF_DTYPES, SITE_KEYS, tf32_enabled
+from torch_nsight.vocabulary import HALF_DTYPES, INDUCTOR_DTYPE, SITE_KEYS, tf32_enabled
 
 #: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
 #: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
@@ -56,6 +56,11 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     mine = calls_of(rows)
     if len(mine):
         return bool((mine["dtype"] == "float32").any())
+    # a compiled graph's launch says its operands' dtype; a kernel templated on a 16-bit type
+    # (cuDNN's direct convolution of bf16 data) converts it for its FMAs: no TF32 reaches it
+    compiled = rows.get(INDUCTOR_DTYPE, pd.Series(dtype=object)).dropna().astype(str)
+    if compiled.isin(list(HALF_DTYPES)).any() or contains(rows["kernel_full"], SIXTEEN_BIT).any():
+        return False
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
