@@ -129,9 +129,9 @@ def _merged(order: pd.DataFrame, sources: list[int], anchors: list[int],
         order[REPRESENTATIVE] = float("nan")
     if not sources:
         return order
-    copies = order.iloc[sources].copy()
+    copies = order.iloc[sources].reset_index(drop=True)  # a call's rows, once per repeat
     copies[REPRESENTATIVE] = copies["kernel_index"].astype(float)
-    copies["range_stack"] = pd.Series(places, index=copies.index, dtype=object)
+    copies["range_stack"] = pd.Series(places, dtype=object)
     position = pd.Series(range(len(order)), dtype=float)
     # a copy sorts after its anchor row and before the row after it, in the calls' order
     place = pd.Series(anchors, dtype=float) + 0.5 + pd.Series(range(len(sources)),
