@@ -64,7 +64,9 @@ def _plain(size: Any) -> Any:
     return size if type(size) is int else str(size)
 
 
-def _tensor_signature(value: torch.Tensor) -> tuple[Any, ...]:
+def tensor_signature(value: torch.Tensor) -> tuple[Any, ...]:
+    """What of a tensor can change which kernels launch: ``("T", shape, strides or layout,
+    dtype, device, requires_grad)``."""
     shape = tuple(_plain(d) for d in value.shape)
     if value.layout == torch.strided:
         # a size-1 dimension's stride changes no kernel (and is arbitrary after a view)
@@ -79,7 +81,7 @@ def _tensor_signature(value: torch.Tensor) -> tuple[Any, ...]:
 def signature(value: Any) -> Any:
     """What of ``value`` (arguments or outputs, nested) can change which kernels launch."""
     if isinstance(value, torch.Tensor):
-        return _tensor_signature(value)
+        return tensor_signature(value)
     if isinstance(value, (list, tuple)):
         return tuple(signature(v) for v in value)
     if isinstance(value, Mapping):

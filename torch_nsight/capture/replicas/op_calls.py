@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from torch_nsight import formats, naming
-from torch_nsight.capture.replicas.launches import signature
+from torch_nsight.capture.replicas.launches import signature, tensor_signature
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +53,12 @@ _DATA_DEPENDENT = tuple(getattr(torch.Tag, name) for name in
 
 
 def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
-    shape = tuple(d if type(d) is int else str(d) for d in value.shape)
+    """A tensor's signature (not ``requires_grad``: below autograd it launches nothing) and how
+    its data is aligned."""
     if value.layout != torch.strided or value.is_nested:
         raise ValueError("not a strided tensor")
-    strides = tuple(None if d == 1 else s for d, s in zip(shape, value.stride(), strict=True))
     aligned = value.data_ptr() % ALIGNMENT if value.device.type == "cuda" else 0
-    return ("T", shape, strides, str(value.dtype), str(value.device), aligned)
+    return (*tensor_signature(value)[:5], aligned)
 
 
 def _key_of(value: Any) -> Any:
