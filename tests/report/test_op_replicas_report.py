@@ -73,8 +73,11 @@ def test_without_the_list_the_profiled_rows_are_kept(caplog: pytest.LogCaptureFi
     raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
     frame, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
     assert document is not None and len(frame) == len(raw) - 1  # its carrier kernel taken out
-    kept = with_op_replicas(frame, None, Path("r"))
+    with caplog.at_level(logging.WARNING):
+        kept = with_op_replicas(frame, None, Path("r"))
     assert len(kept) == len(frame)
+    assert "not the list of the calls ncu left out" in caplog.text
+    caplog.clear()
     assert not any(m.startswith(naming.CALL_PREFIX) for o in kept["range_other"] for m in o)
     # a list beside rows that carry no call numbers (another report's) copies nothing, said
     other, _ = read_report(DATA / "measured.ncu-rep.xz", cache=False)

@@ -90,7 +90,10 @@ def with_op_replicas(frame: pd.DataFrame, document: dict[str, Any] | None,
     frame = frame.copy()
     frame["range_other"] = [tuple(m for m in o or () if not m.startswith(naming.CALL_PREFIX))
                             for o in frame["range_other"]]
-    if document is None:
+    if document is None:  # the step carries its list, empty or not, when it numbers its calls
+        logger.warning("%s: its kernels carry op call numbers but not the list of the calls "
+                       "ncu left out: those calls' kernels have no rows (profile with "
+                       "--no-replicate to measure every launch)", path.name)
         return frame
     order = frame.assign(_call=numbers).sort_values(["range_index", "kernel_index"],
                                                     kind="stable").reset_index(drop=True)

@@ -147,7 +147,7 @@ class CallsCarrier:
             if document["rows"] and carry_calls(document):
                 self.rows = len(document["rows"])
             replicas = getattr(self.recorder, "op_replicas", None)
-            if replicas is not None and replicas.replicas:
+            if replicas is not None and replicas.calls:  # a list even of none: none lost
                 from torch_nsight.formats import OP_REPLICAS_PREFIX, pack_message
 
                 carried = replicas.document()
