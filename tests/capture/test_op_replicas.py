@@ -76,3 +76,15 @@ def test_a_step_that_raised_is_forgotten() -> None:
     assert replicas.replicas
     recorder.clear()
     assert replicas.document()["replicas"] == [] and replicas.calls == 0
+
+
+def test_conjugate_and_negative_views_are_in_the_key() -> None:
+    z = torch.randn(4, 4, dtype=torch.complex64)
+    out = torch.empty_like(z)
+    copy, mm = torch.ops.aten.copy_.default, torch.ops.aten.mm.default
+    # these ops take the lazy view as it is (their kernels conjugate or negate on the fly)
+    assert z.conj().is_conj() and z.conj().imag.is_neg()
+    assert call_key(copy, (out, z), {}) != call_key(copy, (out, z.conj()), {})
+    assert call_key(mm, (z, z), {}) != call_key(mm, (z.conj(), z), {})
+    real = torch.empty(4, 4)
+    assert call_key(copy, (real, z.imag), {}) != call_key(copy, (real, z.conj().imag), {})

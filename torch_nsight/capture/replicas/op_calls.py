@@ -58,7 +58,10 @@ def _tensor_key(value: torch.Tensor) -> tuple[Any, ...]:
         raise ValueError("not a strided tensor")
     strides = tuple(None if d == 1 else s for d, s in zip(shape, value.stride(), strict=True))
     aligned = value.data_ptr() % ALIGNMENT if value.device.type == "cuda" else 0
-    return ("T", shape, strides, str(value.dtype), str(value.device), aligned)
+    # a conjugate or negative view reaches the ops that take it as it is (mm, copy_), whose
+    # kernels then conjugate or negate on the fly
+    return ("T", shape, strides, str(value.dtype), str(value.device), aligned,
+            value.is_conj(), value.is_neg())
 
 
 def _key_of(value: Any) -> Any:
