@@ -112,12 +112,11 @@ class OpReplicas:
         self.broken = False
 
     def clear(self) -> None:
-        """Forget the step recorded so far (it raised: the next chosen step is recorded)."""
+        """Forget the calls seen so far (the step raised: the next chosen step is measured on
+        its own). The numbers stay taken, and the calls left out listed: ncu profiled the
+        step that raised too, its kernels carry those numbers."""
         with self.lock:
             self.seen.clear()
-            self.stacks.clear()
-            self.replicas.clear()
-            self.calls, self.last = 0, -1
 
     def enter(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
               stack: Sequence[str]) -> Callable[[], None] | None:
