@@ -71,8 +71,31 @@ def test_what_decides_the_kernels_is_in_the_key() -> None:
     assert call_key(torch.ops.aten.unique_dim.default, (a, 0), {}) is None
 
 
-def test_a_step_that_raised_is_forgotten() -> None:
-    replicas, recorder = _recorded(Twins(), torch.randn(8, 16, requires_grad=True))
-    assert replicas.replicas
-    recorder.clear()
-    assert replicas.document()["replicas"] == [] and replicas.calls == 0
+def test_a_step_that_raised_is_forgotten_but_keeps_its_numbers() -> None:
+    model, x = Twins(), torch.randn(8, 16, requires_grad=True)
+    replicas, recorder = _recorded(model, x)
+    first = replicas.document()
+    assert first["replicas"]
+    recorder.clear()  # the step raised; ncu profiled it, its kernels carry numbers 0..calls-1
+    with instrument(model, enabled=True, emitter=recorder), recorder.recording():
+        model(x).sum().backward()
+    again = replicas.document()
+    # the next step's calls take new numbers, and repeat only its own calls
+    assert again["calls"] == 2 * first["calls"]
+    added = again["replicas"][len(first["replicas"]):]
+    assert added
+    assert all(first["calls"] <= repeats <= before for repeats, before, _ in added)
+    # the calls the step that raised left out keep the rows of the calls they repeat
+    assert again["replicas"][:len(first["replicas"])] == first["replicas"]
+
+
+def test_conjugate_and_negative_views_are_in_the_key() -> None:
+    z = torch.randn(4, 4, dtype=torch.complex64)
+    out = torch.empty_like(z)
+    copy, mm = torch.ops.aten.copy_.default, torch.ops.aten.mm.default
+    # these ops take the lazy view as it is (their kernels conjugate or negate on the fly)
+    assert z.conj().is_conj() and z.conj().imag.is_neg()
+    assert call_key(copy, (out, z), {}) != call_key(copy, (out, z.conj()), {})
+    assert call_key(mm, (z, z), {}) != call_key(mm, (z.conj(), z), {})
+    real = torch.empty(4, 4)
+    assert call_key(copy, (real, z.imag), {}) != call_key(copy, (real, z.conj().imag), {})

@@ -95,3 +95,31 @@ def test_a_damaged_list_is_refused() -> None:
         _checked(outside)
     with pytest.raises(formats.FormatError):
         _checked({**document, "stacks": [[1, 2]]})
+
+
+def test_a_list_beyond_the_steps_calls_is_refused_at_once() -> None:
+    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    _, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
+    assert document is not None and document["calls"] == 114
+    recorded = document["replicas"]
+    # a million entries (the recorded ones over and over): more than the step's 114 calls
+    enormous = {**document, "replicas": (recorded * (10**6 // len(recorded) + 1))[:10**6]}
+    for damaged in (enormous, {**document, "replicas": [[-1, 5, 0]]},
+                    {**document, "replicas": [[3, 2, 0]]},  # repeats a call after its place
+                    {**document, "replicas": [[0, 114, 0]]},
+                    {**document, "calls": "114"}):
+        with pytest.raises(formats.FormatError):
+            _checked(damaged)
+
+
+def test_a_call_number_in_other_digits_is_no_number(caplog: pytest.LogCaptureFixture) -> None:
+    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    frame, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
+    for digits in ("\N{SUPERSCRIPT TWO}", "\N{ARABIC-INDIC DIGIT THREE}"):
+        odd = frame.assign(range_other=[
+            tuple(naming.CALL_PREFIX + digits if m.startswith(naming.CALL_PREFIX) else m
+                  for m in o) for o in frame["range_other"]])
+        with caplog.at_level(logging.WARNING):
+            kept = with_op_replicas(odd, document, Path("r"))
+        assert len(kept) == len(frame)  # no row is any call's: nothing copied, said
+        assert "have no rows" in caplog.text

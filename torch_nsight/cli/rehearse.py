@@ -98,9 +98,9 @@ def _step_line(step: dict[str, Any], metric_set: str) -> str:
     line += f"; {counted(int(step['modules']), 'module')} instrumented"
     if step.get("calls"):
         line += f", {step['calls']} torch calls recorded (their shapes give the FLOPs)"
-    if step.get("op_replicas"):
-        line += (f", {step['op_replicas']} repeated op calls left out of profiling (each "
-                 "takes the rows of the call it repeats)")
+        if step.get("op_replicas"):
+            line += (f", {step['op_replicas']} repeated op calls left out of profiling (each "
+                     "takes the rows of the call it repeats)")
     elif step.get("compiled"):
         line += ("; compiled graphs ran: their kernels are attributed to modules, with "
                  "no calls table (no FLOPs from shapes)" +

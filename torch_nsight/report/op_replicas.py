@@ -59,10 +59,14 @@ def _checked(document: dict[str, Any]) -> dict[str, Any]:
     if not (isinstance(stacks, list) and all(isinstance(s, list) and all(
             isinstance(m, str) for m in s) for s in stacks)):
         raise formats.FormatError("its module ranges are not lists of names")
-    if not (isinstance(replicas, list) and all(
+    calls = document.get("calls")
+    if type(calls) is not int:
+        raise formats.FormatError("it does not say how many op calls the step made")
+    if not (isinstance(replicas, list) and len(replicas) <= calls and all(
             isinstance(r, list) and len(r) == 3 and all(type(v) is int for v in r)
-            and 0 <= r[2] < len(stacks) for r in replicas)):
-        raise formats.FormatError("its calls are not [call, call before, ranges] numbers")
+            and 0 <= r[0] <= r[1] < calls and 0 <= r[2] < len(stacks) for r in replicas)):
+        raise formats.FormatError(f"its calls are not [call, call before, ranges] numbers "
+                                  f"of the step's {calls} op calls")
     return document
 
 
@@ -70,7 +74,7 @@ def _call_number(others: Any) -> int | None:
     for message in others or ():
         if isinstance(message, str) and message.startswith(naming.CALL_PREFIX):
             number = message[len(naming.CALL_PREFIX):]
-            return int(number) if number.isdigit() else None
+            return int(number) if number.isascii() and number.isdigit() else None
     return None
 
 
@@ -88,7 +92,8 @@ def with_op_replicas(frame: pd.DataFrame, document: dict[str, Any] | None,
                            "left out have no rows", path.name, len(document["replicas"]))
         return frame
     frame = frame.copy()
-    frame["range_other"] = [tuple(m for m in o or () if not m.startswith(naming.CALL_PREFIX))
+    frame["range_other"] = [tuple(m for m in o or () if not (isinstance(m, str)
+                                                             and m.startswith(naming.CALL_PREFIX)))
                             for o in frame["range_other"]]
     if document is None:  # the step carries its list, empty or not, when it numbers its calls
         logger.warning("%s: its kernels carry op call numbers but not the list of the calls "

@@ -370,7 +370,7 @@ class CallRecorder:
         return rows
 
     def clear(self) -> None:
-        """Forget the rows recorded so far (and the op calls left out)."""
+        """Forget the rows recorded so far (and the op calls seen, not their numbers)."""
         self._table.clear()
         if self.op_replicas is not None:
             self.op_replicas.clear()
