@@ -66,7 +66,7 @@ from torch_nsight.capture.ranges.outside import unwatch_outside_calls, watch_out
 from torch_nsight.capture.ranges.registry import active_instrumentations
 from torch_nsight.capture.ranges.selection import Selector, check_selectors, select_modules
 from torch_nsight.capture.ranges.stack import STACK, RangeStack
-from torch_nsight.capture.replicas.op_calls import OpReplicas
+from torch_nsight.capture.replicas.op_calls import op_replicas_for
 from torch_nsight.environment import APPLY_ENV, ScriptEnv
 from torch_nsight.naming import backward_message, op_message
 
@@ -190,7 +190,7 @@ class Instrumentation:
                                 on_done=lambda _recorder: self._finish_calls(),
                                 refuse=lambda: compiled_refusal(model), name_outside=carry)
             if per_step and script.replicate_ops:
-                sink.op_replicas = OpReplicas(getattr(self.replication, "leaving_out", None))
+                sink.op_replicas = op_replicas_for(self.replication, active_instrumentations())
             self._calls = (sink, path, CallsCarrier(sink, per_step=per_step,
                                                     at_last=script.carry_last) if carry else None)
             atexit.register(self._finish_calls)  # a script that never removes the handle

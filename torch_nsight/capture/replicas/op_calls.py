@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -166,3 +166,25 @@ class OpReplicas:
             return {"kind": formats.OP_REPLICAS_KIND, "calls": self.calls,
                     "stacks": [list(s) for s in stacks],
                     "replicas": [list(r) for r in self.replicas]}
+
+
+def op_replicas_for(replication: Any, others: Iterable[Any]) -> OpReplicas | None:
+    """The :class:`OpReplicas` of a model instrumented under ``profile`` (``replication``: its
+    :class:`~torch_nsight.capture.replicas.replica.ScriptReplication` or None), or None where another
+    instrumentation of the process (``others``) records calls: each model's dispatch mode sees
+    every model's ops but only its own module ranges, so a copy could land outside its module.
+    The others' are switched off too where they have numbered no call yet (two models built
+    before the loop, a GAN's generator and discriminator): both models are profiled call by
+    call."""
+    recorders = [h.carrier.recorder for h in others
+                 if getattr(h, "carrier", None) is not None
+                 and getattr(h.carrier.recorder, "op_replicas", None) is not None]
+    if not recorders:
+        return OpReplicas(getattr(replication, "leaving_out", None))
+    for recorder in recorders:
+        if recorder.op_replicas.calls == 0:
+            recorder.op_replicas = None
+    logger.info("torch_nsight: several models are instrumented: their repeated op calls are "
+                "profiled one by one")
+    return None
+
