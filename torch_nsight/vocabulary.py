@@ -212,6 +212,9 @@ def path_parent(path: str) -> str | None:
 INDUCTOR_LAUNCH = "inductor_launch"
 INDUCTOR_FLOPS = "inductor_flops"
 INDUCTOR_DTYPE = "inductor_dtype"
+#: A copied row's column naming the measured row whose counters it carries (that row's
+#: ``kernel_index``): a launch ``--replicate-launches`` did not profile, a repeated op call.
+REPRESENTATIVE_INDEX = "representative_index"
 
 #: Half-precision dtypes (by name, without ``torch.``): an op with such an input runs its
 #: arithmetic in it.

@@ -19,7 +19,7 @@ from torch_nsight import naming
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.frames import filled, own
 from torch_nsight.naming import is_inside
-from torch_nsight.vocabulary import join_path, split_path
+from torch_nsight.vocabulary import REPRESENTATIVE_INDEX, join_path, split_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -67,14 +67,14 @@ def name_launch_representatives(df: pd.DataFrame) -> pd.DataFrame:
 
     if "replicated_from" not in df:
         df["replicated_from"] = pd.Series([None] * len(df), index=df.index, dtype=object)
-    if "representative_index" not in df or df.empty:
+    if REPRESENTATIVE_INDEX not in df or df.empty:
         return df
-    copied = df["representative_index"].notna()
+    copied = df[REPRESENTATIVE_INDEX].notna()
     measured = df[~copied]
     module_of = dict(zip(zip(measured["source"], measured["kernel_index"], strict=True),
                          measured["module"], strict=True))
     found = [module_of.get((s, k)) for s, k in zip(df.loc[copied, "source"],
-                                                    df.loc[copied, "representative_index"],
+                                                    df.loc[copied, REPRESENTATIVE_INDEX],
                                                     strict=True)]
     df.loc[copied, "replicated_from"] = pd.Series(found, index=df.index[copied], dtype=object)
     return df

@@ -48,7 +48,7 @@ from torch_nsight.report.compiled_attribution import FUSED_COLUMN, compiled_at
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
 from torch_nsight.report.trace import GRAPH_REPLAY, function_name
-from torch_nsight.vocabulary import INDUCTOR_LAUNCH
+from torch_nsight.vocabulary import INDUCTOR_LAUNCH, REPRESENTATIVE_INDEX
 
 logger = logging.getLogger(__name__)
 
@@ -319,10 +319,10 @@ def replicated_table(frame: pd.DataFrame, plan: LaunchPlan, launches: pd.DataFra
     out = order.iloc[picked].reset_index(drop=True)
     copied = [launch for launch, s in enumerate(sources) if s >= 0 and s != launch]
     at = {launch: i for i, launch in enumerate(n for n, s in enumerate(sources) if s >= 0)}
-    out["representative_index"] = float("nan")
+    out[REPRESENTATIVE_INDEX] = float("nan")
     for launch in copied:
         i, source = at[launch], sources[launch]
-        out.at[i, "representative_index"] = out.at[at[source], "kernel_index"]
+        out.at[i, REPRESENTATIVE_INDEX] = out.at[at[source], "kernel_index"]
         if launches.at[launch, "range_stack"] != launches.at[source, "range_stack"]:
             for column in _PLACE:
                 out.at[i, column] = launches.at[launch, column]

@@ -26,12 +26,10 @@ import pandas as pd
 
 from torch_nsight import formats, naming
 from torch_nsight.report.compiled_attribution import take_carried
+from torch_nsight.vocabulary import REPRESENTATIVE_INDEX
 
 logger = logging.getLogger(__name__)
 
-#: The column a copy names its measured row in (that row's ``kernel_index``), as the launches
-#: ``profile --replicate-launches`` did not profile do.
-REPRESENTATIVE = "representative_index"
 
 
 def split_carried_op_replicas(frame: pd.DataFrame, path: Path
@@ -133,12 +131,12 @@ def _merged(order: pd.DataFrame, sources: list[int], anchors: list[int],
             places: list[tuple[str, ...]], path: Path) -> pd.DataFrame:
     """``order`` with the copies of rows ``sources`` placed after rows ``anchors``, each in
     the module ranges of ``places``."""
-    if REPRESENTATIVE not in order:
-        order[REPRESENTATIVE] = float("nan")
+    if REPRESENTATIVE_INDEX not in order:
+        order[REPRESENTATIVE_INDEX] = float("nan")
     if not sources:
         return order
     copies = order.iloc[sources].reset_index(drop=True)  # a call's rows, once per repeat
-    copies[REPRESENTATIVE] = copies["kernel_index"].astype(float)
+    copies[REPRESENTATIVE_INDEX] = copies["kernel_index"].astype(float)
     copies["range_stack"] = pd.Series(places, dtype=object)
     position = pd.Series(range(len(order)), dtype=float)
     # a copy sorts after its anchor row and before the row after it, in the calls' order
