@@ -1,6 +1,6 @@
 """A small compiled training loop for the compiled dry runs of
 ``tests/cli/test_profile_compiled.py``: ``python compiled_steps.py MODE`` with MODE one of
-``eager``, ``whole``, ``block``, ``dynamic``, ``fullgraph``; on a GPU where one is visible. After each step it prints the graph breaks
+``eager``, ``whole``, ``block``, ``dynamic``, ``fullgraph``; on a GPU where one is visible. At the end of each step it prints the graph breaks
 Dynamo has counted so far (``graph breaks: N``)."""
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ def main(mode: str) -> int:
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-        print(f"graph breaks: {sum(counters['graph_break'].values())}", flush=True)
+            # inside the step: a dry run stops the script as soon as its last chosen step
+            # ends, which could come before a line printed after it
+            print(f"graph breaks: {sum(counters['graph_break'].values())}", flush=True)
     return 0
 
 
