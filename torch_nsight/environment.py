@@ -27,7 +27,8 @@ T = TypeVar("T")
 
 __all__ = ["ScriptEnv", "Steps", "SCRIPT_VARIABLES", "STEPS_ENV", "STATUS_ENV",
            "REPLICATE_ENV", "REHEARSAL_ENV", "INSTRUMENT_ENV", "TIMELINE_ENV", "APPLY_ENV",
-           "ALTERNATE_ENV", "TIMING_ENV", "CARRY_LAST_ENV", "REPLICATE_OPS_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
+           "ALTERNATE_ENV", "TIMING_ENV", "CARRY_LAST_ENV", "REPLICATE_OPS_ENV",
+           "PROBE_LAUNCHES_ENV", "NCU_ENV", "CACHE_DIR_ENV", "SILENCE_ENV",
            "EARLY_CUDA_ENV", "MAX_EXPANDED_ENV"]
 
 # What ``torch-nsight profile`` tells the script it runs (one field of ScriptEnv each):
@@ -61,10 +62,15 @@ CARRY_LAST_ENV = "TORCH_NSIGHT_CARRY_LAST"
 #: arguments' shapes, strides, dtypes and alignment) runs inside the ``replica`` range ncu
 #: leaves out, and takes that call's rows (:mod:`torch_nsight.capture.replicas.op_calls`).
 REPLICATE_OPS_ENV = "TORCH_NSIGHT_REPLICATE_OPS"
+#: ``1``: the first step the script enters looks for cuDNN recurrent layers in the instrumented
+#: models; where it finds them, it says so and ends the process (under ncu, before any launch is
+#: profiled), so that ``profile`` runs it again with its launches replicated
+#: (:mod:`torch_nsight.capture.script.recurrent`).
+PROBE_LAUNCHES_ENV = "TORCH_NSIGHT_PROBE_LAUNCHES"
 #: The variables of :class:`ScriptEnv`, in the order :meth:`ScriptEnv.to_env` writes them.
 SCRIPT_VARIABLES = (TIMELINE_ENV, STEPS_ENV, REPLICATE_ENV, STATUS_ENV, REHEARSAL_ENV,
                     INSTRUMENT_ENV, APPLY_ENV, ALTERNATE_ENV, TIMING_ENV, CARRY_LAST_ENV,
-                    REPLICATE_OPS_ENV)
+                    REPLICATE_OPS_ENV, PROBE_LAUNCHES_ENV)
 
 # The user's settings for torch_nsight's own processes, and the sweep's word to its child:
 #: the ``ncu`` executable (:func:`torch_nsight.collect.shared.ncu.find_ncu`).
@@ -184,6 +190,8 @@ class ScriptEnv:
             (``profile --replicate-launches``): the calls table is carried at the last
             chosen step's end.
         replicate_ops: repeated op calls of the first chosen step are profiled once.
+        probe_launches: the first step entered ends the process where the instrumented
+            models hold cuDNN recurrent layers (a rehearsal only says so).
         refused: what :meth:`from_env` left out: (variable, why) for each malformed value
             (not written, not compared).
     """
@@ -199,6 +207,7 @@ class ScriptEnv:
     timing: Path | None = None
     carry_last: bool = False
     replicate_ops: bool = False
+    probe_launches: bool = False
     refused: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     def to_env(self) -> dict[str, str]:
@@ -219,6 +228,7 @@ class ScriptEnv:
             TIMING_ENV: None if self.timing is None else str(self.timing),
             CARRY_LAST_ENV: "1" if self.carry_last else None,
             REPLICATE_OPS_ENV: "1" if self.replicate_ops else None,
+            PROBE_LAUNCHES_ENV: "1" if self.probe_launches else None,
         }
         return {name: value for name, value in values.items() if value is not None}
 
@@ -275,6 +285,7 @@ class ScriptEnv:
                    timing=read(TIMING_ENV, Path, None),
                    carry_last=read(CARRY_LAST_ENV, _flag, False),
                    replicate_ops=read(REPLICATE_OPS_ENV, _flag, False),
+                   probe_launches=read(PROBE_LAUNCHES_ENV, _flag, False),
                    refused=tuple(refused))
 
 

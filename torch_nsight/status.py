@@ -4,7 +4,8 @@ parent tails it.
 The writer is a sweep's child (:mod:`torch_nsight.collect.child.worker`) or, under
 ``torch-nsight profile``, the user's own script (:func:`torch_nsight.step` writes where
 :attr:`~torch_nsight.environment.ScriptEnv.status` says). Events: ``start`` (pid, items,
-device), ``item_start`` / ``item_end`` (index, variant, shape, status, elapsed_s), ``done``.
+device), ``item_start`` / ``item_end`` (index, variant, shape, status, elapsed_s), ``done``;
+under ``profile`` also ``step``, ``siblings_checked`` and :data:`RECURRENT_EVENT`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+#: The event of a script's first step that found cuDNN recurrent layers (``modules``), under
+#: ``profile``'s probe for automatic launch replication
+#: (:mod:`torch_nsight.capture.script.recurrent`).
+RECURRENT_EVENT = "recurrent"
 
 
 def current_rank(environ: Mapping[str, str]) -> int | None:

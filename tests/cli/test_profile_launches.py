@@ -5,13 +5,19 @@ tests/data/zoo_families: an LSTM language model's step and Swin-T's, H100)."""
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
 import torch_nsight
 from torch_nsight.cli.main import main
-from torch_nsight.cli.profile_launches import replication_hint, say_replication_hint
+from torch_nsight.cli.profile_launches import (
+    probes_launches,
+    replication_hint,
+    say_replication_hint,
+)
 from torch_nsight.collect.parent.launch_list import forget_launches, record_launches
 from torch_nsight.environment import Steps
 from torch_nsight.errors import OutputWriteError
@@ -93,3 +99,73 @@ def test_an_earlier_launch_list_goes_and_nothing_else(tmp_path: Path) -> None:
     (folder / "rockets.csv").unlink()
     forget_launches(report)
     assert not folder.exists()
+
+
+#: A script whose first step's probe finds a cuDNN recurrent layer: the CPU has none, so the
+#: script stands one in for the probe's look at the GPU (the look itself runs in
+#: tests/gpu/test_replicated_launches_gpu.py); every start and end is printed.
+PROBED = """
+import torch, torch_nsight
+from torch import nn
+import torch_nsight.capture.script.recurrent as recurrent
+recurrent.recurrent_layers = lambda: ["lstm"]
+model = nn.Sequential(nn.Linear(4, 4))
+torch_nsight.instrument(model, record_calls=False)
+print("started", flush=True)
+for _ in range(4):
+    with torch_nsight.step():
+        model(torch.randn(2, 4)).sum().backward()
+print("finished", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_recurrent_model_is_run_again_after_a_launch_list(tmp_path: Path) -> None:
+    """The probe ends the first run under ncu at its first step; profile then lists the
+    launches without ncu (none on a CPU: the list fails, with a warning) and runs the command
+    under ncu again, every launch profiled; the script's own exit status is kept."""
+    from .test_profile_command import cli, fake_ncu
+
+    ncu = fake_ncu(tmp_path)
+    (tmp_path / "probed.py").write_text(PROBED)
+    proc = cli("--ncu", str(ncu), "--steps", "2:3", "--", sys.executable, "probed.py",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("started") == 3, proc.stderr  # probe, launch list, ncu again
+    assert 1 <= proc.stderr.count("finished") <= 2, proc.stderr  # not the probe's run
+    assert "# cuDNN recurrent layers (lstm)" in proc.stdout + proc.stderr
+    assert "no kernel ran inside the chosen steps" in proc.stderr  # the CPU's launch list
+    assert "profiling every launch instead" in proc.stderr
+    record = json.loads((tmp_path / "torch_nsight_profile" / "report.run.json").read_text())
+    assert [s["index"] for s in record["steps_profiled"]] == [2]
+    off = cli("--ncu", str(ncu), "--steps", "2:3", "--no-replicate-launches", "--out", "off",
+              "--", sys.executable, "probed.py", cwd=tmp_path)
+    assert off.returncode == 0 and off.stderr.count("started") == 1, off.stderr
+    assert "recurrent" not in off.stderr
+
+
+@pytest.mark.slow
+def test_a_dry_run_says_the_launches_would_be_listed_first(tmp_path: Path) -> None:
+    (tmp_path / "probed.py").write_text(PROBED)
+    from .test_profile_command import cli
+
+    proc = cli("--dry-run", "--steps", "2:3", "--", sys.executable, "probed.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("started") == 1  # a rehearsal is not ended by the probe
+    said = proc.stdout + proc.stderr
+    assert "# cuDNN recurrent layers (lstm)" in said and "# ready:" in said, said
+    duration = cli("--dry-run", "--steps", "2:3", "--metric-set", "duration", "--", sys.executable,
+                   "probed.py", cwd=tmp_path)
+    assert duration.returncode == 0 and "recurrent" not in duration.stdout + duration.stderr
+
+
+def test_the_probe_is_on_only_where_replication_would_be_taken() -> None:
+    options = dict(replicate_launches=None, no_replicate=False, metric_set="fast", ranks=None,
+                   timeline=False, stalls=False, kernel_name=None, launch_skip=None,
+                   launch_count=None, ncu_arg=[], steps=Steps(12, 13))
+    assert probes_launches(argparse.Namespace(**options), 1)
+    for change in ({"replicate_launches": True}, {"replicate_launches": False},
+                   {"no_replicate": True}, {"metric_set": "duration"}, {"steps": Steps(12, None)},
+                   {"steps": None}, {"stalls": True}, {"kernel_name": "gemm"}):
+        assert not probes_launches(argparse.Namespace(**{**options, **change}), 1), change
+    assert not probes_launches(argparse.Namespace(**options), 2)  # ranks

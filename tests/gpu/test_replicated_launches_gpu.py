@@ -1,4 +1,5 @@
-"""``torch-nsight profile --replicate-launches`` on the GPU: an LSTM language model's step (a
+"""``torch-nsight profile --replicate-launches`` on the GPU, given or chosen by the probe that
+finds a cuDNN recurrent layer: an LSTM language model's step (a
 cuDNN ``nn.LSTM`` launching its kernels once per time step from one call) gets a row for
 every launch of the launch list, most of them copied from a few profiled ones, and its
 modules' times within a few percent of the same step profiled launch by launch; two steps the
@@ -6,6 +7,7 @@ same, each with its own copies, the calls table carried after the last."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,9 +36,14 @@ def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4") -> torch
 
 @pytest.mark.gpu
 def test_replicated_launches_stand_for_every_launch(tmp_path: Path) -> None:
-    replicated = _profile(tmp_path, "replicated", "--replicate-launches")
-    every = _profile(tmp_path, "every")
+    """Without the option, the probe finds the cuDNN LSTM at the first step and the launches
+    are replicated all the same; ``--no-replicate-launches`` profiles every one."""
+    replicated = _profile(tmp_path, "replicated")
+    every = _profile(tmp_path, "every", "--no-replicate-launches")
     assert launch_plan_of(tmp_path / "replicated" / "report.ncu-rep").is_file()
+    assert not launch_plan_of(tmp_path / "every" / "report.ncu-rep").is_file()
+    record = json.loads((tmp_path / "replicated" / "report.run.json").read_text())
+    assert record["replicated_launches"]["profiled"] < record["replicated_launches"]["launches"]
     s, e = replicated.kernels, every.kernels
     assert len(s) == len(e), (len(s), len(e))
     copied = s["replicated_from"].notna()

@@ -4,14 +4,21 @@ pass before ncu's (the pass itself: :mod:`torch_nsight.collect.parent.launch_lis
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
+from torch_nsight.errors import NothingProfiledError
+
+if TYPE_CHECKING:
+    from torch_nsight.collect.parent.script import ScriptPlan, ScriptRun
+
+logger = logging.getLogger(__name__)
 
 REPLICATE_HELP = (
     "run the command once without ncu first, recording the chosen steps' launches, then "
@@ -19,12 +26,17 @@ REPLICATE_HELP = (
     "registers, similar duration; 3 spread over the step) and give the others their "
     "counters: for steps that launch the same kernels many times from inside one call (a "
     "recurrent layer's time steps), where identical blocks cannot be told apart. Needs "
-    "steps with an end (--steps A or A:B), eager (no compiled or CUDA graphs in them)")
+    "steps with an end (--steps A or A:B), eager (no compiled or CUDA graphs in them). "
+    "Default: on where the instrumented models hold cuDNN recurrent layers (nn.LSTM, nn.GRU, "
+    "nn.RNN on the GPU; the command's first step then ends the run under ncu, which starts "
+    "again after the launch list); --no-replicate-launches: never")
 
 
 def add_replicate_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--replicate-launches`` to ``profile``'s parser."""
-    parser.add_argument("--replicate-launches", action="store_true", help=REPLICATE_HELP)
+    """Add ``--replicate-launches`` / ``--no-replicate-launches`` to ``profile``'s parser
+    (default None: automatic, see :func:`probes_launches`)."""
+    parser.add_argument("--replicate-launches", action=argparse.BooleanOptionalAction,
+                        default=None, help=REPLICATE_HELP)
 
 
 def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
@@ -53,6 +65,73 @@ def check_launch_replication(args: argparse.Namespace, world_size: int) -> None:
     if clashing:
         raise UsageError(f"--replicate-launches chooses the launches ncu profiles itself: it "
                          f"does not go with {clashing[0]}")
+
+
+def probes_launches(args: argparse.Namespace, world_size: int) -> bool:
+    """Whether ``profile`` looks for cuDNN recurrent layers in the command's first step and,
+    where it finds them, replicates launches by itself: neither ``--replicate-launches`` nor
+    ``--no-replicate-launches`` given, replication not turned off (``--no-replicate``), not
+    the duration-only set (it measures every launch, as cheaply as a launch list), and a run
+    the option would take (:func:`check_launch_replication`)."""
+    if (getattr(args, "replicate_launches", None) is not None or args.no_replicate
+            or args.metric_set == "duration"):
+        return False
+    try:
+        check_launch_replication(_forced(args), world_size)
+    except UsageError:
+        return False
+    return True
+
+
+def _forced(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` as if ``--replicate-launches`` had been given."""
+    return argparse.Namespace(**{**vars(args), "replicate_launches": True})
+
+
+def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: Path,
+                      plan_for: Callable[..., ScriptPlan]) -> tuple[ScriptPlan, ScriptRun]:
+    """Plan and run the profile: with ``--replicate-launches``, after the launch list's pass;
+    without either option, probing for cuDNN recurrent layers (:func:`probes_launches`) and,
+    where the probe ends the command, again after the launch list's pass (a launch list that
+    fails leaves every launch profiled, with a warning).
+
+    Args:
+        plan_for: :func:`~torch_nsight.collect.parent.script.plan_script` with the run's
+            options bound; takes ``launches``, ``kernel_id`` and ``probe_launches``.
+
+    Raises:
+        NothingProfiledError, UsageError: as :func:`replicate_launches`; TorchNsightError:
+            as :func:`~torch_nsight.collect.parent.script.run_script`.
+    """
+    from torch_nsight.cli.text import say_comment
+    from torch_nsight.collect.parent import script
+
+    listed = replicate_launches(args, command, report)
+    plan = plan_for(probe_launches=not listed and probes_launches(
+        args, script.world_size(os.environ)), **listed)
+    try:
+        return plan, script.run_script(plan)
+    except script.RecurrentLayers as found:
+        say_comment(f"# cuDNN recurrent layers ({', '.join(found.modules)}): their time steps "
+                    "launch the same kernels from one call, so the chosen steps' launches are "
+                    "listed first without ncu and ncu profiles a few of each kind "
+                    "(--no-replicate-launches profiles every launch)")
+    try:
+        listed = replicate_launches(_forced(args), command, report)
+    except NothingProfiledError as err:
+        logger.warning("%s; profiling every launch instead", err)
+        listed = {}
+    plan = plan_for(**listed)
+    return plan, script.run_script(plan)
+
+
+def say_launches_dry_run(args: argparse.Namespace) -> None:
+    """A dry run's line on ``--replicate-launches`` (the probe's finding is the rehearsal's)."""
+    from torch_nsight.cli.text import say_comment
+
+    if getattr(args, "replicate_launches", False):
+        say_comment("# --replicate-launches: the command first runs without ncu to list its "
+                    "launches; ncu's --kernel-id, added then, keeps a few of each kind")
 
 
 def launch_filters(args: argparse.Namespace) -> list[str]:
@@ -132,11 +211,11 @@ def say_replication_hint(args: argparse.Namespace, kernels: Any, record: dict[st
     from torch_nsight.collect.parent.script import world_size
 
     phases, profiled = record.get("phases_s") or {}, record.get("kernels_profiled") or 0
-    if getattr(args, "replicate_launches", False) or args.metric_set == "duration" or not profiled:
+    if (getattr(args, "replicate_launches", False) or record.get("replicated_launches")
+            or args.metric_set == "duration" or not profiled):
         return
     try:  # only where the option would be taken
-        check_launch_replication(argparse.Namespace(**{**vars(args), "replicate_launches": True}),
-                       world_size(os.environ))
+        check_launch_replication(_forced(args), world_size(os.environ))
     except UsageError:
         return
     hint = replication_hint(kernels, seconds_per_kernel=phases.get("profiling", 0.0) / profiled,

@@ -31,6 +31,7 @@ The script's exit status is passed on; a partial report is kept and read.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shlex
@@ -53,7 +54,9 @@ from torch_nsight.cli.outputs import (
 from torch_nsight.cli.profile_launches import (
     add_replicate_option,
     check_launch_replication,
-    replicate_launches,
+    probes_launches,
+    run_with_launches,
+    say_launches_dry_run,
     say_replication_hint,
 )
 from torch_nsight.cli.profile_stalls import (
@@ -342,10 +345,9 @@ def run(args: argparse.Namespace) -> int:
     _warn_what_is_profiled(args)
     with locked_folder(args.out, lock):  # one writer at a time: a second one refuses
         forget_old_pass(report)
-        plan = script.plan_script(command, report, ncu=ncu, **options,
-                                  known=ncu_cli.known_metric_bases(ncu),
-                                  **replicate_launches(args, command, report))
-        ran = script.run_script(plan)
+        plan, ran = run_with_launches(args, command, report, functools.partial(
+            script.plan_script, command, report, ncu=ncu, **options,
+            known=ncu_cli.known_metric_bases(ncu)))
         profile = ran.profile
         if args.stalls:
             profile = second_pass(plan, profile, ncu=ncu, ncu_args=args.ncu_arg,
@@ -384,7 +386,8 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
         ncu = ncu_cli.find_ncu(args.ncu)
     except Exception:  # noqa: BLE001 - a dry run shows the line even without ncu
         ncu = args.ncu or "ncu"
-    plan = script.plan_script(command, report, ncu=ncu, **options)
+    plan = script.plan_script(command, report, ncu=ncu, **options, probe_launches=(
+        probes_launches(args, script.world_size(os.environ))))
     if args.steps is None:
         check_command(command)  # the rehearsal checks the rest
     if getattr(args, "verbose", 0):
@@ -398,9 +401,7 @@ def dry_run(args: argparse.Namespace, command: Sequence[str], report: Path,
                     f"{plan.metric_set} metric set ({len(plan.metrics)} metrics"
                     f"{', then a second pass for --stalls' if args.stalls else ''}) into "
                     f"{report}; -v prints its command line and metrics")
-    if getattr(args, "replicate_launches", False):
-        say_comment("# --replicate-launches: the command first runs without ncu to list its "
-                    "launches; ncu's --kernel-id, added then, keeps a few of each kind")
+    say_launches_dry_run(args)
     if args.steps is None:
         say_comment("# the script was not run (without --steps ncu profiles every kernel of "
                     f"the whole run, and there is nothing to rehearse); {MARKER_HINT}")

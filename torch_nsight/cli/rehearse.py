@@ -16,16 +16,16 @@ if TYPE_CHECKING:
 
 def rehearse(plan: ScriptPlan) -> int:
     """``profile --dry-run --steps A:B``: run the command without ncu until its chosen steps
-    end, and say what ncu would get (see :func:`~torch_nsight.collect.parent.script.rehearse`).
+    end, and say what ncu would get (see :func:`~torch_nsight.collect.parent.rehearsal.rehearse`).
 
     Raises:
         NothingProfiledError: no chosen step ran.
         UsageError: the command cannot be started.
     """
-    from torch_nsight.collect.parent import script
+    from torch_nsight.collect.parent import rehearsal, script
 
     try:
-        done = script.rehearse(plan)
+        done = rehearsal.rehearse(plan)
     except (FileNotFoundError, PermissionError) as err:
         raise cannot_start(plan.command, err) from None
     if done.exit_status is None:
@@ -37,6 +37,11 @@ def rehearse(plan: ScriptPlan) -> int:
     say_comment(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
     if done.checked is not None:
         say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
+    if done.recurrent:
+        say_comment(f"# cuDNN recurrent layers ({', '.join(done.recurrent)}): their time steps "
+                    "launch the same kernels from one call, so profile would first list the "
+                    "chosen steps' launches without ncu, then profile a few of each kind "
+                    "(--replicate-launches; --no-replicate-launches profiles every launch)")
     for step in done.steps:
         say_comment(f"# step {step['index']}: {_step_line(step, plan.metric_set)}")
     ran = [s for s in done.steps if s.get("status") == "ok"]

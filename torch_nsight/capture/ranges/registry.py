@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from torch_nsight.capture.front.instrument import Instrumentation
     from torch_nsight.capture.ranges.emitter import RangeEmitter
 
-__all__ = ["active_instrumentations", "instrumented_name", "owner", "step_emitter"]
+__all__ = ["active_instrumentations", "instrumented_modules", "instrumented_name", "owner",
+           "step_emitter"]
 
 # Every module that an active Instrumentation put hooks on, mapped to that Instrumentation
 # and the module's qualified name. Weak keys: the entry goes with the module; the value (the
@@ -84,3 +85,9 @@ def active_instrumentations() -> list[Instrumentation]:
         particular order.
     """
     return [handle for handle in list(_ACTIVE) if handle.active]
+
+
+def instrumented_modules() -> list[tuple[nn.Module, str]]:
+    """Every module an active instrumentation put hooks on, with its qualified name."""
+    return [(module, name) for module, (handle, name) in list(_OWNERS.items())
+            if handle.active]

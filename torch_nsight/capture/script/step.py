@@ -234,6 +234,10 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         folder = None if script.timeline is None else str(script.timeline)
         chosen = script.steps
         status = _status(script)
+        if script.probe_launches:  # profile's automatic launch replication: may end the run
+            from torch_nsight.capture.script.recurrent import probe
+
+            probe(script, status)
         self._window = self._in_window(script)
         if folder:  # the steps timed for the verdict run as they would without torch_nsight
             pause_ranges(not self._window)

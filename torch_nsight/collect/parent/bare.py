@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torch_nsight.collect.parent.script import run_until_steps_end
+from torch_nsight.collect.parent.rehearsal import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.verify_exchange import FixSpec, StepTimes, check_fix, read_timing
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torch_nsight import formats
-from torch_nsight.collect.parent.script import run_until_steps_end
+from torch_nsight.collect.parent.rehearsal import run_until_steps_end
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, OutputWriteError, ReportError
 from torch_nsight.report.launch_replicas import (

@@ -21,24 +21,23 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight import formats
 from torch_nsight.collect.parent import engine
 from torch_nsight.collect.parent.engine import Manifest, Plan, Profiler, Settled, Stamps
-from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
+from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
 from torch_nsight.collect.parent.progress import Progress
 from torch_nsight.collect.shared import ncu as ncu_cli
 from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, TorchNsightError
 from torch_nsight.metrics import SINGLE_PASS_SETS
 from torch_nsight.record import CollectionRecord
-from torch_nsight.status import StatusReader
+from torch_nsight.status import RECURRENT_EVENT, StatusReader
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -155,12 +154,18 @@ class ScriptPlan(Plan):
             logger.warning("stopped the command: %s", outcome.stopped)
         status = _status_path(self.report)
         keys = ("index", "status", "elapsed_s", "modules", "calls", "replicas", "op_replicas")
+        events = StatusReader(status).poll()
         steps: list[dict[str, Any]] = [{k: e.get(k) for k in keys if k in e}
-                 for e in StatusReader(status).poll() if e.get("event") == "item_end"]
+                                       for e in events if e.get("event") == "item_end"]
+        steps += [{"index": None, "status": RECURRENT_EVENT, "modules": e.get("modules")}
+                  for e in events if e.get("event") == RECURRENT_EVENT][:1]  # the probe's
         status.unlink(missing_ok=True)
         return steps
 
     def check(self, outcome: ChildOutcome, items: list[dict[str, Any]]) -> str | None:
+        found = [i for i in items if i.get("status") == RECURRENT_EVENT]
+        if found and self.script.probe_launches:
+            raise RecurrentLayers([str(m) for m in found[0].get("modules") or []])
         if self.timeline:
             if not self.report.is_file():
                 raise NothingProfiledError(f"the command wrote no timeline (exit status "
@@ -222,6 +227,18 @@ class ScriptPlan(Plan):
             logger.warning("interrupted: what ncu profiled until then is in %s", self.report)
 
 
+class RecurrentLayers(TorchNsightError):
+    """The probe of ``profile``'s automatic launch replication ended the command: its models
+    hold cuDNN recurrent layers (``modules``), whose launches ncu should sample from a launch
+    list (:mod:`torch_nsight.capture.script.recurrent`)."""
+
+    def __init__(self, modules: list[str]) -> None:
+        super().__init__(f"the command's models hold cuDNN recurrent layers "
+                         f"({', '.join(modules) or 'unnamed'}): profile it with "
+                         "--replicate-launches")
+        self.modules = modules
+
+
 @dataclass(frozen=True)
 class ScriptRun:
     """How the command ran: its exit status, the loaded profile, the manifest's record."""
@@ -251,7 +268,7 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                 known: frozenset[str] | None = None, timeout: float | None = None,
                 quiet: bool = False, environ: Mapping[str, str] | None = None,
                 launches: Mapping[str, Any] | None = None,
-                kernel_id: str | None = None) -> ScriptPlan:
+                kernel_id: str | None = None, probe_launches: bool = False) -> ScriptPlan:
     """Check a command to profile and build its ``ncu`` command line.
 
     Args:
@@ -272,6 +289,9 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
         launches, kernel_id: ``--replicate-launches``: the launch list's pass (for the
             manifest) and ncu's ``--kernel-id`` (identical siblings are then not replicated:
             the launch list's groups stand in for them).
+        probe_launches: the script ends itself at its first step where its models hold cuDNN
+            recurrent layers, and the run raises :class:`RecurrentLayers` (``profile``'s
+            automatic ``--replicate-launches``).
     """
     environ = dict(os.environ if environ is None else environ)
     chosen = ncu_cli.resolve_metric_set(metric_set)
@@ -300,7 +320,8 @@ def plan_script(command: Sequence[str], report: Path, *, ncu: str, metric_set: s
                                   measured_only=steps is not None)
     script = ScriptEnv(steps=steps, status=_status_path(report), replicate=replicate,
                        carry_last=kernel_id is not None,
-                       replicate_ops=replicate and chosen.name not in SINGLE_PASS_SETS)
+                       replicate_ops=replicate and chosen.name not in SINGLE_PASS_SETS,
+                       probe_launches=probe_launches and kernel_id is None)
     n_steps = None if steps is None else steps.count
     expected = (launch_count if launch_count is not None else launches["profiled"] if launches
                 else _expected(report, command, metric_set, n_steps, replicate))
@@ -363,59 +384,6 @@ def run_script(plan: ScriptPlan) -> ScriptRun:
     return ran
 
 
-@dataclass(frozen=True)
-class Rehearsal:
-    """How a command ran without ncu, as it would under it (``profile --dry-run``).
-
-    Attributes:
-        exit_status: the command's own exit status, or None when it was stopped after its
-            chosen steps (a dry run needs nothing after them).
-        seconds: how long it ran.
-        steps: the chosen steps' status lines (``index``, ``status``, ``elapsed_s``,
-            ``modules`` instrumented, ``calls`` recorded, ``replicas`` left out).
-        last_step: the highest step index the command reached (None: no step marked).
-        checked: the sibling check on the step before the chosen ones (``groups``,
-            ``replicas``, ``mismatches``), or None when none ran.
-        stopped: why it was stopped before its chosen steps ended (``--timeout``, no sign
-            of life), or None.
-    """
-
-    exit_status: int | None
-    seconds: float
-    steps: list[dict[str, Any]]
-    last_step: int | None
-    checked: dict[str, Any] | None
-    stopped: str | None = None
-
-
-def rehearse(plan: ScriptPlan) -> Rehearsal:
-    """Run the command once without ncu, as it would run under it, and stop it when its
-    chosen steps have ended (the first one, for an open-ended ``A:``): the steps,
-    ``instrument()``'s calls table and the sibling check run (on the CPU too), nothing is
-    profiled or written beside the report.
-
-    Raises:
-        KeyboardInterrupt: interrupted.
-        FileNotFoundError: the command does not exist.
-    """
-    with tempfile.TemporaryDirectory(prefix="torch_nsight-dry-run-") as folder:
-        status = Path(folder) / "status.jsonl"
-        env = replace(plan.script, status=status, rehearsal=True).environment(plan.environ)
-        outcome = run_until_steps_end("dry run", plan.command, env, Path(folder),
-                                      steps=plan.n_steps, timeout=plan.timeout,
-                                      quiet=plan.quiet)
-        events = StatusReader(status).poll()
-    reached = [e["index"] for e in events if e.get("event") in ("step", "item_start")]
-    checked = [e for e in events if e.get("event") == "siblings_checked"]
-    ours = outcome.completed
-    return Rehearsal(exit_status=None if ours else outcome.returncode,
-                     seconds=outcome.seconds,
-                     steps=[e for e in events if e.get("event") == "item_end"],
-                     last_step=max(reached) if reached else None,
-                     checked=checked[0] if checked else None,
-                     stopped=None if ours else outcome.stopped)
-
-
 def why_nothing(steps: Steps | None) -> str:
     """The likely reason a run chose no kernel (``steps``: its ``--steps``)."""
     if steps is not None:
@@ -424,27 +392,3 @@ def why_nothing(steps: Steps | None) -> str:
                 "steps?")
     return ("No kernel was profiled: does the command launch CUDA kernels on a GPU, and do "
             "-k / --launch-skip / --launch-count leave any?")
-
-
-def run_until_steps_end(name: str, command: Sequence[str], env: dict[str, str], folder: Path,
-                        *, steps: int | None, timeout: float | None, quiet: bool
-                        ) -> ChildOutcome:
-    """Run ``command`` without ncu, its output shown, and stop it when its chosen steps
-    have ended (its ``folder/status.jsonl`` says so; the step marker writes it where
-    ``env`` names it) or after ``timeout`` seconds.
-
-    Raises:
-        KeyboardInterrupt: interrupted.
-        FileNotFoundError: the command does not exist.
-    """
-    progress = Progress("step", steps, steps=steps, quiet=quiet)
-    spec = ChildSpec(name, list(command), env, folder / "status.jsonl", folder / "result.json",
-                     None, None, items=steps or 1,
-                     deadline_s=math.inf if timeout is None else timeout,
-                     echo=progress.write, stop_when_done=True)
-    try:
-        (outcome,) = run_children([spec], item_timeout=math.inf, startup_s=0.0,
-                                  cwd=os.getcwd(), progress=progress)
-    except Interrupted:
-        raise KeyboardInterrupt from None
-    return outcome
