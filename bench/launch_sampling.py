@@ -4,8 +4,10 @@ recurrent steps (issue 46, item 1), whole commands timed from outside, on the GP
     PYTHONPATH=/tmp/site:$PWD python bench/launch_sampling.py --out OUT [--models lstm_lm,gru_lm]
 
 Per model, ``torch-nsight profile --steps 12:13`` of ``bench/zoo_app.py MODEL --steps 14``:
-the fast default (every launch profiled: the recurrent layers have no identical blocks),
-the same with ``--replicate-launches``, and ``--metric-set duration`` with and without it.
+the fast default (since 2026-11-28 it replicates launches by itself where the script's first
+step finds a cuDNN recurrent layer), the same with ``--replicate-launches`` and with
+``--no-replicate-launches`` (``fast_every``: every launch profiled), and ``--metric-set
+duration`` with and without it.
 The sampled profile's modules are compared with the default's (the launches it measured):
 per module, sampled time / measured time - 1; so is the default under ncu's application
 replay (``fast_app_replay``, one pass: the script runs once). ``--cases fast,duration`` runs
@@ -27,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "bench" / "zoo_app.py"
 CASES = {"fast": [], "fast_sampled": ["--replicate-launches"],
+         "fast_every": ["--no-replicate-launches"],
          "duration": ["--metric-set", "duration"],
          "duration_sampled": ["--metric-set", "duration", "--replicate-launches"],
          "fast_app_replay": ["--ncu-arg=--replay-mode=application"],
@@ -34,7 +37,7 @@ CASES = {"fast": [], "fast_sampled": ["--replicate-launches"],
                                  "--ncu-arg=--replay-mode=application"]}
 #: The cases whose modules are set against the default's (``fast``), where both ran: with
 #: ``duration`` (every launch measured), what leaving repeated op calls out changes.
-COMPARED = ("fast_sampled", "fast_app_replay", "duration")
+COMPARED = ("fast_sampled", "fast_every", "fast_app_replay", "duration")
 
 
 def _run(model: str, folder: Path, extra: list[str]) -> dict[str, Any]:
