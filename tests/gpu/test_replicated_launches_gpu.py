@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "data" / "record_outside.py"
 
 
-def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4") -> torch_nsight.Profile:
+def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4",
+             said: list[str] | None = None) -> torch_nsight.Profile:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT),
                                                         os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "torch_nsight", "profile", "--steps", steps,
@@ -31,6 +32,8 @@ def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4") -> torch
                           text=True, timeout=400)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "outside_lstm done" in output, output
+    if said is not None:
+        said.append(output)
     return torch_nsight.load(tmp_path / out / "report.ncu-rep")
 
 
@@ -38,7 +41,9 @@ def _profile(tmp_path: Path, out: str, *extra: str, steps: str = "3:4") -> torch
 def test_replicated_launches_stand_for_every_launch(tmp_path: Path) -> None:
     """Without the option, the probe finds the cuDNN LSTM at the first step and the launches
     are replicated all the same; ``--no-replicate-launches`` profiles every one."""
-    replicated = _profile(tmp_path, "replicated")
+    said: list[str] = []
+    replicated = _profile(tmp_path, "replicated", said=said)
+    assert "# cuDNN recurrent layers (lstm)" in said[0] and "the probe's run" in said[0]
     every = _profile(tmp_path, "every", "--no-replicate-launches")
     assert launch_plan_of(tmp_path / "replicated" / "report.ncu-rep").is_file()
     assert not launch_plan_of(tmp_path / "every" / "report.ncu-rep").is_file()
@@ -73,3 +78,14 @@ def test_two_steps_are_replicated_each_on_its_own(tmp_path: Path) -> None:
     by_step = two.groupby([two["run"].astype(int), "module"])["duration_ns"].sum().unstack(0)
     large = by_step[3] >= 0.01 * by_step[3].sum()
     assert ((by_step[4] / by_step[3] - 1)[large].abs() < 0.1).all(), by_step.to_string()
+
+
+@pytest.mark.gpu
+def test_the_next_run_of_the_command_lists_its_launches_without_the_probe(tmp_path: Path
+                                                                          ) -> None:
+    said: list[str] = []
+    first = _profile(tmp_path, "out", said=said)
+    again = _profile(tmp_path, "out", "--force", said=said)
+    assert "found by this command's last run" in said[1] and "the probe's run" not in said[1]
+    assert len(again.kernels) == len(first.kernels)
+    assert again.kernels["replicated_from"].notna().sum() > len(again.kernels) / 3

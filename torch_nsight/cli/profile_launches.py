@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,7 +94,8 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
     """Plan and run the profile: with ``--replicate-launches``, after the launch list's pass;
     without either option, probing for cuDNN recurrent layers (:func:`probes_launches`) and,
     where the probe ends the command, again after the launch list's pass (a launch list that
-    fails leaves every launch profiled, with a warning).
+    fails leaves every launch profiled, with a warning). Where this command's last run into
+    the same folder found them, the launch list comes first, without the probe's run.
 
     Args:
         plan_for: :func:`~torch_nsight.collect.parent.script.plan_script` with the run's
@@ -103,26 +105,66 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
         NothingProfiledError, UsageError: as :func:`replicate_launches`; TorchNsightError:
             as :func:`~torch_nsight.collect.parent.script.run_script`.
     """
-    from torch_nsight.cli.text import say_comment
     from torch_nsight.collect.parent import script
 
     listed = replicate_launches(args, command, report)
-    plan = plan_for(probe_launches=not listed and probes_launches(
-        args, script.world_size(os.environ)), **listed)
-    try:
-        return plan, script.run_script(plan)
-    except script.RecurrentLayers as found:
-        say_comment(f"# cuDNN recurrent layers ({', '.join(found.modules)}): their time steps "
-                    "launch the same kernels from one call, so the chosen steps' launches are "
-                    "listed first without ncu and ncu profiles a few of each kind "
-                    "(--no-replicate-launches profiles every launch)")
+    probing = not listed and probes_launches(args, script.world_size(os.environ))
+    found, started, probe_s = (_found_last_time(command, report) if probing else []), \
+        time.monotonic(), 0.0
+    if not found:
+        plan = plan_for(probe_launches=probing, **listed)
+        try:
+            return plan, script.run_script(plan)
+        except script.RecurrentLayers as probed:
+            found, probe_s = probed.modules, time.monotonic() - started
+            _say_recurrent(found, "")
+    else:
+        _say_recurrent(found, ", found by this command's last run into this folder")
     try:
         listed = replicate_launches(_forced(args), command, report)
+        listed["launches"] = {**listed["launches"], "recurrent": found,
+                              "probe_s": round(probe_s, 3)}
     except NothingProfiledError as err:
         logger.warning("%s; profiling every launch instead", err)
         listed = {}
     plan = plan_for(**listed)
     return plan, script.run_script(plan)
+
+
+def _found_last_time(command: Sequence[str], report: Path) -> list[str]:
+    """The cuDNN recurrent layers the probe found in the last run of ``command`` into the
+    report's folder (its manifest), or []."""
+    from torch_nsight import formats
+    from torch_nsight.collect.parent.engine import last_run
+
+    last = last_run(report.with_suffix(formats.RUN_SUFFIX)) or {}
+    launches = last.get("replicated_launches")
+    if last.get("command") != list(command) or not isinstance(launches, dict):
+        return []
+    found = launches.get("recurrent")
+    return [str(m) for m in found] if isinstance(found, list) else []
+
+
+def _say_recurrent(modules: list[str], how: str) -> None:
+    from torch_nsight.cli.text import say_comment
+
+    say_comment(f"# cuDNN recurrent layers ({', '.join(modules)}){how}: their time steps launch "
+                "the same kernels from one call, so the chosen steps' launches are listed "
+                "first without ncu and ncu profiles a few of each kind "
+                "(--no-replicate-launches profiles every launch)")
+
+
+def launch_list_time(record: dict[str, Any]) -> tuple[float, str]:
+    """The seconds a profile spent before its ncu run (the probe's run that ended, the
+    launch list), and the time line's words for them ("" where none)."""
+    first = record.get("replicated_launches") or {}
+    if not first:
+        return 0.0, ""
+    probe_s = float(first.get("probe_s") or 0.0)
+    probed = (f"the probe's run {probe_s:.1f} s (cuDNN recurrent layers found) + "
+              if probe_s else "")
+    return (probe_s + float(first.get("seconds", 0.0)),
+            f"{probed}the launch list {first['seconds']:.1f} s ({first['launches']} launches) + ")
 
 
 def say_launches_dry_run(args: argparse.Namespace) -> None:

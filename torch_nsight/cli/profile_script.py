@@ -54,6 +54,7 @@ from torch_nsight.cli.outputs import (
 from torch_nsight.cli.profile_launches import (
     add_replicate_option,
     check_launch_replication,
+    launch_list_time,
     probes_launches,
     run_with_launches,
     say_launches_dry_run,
@@ -290,10 +291,8 @@ def _say_where_and_how_long(report: Path, log: Path, record: dict[str, Any]) -> 
     """The report's path, ncu's log and the run's time by phase, on stderr."""
     phases = record["phases_s"]
     say(f"report: {report} (ncu's output: {log})", sys.stderr)
-    first = record.get("replicated_launches") or {}
-    listed = (f"the launch list {first['seconds']:.1f} s ({first['launches']} launches) + "
-              if first else "")
-    say(f"time: {sum(phases.values()) + first.get('seconds', 0.0):.1f} s = {listed}"
+    before_s, listed = launch_list_time(record)
+    say(f"time: {sum(phases.values()) + before_s:.1f} s = {listed}"
         f"start-up {phases['start']:.1f} s (the command "
         f"until its first profiled kernel) + profiling {record['kernels_profiled']} "
         f"kernels {phases['profiling']:.1f} s + loading {phases['load']:.1f} s", sys.stderr)
