@@ -54,12 +54,16 @@ NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 #: gin, shufflenet, llama_train and qwen2_moe were added on 2026-11-28 (later), set to verify
 #: before any of them ran: the first models to verify the grouped GEMM's FLOPs and the fp32
 #: finding read from the tensor pipe, and the rules of the sessions before.
+#: olmoe (an OLMoE, a third MoE of another family: 16 experts, top-4, no shared expert) was
+#: added on 2026-11-28 (last session of the day), set to verify before it ran: the experts'
+#: cast (cast_to_half) and the whole model's compile, written after reading the two MoEs'.
 CALIBRATED = {"vit_s", "gpt2", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
               "mixtral_moe"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
           "llama_decode", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
           "mixtral_moe", "mobilenet_v3", "gru_lm", "sage", "wav2vec2", "regnet_y", "swin_t",
-          "deeplab", "conformer", "gin", "shufflenet", "llama_train", "qwen2_moe"]
+          "deeplab", "conformer", "gin", "shufflenet", "llama_train", "qwen2_moe",
+          "olmoe"]
 WARM = 10
 #: Options of this run that every phase reads (``--keep-reports``).
 KEEP: dict[str, bool] = {}

@@ -303,6 +303,13 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
                                         num_hidden_layers=4, num_attention_heads=8,
                                         num_key_value_heads=8, num_local_experts=8,
                                         num_experts_per_tok=2, vocab_size=32000), 8, 256, 32000)
+    if name == "olmoe":  # OLMoE's block: 16 experts, top-4, no shared expert; AdamW fused
+        from transformers import OlmoeConfig
+
+        return _causal_lm(OlmoeConfig(hidden_size=512, intermediate_size=1024,
+                                      num_hidden_layers=4, num_attention_heads=8,
+                                      num_key_value_heads=8, num_experts=16,
+                                      num_experts_per_tok=4, vocab_size=50304), 8, 256, 50304)
     if name == "whisper_s":
         from transformers import WhisperConfig, WhisperForConditionalGeneration
 
