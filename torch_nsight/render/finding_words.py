@@ -145,6 +145,15 @@ def _compile_model(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "chain takes.")
 
 
+def _cast_then_compile(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    ops = ", ".join(params.get("ops") or ()) or "the grouped GEMMs"
+    modules = ", ".join(params.get("modules") or ()) or "the experts"
+    half = params.get("dtype") or "the step's 16-bit dtype"
+    return (_compile_model(row, params) + f" But first cast {ops} in {modules} to {half} "
+            "(the finding on them): compiled while they run float32, the model's graph "
+            "breaks in every expert layer, and MoE steps ran slower compiled.")
+
+
 def _optimizer_fused(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     optimizer = params.get("optimizer")
     if optimizer:
@@ -214,7 +223,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "pad_features": _pad_features, "pad_operands": _pad_operands,
     "pad_gemm_dims": _pad_gemm_dims, "pad_channels": _pad_channels,
     "channels_last": _channels_last, "compile_module": _compile_module,
-    "compile_model": _compile_model,
+    "compile_model": _compile_model, "cast_then_compile": _cast_then_compile,
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     **{code: _said(text) for code, text in FIX.items()},

@@ -78,6 +78,8 @@ FixCode = Literal[
     "compile_model",           # torch.compile the whole model: the module alone saves less
                                # per call than a compiled region costs
     "compile_function",        # torch.compile the code outside the model's modules
+    "cast_then_compile",       # compile_model where fp32 grouped GEMMs break the graph: cast
+                               # them first (cast_first.py), then compile
     "optimizer_fused",         # the optimizer's own fused=True
     "optimizer_foreach",       # the optimizer's own foreach=True (no fused implementation)
     "compile_optimizer_step",  # torch.compile(optimizer.step) (neither flag exists)
@@ -102,7 +104,7 @@ FOREACH_OPTIMIZERS = frozenset({"Adagrad", "Adadelta", "Adamax", "ASGD", "NAdam"
 #: see: a bound on the kernels' time (``gain_bound_ns``) is no bound on what they save a step
 #: (measured above it on RegNetY and a Conformer, docs/zoo.md, 2026-11-28).
 _CUTTING: tuple[FixCode, ...] = ("compile_module", "compile_model", "compile_function",
-                                 "cuda_graphs")
+                                 "cast_then_compile", "cuda_graphs")
 CUTS_LAUNCHES: frozenset[FixCode] = frozenset(_CUTTING)
 
 #: Fusion fits any kind of module's elementwise work (``compile_function`` where it ran

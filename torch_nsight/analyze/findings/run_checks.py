@@ -25,6 +25,7 @@ import torch_nsight.analyze.findings.optimizer_step
 import torch_nsight.analyze.findings.small_grid  # noqa: F401
 from torch_nsight.analyze.columns import needs
 from torch_nsight.analyze.findings.call_shapes import calls_where, heavy_calls
+from torch_nsight.analyze.findings.cast_first import cast_first
 from torch_nsight.analyze.findings.prepare import prepare
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, run_checks
@@ -127,6 +128,7 @@ def findings(kernels: pd.DataFrame, calls: pd.DataFrame | None = None,
     out = pd.DataFrame(rows, columns=list(FINDING_RECORD_COLUMNS))
     for column in FINDING_CODE_COLUMNS:  # codes as they were made: 49, not 49.0
         out[column] = pd.Series([row[column] for row in rows], index=out.index, dtype=object)
+    out = cast_first(out)  # a compile that fp32 grouped GEMMs would break: cast them first
     out = ranked(out.astype({"est_gain_ns": "float64", "gain_bound_ns": "float64"}))
     for column in (*SITE_KEYS, "kernels"):
         out[column] = blank_to_none(filled(out[column]))

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.findings.cast_first import cast_first
 from torch_nsight.analyze.findings.codes import Cause, FixCode
 from torch_nsight.analyze.findings.run_checks import ranked
 from torch_nsight.analyze.findings.sites import root_class
@@ -98,7 +99,7 @@ def add_step_idle(found: pd.DataFrame, row: dict[str, Any]) -> pd.DataFrame:
     if "blocks" in found.columns:  # a folded table: the model's one row is one block
         values["blocks"] = 1
     extra = pd.DataFrame([values], columns=found.columns, dtype=object)
-    both = pd.concat([found, extra], ignore_index=True) if len(found) else extra
+    both = cast_first(pd.concat([found, extra], ignore_index=True) if len(found) else extra)
     for column in found.columns:  # the table's own types: a float column stays float
         if pd.api.types.is_numeric_dtype(found[column].dtype):
             both[column] = pd.to_numeric(both[column], errors="coerce")

@@ -1,0 +1,57 @@
+"""A whole model's compile where the experts' grouped GEMMs ran fp32 beside bf16 GEMMs: cast
+first, then compile (``cast_then_compile``), on the recorded MoE steps; a dense step keeps
+``compile_model`` (tests/data/zoo_families, H100/H200 recordings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import torch_nsight
+from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
+from torch_nsight.analyze.findings.switch_fixes import switch_fix
+
+ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
+
+
+def _findings(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    profile = torch_nsight.load(ZOO / f"{name}.ncu-rep.xz", cache=False)
+    found = profile.findings
+    return (found() if callable(found) else found), profile.kernels
+
+
+@pytest.mark.parametrize("moe", ["mixtral_moe", "qwen2_moe"])
+def test_a_moe_whose_experts_ran_fp32_is_told_to_cast_before_it_compiles(moe: str) -> None:
+    found, kernels = _findings(moe)
+    casts = found[found["fix_code"].eq("cast_to_half")]
+    assert len(casts) and all("_grouped_mm" in p["ops"] for p in casts["fix_params"])
+    assert not found["fix_code"].eq("compile_model").any()
+    after = found[found["fix_code"].eq("cast_then_compile")]
+    assert len(after) >= 5, found["fix_code"].value_counts()
+    params = after["fix_params"].iat[0]
+    assert params["ops"] == ["_grouped_mm"] and params["dtype"] == "bfloat16"
+    assert params["modules"] == ["model.layers.{0-3}.mlp.experts"]
+    assert all(switch_fix(row) is None for _, row in after.iterrows())  # --verify: the cast
+    assert "first cast _grouped_mm in model.layers.{0-3}.mlp.experts to bfloat16" in \
+        after["fix"].iat[0]
+    # the step's idle time, found by --verify's bare step (here: a step twice its kernels')
+    runs = kernels["run"].nunique() if "run" in kernels else 1
+    row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
+    assert row is not None and row["fix_code"] == "compile_model"  # alone, it cannot know
+    added = add_step_idle(found, row)
+    idle = added[added["finding"].eq("step_idle")]
+    assert idle["fix_code"].tolist() == ["cast_then_compile"]
+
+
+def test_a_dense_model_keeps_its_compile() -> None:
+    found, kernels = _findings("llama_train")
+    assert not found["fix_code"].eq("cast_to_half").any()
+    assert found["fix_code"].eq("compile_model").any()
+    assert not found["fix_code"].eq("cast_then_compile").any()
+    runs = kernels["run"].nunique() if "run" in kernels else 1
+    row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
+    assert row is not None
+    added = add_step_idle(found, row)
+    assert added.loc[added["finding"].eq("step_idle"), "fix_code"].tolist() == ["compile_model"]
