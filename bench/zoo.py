@@ -57,13 +57,16 @@ NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 #: olmoe (an OLMoE, a third MoE of another family: 16 experts, top-4, no shared expert) was
 #: added on 2026-11-28 (last session of the day), set to verify before it ran: the experts'
 #: cast (cast_to_half) and the whole model's compile, written after reading the two MoEs'.
+#: deepseek_v3 (transformers' DeepseekV3: latent attention, routed and shared experts) was added
+#: on 2026-11-28 after olmoe's result, set to verify before it ran: cast_then_compile (the
+#: model's compile told to wait for the experts' cast), written after reading the three MoEs'.
 CALIBRATED = {"vit_s", "gpt2", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
               "mixtral_moe"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
           "llama_decode", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
           "mixtral_moe", "mobilenet_v3", "gru_lm", "sage", "wav2vec2", "regnet_y", "swin_t",
           "deeplab", "conformer", "gin", "shufflenet", "llama_train", "qwen2_moe",
-          "olmoe"]
+          "olmoe", "deepseek_v3"]
 WARM = 10
 #: Options of this run that every phase reads (``--keep-reports``).
 KEEP: dict[str, bool] = {}

@@ -310,6 +310,16 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
                                       num_hidden_layers=4, num_attention_heads=8,
                                       num_key_value_heads=8, num_experts=16,
                                       num_experts_per_tok=4, vocab_size=50304), 8, 256, 50304)
+    if name == "deepseek_v3":  # multi-head latent attention, 16 routed experts and a shared one
+        from transformers import DeepseekV3Config
+
+        return _causal_lm(DeepseekV3Config(
+            hidden_size=512, intermediate_size=1024, moe_intermediate_size=512,
+            num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+            n_shared_experts=1, n_routed_experts=16, num_experts_per_tok=4, n_group=1,
+            topk_group=1, first_k_dense_replace=1, q_lora_rank=256, kv_lora_rank=128,
+            qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=64, vocab_size=32000),
+            8, 256, 32000)
     if name == "whisper_s":
         from transformers import WhisperConfig, WhisperForConditionalGeneration
 

@@ -46,6 +46,8 @@ CANDIDATES = {
     "gpt_neox": ["fused_optimizer", "compile"],
     "densenet121": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
     "distilbert": ["fused_optimizer", "compile"],
+    "olmoe": ["cast@model.layers.*.mlp.experts", "compile"],
+    "deepseek_v3": ["cast@model.layers.*.mlp.experts", "compile"],
 }
 
 
