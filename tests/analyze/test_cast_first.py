@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from torch_nsight.analyze.findings.cast_first import cast_first_row
 from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
 
@@ -40,9 +41,16 @@ def test_a_moe_whose_experts_ran_fp32_is_told_to_cast_before_it_compiles(moe: st
     runs = kernels["run"].nunique() if "run" in kernels else 1
     row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
     assert row is not None and row["fix_code"] == "compile_model"  # alone, it cannot know
+    assert cast_first_row(found, row)["fix_code"] == "cast_then_compile"  # before --verify
     added = add_step_idle(found, row)
     idle = added[added["finding"].eq("step_idle")]
     assert idle["fix_code"].tolist() == ["cast_then_compile"]
+    assert not _compiles_the_model(added)  # no switch compiles the model before the cast
+
+
+def _compiles_the_model(found: pd.DataFrame) -> bool:
+    specs = [switch_fix(row) for _, row in found.iterrows()]
+    return any(s is not None and s.fix == "compile" and not s.target for s in specs)
 
 
 def test_a_dense_model_keeps_its_compile() -> None:
@@ -53,5 +61,7 @@ def test_a_dense_model_keeps_its_compile() -> None:
     runs = kernels["run"].nunique() if "run" in kernels else 1
     row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
     assert row is not None
+    assert cast_first_row(found, row)["fix_code"] == "compile_model"
     added = add_step_idle(found, row)
     assert added.loc[added["finding"].eq("step_idle"), "fix_code"].tolist() == ["compile_model"]
+    assert _compiles_the_model(added)

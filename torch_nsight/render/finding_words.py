@@ -149,7 +149,8 @@ def _cast_then_compile(row: Mapping[str, Any], params: Mapping[str, Any]) -> str
     ops = ", ".join(params.get("ops") or ()) or "the grouped GEMMs"
     modules = ", ".join(params.get("modules") or ()) or "the experts"
     half = params.get("dtype") or "the step's 16-bit dtype"
-    return (_compile_model(row, params) + f" But first cast {ops} in {modules} to {half} "
+    compile_words = FIXES.get(str(params.get("compile")), _compile_model)
+    return (compile_words(row, params) + f" But first cast {ops} in {modules} to {half} "
             "(the finding on them): compiled while they run float32, the model's graph "
             "breaks in every expert layer, and MoE steps ran slower compiled.")
 

@@ -9,7 +9,9 @@ and the compiled step ran 2.2-8.1 ms slower, where the step's idle time had prom
 24 ms. The eager step never runs that fallback, so its calls table cannot show the break; what
 it shows is the uncast grouped GEMM. Where a finding casts one, every ``compile_model`` fix
 of the step becomes ``cast_then_compile`` (cast first, then compile and measure), which has
-no switch of its own: ``--verify`` measures the cast.
+no switch of its own: ``--verify`` measures the cast. So does a compile of the model's root
+module (``compile_module`` there), and the step-idle finding's compile
+(:func:`cast_first_row`, before ``--verify`` picks its switch).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.findings.switch_fixes import fix_target
 from torch_nsight.analyze.fold import folded_name, index_template
 
-__all__ = ["GROUPED_OPS", "cast_first"]
+__all__ = ["GROUPED_OPS", "cast_first", "cast_first_row"]
 
 #: The grouped GEMM ops whose fp32 form breaks a compiled model's graph.
 GROUPED_OPS = frozenset({"_grouped_mm"})
@@ -43,15 +46,19 @@ def _folded(modules: Iterable[str]) -> list[str]:
 
 
 def cast_first(found: pd.DataFrame) -> pd.DataFrame:
-    """``found`` (finding rows with codes) with each ``compile_model`` fix turned into
-    ``cast_then_compile`` where a ``cast_to_half`` finding of the same table names a grouped
-    GEMM; its parameters name those findings' modules, ops and dtype. Unchanged otherwise."""
+    """``found`` (finding rows with codes) with each fix that compiles the whole model
+    (``compile_model``, ``compile_module`` of the root) turned into ``cast_then_compile``
+    where a ``cast_to_half`` finding of the same table names a grouped GEMM; its parameters
+    name those findings' modules, ops and dtype, and the compile's own fix code
+    (``compile``). Unchanged otherwise."""
     if found.empty or "fix_code" not in found or "fix_params" not in found:
         return found
     casts = found[found["fix_code"].eq("cast_to_half")]
     ops = [_grouped(p) for p in casts["fix_params"]]
     casts = casts[[bool(o) for o in ops]]
-    target = found["fix_code"].eq("compile_model")
+    whole = [fix_target(path) == "" for path in found.get("module_path", found["module"])]
+    target = found["fix_code"].eq("compile_model") | (
+        found["fix_code"].eq("compile_module") & pd.Series(whole, index=found.index))
     if casts.empty or not target.any():
         return found
     first = casts["fix_params"].iat[0]
@@ -60,7 +67,18 @@ def cast_first(found: pd.DataFrame) -> pd.DataFrame:
         "ops": sorted({op for o in ops for op in o}),
         "dtype": first.get("dtype") if isinstance(first, Mapping) else None}
     out = found.copy()
+    out["fix_params"] = [{**params, "compile": code} if hit else p  # the compile it stands for
+                         for hit, code, p in zip(target, out["fix_code"], out["fix_params"],
+                                                 strict=True)]
     out.loc[target, "fix_code"] = "cast_then_compile"
-    out["fix_params"] = [dict(params) if hit else p
-                         for hit, p in zip(target, out["fix_params"], strict=True)]
     return out
+
+
+def cast_first_row(found: pd.DataFrame, row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row``, a finding not in ``found`` (``step_idle``, made from the bare step), with its
+    fix turned as :func:`cast_first` would turn it among ``found``'s findings."""
+    columns = ["module", "module_path", "fix_code", "fix_params"]
+    mine = pd.DataFrame([{c: row.get(c) for c in columns}], columns=columns, dtype=object)
+    theirs = found.reindex(columns=columns).astype(object)
+    last = cast_first(pd.concat([theirs, mine], ignore_index=True)).iloc[-1]
+    return {**row, "fix_code": last["fix_code"], "fix_params": last["fix_params"]}

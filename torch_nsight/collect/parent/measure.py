@@ -276,6 +276,7 @@ def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[
     it)."""
     import pandas as pd
 
+    from torch_nsight.analyze.findings.cast_first import cast_first_row
     from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
     from torch_nsight.analyze.verdicts import FINDING_PCT
     from torch_nsight.render.finding_words import word_findings
@@ -287,7 +288,7 @@ def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[
              "of it, or the profile holds several shapes" if bare == bare
              else "verify: too few bare steps timed to judge the GPU's idle time")
         return table
-    idle = _with_columns(word_findings(pd.DataFrame([row])))
+    idle = _with_columns(word_findings(pd.DataFrame([cast_first_row(table, row)])))
     spec = switch_fix(idle.iloc[0])
     tell(f"verify: the GPU idles {_ms(row['est_gain_ns'])} of the bare step's {_ms(bare)}"
          + (f": measuring {spec.describe()}" if spec is not None else ": no switch fixes it"))
