@@ -46,31 +46,42 @@ def _slow_modules_first(items: list[pytest.Item]) -> None:
 
 
 _CACHES: list[str] = []
+#: The run's cache folder, as the controlling process of ``-n N`` made it: its workers
+#: (started with its environment) share it instead of making one each.
+_RUN_CACHES = "TORCH_NSIGHT_TEST_RUN_CACHES"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Send the report caches of the whole run (collection, fixtures of every scope, the
     CLI's subprocesses, which inherit the variable) to a folder of this run: none lands
     beside the fixtures in tests/data, so every run reads the recorded reports with the
-    real reader."""
+    real reader. The workers of ``-n N`` share the folder their controller made: a report
+    that one worker has read is a cache hit on the others (a cache is written whole, under
+    another name first, so a worker never reads another's half-written one)."""
     from torch_nsight.report.cache import CACHE_DIR_ENV
 
+    shared = os.environ.get(_RUN_CACHES)
+    if os.environ.get("PYTEST_XDIST_WORKER") and shared \
+            and os.environ.get(CACHE_DIR_ENV) == shared and Path(shared).is_dir():
+        return  # the controller's folder, removed by the controller
     folder = tempfile.mkdtemp(prefix="tn-report-caches-")
     _CACHES.append(os.environ.get(CACHE_DIR_ENV, ""))
-    os.environ[CACHE_DIR_ENV] = folder
+    _CACHES.append(os.environ.get(_RUN_CACHES, ""))
+    os.environ[CACHE_DIR_ENV] = os.environ[_RUN_CACHES] = folder
     _CACHES.append(folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Put the variable back and remove the run's caches."""
+    """Put the variables back and remove the run's caches."""
     from torch_nsight.report.cache import CACHE_DIR_ENV
 
-    if len(_CACHES) == 2:
-        before, folder = _CACHES
-        if before:
-            os.environ[CACHE_DIR_ENV] = before
-        else:
-            os.environ.pop(CACHE_DIR_ENV, None)
+    if len(_CACHES) == 3:
+        *before, folder = _CACHES
+        for name, value in zip((CACHE_DIR_ENV, _RUN_CACHES), before, strict=True):
+            if value:
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 

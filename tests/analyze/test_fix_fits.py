@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
-from tests.test_golden_outputs import DATA, Source, find_sources, per_source
+from tests.test_golden_outputs import Source, find_sources, per_source
 from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
@@ -38,6 +38,19 @@ def _load(path: str) -> torch_nsight.Profile | None:
     on one worker: :func:`tests.test_golden_outputs.per_source`); None where it does not
     load as a profile."""
     return golden_load(path).profile
+
+
+def _profile(path: str) -> torch_nsight.Profile:
+    """:func:`_load` of a source that loads as a profile."""
+    profile = _load(path)
+    assert profile is not None, path
+    return profile
+
+
+def _in_group(path: str) -> pytest.MarkDecorator:
+    """The xdist group of ``path``'s golden tests (:func:`per_source`): a test that reads one
+    source runs on their worker, after them, and reads it from :func:`_load`'s memo."""
+    return pytest.mark.xdist_group(path)
 
 
 def _site_words(profile: torch_nsight.Profile, row: pd.Series) -> str:
@@ -191,40 +204,57 @@ def _assert_ranked(path: str, found: pd.DataFrame) -> None:
             assert mine.isna().tolist() == sorted(mine.isna().tolist()), path
 
 
+@_in_group("zoo_families/gru_lm.ncu-rep.xz")
 def test_a_fused_optimizer_ranks_above_causes_no_fix_recovers() -> None:
     """gru_lm's recurrent small grids (no PyTorch-level fix known) once hid its Adam step,
     the switch that measured largest there (docs/zoo.md), at #5."""
-    found = torch_nsight.load(DATA / "zoo_families" / "gru_lm.ncu-rep.xz").findings()
+    found = _profile("zoo_families/gru_lm.ncu-rep.xz").findings()
     codes = found["fix_code"].tolist()
     assert "none_known" in codes and "optimizer_fused" in codes
     assert codes.index("optimizer_fused") < codes.index("none_known")
 
 
-def test_the_checks_cover_the_recorded_sources() -> None:
-    """The test above reads findings of every kind: it is not vacuous."""
-    seen: set[str] = set()
-    for path in ("latency/resnet50.ncu-rep.xz", "decoder_train/fast.ncu-rep.xz",
-                 "findings_conv", "profile_steps.ncu-rep.xz", "zoo_fast/llama_decode.ncu-rep.xz"):
-        profile = _load(path)
-        assert profile is not None
-        seen |= set(profile.finding_table(fold=False)["fix_code"].dropna())
-    assert {"pad_features", "channels_last", "cudnn_benchmark", "compile_module",
-            "optimizer_fused", "compile_rotary", "use_rms_norm", "sdpa_backend"} <= seen
+#: Fixes of every kind the checks above look at, and a source whose findings give them.
+COVERED = {"latency/resnet50.ncu-rep.xz": {"compile_module", "cudnn_benchmark"},
+           "decoder_train/fast.ncu-rep.xz": {"pad_features"},
+           "findings_conv": {"channels_last", "cudnn_benchmark"},
+           "profile_steps.ncu-rep.xz": {"optimizer_fused"},
+           "zoo_fast/llama_decode.ncu-rep.xz": {"compile_rotary", "use_rms_norm",
+                                                "sdpa_backend"}}
 
 
+def test_the_covered_sources_give_every_kind_of_fix() -> None:
+    assert set().union(*COVERED.values()) == {
+        "pad_features", "channels_last", "cudnn_benchmark", "compile_module",
+        "optimizer_fused", "compile_rotary", "use_rms_norm", "sdpa_backend"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=_in_group(p)) for p in COVERED])
+def test_the_checks_cover_the_recorded_sources(path: str) -> None:
+    """The test above reads findings of every kind: it is not vacuous (each source read
+    once, on the worker of its golden tests)."""
+    seen = set(_profile(path).finding_table(fold=False)["fix_code"].dropna())
+    assert COVERED[path] <= seen, (path, sorted(seen))
+
+
+@_in_group("zoo_families/wav2vec2.ncu-rep.xz")
 def test_channels_last_only_where_a_4d_tensor_ran() -> None:
     """wav2vec 2.0's positional convolution is a grouped ``Conv1d`` (3-D input) that cuDNN
     runs with NCHW kernels: its small grid is never told to go channels-last, which lays out
-    4-D tensors only; a 2-D convolution's NCHW small grid still is (MobileNetV3)."""
-    found = torch_nsight.load(DATA / "zoo_families" / "wav2vec2.ncu-rep.xz").finding_table(
-        fold=False)
+    4-D tensors only (a 2-D convolution's NCHW small grid still is: the test below)."""
+    found = _profile("zoo_families/wav2vec2.ncu-rep.xz").finding_table(fold=False)
     conv1d = found[found["module"] == "encoder.transformer.pos_conv_embed.conv"]
     assert len(conv1d) and not (conv1d["fix_code"] == "channels_last").any()
-    found = torch_nsight.load(DATA / "zoo_families" / "mobilenet_v3.ncu-rep.xz").finding_table(
-        fold=False)
+
+
+@_in_group("zoo_families/mobilenet_v3.ncu-rep.xz")
+def test_a_2d_convolutions_nchw_small_grid_is_told_channels_last() -> None:
+    """MobileNetV3's 2-D convolutions run NCHW kernels: told to go channels-last."""
+    found = _profile("zoo_families/mobilenet_v3.ncu-rep.xz").finding_table(fold=False)
     assert (found.loc[found["module_kind"] == "conv", "fix_code"] == "channels_last").any()
 
 
+@_in_group("zoo_families/conformer.ncu-rep.xz")
 def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
     """torchaudio's Conformer (a verification model) runs ``BatchNorm1d`` and depthwise
     ``Conv1d`` over (N, C, L): PyTorch's NCHW batch-norm kernels, and nothing for
@@ -233,7 +263,7 @@ def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
     them as NCHW kernels to remove."""
     from torch_nsight.analyze.findings.sites import takes_4d
 
-    profile = torch_nsight.load(DATA / "zoo_families" / "conformer.ncu-rep.xz")
+    profile = _profile("zoo_families/conformer.ncu-rep.xz")
     calls = profile.calls
     assert calls is not None and len(calls)
     batch_norms = calls[calls["module_class"].astype(str).str.endswith("BatchNorm1d")]
@@ -245,11 +275,12 @@ def test_no_channels_last_where_no_call_took_a_4d_tensor() -> None:
     assert not (found["fix_code"] == "channels_last").any(), found.to_string()
 
 
+@_in_group("zoo_families/swin_t.ncu-rep.xz")
 def test_attention_written_out_is_told_sdpa_not_padding() -> None:
     """torchvision's Swin-T (a verification model) computes window attention with batched
     matmuls and a softmax: their misaligned stride is the window's 7 x 7 = 49 tokens, the
     length the softmax normalises over, not a Linear's features to pad."""
-    profile = torch_nsight.load(DATA / "zoo_families" / "swin_t.ncu-rep.xz")
+    profile = _profile("zoo_families/swin_t.ncu-rep.xz")
     calls = profile.calls
     assert calls is not None
     softmax = calls[calls["aten_op"] == "_softmax"]
@@ -269,12 +300,13 @@ def test_attention_written_out_is_told_sdpa_not_padding() -> None:
             assert all(p["role"] != "sequence" for p in row["fix_params"]["pads"]), row
 
 
+@_in_group("zoo_families/deeplab.ncu-rep.xz")
 def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
     """torchvision's DeepLabV3 (a verification model) runs NCHW; its pooling branch's batch
     norm over N x C x 1 x 1 runs PyTorch's channels-last kernels. The network was once
     judged channels-last already ("no switch known") and told to go channels-last in one
     report."""
-    profile = torch_nsight.load(DATA / "zoo_families" / "deeplab.ncu-rep.xz")
+    profile = _profile("zoo_families/deeplab.ncu-rep.xz")
     kernels, calls = profile.kernels, profile.calls
     assert calls is not None
     ran = kernels.loc[runs_channels_last(kernels)
@@ -290,15 +322,16 @@ def test_a_one_pixel_batch_norm_is_not_channels_last() -> None:
     assert len(layout) and (layout["fix_code"] == "channels_last").all()
 
 
-@pytest.mark.parametrize("path", ["zoo_families/lstm_lm.ncu-rep.xz",
-                                  "zoo_families/gru_lm.ncu-rep.xz",
-                                  "outside_lstm/replicated/report.ncu-rep.xz"])
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=_in_group(p)) for p in ("zoo_families/lstm_lm.ncu-rep.xz",
+                                                  "zoo_families/gru_lm.ncu-rep.xz",
+                                                  "outside_lstm/replicated/report.ncu-rep.xz")])
 def test_a_cudnn_recurrent_layer_is_not_told_to_fuse_its_own_kernels(path: str) -> None:
     """cuDNN runs a whole nn.LSTM / nn.GRU in one call (``_cudnn_rnn``, its backward) with its
     own elementwise kernels (``elemWiseRNNcell``, ``LSTM_elementWise_bp1``), which
     torch.compile passes through: no elementwise chain, no compile advice, at that site.
     The sites are read from the calls table, the kernels from the report."""
-    profile = torch_nsight.load(DATA / path)
+    profile = _profile(path)
     calls = profile.calls
     assert calls is not None
     layers = set(calls.loc[calls["aten_op"].astype(str).str.startswith("_cudnn_rnn"),
