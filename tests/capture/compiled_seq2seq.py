@@ -2,7 +2,7 @@
 breaks of its own) for ``test_compiled_program.py``'s dry run: ``python
 compiled_seq2seq.py``, with ``torch_nsight.instrument(model)`` (active under ``torch-nsight
 profile`` only) and the model compiled whole, called with keyword arguments. After each step
-it prints what Dynamo did so far (``step I: instrumented B, recompiles R, graph breaks G,
+it prints, inside the step, what Dynamo did so far (``step I: instrumented B, recompiles R, graph breaks G,
 graphs N, frames F``)."""
 
 from __future__ import annotations
@@ -29,12 +29,13 @@ def main() -> int:
             compiled(input_features=features, labels=labels)["loss"].backward()
             optimizer.step()
             optimizer.zero_grad()
-        metrics = get_compilation_metrics()
-        recompiles = sum(m.recompile_reason is not None for m in metrics)
-        print(f"step {index}: instrumented {handle.active}, recompiles {recompiles}, "
-              f"graph breaks {sum(counters['graph_break'].values())}, "
-              f"graphs {counters['stats']['unique_graphs']}, "
-              f"frames {sum(1 for m in metrics if m.co_name)}", flush=True)
+            # inside the step: a dry run stops the script as soon as its last chosen step ends
+            metrics = get_compilation_metrics()
+            recompiles = sum(m.recompile_reason is not None for m in metrics)
+            print(f"step {index}: instrumented {handle.active}, recompiles {recompiles}, "
+                  f"graph breaks {sum(counters['graph_break'].values())}, "
+                  f"graphs {counters['stats']['unique_graphs']}, "
+                  f"frames {sum(1 for m in metrics if m.co_name)}", flush=True)
     return 0
 
 
