@@ -109,8 +109,8 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
 
     listed = replicate_launches(args, command, report)
     probing = not listed and probes_launches(args, script.world_size(os.environ))
-    found, started, probe_s = (_found_last_time(command, report) if probing else []), \
-        time.monotonic(), 0.0
+    found = _found_last_time(command, report) if probing else []
+    started, probe_s = time.monotonic(), 0.0
     if not found:
         plan = plan_for(probe_launches=probing, **listed)
         try:
