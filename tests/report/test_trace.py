@@ -202,6 +202,37 @@ def test_copies_that_overlap_count_once(tmp_path: Path) -> None:
     assert after["copies"].sum() == 2 * before["copies"].sum()
 
 
+def test_a_copy_claiming_more_bytes_than_memory_moves_is_not_believed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The recorded copy-bound step with one copy's byte count made a petabyte: its rate
+    would be above any GPU's memory, so its bytes are left out, with a warning; the other
+    steps' copies keep theirs."""
+    import gzip
+    import json
+    import logging
+    import shutil
+
+    from torch_nsight.analyze.steps import MAX_COPY_BYTES_PER_NS, step_table
+
+    folder = tmp_path / "timeline_copy"
+    shutil.copytree(DATA / "timeline_copy", folder)
+    with gzip.open(folder / "trace-0.json.gz", "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    copy = [e for e in document["traceEvents"] if e.get("cat") == "gpu_memcpy"][-1]  # measured
+    copy["args"]["bytes"] = 10**15
+    with gzip.open(folder / "trace-0.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump(document, handle)
+    honest = step_table(*(lambda p: (p.kernels, p.timeline))(
+        torch_nsight.load(DATA / "timeline_copy", cache=False)), "test")[0]
+    crafted = torch_nsight.load(folder, cache=False)
+    with caplog.at_level(logging.WARNING, logger="torch_nsight.analyze.steps"):
+        steps = step_table(crafted.kernels, crafted.timeline, "test")[0]
+    assert "1 copies claim more bytes" in caplog.text
+    assert (steps["copy_gb_per_s"] <= MAX_COPY_BYTES_PER_NS).all()
+    assert (steps["copy_bytes"] < honest["copy_bytes"]).sum() == 1  # the crafted step's
+    assert (steps["copy_bytes"] == honest["copy_bytes"]).sum() == len(steps) - 1
+
+
 @pytest.mark.parametrize(("name", "verdict", "advice_code"), [
     # busy 72.9% of its bare step: its GPU idles 27.1% of it, from FINDING_PCT (10%)
     ("timeline_train", "GPU-bound", "gpu_bound_idle"),

@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 #: A kernel shorter than this (ns) is small: eager PyTorch takes longer to launch it.
 SMALL_KERNEL_NS = 10_000.0
+#: The most bytes a copy can move per ns (GB/s), above every GPU's memory bandwidth (H200:
+#: 4.8 TB/s; B200: 8 TB/s): a trace's copy claiming more has a byte count not to believe.
+MAX_COPY_BYTES_PER_NS = 20_000.0
 #: A gap is a data wait when its ``cpu`` contains one of these (case-insensitive).
 DATA_LOADING_PATTERNS = ("dataloader", "__next__", "collate", "pin_memory")
 
@@ -97,7 +100,13 @@ def _activity(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     for name, mask in {"kernel_ns": is_kernel, "small_ns": small, "copy_ns": is_copy,
                        "pageable_ns": pageable}.items():
         activity[name] = duration.where(mask, 0.0)
-    activity["copy_bytes"] = activity["bytes"].astype("float64").where(is_copy, 0.0)
+    copied = activity["bytes"].astype("float64")
+    implausible = is_copy & (copied > MAX_COPY_BYTES_PER_NS * duration)
+    if implausible.any():  # a byte count no memory could move in the copy's time
+        logger.warning("%d copies claim more bytes than any GPU's memory moves in their "
+                       "duration (%.0f GB/s at most): their byte counts are left out",
+                       int(implausible.sum()), MAX_COPY_BYTES_PER_NS)
+    activity["copy_bytes"] = copied.where(is_copy & ~implausible, 0.0)
     return activity
 
 
