@@ -202,6 +202,31 @@ def test_copies_that_overlap_count_once(tmp_path: Path) -> None:
     assert after["copies"].sum() == 2 * before["copies"].sum()
 
 
+def test_events_written_twice_count_once(tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The recorded decode trace with every GPU event written twice: the same kernels as the
+    trace itself, and one warning that says how many twins were left out."""
+    import gzip
+    import json
+    import logging
+    import shutil
+
+    folder = tmp_path / "timeline_decode"
+    shutil.copytree(DATA / "timeline_decode", folder)
+    with gzip.open(folder / "trace-0.json.gz", "rt", encoding="utf-8") as handle:
+        document = json.load(handle)
+    gpu = [e for e in document["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy")]
+    document["traceEvents"] += gpu
+    with gzip.open(folder / "trace-0.json.gz", "wt", encoding="utf-8") as handle:
+        json.dump(document, handle)
+    once = torch_nsight.load(DATA / "timeline_decode", cache=False)
+    with caplog.at_level(logging.WARNING):
+        twice = torch_nsight.load(folder, cache=False)
+    assert len(twice.kernels) == len(once.kernels)
+    assert twice.kernels["duration_ns"].sum() == once.kernels["duration_ns"].sum()
+    kernels = sum(e.get("cat") == "kernel" for e in gpu)
+    assert f"{kernels} kernel events with a twin earlier in the file" in caplog.text
+
 def test_a_copy_claiming_more_bytes_than_memory_moves_is_not_believed(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The recorded copy-bound step with one copy's byte count made a petabyte: its rate

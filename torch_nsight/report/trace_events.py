@@ -318,6 +318,7 @@ def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
     origin = float("inf")
     prefix = naming.RECORD_PREFIX
     activities, calls, ranges = out.activities, out.calls, out.ranges
+    seen: set[tuple[float, int | None, str, int | None]] = set()  # GPU events, to find twins
     for item in items:
         if type(item) is not _Event or item.ph != "X":
             continue
@@ -347,7 +348,13 @@ def sort_events(items: Iterable[Any], devices: Any, where: str) -> TraceEvents:
             origin = start
         kind = _KINDS.get(cat)
         if kind is not None:
-            activities.append(_activity(kind, name, start, duration, args))
+            activity = _activity(kind, name, start, duration, args)
+            twin = (start, activity.correlation, name, activity.stream)
+            if twin in seen:  # the same event written twice: counted once
+                left.add(GPU_CATEGORIES.get(cat or "", kind), "a twin earlier in the file")
+                continue
+            seen.add(twin)
+            activities.append(activity)
             continue
         span = (start, start + duration, name)
         if cat in CALL_CATEGORIES:
