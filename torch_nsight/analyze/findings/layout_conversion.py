@@ -18,6 +18,9 @@ from torch_nsight.analyze.findings.sites import Site, flat_rows, takes_4d
 from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
+#: ``gain_basis`` of a gain that is the measured time of the kernels the fix removes (not a
+#: fix timed: ``measured`` is ``findings --benchmark``'s, ``steps`` ``profile --verify``'s).
+REMOVED_BASIS = "removed"
 #: PyTorch's own kernels for channels-last input (batch norm, pooling, upsampling): words of
 #: their functors. cuDNN's NHWC kernels are no sign: it converts NCHW input to run them.
 CHANNELS_LAST_KERNELS = ("channels_last", "_nhwc")
@@ -63,7 +66,7 @@ def layout_conversion(context: Context) -> list[Finding]:
         calls = context.calls_of(group)
         planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
         found.append(Finding(
-            "layout_conversion", rows, gain, "measured", "medium",
+            "layout_conversion", rows, gain, REMOVED_BASIS, "medium",
             "channels_last" if planar and not already else "none_known",
             module_kind="conv", aten_ops=site.ops,
             layout=("channels_last" if already else "nchw") if planar else None,

@@ -43,7 +43,7 @@ class Finding:
         gain_ns: the GPU time per run its fix recovers, by a model of what the fix changes
             (NaN when unknown).
         basis: how the gain was estimated: ``roofline`` (the fixed kernels at their
-            roofline), ``measured`` (the time of the kernels the fix removes), ``calibrated``
+            roofline), ``removed`` (the time of the kernels the fix removes), ``calibrated``
             (their time times what the fix saved of it on a recorded pair) or
             ``headroom`` (no model of what the fix changes: ``gain_ns`` NaN, ``bound_ns``
             the most any fix of these kernels could recover).
