@@ -46,7 +46,7 @@ TIMELINE_NEEDS = ("source", "variant", "shape", "run", "kind", "start_ns", "end_
 STEP_KEYS = ["source", *LABELS, "run"]
 #: Per-step sums of the activity table.
 _SUMS = ("kernels", "kernel_ns", "small", "small_ns", "copies", "copy_ns", "copy_bytes",
-         "pageable", "pageable_ns")
+         "pageable", "pageable_ns", "untrusted")
 #: Per-step numbers whose median over its steps a shape reports.
 MEDIANS = ("wall_ns", "busy_ns", "idle_ns", "other_idle_ns", "busy_pct", "idle_pct",
            "kernels", "launches", "launches_per_ms", "small_kernel_pct",
@@ -107,6 +107,7 @@ def _activity(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                        "duration (%.0f GB/s at most): their byte counts are left out",
                        int(implausible.sum()), MAX_COPY_BYTES_PER_NS)
     activity["copy_bytes"] = copied.where(is_copy & ~implausible, 0.0)
+    activity["untrusted"] = implausible.astype("float64")
     return activity
 
 
@@ -163,6 +164,8 @@ def step_table(kernels: pd.DataFrame, timeline: pd.DataFrame | None, caller: str
              else pd.Series(np.nan, index=steps.index))
     steps["copy_ns"] = union.where(union.notna(), steps["copy_ns"].clip(upper=busy))
     steps["copy_gb_per_s"] = steps["copy_bytes"] / _positive(steps["copy_ns"])  # B/ns = GB/s
+    unknown = steps.pop("untrusted") > 0  # a step with a byte count not believed: unknown
+    steps.loc[unknown, ["copy_bytes", "copy_gb_per_s"]] = np.nan
     steps["copy_pct"] = steps["copy_ns"] * per_wall
     steps["copy_busy_pct"] = 100.0 * steps["copy_ns"] / _positive(busy)
     steps["data_wait_pct"] = steps["data_ns"] * per_wall

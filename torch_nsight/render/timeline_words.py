@@ -141,9 +141,11 @@ def _data_bound(row: pd.Series) -> str:
 
 
 def _copy_bound(row: pd.Series) -> str:
-    return (f"{_copy_share(row)} ({_copies(row['copies'])} of {format_bytes(row['copy_bytes'])} "
-            f"at {row['copy_gb_per_s']:.1f} GB/s; copy-bound from {COPY_WALL_PCT:g}% or "
-            f"{COPY_BUSY_PCT:g}%).")
+    moved = (f"of {format_bytes(row['copy_bytes'])} at {row['copy_gb_per_s']:.1f} GB/s"
+             if pd.notna(row["copy_bytes"]) and pd.notna(row["copy_gb_per_s"])
+             else "whose bytes are not known")
+    return (f"{_copy_share(row)} ({_copies(row['copies'])} {moved}; copy-bound from "
+            f"{COPY_WALL_PCT:g}% or {COPY_BUSY_PCT:g}%).")
 
 
 def _launch_bound(row: pd.Series) -> str:
