@@ -65,3 +65,18 @@ def test_a_dense_model_keeps_its_compile() -> None:
     added = add_step_idle(found, row)
     assert added.loc[added["finding"].eq("step_idle"), "fix_code"].tolist() == ["compile_model"]
     assert _compiles_the_model(added)
+
+
+def test_a_dense_model_loaded_beside_a_moe_keeps_its_compile() -> None:
+    """Two reports loaded together are two shapes: the MoE's fp32 experts say nothing of the
+    dense model's compile (its findings named experts it does not have)."""
+    profile = torch_nsight.load([ZOO / "mixtral_moe.ncu-rep.xz", ZOO / "llama_train.ncu-rep.xz"],
+                                cache=False)
+    found = profile.findings()
+    dense = found[found["shape"].eq("llama_train")]
+    assert dense["fix_code"].eq("compile_model").any(), dense["fix_code"].value_counts()
+    assert not dense["fix_code"].eq("cast_then_compile").any()
+    assert not dense["fix"].str.contains("_grouped_mm", regex=False).any()
+    moe = found[found["shape"].eq("mixtral_moe")]
+    assert moe["fix_code"].eq("cast_then_compile").sum() >= 5
+    assert not moe["fix_code"].eq("compile_model").any()
