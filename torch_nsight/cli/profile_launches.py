@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.errors import NothingProfiledError
+from torch_nsight.status import recurrent_modules
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan, ScriptRun
@@ -141,14 +142,35 @@ def _found_last_time(command: Sequence[str], report: Path) -> list[str]:
     launches = last.get("replicated_launches")
     if last.get("command") != list(command) or not isinstance(launches, dict):
         return []
-    found = launches.get("recurrent")
-    return [str(m) for m in found] if isinstance(found, list) else []
+    return recurrent_modules(launches.get("recurrent"))
+
+
+#: The most module names a line on cuDNN recurrent layers lists, after folding.
+SAID_MODULES = 6
+
+
+def said_modules(modules: Sequence[str]) -> str:
+    """The recurrent layers' names for a line: block indices folded
+    (``encoder.{0-23}.lstm``), the first :data:`SAID_MODULES` of them, then how many more;
+    "unnamed" for none."""
+    from torch_nsight.analyze.fold import folded_name, index_template
+
+    slots: dict[str, list[tuple[int, ...]]] = {}
+    for module in modules:
+        template, indices = index_template(module)
+        if template.count("{}") != len(indices):  # braces of its own: not folded
+            template, indices = module, ()
+        slots.setdefault(template, []).append(indices)
+    names = [folded_name(t, ix) if ix[0] else t for t, ix in slots.items()]
+    more = len(names) - SAID_MODULES
+    shown = ", ".join(names[:SAID_MODULES]) or "unnamed"
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def _say_recurrent(modules: list[str], how: str) -> None:
     from torch_nsight.cli.text import say_comment
 
-    say_comment(f"# cuDNN recurrent layers ({', '.join(modules)}){how}: their time steps launch "
+    say_comment(f"# cuDNN recurrent layers ({said_modules(modules)}){how}: their time steps launch "
                 "the same kernels from one call, so the chosen steps' launches are listed "
                 "first without ncu and ncu profiles a few of each kind "
                 "(--no-replicate-launches profiles every launch)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.command_check import cannot_start
+from torch_nsight.cli.profile_launches import said_modules
 from torch_nsight.cli.text import say_comment
 from torch_nsight.errors import NothingProfiledError
 from torch_nsight.units import counted
@@ -38,7 +39,7 @@ def rehearse(plan: ScriptPlan) -> int:
     if done.checked is not None:
         say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
     if done.recurrent:
-        say_comment(f"# cuDNN recurrent layers ({', '.join(done.recurrent)}): their time steps "
+        say_comment(f"# cuDNN recurrent layers ({said_modules(done.recurrent)}): their time steps "
                     "launch the same kernels from one call, so profile would first list the "
                     "chosen steps' launches without ncu, then profile a few of each kind "
                     "(--replicate-launches; --no-replicate-launches profiles every launch)")
