@@ -90,3 +90,29 @@ def test_an_odd_memo_in_the_last_manifest_names_no_junk(tmp_path: Path) -> None:
     said = _said(proc)
     assert "cuDNN recurrent layers (encoder.{0-39}.lstm), found by this command's last run" \
         in said, said
+
+
+#: The probe's stand-in whose later runs raise in their first step: the launch list fails.
+FAILS = """
+import torch, torch_nsight
+import torch_nsight.capture.script.recurrent as recurrent
+recurrent.recurrent_layers = lambda: ["lstm"]
+torch_nsight.instrument(torch.nn.Linear(4, 4), record_calls=False)
+with torch_nsight.step():
+    raise RuntimeError("the first step fails")
+"""
+
+
+@pytest.mark.slow
+def test_a_failed_automatic_launch_list_gives_no_advice_on_an_option_not_given(
+        tmp_path: Path) -> None:
+    from .test_profile_command import cli, fake_ncu
+
+    (tmp_path / "fails.py").write_text(FAILS)
+    proc = cli("--ncu", str(fake_ncu(tmp_path)), "--steps", "2:3", "--", sys.executable,
+               "fails.py", cwd=tmp_path)
+    said = " ".join(proc.stderr.split())  # lines unwrapped
+    assert ("warning: the launch list for the cuDNN recurrent layers: the command recorded no "
+            "launch list without ncu (exit status 1); profiling every launch instead") in said, said
+    assert "run it without" not in proc.stderr and "--replicate-launches:" not in proc.stderr
+    assert not (tmp_path / "torch_nsight_profile" / "launches").exists()  # nothing left

@@ -107,6 +107,7 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
             as :func:`~torch_nsight.collect.parent.script.run_script`.
     """
     from torch_nsight.collect.parent import script
+    from torch_nsight.collect.parent.launch_list import forget_launches
 
     listed = replicate_launches(args, command, report)
     probing = not listed and probes_launches(args, script.world_size(os.environ))
@@ -125,8 +126,10 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
         listed = replicate_launches(_forced(args), command, report)
         listed["launches"] = {**listed["launches"], "recurrent": found,
                               "probe_s": round(probe_s, 3)}
-    except NothingProfiledError as err:
-        logger.warning("%s; profiling every launch instead", err)
+    except NothingProfiledError as err:  # the user did not ask for it: no advice on the option
+        logger.warning("the launch list for the cuDNN recurrent layers: %s; profiling every "
+                       "launch instead", getattr(err, "reason", err))
+        forget_launches(report)  # what the failed pass left beside the report
         listed = {}
     plan = plan_for(**listed)
     return plan, script.run_script(plan)
