@@ -116,3 +116,14 @@ def test_a_failed_automatic_launch_list_gives_no_advice_on_an_option_not_given(
             "launch list without ncu (exit status 1); profiling every launch instead") in said, said
     assert "run it without" not in proc.stderr and "--replicate-launches:" not in proc.stderr
     assert not (tmp_path / "torch_nsight_profile" / "launches").exists()  # nothing left
+
+
+@pytest.mark.slow
+def test_a_dry_run_reads_an_odd_status_line(tmp_path: Path) -> None:
+    from .test_profile_command import cli
+
+    (tmp_path / "odd.py").write_text(ODD)
+    proc = cli("--dry-run", "--steps", "2:3", "--", sys.executable, "odd.py", cwd=tmp_path,
+               env={"MODULES": "5"})
+    assert proc.returncode == 0, proc.stderr
+    assert "cuDNN recurrent layers (unnamed)" in _said(proc), _said(proc)

@@ -38,7 +38,7 @@ def rehearse(plan: ScriptPlan) -> int:
     say_comment(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
     if done.checked is not None:
         say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
-    if done.recurrent:
+    if done.recurrent is not None:  # found, its names unreadable: "unnamed"
         say_comment(f"# cuDNN recurrent layers ({said_modules(done.recurrent)}): their time steps "
                     "launch the same kernels from one call, so profile would first list the "
                     "chosen steps' launches without ncu, then profile a few of each kind "
