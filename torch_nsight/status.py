@@ -26,6 +26,15 @@ logger = logging.getLogger(__name__)
 RECURRENT_EVENT = "recurrent"
 
 
+def recurrent_modules(value: object) -> list[str]:
+    """The module names a :data:`RECURRENT_EVENT`'s ``modules`` (or a manifest's memo of them)
+    holds: the non-empty strings of a list; [] for anything else (the file is the script's,
+    or an earlier run's, to write)."""
+    if not isinstance(value, list):
+        return []
+    return [m for m in value if isinstance(m, str) and m]
+
+
 def current_rank(environ: Mapping[str, str]) -> int | None:
     """This process's rank as torchrun sets it (``RANK``, else ``LOCAL_RANK``), or None."""
     for name in ("RANK", "LOCAL_RANK"):

@@ -65,3 +65,40 @@ def test_a_dense_model_keeps_its_compile() -> None:
     added = add_step_idle(found, row)
     assert added.loc[added["finding"].eq("step_idle"), "fix_code"].tolist() == ["compile_model"]
     assert _compiles_the_model(added)
+
+
+def test_a_dense_model_loaded_beside_a_moe_keeps_its_compile() -> None:
+    """Two reports loaded together are two shapes: the MoE's fp32 experts say nothing of the
+    dense model's compile (its findings named experts it does not have)."""
+    profile = torch_nsight.load([ZOO / "mixtral_moe.ncu-rep.xz", ZOO / "llama_train.ncu-rep.xz"],
+                                cache=False)
+    found = profile.findings()
+    dense = found[found["shape"].eq("llama_train")]
+    assert dense["fix_code"].eq("compile_model").any(), dense["fix_code"].value_counts()
+    assert not dense["fix_code"].eq("cast_then_compile").any()
+    assert not dense["fix"].str.contains("_grouped_mm", regex=False).any()
+    moe = found[found["shape"].eq("mixtral_moe")]
+    assert moe["fix_code"].eq("cast_then_compile").sum() >= 5
+    assert not moe["fix_code"].eq("compile_model").any()
+
+
+def test_no_words_say_verify_measures_a_compile_it_has_no_switch_for() -> None:
+    """``cast_then_compile`` has no switch: --verify measures the compile only once the cast
+    is made, so neither the step-idle fix nor the note under the table says it measures it."""
+    from torch_nsight.render.finding_words import word_findings
+    from torch_nsight.render.findings import render_findings
+
+    profile = torch_nsight.load(ZOO / "mixtral_moe.ncu-rep.xz", cache=False)
+    found, kernels = profile.findings(), profile.kernels
+    runs = kernels["run"].nunique() if "run" in kernels else 1
+    row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
+    assert row is not None
+    fix = word_findings(pd.DataFrame([cast_first_row(found, row)]))["fix"].iat[0]
+    assert "--verify measures it, after the cast. But first cast _grouped_mm" in fix, fix
+    note = " ".join(render_findings(found, "plain", kernels).split()).split("≤: ")[-1]
+    assert note.endswith("--verify measures it on your steps, once the cast those fixes ask "
+                         "for first is made."), note
+    dense = torch_nsight.load(ZOO / "llama_train.ncu-rep.xz", cache=False)
+    idle = step_idle(dense.kernels, 2.0 * dense.kernels["duration_ns"].sum())
+    assert idle is not None
+    assert word_findings(pd.DataFrame([idle]))["fix"].iat[0].endswith("--verify measures it.")

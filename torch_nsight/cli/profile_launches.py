@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.errors import NothingProfiledError
+from torch_nsight.status import recurrent_modules
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan, ScriptRun
@@ -106,6 +107,7 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
             as :func:`~torch_nsight.collect.parent.script.run_script`.
     """
     from torch_nsight.collect.parent import script
+    from torch_nsight.collect.parent.launch_list import forget_launches
 
     listed = replicate_launches(args, command, report)
     probing = not listed and probes_launches(args, script.world_size(os.environ))
@@ -124,8 +126,10 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
         listed = replicate_launches(_forced(args), command, report)
         listed["launches"] = {**listed["launches"], "recurrent": found,
                               "probe_s": round(probe_s, 3)}
-    except NothingProfiledError as err:
-        logger.warning("%s; profiling every launch instead", err)
+    except NothingProfiledError as err:  # the user did not ask for it: no advice on the option
+        logger.warning("the launch list for the cuDNN recurrent layers: %s; profiling every "
+                       "launch instead", getattr(err, "reason", err))
+        forget_launches(report)  # what the failed pass left beside the report
         listed = {}
     plan = plan_for(**listed)
     return plan, script.run_script(plan)
@@ -141,14 +145,35 @@ def _found_last_time(command: Sequence[str], report: Path) -> list[str]:
     launches = last.get("replicated_launches")
     if last.get("command") != list(command) or not isinstance(launches, dict):
         return []
-    found = launches.get("recurrent")
-    return [str(m) for m in found] if isinstance(found, list) else []
+    return recurrent_modules(launches.get("recurrent"))
+
+
+#: The most module names a line on cuDNN recurrent layers lists, after folding.
+SAID_MODULES = 6
+
+
+def said_modules(modules: Sequence[str]) -> str:
+    """The recurrent layers' names for a line: block indices folded
+    (``encoder.{0-23}.lstm``), the first :data:`SAID_MODULES` of them, then how many more;
+    "unnamed" for none."""
+    from torch_nsight.analyze.fold import folded_name, index_template
+
+    slots: dict[str, list[tuple[int, ...]]] = {}
+    for module in modules:
+        template, indices = index_template(module)
+        if template.count("{}") != len(indices):  # braces of its own: not folded
+            template, indices = module, ()
+        slots.setdefault(template, []).append(indices)
+    names = [folded_name(t, ix) if ix[0] else t for t, ix in slots.items()]
+    more = len(names) - SAID_MODULES
+    shown = ", ".join(names[:SAID_MODULES]) or "unnamed"
+    return shown + (f" and {more} more" if more > 0 else "")
 
 
 def _say_recurrent(modules: list[str], how: str) -> None:
     from torch_nsight.cli.text import say_comment
 
-    say_comment(f"# cuDNN recurrent layers ({', '.join(modules)}){how}: their time steps launch "
+    say_comment(f"# cuDNN recurrent layers ({said_modules(modules)}){how}: their time steps launch "
                 "the same kernels from one call, so the chosen steps' launches are listed "
                 "first without ncu and ncu profiles a few of each kind "
                 "(--no-replicate-launches profiles every launch)")

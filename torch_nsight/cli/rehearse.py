@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.command_check import cannot_start
+from torch_nsight.cli.profile_launches import said_modules
 from torch_nsight.cli.text import say_comment
 from torch_nsight.errors import NothingProfiledError
 from torch_nsight.units import counted
@@ -37,8 +38,8 @@ def rehearse(plan: ScriptPlan) -> int:
     say_comment(f"# dry run: the command ran without ncu {ended}, {done.seconds:.1f} s")
     if done.checked is not None:
         say_comment(f"# step {done.checked['index']}: {_checked(done.checked)}")
-    if done.recurrent:
-        say_comment(f"# cuDNN recurrent layers ({', '.join(done.recurrent)}): their time steps "
+    if done.recurrent is not None:  # found, its names unreadable: "unnamed"
+        say_comment(f"# cuDNN recurrent layers ({said_modules(done.recurrent)}): their time steps "
                     "launch the same kernels from one call, so profile would first list the "
                     "chosen steps' launches without ncu, then profile a few of each kind "
                     "(--replicate-launches; --no-replicate-launches profiles every launch)")

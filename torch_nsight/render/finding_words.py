@@ -132,11 +132,12 @@ def _compile_module(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
 
 
 def _compile_model(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
-    if row.get("finding") == "step_idle":
+    if row.get("finding") == "step_idle":  # cast first: no switch until the cast is made
+        after = ", after the cast" if row.get("fix_code") == "cast_then_compile" else ""
         return ("Launch fewer kernels: torch.compile the model (fused kernels, launched by "
                 "generated code); mode=\"reduce-overhead\" also replays them as CUDA graphs. "
                 "A graph break (an .item(), a data-dependent shape) can make it slower: "
-                "--verify measures it.")
+                f"--verify measures it{after}.")
     facts = row.get("facts")
     cost = facts.get("compiled_call_ns") if isinstance(facts, Mapping) else None
     each = f" (about {cost / 1e3:.0f} µs of CPU time a call)" if cost else ""

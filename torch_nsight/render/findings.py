@@ -39,7 +39,10 @@ def _labels(kernels: pd.DataFrame) -> list[str]:
 #: Under a findings table with a bounded row whose fix also cuts launches.
 LAUNCH_NOTE = ("≤: what those kernels could save at most; {fixes} also removes launches, "
                "whose CPU time a kernel profile does not see, so the step can gain more: "
-               "torch-nsight profile --verify measures it on your steps.")
+               "torch-nsight profile --verify measures it on your steps{when}.")
+#: The note's end where every such fix is ``cast_then_compile``: ``--verify`` has no switch for
+#: it, and measures the compile once the grouped GEMMs are cast (a new profile).
+CAST_FIRST_WHEN = ", once the cast those fixes ask for first is made"
 
 
 def gain_cell(row: pd.Series) -> str:
@@ -138,9 +141,10 @@ def launch_note(frame: pd.DataFrame) -> str:
     cutting = frame["fix_code"].isin(CUTS_LAUNCHES)
     if not (bounded & cutting).any():
         return ""
-    fixes = "CUDA graphs" if set(frame.loc[bounded & cutting, "fix_code"]) == {"cuda_graphs"} \
-        else "compiling"
-    return LAUNCH_NOTE.format(fixes=fixes)
+    codes = set(frame.loc[bounded & cutting, "fix_code"])
+    fixes = "CUDA graphs" if codes == {"cuda_graphs"} else "compiling"
+    return LAUNCH_NOTE.format(fixes=fixes,
+                              when=CAST_FIRST_WHEN if codes == {"cast_then_compile"} else "")
 
 
 def _findings_table(frame: pd.DataFrame, fmt: str, kernels: pd.DataFrame | None) -> str:

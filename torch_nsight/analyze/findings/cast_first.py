@@ -23,6 +23,7 @@ import pandas as pd
 
 from torch_nsight.analyze.findings.switch_fixes import fix_target
 from torch_nsight.analyze.fold import folded_name, index_template
+from torch_nsight.vocabulary import LABELS
 
 __all__ = ["GROUPED_OPS", "cast_first", "cast_first_row"]
 
@@ -48,17 +49,29 @@ def _folded(modules: Iterable[str]) -> list[str]:
 def cast_first(found: pd.DataFrame) -> pd.DataFrame:
     """``found`` (finding rows with codes) with each fix that compiles the whole model
     (``compile_model``, ``compile_module`` of the root) turned into ``cast_then_compile``
-    where a ``cast_to_half`` finding of the same table names a grouped GEMM; its parameters
-    name those findings' modules, ops and dtype, and the compile's own fix code
-    (``compile``). Unchanged otherwise."""
+    where a ``cast_to_half`` finding of the same (variant, shape) names a grouped GEMM (the
+    reports of other models loaded beside it keep their compile); its parameters name those
+    findings' modules, ops and dtype, and the compile's own fix code (``compile``).
+    Unchanged otherwise."""
     if found.empty or "fix_code" not in found or "fix_params" not in found:
         return found
-    casts = found[found["fix_code"].eq("cast_to_half")]
+    keys = [c for c in LABELS if c in found]
+    labels = (found[keys].astype(object).where(found[keys].notna(), "").astype(str)
+              .agg("\x1f".join, axis=1) if keys else pd.Series("", index=found.index))
+    out = found
+    for label in dict.fromkeys(labels):
+        out = _cast_within(out, labels.eq(label).to_numpy())
+    return out
+
+
+def _cast_within(found: pd.DataFrame, mine: Any) -> pd.DataFrame:
+    """:func:`cast_first` among the rows ``mine`` (a boolean mask) alone."""
+    casts = found[mine & found["fix_code"].eq("cast_to_half").to_numpy()]
     ops = [_grouped(p) for p in casts["fix_params"]]
     casts = casts[[bool(o) for o in ops]]
     whole = [fix_target(path) == "" for path in found.get("module_path", found["module"])]
-    target = found["fix_code"].eq("compile_model") | (
-        found["fix_code"].eq("compile_module") & pd.Series(whole, index=found.index))
+    target = mine & (found["fix_code"].eq("compile_model") | (
+        found["fix_code"].eq("compile_module") & pd.Series(whole, index=found.index)))
     if casts.empty or not target.any():
         return found
     first = casts["fix_params"].iat[0]
@@ -77,7 +90,7 @@ def cast_first(found: pd.DataFrame) -> pd.DataFrame:
 def cast_first_row(found: pd.DataFrame, row: Mapping[str, Any]) -> dict[str, Any]:
     """``row``, a finding not in ``found`` (``step_idle``, made from the bare step), with its
     fix turned as :func:`cast_first` would turn it among ``found``'s findings."""
-    columns = ["module", "module_path", "fix_code", "fix_params"]
+    columns = [*LABELS, "module", "module_path", "fix_code", "fix_params"]
     mine = pd.DataFrame([{c: row.get(c) for c in columns}], columns=columns, dtype=object)
     theirs = found.reindex(columns=columns).astype(object)
     last = cast_first(pd.concat([theirs, mine], ignore_index=True)).iloc[-1]

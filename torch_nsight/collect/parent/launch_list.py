@@ -33,6 +33,15 @@ from torch_nsight.report.timeline_source import TimelineDirectory
 logger = logging.getLogger(__name__)
 
 
+class LaunchListFailed(NothingProfiledError):
+    """The launch list's pass recorded no launch of the chosen steps: ``reason`` (the
+    message adds the option and ``advice`` for a user who gave ``--replicate-launches``)."""
+
+    def __init__(self, reason: str, advice: str = "") -> None:
+        super().__init__(f"--replicate-launches: {reason}{advice}")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class ReplicatedLaunches:
     """The launch list's pass: the plan, and what the run's manifest records of it."""
@@ -65,7 +74,7 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
     the plan of which launches ncu profiles beside ``report``.
 
     Raises:
-        NothingProfiledError: the command recorded no launch of the chosen steps.
+        LaunchListFailed: the command recorded no launch of the chosen steps.
         OutputWriteError: the launch list's folder holds files torch_nsight did not write.
         FileNotFoundError: the command does not exist.
         KeyboardInterrupt: interrupted.
@@ -87,20 +96,19 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                   timeout=timeout, quiet=quiet)
     (folder / formats.LAUNCH_STATUS).unlink(missing_ok=True)
     if not formats.is_timeline_dir(folder):
-        raise NothingProfiledError(f"--replicate-launches: the command recorded no launch list "
-                                   f"without ncu (exit status {outcome.returncode}"
-                                   f"{'; ' + outcome.stopped if outcome.stopped else ''}): "
-                                   "run it without --replicate-launches")
+        raise LaunchListFailed(f"the command recorded no launch list without ncu (exit status "
+                               f"{outcome.returncode}"
+                               f"{'; ' + outcome.stopped if outcome.stopped else ''})",
+                               ": run it without --replicate-launches")
     try:
         kernels = TimelineDirectory().read(folder, ReadOptions(cache=False)).kernels
         listed = launch_list(kernels)
         check_steps_listed(listed, steps.count or 1)
         plan = replace(plan_representatives(listed), report=report.name)
     except ReportError as err:
-        raise NothingProfiledError(f"--replicate-launches: {err}") from err
+        raise LaunchListFailed(str(err)) from err
     if plan.launches == 0:
-        raise NothingProfiledError("--replicate-launches: no kernel ran inside the chosen steps "
-                                   "without ncu")
+        raise LaunchListFailed("no kernel ran inside the chosen steps without ncu")
     formats.write_json(plan_path, plan.document())
     seconds = time.monotonic() - started
     logger.info("launch list: %d launches in %.1f s, ncu profiles %d of them", plan.launches,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec, Interrupted, run_children
 from torch_nsight.collect.parent.progress import Progress
-from torch_nsight.status import RECURRENT_EVENT, StatusReader
+from torch_nsight.status import RECURRENT_EVENT, StatusReader, recurrent_modules
 
 if TYPE_CHECKING:
     from torch_nsight.collect.parent.script import ScriptPlan
@@ -75,7 +75,7 @@ def rehearse(plan: ScriptPlan) -> Rehearsal:
                      last_step=max(reached) if reached else None,
                      checked=checked[0] if checked else None,
                      stopped=None if ours else outcome.stopped,
-                     recurrent=[str(m) for m in recurrent[0].get("modules") or []]
+                     recurrent=recurrent_modules(recurrent[0].get("modules"))
                      if recurrent else None)
 
 

@@ -37,7 +37,7 @@ from torch_nsight.environment import ScriptEnv, Steps
 from torch_nsight.errors import NothingProfiledError, TorchNsightError
 from torch_nsight.metrics import SINGLE_PASS_SETS
 from torch_nsight.record import CollectionRecord
-from torch_nsight.status import RECURRENT_EVENT, StatusReader
+from torch_nsight.status import RECURRENT_EVENT, StatusReader, recurrent_modules
 
 if TYPE_CHECKING:
     from torch_nsight.profile import Profile
@@ -165,7 +165,7 @@ class ScriptPlan(Plan):
     def check(self, outcome: ChildOutcome, items: list[dict[str, Any]]) -> str | None:
         found = [i for i in items if i.get("status") == RECURRENT_EVENT]
         if found and self.script.probe_launches:
-            raise RecurrentLayers([str(m) for m in found[0].get("modules") or []])
+            raise RecurrentLayers(recurrent_modules(found[0].get("modules")))
         if self.timeline:
             if not self.report.is_file():
                 raise NothingProfiledError(f"the command wrote no timeline (exit status "
