@@ -50,12 +50,15 @@ class StatusWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def emit(self, event: str, **fields: Any) -> None:
+    def emit(self, event: str, **fields: Any) -> bool:
         """Append one event line.
 
         Args:
             event: the event name.
             **fields: JSON-serializable details.
+
+        Returns:
+            Whether the line was written (False: an I/O error, logged at debug level).
         """
         line = json.dumps({"event": event, "time": time.time(), **fields}, default=str)
         try:
@@ -63,6 +66,8 @@ class StatusWriter:
                 handle.write(line + "\n")
         except OSError as err:  # progress is best effort
             logger.debug("could not write status line to %s: %s", self.path, err)
+            return False
+        return True
 
 
 class StatusReader:

@@ -75,7 +75,7 @@ def test_the_hint_is_shown_only_where_the_option_is_taken(
     lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
     record = {"phases_s": {"start": START_S, "profiling": 1433 * SECONDS_PER_KERNEL},
               "kernels_profiled": 1433}
-    options = dict(replicate_launches=False, metric_set="fast", ranks=None, timeline=False,
+    options = dict(replicate_launches=None, metric_set="fast", ranks=None, timeline=False,
                    stalls=False, kernel_name=None, launch_skip=None, launch_count=None,
                    ncu_arg=[])
     for steps in (None, Steps(12, None)):  # refused: no step, steps without an end
@@ -83,6 +83,10 @@ def test_the_hint_is_shown_only_where_the_option_is_taken(
         assert capsys.readouterr().err == ""
     say_replication_hint(argparse.Namespace(**options, steps=Steps(12, 13)), lstm, record)
     assert capsys.readouterr().err.startswith("hint: 1090 of the 1433 kernels")
+    # --no-replicate-launches was the user's choice: no hint to undo it
+    say_replication_hint(argparse.Namespace(**{**options, "replicate_launches": False},
+                                            steps=Steps(12, 13)), lstm, record)
+    assert capsys.readouterr().err == ""
 
 
 def test_an_earlier_launch_list_goes_and_nothing_else(tmp_path: Path) -> None:

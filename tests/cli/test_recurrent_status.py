@@ -97,7 +97,8 @@ FAILS = """
 import torch, torch_nsight
 import torch_nsight.capture.script.recurrent as recurrent
 recurrent.recurrent_layers = lambda: ["lstm"]
-torch_nsight.instrument(torch.nn.Linear(4, 4), record_calls=False)
+model = torch.nn.Linear(4, 4)  # kept: the probe looks once a module is instrumented
+torch_nsight.instrument(model, record_calls=False)
 with torch_nsight.step():
     raise RuntimeError("the first step fails")
 """

@@ -101,7 +101,7 @@ def _activity(kernels: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                        "pageable_ns": pageable}.items():
         activity[name] = duration.where(mask, 0.0)
     copied = activity["bytes"].astype("float64")
-    implausible = is_copy & (copied > MAX_COPY_BYTES_PER_NS * duration)
+    implausible = is_copy & (duration > 0) & (copied > MAX_COPY_BYTES_PER_NS * duration)
     if implausible.any():  # a byte count no memory could move in the copy's time
         logger.warning("%d copies claim more bytes than any GPU's memory moves in their "
                        "duration (%.0f GB/s at most): their byte counts are left out",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_nsight.cli.command_check import cannot_start
 from torch_nsight.cli.outputs import UsageError
-from torch_nsight.errors import NothingProfiledError
+from torch_nsight.errors import NothingProfiledError, OutputWriteError
 from torch_nsight.status import recurrent_modules
 
 if TYPE_CHECKING:
@@ -106,13 +106,14 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
         NothingProfiledError, UsageError: as :func:`replicate_launches`; TorchNsightError:
             as :func:`~torch_nsight.collect.parent.script.run_script`.
     """
+    from torch_nsight.cli.text import say_comment
     from torch_nsight.collect.parent import script
     from torch_nsight.collect.parent.launch_list import forget_launches
 
     listed = replicate_launches(args, command, report)
     probing = not listed and probes_launches(args, script.world_size(os.environ))
     found = _found_last_time(command, report) if probing else []
-    started, probe_s = time.monotonic(), 0.0
+    memo, started, probe_s = bool(found), time.monotonic(), 0.0
     if not found:
         plan = plan_for(probe_launches=probing, **listed)
         try:
@@ -122,14 +123,18 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
             _say_recurrent(found, "")
     else:
         _say_recurrent(found, ", found by this command's last run into this folder")
-    try:
-        listed = replicate_launches(_forced(args), command, report)
+    try:  # after the last run's memo, the launch list's own first step looks again
+        listed = replicate_launches(_forced(args), command, report, probe=memo)
         listed["launches"] = {**listed["launches"], "recurrent": found,
                               "probe_s": round(probe_s, 3)}
-    except NothingProfiledError as err:  # the user did not ask for it: no advice on the option
+    except (NothingProfiledError, OutputWriteError) as err:  # the user did not ask for it
         logger.warning("the launch list for the cuDNN recurrent layers: %s; profiling every "
                        "launch instead", getattr(err, "reason", err))
         forget_launches(report)  # what the failed pass left beside the report
+        listed = {}
+    if listed and listed["launches"].get("seen") == []:  # the memo's layers are gone
+        say_comment("# no cuDNN recurrent layer ran this time: profiling as usual")
+        forget_launches(report)
         listed = {}
     plan = plan_for(**listed)
     return plan, script.run_script(plan)
@@ -219,8 +224,8 @@ def filters_launches(arg: str) -> bool:
                                  "--launch-skip-before-match", "--kernel-regex-base")
 
 
-def replicate_launches(args: argparse.Namespace, command: Sequence[str], report: Path
-                       ) -> dict[str, Any]:
+def replicate_launches(args: argparse.Namespace, command: Sequence[str], report: Path,
+                       *, probe: bool = False) -> dict[str, Any]:
     """With ``--replicate-launches``, run the launch list's pass: what
     :func:`~torch_nsight.collect.parent.script.plan_script` takes of it (``launches``,
     ``kernel_id``). Without it, a launch list left beside ``report`` by an earlier run is
@@ -237,7 +242,7 @@ def replicate_launches(args: argparse.Namespace, command: Sequence[str], report:
         return {}
     try:
         listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
-                                 quiet=False, environ=os.environ)
+                                 quiet=False, environ=os.environ, probe=probe)
     except (FileNotFoundError, PermissionError) as err:
         raise cannot_start(command, err) from None
     return {"launches": listed.summary(), "kernel_id": listed.plan.kernel_id}
@@ -278,7 +283,8 @@ def say_replication_hint(args: argparse.Namespace, kernels: Any, record: dict[st
     from torch_nsight.collect.parent.script import world_size
 
     phases, profiled = record.get("phases_s") or {}, record.get("kernels_profiled") or 0
-    if (getattr(args, "replicate_launches", False) or record.get("replicated_launches")
+    if (getattr(args, "replicate_launches", None) is not None  # given, either way
+            or record.get("replicated_launches")
             or args.metric_set == "duration" or not profiled):
         return
     try:  # only where the option would be taken

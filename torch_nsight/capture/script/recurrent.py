@@ -8,9 +8,9 @@ from a launch list recorded first without ncu (``profile --replicate-launches``)
 
 ncu's filters are fixed when it starts, and only the script knows its model. So ``profile``
 starts ncu as usual with :attr:`~torch_nsight.environment.ScriptEnv.probe_launches` set; the
-first step the script enters looks at the instrumented modules (:func:`recurrent_layers`),
-and where it finds such a layer it writes a ``recurrent`` status line and ends the process
-before any launch is profiled (:func:`probe`). ``profile`` then lists the launches and runs
+first step the script enters with a module instrumented, before the chosen steps, looks at the
+instrumented modules (:func:`recurrent_layers`), and where it finds such a layer it writes a
+``recurrent`` status line and ends the process before any launch is profiled (:func:`probe`). ``profile`` then lists the launches and runs
 the command again. A model without one pays nothing but a few attribute reads.
 """
 
@@ -50,18 +50,27 @@ def recurrent_layers() -> list[str]:
     return sorted(found)
 
 
-def probe(script: ScriptEnv, status: StatusWriter | None) -> None:
-    """Once per process, at the first step entered with ``script.probe_launches`` set: where
-    :func:`recurrent_layers` finds any, write the ``recurrent`` status line and end the process
-    with :data:`PROBE_EXIT_STATUS` (a rehearsal goes on: it only says so)."""
+def probe(script: ScriptEnv, status: StatusWriter | None, index: int) -> None:
+    """At a step entered with ``script.probe_launches`` set, before the chosen ones (ncu has
+    profiled nothing yet), once some module is instrumented: where :func:`recurrent_layers`
+    finds any, write the ``recurrent`` status line and end the process with
+    :data:`PROBE_EXIT_STATUS`. Nothing ends where the line could not be written (``profile``
+    would not know why), nor in a rehearsal or the launch list's run without ncu (they only
+    say so)."""
     if _PROBED or not script.probe_launches or status is None:
+        return
+    if script.steps is not None and index >= script.steps.first:
+        _PROBED.append(True)  # too late: the chosen steps are ncu's
+        return
+    from torch_nsight.capture.ranges.registry import instrumented_modules
+
+    if not instrumented_modules():  # instrument() may come after the first steps
         return
     _PROBED.append(True)
     layers = recurrent_layers()
-    if not layers:
+    if not layers or not status.emit(RECURRENT_EVENT, modules=layers):
         return
-    status.emit(RECURRENT_EVENT, modules=layers)
-    if script.rehearsal:
+    if script.rehearsal or script.timeline is not None:  # no ncu: it only says so
         return
     logger.info("torch_nsight: cuDNN recurrent layers (%s): ending this run for torch-nsight "
                 "profile to list its launches first", ", ".join(layers))

@@ -237,7 +237,7 @@ class step:  # noqa: N801 - used like a function: ``with torch_nsight.step():``
         if script.probe_launches:  # profile's automatic launch replication: may end the run
             from torch_nsight.capture.script.recurrent import probe
 
-            probe(script, status)
+            probe(script, status, self.index)
         self._window = self._in_window(script)
         if folder:  # the steps timed for the verdict run as they would without torch_nsight
             pause_ranges(not self._window)

@@ -29,6 +29,7 @@ from torch_nsight.report.launch_replicas import (
 )
 from torch_nsight.report.source_base import ReadOptions
 from torch_nsight.report.timeline_source import TimelineDirectory
+from torch_nsight.status import RECURRENT_EVENT, StatusReader, recurrent_modules
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +49,15 @@ class ReplicatedLaunches:
 
     plan: LaunchPlan
     seconds: float
+    #: the cuDNN recurrent layers its first step found, where it looked (None: it did not)
+    recurrent: list[str] | None = None
 
     def summary(self) -> dict[str, Any]:
-        """For the run's manifest: launches, how many ncu profiles, the pass's seconds."""
+        """For the run's manifest: launches, how many ncu profiles, the pass's seconds (and
+        the recurrent layers found, where the pass looked)."""
         return {"launches": self.plan.launches, "profiled": self.plan.profiled,
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3),
+                **({} if self.recurrent is None else {"seen": self.recurrent})}
 
 
 def forget_launches(report: Path) -> None:
@@ -68,10 +73,11 @@ def forget_launches(report: Path) -> None:
 
 
 def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
-                    timeout: float | None, quiet: bool,
-                    environ: Mapping[str, str]) -> ReplicatedLaunches:
+                    timeout: float | None, quiet: bool, environ: Mapping[str, str],
+                    probe: bool = False) -> ReplicatedLaunches:
     """Run ``command`` without ncu until its chosen steps end, recording them, and write
-    the plan of which launches ncu profiles beside ``report``.
+    the plan of which launches ncu profiles beside ``report``; with ``probe``, its first step
+    also says which cuDNN recurrent layers it holds (:attr:`ReplicatedLaunches.recurrent`).
 
     Raises:
         LaunchListFailed: the command recorded no launch of the chosen steps.
@@ -90,10 +96,13 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
                                 f"({', '.join(foreign[:3])}): "
                                 "choose another --out")
     started = time.monotonic()
-    env = ScriptEnv(timeline=folder.resolve(), steps=steps,
+    env = ScriptEnv(timeline=folder.resolve(), steps=steps, probe_launches=probe,
                     status=folder / formats.LAUNCH_STATUS).environment(dict(environ))
     outcome = run_until_steps_end("launch list", command, env, folder, steps=steps.count,
                                   timeout=timeout, quiet=quiet)
+    seen = [recurrent_modules(e.get("modules")) for e in
+            StatusReader(folder / formats.LAUNCH_STATUS).poll()
+            if e.get("event") == RECURRENT_EVENT]
     (folder / formats.LAUNCH_STATUS).unlink(missing_ok=True)
     if not formats.is_timeline_dir(folder):
         raise LaunchListFailed(f"the command recorded no launch list without ncu (exit status "
@@ -113,4 +122,4 @@ def record_launches(command: Sequence[str], report: Path, *, steps: Steps,
     seconds = time.monotonic() - started
     logger.info("launch list: %d launches in %.1f s, ncu profiles %d of them", plan.launches,
                 seconds, plan.profiled)
-    return ReplicatedLaunches(plan, seconds)
+    return ReplicatedLaunches(plan, seconds, (seen[0] if seen else []) if probe else None)
