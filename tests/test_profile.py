@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_nsight.render.notebook  # noqa: F401  (registers the HTML a notebook shows)
+from tests.recorded import load_recorded, read_recorded
 from torch_nsight.errors import ReportError
 from torch_nsight.loading import load
 from torch_nsight.profile import KERNEL_COLUMNS, Profile
@@ -25,7 +26,7 @@ FORMAT1 = DATA / "profile_format1.parquet"
 
 @pytest.fixture(scope="module")
 def sweep_report() -> Profile:
-    return load(SWEEP, cache=False)
+    return load_recorded(SWEEP)
 
 
 def by_shape(profile: Profile, shape: str) -> Profile:
@@ -48,7 +49,7 @@ def test_a_profile_saved_by_format_1_still_reads() -> None:
     # Saved at commit a56250f (tests/data/README.md), when meta was an untyped dict and the
     # range columns were named nvtx_*.
     old = Profile.read(FORMAT1)
-    fresh = load(SWEEP, cache=False)
+    fresh = load_recorded(SWEEP)
     assert len(old.kernels) == len(fresh.kernels) == 30
     assert old.shapes == fresh.shapes == ["1x256x1024", "1x1024x1024", "1x4096x1024"]
     assert old.gpus == fresh.gpus == ["NVIDIA H200"]
@@ -129,7 +130,7 @@ def test_repr_never_raises_on_a_table_built_by_hand() -> None:
 
 def test_equality_and_repr_are_short_and_safe(sweep_report: Profile) -> None:
     assert sweep_report == sweep_report
-    assert sweep_report != load(SWEEP, cache=False)  # same rows, another object
+    assert sweep_report != load_recorded(SWEEP)  # same rows, another object
     text = repr(sweep_report)
     assert len(text) < 300
     assert "NVIDIA H200" in text and "30 kernels" in text and "1x4096x1024" in text
@@ -147,8 +148,9 @@ def test_runs_of_one_shape_are_labelled_by_file_not_averaged(tmp_path: Path, cap
     first, second = tmp_path / "run_a.ncu-rep.xz", tmp_path / "run_b.ncu-rep.xz"
     shutil.copy(LLAMA, first)
     shutil.copy(LLAMA, second)
-    one = load(first, cache=False)
-    both = load([first, second], cache=False)
+    # each copy is read once by the reader; the later loads read the run's report caches
+    one = load(first)
+    both = load([first, second])
     # both recordings carry the sweep label 1x512: the file names tell the runs apart
     assert both.shapes == ["1x512"] and both.variants == ["run_a", "run_b"]
     tree, alone = both.modules(), one.modules()
@@ -156,13 +158,13 @@ def test_runs_of_one_shape_are_labelled_by_file_not_averaged(tmp_path: Path, cap
         mine = tree[tree["variant"] == variant]
         assert mine["inclusive_ns"].tolist() == alone["inclusive_ns"].tolist()
     assert [s.label for s in both.meta.sources] == ["run_a", "run_b"]
-    named = load([first, second], labels=["tf32", "bf16"], cache=False)
+    named = load([first, second], labels=["tf32", "bf16"])
     assert named.variants == ["tf32", "bf16"]
     # the same label twice averages them as runs of one thing, on purpose
-    runs = load([first, second], labels=["x", "x"], cache=False)
+    runs = load([first, second], labels=["x", "x"])
     assert runs.variants == ["x"] and len(runs.modules()) == len(alone)
     caplog.clear()
-    Profile.concat([one, load(second, cache=False)])
+    Profile.concat([one, load(second)])
     assert "averaged as runs" in caplog.text
 
 
@@ -197,7 +199,7 @@ LINEARS = {
 
 @pytest.fixture(scope="module")
 def llama() -> Profile:
-    return load(LLAMA, cache=False)
+    return load_recorded(LLAMA)
 
 
 def rows(profile: Profile, module: str, direction: str) -> pd.DataFrame:
@@ -313,9 +315,9 @@ def test_reports_of_one_model_line_up_module_by_module(tmp_path: Path) -> None:
     # the same recorded shape read twice, as two runs: per-run times equal a single read's
     copy = tmp_path / "again.ncu-rep.xz"
     copy.write_bytes(LLAMA.read_bytes())
-    single = load(LLAMA, cache=False).modules()
+    single = load_recorded(LLAMA).modules()
     double = load([LLAMA, copy], labels=["run", "run"], cache=False)
-    assert len(double.kernels) == 2 * len(load(LLAMA, cache=False).kernels)
+    assert len(double.kernels) == 2 * len(load_recorded(LLAMA).kernels)
     lined = double.modules()
     assert lined["module_path"].tolist() == single["module_path"].tolist()
     assert lined["inclusive_ns"].tolist() == pytest.approx(single["inclusive_ns"].tolist())
@@ -343,9 +345,8 @@ def test_reports_lacking_metrics_fall_back_and_say_so() -> None:
     # the real table, with columns blanked as a report made with fewer metrics would have them
     from torch_nsight.analyze import analyze
     from torch_nsight.analyze.roofline import TENSOR_COLUMNS
-    from torch_nsight.report import read_report
 
-    raw, _ = read_report(LLAMA, cache=False)
+    raw, _ = read_recorded(LLAMA)
     no_rule = analyze(raw.assign(sol_bottleneck=None))
     assert (no_rule["basis"] == "sol_pct").all()
     # the SpeedOfLight section also collected the fast tier's busy counters: they decide

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.recorded import load_recorded
 from torch_nsight import analyze as steps
 from torch_nsight.analyze.roofline import SASS_COLUMNS, TENSOR_COLUMNS
 from torch_nsight.report.sources import ReadOptions, read_source
@@ -68,11 +69,10 @@ def test_every_iteration_of_a_report_recorded_by_hand_gets_its_flops() -> None:
     # iterations; each lm_head GEMM launch must get one call's FLOPs (2 M N K), not 0
     from pathlib import Path
 
-    import torch_nsight
     from torch_nsight.analyze.analytic import fill_flops_from_calls
 
     data = Path(__file__).resolve().parents[1] / "data" / "profile_fast" / "gpt2_hand.ncu-rep.xz"
-    profile = torch_nsight.load(data, cache=False)
+    profile = load_recorded(data)
     once = profile.kernels.assign(flops=float("nan"))
     twice = fill_flops_from_calls(pd.concat([once, once], ignore_index=True), profile.calls)
     head = twice[(twice["module"] == "lm_head") & twice["kernel"].str.contains("gemm")]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.findings.cast_first import cast_first_row
 from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
@@ -18,7 +18,7 @@ ZOO = Path(__file__).resolve().parents[1] / "data" / "zoo_families"
 
 
 def _findings(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    profile = torch_nsight.load(ZOO / f"{name}.ncu-rep.xz", cache=False)
+    profile = load_recorded(ZOO / f"{name}.ncu-rep.xz")
     found = profile.findings
     return (found() if callable(found) else found), profile.kernels
 

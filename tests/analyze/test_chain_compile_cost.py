@@ -5,7 +5,7 @@ region costs (:data:`COMPILED_CALL_NS`) is told to compile the model, not itself
 
 from __future__ import annotations
 
-import torch_nsight
+from tests.recorded import load_recorded
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.elementwise_chain import COMPILED_CALL_NS, COPY_FUNCTORS
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
@@ -15,7 +15,7 @@ FAMILIES = DATA / "zoo_families"
 
 
 def test_autocast_casts_are_no_chain() -> None:
-    profile = torch_nsight.load(FAMILIES / "wav2vec2.ncu-rep.xz", cache=False)
+    profile = load_recorded(FAMILIES / "wav2vec2.ncu-rep.xz")
     kernels = profile.kernels
     q_proj = kernels[kernels["module_path"].astype(str).str.endswith("layers.3.attention.q_proj")
                      & (kernels["direction"] == "fwd")]
@@ -30,7 +30,7 @@ def test_autocast_casts_are_no_chain() -> None:
 
 def test_a_chain_too_small_to_compile_alone_is_told_to_compile_the_model() -> None:
     # MobileNetV3's classifier (a GRU's chains were cuDNN's own kernels: no chain since)
-    found = torch_nsight.load(FAMILIES / "mobilenet_v3.ncu-rep.xz", cache=False).finding_table(
+    found = load_recorded(FAMILIES / "mobilenet_v3.ncu-rep.xz").finding_table(
         fold=False)
     chains = found[found["finding"] == "elementwise_chain"]
     small = chains[chains["fix_code"] == "compile_model"]

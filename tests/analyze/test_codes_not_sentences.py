@@ -21,6 +21,7 @@ import torch_nsight
 import torch_nsight.render.finding_words as finding_words
 import torch_nsight.render.hotspot_words as hotspot_words
 import torch_nsight.render.reason_words as reason_words
+from tests.recorded import load_recorded
 from torch_nsight.analyze import add_limiter, classify, findings, fold_findings, hotspots
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS
@@ -143,7 +144,7 @@ def test_analysis_never_branches_on_words() -> None:
 
 @pytest.fixture(scope="module")
 def conv() -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / "findings_rules", cache=False)
+    return load_recorded(DATA / "findings_rules")
 
 
 def _codes(profile: torch_nsight.Profile, kernels: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.analytic import is_arithmetic
 from torch_nsight.vocabulary import INDUCTOR_FLOPS, UNATTRIBUTED
 
@@ -22,7 +22,7 @@ WITH_FLOPS = DATA / "vit_train_flops.ncu-rep.xz"
 
 
 def test_maps_recorded_without_flops_leave_compiled_kernels_unplaced() -> None:
-    k = torch_nsight.load(BEFORE, cache=False).kernels
+    k = load_recorded(BEFORE).kernels
     assert INDUCTOR_FLOPS not in k
     assert not (k["flops_basis"] == "inductor").any()
     assert k["pct_of_roof"].isna().all()  # no calls table, no counters: nothing to place
@@ -31,7 +31,7 @@ def test_maps_recorded_without_flops_leave_compiled_kernels_unplaced() -> None:
 @pytest.mark.skipif(not WITH_FLOPS.is_file(), reason="the recording with FLOPs in the kernel "
                     "maps is not there yet (bench/compiled_attribution.py --parts ncu_flops)")
 def test_the_compiled_step_is_placed_on_the_roofline_forward_and_backward() -> None:
-    k = torch_nsight.load(WITH_FLOPS, cache=False).kernels
+    k = load_recorded(WITH_FLOPS).kernels
     compiled = k[INDUCTOR_FLOPS].notna()
     assert k.loc[compiled, "kernel_full"].str.startswith("triton_").sum() > 100
     assert (k.loc[compiled, "module"] != UNATTRIBUTED).all()
@@ -54,7 +54,7 @@ def test_the_compiled_step_is_placed_on_the_roofline_forward_and_backward() -> N
 @pytest.mark.skipif(not WITH_FLOPS.is_file(), reason="the recording with FLOPs in the kernel "
                     "maps is not there yet")
 def test_a_bf16_convolution_cudnn_ran_on_cuda_cores_is_on_the_fp32_roof() -> None:
-    profile = torch_nsight.load(WITH_FLOPS, cache=False)
+    profile = load_recorded(WITH_FLOPS)
     k = profile.kernels
     direct = k[k["kernel"] == "implicit_convolve_sgemm"]  # the patch embedding's, bf16 data
     assert len(direct) and (k.loc[direct.index, "inductor_dtype"] == "bfloat16").all()

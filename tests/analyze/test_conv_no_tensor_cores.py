@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.analytic import CUDA_CORE_CONVOLUTION
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -16,7 +17,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def vit() -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / "profile_fast" / "vit_profile.ncu-rep.xz", cache=False)
+    return load_recorded(DATA / "profile_fast" / "vit_profile.ncu-rep.xz")
 
 
 def _direct(profile: torch_nsight.Profile):  # type: ignore[no-untyped-def]
@@ -52,7 +53,7 @@ def test_a_bf16_patch_embedding_on_cuda_cores_is_told_to_pad_its_rgb_channels(
 
 
 def test_without_calls_the_kernel_and_counters_say_it_and_channels_last_is_the_fix() -> None:
-    convnet = torch_nsight.load(DATA / "convnet_fwd.ncu-rep.xz", cache=False)
+    convnet = load_recorded(DATA / "convnet_fwd.ncu-rep.xz")
     found = convnet.finding_table(fold=False)
     (row,) = found[found["finding"] == "conv_no_tensor_cores"].to_dict("records")
     assert (row["module_path"], row["dtype"], row["fix_code"]) == (
@@ -61,5 +62,5 @@ def test_without_calls_the_kernel_and_counters_say_it_and_channels_last_is_the_f
 
 
 def test_tensor_core_convolutions_are_left_alone() -> None:
-    conv = torch_nsight.load(DATA / "findings_conv", cache=False)
+    conv = load_recorded(DATA / "findings_conv")
     assert not (conv.finding_table(fold=False)["finding"] == "conv_no_tensor_cores").any()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 TOKENS = 4 * 1024  # batch 4, seq 1024
@@ -16,7 +17,7 @@ D = 768
 
 @pytest.fixture(scope="module")
 def profile() -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / "hf_gpt2_fast", cache=False)
+    return load_recorded(DATA / "hf_gpt2_fast")
 
 
 def test_every_kernel_is_timed_placed_and_bound(profile) -> None:

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import add_flops, add_peaks, add_roofline, classify
 from torch_nsight.analyze import findings as findings_step
 from torch_nsight.analyze.findings import findings as coded_findings
@@ -36,7 +37,7 @@ COLUMNS = ("variant", "shape", "module", "module_path", "direction", "op", "kern
 
 
 def load(name: str) -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / name, cache=False)
+    return load_recorded(DATA / name)
 
 
 def findings(*args: object) -> pd.DataFrame:

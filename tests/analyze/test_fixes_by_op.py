@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.findings import findings as coded_findings
 from torch_nsight.analyze.findings.elementwise_chain import chain_kind
 from torch_nsight.naming import OPTIMIZER_DIRECTION
@@ -25,7 +26,7 @@ ALIGN1 = "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align1"
 
 
 def load(name: str) -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / name, cache=False)
+    return load_recorded(DATA / name)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.fold import folded_name, format_indices, index_template
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -16,7 +17,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def gpt2() -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / "hf_gpt2_fast", cache=False)
+    return load_recorded(DATA / "hf_gpt2_fast")
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,7 @@ def test_a_folded_finding_says_its_evidence_is_one_blocks(
 def test_only_blocks_that_launched_the_same_kernels_fold(gpt2: torch_nsight.Profile) -> None:
     # SmallConvNet: BatchNorm (stem.1) and ReLU (stem.2) both launch a
     # vectorized_elementwise_kernel; they are not one block repeated
-    profile = torch_nsight.load(DATA / "convnet_fwd.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "convnet_fwd.ncu-rep.xz")
     folded = profile.hotspots(n=100)
     assert not folded["module"].str.contains("{", regex=False).any()
     for name in ("stem.1", "stem.2", "stage1.1", "stage1.2"):
@@ -139,7 +140,7 @@ def test_only_blocks_that_launched_the_same_kernels_fold(gpt2: torch_nsight.Prof
 def test_the_first_block_that_skips_work_folds_apart() -> None:
     # sweep_stack: block 0's input_layernorm computes no input gradient (its input needs
     # none), so its backward launches two kernels fewer than blocks 1-3
-    profile = torch_nsight.load(DATA / "sweep_stack", cache=False)
+    profile = load_recorded(DATA / "sweep_stack")
     tree = profile.modules(fold=True)
     names = set(tree.loc[tree["direction"] == "bwd", "module"])
     assert "0.input_layernorm" in names and "{1-3}.input_layernorm" in names
@@ -156,7 +157,7 @@ def test_a_conv_a_batch_norm_and_a_relu_never_share_a_row() -> None:
     folded into ``stem.{0-2} ×3``; the kernel table's top module of the NCHW conversion
     kernels (launched by ``stem.0``, ``stage1.0`` and ``stage2.0`` alone) read
     ``stem.{0-2} ×3`` too."""
-    profile = torch_nsight.load(DATA / "findings_rules", cache=False)
+    profile = load_recorded(DATA / "findings_rules")
     for fold in (True, False):
         found = profile.finding_table(fold=fold)
         assert not found["module"].str.contains("stem.{", regex=False).any(), fold
@@ -175,7 +176,7 @@ def test_a_folded_tree_nests_each_row_under_the_block_it_folded_with() -> None:
     tree every row's children and own time add up to its total."""
     from torch_nsight.vocabulary import path_parent
 
-    profile = torch_nsight.load(DATA / "latency" / "resnet50.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "latency" / "resnet50.ncu-rep.xz")
     tree = profile.modules(depth=3, fold=True)
     assert {"layer1.0.bn1", "layer1.{1-2}.bn1"} <= set(tree["module"])
     parents = tree["module_path"].map(lambda p: path_parent(p) if isinstance(p, str) else None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import UNATTRIBUTED, by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.profile import Profile
 
@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 @pytest.fixture(scope="module")
 def sweep() -> Profile:
     """The recorded Llama block sweep: three shapes, forward only, one run each."""
-    return torch_nsight.load(DATA / "llama_block_sweep.ncu-rep.xz", cache=False)
+    return load_recorded(DATA / "llama_block_sweep.ncu-rep.xz")
 
 
 def test_shapes_in_the_order_they_ran_with_their_totals(sweep: Profile) -> None:

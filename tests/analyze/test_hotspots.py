@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pandas as pd
 import pytest
 
+from tests.recorded import load_recorded
 from torch_nsight.analyze import hotspots, next_step_code
 from torch_nsight.render.hotspot_words import next_step_words, word_hotspots
 
@@ -123,10 +124,8 @@ def test_a_site_shows_the_evidence_of_its_own_bound() -> None:
     # memory-bound with one repeated reason; the row must not say latency with memory evidence
     from pathlib import Path
 
-    import torch_nsight
-
     data = Path(__file__).resolve().parents[1] / "data" / "profile_fast" / "gpt2_hand.ncu-rep.xz"
-    profile = torch_nsight.load(data, cache=False)
+    profile = load_recorded(data)
     k = profile.kernels
     launches = set(zip(k["module"], k["kernel"], k["bound"], k["reason"], strict=True))
     sites = profile.hotspots(n=400, order="time", fold=False)

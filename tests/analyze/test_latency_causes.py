@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import read_recorded
 from torch_nsight import formats
 from torch_nsight.analyze import hotspots
 from torch_nsight.analyze.limiter import LIMITER_CODES, TAIL_PCT, tail_idle_pct
@@ -30,7 +31,7 @@ from torch_nsight.analyze.stalls import (
 from torch_nsight.collect.parent.stall_pass import kernel_filter
 from torch_nsight.metrics import STALL_REASONS, stall_column
 from torch_nsight.render.hotspot_words import word_hotspots, word_kernels
-from torch_nsight.report import read_report, reader
+from torch_nsight.report import reader
 from torch_nsight.units import format_duration
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "latency"
@@ -176,7 +177,7 @@ def test_the_second_pass_targets_on_the_vit_report(kernels, vit_names) -> None:
     pattern = re.compile(kernel_filter(chosen).removeprefix("regex:"))
     matched = [f for f in vit_functions if pattern.search(f)]
     assert set(matched) == set(chosen)
-    raw = read_report(REPORTS["vit_s"], cache=False)[0]
+    raw = read_recorded(REPORTS["vit_s"])[0]
     carriers = raw["range_start_end"].map(lambda ranges: any(
         m.startswith((formats.CALLS_MESSAGE_PREFIX, formats.REPLICATION_PREFIX))
         for m in ranges))

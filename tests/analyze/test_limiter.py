@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.limiter import (
     LOW_OCCUPANCY_PCT,
     TAIL_PCT,
@@ -37,7 +38,7 @@ REPORTS = {
 
 @pytest.fixture(scope="module")
 def profiles() -> dict[str, torch_nsight.Profile]:
-    return {name: torch_nsight.load(path, cache=False) for name, path in REPORTS.items()}
+    return {name: load_recorded(path) for name, path in REPORTS.items()}
 
 
 def latency_rows(profiles: dict[str, torch_nsight.Profile], limiter: str) -> pd.DataFrame:

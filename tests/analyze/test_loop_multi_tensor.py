@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch_nsight
+from tests.recorded import load_recorded
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def test_clipping_outside_a_range_is_not_told_to_fuse_the_optimizer() -> None:
-    profile = torch_nsight.load(DATA / "zoo_families" / "wav2vec2.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "zoo_families" / "wav2vec2.ncu-rep.xz")
     kernels = profile.kernels
     outside = kernels[kernels["module_path"] == "(unattributed)"]
     functors = outside["kernel_full"].astype(str)

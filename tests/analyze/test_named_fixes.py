@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from tests.test_golden_outputs import Source, find_sources, per_source
 from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.devices import KNOWN_GPUS, known_gpu
@@ -22,12 +23,12 @@ DECODER = DATA / "decoder_train"
 
 @pytest.fixture(scope="module")
 def fast() -> torch_nsight.Profile:
-    return torch_nsight.load(DECODER / "fast.ncu-rep.xz", cache=False)
+    return load_recorded(DECODER / "fast.ncu-rep.xz")
 
 
 @pytest.fixture(scope="module")
 def duration() -> torch_nsight.Profile:
-    return torch_nsight.load(DECODER / "duration.ncu-rep.xz", cache=False)
+    return load_recorded(DECODER / "duration.ncu-rep.xz")
 
 
 def _head(found: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
 from torch_nsight.analyze.findings.nchw_kernels import NCHW_FAMILIES
@@ -18,12 +19,12 @@ PAIR = DATA / "channels_last"
 
 @pytest.fixture(scope="module")
 def nchw() -> torch_nsight.Profile:
-    return torch_nsight.load(PAIR / "efficientnet_nchw.ncu-rep.xz", cache=False)
+    return load_recorded(PAIR / "efficientnet_nchw.ncu-rep.xz")
 
 
 @pytest.fixture(scope="module")
 def channels_last() -> torch_nsight.Profile:
-    return torch_nsight.load(PAIR / "efficientnet_b0.ncu-rep.xz", cache=False)
+    return load_recorded(PAIR / "efficientnet_b0.ncu-rep.xz")
 
 
 def _time(kernels: pd.DataFrame, pattern: str, exclude: str | None = None) -> float:

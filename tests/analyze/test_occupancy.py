@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import read_recorded
 from torch_nsight.analyze.limiter import add_limiter
 from torch_nsight.analyze.occupancy import (
     LIMITERS,
@@ -22,7 +23,6 @@ from torch_nsight.analyze.occupancy import (
     occupancy_of,
     sm_limits,
 )
-from torch_nsight.report import read_report
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 #: Reports of different kernel populations: a demo block, a CNN, cuDNN and CUTLASS convs,
@@ -45,7 +45,7 @@ NCU_LIMIT = {"registers": "ncu_block_limit_registers",
 
 @pytest.fixture(scope="module")
 def raw() -> dict[str, pd.DataFrame]:
-    return {name: read_report(path, cache=False)[0] for name, path in REPORTS.items()}
+    return {name: read_recorded(path)[0] for name, path in REPORTS.items()}
 
 
 def kernels(frame: pd.DataFrame) -> list[dict[str, object]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.findings.prepare import prepare
 from torch_nsight.analyze.rules import RULES_PER_FINDING, rule_evidence
 
@@ -18,7 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def profile() -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / "findings_rules", cache=False)
+    return load_recorded(DATA / "findings_rules")
 
 
 def test_rules_are_evidence_never_a_fix(profile: torch_nsight.Profile) -> None:
@@ -52,7 +53,7 @@ def test_a_rules_gain_is_its_kernels_duration_times_speedup(
 
 
 def test_a_report_without_sections_has_no_rule_evidence() -> None:
-    plain = torch_nsight.load(DATA / "findings_conv", cache=False)
+    plain = load_recorded(DATA / "findings_conv")
     assert plain.kernels["ncu_rules"].isna().all()
     assert rule_evidence(prepare(plain.kernels)) == []
     assert not any("ncu_rules" in facts for facts in plain.finding_table()["facts"])

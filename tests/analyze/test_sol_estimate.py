@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.classify import classify
 from torch_nsight.render.hotspot_words import word_kernels
 
@@ -19,7 +19,7 @@ SOL_ONLY = ["sol_bottleneck", "sm_pct", "mem_pct"]
 
 
 def _kernels(name: str) -> pd.DataFrame:
-    return torch_nsight.load(DATA / f"{name}.ncu-rep.xz", cache=False).kernels
+    return load_recorded(DATA / f"{name}.ncu-rep.xz").kernels
 
 
 @pytest.mark.parametrize(("name", "kernels", "time_share"),

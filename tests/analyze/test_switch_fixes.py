@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze.findings.switch_fixes import SWITCH_FIXES, fix_target, switch_fix
 from torch_nsight.verify_exchange import FIX_OPTIONS, FixSpec, check_fix, target_matches
 from torch_nsight.vocabulary import UNATTRIBUTED, path_leaf
@@ -16,7 +17,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def load(name: str) -> torch_nsight.Profile:
-    return torch_nsight.load(DATA / name, cache=False)
+    return load_recorded(DATA / name)
 
 
 def test_every_switch_is_a_valid_fix() -> None:

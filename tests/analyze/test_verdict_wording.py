@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.render import render_table
 from torch_nsight.render.reason_words import roof_name
 
@@ -29,7 +30,7 @@ REPORTS = {
 
 @pytest.fixture(scope="module")
 def profiles() -> dict[str, torch_nsight.Profile]:
-    return {name: torch_nsight.load(path, cache=False) for name, path in REPORTS.items()}
+    return {name: load_recorded(path) for name, path in REPORTS.items()}
 
 
 def stated(reason: str, pattern: str) -> float:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import hotspots
 from torch_nsight.analyze.limiter import LIMITER_CODES
 from torch_nsight.analyze.stalls import FEW_ELIGIBLE, ISSUE_BUSY, SCHEDULER_COLUMNS
@@ -23,7 +23,7 @@ MODELS = ("bert", "roberta_ragged", "llama_decode", "convnext_t")
 
 @pytest.fixture(scope="module", params=MODELS)
 def kernels(request: pytest.FixtureRequest) -> pd.DataFrame:
-    frame = torch_nsight.load(DATA / f"{request.param}.ncu-rep.xz", cache=False).kernels
+    frame = load_recorded(DATA / f"{request.param}.ncu-rep.xz").kernels
     return frame[frame["duration_ns"].notna()]
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tests.recorded import load_recorded
 from torch_nsight.capture.calls.op_flops import op_flops
 from torch_nsight.shape_flops import shape_flops
 
@@ -48,9 +49,7 @@ def test_shapes_that_do_not_read_as_a_recurrent_layer_give_no_count() -> None:
 
 def test_the_recorded_lstm_gemms_have_flops_under_their_roof() -> None:
     """The recorded LSTM language model (cuDNN, fp16): its gate GEMMs once had 0 FLOPs."""
-    import torch_nsight
-
-    profile = torch_nsight.load(DATA / "outside_lstm" / "profile.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "outside_lstm" / "profile.ncu-rep.xz")
     k = profile.kernels
     lstm = k[k["module"] == "lstm"]
     gemm = lstm["kernel"].str.startswith("nvjet")

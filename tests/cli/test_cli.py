@@ -18,6 +18,7 @@ import pytest
 
 import torch_nsight
 import torch_nsight.demo
+from tests.recorded import load_recorded
 from torch_nsight.cli.main import build_parser, main
 
 from .conftest import run_main
@@ -334,7 +335,7 @@ def test_csv_and_json_go_to_standard_output(tmp_path: Path, fmt: str,
     assert status == 0, err
     frame = (pd.read_csv(io.StringIO(out)) if fmt == "csv"
              else pd.DataFrame(json.loads(out)))
-    expected = torch_nsight.load(report, cache=False).hotspots(n=5)
+    expected = load_recorded(report).hotspots(n=5)
     assert frame["kernel"].tolist() == expected["kernel"].tolist()
     assert frame["duration_ns"].tolist() == pytest.approx(expected["duration_ns"].tolist())
     assert "40 kernels" in err  # the summary line goes to standard error

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.recorded import load_recorded
 from torch_nsight.cli.outputs import UsageError
 from torch_nsight.cli.profile_script import parse_ranks
 from torch_nsight.cli.text import joined_command
@@ -377,9 +378,7 @@ def test_counters_not_permitted(tmp_path: Path) -> None:
 
 def test_a_real_profile_of_chosen_steps_holds_only_them() -> None:
     # recorded on the H200 with `torch-nsight profile --steps 3:5` (tests/data/README.md)
-    import torch_nsight
-
-    profile = torch_nsight.load(DATA / "profile_steps.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "profile_steps.ncu-rep.xz")
     k = profile.kernels
     assert sorted(k["run"].unique().tolist()) == [3, 4]
     per_step = k.groupby(["run", "direction"], dropna=False).size().unstack()
@@ -389,9 +388,7 @@ def test_a_real_profile_of_chosen_steps_holds_only_them() -> None:
 
 def test_a_real_rank_profile_under_torchrun_holds_rank_0s_chosen_step() -> None:
     # recorded on two H200s with `torchrun --no-python torch-nsight profile --ranks 0`
-    import torch_nsight
-
-    profile = torch_nsight.load(DATA / "profile_rank0.ncu-rep.xz", cache=False)
+    profile = load_recorded(DATA / "profile_rank0.ncu-rep.xz")
     k = profile.kernels
     assert k["run"].unique().tolist() == [2]
     assert set(k["direction"].dropna()) == {"fwd", "bwd"}
@@ -399,9 +396,7 @@ def test_a_real_rank_profile_under_torchrun_holds_rank_0s_chosen_step() -> None:
 
 
 def test_reports_of_ranks_carry_their_rank() -> None:
-    import torch_nsight
-
-    both = torch_nsight.load([DATA / "profile_rank0.ncu-rep.xz", RECORDED], cache=False)
+    both = load_recorded([DATA / "profile_rank0.ncu-rep.xz", RECORDED])
     k = both.kernels
     ranked = k[k["source"].str.endswith("profile_rank0.ncu-rep.xz")]
     assert ranked["rank"].tolist() == [0] * len(ranked)
@@ -445,7 +440,7 @@ def test_both_ranks_with_their_nccl_kernels_attributed() -> None:
 
     import torch_nsight
 
-    profile = torch_nsight.load(DATA / "ddp_nccl", cache=False)
+    profile = load_recorded(DATA / "ddp_nccl")
     k = profile.kernels
     table = profile.by_rank()
     assert table["rank"].tolist() == [0, 1]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.cli.main import main
 from torch_nsight.cli.profile_launches import (
     probes_launches,
@@ -43,13 +43,13 @@ def test_replication_refuses_what_would_shift_ncus_numbers(
 
 
 def test_the_hint_names_what_replication_would_save_where_it_pays() -> None:
-    lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
+    lstm = load_recorded(ZOO / "lstm_lm.ncu-rep.xz").kernels
     hint = replication_hint(lstm, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S)
     # 1,433 launches, 343 of them kept by the plan over the recorded step's own rows
     assert hint is not None and hint.startswith("hint: 1090 of the 1433 kernels"), hint
     assert "--replicate-launches would profile about 343" in hint and "about 38 s less" in hint
     # a transformer whose launches differ too much to pay back a start-up
-    swin = torch_nsight.load(ZOO / "swin_t.ncu-rep.xz", cache=False).kernels
+    swin = load_recorded(ZOO / "swin_t.ncu-rep.xz").kernels
     assert replication_hint(swin, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=START_S) is None
 
 
@@ -57,7 +57,7 @@ def test_the_hint_counts_the_blocks_the_option_would_profile_one_by_one() -> Non
     """Mixtral-style MoE (tests/data/zoo_families, every launch of the step): identical blocks
     profiled once left 347 kernels to profile; --replicate-launches turns that off, and its
     plan over all 1,284 launches keeps 993: no hint, however cheap a start-up."""
-    moe = torch_nsight.load(ZOO / "mixtral_moe.ncu-rep.xz", cache=False).kernels
+    moe = load_recorded(ZOO / "mixtral_moe.ncu-rep.xz").kernels
     assert replicated_count(moe) == (347, 993)
     assert replication_hint(moe, seconds_per_kernel=SECONDS_PER_KERNEL, start_s=0.01) is None
 
@@ -65,14 +65,14 @@ def test_the_hint_counts_the_blocks_the_option_would_profile_one_by_one() -> Non
 def test_no_hint_for_a_step_that_ran_compiled_graphs() -> None:
     """A compiled ViT's step (tests/data/compile): its repeated launches would pay at a
     roofline rate, but --replicate-launches refuses compiled graphs, so no hint."""
-    vit = torch_nsight.load(DATA / "compile" / "vit_train_flops.ncu-rep.xz", cache=False).kernels
+    vit = load_recorded(DATA / "compile" / "vit_train_flops.ncu-rep.xz").kernels
     assert replicated_count(vit)[0] - replicated_count(vit)[1] > 100
     assert replication_hint(vit, seconds_per_kernel=0.3, start_s=15.0) is None
 
 
 def test_the_hint_is_shown_only_where_the_option_is_taken(
         capsys: pytest.CaptureFixture[str]) -> None:
-    lstm = torch_nsight.load(ZOO / "lstm_lm.ncu-rep.xz", cache=False).kernels
+    lstm = load_recorded(ZOO / "lstm_lm.ncu-rep.xz").kernels
     record = {"phases_s": {"start": START_S, "profiling": 1433 * SECONDS_PER_KERNEL},
               "kernels_profiled": 1433}
     options = dict(replicate_launches=None, metric_set="fast", ranks=None, timeline=False,

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import compare_profiles
 from torch_nsight.analyze.changes import changed_rows, largest_change
 from torch_nsight.render.comparison import changes_table, verdict_line
@@ -35,7 +36,7 @@ PRINTED = re.compile(r"(?<![\w.])[-+]?(nan|inf)(?![\w.])%?", re.IGNORECASE)
 
 @pytest.fixture(scope="module")
 def loaded() -> torch_nsight.Profile:
-    return torch_nsight.load(REPORT, cache=False)
+    return load_recorded(REPORT)
 
 
 def _saved(profile: torch_nsight.Profile, folder: Path, name: str,

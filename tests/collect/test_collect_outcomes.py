@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight import formats
 from torch_nsight.analyze import derive_columns
 from torch_nsight.collect.parent.launch import ChildOutcome, ChildSpec
@@ -116,7 +117,7 @@ def write_sweep_dir(directory: Path) -> Path:
 def test_a_sweep_directory_loads_every_row(tmp_path: Path) -> None:
     directory = write_sweep_dir(tmp_path / "out")
     whole = torch_nsight.load(directory, cache=False)
-    raw = torch_nsight.load(SWEEP_REPORT, cache=False)
+    raw = load_recorded(SWEEP_REPORT)
     k = whole.kernels
     for shape in SWEEP_SHAPES:
         mine = k[k["shape"] == shape]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.collect.shared import timing
 
 from .models import Stack
@@ -47,7 +48,7 @@ def test_a_dry_run_records_every_phase_and_they_add_up(tmp_path: Path) -> None:
 
 def test_the_recorded_gpu_sweep_says_where_its_time_went() -> None:
     # bench/real_model.py sweep on an H200: Hugging Face GPT-2 small, metric_set 'fast'
-    record = torch_nsight.load(DATA / "hf_gpt2_fast", cache=False).meta.sweeps[0].timing
+    record = load_recorded(DATA / "hf_gpt2_fast").meta.sweeps[0].timing
     _assert_adds_up(record)
     phases = record["phases_s"]
     # unpickling the model imports transformers in the child: the largest phase there

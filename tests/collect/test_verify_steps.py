@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.cli.main import main
 from torch_nsight.collect.parent import measure
 from torch_nsight.collect.parent.bare import BareRun, run_bare
@@ -66,7 +66,7 @@ def test_the_recorded_finding_is_measured_with_its_switch(
         return runs[-1]
 
     monkeypatch.setattr(measure, "run_bare", kept)  # the runs, kept to check the gain
-    found = torch_nsight.load(DATA / "findings_gemm", cache=False).finding_table()
+    found = load_recorded(DATA / "findings_gemm").finding_table()
     lines: list[str] = []
     table = verify_on_steps(found, VerifyPlan(projection, Steps(3, 19), quiet=True),
                             say=lines.append)

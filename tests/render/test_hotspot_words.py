@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import hotspots
 from torch_nsight.profile import Profile
 from torch_nsight.render.hotspot_words import (
@@ -37,7 +37,7 @@ def test_each_reason_is_the_words_of_a_launch_of_its_site(profile: Profile) -> N
 
 
 def test_a_profile_saved_before_the_codes_shows_its_saved_words() -> None:
-    saved = torch_nsight.load(DATA / "profile_format1.parquet", cache=False)
+    saved = load_recorded(DATA / "profile_format1.parquet")
     assert "reason_code" not in saved.kernels
     top = saved.hotspots(n=50, fold=False)
     assert top["reason_code"].isna().all()
@@ -60,17 +60,15 @@ def test_the_next_step_names_the_alternatives_the_ops_have() -> None:
     not told to go channels-last (a layout no fact says is at fault)."""
     from pathlib import Path
 
-    import torch_nsight
-
     data = Path(__file__).resolve().parents[1] / "data"
-    llama = torch_nsight.load(data / "zoo_families" / "llama_train.ncu-rep.xz", cache=False)
+    llama = load_recorded(data / "zoo_families" / "llama_train.ncu-rep.xz")
     hot = llama.hotspot_table(n=30)
     other = hot[hot["next_step_code"].map(lambda c: "{alternatives}" in NEXT_STEP.get(c, ""))]
     attention = other["aten_ops"].fillna("").str.contains("attention")
     assert attention.any() and (~attention).any()
     assert other.loc[attention, "next_step"].str.contains("SDPA backend").all()
     assert not other.loc[~attention, "next_step"].str.contains("SDPA").any()
-    resnet = torch_nsight.load(data / "latency" / "resnet50.ncu-rep.xz", cache=False)
+    resnet = load_recorded(data / "latency" / "resnet50.ncu-rep.xz")
     hot = resnet.hotspot_table(n=30)
     waiting = hot[hot["kernel"].str.contains("channels_last")
                   & hot["next_step_code"].isin(["memory_latency", "waiting_warps"])]

@@ -9,8 +9,10 @@ run's own report."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.codes import CUTS_LAUNCHES
 from torch_nsight.cli.verify import verified_lines
@@ -26,8 +28,14 @@ def _bounded_launch_cutting(found: pd.DataFrame) -> pd.Series:
             & found["fix_code"].isin(CUTS_LAUNCHES))
 
 
-def test_the_table_says_the_bound_is_the_kernels_alone() -> None:
-    profile = torch_nsight.load(CONFORMER)
+@pytest.fixture(scope="module")
+def profile() -> torch_nsight.Profile:
+    """The recording, read and its findings computed once for the module (a Profile keeps
+    its findings and hands out copies)."""
+    return load_recorded(CONFORMER)
+
+
+def test_the_table_says_the_bound_is_the_kernels_alone(profile: torch_nsight.Profile) -> None:
     found = profile.findings()
     mine = _bounded_launch_cutting(found)
     assert mine.any()
@@ -36,8 +44,8 @@ def test_the_table_says_the_bound_is_the_kernels_alone() -> None:
     assert "--verify measures" not in render_findings(found[~mine], "plain", profile.kernels)
 
 
-def test_a_measurement_above_the_bound_is_said_to_be() -> None:
-    found = torch_nsight.load(CONFORMER).finding_table(fold=False)
+def test_a_measurement_above_the_bound_is_said_to_be(profile: torch_nsight.Profile) -> None:
+    found = profile.finding_table(fold=False)
     rows = found[_bounded_launch_cutting(found)
                  & (found["fix_code"] == "compile_module")].copy()
     assert len(rows) and rows["gain_bound_ns"].sum() < MEASURED_NS
@@ -52,8 +60,7 @@ def test_a_measurement_above_the_bound_is_said_to_be() -> None:
     assert "above the bound" not in verified_lines(rows)[0]
 
 
-def test_no_line_once_the_fixes_are_measured() -> None:
-    profile = torch_nsight.load(CONFORMER)
+def test_no_line_once_the_fixes_are_measured(profile: torch_nsight.Profile) -> None:
     found = profile.findings()
     assert _bounded_launch_cutting(found).any()
     measured = found.assign(measured_gain_ns=float("nan"))

@@ -11,6 +11,7 @@ import pytest
 
 import torch_nsight
 from tests.golden import diff_against_golden
+from tests.recorded import load_recorded
 from torch_nsight.profile import Profile
 from torch_nsight.render import FORMATS, TABLES, render_table, table_frame, write_table
 from torch_nsight.render.columns import REASON_WIDTH
@@ -54,7 +55,7 @@ def test_golden_findings_verdicts() -> None:
     # each row's whole reason and next step (as files keep them), read by eye when changed
     parts = []
     for name in ("findings_gemm", "findings_chain", "findings_conv", "findings_fp32_off"):
-        profile = torch_nsight.load(FINDINGS / name, cache=False)
+        profile = load_recorded(FINDINGS / name)
         rows = table_frame(profile, n=6)
         parts += [f"{name}:", render_table(profile, n=6), ""]
         parts += [f"{i + 1}. {row.bound}: {row.reason}\n   next step: {row.next_step}"

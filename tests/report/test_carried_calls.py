@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded, read_recorded
 from torch_nsight import formats
-from torch_nsight.report import read_report
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profile_fast"
 VIT = DATA / "vit_profile.ncu-rep.xz"
@@ -25,16 +25,16 @@ GPT2 = DATA / "gpt2_hand.ncu-rep.xz"
 
 @pytest.fixture(scope="module")
 def vit() -> torch_nsight.Profile:
-    return torch_nsight.load(VIT, cache=False)
+    return load_recorded(VIT)
 
 
 @pytest.fixture(scope="module")
 def gpt2() -> torch_nsight.Profile:
-    return torch_nsight.load(GPT2, cache=False)
+    return load_recorded(GPT2)
 
 
 def test_the_report_holds_one_carrier_kernel_that_load_drops(vit) -> None:
-    raw, _ = read_report(VIT, cache=False)
+    raw, _ = read_recorded(VIT)
     carrier = raw["range_start_end"].map(
         lambda ranges: any(m.startswith(formats.CALLS_MESSAGE_PREFIX) for m in ranges))
     assert carrier.sum() == 1 and len(raw) == 771

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded, read_recorded
 from torch_nsight import formats
 from torch_nsight.naming import OPTIMIZER_DIRECTION
 from torch_nsight.report.compiled_attribution import read_maps, resolve_compiled, take_carried
-from torch_nsight.report.kernel_table import read_report
 from torch_nsight.vocabulary import UNATTRIBUTED, in_module_range
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -28,7 +28,7 @@ SOURCES = {"ncu": NCU, "timeline": TIMELINE, "reduce-overhead ncu": REDUCE_NCU,
 
 @pytest.fixture(scope="module", params=list(SOURCES))
 def compiled(request: pytest.FixtureRequest) -> torch_nsight.Profile:
-    return torch_nsight.load(SOURCES[request.param], cache=False)
+    return load_recorded(SOURCES[request.param])
 
 
 def test_the_reduce_overhead_step_ran_as_cuda_graphs() -> None:
@@ -37,7 +37,7 @@ def test_the_reduce_overhead_step_ran_as_cuda_graphs() -> None:
     calls = read_trace(REDUCE_TIMELINE / "trace.json.gz").calls.values()
     runtime = [call.name for call in calls if call.name.startswith("cuda")]
     assert runtime.count("cudaGraphLaunch") == 4  # forward and backward graph, two steps
-    kernels = torch_nsight.load(REDUCE_TIMELINE, cache=False).kernels
+    kernels = load_recorded(REDUCE_TIMELINE).kernels
     assert (kernels["kernel_full"].str.startswith("triton_") & (kernels["module"] != UNATTRIBUTED)
             ).sum() > 500
 
@@ -101,8 +101,8 @@ def test_every_block_gets_its_share(compiled: torch_nsight.Profile) -> None:
 
 
 def test_compiled_against_eager_per_module() -> None:
-    eager = torch_nsight.load(EAGER, cache=False).kernels
-    compiled = torch_nsight.load(NCU, cache=False).kernels
+    eager = load_recorded(EAGER).kernels
+    compiled = load_recorded(NCU).kernels
     top = [f"blocks.{i}" for i in range(12)] + ["patch_embed.proj", "head"]
 
     def per_module(k: pd.DataFrame) -> pd.Series:
@@ -119,7 +119,7 @@ def test_compiled_against_eager_per_module() -> None:
 def test_a_range_without_its_map_is_said_not_hidden() -> None:
     from torch_nsight.analyze.attribute import attribute
 
-    frame, _ = read_report(NCU, cache=False)
+    frame, _ = read_recorded(NCU)
     without_maps, messages = take_carried(frame, formats.COMPILED_MAP_PREFIX)
     # the forward and the backward graph's maps, carried inside the profiled step (the
     # copies carried at their first call were outside ncu's range)
@@ -138,8 +138,8 @@ def test_a_range_without_its_map_is_said_not_hidden() -> None:
 def test_compare_eager_with_compiled_names_what_was_fused() -> None:
     from torch_nsight.analyze.regress import compare_profiles
 
-    eager = torch_nsight.load(EAGER, cache=False).kernels
-    compiled = torch_nsight.load(NCU, cache=False).kernels
+    eager = load_recorded(EAGER).kernels
+    compiled = load_recorded(NCU).kernels
     rows = compare_profiles(eager, compiled, by="module")
     verdicts = rows.set_index(["direction", "module"])["verdict"]
     # the norms and the GELUs ran inside kernels fused across modules: not "gone"
@@ -169,7 +169,7 @@ def test_hotspots_name_the_modules_a_kernel_fused(compiled: torch_nsight.Profile
 
 
 def test_kernels_replayed_from_a_hand_captured_graph_are_named_not_hidden() -> None:
-    profile = torch_nsight.load(DATA / "graph_captured_timeline", cache=False)
+    profile = load_recorded(DATA / "graph_captured_timeline")
     k = profile.kernels
     replayed = k["context"].fillna("").str.contains("CUDA graph replay")
     assert replayed.sum() == 8  # per replay: two GEMMs, the GELU and a memset; 2 steps

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.report.focused_kernels import focus_set, kernel_filter
 from torch_nsight.report.trace import function_name
 
@@ -33,7 +34,7 @@ def test_cutlass_kernels_are_shown_by_operator_and_filtered_by_wrapper() -> None
             "(cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1::Params)")
     assert function_name(name) == "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1"
     assert function_name(name, for_filter=True) == "Kernel2"
-    deep = torch_nsight.load(DATA / "sweep_focused", cache=False).kernels
+    deep = load_recorded(DATA / "sweep_focused").kernels
     assert function_name(name) in set(deep.loc[deep["deep_profiled"] == True, "kernel"])  # noqa: E712
 
 
@@ -64,7 +65,7 @@ def test_every_trace_kernel_has_a_short_function_name() -> None:
 def test_a_focused_sweep_keeps_every_kernel_and_deep_profiles_the_focus() -> None:
     # recorded on the H200: `torch-nsight sweep bench/timeline_and_focus.py:gpt2 --shapes
     # 4x512 --focus 0.9`; the unfocused sweep of the same run had 126 rows
-    profile = torch_nsight.load(DATA / "sweep_focused", cache=False)
+    profile = load_recorded(DATA / "sweep_focused")
     k = profile.kernels
     assert len(k) == 126 and profile.shallow_rows == 16
     options = profile.meta.sweeps[0].options

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.errors import ReportError
 from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.launch_replicas import (
@@ -93,7 +94,7 @@ def test_a_replicated_report_reads_a_row_for_every_launch(tmp_path: Path) -> Non
     lstm = kernels["module"].astype(str).str.contains("lstm")
     assert kernels.loc[copied & lstm, "replicated_from"].astype(str).str.contains("lstm").all()
     # against the step profiled launch by launch, another process on another day
-    every = torch_nsight.load(DATA / "profile.ncu-rep.xz", cache=False).kernels
+    every = load_recorded(DATA / "profile.ncu-rep.xz").kernels
     ratio = (kernels.groupby("module")["duration_ns"].sum()
              / every.groupby("module")["duration_ns"].sum()).dropna()  # names new since
     assert len(ratio) >= 9 and ((ratio - 1).abs() < 0.1).all(), ratio
@@ -181,8 +182,7 @@ def test_copies_across_modules_take_their_own_ranges() -> None:
     as the launch list, the plan's rows kept as ncu would keep them, the others copied from
     launches of other blocks; each copy takes its own module ranges, and every module keeps
     its measured time within 3%."""
-    kernels = torch_nsight.load(DATA.parent / "zoo_families" / "swin_t.ncu-rep.xz",
-                                cache=False).kernels
+    kernels = load_recorded(DATA.parent / "zoo_families" / "swin_t.ncu-rep.xz").kernels
     rows = kernels[kernels["replicated_from"].isna()].reset_index(drop=True)
     rows = rows.assign(range_index=0, kernel_index=range(len(rows)))
     listed = rows.loc[:, ["kernel_full", "grid", "block", "registers_per_thread",

@@ -11,9 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded, read_recorded
 from torch_nsight import formats, naming
-from torch_nsight.report.kernel_table import read_report
 from torch_nsight.report.ncu_source import split_carried_replication
 from torch_nsight.report.op_replicas import _checked, split_carried_op_replicas, with_op_replicas
 
@@ -22,12 +21,12 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "op_replicas"
 
 @pytest.fixture(scope="module")
 def replicated() -> pd.DataFrame:
-    return torch_nsight.load(DATA / "replicated.ncu-rep.xz", cache=False).kernels
+    return load_recorded(DATA / "replicated.ncu-rep.xz").kernels
 
 
 @pytest.fixture(scope="module")
 def measured() -> pd.DataFrame:
-    return torch_nsight.load(DATA / "measured.ncu-rep.xz", cache=False).kernels
+    return load_recorded(DATA / "measured.ncu-rep.xz").kernels
 
 
 def _sequences(kernels: pd.DataFrame) -> dict[tuple[str, str], list[tuple[str, str]]]:
@@ -41,7 +40,7 @@ def test_every_launch_has_a_row_in_its_own_module_and_place(replicated: pd.DataF
     assert copies.sum() > replicated["replicated_from"].isna().sum()  # most rows are copies
     # an identical sibling's rows are copied whole (their backward's gradient accumulation
     # too): the modules inside one are left to the sibling tests
-    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    raw, _ = read_recorded(DATA / "replicated.ncu-rep.xz")
     _, groups = split_carried_replication(raw, DATA / "replicated.ncu-rep.xz")
     siblings = [r for group in groups for r in group["replicas"]]
     assert siblings
@@ -70,7 +69,7 @@ def test_a_copy_keeps_the_time_of_the_call_it_repeats(replicated: pd.DataFrame,
 
 
 def test_without_the_list_the_profiled_rows_are_kept(caplog: pytest.LogCaptureFixture) -> None:
-    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    raw, _ = read_recorded(DATA / "replicated.ncu-rep.xz")
     frame, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
     assert document is not None and len(frame) == len(raw) - 1  # its carrier kernel taken out
     with caplog.at_level(logging.WARNING):
@@ -80,14 +79,14 @@ def test_without_the_list_the_profiled_rows_are_kept(caplog: pytest.LogCaptureFi
     caplog.clear()
     assert not any(m.startswith(naming.CALL_PREFIX) for o in kept["range_other"] for m in o)
     # a list beside rows that carry no call numbers (another report's) copies nothing, said
-    other, _ = read_report(DATA / "measured.ncu-rep.xz", cache=False)
+    other, _ = read_recorded(DATA / "measured.ncu-rep.xz")
     with caplog.at_level(logging.WARNING):
         assert with_op_replicas(other, document, Path("m")) is other
     assert "have no rows" in caplog.text
 
 
 def test_a_damaged_list_is_refused() -> None:
-    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    raw, _ = read_recorded(DATA / "replicated.ncu-rep.xz")
     _, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
     assert document is not None
     outside = {**document, "replicas": [[0, 0, len(document["stacks"])]]}
@@ -98,7 +97,7 @@ def test_a_damaged_list_is_refused() -> None:
 
 
 def test_a_list_beyond_the_steps_calls_is_refused_at_once() -> None:
-    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    raw, _ = read_recorded(DATA / "replicated.ncu-rep.xz")
     _, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
     assert document is not None and document["calls"] == 114
     recorded = document["replicas"]
@@ -113,7 +112,7 @@ def test_a_list_beyond_the_steps_calls_is_refused_at_once() -> None:
 
 
 def test_a_call_number_in_other_digits_is_no_number(caplog: pytest.LogCaptureFixture) -> None:
-    raw, _ = read_report(DATA / "replicated.ncu-rep.xz", cache=False)
+    raw, _ = read_recorded(DATA / "replicated.ncu-rep.xz")
     frame, document = split_carried_op_replicas(raw, DATA / "replicated.ncu-rep.xz")
     for digits in ("\N{SUPERSCRIPT TWO}", "\N{ARABIC-INDIC DIGIT THREE}"):
         odd = frame.assign(range_other=[

@@ -10,15 +10,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profile_fast"
 
 
 @pytest.fixture(scope="module")
 def both() -> tuple[pd.DataFrame, pd.DataFrame]:
-    every = torch_nsight.load(DATA / "vit_profile.ncu-rep.xz", cache=False)
-    once = torch_nsight.load(DATA / "vit_profile_replicated.ncu-rep.xz", cache=False)
+    every = load_recorded(DATA / "vit_profile.ncu-rep.xz")
+    once = load_recorded(DATA / "vit_profile_replicated.ncu-rep.xz")
     assert once.calls is not None and len(once.calls) == len(every.calls)
     return every.kernels, once.kernels
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import UNATTRIBUTED
 from torch_nsight.errors import ReportError
 from torch_nsight.report.cache import CACHE_DIR_ENV, CACHE_SUFFIX
@@ -29,12 +30,12 @@ MANIFEST = json.loads((SWEEP / "sweep.json").read_text())
 
 @pytest.fixture(scope="module")
 def sweep() -> torch_nsight.Profile:
-    return torch_nsight.load(SWEEP, cache=False)
+    return load_recorded(SWEEP)
 
 
 @pytest.fixture(scope="module")
 def raw() -> torch_nsight.Profile:
-    return torch_nsight.load(SWEEP / "sweep.ncu-rep.xz", cache=False)
+    return load_recorded(SWEEP / "sweep.ncu-rep.xz")
 
 
 def seq_of(shape: str) -> int:
@@ -117,22 +118,22 @@ def test_saved_and_read_back_the_calls_table_stays(sweep, tmp_path: Path) -> Non
 
 
 def test_hand_recorded_reports_are_labelled_by_file_not_averaged() -> None:
-    both = torch_nsight.load(HAND, cache=False)
+    both = load_recorded(HAND)
     assert both.shapes == ["hand_s128", "hand_s512"]
     tree = both.modules()
     gate = tree[(tree["module"] == "mlp.gate_proj") & (tree["direction"] == "fwd")]
     assert gate["shape"].tolist() == ["hand_s128", "hand_s512"]
     small, large = gate["inclusive_ns"].tolist()
-    alone = [torch_nsight.load(p, cache=False).modules() for p in HAND]
+    alone = [load_recorded(p).modules() for p in HAND]
     for one, expected in zip(alone, (small, large), strict=True):
         row = one[(one["module"] == "mlp.gate_proj") & (one["direction"] == "fwd")]
         assert row["inclusive_ns"].tolist() == [expected]
-    labelled = torch_nsight.load(HAND, labels=["seq128", "seq512"], cache=False)
+    labelled = load_recorded(HAND, labels=["seq128", "seq512"])
     assert labelled.shapes == ["seq128", "seq512"]
 
 
 def test_a_calls_file_beside_a_report_is_read_with_it() -> None:
-    both = torch_nsight.load(HAND, cache=False)
+    both = load_recorded(HAND)
     calls = both.calls
     assert set(calls["shape"]) == {"hand_s128", "hand_s512"}
     for label, seq in (("hand_s128", 128), ("hand_s512", 512)):
@@ -146,13 +147,13 @@ def test_a_calls_file_beside_a_report_is_read_with_it() -> None:
 
 def test_a_calls_file_can_be_given_separately(tmp_path: Path) -> None:
     report = shutil.copy(HAND[0], tmp_path / "run.ncu-rep.xz")
-    assert torch_nsight.load(report, cache=False).calls is None
-    given = torch_nsight.load(report, calls=DATA / "hand_s128.calls.json", cache=False)
+    assert torch_nsight.load(report).calls is None
+    given = torch_nsight.load(report, calls=DATA / "hand_s128.calls.json")
     assert len(given.calls) > 0
     with pytest.raises(ReportError, match="not a torch_nsight calls file"):
-        torch_nsight.load(report, calls=SWEEP / "sweep.json", cache=False)
+        torch_nsight.load(report, calls=SWEEP / "sweep.json")
     with pytest.raises(ValueError, match="one report recorded by hand"):
-        torch_nsight.load([report, HAND[1]], calls=DATA / "hand_s128.calls.json", cache=False)
+        torch_nsight.load([report, HAND[1]], calls=DATA / "hand_s128.calls.json")
 
 
 def test_a_missing_child_report_is_said(tmp_path: Path, caplog) -> None:

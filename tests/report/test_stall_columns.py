@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import read_recorded
 from torch_nsight.analyze.stalls import stall_targets
 from torch_nsight.formats import STALL_FOLDER
 from torch_nsight.metrics import METRICS, OPTIONAL_KINDS
-from torch_nsight.report import read_report, reader
+from torch_nsight.report import reader
 from torch_nsight.report.names import function_name
 from torch_nsight.report.ncu_source import split_carried_calls, split_carried_replication
 from torch_nsight.report.stall_merge import STALL_COLUMNS, find_stall_report, merge_stall_pass
@@ -42,7 +43,7 @@ def vit_actions() -> Iterator[list[Any]]:
 
 @pytest.fixture(scope="module")
 def vit_raw() -> pd.DataFrame:
-    return read_report(VIT, cache=False)[0]
+    return read_recorded(VIT)[0]
 
 
 def test_the_columns_are_what_ncu_report_reads(vit_raw: pd.DataFrame,
@@ -57,10 +58,10 @@ def test_the_columns_are_what_ncu_report_reads(vit_raw: pd.DataFrame,
 
 
 def test_a_report_without_them_reads_as_before() -> None:
-    frame, meta = read_report(DATA / "hand_s128.ncu-rep.xz", cache=False)
+    frame, meta = read_recorded(DATA / "hand_s128.ncu-rep.xz")
     assert frame[list(STALL_COLUMNS)].isna().all().all()
     assert not set(meta["missing_metrics"]) & {m.name for m in WARP_STATE}
-    with_sections = read_report(VIT, cache=False)[1]
+    with_sections = read_recorded(VIT)[1]
     # the optional columns never make a report "custom": the fixture is the fast set
     assert with_sections["metric_set"] == "fast"
 

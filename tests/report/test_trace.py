@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.analyze import UNATTRIBUTED
 from torch_nsight.errors import ReportError
 from torch_nsight.profile import Profile
@@ -272,7 +273,7 @@ def test_analyze_decides_what_to_try_as_a_code(name: str, verdict: str,
     from torch_nsight.analyze import timeline_summary
     from torch_nsight.analyze.verdicts import FINDING_PCT
 
-    profile = torch_nsight.load(DATA / name, cache=False)
+    profile = load_recorded(DATA / name)
     row = timeline_summary(profile.kernels, profile.timeline).iloc[0]
     assert (row["verdict"], row["advice_code"]) == (verdict, advice_code)
     if name == "timeline_train":
@@ -286,7 +287,7 @@ def test_a_gpu_bound_step_that_idles_is_not_told_the_gpu_alone_limits_it() -> No
     from torch_nsight.analyze import timeline_summary
     from torch_nsight.render.timeline_words import word_summary
 
-    profile = torch_nsight.load(DATA / "timeline_train", cache=False)
+    profile = load_recorded(DATA / "timeline_train")
     summary = word_summary(timeline_summary(profile.kernels, profile.timeline))
     row = summary.iloc[0]
     assert row["verdict"] == "GPU-bound"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.naming import parse_measure_range
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -17,7 +17,7 @@ TIMELINES = ["timeline_train", "timeline_decode", "timeline_copy", "compile/vit_
 
 @pytest.mark.parametrize("name", TIMELINES)
 def test_no_gap_names_one_of_our_ranges_as_cpu_activity(name: str) -> None:
-    profile = torch_nsight.load(DATA / name, cache=False)
+    profile = load_recorded(DATA / name)
     gaps = profile.timeline[profile.timeline["kind"] == "gap"]
     cpu = [str(c) for c in gaps["cpu"].dropna()]
     assert len(cpu) >= 5

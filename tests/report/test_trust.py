@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import torch_nsight
+from tests.recorded import load_recorded
 from torch_nsight.errors import ReportError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -66,7 +67,7 @@ def test_an_unrelated_json_beside_the_reports_is_skipped(tmp_path: Path) -> None
     shutil.copy(DATA / "profile_steps.ncu-rep.xz", tmp_path / "run.ncu-rep.xz")
     (tmp_path / "config.json").write_text(json.dumps({"lr": 1e-4, "layers": 12}))
     profile = torch_nsight.load(tmp_path, cache=False)
-    expected = torch_nsight.load(DATA / "profile_steps.ncu-rep.xz", cache=False)
+    expected = load_recorded(DATA / "profile_steps.ncu-rep.xz")
     assert len(profile.kernels) == len(expected.kernels)
 
 
