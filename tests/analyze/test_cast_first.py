@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import torch_nsight
 from tests.recorded import load_recorded
 from torch_nsight.analyze.findings.cast_first import cast_first_row
 from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
@@ -71,7 +72,7 @@ def test_a_dense_model_loaded_beside_a_moe_keeps_its_compile() -> None:
     """Two reports loaded together are two shapes: the MoE's fp32 experts say nothing of the
     dense model's compile (its findings named experts it does not have)."""
     profile = torch_nsight.load([ZOO / "mixtral_moe.ncu-rep.xz", ZOO / "llama_train.ncu-rep.xz"],
-                                cache=False)
+                                cache=False)  # two files at once: the reader's own path
     found = profile.findings()
     dense = found[found["shape"].eq("llama_train")]
     assert dense["fix_code"].eq("compile_model").any(), dense["fix_code"].value_counts()
@@ -88,7 +89,7 @@ def test_no_words_say_verify_measures_a_compile_it_has_no_switch_for() -> None:
     from torch_nsight.render.finding_words import word_findings
     from torch_nsight.render.findings import render_findings
 
-    profile = torch_nsight.load(ZOO / "mixtral_moe.ncu-rep.xz", cache=False)
+    profile = load_recorded(ZOO / "mixtral_moe.ncu-rep.xz")
     found, kernels = profile.findings(), profile.kernels
     runs = kernels["run"].nunique() if "run" in kernels else 1
     row = step_idle(kernels, 2.0 * kernels["duration_ns"].sum() / runs)
@@ -98,7 +99,7 @@ def test_no_words_say_verify_measures_a_compile_it_has_no_switch_for() -> None:
     note = " ".join(render_findings(found, "plain", kernels).split()).split("≤: ")[-1]
     assert note.endswith("--verify measures it on your steps, once the cast those fixes ask "
                          "for first is made."), note
-    dense = torch_nsight.load(ZOO / "llama_train.ncu-rep.xz", cache=False)
+    dense = load_recorded(ZOO / "llama_train.ncu-rep.xz")
     idle = step_idle(dense.kernels, 2.0 * dense.kernels["duration_ns"].sum())
     assert idle is not None
     assert word_findings(pd.DataFrame([idle]))["fix"].iat[0].endswith("--verify measures it.")

@@ -152,8 +152,8 @@ def _cast_then_compile(row: Mapping[str, Any], params: Mapping[str, Any]) -> str
     half = params.get("dtype") or "the step's 16-bit dtype"
     compile_words = FIXES.get(str(params.get("compile")), _compile_model)
     return (compile_words(row, params) + f" But first cast {ops} in {modules} to {half} "
-            "(the finding on them): compiled while they run float32, the model's graph "
-            "breaks in every expert layer, and MoE steps ran slower compiled.")
+            "(the findings on them): compiled while they run float32, the model's graph "
+            "breaks in every expert layer, and the compile gains nothing.")
 
 
 def _optimizer_fused(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
