@@ -3,15 +3,16 @@
 A cuDNN LSTM, GRU or RNN (``nn.RNNBase`` on the GPU) runs all its time steps from one ATen
 call (``_cudnn_rnn``), which launches the same few kernels once per time step and layer:
 1,400 launches a step for a 2-layer LSTM over 128 time steps. Neither identical blocks nor
-repeated op calls can leave those out of ncu's replay; only ncu's own ``--kernel-id``, chosen
-from a launch list recorded first without ncu (``profile --replicate-launches``), can.
+repeated op calls can leave those out of ncu's replay; only ncu's own ``--kernel-id`` can,
+chosen after a launch list recorded first without ncu (``profile --replicate-launches``).
 
 ncu's filters are fixed when it starts, and only the script knows its model. So ``profile``
 starts ncu as usual with :attr:`~torch_nsight.environment.ScriptEnv.probe_launches` set; the
 first step the script enters with a module instrumented, before the chosen steps, looks at the
 instrumented modules (:func:`recurrent_layers`), and where it finds such a layer it writes a
-``recurrent`` status line and ends the process before any launch is profiled (:func:`probe`). ``profile`` then lists the launches and runs
-the command again. A model without one pays nothing but a few attribute reads.
+``recurrent`` status line and ends the process before any launch is profiled (:func:`probe`).
+``profile`` then lists the launches and runs the command again. A model without one pays
+nothing but a few attribute reads a step until the first one instrumented.
 """
 
 from __future__ import annotations
