@@ -19,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from torch_nsight.analyze.findings.switch_fixes import fix_target
 from torch_nsight.analyze.fold import folded_name, index_template
+from torch_nsight.analyze.frames import filled
 from torch_nsight.vocabulary import LABELS
 
 __all__ = ["GROUPED_OPS", "cast_first", "cast_first_row"]
@@ -56,11 +58,13 @@ def cast_first(found: pd.DataFrame) -> pd.DataFrame:
     if found.empty or "fix_code" not in found or "fix_params" not in found:
         return found
     keys = [c for c in LABELS if c in found]
-    labels = (found[keys].astype(object).where(found[keys].notna(), "").astype(str)
-              .agg("\x1f".join, axis=1) if keys else pd.Series("", index=found.index))
+    if not keys:
+        return _cast_within(found, np.ones(len(found), dtype=bool))
     out = found
-    for label in dict.fromkeys(labels):
-        out = _cast_within(out, labels.eq(label).to_numpy())
+    for rows in filled(found[keys]).groupby(keys, sort=False).indices.values():
+        mine = np.zeros(len(found), dtype=bool)
+        mine[rows] = True
+        out = _cast_within(out, mine)
     return out
 
 
