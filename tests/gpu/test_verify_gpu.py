@@ -46,3 +46,19 @@ def test_channels_last_is_timed_for_the_layout_finding() -> None:
     layout = found[(found["finding"] == "layout_conversion") & found["benchmarked"]]
     assert len(layout) >= 1
     assert (layout["after_ns"] < layout["before_ns"]).all()
+
+
+@pytest.mark.gpu
+def test_channels_last_switch_timed_against_the_recorded_pair() -> None:
+    """EfficientNet-B0's step recorded NCHW and channels-last (tests/data/channels_last):
+    its convolutions and batch norms timed in both layouts on this GPU add up to the
+    kernel time the recorded pair saved, within 2x."""
+    nchw = torch_nsight.load(DATA / "channels_last" / "efficientnet_nchw.ncu-rep.xz",
+                             cache=False)
+    found = benchmark_findings(nchw, top=5, samples=10)
+    switch = found[found["fix_code"].eq("channels_last")]
+    assert switch["benchmarked"].all() and len(switch) > 2
+    gain = recorded_gain("channels_last/efficientnet_nchw.ncu-rep.xz",
+                         "channels_last/efficientnet_b0.ncu-rep.xz")
+    assert gain > 0
+    assert gain / 2 <= switch["est_gain_ns"].sum() <= gain * 2

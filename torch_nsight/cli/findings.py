@@ -28,7 +28,6 @@ from torch_nsight.cli.verify import (
     verify_plan,
 )
 from torch_nsight.render.readable_numbers import printable
-from torch_nsight.units import format_duration
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -110,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
                        profile.kernels, args.n, args.fmt)
         return 0
     if args.benchmark:
+        import torch_nsight.render.finding_words  # noqa: F401 - the words
         from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
         found = benchmark_findings(profile, top=args.n)
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         import torch_nsight.render.finding_words  # noqa: F401 - the words
         found = profile.finding_table(fold=args.fold)
-    found = found.head(args.n)
+    everything, found = found, found.head(args.n)
     if args.fmt in ("csv", "json"):
         from torch_nsight.render.table_output import frame_text
 
@@ -134,12 +134,11 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain",
                           profile.kernels))
-    if args.benchmark and "benchmarked" in found and found["benchmarked"].any():
-        print()
-        for _, row in found[found["benchmarked"]].iterrows():
-            print(printable(f"measured: {row['finding']} in {row['module']}: "
-                            f"{format_duration(row['before_ns'], unit='µs', decimals=1)} -> "
-                            f"{format_duration(row['after_ns'], unit='µs', decimals=1)}"))
+    if args.benchmark:
+        from torch_nsight.render.findings import benchmark_lines
+
+        lines = benchmark_lines(found, everything)
+        print("\n" + "\n".join(printable(line) for line in lines) if lines else "")
     return 0
 
 

@@ -7,8 +7,9 @@ dtypes), :func:`benchmark_findings` times the slow form and the fixed form with 
 * ``gemm_misaligned``: the GEMM as recorded, then with the misaligned dimensions padded to a
   multiple of 64;
 * ``fp32_no_tensor_cores``: the fp32 GEMM with TF32 off, then on (the setting is restored);
-* ``layout_conversion``: the convolution on NCHW tensors, then channels-last (stride and
-  padding inferred from the recorded output shape);
+* the ``channels_last`` switch (``layout_conversion``, ``nchw_kernels`` and every other
+  finding it fixes): the step's convolutions and batch norms on NCHW tensors, then
+  channels-last, forward and backward (:mod:`~torch_nsight.collect.benchmark_layout`);
 
 and sets ``est_gain_ns`` to (before - after) x calls per run, ``gain_basis`` to
 ``measured``, with ``before_ns`` and ``after_ns`` beside. Other findings are left as they
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PAD_TO = 64
-VERIFIABLE = ("gemm_misaligned", "fp32_no_tensor_cores", "layout_conversion")
+VERIFIABLE = ("gemm_misaligned", "fp32_no_tensor_cores")
 
 
 class NoGpuError(TorchNsightError):
@@ -93,32 +94,12 @@ def _gemm_pair(call: Any, samples: int, *, tf32: bool) -> tuple[float, float]:
     return before, after
 
 
-def _conv_pair(call: Any, samples: int) -> tuple[float, float]:
-    import torch
-
-    x_shape, w_shape = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
-    out = tuple(int(d) for d in call["output_shapes"][0])
-    stride = max(1, round(x_shape[2] / out[2]))
-    padding = max(0, ((out[2] - 1) * stride + w_shape[2] - x_shape[2] + 1) // 2)
-    dtype = getattr(torch, str(call["input_dtypes"][0]))
-    x = torch.randn(x_shape, device="cuda", dtype=dtype)
-    w = torch.randn(w_shape, device="cuda", dtype=dtype)
-
-    def conv(x: Any, w: Any) -> Callable[[], Any]:
-        return lambda: torch.nn.functional.conv2d(x, w, stride=stride, padding=padding)
-
-    before = _timed(conv(x, w), samples)
-    last = torch.channels_last
-    after = _timed(conv(x.to(memory_format=last), w.to(memory_format=last)), samples)
-    return before, after
-
-
 def _calls_for(calls: pd.DataFrame, finding: Any, ops: tuple[str, ...]) -> pd.DataFrame:
-    mine = calls[calls["module_path"] == finding["module_path"]]
-    for label in ("variant", "shape"):
-        value = finding[label]
-        mine = mine[mine[label].isna()] if value is None or value != value else \
-            mine[mine[label] == value]
+    from torch_nsight.collect.benchmark_layout import matching
+
+    mine = calls[calls["module_path"].eq(finding["module_path"])
+                 & matching(calls["variant"], finding["variant"])
+                 & matching(calls["shape"], finding["shape"])]
     return mine[mine["aten_op"].map(lambda op: any(o in str(op) for o in ops))]
 
 
@@ -155,14 +136,12 @@ def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> 
         kind = finding["finding"]
         if kind not in VERIFIABLE:
             continue
-        ops = ("conv",) if kind == "layout_conversion" else ("mm", "linear", "matmul")
-        mine = _calls_for(calls, finding, ops)
+        mine = _calls_for(calls, finding, ("mm", "linear", "matmul"))
         if mine.empty:
             continue
         call = mine.iloc[0]
         try:
-            before, after = (_conv_pair(call, samples) if kind == "layout_conversion" else
-                             _gemm_pair(call, samples, tf32=kind == "fp32_no_tensor_cores"))
+            before, after = _gemm_pair(call, samples, tf32=kind == "fp32_no_tensor_cores")
         except (ValueError, TypeError, RuntimeError) as err:
             logger.warning("could not time the fix of %s in %s: %s", kind,
                            finding["module"], err)
@@ -174,6 +153,10 @@ def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> 
         found.loc[index, "benchmarked"] = True
         logger.info("%s in %s: %.1f -> %.1f µs", kind, finding["module"], before / 1e3,
                     after / 1e3)
+    if found.head(top)["fix_code"].eq("channels_last").any():
+        from torch_nsight.collect.benchmark_layout import benchmark_channels_last
+
+        benchmark_channels_last(found, calls, lambda run: _timed(run, samples))
     from torch_nsight.analyze.findings.run_checks import ranked
 
     return ranked(found).reset_index(drop=True)

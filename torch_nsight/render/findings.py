@@ -99,6 +99,31 @@ def measured_cell(row: pd.Series) -> str:
     return "" if is_missing(status) or status == "no_switch" else str(status)
 
 
+def benchmark_lines(shown: pd.DataFrame, every: pd.DataFrame) -> list[str]:
+    """``findings --benchmark``'s lines under the table: each shown row it timed (before ->
+    after, per run), then the channels-last switch as a whole, over ``every`` row it timed
+    (its rows add up to every convolution and batch norm of the step, the part slower in
+    channels-last included)."""
+    if "benchmarked" not in every:
+        return []
+
+    def pair(before: float, after: float) -> str:
+        return f"{format_us(before)} µs -> {format_us(after)} µs"
+
+    lines = [f"measured: {row['finding']} in {finding_module_cell(row)}: "
+             f"{pair(row['before_ns'], row['after_ns'])}"
+             for _, row in shown[shown["benchmarked"].eq(True)].iterrows()]
+    switch = every[every["benchmarked"].eq(True) & every["fix_code"].eq("channels_last")]
+    if not switch.empty:
+        before, after = float(switch["before_ns"].sum()), float(switch["after_ns"].sum())
+        verdict = "faster" if after < before else "slower" if after > before else "the same"
+        lines.append(f"measured: channels-last as a whole ({len(switch)} rows, the step's "
+                     f"convolutions and batch norms on fresh tensors): {pair(before, after)}, "
+                     f"{format_us(abs(before - after))} µs {verdict} a run; "
+                     "profile --verify measures it on your steps")
+    return lines
+
+
 def _where(row: pd.Series, labels: list[str]) -> str:
     """The module, with the variant and shape where the profile holds several."""
     tags = [_text(row[label]) for label in labels]

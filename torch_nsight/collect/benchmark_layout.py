@@ -1,0 +1,205 @@
+"""The channels-last switch timed on this GPU, for ``findings --benchmark``: the step's own
+convolutions and batch norms, NCHW then channels-last, on fresh tensors with the calls
+table's shapes and dtypes (forward, and backward where the step ran one).
+
+Why: the profile's own figure for ``channels_last`` counts what the NCHW kernels cost, times
+a share calibrated on one model (``nchw_kernels``), or the conversions the switch removes
+(``layout_conversion``). What cuDNN's and PyTorch's channels-last kernels cost instead for
+grouped, depthwise or small-channel convolutions and batch norms, no share knows: on an
+H200 (2026-11-28, ``bench/channels_last_ops.py``) DeepLabV3's calls summed to 1.6 ms
+*slower* in channels-last, where the profile said 3.8 ms faster and its step, switched,
+went 3.0-3.8 ms slower.
+
+Every call is given to the first channels-last row, in rank order, that counts it (a row's
+site: its module and everything under it; ``nchw_kernels`` rows count only their kind,
+batch norms or depthwise convolutions), and the calls no row counts to the first row, so the rows add up to the whole switch as ``--verify`` measures it. Each row's
+``before_ns``/``after_ns`` are its calls' totals per run and ``est_gain_ns`` their
+difference: negative where channels-last is slower. What is not known from a calls table:
+a convolution's dilation (timed as 1; stride and padding come from its output shape) and
+the elementwise kernels between the calls, which move little with the layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+#: The calls table's op names (the ``aten::`` namespace dropped) that the layout changes.
+CONVOLUTIONS = frozenset({"convolution", "_convolution", "cudnn_convolution", "conv2d"})
+BATCH_NORMS = frozenset({"native_batch_norm", "cudnn_batch_norm", "_native_batch_norm_legit",
+                         "batch_norm"})
+#: The backward ops whose presence in the same variant and shape says the step trains.
+BACKWARDS = {"conv": "convolution_backward", "batch_norm": "native_batch_norm_backward"}
+#: What times one callable on the GPU: its ns per call.
+Timer = Callable[[Callable[[], Any]], float]
+
+
+def matching(values: pd.Series, value: Any) -> pd.Series:
+    """Where ``values`` is ``value``, a missing ``value`` (None or NaN) matching the missing
+    ones (a variant or shape label)."""
+    return values.isna() if value is None or value != value else values.eq(value)
+
+
+def layout_calls(calls: pd.DataFrame, variant: Any, shape: Any) -> pd.DataFrame:
+    """The 2-D convolution and batch-norm calls of one variant and shape, with ``kind``
+    (``conv`` or ``batch_norm``) and ``backward`` (the step ran that kind's backward).
+
+    Before (the calls table)::
+
+        module_path  aten_op            input_shapes                count ...
+        M/conv1      convolution        ((8, 3, 64, 64), (16, ...)) 1
+        M/bn1        native_batch_norm  ((8, 16, 64, 64), (16,),..) 1
+        M/conv1      convolution_backward ...                       1
+
+    After: the first two rows, ``kind`` ``conv`` and ``batch_norm``, ``backward`` True and
+    False (no ``native_batch_norm_backward`` row).
+    """
+    mine = calls[matching(calls["variant"], variant) & matching(calls["shape"], shape)]
+    op = mine["aten_op"].astype(str).str.split("::").str[-1]
+    kind = op.map(lambda name: "conv" if name in CONVOLUTIONS else
+                  "batch_norm" if name in BATCH_NORMS else None)
+    planar = mine["input_shapes"].map(lambda shapes: len(shapes) > 0 and len(shapes[0]) == 4)
+    found = mine[kind.notna() & planar].assign(kind=kind)
+    trains = {k: bool(op.eq(backward).any()) for k, backward in BACKWARDS.items()}
+    return found.assign(backward=found["kind"].map(trains).astype(bool))
+
+
+def _depthwise(call: Any) -> bool:
+    shapes = call["input_shapes"]
+    return call["kind"] == "conv" and len(shapes) > 1 and len(shapes[1]) == 4 and \
+        int(shapes[1][1]) == 1 and int(shapes[0][1]) > 1
+
+
+def _covers(site: str, cause: Any, call: Any) -> bool:
+    """Whether a row of ``cause`` at ``site`` counts ``call``: under the site, and of the
+    row's kind where it has one (``nchw_kernels``' ``batch_norm`` and ``depthwise``)."""
+    path = str(call["module_path"])
+    if not (path == site or path.startswith(site + "/")):
+        return False
+    if cause == "batch_norm":
+        return bool(call["kind"] == "batch_norm")
+    return _depthwise(call) if cause == "depthwise" else True
+
+
+def assign_calls(rows: pd.DataFrame, calls: pd.DataFrame) -> dict[Any, list[Any]]:
+    """Each call's index given to one row's index: the first row (in ``rows``' order) that
+    covers it (:func:`_covers`), else the first row."""
+    given: dict[Any, list[Any]] = {index: [] for index in rows.index}
+    if rows.empty:
+        return given
+    causes = rows["cause"] if "cause" in rows else [None] * len(rows)
+    sites = list(zip(rows.index, rows["module_path"].astype(str), causes, strict=True))
+    for index, call in calls.iterrows():
+        owner = next((row for row, site, cause in sites if _covers(site, cause, call)),
+                     sites[0][0])
+        given[owner].append(index)
+    return given
+
+
+def _conv_args(call: Any) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]:
+    """Input and weight shapes and ``F.conv2d``'s keyword arguments (stride and padding from
+    the output's shape, groups from the weight's input channels; dilation 1)."""
+    x, w = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
+    out = tuple(int(d) for d in call["output_shapes"][0])
+    if len(w) != 4 or out[2] > x[2] or out[3] > x[3] or x[1] % w[1]:
+        raise ValueError(f"not a plain 2-D convolution: {x}, {w} -> {out}")
+    stride = tuple(max(1, round(x[i] / out[i])) for i in (2, 3))
+    padding = tuple(max(0, -(-((out[i] - 1) * stride[i - 2] + w[i] - x[i]) // 2))
+                    for i in (2, 3))
+    return x, w, {"stride": stride, "padding": padding, "groups": x[1] // w[1]}
+
+
+def _runner(call: Any, layout: Any) -> Callable[[], Any]:
+    """One call, forward (and backward where the step ran it), on fresh tensors in
+    ``layout``."""
+    import torch
+    from torch.nn import functional as F
+
+    dtypes = [getattr(torch, str(d)) for d in call["input_dtypes"]]
+    grad = bool(call["backward"])
+
+    def tensor(shape: tuple[int, ...], dtype: Any) -> Any:
+        made = torch.randn(shape, device="cuda", dtype=dtype)
+        made = made.to(memory_format=layout) if len(shape) == 4 else made
+        return made.requires_grad_(grad)
+
+    if call["kind"] == "conv":
+        x_shape, w_shape, kwargs = _conv_args(call)
+        x, w = tensor(x_shape, dtypes[0]), tensor(w_shape, dtypes[1])
+
+        def forward() -> Any:
+            return F.conv2d(x, w, **kwargs)
+    else:
+        x_shape = tuple(int(d) for d in call["input_shapes"][0])
+        channels = x_shape[1]
+        x = tensor(x_shape, dtypes[0])
+        weight = tensor((channels,), dtypes[1] if len(dtypes) > 1 else torch.float32)
+        bias = tensor((channels,), weight.dtype)
+        mean = torch.zeros(channels, device="cuda", dtype=weight.dtype)
+        var = torch.ones(channels, device="cuda", dtype=weight.dtype)
+
+        def forward() -> Any:
+            return F.batch_norm(x, mean, var, weight, bias, training=True)
+
+    if not grad:
+        return forward
+
+    def forward_backward() -> None:
+        out = forward()
+        out.backward(torch.ones_like(out))
+    return forward_backward
+
+
+def time_call(call: Any, timer: Timer) -> tuple[float, float]:
+    """ns per call, NCHW then channels-last."""
+    import torch
+
+    return (timer(_runner(call, torch.contiguous_format)),
+            timer(_runner(call, torch.channels_last)))
+
+
+def benchmark_channels_last(found: pd.DataFrame, calls: pd.DataFrame, timer: Timer,
+                            timed: Callable[[Any, Timer], tuple[float, float]] = time_call
+                            ) -> pd.DataFrame:
+    """Set the channels-last rows' ``before_ns``, ``after_ns``, ``est_gain_ns``,
+    ``gain_basis`` (``measured``) and ``benchmarked`` from their calls timed in both layouts,
+    one variant and shape at a time (see the module's docstring). Rows of a variant and shape
+    without such calls are left as they are. ``timed`` times one call (tests give their own).
+
+    Returns:
+        ``found``, changed in place.
+    """
+    switch = found[found["fix_code"].eq("channels_last")]
+    seen: dict[tuple, tuple[float, float]] = {}
+    for (variant, shape), rows in switch.groupby(["variant", "shape"], dropna=False, sort=False):
+        mine = layout_calls(calls, variant, shape)
+        if mine.empty:
+            continue
+        rows = rows.loc[found.index.intersection(rows.index)]  # rank order
+        for row, indices in assign_calls(rows, mine).items():
+            before = after = 0.0
+            for index in indices:
+                call = mine.loc[index]
+                key = (call["kind"], tuple(call["input_shapes"]), tuple(call["input_dtypes"]),
+                       tuple(call["output_shapes"]), bool(call["backward"]))
+                if key not in seen:
+                    try:
+                        seen[key] = timed(call, timer)
+                    except (ValueError, TypeError, RuntimeError) as err:
+                        logger.warning("could not time %s in %s in both layouts: %s",
+                                       call["aten_op"], call["module_path"], err)
+                        seen[key] = (0.0, 0.0)
+                count = float(call["count"])
+                before += seen[key][0] * count
+                after += seen[key][1] * count
+            found.loc[row, ["before_ns", "after_ns", "est_gain_ns"]] = [before, after,
+                                                                         before - after]
+            found.loc[row, "gain_basis"] = "measured"
+            found.loc[row, "benchmarked"] = True
+    return found
