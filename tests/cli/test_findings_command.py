@@ -22,6 +22,20 @@ def test_findings_as_csv_carry_every_column(capsys: pytest.CaptureFixture[str]) 
     assert "NVIDIA H200" in out.err  # the summary line goes to standard error
 
 
+def test_findings_as_csv_give_their_parameters_and_facts_as_json(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A csv reader gets fix_params and facts back as JSON, not as Python's repr."""
+    import json
+
+    assert main(["findings", str(DATA / "zoo_families" / "deeplab.ncu-rep.xz"), "--format",
+                 "csv", "-n", "20"]) == 0
+    frame = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    optimizer = frame[frame["finding"].eq("optimizer_not_fused")].iloc[0]
+    assert json.loads(optimizer["fix_params"])["optimizer"] == "SGD"
+    facts = [json.loads(text) for text in frame["facts"].dropna()]
+    assert facts and all(isinstance(fact, dict) for fact in facts)
+
+
 def test_markdown_for_a_pull_request(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["findings", str(DATA / "findings_chain"), "--format", "markdown"]) == 0
     text = capsys.readouterr().out

@@ -244,7 +244,13 @@ def csv_cell(value: Any) -> Any:
     """A csv cell safe to open in a spreadsheet and to print: text escaped
     (:func:`~torch_nsight.render.readable_numbers.printable`) and, where it would start a formula
     (``=``, ``+``, ``-``, ``@``, a tab, a CR), after a ``'``; numbers, and text that is a plain
-    number (``-1.5``), unchanged."""
+    number (``-1.5``), unchanged; a mapping, list or tuple (a finding's ``fix_params`` and
+    ``facts``, a call's shapes) as JSON text, which a reader parses back, not as Python's
+    repr."""
+    if isinstance(value, (dict, list, tuple)):
+        import json
+
+        value = json.dumps(value, default=str, ensure_ascii=False)
     if not isinstance(value, str):
         return value
     text = printable(value)
