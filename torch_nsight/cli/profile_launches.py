@@ -110,12 +110,13 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
     from torch_nsight.collect.parent import script
     from torch_nsight.collect.parent.launch_list import forget_launches
 
+    left = _time_left(args.timeout)
     listed = replicate_launches(args, command, report)
     probing = not listed and probes_launches(args, script.world_size(os.environ))
     found = _found_last_time(command, report) if probing else []
     memo, started, probe_s = bool(found), time.monotonic(), 0.0
     if not found:
-        plan = plan_for(probe_launches=probing, **listed)
+        plan = plan_for(probe_launches=probing, timeout=left(), **listed)
         try:
             return plan, script.run_script(plan)
         except script.RecurrentLayers as probed:
@@ -123,8 +124,10 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
             _say_recurrent(found, "")
     else:
         _say_recurrent(found, ", found by this command's last run into this folder")
+    remaining = left()
     try:  # after the last run's memo, the launch list's own first step looks again
-        listed = replicate_launches(_forced(args), command, report, probe=memo)
+        listed = replicate_launches(_forced(args), command, report, probe=memo,
+                                    timeout=remaining)
         listed["launches"] = {**listed["launches"], "recurrent": found,
                               "probe_s": round(probe_s, 3)}
     except (NothingProfiledError, OutputWriteError) as err:  # the user did not ask for it
@@ -136,8 +139,30 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
         say_comment("# no cuDNN recurrent layer ran this time: profiling as usual")
         forget_launches(report)
         listed = {}
-    plan = plan_for(**listed)
+    plan = plan_for(timeout=left(), **listed)
     return plan, script.run_script(plan)
+
+
+def _time_left(timeout: float | None) -> Callable[[], float | None]:
+    """What is left of ``--timeout`` for each of the command's runs (the probe's, the launch
+    list's, ncu's): one limit for the whole ``profile``, not one a run.
+
+    Raises (when called):
+        NothingProfiledError: the limit ran out before the next run.
+    """
+    started = time.monotonic()
+
+    def left() -> float | None:
+        if timeout is None:
+            return None
+        spent = time.monotonic() - started
+        if spent >= timeout:
+            raise NothingProfiledError(
+                f"--timeout {timeout:g} s ran out after {spent:.0f} s, before ncu's run (the "
+                "command ran first to find cuDNN recurrent layers or to list its launches): "
+                "give --timeout more, or --no-replicate-launches")
+        return timeout - spent
+    return left
 
 
 def _found_last_time(command: Sequence[str], report: Path) -> list[str]:
@@ -225,11 +250,13 @@ def filters_launches(arg: str) -> bool:
 
 
 def replicate_launches(args: argparse.Namespace, command: Sequence[str], report: Path,
-                       *, probe: bool = False) -> dict[str, Any]:
+                       *, probe: bool = False, timeout: float | None = None
+                       ) -> dict[str, Any]:
     """With ``--replicate-launches``, run the launch list's pass: what
     :func:`~torch_nsight.collect.parent.script.plan_script` takes of it (``launches``,
     ``kernel_id``). Without it, a launch list left beside ``report`` by an earlier run is
-    removed (the new report would otherwise be read with it).
+    removed (the new report would otherwise be read with it). ``timeout``: the pass's
+    seconds (None: ``--timeout``'s).
 
     Raises:
         NothingProfiledError: the pass recorded no launch.
@@ -241,7 +268,8 @@ def replicate_launches(args: argparse.Namespace, command: Sequence[str], report:
         forget_launches(report)
         return {}
     try:
-        listed = record_launches(command, report, steps=args.steps, timeout=args.timeout,
+        listed = record_launches(command, report, steps=args.steps,
+                                 timeout=args.timeout if timeout is None else timeout,
                                  quiet=False, environ=os.environ, probe=probe)
     except (FileNotFoundError, PermissionError) as err:
         raise cannot_start(command, err) from None

@@ -137,7 +137,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--launch-count", type=int, default=None, metavar="N",
                         help="profile at most N kernel launches")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="stop the command after S seconds (its partial report is kept)")
+                        help="stop the command after S seconds, all its runs together (its "
+                             "partial report is kept)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the ncu command line and the metrics; with --steps, run "
                              "the command once without ncu until its chosen steps end and "
