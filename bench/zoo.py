@@ -60,13 +60,17 @@ NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 #: deepseek_v3 (transformers' DeepseekV3: latent attention, routed and shared experts) was added
 #: on 2026-11-28 after olmoe's result, set to verify before it ran: cast_then_compile (the
 #: model's compile told to wait for the experts' cast), written after reading the three MoEs'.
+#: resnext50 (torchvision ResNeXt-50 32x4d, NCHW) and mnasnet (torchvision MnasNet 1.0, NCHW)
+#: were added on 2026-11-28 (a new session), set to verify before either ran: the channels-last
+#: switch timed call by call (findings --benchmark, collect/benchmark_layout.py) against
+#: --verify, written after reading five NCHW CNNs' channels-last results.
 CALIBRATED = {"vit_s", "gpt2", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
               "mixtral_moe"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
           "llama_decode", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
           "mixtral_moe", "mobilenet_v3", "gru_lm", "sage", "wav2vec2", "regnet_y", "swin_t",
           "deeplab", "conformer", "gin", "shufflenet", "llama_train", "qwen2_moe",
-          "olmoe", "deepseek_v3"]
+          "olmoe", "deepseek_v3", "resnext50", "mnasnet"]
 WARM = 10
 #: Options of this run that every phase reads (``--keep-reports``).
 KEEP: dict[str, bool] = {}

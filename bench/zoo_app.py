@@ -278,6 +278,13 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
         return _vision("densenet121", 224, 32, timm_model=False, nchw=True,
                        optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
                                                            weight_decay=1e-4))
+    if name == "resnext50":  # NCHW, grouped 3x3 convolutions (32 groups), SGD with momentum
+        return _vision("resnext50_32x4d", 224, 32, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9,
+                                                           weight_decay=1e-4))
+    if name == "mnasnet":  # NCHW, depthwise inverted residuals, SGD with momentum
+        return _vision("mnasnet1_0", 224, 64, timm_model=False, nchw=True,
+                       optimizer=lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     if name == "distilbert":  # an encoder classifier, Adam (foreach)
         from transformers import DistilBertConfig, DistilBertForSequenceClassification
 

@@ -48,6 +48,8 @@ CANDIDATES = {
     "distilbert": ["fused_optimizer", "compile"],
     "olmoe": ["cast@model.layers.*.mlp.experts", "compile"],
     "deepseek_v3": ["cast@model.layers.*.mlp.experts", "compile"],
+    "resnext50": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "mnasnet": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
 }
 
 
