@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.recorded import load_recorded
+from torch_nsight.analyze import fold_findings
 from torch_nsight.collect.benchmark_layout import (
     _conv_args,
     assign_calls,
@@ -28,11 +29,12 @@ RECORDINGS = ("zoo_families/deeplab.ncu-rep.xz", "zoo_families/mobilenet_v3.ncu-
 
 def by_size(call: Any, timer: Any) -> tuple[float, float]:
     """A stand-in timing: NCHW costs the input's elements, channels-last one less per call
-    for batch norms and one more for depthwise convolutions (so both signs occur)."""
+    for batch norms, half less for other convolutions and one more for depthwise ones (so
+    both signs occur)."""
     del timer
     size = float(math.prod(int(d) for d in call["input_shapes"][0]))
     depthwise = call["kind"] == "conv" and int(call["input_shapes"][1][1]) == 1
-    return size, size + (1.0 if depthwise else -1.0 if call["kind"] == "batch_norm" else 0.0)
+    return size, size + (1.0 if depthwise else -1.0 if call["kind"] == "batch_norm" else -0.5)
 
 
 @pytest.fixture(scope="module", params=RECORDINGS)
@@ -63,6 +65,11 @@ def test_the_rows_add_up_to_every_convolution_and_batch_norm_of_the_step(
         assert rows["est_gain_ns"].sum() == pytest.approx(
             sum((b - a) * c for (b, a), c in zip(expected, counts, strict=True)))
     pd.testing.assert_frame_equal(out.loc[others.index], others)
+    folded = fold_findings(out)  # a folded row's before and after are its blocks' too
+    folded = folded[folded["fix_code"].eq("channels_last")]
+    assert len(folded) < len(done)
+    assert (folded["before_ns"] - folded["after_ns"]).tolist() == pytest.approx(
+        folded["est_gain_ns"].tolist())
 
 
 def test_each_call_is_counted_once_and_by_a_row_of_its_kind(
