@@ -111,3 +111,13 @@ def test_stride_and_padding_read_from_the_output_give_the_recorded_output() -> N
                 // kwargs["stride"][axis] + 1
             assert size == out[2 + axis], (call["module_path"], x, w, kwargs, out)
         assert x[1] == kwargs["groups"] * w[1]
+
+
+def test_the_note_on_a_modelled_channels_last_gain_goes_once_it_is_timed(
+        recorded: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    from torch_nsight.render.findings import LAYOUT_NOTE, layout_note
+
+    found, calls = recorded
+    assert layout_note(found) == LAYOUT_NOTE
+    timed = benchmark_channels_last(found.copy(), calls, timer=None, timed=by_size)
+    assert layout_note(timed) == ""

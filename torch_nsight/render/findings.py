@@ -43,6 +43,12 @@ LAUNCH_NOTE = ("≤: what those kernels could save at most; {fixes} also removes
 #: The note's end where every such fix is ``cast_then_compile``: ``--verify`` has no switch for
 #: it, and measures the compile once the grouped GEMMs are cast (a new profile).
 CAST_FIRST_WHEN = ", once the cast those fixes ask for first is made"
+#: The line under a table with a channels-last gain not timed (a model of the NCHW kernels).
+LAYOUT_NOTE = ("channels-last: its gain is a model of what the NCHW kernels cost, and its sign "
+               "is not known until it is timed (grouped, dilated or small-channel convolutions "
+               "and batch norms can be slower channels-last): torch-nsight findings REPORT "
+               "--benchmark times the step's convolutions and batch norms in both layouts on "
+               "the GPU, torch-nsight profile --verify on your steps.")
 
 
 def gain_cell(row: pd.Series) -> str:
@@ -144,14 +150,27 @@ def render_findings(frame: pd.DataFrame, fmt: str = "plain",
         The section; a line saying so when there is no finding.
     """
     table = _findings_table(frame, fmt, kernels)
-    note = launch_note(frame)
-    if not note or frame.empty:
+    notes = [note for note in (launch_note(frame), layout_note(frame)) if note]
+    if not notes or frame.empty:
         return table
     if fmt not in ("markdown", "github"):
         import textwrap
 
-        note = textwrap.fill(note, width=max(60, terminal_width()), subsequent_indent="  ")
-    return f"{table}\n\n{note}"
+        width = max(60, terminal_width())
+        notes = [textwrap.fill(note, width=width, subsequent_indent="  ") for note in notes]
+    return "\n\n".join([table, *notes])
+
+
+def layout_note(frame: pd.DataFrame) -> str:
+    """The line under a table whose channels-last gain was not timed (neither
+    ``findings --benchmark`` nor ``--verify``): a model whose sign can be wrong."""
+    if frame.empty or "fix_code" not in frame or "measured_gain_ns" in frame:
+        return ""
+    basis = frame.get("gain_basis")
+    modelled = frame["fix_code"].eq("channels_last")
+    if basis is not None:
+        modelled &= ~basis.eq("measured")
+    return LAYOUT_NOTE if modelled.any() else ""
 
 
 def launch_note(frame: pd.DataFrame) -> str:
