@@ -164,6 +164,34 @@ def time_call(call: Any, timer: Timer) -> tuple[float, float]:
             timer(_runner(call, torch.channels_last)))
 
 
+def _signature(call: Any) -> tuple[Any, ...]:
+    """What makes two calls the same to time."""
+    return (call["kind"], tuple(call["input_shapes"]), tuple(call["input_dtypes"]),
+            tuple(call["output_shapes"]), bool(call["backward"]))
+
+
+def _time_distinct(calls: list[Any], timer: Timer,
+                   timed: Callable[[Any, Timer], tuple[float, float]]
+                   ) -> dict[tuple[Any, ...], tuple[float, float]]:
+    """Each distinct call timed once in both layouts, with a progress bar where standard
+    error is a terminal; a call that cannot be rebuilt or run counts (0, 0), with a warning."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    distinct = {_signature(call): call for call in calls}
+    seen: dict[tuple[Any, ...], tuple[float, float]] = {}
+    for key, call in tqdm(distinct.items(), desc="torch_nsight benchmark", unit="call",
+                          file=sys.stderr, disable=None, leave=False):
+        try:
+            seen[key] = timed(call, timer)
+        except (ValueError, TypeError, RuntimeError) as err:
+            logger.warning("could not time %s in %s in both layouts: %s", call["aten_op"],
+                           call["module_path"], err)
+            seen[key] = (0.0, 0.0)
+    return seen
+
+
 def benchmark_channels_last(found: pd.DataFrame, calls: pd.DataFrame, timer: Timer,
                             timed: Callable[[Any, Timer], tuple[float, float]] = time_call
                             ) -> pd.DataFrame:
@@ -176,30 +204,22 @@ def benchmark_channels_last(found: pd.DataFrame, calls: pd.DataFrame, timer: Tim
         ``found``, changed in place.
     """
     switch = found[found["fix_code"].eq("channels_last")]
-    seen: dict[tuple, tuple[float, float]] = {}
+    owned: list[tuple[Any, pd.DataFrame]] = []  # (row, its calls) in rank order
     for (variant, shape), rows in switch.groupby(["variant", "shape"], dropna=False, sort=False):
         mine = layout_calls(calls, variant, shape)
         if mine.empty:
             continue
         rows = rows.loc[found.index.intersection(rows.index)]  # rank order
-        for row, indices in assign_calls(rows, mine).items():
-            before = after = 0.0
-            for index in indices:
-                call = mine.loc[index]
-                key = (call["kind"], tuple(call["input_shapes"]), tuple(call["input_dtypes"]),
-                       tuple(call["output_shapes"]), bool(call["backward"]))
-                if key not in seen:
-                    try:
-                        seen[key] = timed(call, timer)
-                    except (ValueError, TypeError, RuntimeError) as err:
-                        logger.warning("could not time %s in %s in both layouts: %s",
-                                       call["aten_op"], call["module_path"], err)
-                        seen[key] = (0.0, 0.0)
-                count = float(call["count"])
-                before += seen[key][0] * count
-                after += seen[key][1] * count
-            found.loc[row, ["before_ns", "after_ns", "est_gain_ns"]] = [before, after,
-                                                                         before - after]
-            found.loc[row, "gain_basis"] = "measured"
-            found.loc[row, "benchmarked"] = True
+        owned += [(row, mine.loc[ix]) for row, ix in assign_calls(rows, mine).items()]
+    seen = _time_distinct([call for _, mine in owned for _, call in mine.iterrows()],
+                          timer, timed)
+    for row, mine in owned:
+        pairs = [seen[_signature(call)] for _, call in mine.iterrows()]
+        counts = mine["count"].astype(float).tolist()
+        before = sum(pair[0] * count for pair, count in zip(pairs, counts, strict=True))
+        after = sum(pair[1] * count for pair, count in zip(pairs, counts, strict=True))
+        found.loc[row, ["before_ns", "after_ns", "est_gain_ns"]] = [before, after,
+                                                                     before - after]
+        found.loc[row, "gain_basis"] = "measured"
+        found.loc[row, "benchmarked"] = True
     return found
