@@ -9,7 +9,8 @@ no torch, no pandas.
 
 A row: ``range_stack`` (the range messages open around the op, outermost first), ``op``,
 ``input_shapes``, ``input_dtypes``, ``output_shapes``, ``output_dtypes``, ``flops`` (per
-call, or None), ``bytes`` (per call) and ``count``. In the file, tuples are JSON lists.
+call, or None), ``bytes`` (per call) and ``count``; optionally ``module_class`` and
+``args`` (a convolution's scalar arguments, JSON text). In the file, tuples are JSON lists.
 """
 
 from __future__ import annotations

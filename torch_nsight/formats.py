@@ -73,7 +73,7 @@ OP_REPLICAS_KIND = "torch_nsight.op_replicas"
 CALLS_ROW_SCHEMA = {"range_stack": [str], "op": str, "input_shapes": [[WHOLE]],
                     "input_dtypes": [str], "output_shapes": [[WHOLE]], "output_dtypes": [str],
                     "flops": NUMBER, "bytes": NUMBER, "count": WHOLE, "variant": str,
-                    "shape": str, "module_class": str}
+                    "shape": str, "module_class": str, "args": str}
 _RECORD_SCHEMA = {"shapes": [str], "variants": [str], "options": dict, "items": [dict],
                   "problems": [dict], "commands": dict, "output_dir": str, "timing": dict,
                   "created": str}

@@ -14,9 +14,11 @@ Every call is given to the first channels-last row, in rank order, that counts i
 site: its module and everything under it; ``nchw_kernels`` rows count only their kind,
 batch norms or depthwise convolutions), and the calls no row counts to the first row, so the rows add up to the whole switch as ``--verify`` measures it. Each row's
 ``before_ns``/``after_ns`` are its calls' totals per run and ``est_gain_ns`` their
-difference: negative where channels-last is slower. What is not known from a calls table:
-a convolution's dilation (timed as 1; stride and padding come from its output shape) and
-the elementwise kernels between the calls, which move little with the layout.
+difference: negative where channels-last is slower. A convolution runs with the stride,
+padding, dilation and groups its call recorded (``op_args``); a calls table recorded before
+2026-11-28 has none, and then stride and padding come from the output's shape, groups from
+the weight and dilation is 1. Not timed: the elementwise kernels between the calls, which
+move little with the layout.
 """
 
 from __future__ import annotations
@@ -103,10 +105,21 @@ def assign_calls(rows: pd.DataFrame, calls: pd.DataFrame) -> dict[Any, list[Any]
 
 
 def _conv_args(call: Any) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, Any]]:
-    """Input and weight shapes and ``F.conv2d``'s keyword arguments (stride and padding from
-    the output's shape, groups from the weight's input channels; dilation 1)."""
+    """Input and weight shapes and ``F.conv2d``'s keyword arguments: as the call recorded
+    them (``op_args``), else stride and padding from the output's shape, groups from the
+    weight's input channels and dilation 1."""
     x, w = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
     out = tuple(int(d) for d in call["output_shapes"][0])
+    recorded = call.get("op_args")
+    if isinstance(recorded, str):
+        import json
+
+        given = json.loads(recorded)
+        if given.get("transposed") or len(w) != 4:
+            raise ValueError(f"not a plain 2-D convolution: {x}, {w} -> {out}")
+        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()
+                  if k in ("stride", "padding", "dilation", "groups")}
+        return x, w, kwargs
     if len(w) != 4 or out[2] > x[2] or out[3] > x[3] or x[1] % w[1]:
         raise ValueError(f"not a plain 2-D convolution: {x}, {w} -> {out}")
     stride = tuple(max(1, round(x[i] / out[i])) for i in (2, 3))

@@ -12,7 +12,9 @@ GEMM recorded before its FLOPs were counted is counted from its shapes,
 :mod:`torch_nsight.shape_flops`). Where the
 rows record the class of the module each call ran in, a ``module_class`` column holds it
 (``torch.nn.modules.conv.Conv2d``; None outside every module); tables recorded before
-classes were recorded have no such column.
+classes were recorded have no such column. Likewise ``op_args``: a convolution's scalar
+arguments as JSON text (``{"dilation":[2,2],"groups":32,"padding":[2,2],...}``), recorded
+since 2026-11-28.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ def calls_frame(rows: Sequence[Mapping[str, Any]], source: str) -> pd.DataFrame:
             "count": int(row.get("count") or 1)})
     frame = pd.DataFrame.from_records(records, columns=list(CALLS_COLUMNS))
     frame[["flops", "bytes"]] = frame[["flops", "bytes"]].astype("float64")
-    if any(row.get("module_class") for row in rows):
-        frame["module_class"] = pd.Series([row.get("module_class") or None for row in rows],
-                                          index=frame.index, dtype=object)
+    for key, column in (("module_class", "module_class"), ("args", "op_args")):
+        if any(row.get(key) for row in rows):
+            frame[column] = pd.Series([row.get(key) or None for row in rows],
+                                      index=frame.index, dtype=object)
     return frame
 
 

@@ -42,7 +42,32 @@ _NO_KERNEL_OPS = frozenset({
 
 
 _Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
-             tuple[tuple[int, ...], ...], tuple[str, ...]]
+             tuple[tuple[int, ...], ...], tuple[str, ...], str | None]
+
+#: Ops whose scalar arguments a call's row keeps (``args``, JSON text), in their schema's
+#: order after the tensors: what a rebuilt call needs that its shapes do not say (a
+#: convolution's dilation; its stride, padding and groups without guessing them).
+_ARG_NAMES = {name: ("stride", "padding", "dilation", "transposed", "output_padding", "groups")
+              for name in ("convolution", "_convolution", "cudnn_convolution")}
+
+
+def _op_args(name: str, args: Any, kwargs: Any) -> str | None:
+    """The scalar arguments of a call of an op in :data:`_ARG_NAMES`, as JSON text (names to
+    ints, lists of ints or booleans), or None."""
+    names = _ARG_NAMES.get(name)
+    if names is None:
+        return None
+    given = dict(zip(names, list(args)[3:], strict=False))
+    given.update({k: v for k, v in (kwargs or {}).items() if k in names})
+    plain: dict[str, Any] = {}
+    for key, value in given.items():
+        if isinstance(value, (bool, int)):
+            plain[key] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+            plain[key] = [int(v) for v in value]
+    import json
+
+    return json.dumps(plain, sort_keys=True, separators=(",", ":")) if plain else None
 
 
 def _dims(tensor: Any) -> tuple[int, ...]:
@@ -98,7 +123,8 @@ class CallTable:
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         key: _Key = (tuple(stack), name,
                      tuple(_dims(t) for t in inputs), tuple(_dtype_name(t) for t in inputs),
-                     tuple(_dims(t) for t in outputs), tuple(_dtype_name(t) for t in outputs))
+                     tuple(_dims(t) for t in outputs), tuple(_dtype_name(t) for t in outputs),
+                     _op_args(name, args, kwargs))
         with self._lock:
             entry = self._calls.get(key)
             if entry is not None:
@@ -113,7 +139,7 @@ class CallTable:
 
     def add_higher_order(self, stack: Sequence[str], func: Any) -> None:
         """File a higher-order operator (its inner ops run without the recorder)."""
-        key: _Key = (tuple(stack), str(getattr(func, "_name", func)), (), (), (), ())
+        key: _Key = (tuple(stack), str(getattr(func, "_name", func)), (), (), (), (), None)
         with self._lock:
             self._calls.setdefault(key, [0, None, 0])[0] += 1
 
@@ -124,7 +150,8 @@ class CallTable:
             items = [(key, list(entry)) for key, entry in self._calls.items()]
         return [{"range_stack": key[0], "op": key[1], "input_shapes": key[2],
                  "input_dtypes": key[3], "output_shapes": key[4], "output_dtypes": key[5],
-                 "flops": entry[1], "bytes": entry[2], "count": entry[0]}
+                 "flops": entry[1], "bytes": entry[2], "count": entry[0],
+                 **({} if key[6] is None else {"args": key[6]})}
                 for key, entry in items]
 
     def clear(self) -> None:

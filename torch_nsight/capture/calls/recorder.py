@@ -361,7 +361,8 @@ class CallRecorder:
             ``output_dtypes`` (tuples; shapes are tuples of ints), ``flops`` (per call, or
             None), ``bytes`` (per call) and ``count``; and ``module_class``, the qualified
             class of the innermost module open around the call (None outside every
-            module), where :attr:`module_classes` is known.
+            module), where :attr:`module_classes` is known; ``args`` (JSON text) for a
+            convolution: its stride, padding, dilation, transposed, output padding, groups.
         """
         rows = self._table.rows()
         if self.module_classes:
