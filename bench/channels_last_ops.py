@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import zoo_app  # noqa: E402
 
+from torch_nsight.collect import benchmark_fixes  # noqa: E402
+
 CL = torch.channels_last
 
 
@@ -61,17 +63,8 @@ def _record_calls(model: nn.Module, step: Any) -> Counter:
 
 
 def _timed(fn: Any, samples: int = 15) -> float:
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(samples):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """ms of one call (the library's own timer: CUDA events, median after warm-ups)."""
+    return benchmark_fixes._timed(fn, samples) / 1e6
 
 
 def _call_fn(key: tuple, layout: torch.memory_format) -> Any:
@@ -170,8 +163,11 @@ def measure(name: str) -> dict[str, Any]:
             "calls": sum(calls.values()), "rows": rows, "wall_s": round(time.time() - started, 1)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_per_model(description: str, measure_one: Any, out_name: str) -> int:
+    """``--models a,b --out OUT``: ``measure_one(model, out)`` for each model (one failing
+    keeps the others), its record printed (without ``rows``) and all of them written to
+    ``OUT/out_name`` after each."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--models", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
@@ -179,15 +175,19 @@ def main() -> int:
     results = []
     for name in args.models.split(","):
         try:
-            result = measure(name)
+            result = measure_one(name, args.out)
         except Exception as err:  # one model failing keeps the others
             result = {"model": name, "error": f"{type(err).__name__}: {err}"}
         results.append(result)
-        summary = {k: v for k, v in result.items() if k != "rows"}
-        print(json.dumps(summary), flush=True)
-        (args.out / "channels_last_ops.json").write_text(json.dumps(results, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "rows"}), flush=True)
+        (args.out / out_name).write_text(json.dumps(results, indent=1))
         torch.cuda.empty_cache()
     return 0
+
+
+def main() -> int:
+    return run_per_model(__doc__.splitlines()[0], lambda name, _out: measure(name),
+                         "channels_last_ops.json")
 
 
 if __name__ == "__main__":

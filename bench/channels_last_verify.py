@@ -14,7 +14,6 @@ summed, the benchmark's rows summed (before, after, gain), and each command's wa
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -72,17 +71,10 @@ def measure(model: str, out: Path) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    records = []
-    for model in args.models.split(","):
-        records.append(measure(model, args.out))
-        print(json.dumps(records[-1]), flush=True)
-        (args.out / "channels_last_verify.json").write_text(json.dumps(records, indent=1))
-    return 0
+    sys.path.insert(0, str(ROOT / "bench"))
+    from channels_last_ops import run_per_model
+
+    return run_per_model(__doc__.splitlines()[0], measure, "channels_last_verify.json")
 
 
 if __name__ == "__main__":

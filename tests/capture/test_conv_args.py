@@ -6,7 +6,6 @@ CPU from real ``nn.Conv2d`` calls."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
