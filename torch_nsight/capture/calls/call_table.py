@@ -42,7 +42,7 @@ _NO_KERNEL_OPS = frozenset({
 
 
 _Key = tuple[tuple[str, ...], str, tuple[tuple[int, ...], ...], tuple[str, ...],
-             tuple[tuple[int, ...], ...], tuple[str, ...], str | None]
+             tuple[tuple[int, ...], ...], tuple[str, ...], tuple[tuple[str, Any], ...] | None]
 
 #: Ops whose scalar arguments a call's row keeps (``args``, JSON text), in their schema's
 #: order after the tensors: what a rebuilt call needs that its shapes do not say (a
@@ -51,23 +51,29 @@ _ARG_NAMES = {name: ("stride", "padding", "dilation", "transposed", "output_padd
               for name in ("convolution", "_convolution", "cudnn_convolution")}
 
 
-def _op_args(name: str, args: Any, kwargs: Any) -> str | None:
-    """The scalar arguments of a call of an op in :data:`_ARG_NAMES`, as JSON text (names to
-    ints, lists of ints or booleans), or None."""
+def _op_args(name: str, args: Any, kwargs: Any) -> tuple[tuple[str, Any], ...] | None:
+    """The scalar arguments of a call of an op in :data:`_ARG_NAMES` (names to ints, tuples
+    of ints or booleans; a tuple of pairs, cheap to hash on every call), or None."""
     names = _ARG_NAMES.get(name)
     if names is None:
         return None
     given = dict(zip(names, list(args)[3:], strict=False))
     given.update({k: v for k, v in (kwargs or {}).items() if k in names})
-    plain: dict[str, Any] = {}
+    plain: list[tuple[str, Any]] = []
     for key, value in given.items():
         if isinstance(value, (bool, int)):
-            plain[key] = value
+            plain.append((key, value))
         elif isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
-            plain[key] = [int(v) for v in value]
+            plain.append((key, tuple(int(v) for v in value)))
+    return tuple(sorted(plain)) or None
+
+
+def _args_text(pairs: tuple[tuple[str, Any], ...]) -> str:
+    """A call's scalar arguments as the JSON text its row keeps."""
     import json
 
-    return json.dumps(plain, sort_keys=True, separators=(",", ":")) if plain else None
+    return json.dumps({key: list(value) if isinstance(value, tuple) else value
+                       for key, value in pairs}, sort_keys=True, separators=(",", ":"))
 
 
 def _dims(tensor: Any) -> tuple[int, ...]:
@@ -151,7 +157,7 @@ class CallTable:
         return [{"range_stack": key[0], "op": key[1], "input_shapes": key[2],
                  "input_dtypes": key[3], "output_shapes": key[4], "output_dtypes": key[5],
                  "flops": entry[1], "bytes": entry[2], "count": entry[0],
-                 **({} if key[6] is None else {"args": key[6]})}
+                 **({} if key[6] is None else {"args": _args_text(key[6])})}
                 for key, entry in items]
 
     def clear(self) -> None:
