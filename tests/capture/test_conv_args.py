@@ -55,3 +55,26 @@ def test_a_rebuilt_call_takes_the_recorded_arguments(rows: list[dict]) -> None:
         x, w, _ = _conv_args(call)
         out = torch.nn.functional.conv2d(torch.randn(x), torch.randn(w), **kwargs)
         assert tuple(out.shape) == tuple(call["output_shapes"][0])
+
+
+def test_two_calls_alike_but_for_their_arguments_are_timed_apart(rows: list[dict]) -> None:
+    """The dilated convolution and the plain one have the same shapes: each is timed with
+    its own arguments, once (a stand-in timer records what it was given)."""
+    import pandas as pd
+
+    from torch_nsight.collect.benchmark_layout import benchmark_channels_last
+
+    calls = calls_frame(rows, "test").assign(module_path="m")
+    given: list[dict] = []
+
+    def timed(call: object, timer: object) -> tuple[float, float]:
+        given.append(_conv_args(call)[2] if call["kind"] == "conv" else {})  # type: ignore[index]
+        return 2.0, 1.0
+
+    found = pd.DataFrame({"variant": [None], "shape": [None], "module_path": ["m"],
+                          "fix_code": ["channels_last"], "cause": [None],
+                          "est_gain_ns": [0.0], "gain_basis": ["removed"]})
+    out = benchmark_channels_last(found, calls, timer=None, timed=timed)
+    dilations = sorted(args["dilation"] for args in given if args)
+    assert dilations == [(1, 1), (1, 1), (2, 2)]  # the three convolutions, each once
+    assert out.loc[0, "est_gain_ns"] == pytest.approx(len(given))  # (2 - 1) a call

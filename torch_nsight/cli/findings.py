@@ -113,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
         from torch_nsight.collect.benchmark_fixes import benchmark_findings
 
         found = benchmark_findings(profile, top=args.n)
-        if args.fold:
+        if args.fold:  # as the profile's own rows fold: blocks that launched the same kernels
             from torch_nsight.analyze import fold_findings
 
-            found = fold_findings(found)
+            found = fold_findings(found, profile.kernels)
     else:
         import torch_nsight.render.finding_words  # noqa: F401 - the words
         found = profile.finding_table(fold=args.fold)
@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         from torch_nsight.render.findings import benchmark_lines
 
         lines = benchmark_lines(found, everything)
-        print("\n" + "\n".join(printable(line) for line in lines) if lines else "")
+        if lines:
+            print("\n" + "\n".join(printable(line) for line in lines))
     return 0
 
 

@@ -111,7 +111,7 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
     from torch_nsight.collect.parent.launch_list import forget_launches
 
     left = _time_left(args.timeout)
-    listed = replicate_launches(args, command, report)
+    listed = replicate_launches(args, command, report, timeout=left())
     probing = not listed and probes_launches(args, script.world_size(os.environ))
     found = _found_last_time(command, report) if probing else []
     memo, started, probe_s = bool(found), time.monotonic(), 0.0
@@ -143,12 +143,17 @@ def run_with_launches(args: argparse.Namespace, command: Sequence[str], report: 
     return plan, script.run_script(plan)
 
 
+#: The fewest seconds of ``--timeout`` a run after the first is started with.
+MIN_RUN_S = 5.0
+
+
 def _time_left(timeout: float | None) -> Callable[[], float | None]:
     """What is left of ``--timeout`` for each of the command's runs (the probe's, the launch
     list's, ncu's): one limit for the whole ``profile``, not one a run.
 
     Raises (when called):
-        NothingProfiledError: the limit ran out before the next run.
+        NothingProfiledError: the limit ran out before the next run (or left it less than
+            :data:`MIN_RUN_S`, a run after the first).
     """
     started = time.monotonic()
 
@@ -156,7 +161,7 @@ def _time_left(timeout: float | None) -> Callable[[], float | None]:
         if timeout is None:
             return None
         spent = time.monotonic() - started
-        if spent >= timeout:
+        if spent >= timeout or (spent > 1.0 and timeout - spent < MIN_RUN_S):
             raise NothingProfiledError(
                 f"--timeout {timeout:g} s ran out after {spent:.0f} s, before ncu's run (the "
                 "command ran first to find cuDNN recurrent layers or to list its launches): "

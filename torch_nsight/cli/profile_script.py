@@ -350,8 +350,8 @@ def run(args: argparse.Namespace) -> int:
             known=ncu_cli.known_metric_bases(ncu)))
         profile = ran.profile
         if args.stalls:
-            profile = second_pass(plan, profile, ncu=ncu, ncu_args=args.ncu_arg,
-                                  known=ncu_cli.known_metric_bases(ncu), exit_status=ran.exit_status)
+            profile = second_pass(plan, ran, ncu=ncu, ncu_args=args.ncu_arg,
+                                  known=ncu_cli.known_metric_bases(ncu), timeout=args.timeout)
     if args.metric_set == "fast" and profile.calls is None:
         logger.warning("the report carries no calls table, so its kernels have no FLOPs and no "
                        "roofline place: call torch_nsight.instrument(model) in the script (it "

@@ -17,7 +17,7 @@ from torch_nsight.formats import stall_report_of
 from torch_nsight.units import counted
 
 if TYPE_CHECKING:
-    from torch_nsight.collect.parent.script import ScriptPlan
+    from torch_nsight.collect.parent.script import ScriptPlan, ScriptRun
     from torch_nsight.profile import Profile
 
 logger = logging.getLogger(__name__)
@@ -89,16 +89,31 @@ def show_dry_run(first: ScriptPlan, ncu: str, ncu_args: Sequence[str]) -> None:
     say_comment(f"# metrics ({plan.metric_set}): " + ", ".join(plan.metrics))
 
 
-def second_pass(first: ScriptPlan, profile: Profile, *, ncu: str, ncu_args: Sequence[str],
-                known: frozenset[str] | None, exit_status: int) -> Profile:
-    """Run the second pass after a first that ended well; say how it went on standard
-    error; return the profile to show (the first's, merged where the second ran)."""
+#: The fewest seconds of ``--timeout`` left for the second pass to be started at all.
+MIN_PASS_S = 5.0
+
+
+def second_pass(first: ScriptPlan, ran: ScriptRun, *, ncu: str, ncu_args: Sequence[str],
+                known: frozenset[str] | None, timeout: float | None) -> Profile:
+    """Run the second pass after a first that ended well, in what is left of ``timeout``
+    (the first run's phases spent); say how it went on standard error; return the profile to
+    show (the first's, merged where the second ran)."""
+    import dataclasses
+
     from torch_nsight.collect.parent.stall_pass import run_stall_pass
 
-    if exit_status != 0:
+    profile = ran.profile
+    if ran.exit_status != 0:
         logger.warning("the command failed (exit status %d): no second pass (--stalls)",
-                       exit_status)
+                       ran.exit_status)
         return profile
+    if timeout is not None:
+        left = timeout - sum((ran.record.get("phases_s") or {}).values())
+        if left < MIN_PASS_S:
+            logger.warning("--timeout %g s is spent (%.0f s left): no second pass (--stalls)",
+                           timeout, max(left, 0.0))
+            return profile
+        first = dataclasses.replace(first, timeout=left)
     done = run_stall_pass(first, profile, ncu=ncu, ncu_args=ncu_args, known=known)
     if done.failed is not None and not done.merged:
         logger.warning("the second pass (--stalls) gave nothing (%s): the first pass's "

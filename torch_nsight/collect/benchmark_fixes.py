@@ -9,11 +9,12 @@ dtypes), :func:`benchmark_findings` times the slow form and the fixed form with 
 * ``fp32_no_tensor_cores``: the fp32 GEMM with TF32 off, then on (the setting is restored);
 * the ``channels_last`` switch (``layout_conversion``, ``nchw_kernels`` and every other
   finding it fixes): the step's convolutions and batch norms on NCHW tensors, then
-  channels-last, forward and backward (:mod:`~torch_nsight.collect.benchmark_layout`);
+  channels-last, forward, and backward where the step ran one
+  (:mod:`~torch_nsight.collect.benchmark_layout`);
 
 and sets ``est_gain_ns`` to (before - after) x calls per run, ``gain_basis`` to
-``measured``, with ``before_ns`` and ``after_ns`` beside. Other findings are left as they
-are (``benchmarked`` False).
+``measured``, with ``before_ns`` and ``after_ns`` beside (each per run: a call's time x
+calls per run). Other findings are left as they are (``benchmarked`` False).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> 
                          "visible: run it on the GPU machine, or drop --benchmark")
     found = profile.finding_table(fold=False).copy()  # each block's own module, to rebuild its call
     found["benchmarked"] = False
-    found["before_ns"] = found["after_ns"] = float("nan")
+    found["before_ns"] = found["after_ns"] = found["untimed_calls"] = float("nan")
     calls = profile.calls
     if calls is None or calls.empty:
         logger.warning("no calls table: nothing to rebuild the fixes from (record with "
@@ -147,7 +148,7 @@ def benchmark_findings(profile: Profile, *, top: int = 5, samples: int = 20) -> 
                            finding["module"], err)
             continue
         count = float(mine["count"].sum()) if "count" in mine else 1.0
-        found.loc[index, ["before_ns", "after_ns"]] = [before, after]
+        found.loc[index, ["before_ns", "after_ns"]] = [before * count, after * count]  # a run
         found.loc[index, "est_gain_ns"] = (before - after) * count
         found.loc[index, "gain_basis"] = "measured"
         found.loc[index, "benchmarked"] = True

@@ -12,8 +12,13 @@ went 3.0-3.8 ms slower.
 
 Every call is given to the first channels-last row, in rank order, that counts it (a row's
 site: its module and everything under it; ``nchw_kernels`` rows count only their kind,
-batch norms or depthwise convolutions), and the calls no row counts to the first row, so the rows add up to the whole switch as ``--verify`` measures it. Each row's
-``before_ns``/``after_ns`` are its calls' totals per run and ``est_gain_ns`` their
+batch norms or depthwise convolutions), and the calls no row counts to the first row
+without a kind (else the first row), so the rows add up to every convolution and batch
+norm of the step (kernel time: ``--verify`` times the whole step). A row left without calls
+gets a gain of 0 and no before or after (its calls' time is in the row that counts them,
+before it). Each row's ``before_ns``/``after_ns`` are its calls' totals per run,
+``untimed_calls`` the calls that could not be rebuilt or run (a transposed convolution, a
+shape that does not fit), left out of both, and ``est_gain_ns`` their
 difference: negative where channels-last is slower. A convolution runs with the stride,
 padding, dilation and groups its call recorded (``op_args``); a calls table recorded before
 2026-11-28 has none, and then stride and padding come from the output's shape, groups from
@@ -23,9 +28,13 @@ move little with the layout.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from torch_nsight.vocabulary import LABELS, PATH_SEP
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,11 +42,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: The calls table's op names (the ``aten::`` namespace dropped) that the layout changes.
-CONVOLUTIONS = frozenset({"convolution", "_convolution", "cudnn_convolution", "conv2d"})
+CONVOLUTIONS = frozenset({"convolution", "_convolution", "conv2d"})
 BATCH_NORMS = frozenset({"native_batch_norm", "cudnn_batch_norm", "_native_batch_norm_legit",
                          "batch_norm"})
 #: The backward ops whose presence in the same variant and shape says the step trains.
-BACKWARDS = {"conv": "convolution_backward", "batch_norm": "native_batch_norm_backward"}
+BACKWARDS = {"conv": ("convolution_backward",),
+             "batch_norm": ("native_batch_norm_backward", "cudnn_batch_norm_backward",
+                            "batch_norm_backward")}
+#: The causes of ``nchw_kernels`` rows, each counting only calls of its own kind.
+KIND_CAUSES = ("batch_norm", "depthwise")
+#: The channels of an input taken for the images themselves: no gradient flows back to them.
+IMAGE_CHANNELS = 3
 #: What times one callable on the GPU: its ns per call.
 Timer = Callable[[Callable[[], Any]], float]
 
@@ -45,7 +60,9 @@ Timer = Callable[[Callable[[], Any]], float]
 def matching(values: pd.Series, value: Any) -> pd.Series:
     """Where ``values`` is ``value``, a missing ``value`` (None or NaN) matching the missing
     ones (a variant or shape label)."""
-    return values.isna() if value is None or value != value else values.eq(value)
+    import pandas as pd
+
+    return values.isna() if pd.isna(value) else values.eq(value)
 
 
 def layout_calls(calls: pd.DataFrame, variant: Any, shape: Any) -> pd.DataFrame:
@@ -68,7 +85,7 @@ def layout_calls(calls: pd.DataFrame, variant: Any, shape: Any) -> pd.DataFrame:
                   "batch_norm" if name in BATCH_NORMS else None)
     planar = mine["input_shapes"].map(lambda shapes: len(shapes) > 0 and len(shapes[0]) == 4)
     found = mine[kind.notna() & planar].assign(kind=kind)
-    trains = {k: bool(op.eq(backward).any()) for k, backward in BACKWARDS.items()}
+    trains = {k: bool(op.isin(backward).any()) for k, backward in BACKWARDS.items()}
     return found.assign(backward=found["kind"].map(trains).astype(bool))
 
 
@@ -82,7 +99,7 @@ def _covers(site: str, cause: Any, call: Any) -> bool:
     """Whether a row of ``cause`` at ``site`` counts ``call``: under the site, and of the
     row's kind where it has one (``nchw_kernels``' ``batch_norm`` and ``depthwise``)."""
     path = str(call["module_path"])
-    if not (path == site or path.startswith(site + "/")):
+    if not (path == site or path.startswith(site + PATH_SEP)):
         return False
     if cause == "batch_norm":
         return bool(call["kind"] == "batch_norm")
@@ -91,15 +108,16 @@ def _covers(site: str, cause: Any, call: Any) -> bool:
 
 def assign_calls(rows: pd.DataFrame, calls: pd.DataFrame) -> dict[Any, list[Any]]:
     """Each call's index given to one row's index: the first row (in ``rows``' order) that
-    covers it (:func:`_covers`), else the first row."""
+    covers it (:func:`_covers`), else the first row without a kind (:data:`KIND_CAUSES`),
+    else the first row."""
     given: dict[Any, list[Any]] = {index: [] for index in rows.index}
     if rows.empty:
         return given
     causes = rows["cause"] if "cause" in rows else [None] * len(rows)
     sites = list(zip(rows.index, rows["module_path"].astype(str), causes, strict=True))
+    rest = next((row for row, _, cause in sites if cause not in KIND_CAUSES), sites[0][0])
     for index, call in calls.iterrows():
-        owner = next((row for row, site, cause in sites if _covers(site, cause, call)),
-                     sites[0][0])
+        owner = next((row for row, site, cause in sites if _covers(site, cause, call)), rest)
         given[owner].append(index)
     return given
 
@@ -111,15 +129,13 @@ def _conv_args(call: Any) -> tuple[tuple[int, ...], tuple[int, ...], dict[str, A
     x, w = (tuple(int(d) for d in s) for s in call["input_shapes"][:2])
     out = tuple(int(d) for d in call["output_shapes"][0])
     recorded = call.get("op_args")
-    if isinstance(recorded, str):
-        import json
-
-        given = json.loads(recorded)
-        if given.get("transposed") or len(w) != 4:
-            raise ValueError(f"not a plain 2-D convolution: {x}, {w} -> {out}")
-        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()
-                  if k in ("stride", "padding", "dilation", "groups")}
-        return x, w, kwargs
+    given = json.loads(recorded) if isinstance(recorded, str) else {}
+    if given.get("transposed"):
+        raise ValueError(f"a transposed convolution: {x}, {w} -> {out}")
+    needed = ("stride", "padding", "dilation", "groups")
+    if len(w) == 4 and all(k in given for k in needed):  # as it ran
+        return x, w, {k: tuple(given[k]) if isinstance(given[k], list) else given[k]
+                      for k in needed}
     if len(w) != 4 or out[2] > x[2] or out[3] > x[3] or x[1] % w[1]:
         raise ValueError(f"not a plain 2-D convolution: {x}, {w} -> {out}")
     stride = tuple(max(1, round(x[i] / out[i])) for i in (2, 3))
@@ -137,14 +153,15 @@ def _runner(call: Any, layout: Any) -> Callable[[], Any]:
     dtypes = [getattr(torch, str(d)) for d in call["input_dtypes"]]
     grad = bool(call["backward"])
 
-    def tensor(shape: tuple[int, ...], dtype: Any) -> Any:
+    def tensor(shape: tuple[int, ...], dtype: Any, needs_grad: bool = grad) -> Any:
         made = torch.randn(shape, device="cuda", dtype=dtype)
         made = made.to(memory_format=layout) if len(shape) == 4 else made
-        return made.requires_grad_(grad)
+        return made.requires_grad_(needs_grad)
 
     if call["kind"] == "conv":
         x_shape, w_shape, kwargs = _conv_args(call)
-        x, w = tensor(x_shape, dtypes[0]), tensor(w_shape, dtypes[1])
+        x = tensor(x_shape, dtypes[0], grad and x_shape[1] != IMAGE_CHANNELS)
+        w = tensor(w_shape, dtypes[1])
 
         def forward() -> Any:
             return F.conv2d(x, w, **kwargs)
@@ -157,15 +174,17 @@ def _runner(call: Any, layout: Any) -> Callable[[], Any]:
         mean = torch.zeros(channels, device="cuda", dtype=weight.dtype)
         var = torch.ones(channels, device="cuda", dtype=weight.dtype)
 
-        def forward() -> Any:
-            return F.batch_norm(x, mean, var, weight, bias, training=True)
+        def forward() -> Any:  # batch statistics where the step trained, else running ones
+            return F.batch_norm(x, mean, var, weight, bias, training=grad)
 
     if not grad:
         return forward
+    leaves = ([t for t in (x, w) if t.requires_grad] if call["kind"] == "conv"
+              else [x, weight, bias])
+    upstream = torch.ones_like(forward())
 
-    def forward_backward() -> None:
-        out = forward()
-        out.backward(torch.ones_like(out))
+    def forward_backward() -> None:  # gradients returned, not added up in .grad
+        torch.autograd.grad(forward(), leaves, upstream)
     return forward_backward
 
 
@@ -180,14 +199,15 @@ def time_call(call: Any, timer: Timer) -> tuple[float, float]:
 def _signature(call: Any) -> tuple[Any, ...]:
     """What makes two calls the same to time."""
     return (call["kind"], tuple(call["input_shapes"]), tuple(call["input_dtypes"]),
-            tuple(call["output_shapes"]), bool(call["backward"]))
+            tuple(call["output_shapes"]), bool(call["backward"]), call.get("op_args"))
 
 
 def _time_distinct(calls: list[Any], timer: Timer,
                    timed: Callable[[Any, Timer], tuple[float, float]]
                    ) -> dict[tuple[Any, ...], tuple[float, float]]:
     """Each distinct call timed once in both layouts, with a progress bar where standard
-    error is a terminal; a call that cannot be rebuilt or run counts (0, 0), with a warning."""
+    error is a terminal; a call that cannot be rebuilt or run gets (NaN, NaN), with a
+    warning."""
     import sys
 
     from tqdm.auto import tqdm
@@ -201,7 +221,7 @@ def _time_distinct(calls: list[Any], timer: Timer,
         except (ValueError, TypeError, RuntimeError) as err:
             logger.warning("could not time %s in %s in both layouts: %s", call["aten_op"],
                            call["module_path"], err)
-            seen[key] = (0.0, 0.0)
+            seen[key] = (math.nan, math.nan)
     return seen
 
 
@@ -209,30 +229,36 @@ def benchmark_channels_last(found: pd.DataFrame, calls: pd.DataFrame, timer: Tim
                             timed: Callable[[Any, Timer], tuple[float, float]] = time_call
                             ) -> pd.DataFrame:
     """Set the channels-last rows' ``before_ns``, ``after_ns``, ``est_gain_ns``,
-    ``gain_basis`` (``measured``) and ``benchmarked`` from their calls timed in both layouts,
-    one variant and shape at a time (see the module's docstring). Rows of a variant and shape
-    without such calls are left as they are. ``timed`` times one call (tests give their own).
+    ``untimed_calls``, ``gain_basis`` (``measured``) and ``benchmarked`` from their calls
+    timed in both layouts, one variant and shape at a time (see the module's docstring).
+    Rows of a variant and shape without such calls are left as they are. ``timed`` times one
+    call (tests give their own).
 
     Returns:
         ``found``, changed in place.
     """
     switch = found[found["fix_code"].eq("channels_last")]
-    owned: list[tuple[Any, pd.DataFrame]] = []  # (row, its calls) in rank order
-    for (variant, shape), rows in switch.groupby(["variant", "shape"], dropna=False, sort=False):
-        mine = layout_calls(calls, variant, shape)
-        if mine.empty:
-            continue
-        rows = rows.loc[found.index.intersection(rows.index)]  # rank order
-        owned += [(row, mine.loc[ix]) for row, ix in assign_calls(rows, mine).items()]
+    owned: list[tuple[Any, pd.DataFrame]] = []  # (row, its calls), rows in rank order
+    for labels, rows in switch.groupby(list(LABELS), dropna=False, sort=False):
+        mine = layout_calls(calls, *labels)
+        if not mine.empty:
+            owned += [(row, mine.loc[ix]) for row, ix in assign_calls(rows, mine).items()]
     seen = _time_distinct([call for _, mine in owned for _, call in mine.iterrows()],
                           timer, timed)
     for row, mine in owned:
+        if mine.empty:  # its calls are counted by a row before it: its time is in that one's
+            found.loc[row, ["before_ns", "after_ns", "est_gain_ns"]] = [math.nan, math.nan, 0.0]
+            found.loc[row, ["gain_basis", "benchmarked"]] = ["measured", True]
+            continue
         pairs = [seen[_signature(call)] for _, call in mine.iterrows()]
-        counts = mine["count"].astype(float).tolist()
-        before = sum(pair[0] * count for pair, count in zip(pairs, counts, strict=True))
-        after = sum(pair[1] * count for pair, count in zip(pairs, counts, strict=True))
+        timed_pairs = [(pair, float(count)) for pair, count in zip(pairs, mine["count"],
+                                                                     strict=True)
+                       if not math.isnan(pair[0])]
+        before = sum(pair[0] * count for pair, count in timed_pairs)
+        after = sum(pair[1] * count for pair, count in timed_pairs)
         found.loc[row, ["before_ns", "after_ns", "est_gain_ns"]] = [before, after,
                                                                      before - after]
+        found.loc[row, "untimed_calls"] = len(pairs) - len(timed_pairs)
         found.loc[row, "gain_basis"] = "measured"
         found.loc[row, "benchmarked"] = True
     return found

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from torch_nsight.render.columns import module_cell
 from torch_nsight.render.fit import fit_table, terminal_width
 from torch_nsight.render.readable_numbers import MISSING, format_us, is_missing, printable_rows
+from torch_nsight.vocabulary import LABELS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,7 +45,8 @@ LAUNCH_NOTE = ("≤: what those kernels could save at most; {fixes} also removes
 #: it, and measures the compile once the grouped GEMMs are cast (a new profile).
 CAST_FIRST_WHEN = ", once the cast those fixes ask for first is made"
 #: The line under a table with a channels-last gain not timed (a model of the NCHW kernels).
-LAYOUT_NOTE = ("channels-last: its gain is a model of what the NCHW kernels cost, and its sign "
+LAYOUT_NOTE = ("channels-last: its gain is a model (what the NCHW kernels cost, the conversions "
+               "it removes), and its sign "
                "is not known until it is timed (grouped, dilated or small-channel convolutions "
                "and batch norms can be slower channels-last): torch-nsight findings REPORT "
                "--benchmark times the step's convolutions and batch norms in both layouts on "
@@ -107,9 +109,9 @@ def measured_cell(row: pd.Series) -> str:
 
 def benchmark_lines(shown: pd.DataFrame, every: pd.DataFrame) -> list[str]:
     """``findings --benchmark``'s lines under the table: each shown row it timed (before ->
-    after, per run), then the channels-last switch as a whole, over ``every`` row it timed
-    (its rows add up to every convolution and batch norm of the step, the part slower in
-    channels-last included)."""
+    after, per run), then the channels-last switch as a whole for each variant and shape,
+    over ``every`` row it timed (its rows add up to every convolution and batch norm of the
+    step, the part slower in channels-last included), with the calls it could not time."""
     if "benchmarked" not in every:
         return []
 
@@ -118,15 +120,22 @@ def benchmark_lines(shown: pd.DataFrame, every: pd.DataFrame) -> list[str]:
 
     lines = [f"measured: {row['finding']} in {finding_module_cell(row)}: "
              f"{pair(row['before_ns'], row['after_ns'])}"
-             for _, row in shown[shown["benchmarked"].eq(True)].iterrows()]
+             for _, row in shown[shown["benchmarked"].eq(True)
+                                 & shown["before_ns"].notna()].iterrows()]
     switch = every[every["benchmarked"].eq(True) & every["fix_code"].eq("channels_last")]
-    if not switch.empty:
-        before, after = float(switch["before_ns"].sum()), float(switch["after_ns"].sum())
+    for labels, rows in switch.groupby(list(LABELS), dropna=False, sort=False):
+        before, after = float(rows["before_ns"].sum()), float(rows["after_ns"].sum())
         verdict = "faster" if after < before else "slower" if after > before else "the same"
-        lines.append(f"measured: channels-last as a whole ({len(switch)} rows, the step's "
-                     f"convolutions and batch norms on fresh tensors): {pair(before, after)}, "
-                     f"{format_us(abs(before - after))} µs {verdict} a run; "
-                     "profile --verify measures it on your steps")
+        tags = [_text(label) for label in labels if not is_missing(label)]
+        where = f" ({', '.join(tags)})" if tags else ""
+        untimed = int(rows["untimed_calls"].fillna(0).sum()) if "untimed_calls" in rows else 0
+        lines.append(f"measured: channels-last as a whole{where}, {len(rows)} rows, the "
+                     "step's convolutions and batch norms on fresh "
+                     f"tensors: {pair(before, after)}, {format_us(abs(before - after))} µs "
+                     f"{verdict} a run"
+                     + (f" ({untimed} calls could not be timed and are left out)"
+                        if untimed else "")
+                     + "; profile --verify measures it on your steps")
     return lines
 
 

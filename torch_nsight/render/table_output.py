@@ -250,13 +250,24 @@ def csv_cell(value: Any) -> Any:
     if isinstance(value, (dict, list, tuple)):
         import json
 
-        value = json.dumps(value, default=str, ensure_ascii=False)
+        value = json.dumps(_plain(value), default=str, ensure_ascii=False)
     if not isinstance(value, str):
         return value
     text = printable(value)
     if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
         return "'" + text
     return text
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON takes it: mapping keys as text, tuples as lists, numpy scalars and
+    arrays as Python's numbers and lists."""
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    tolist = getattr(value, "tolist", None)  # a numpy scalar or array
+    return _plain(tolist()) if callable(tolist) and not isinstance(value, str) else value
 
 
 def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:

@@ -144,7 +144,8 @@ FOLD_KEYS = ("variant", "shape", "direction", "op", "finding", "cause", "module_
 
 def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row for a finding repeated in each block of a repeated structure: its gain the
-    sum of the blocks' (and so a benchmark's ``before_ns`` and ``after_ns``), its codes and facts those of the block with the largest gain, and
+    sum of the blocks' (and so a benchmark's ``before_ns``, ``after_ns`` and
+    ``untimed_calls``), its codes and facts those of the block with the largest gain, and
     ``blocks`` how many it stands for (see :mod:`torch_nsight.analyze.fold`).
 
     Args:
@@ -158,8 +159,8 @@ def fold_findings(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> p
     keys = [k for k in FOLD_KEYS if k in found]
     if kernels is not None and len(found):
         found, keys = with_structure(found, kernels), [*keys, STRUCTURE_COLUMN]
-    sums = tuple(c for c in ("est_gain_ns", "gain_bound_ns", "before_ns", "after_ns")
-                 if c in found)
+    sums = tuple(c for c in ("est_gain_ns", "gain_bound_ns", "before_ns", "after_ns",
+                             "untimed_calls") if c in found)
     found = found.assign(_rank=found["est_gain_ns"].fillna(
         found.get("gain_bound_ns", pd.Series(np.nan, index=found.index))))
     folded = fold_rows(found, keys=keys, sums=sums, rank="_rank")
