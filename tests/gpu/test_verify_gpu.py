@@ -43,7 +43,8 @@ def test_measured_gain_agrees_with_the_recorded_fix(path: str, finding: str,
 @pytest.mark.gpu
 def test_channels_last_is_timed_for_the_layout_finding() -> None:
     found = benchmark_findings(torch_nsight.load(DATA / "findings_conv", cache=False), top=10)
-    layout = found[(found["finding"] == "layout_conversion") & found["benchmarked"]]
+    layout = found[(found["finding"] == "layout_conversion") & found["benchmarked"]
+                   & found["before_ns"].notna()]  # (not a row whose calls another counts)
     assert len(layout) >= 1
     assert (layout["after_ns"] < layout["before_ns"]).all()
 
