@@ -5,7 +5,7 @@ their notes and warnings on standard error too; forward and backward rows stay a
 ``dir`` column is never dropped) and a module keeps its distinguishing end
 (``…post_attention_layernorm ×8``), however narrow the terminal.
 
-Each source is read once (tests/test_golden_outputs.py's reading, shared with its tests when
+Each source is read once (tests/golden_sources.py's reading, shared with the golden tests when
 they run in the same process) and its findings computed once for both widths.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests import test_golden_outputs as golden
+from tests import golden_sources as golden
 from tests.golden import findings_computed_once
 from torch_nsight.analyze import has_ranks
 from torch_nsight.profile import Profile

@@ -5,8 +5,8 @@ region costs (:data:`COMPILED_CALL_NS`) is told to compile the model, not itself
 
 from __future__ import annotations
 
+from tests.golden_sources import DATA
 from tests.recorded import load_recorded
-from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.elementwise_chain import COMPILED_CALL_NS, COPY_FUNCTORS
 from torch_nsight.analyze.findings.switch_fixes import switch_fix
 from torch_nsight.verify_exchange import FixSpec

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 import torch_nsight
-from tests.test_golden_outputs import Source, find_sources, per_source
-from tests.test_golden_outputs import load as golden_load
+from tests.golden_sources import Source, find_sources, per_source
+from tests.golden_sources import load as golden_load
 from torch_nsight.analyze.findings.call_shapes import ALIGNMENT
 from torch_nsight.analyze.findings.codes import FIX_CODES, FUSED_OPTIMIZERS, fix_fits
 from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
@@ -35,7 +35,7 @@ ROTARY = ((r"\bsin\b|sin_kernel", r"\bcos\b|cos_kernel"),
 
 def _load(path: str) -> torch_nsight.Profile | None:
     """The source as the golden tests read it (once for all the tests of a source that run
-    on one worker: :func:`tests.test_golden_outputs.per_source`); None where it does not
+    on one worker: :func:`tests.golden_sources.per_source`); None where it does not
     load as a profile."""
     return golden_load(path).profile
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import torch_nsight
-from tests.test_golden_outputs import DATA
+from tests.golden_sources import DATA
 from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.codes import fix_fits
 from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix

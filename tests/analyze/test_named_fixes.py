@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.golden_sources import Source, find_sources, per_source
+from tests.golden_sources import load as golden_load
 from tests.recorded import load_recorded
-from tests.test_golden_outputs import Source, find_sources, per_source
-from tests.test_golden_outputs import load as golden_load
 from torch_nsight.analyze.devices import KNOWN_GPUS, known_gpu
 from torch_nsight.metrics import PRECISIONS
 

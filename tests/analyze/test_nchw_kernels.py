@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.golden_sources import DATA
 from tests.recorded import load_recorded
-from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.layout_conversion import runs_channels_last
 from torch_nsight.analyze.findings.nchw_kernels import NCHW_FAMILIES
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_golden_outputs import Source, find_sources, per_source
-from tests.test_golden_outputs import load as golden_load
+from tests.golden_sources import Source, find_sources, per_source
+from tests.golden_sources import load as golden_load
 
 #: Every recorded source that is a profile: reports, saved profiles, sweep folders.
 PROFILES = [s for s in find_sources()

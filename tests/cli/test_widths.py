@@ -72,9 +72,9 @@ def test_report_fits_120_columns(source: Path, logged: None,
                                  capsys: pytest.CaptureFixture[str],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import torch_nsight.loading
-    from tests.test_golden_outputs import _read_once
+    from tests.golden_sources import read_once
 
-    monkeypatch.setattr(torch_nsight.loading, "load", _read_once)
+    monkeypatch.setattr(torch_nsight.loading, "load", read_once)
     _check(["report", str(source)], capsys)
 
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import torch_nsight
+from tests.golden_sources import DATA
 from tests.recorded import load_recorded
-from tests.test_golden_outputs import DATA
 from torch_nsight.analyze.findings.codes import CUTS_LAUNCHES
 from torch_nsight.cli.verify import verified_lines
 from torch_nsight.render.findings import render_findings
