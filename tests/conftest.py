@@ -49,35 +49,48 @@ _CACHES: list[str] = []
 #: The run's cache folder, as the controlling process of ``-n N`` made it: its workers
 #: (started with its environment) share it instead of making one each.
 _RUN_CACHES = "TORCH_NSIGHT_TEST_RUN_CACHES"
+#: Inductor's cache folder (its compiled C++ kernels, its graphs, and the programs it builds
+#: once to learn which vector instructions the CPU runs, seconds each).
+_INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _run_caches() -> dict[str, str]:
+    """Each variable that names a cache -> its folder in the run's cache folder."""
+    from torch_nsight.report.cache import CACHE_DIR_ENV
+
+    return {CACHE_DIR_ENV: "reports", _INDUCTOR_CACHE: "inductor"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Send the report caches of the whole run (collection, fixtures of every scope, the
-    CLI's subprocesses, which inherit the variable) to a folder of this run: none lands
-    beside the fixtures in tests/data, so every run reads the recorded reports with the
-    real reader. The workers of ``-n N`` share the folder their controller made: a report
-    that one worker has read is a cache hit on the others (a cache is written whole, under
-    another name first, so a worker never reads another's half-written one)."""
-    from torch_nsight.report.cache import CACHE_DIR_ENV
-
+    """Send the caches of the whole run (collection, fixtures of every scope, subprocesses,
+    which inherit the variables) to a folder of this run: the report caches, so none lands
+    beside the fixtures in tests/data and every run reads the recorded reports with the real
+    reader; and Inductor's, so no test compiles into the user's own
+    (``/tmp/torchinductor_$USER``) and the tests that compile share what one compiled
+    before. The workers of ``-n N`` share the folder their controller made: a report that
+    one worker has read is a cache hit on the others (a cache is written whole, under
+    another name first, so a worker never reads another's half-written one; Inductor locks
+    and writes its own the same way)."""
+    caches = _run_caches()
     shared = os.environ.get(_RUN_CACHES)
-    if os.environ.get("PYTEST_XDIST_WORKER") and shared \
-            and os.environ.get(CACHE_DIR_ENV) == shared and Path(shared).is_dir():
+    if os.environ.get("PYTEST_XDIST_WORKER") and shared and Path(shared).is_dir() \
+            and all(os.environ.get(name) == os.path.join(shared, sub)
+                    for name, sub in caches.items()):
         return  # the controller's folder, removed by the controller
-    folder = tempfile.mkdtemp(prefix="tn-report-caches-")
-    _CACHES.append(os.environ.get(CACHE_DIR_ENV, ""))
-    _CACHES.append(os.environ.get(_RUN_CACHES, ""))
-    os.environ[CACHE_DIR_ENV] = os.environ[_RUN_CACHES] = folder
+    folder = tempfile.mkdtemp(prefix="tn-run-caches-")
+    for name, sub in {**caches, _RUN_CACHES: ""}.items():
+        _CACHES.append(os.environ.get(name, ""))
+        os.environ[name] = os.path.join(folder, sub) if sub else folder
+        os.makedirs(os.environ[name], exist_ok=True)
     _CACHES.append(folder)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Put the variables back and remove the run's caches."""
-    from torch_nsight.report.cache import CACHE_DIR_ENV
-
-    if len(_CACHES) == 3:
+    names = [*_run_caches(), _RUN_CACHES]
+    if len(_CACHES) == len(names) + 1:
         *before, folder = _CACHES
-        for name, value in zip((CACHE_DIR_ENV, _RUN_CACHES), before, strict=True):
+        for name, value in zip(names, before, strict=True):
             if value:
                 os.environ[name] = value
             else:

@@ -55,15 +55,19 @@ def findings_computed_once() -> Iterator[None]:
     """Within it, each profile's findings are computed once (the slowest step of rendering
     a recorded source, seconds each) and every later call gets a copy of that frame.
     Findings depend on the loaded profile alone, and every load of a source gives the same
-    one, so the text rendered and measured is the same as without it."""
+    one, so the text rendered and measured is the same as without it.
+
+    It stands in for :meth:`Profile.finding_table`, which the renderers and the command line
+    call and :meth:`Profile.findings` calls in turn (in for ``findings`` alone, it was never
+    reached by a command: each test computed its source's findings again)."""
     import pytest
 
     from torch_nsight.profile import Profile
 
     computed: dict[tuple[Any, ...], Any] = {}
-    compute = Profile.findings
+    compute = Profile.finding_table
 
-    def findings_once(self: Profile, fold: bool = True) -> Any:
+    def finding_table_once(self: Profile, fold: bool = True) -> Any:
         key = (tuple(str(source.path) for source in self.meta.sources), fold,
                len(self.kernels), float(self.kernels["duration_ns"].sum()))
         if key not in computed:
@@ -71,5 +75,5 @@ def findings_computed_once() -> Iterator[None]:
         return computed[key].copy()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Profile, "findings", findings_once)
+        patch.setattr(Profile, "finding_table", finding_table_once)
         yield

@@ -194,6 +194,14 @@ def per_source(sources: list[Source]) -> list[Any]:
                          id=s.path.removeprefix("../../")) for s in sources]
 
 
+def per_pair(pairs: list[tuple[str, str]]) -> list[Any]:
+    """``pairs`` as test parameters, each in an xdist group of its own, as :func:`per_source`
+    does for one source: the tests of one pair (its golden comparisons, their widths) run on
+    one worker, one after the other, and read its two sources once."""
+    return [pytest.param(pair, marks=pytest.mark.xdist_group(" vs ".join(pair)),
+                         id=" vs ".join(pair)) for pair in pairs]
+
+
 @lru_cache(maxsize=4)  # a test's sources (two for compare), not every profile at once
 def load(path: str) -> Loaded:
     """Read ``path`` (relative to tests/data) as ``report`` reads it the first time, once

@@ -38,6 +38,7 @@ from tests.golden_sources import (
     Source,
     cli_text,
     load,
+    per_pair,
     per_source,
     relative_to_data,
     run_cli,
@@ -310,7 +311,7 @@ def check_fits_120(outputs: dict[str, str], names: tuple[str, ...] | None = None
     assert not too_wide, "\n".join(too_wide[:10])
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=" vs ".join)
+@pytest.mark.parametrize("pair", per_pair(PAIRS))
 def test_compare_unchanged(pair: tuple[str, str]) -> None:
     name = f"compare/{_pair_name(pair)}"
     outputs = {f"{name}{suffix}": (cli_digest if "csv" in options else cli_text)(

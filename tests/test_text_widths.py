@@ -109,7 +109,7 @@ def test_text_fits_80_and_120_columns(source: golden.Source,
     assert not too_wide, "\n".join(too_wide[:20])
 
 
-@pytest.mark.parametrize("pair", golden.PAIRS, ids=lambda pair: " vs ".join(pair))
+@pytest.mark.parametrize("pair", golden.per_pair(golden.PAIRS))
 def test_compare_fits_80_and_120_columns(pair: tuple[str, str],
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     too_wide = []

@@ -191,9 +191,7 @@ def test_instrumented_dynamo_does_what_it_does_for_the_step_alone(
 @pytest.mark.slow
 @pytest.mark.skipif(compiled_support() is not None,
                     reason=f"this torch cannot map compiled kernels: {compiled_support()}")
-def test_with_inductor_too(under_profile: list[dict[str, Any]], tmp_path: Path,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+def test_with_inductor_too(under_profile: list[dict[str, Any]]) -> None:
     case = CASES["graph breaks, a submodule's compile()"]
     with torch._inductor.config.patch(compile_threads=1):
         alone, _ = _run(case, "inductor", instrumented=False)

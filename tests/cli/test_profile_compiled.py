@@ -18,25 +18,18 @@ from torch_nsight.capture.compiled.inductor import compiled_support
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compiled_dry_run"),  # one cache
+#: The four modes on one worker, one after the other: the kernels they share (the same layers,
+#: compiled whole or per block) are built once, in the run's Inductor cache (tests/conftest.py);
+#: what is tested is the dry run, not a cold compile.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("compiled_dry_run"),
               pytest.mark.skipif(compiled_support() is not None,
                                  reason=f"this torch cannot map compiled kernels: "
                                         f"{compiled_support()}")]
 
 
-@pytest.fixture(scope="module")
-def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One Inductor cache for the four modes: the kernels they share (the same layers,
-    compiled whole or per block) are built once; what is tested is the dry run, not a cold
-    compile."""
-    return tmp_path_factory.mktemp("inductor")
-
-
 @pytest.mark.parametrize("mode", ["whole", "block", "dynamic", "fullgraph"])
-def test_a_compiled_script_runs_unchanged_under_the_dry_run(tmp_path: Path, mode: str,
-                                                            inductor_cache: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_COMPILE_THREADS": "1",
-           "TORCHINDUCTOR_CACHE_DIR": str(inductor_cache)}
+def test_a_compiled_script_runs_unchanged_under_the_dry_run(tmp_path: Path, mode: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_COMPILE_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "torch_nsight", "profile", "--dry-run", "--steps", "3:4",
          "--out", str(tmp_path / "out"), "--", sys.executable, str(HERE / "compiled_steps.py"),
