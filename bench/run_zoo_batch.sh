@@ -15,6 +15,6 @@ for xz in *.ncu-rep.xz; do
     unxz -f "$xz" && python3 "$OLDPWD/tests/data/strip_code_modules.py" "$raw" "stripped_$raw" \
         && xz -T4 -f "stripped_$raw" && rm -f "$raw"
 done
-tar cf ../reports.tar stripped_*.xz 2>/dev/null
+tar cf ../reports.tar stripped_*.xz *_profile.txt 2>/dev/null
 cp zoo.json ../zoo.json
 cd .. && rm -rf zoo && ls -la "$OUT"

@@ -64,13 +64,20 @@ NCU = os.environ.get("TORCH_NSIGHT_NCU", "/usr/local/cuda/bin/ncu")
 #: were added on 2026-11-28 (a new session), set to verify before either ran: the channels-last
 #: switch timed call by call (findings --benchmark, collect/benchmark_layout.py) against
 #: --verify, written after reading five NCHW CNNs' channels-last results.
+#: fasterrcnn (torchvision Faster R-CNN, MobileNetV3-FPN 320, fp32, SGD), r3d_18 (torchvision's
+#: 3-D convolution video network, NCDHW, SGD), mamba (transformers' Mamba, its selective scan a
+#: Python loop over the tokens without the mamba-ssm kernels, AdamW foreach) and clip
+#: (transformers' CLIP, two towers, contrastive loss, AdamW foreach) were added on 2026-11-29
+#: (bench/zoo_families.py), set to verify before any of them ran: families the zoo lacked
+#: (detection, video, state-space, image-text), every rule of the sessions before verified.
 CALIBRATED = {"vit_s", "gpt2", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
               "mixtral_moe"}
 MODELS = ["vit_s", "gpt2", "convnext_t", "resnet50", "bert", "t5", "roberta_ragged",
           "llama_decode", "gpt2_ddp", "efficientnet_nchw", "gat", "lstm_lm", "whisper_s",
           "mixtral_moe", "mobilenet_v3", "gru_lm", "sage", "wav2vec2", "regnet_y", "swin_t",
           "deeplab", "conformer", "gin", "shufflenet", "llama_train", "qwen2_moe",
-          "olmoe", "deepseek_v3", "resnext50", "mnasnet"]
+          "olmoe", "deepseek_v3", "resnext50", "mnasnet", "fasterrcnn", "r3d_18", "mamba",
+          "clip"]
 WARM = 10
 #: Options of this run that every phase reads (``--keep-reports``).
 KEEP: dict[str, bool] = {}
@@ -190,6 +197,7 @@ def profile(model: str, out: Path, *, metric_set: str = "fast", compiled: bool |
         if line.startswith("second pass (--stalls):"):
             record["second_pass"] = line
     if KEEP.get("reports") and metric_set == "fast" and not compiled:
+        (out / f"{model}_profile.txt").write_text(ran["text"])  # what the user read
         for report in folder.glob("*.ncu-rep"):  # kept for the CPU tests (xz-compressed)
             kept = out / f"{model}_profile.ncu-rep"
             shutil.move(report, kept)

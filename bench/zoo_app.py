@@ -382,6 +382,10 @@ def build(name: str) -> tuple[nn.Module, MakeStep]:
                              num_attention_heads=16, num_key_value_heads=16, vocab_size=32000)
         model = LlamaForCausalLM(config).cuda().to(torch.bfloat16).eval()
         return model, _decode(model)
+    from zoo_families import FAMILIES  # four families more, set to verify (2026-11-29)
+
+    if name in FAMILIES:
+        return FAMILIES[name]()
     raise SystemExit(f"zoo_app.py: unknown model {name}")
 
 
