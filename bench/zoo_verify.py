@@ -50,6 +50,10 @@ CANDIDATES = {
     "deepseek_v3": ["cast@model.layers.*.mlp.experts", "compile"],
     "resnext50": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
     "mnasnet": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "r3d_18": ["channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "fasterrcnn": ["tf32", "channels_last", "cudnn_benchmark", "fused_optimizer"],
+    "mamba": ["fused_optimizer", "compile"],
+    "clip": ["fused_optimizer", "compile", "channels_last"],
 }
 
 

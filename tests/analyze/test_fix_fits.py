@@ -150,6 +150,8 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
             align = ALIGNMENT.get(str(row["dtype"]), 8)
             assert int(row["dim_value"]) % align != 0, where
             assert row["dim_role"] != "tokens", where  # the rows are no operand's stride
+            if code in ("pad_features", "pad_operands"):  # a vector is no misalignment
+                assert int(row["dim_value"]) > align, where
     _assert_one_layout(source.path, found)
     _assert_ranked(source.path, profile.findings())
 
@@ -343,3 +345,79 @@ def test_a_cudnn_recurrent_layer_is_not_told_to_fuse_its_own_kernels(path: str) 
     at_layer = found[found["module_path"].isin(layers)]
     assert not (at_layer["finding"] == "elementwise_chain").any(), at_layer
     assert not at_layer["fix_code"].isin(["compile_module", "compile_model"]).any(), at_layer
+
+
+@_in_group("zoo_families/mamba.ncu-rep.xz")
+def test_a_matrix_vector_product_is_not_padded_nor_a_conv1d_laid_out() -> None:
+    """transformers' Mamba (a verification model) without its kernels: the selective scan's
+    per-token ``matmul`` has a dimension of 1 (a matrix-vector product), once told "pad 1 to
+    64"; its causal ``F.conv1d`` over (N, C, L) runs PyTorch's depthwise 2-D kernels inside
+    the mixer, whose other ops take 4-D tensors, and was once told to go channels-last."""
+    from torch_nsight.analyze.findings.call_shapes import gemm_dims
+    from torch_nsight.analyze.findings.sites import takes_4d
+
+    profile = _profile("zoo_families/mamba.ncu-rep.xz")
+    calls = profile.calls
+    assert calls is not None
+    gemms = calls[calls["aten_op"].isin(["bmm", "mm", "matmul"])]
+    assert any(1 in (gemm_dims(op, shapes) or ())
+               for op, shapes in zip(gemms["aten_op"], gemms["input_shapes"], strict=True))
+    convs = calls[calls["aten_op"].astype(str).str.startswith("convolution")]
+    assert len(convs) and not any(takes_4d(shapes) for shapes in convs["input_shapes"])
+    mixers = set(convs["module_path"])
+    assert any(takes_4d(shapes) for shapes in calls.loc[calls["module_path"].isin(mixers),
+                                                         "input_shapes"])
+    found = profile.finding_table(fold=False)
+    assert len(found)
+    assert not (found["finding"] == "gemm_misaligned").any(), found.to_string()
+    assert not (found["fix_code"] == "channels_last").any(), found.to_string()
+
+
+@_in_group("zoo_families/r3d_18.ncu-rep.xz")
+def test_a_3d_convolution_is_told_channels_last_3d() -> None:
+    """torchvision's R3D-18 (a verification model) runs NCDHW: cuDNN converts each Conv3d's
+    5-D tensors to NDHWC and back, once told "no PyTorch-level fix known". The switch is
+    ``channels_last_3d`` (``--verify`` lays 5-D tensors out with it)."""
+    from torch_nsight.analyze.findings.sites import takes_5d
+
+    profile = _profile("zoo_families/r3d_18.ncu-rep.xz")
+    found = profile.finding_table(fold=False)
+    layout = found[found["finding"] == "layout_conversion"]
+    assert len(layout)
+    calls = profile.calls
+    assert calls is not None
+    for _, row in layout.iterrows():
+        mine = calls[(calls["module_path"] == row["module_path"])
+                     & (calls["direction"] == row["direction"])]
+        assert any(takes_5d(shapes) for shapes in mine["input_shapes"]), row["module_path"]
+        assert row["fix_code"] == "channels_last" and row["fix_params"] == {"ndim": 5}
+    from torch_nsight.render.finding_words import word_findings
+
+    words = word_findings(found)
+    fixes = words.loc[words["finding"] == "layout_conversion", "fix"].astype(str)
+    assert fixes.str.contains("torch.channels_last_3d", regex=False).all()
+
+
+@_in_group("zoo_families/fasterrcnn.ncu-rep.xz")
+def test_a_one_block_kernel_is_not_told_a_larger_batch() -> None:
+    """torchvision's Faster R-CNN (a verification model): NMS's ``gather_keep_from_mask``
+    runs as one block, 21% of the step, once told "give it more work (a larger batch)"."""
+    from torch_nsight.analyze.stalls import LAUNCH_OVERHEAD_NS
+    from torch_nsight.render.finding_words import word_findings
+
+    profile = _profile("zoo_families/fasterrcnn.ncu-rep.xz")
+    kernels = profile.kernels
+    one = kernels[(kernels["grid_size"] == 1) & (kernels["bound"] == "latency")
+                  & (kernels["duration_ns"] >= LAUNCH_OVERHEAD_NS)]
+    assert len(one) and (one["limiter"] == "one_block").all()
+    longest = one.loc[one["duration_ns"].idxmax()]
+    assert longest["duration_ns"] > 100_000  # the serial kernel, not a short reduction
+    found = word_findings(profile.finding_table())
+    mine = found[found["kernels"].astype(str).str.contains(str(longest["kernel"]),
+                                                           regex=False)]
+    assert len(mine) and (mine["cause"] == "one_block").all()
+    assert (mine["fix_code"] == "none_known").all()
+    assert mine["fix"].astype(str).str.contains("one thread block", regex=False).all()
+    steps = profile.hotspots()
+    step = steps.loc[steps["kernel"] == longest["kernel"], "next_step_code"]
+    assert len(step) and (step == "one_block").all()

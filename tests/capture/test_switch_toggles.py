@@ -283,6 +283,35 @@ def test_channels_last_switches_the_optimizer_state_with_the_parameters(
             assert all(v.stride() == weight.stride() for v in held), (turn, switch)
 
 
+def test_channels_last_lays_out_a_3d_convolution_in_3d() -> None:
+    """A video network's ``Conv3d`` and ``BatchNorm3d`` (R3D-18's): 5-D weights, inputs and
+    momentum become ``channels_last_3d`` (``module.to(memory_format=torch.channels_last)``
+    refuses a 5-D tensor), the 4-D ones of a 2-D convolution beside them ``channels_last``;
+    the step computes what it computed, and off puts every layout back."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(),
+                          nn.Flatten(1, 2), nn.Conv2d(8 * 4, 4, 1))
+    reference = copy.deepcopy(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(2, 3, 4, 6, 6)
+    train_step(model, optimizer, x)  # the momentum exists, in the weights' layout
+    train_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), x)
+    toggle = applied(model, FixSpec("channels_last", "0"))
+    volume, plane = model[0].weight, model[4].weight
+    assert volume.is_contiguous(memory_format=torch.channels_last_3d)
+    assert plane.is_contiguous(memory_format=torch.channels_last)
+    assert optimizer.state[volume]["momentum_buffer"].stride() == volume.stride()
+    seen: list[torch.memory_format] = []
+    model[0].register_forward_pre_hook(
+        lambda _, args: seen.append(torch.channels_last_3d if args[0].is_contiguous(
+            memory_format=torch.channels_last_3d) else torch.contiguous_format))
+    torch.testing.assert_close(model(x), reference(x))
+    assert seen == [torch.channels_last_3d]
+    toggle.off()
+    assert volume.is_contiguous() and plane.is_contiguous()
+    assert optimizer.state[volume]["momentum_buffer"].is_contiguous()
+
+
 def test_compile_refuses_a_module_another_fix_gave_a_forward() -> None:
     model = build()
     outcomes = apply_fixes(model, [FixSpec("gelu_tanh", "3"), FixSpec("compile", "3"),

@@ -6,6 +6,10 @@ often starved of parallel work. The launch already says whether it is: the rule
 units of what all SMs hold at once) and the theoretical occupancy of
 :mod:`~torch_nsight.analyze.occupancy`, in this order:
 
+* ``one_block``: a grid of one block that lasts longer than a launch (``LAUNCH_OVERHEAD_NS``),
+  on one SM whatever the GPU: the op's own serial work (NMS's ``gather_keep_from_mask``),
+  which a larger batch does not spread (a shorter one is a small op: a batch norm's
+  running statistics over C elements, ``small_grid`` as before);
 * ``small_grid``: under one wave (``waves < 1``): some SMs idle, or all under-filled;
 * ``registers``, ``shared_memory``, ``block_size``, ``blocks_per_sm``: theoretical occupancy
   at most :data:`LOW_OCCUPANCY_PCT`, named by the resource that sets it;
@@ -28,7 +32,7 @@ focused pass of ``profile --stalls``: :mod:`~torch_nsight.analyze.stalls`),
 :func:`latency_cause` names one cause instead, the first that holds:
 
 * ``launch_overhead``: the launch lasts under ``LAUNCH_OVERHEAD_NS`` (5 µs);
-* ``small_grid``: under one wave;
+* ``one_block``, ``small_grid``: as above;
 * the occupancy resource: theoretical occupancy at most :data:`LOW_OCCUPANCY_PCT` and under
   ``FEW_ELIGIBLE`` (1) eligible warp per scheduler: too few warps to hide latency;
 * ``tail``: as above;
@@ -72,7 +76,7 @@ from torch_nsight.analyze.stalls import (
 )
 from torch_nsight.metrics import STALL_REASONS, stall_column
 
-LimiterKind = Literal["small_grid", "registers", "shared_memory", "block_size",
+LimiterKind = Literal["one_block", "small_grid", "registers", "shared_memory", "block_size",
                       "blocks_per_sm", "tail"]
 #: Every verdict :func:`add_limiter` stores (``limiter``).
 LIMITER_CODES = frozenset((*get_args(LimiterKind), *get_args(CauseKind)))
@@ -133,6 +137,9 @@ def launch_limiter(row: dict[str, object]) -> LimiterKind | None:
     Returns:
         The limiter, or None when the launch is not the limit or is unknown.
     """
+    if _number(row.get("grid_size")) == 1 \
+            and _number(row.get("duration_ns")) >= LAUNCH_OVERHEAD_NS:
+        return "one_block"
     waves = _number(row.get("waves"))
     if waves < 1:
         return "small_grid"
@@ -161,7 +168,7 @@ def latency_cause(row: dict[str, object],
     """
     if _number(row.get("duration_ns")) < LAUNCH_OVERHEAD_NS:
         return "launch_overhead"
-    if launch == "small_grid":
+    if launch in ("one_block", "small_grid"):
         return launch
     eligible = _number(row.get("eligible_warps_per_scheduler"))
     occupancy = _number(row.get("occupancy_pct"))

@@ -116,6 +116,9 @@ def _channels_last(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
         return ("Go channels-last: model.to(memory_format=torch.channels_last) and "
                 "channels-last inputs; in NHWC the convolution's GEMM runs over the batch x "
                 "positions and the channels, which are aligned.")
+    if params.get("ndim") == 5:
+        return ("Go channels-last in 3-D: model.to(memory_format=torch.channels_last_3d) and "
+                "inputs x.to(memory_format=torch.channels_last_3d) (N x C x D x H x W).")
     return FIX["channels_last"]
 
 
@@ -191,6 +194,14 @@ def _compile_function(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
 
 def _none_known(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     kind = row.get("module_kind")
+    if row.get("cause") == "one_block":
+        ops = row.get("aten_ops")
+        ran = ops.split(", ") if isinstance(ops, str) else ops  # joined once folded
+        nms = " (fewer boxes into NMS)" if isinstance(ran, (list, tuple)) and "nms" in ran \
+            else ""
+        return ("No PyTorch-level fix known: one thread block does the launch's whole work, "
+                "on one SM; a larger batch gives it more work, not more blocks. Its time "
+                f"follows the op's input: fewer elements{nms} take less.")
     if kind in ("indexing", "embedding"):
         return ("No PyTorch-level fix known: a gather, scatter or index-add's grid and memory "
                 "accesses follow its indices, not the batch; its time is the op's own.")
@@ -222,13 +233,13 @@ def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
 
 
 FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
+    **{code: _said(text) for code, text in FIX.items()},  # first: the functions below win
     "pad_features": _pad_features, "pad_operands": _pad_operands,
     "pad_gemm_dims": _pad_gemm_dims, "pad_channels": _pad_channels,
     "channels_last": _channels_last, "compile_module": _compile_module,
     "compile_model": _compile_model, "cast_then_compile": _cast_then_compile,
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
-    **{code: _said(text) for code, text in FIX.items()},
     "compile_function": _compile_function, "cast_to_half": _cast_to_half,
     "use_sdpa": lambda row, params: (SDPA_FOR_GEMM if row.get("finding") == "gemm_misaligned"
                                      else FIX["use_sdpa"]),

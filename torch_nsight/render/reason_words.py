@@ -186,6 +186,10 @@ def describe_limiter(row: dict[str, object], kind: LimiterKind | None) -> str:
     waves = _number(row.get("waves"))
     grid, sms = _number(row.get("grid_size")), _number(row.get("sm_count"))
     per_sm = _number(row.get("blocks_per_sm"))
+    if kind == "one_block":
+        where = "" if math.isnan(sms) else f" of {_count(sms)}"
+        return (f"one block of {_count(_number(row.get('block_size')))} threads, on one "
+                f"SM{where}")
     if kind == "small_grid":
         if grid < sms or math.isnan(per_sm):
             where = "" if math.isnan(sms) else f" on {_count(sms)} SMs"

@@ -63,6 +63,14 @@ def conv_dims(shapes: Any, outputs: Any) -> dict[str, int] | None:
         return None
 
 
+def off_alignment(value: int, align: int, gemm: bool) -> bool:
+    """Whether a dimension is off its dtype's alignment (``align`` elements; 0: unknown). A
+    GEMM dimension under ``align`` is none: a matrix-vector product (a dimension of 1) or a
+    handful of columns, whose padding multiplies the work it pads; a convolution's channels
+    under it (an image's 3) are, padded to :data:`~.gemm_misaligned.CHANNELS_TO`."""
+    return bool(align) and value % align != 0 and not (gemm and value < align)
+
+
 def heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
     """The GEMM and convolution calls: join keys, ``aten_op``, ``dtype`` (of the last input;
     of the first for a convolution), ``dims`` (M, N, K of a GEMM; ``C_in``, ``C_out``,
@@ -94,7 +102,7 @@ def heavy_calls(calls: pd.DataFrame | None) -> pd.DataFrame:
         rows.append({**{k: call[k] for k in JOIN_KEYS}, "aten_op": op, "dtype": dtype,
                      "dims": named or None,
                      "shapes": tuple(shapes) if isinstance(shapes, (tuple, list)) else None,
-                     "bad": [(d, v) for d, v in checked.items() if align and v % align]})
+                     "bad": [(d, v) for d, v in checked.items() if off_alignment(v, align, gemm)]})
     out = pd.DataFrame(rows, columns=columns)
     for column in JOIN_KEYS:
         out[column] = filled(out[column])

@@ -52,7 +52,7 @@ Cause = Literal[
     # NCHW kernels
     "batch_norm", "depthwise",
     # launches
-    "small_grid", "tail", "registers", "shared_memory", "block_size", "blocks_per_sm",
+    "one_block", "small_grid", "tail", "registers", "shared_memory", "block_size", "blocks_per_sm",
     "launch_overhead", "few_warps", "waiting_warps", "memory_latency", "synchronization",
     "instruction_issue", "shared_memory_access",
 ]

@@ -64,6 +64,14 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
 
 
+def _convolutions_only(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
+    """Whether every GEMM or convolution call recorded where ``rows`` ran is a convolution:
+    cuDNN runs some (a 1x1 convolution in NCHW, a weight gradient) as cuBLAS GEMMs, which
+    ``cudnn.allow_tf32`` governs, not ``cuda.matmul.allow_tf32``."""
+    ops = calls_of(rows)["aten_op"].astype(str)
+    return bool(len(ops)) and bool(ops.str.contains("conv", regex=False).all())
+
+
 def _uncast_ops(rows: pd.DataFrame, calls_of: CallsOf) -> list[str]:
     """The GEMM or convolution ops called on fp32 data where ``rows`` ran that autocast does
     not cast (:data:`AUTOCAST_CASTS`)."""
@@ -110,7 +118,7 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
     candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name) & long_enough]
     found: list[Finding] = []
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
-        conv = bool(rows.iloc[0]["is_conv"])
+        conv = bool(rows.iloc[0]["is_conv"]) or _convolutions_only(rows, context.calls_of)
         tf32 = tf32_enabled(context.settings, "conv" if conv else "matmul")
         named = bool(by_name[rows.index].all())
         if tf32 or not (named or _fp32_data(rows, context.calls_of)):

@@ -157,8 +157,8 @@ def _from_conv(group: pd.DataFrame, evidence: pd.Series, convs: pd.DataFrame,
                         dim={v: k for k, v in ROLES.items()}[role], dim_role=role,
                         dim_value=int(value), layout=site.layout, dtype=dtype,
                         fix_params={"pads": pads}, facts=facts)]
-    if "spatial" not in known:
-        return []  # neither the channels nor the positions known: nothing to name
+    if "spatial" not in known or not known["spatial"] % align:
+        return []  # neither the channels nor the positions off (or known): nothing to name
     # aligned channels: the GEMM runs over the output positions, which only NCHW does
     layout: Layout = "channels_last" if site.layout == "channels_last" else "nchw"
     return [Finding("gemm_misaligned", rows, gain, "roofline", "medium",

@@ -1,5 +1,6 @@
 """``layout_conversion``: cuDNN's NCHW <-> NHWC transposes in a convolution's module; gain:
-their measured time. The fix is channels-last for the model and its inputs, unless the
+their measured time. The fix is channels-last for the model and its inputs (``channels_last_3d``
+where the convolution's tensors are 5-D, ``fix_params["ndim"]`` 5), unless the
 network already runs channels-last (:func:`runs_channels_last`): then the conversions are
 cuDNN's own (a squeeze-excitation's N x C x 1 x 1 tensor, which is both layouts at once) and
 no switch removes them."""
@@ -14,7 +15,7 @@ import pandas as pd
 from torch_nsight.analyze.findings.prepare import contains, full_names, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import Site, flat_rows, takes_4d
+from torch_nsight.analyze.findings.sites import Site, flat_rows, takes_4d, takes_5d
 from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
@@ -62,14 +63,17 @@ def layout_conversion(context: Context) -> list[Finding]:
             continue
         gain = per_run(rows)
         counts = rows["kernel"].value_counts(sort=False) / rows["runs"].iloc[0]
-        # channels-last lays out 4-D tensors: a Conv1d or Conv3d cuDNN converts has no switch
+        # channels-last lays out 4-D tensors, channels_last_3d 5-D ones (a Conv3d's): a
+        # Conv1d cuDNN converts has no switch
         calls = context.calls_of(group)
         planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
+        volumetric = not planar and any(takes_5d(shapes) for shapes in calls["shapes"])
         found.append(Finding(
             "layout_conversion", rows, gain, REMOVED_BASIS, "medium",
-            "channels_last" if planar and not already else "none_known",
+            "channels_last" if (planar or volumetric) and not already else "none_known",
             module_kind="conv", aten_ops=site.ops,
-            layout=("channels_last" if already else "nchw") if planar else None,
+            layout=("channels_last" if already else "nchw") if planar or volumetric else None,
+            fix_params={"ndim": 5} if volumetric else {},
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "counts": dict(counts.items()), "gain_ns": gain,
                    "module_ns": per_run(group)}))

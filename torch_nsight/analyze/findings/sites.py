@@ -255,8 +255,9 @@ class Site:
         recorded: whether the calls table has any call at this site.
         module_class: the qualified class of its module, where the calls table records it.
         planar: whether any call the calls table records there takes a 4-D tensor of more
-            than one pixel (what channels-last lays out: :func:`lays_out`); None where it
-            records none.
+            than one pixel (what channels-last lays out: :func:`lays_out`), of its
+            convolutions and batch norms where it records any (:func:`laid_out`); None where
+            it records none.
         softmax_lengths: the last dimension of each softmax recorded there (forward,
             backward or SDPA's math path), the lengths attention written out normalises over.
     """
@@ -286,7 +287,7 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
         for key, rows in keyed_calls.groupby(list(JOIN_KEYS), sort=False):
             ops[tuple(key)] = ops_at(rows)
             four_d[tuple(key)] = any(takes_4d(shapes) for shapes in rows["input_shapes"])
-            planar[tuple(key)] = any(lays_out(shapes) for shapes in rows["input_shapes"])
+            planar[tuple(key)] = any(lays_out(shapes) for shapes in laid_out(rows))
             lengths[tuple(key)] = softmax_lengths(rows)
     classes = module_classes(calls)
     sites = {}
@@ -311,9 +312,29 @@ def _four_d(shapes: object) -> list[Any]:
     return [s for s in shapes if isinstance(s, (list, tuple)) and len(s) == 4]
 
 
+#: Words of the aten ops whose tensors channels-last lays out (convolutions, batch norms).
+LAYOUT_OP_WORDS = ("conv", "batch_norm")
+
+
+def laid_out(calls: pd.DataFrame) -> pd.Series:
+    """The input shapes of the calls that :attr:`Site.planar` asks: the convolutions' and
+    batch norms' where the site records any (a ``Conv1d`` called as ``F.conv1d`` inside a
+    module whose other ops take 4-D tensors lays nothing out), else every call's."""
+    ops = calls["aten_op"].astype(str)
+    mine = ops.map(lambda op: any(word in op for word in LAYOUT_OP_WORDS)).astype(bool)
+    return calls.loc[mine, "input_shapes"] if mine.any() else calls["input_shapes"]
+
+
 def takes_4d(shapes: object) -> bool:
     """Whether a call's input shapes hold a 4-D tensor (what channels-last lays out)."""
     return bool(_four_d(shapes))
+
+
+def takes_5d(shapes: object) -> bool:
+    """Whether a call's input shapes hold a 5-D tensor (N x C x D x H x W: what
+    ``torch.channels_last_3d`` lays out)."""
+    return isinstance(shapes, (list, tuple)) and any(
+        isinstance(s, (list, tuple)) and len(s) == 5 for s in shapes)
 
 
 #: The softmax ops, forward and backward (``_safe_softmax``: SDPA's math path).

@@ -11,7 +11,8 @@ earlier check reported (``Context.claimed``) is not reported again here, and an 
 The fix is the one that fits the op and its cause (:func:`latency_fix`), never "a larger
 batch" where the grid is small because of the op's own shape: a convolution in NCHW goes
 channels-last, in NHWC lets cuDNN time its algorithms (``cudnn.benchmark``); batch norm and
-pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call; attention
+pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call (not one of one block: a larger batch adds no
+blocks); attention
 tries another backend; a launch of a few µs goes into a CUDA graph; the casts, bias
 reductions and adds beside a GEMM or convolution fuse (torch.compile); gathers, scatters and
 index-adds have no PyTorch-level fix (their grid follows the indices), which the finding
@@ -121,7 +122,9 @@ def small_grid(context: Context) -> list[Finding]:
         time = float(times[positions].sum())
         share = 100.0 * time / totals[first]
         under_one = bool(smalls[positions].any())
-        cause: Cause | None = "small_grid" if under_one else values["limiter"][first] or None
+        limiter = values["limiter"][first]
+        cause: Cause | None = "one_block" if limiter == "one_block" else (
+            "small_grid" if under_one else limiter or None)
         site = context.site_at(tuple(values[k][first] for k in JOIN_KEYS))
         attributed = values["module_path"][first] not in ("", UNATTRIBUTED)
         code = latency_fix(site, cause, context.settings, attributed,

@@ -12,8 +12,9 @@ and written with the step times), never left half-way.
 * ``compile``: ``module.compile(**options)`` (in place: names, parameters and the optimizer
   holding them stay), of each target or the whole model; off and on set the module's
   compiled callable aside and back (the same one: no new wrapper, no recompilation);
-* ``channels_last``: the target's 4-D parameters and buffers channels-last, and its 4-D
-  tensor inputs through a forward pre-hook; off converts them back and removes the hook;
+* ``channels_last``: the target's 4-D parameters and buffers channels-last (5-D ones
+  ``channels_last_3d``), and its 4-D (5-D) tensor inputs through a forward pre-hook; off
+  converts them back and removes the hook;
 * ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``torch.backends.cudnn.allow_tf32``;
   off restores what they were;
 * ``pad_linear``: a ``Linear``'s output features padded once, in place, to a multiple,
@@ -51,6 +52,7 @@ from torch.overrides import TorchFunctionMode
 
 from torch_nsight.capture.fixes.padded import PaddedLinear, check_paddable, pad_linear, unpad_linear
 from torch_nsight.capture.fixes.toggle import (
+    CHANNELS_LAST,
     FusedFlag,
     OptimizerState,
     Toggle,
@@ -141,11 +143,23 @@ def _compile(model: nn.Module, targets: Targets, options: Mapping[str, Any]) -> 
 
 
 def _to_channels_last(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.dim() == 4:
-        return value.contiguous(memory_format=torch.channels_last)
+    if isinstance(value, torch.Tensor) and value.dim() in CHANNELS_LAST:
+        return value.contiguous(memory_format=CHANNELS_LAST[value.dim()])
     if isinstance(value, (list, tuple)):
         return type(value)(_to_channels_last(v) for v in value)
     return value
+
+
+def _laid_out(module: nn.Module, channels_last: bool) -> None:
+    """The module's 4-D and 5-D parameters and buffers channels-last (``channels_last``,
+    ``channels_last_3d``: ``module.to(memory_format=...)`` takes one format for both and
+    refuses a tensor of the other rank), or back to contiguous; in place, as ``.to`` does."""
+    def convert(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() not in CHANNELS_LAST:
+            return tensor
+        return tensor.contiguous(memory_format=CHANNELS_LAST[tensor.dim()] if channels_last
+                                 else torch.contiguous_format)
+    module._apply(convert)
 
 
 @switch("channels_last")
@@ -159,14 +173,14 @@ def _channels_last(model: nn.Module, targets: Targets, options: Mapping[str, Any
         state = OptimizerState(module)
 
         def on() -> None:  # the parameters converted in place (the same Parameter objects)
-            module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-            state.convert(torch.channels_last)
+            _laid_out(module, channels_last=True)
+            state.convert(channels_last=True)
             hooks.append(module.register_forward_pre_hook(inputs, with_kwargs=True))
 
         def off() -> None:
             hooks.pop().remove()
-            module.to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
-            state.convert(torch.contiguous_format)
+            _laid_out(module, channels_last=False)
+            state.convert(channels_last=False)
         on()
         return Toggle(on, off)
     return _each(targets, do)

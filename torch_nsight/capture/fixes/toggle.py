@@ -111,6 +111,10 @@ def live_instances(*classes: type) -> list[Any]:
     return [found for found in gc.get_objects() if issubclass(type(found), classes)]
 
 
+#: A tensor's rank -> its channels-last memory format (an image's, a volume's).
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
 class OptimizerState:
     """The optimizers' state of a module's 4-D parameters, converted with them: a fused
     optimizer (``AdamW(fused=True)`` on CUDA) refuses parameters and moments of other
@@ -120,11 +124,13 @@ class OptimizerState:
     SEARCHES = 3
 
     def __init__(self, module: nn.Module) -> None:
-        self.params = {id(p) for p in module.parameters() if p.dim() == 4}
+        self.params = {id(p) for p in module.parameters() if p.dim() in CHANNELS_LAST}
         self.optimizers: list[torch.optim.Optimizer] = []
         self.searches = 0
 
-    def convert(self, memory_format: torch.memory_format) -> None:
+    def convert(self, channels_last: bool) -> None:
+        """The state's 4-D and 5-D tensors channels-last (:data:`CHANNELS_LAST`), or back to
+        contiguous."""
         if not self.params:
             return
         if not self.optimizers and self.searches < self.SEARCHES:
@@ -135,8 +141,10 @@ class OptimizerState:
                 if id(param) not in self.params or not isinstance(held, dict):
                     continue
                 for key, value in list(held.items()):
-                    if isinstance(value, torch.Tensor) and value.dim() == 4:
-                        held[key] = value.contiguous(memory_format=memory_format)
+                    if isinstance(value, torch.Tensor) and value.dim() in CHANNELS_LAST:
+                        held[key] = value.contiguous(
+                            memory_format=CHANNELS_LAST[value.dim()] if channels_last
+                            else torch.contiguous_format)
 
 
 #: The optimizers whose ``step`` has a fused implementation (``fused=True``).
