@@ -147,7 +147,8 @@ def test_every_fix_fits_its_module_and_op(source: Source) -> None:
         # a misaligned GEMM names a dimension that is off its dtype's alignment
         if row["finding"] == "gemm_misaligned" and row["dim_value"] is not None \
                 and not pd.isna(row["dim_value"]):
-            align = ALIGNMENT.get(str(row["dtype"]), 8)
+            assert str(row["dtype"]) in ALIGNMENT, where  # not a guess at 8 elements
+            align = ALIGNMENT[str(row["dtype"])]
             assert int(row["dim_value"]) % align != 0, where
             assert row["dim_role"] != "tokens", where  # the rows are no operand's stride
             if code in ("pad_features", "pad_operands"):  # a vector is no misalignment
@@ -402,13 +403,13 @@ def test_a_3d_convolution_is_told_channels_last_3d() -> None:
 def test_a_one_block_kernel_is_not_told_a_larger_batch() -> None:
     """torchvision's Faster R-CNN (a verification model): NMS's ``gather_keep_from_mask``
     runs as one block, 21% of the step, once told "give it more work (a larger batch)"."""
-    from torch_nsight.analyze.stalls import LAUNCH_OVERHEAD_NS
+    from torch_nsight.analyze.limiter import ONE_BLOCK_NS
     from torch_nsight.render.finding_words import word_findings
 
     profile = _profile("zoo_families/fasterrcnn.ncu-rep.xz")
     kernels = profile.kernels
     one = kernels[(kernels["grid_size"] == 1) & (kernels["bound"] == "latency")
-                  & (kernels["duration_ns"] >= LAUNCH_OVERHEAD_NS)]
+                  & (kernels["duration_ns"] >= ONE_BLOCK_NS)]
     assert len(one) and (one["limiter"] == "one_block").all()
     longest = one.loc[one["duration_ns"].idxmax()]
     assert longest["duration_ns"] > 100_000  # the serial kernel, not a short reduction

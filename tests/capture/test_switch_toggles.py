@@ -290,14 +290,16 @@ def test_channels_last_lays_out_a_3d_convolution_in_3d() -> None:
     the step computes what it computed, and off puts every layout back."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv3d(3, 8, 3, padding=1), nn.BatchNorm3d(8), nn.ReLU(),
-                          nn.Flatten(1, 2), nn.Conv2d(8 * 4, 4, 1))
+                          nn.Flatten(1, 2), nn.Conv2d(8 * 4, 4, 3, padding=1))
     reference = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(2, 3, 4, 6, 6)
     train_step(model, optimizer, x)  # the momentum exists, in the weights' layout
     train_step(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), x)
-    toggle = applied(model, FixSpec("channels_last", "0"))
     volume, plane = model[0].weight, model[4].weight
+    assert not volume.is_contiguous(memory_format=torch.channels_last_3d)
+    assert not plane.is_contiguous(memory_format=torch.channels_last)
+    toggle = applied(model, FixSpec("channels_last", ""))  # the whole model
     assert volume.is_contiguous(memory_format=torch.channels_last_3d)
     assert plane.is_contiguous(memory_format=torch.channels_last)
     assert optimizer.state[volume]["momentum_buffer"].stride() == volume.stride()

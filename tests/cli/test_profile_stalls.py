@@ -144,3 +144,34 @@ def test_stalls_needs_steps_and_one_process(tmp_path: Path) -> None:
         proc = cli("--stalls", "--steps", "1:2", *shifting, "--", sys.executable, "train.py",
                    cwd=tmp_path)
         assert proc.returncode != 0 and "shift" in proc.stderr
+
+
+@pytest.mark.parametrize("spent, runs", [(96.0, False), (90.0, True)])
+def test_the_second_pass_runs_in_what_is_left_of_the_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        spent: float, runs: bool) -> None:
+    """``--timeout 100`` is one limit for both passes: after a first pass whose phases took
+    96 s the second is refused (under ``MIN_PASS_S`` left), after 90 s it gets the 10 s left
+    as its own limit. The first pass is the recorded ViT-S report."""
+    from torch_nsight.cli import profile_stalls
+    from torch_nsight.collect.parent import stall_pass
+    from torch_nsight.collect.parent.script import ScriptRun, plan_script
+
+    assert 100.0 - 96.0 < profile_stalls.MIN_PASS_S <= 100.0 - 90.0
+    first = plan_script([sys.executable, "train.py"], tmp_path / "report.ncu-rep",
+                        ncu="ncu", metric_set="fast", timeout=100.0)
+    profile = torch_nsight.load(VIT)
+    ran = ScriptRun(0, profile, {"phases_s": {"start-up": spent - 20.0, "profiling": 20.0}})
+    given: list[float | None] = []
+
+    def second(plan: object, shown: object, **options: object) -> object:
+        given.append(plan.timeout)  # type: ignore[attr-defined]
+        return stall_pass.StallPass(profile, (), 0, 0.0, 0, "not run in this test")
+
+    monkeypatch.setattr(stall_pass, "run_stall_pass", second)
+    with caplog.at_level("WARNING"):
+        shown = profile_stalls.second_pass(first, ran, ncu="ncu", ncu_args=(), known=None,
+                                           timeout=100.0)
+    assert shown is profile
+    assert given == ([pytest.approx(100.0 - spent)] if runs else [])
+    assert ("no second pass (--stalls)" in caplog.text) is not runs

@@ -122,3 +122,19 @@ def test_the_note_on_a_modelled_channels_last_gain_goes_once_it_is_timed(
     assert layout_note(found) == LAYOUT_NOTE
     timed = benchmark_channels_last(found.copy(), calls, timer=None, timed=by_size)
     assert layout_note(timed) == ""
+
+
+def test_a_3d_convolutions_switch_keeps_the_profiles_figure() -> None:
+    """R3D-18 (``Conv3d``, 5-D tensors): its channels-last rows are ``channels_last_3d``'s
+    (``fix_params["ndim"]`` 5), whose calls the benchmark does not time (it lays out 4-D
+    tensors): they keep the profile's figure instead of a "measured" nothing."""
+    profile = load_recorded(DATA / "zoo_families/r3d_18.ncu-rep.xz")
+    found = profile.finding_table(fold=False).copy()
+    found["benchmarked"] = False
+    volume = found["fix_code"].eq("channels_last") & found["fix_params"].map(
+        lambda params: params.get("ndim") == 5)
+    assert volume.any()
+    before = found.loc[volume, ["est_gain_ns", "gain_basis"]].copy()
+    out = benchmark_channels_last(found, profile.calls, timer=None, timed=by_size)
+    assert not out.loc[volume, "benchmarked"].any()
+    pd.testing.assert_frame_equal(out.loc[volume, ["est_gain_ns", "gain_basis"]], before)

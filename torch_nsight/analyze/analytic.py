@@ -87,7 +87,7 @@ def _tf32_where_it_ran(group: pd.DataFrame, heavy_kernels: pd.Series,
 #: direct ``implicit_convolve_sgemm`` / ``explicit_convolve_sgemm`` (16-bit data converted
 #: to fp32 for FMAs: 0.44% tensor-pipe use on ViT-S/16's bf16 patch embedding in
 #: ``bound_calibration/vit_full_sol``) and PyTorch's depthwise kernels.
-DIRECT_CONVOLUTION = re.compile(r"implicit_convolve_sgemm|explicit_convolve_sgemm",
+DIRECT_CONVOLUTION = re.compile(r"(?:implicit|explicit)_convolve(?:Nd)?_sgemm",
                                 re.IGNORECASE)
 CUDA_CORE_CONVOLUTION = re.compile(rf"{DIRECT_CONVOLUTION.pattern}|conv_depthwise[23]d",
                                    re.IGNORECASE)

@@ -6,10 +6,10 @@ often starved of parallel work. The launch already says whether it is: the rule
 units of what all SMs hold at once) and the theoretical occupancy of
 :mod:`~torch_nsight.analyze.occupancy`, in this order:
 
-* ``one_block``: a grid of one block that lasts longer than a launch (``LAUNCH_OVERHEAD_NS``),
-  on one SM whatever the GPU: the op's own serial work (NMS's ``gather_keep_from_mask``),
-  which a larger batch does not spread (a shorter one is a small op: a batch norm's
-  running statistics over C elements, ``small_grid`` as before);
+* ``one_block``: a grid of one block that lasts :data:`ONE_BLOCK_NS` or more, on one SM
+  whatever the GPU: the op's own serial work (NMS's ``gather_keep_from_mask``), which a
+  larger batch does not spread (a shorter one is a small op whose grid grows with its
+  input: a batch norm's running statistics over C elements, a loss's mean; ``small_grid``);
 * ``small_grid``: under one wave (``waves < 1``): some SMs idle, or all under-filled;
 * ``registers``, ``shared_memory``, ``block_size``, ``blocks_per_sm``: theoretical occupancy
   at most :data:`LOW_OCCUPANCY_PCT`, named by the resource that sets it;
@@ -80,6 +80,9 @@ LimiterKind = Literal["one_block", "small_grid", "registers", "shared_memory", "
                       "blocks_per_sm", "tail"]
 #: Every verdict :func:`add_limiter` stores (``limiter``).
 LIMITER_CODES = frozenset((*get_args(LimiterKind), *get_args(CauseKind)))
+#: A grid of one block lasting this long (ten launches' time) iterates over its input in that
+#: block: an elementwise op or a reduction small enough for one block is done in a few µs.
+ONE_BLOCK_NS = 10 * LAUNCH_OVERHEAD_NS
 #: Occupancy (% of the SM's warps) at or under which the resource that sets it is named.
 LOW_OCCUPANCY_PCT = 50.0
 #: A partial last wave is named when it can leave the SMs idle this share (%) of the time.
@@ -137,8 +140,7 @@ def launch_limiter(row: dict[str, object]) -> LimiterKind | None:
     Returns:
         The limiter, or None when the launch is not the limit or is unknown.
     """
-    if _number(row.get("grid_size")) == 1 \
-            and _number(row.get("duration_ns")) >= LAUNCH_OVERHEAD_NS:
+    if _number(row.get("grid_size")) == 1 and _number(row.get("duration_ns")) >= ONE_BLOCK_NS:
         return "one_block"
     waves = _number(row.get("waves"))
     if waves < 1:

@@ -231,13 +231,17 @@ def benchmark_channels_last(found: pd.DataFrame, calls: pd.DataFrame, timer: Tim
     """Set the channels-last rows' ``before_ns``, ``after_ns``, ``est_gain_ns``,
     ``untimed_calls``, ``gain_basis`` (``measured``) and ``benchmarked`` from their calls
     timed in both layouts, one variant and shape at a time (see the module's docstring).
-    Rows of a variant and shape without such calls are left as they are. ``timed`` times one
-    call (tests give their own).
+    Rows of a variant and shape without such calls are left as they are, and so are the rows
+    of a 3-D convolution's switch (``fix_params["ndim"]`` 5: its 5-D calls are not timed).
+    ``timed`` times one call (tests give their own).
 
     Returns:
         ``found``, changed in place.
     """
-    switch = found[found["fix_code"].eq("channels_last")]
+    # 2-D only: a Conv3d's rows (``channels_last_3d``) keep the profile's figure
+    params = found["fix_params"] if "fix_params" in found else [None] * len(found)
+    switch = found[[code == "channels_last" and not (isinstance(p, dict) and p.get("ndim") == 5)
+                    for code, p in zip(found["fix_code"], params, strict=True)]]
     owned: list[tuple[Any, pd.DataFrame]] = []  # (row, its calls), rows in rank order
     for labels, rows in switch.groupby(list(LABELS), dropna=False, sort=False):
         mine = layout_calls(calls, *labels)

@@ -140,7 +140,8 @@ KIND_SAID = {"batch_norm": "batch norm", "layer_norm": "layer norm", "group_norm
              "activation": "activation", "elementwise": "elementwise", "pool": "pooling",
              "loss": "loss", "embedding": "embedding", "indexing": "indexing"}
 #: A launch's cause in words, for a finding over many launches.
-CAUSE_SAID = {"one_block": "one block on one SM", "small_grid": "under one wave", "tail": "a partial last wave",
+CAUSE_SAID = {"one_block": "one block on one SM", "small_grid": "under one wave",
+              "tail": "a partial last wave",
               "registers": "occupancy limited by registers",
               "shared_memory": "occupancy limited by shared memory",
               "block_size": "occupancy limited by the block size",

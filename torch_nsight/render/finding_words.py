@@ -106,19 +106,20 @@ def _pad_channels(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     said = "; ".join(dict.fromkeys(
         f"the {ROLE_SAID.get(pad['role'], pad['role'])} from {pad['value']} to {pad['padded']}"
         for pad in params.get("pads", ())))
+    layout = "torch.channels_last_3d" if params.get("ndim") == 5 else "torch.channels_last"
     return (f"Pad the convolution's channels to a multiple of 8: {said} (zero channels in "
             "the weight and the input), and run it channels-last "
-            "(model.to(memory_format=torch.channels_last)).")
+            f"(model.to(memory_format={layout})).")
 
 
 def _channels_last(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    if params.get("ndim") == 5:  # first: torch.channels_last refuses a 5-D tensor
+        return ("Go channels-last in 3-D: model.to(memory_format=torch.channels_last_3d) and "
+                "inputs x.to(memory_format=torch.channels_last_3d) (N x C x D x H x W).")
     if row.get("finding") == "gemm_misaligned":
         return ("Go channels-last: model.to(memory_format=torch.channels_last) and "
                 "channels-last inputs; in NHWC the convolution's GEMM runs over the batch x "
                 "positions and the channels, which are aligned.")
-    if params.get("ndim") == 5:
-        return ("Go channels-last in 3-D: model.to(memory_format=torch.channels_last_3d) and "
-                "inputs x.to(memory_format=torch.channels_last_3d) (N x C x D x H x W).")
     return FIX["channels_last"]
 
 

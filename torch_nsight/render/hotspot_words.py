@@ -21,9 +21,9 @@ from torch_nsight.render.reason_words import dominant_reason, reason_words
 #: What to change, for each ``next_step_code``, the action first; a latency-bound kernel's
 #: limiter names its own (its numbers are in the reason).
 NEXT_STEP = {
-    "one_block": "give the op fewer elements, or fuse it (torch.compile) where it is "
-                 "elementwise or a reduction: one thread block does the whole launch on one "
-                 "SM, and a larger batch adds no blocks",
+    "one_block": "no PyTorch-level fix known: one thread block does the launch's whole work "
+                 "on one SM, and a larger batch adds work, not blocks; fewer elements take "
+                 "less",
     "small_grid": "give it more work (a larger batch) or fuse it (torch.compile): under "
                   "one wave",
     "tail": "fill whole waves (batch, sequence length) or fuse it (torch.compile): "

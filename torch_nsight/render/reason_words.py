@@ -188,8 +188,9 @@ def describe_limiter(row: dict[str, object], kind: LimiterKind | None) -> str:
     per_sm = _number(row.get("blocks_per_sm"))
     if kind == "one_block":
         where = "" if math.isnan(sms) else f" of {_count(sms)}"
-        return (f"one block of {_count(_number(row.get('block_size')))} threads, on one "
-                f"SM{where}")
+        threads = _number(row.get("block_size"))
+        block = "one block" if math.isnan(threads) else f"one block of {_count(threads)} threads"
+        return f"{block}, on one SM{where}"
     if kind == "small_grid":
         if grid < sms or math.isnan(per_sm):
             where = "" if math.isnan(sms) else f" on {_count(sms)} SMs"

@@ -7,8 +7,9 @@ TF32 switch reaches them (``fp32_no_tensor_cores`` covers fp32 data), and the te
 stays idle (0.44% on ViT-S/16's patch embedding, 417 µs a step in
 ``bound_calibration/vit_full_sol``). In channels-last layout cuDNN picks its tensor-core
 kernels for such convolutions, where the channels are multiples of 8 (an RGB input's 3
-channels are padded: ``pad_channels``). A convolution of tensors that are not 4-D has no
-layout switch and no known fix (``cudnn.benchmark`` recovered 1.07 and 1.42 ms of the
+channels are padded: ``pad_channels``); a ``Conv3d``'s 5-D tensors go ``channels_last_3d``
+(``fix_params["ndim"]`` 5: R3D-18's stem, ``implicit_convolveNd_sgemm``, not measured alone).
+A ``Conv1d``'s 3-D tensors have no layout switch and no known fix (``cudnn.benchmark`` recovered 1.07 and 1.42 ms of the
 11.70 ms wav2vec2's grouped ``Conv1d`` spends so, two measurements on the GPU): its time
 above the tensor roof is a bound (``headroom``), not a gain. A kernel whose measured tensor-pipe use is not idle is left
 out, and so is a site without FLOPs (nothing to place on the tensor roof).
@@ -26,7 +27,7 @@ from torch_nsight.analyze.findings.gemm_misaligned import CHANNELS_TO, channel_p
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, per_run
 from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import takes_4d
+from torch_nsight.analyze.findings.sites import takes_4d, takes_5d
 from torch_nsight.vocabulary import SITE_KEYS
 
 #: The 16-bit data type in a kernel's template arguments, and the tensor peak it would use.
@@ -64,8 +65,12 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
             continue
         site = context.site(rows)
         calls = context.calls_of(rows)
-        # channels-last lays out 4-D tensors: a Conv1d or Conv3d has no such switch
-        planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
+        # channels-last lays out 4-D tensors, channels_last_3d a Conv3d's 5-D ones: a Conv1d
+        # has no such switch
+        planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"]) \
+            or any(takes_5d(shapes) for shapes in calls["shapes"])
+        volume = {"ndim": 5} if not calls.empty and not any(
+            takes_4d(shapes) for shapes in calls["shapes"]) and planar else {}
         dims = next((d for d in calls["dims"] if isinstance(d, dict)), None) \
             if "dims" in calls else None
         # cuDNN's tensor-core kernels take 16-bit channels in multiples of 8 (an RGB
@@ -81,7 +86,7 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
             module_kind="conv", bound_ns=NAN if planar else gain,
             aten_ops=site.ops, shapes=calls["shapes"].iloc[0] if len(calls) else None,
             layout="nchw" if planar else site.layout, dtype=dtype,
-            fix_params={"pads": pads} if pads else {},
+            fix_params={**({"pads": pads} if pads else {}), **volume},
             facts={"kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
                    "tensor_pipe_pct": float(rows["tensor_pipe_pct"].max()),
                    "flops_per_run": per_run(rows, rows["flops"]),

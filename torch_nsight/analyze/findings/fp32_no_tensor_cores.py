@@ -10,7 +10,8 @@ The kernel's precision says so where the FLOP counters were recorded (``fp32`` w
 tensor-core FLOPs); where its FLOPs come from the calls table (the fast set), its tensor pipe
 idle (:data:`IDLE_TENSOR_PIPE_PCT`) does; without either (a timeline trace, the duration set),
 its name does: CUTLASS's ``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
-Launches shorter than a launch takes
+PyTorch's own kernels (``at::native::``, its NCHW depthwise convolution) are left out: no
+TF32 switch reaches them. Launches shorter than a launch takes
 (:data:`~torch_nsight.analyze.stalls.LAUNCH_OVERHEAD_NS`) are left out: the launch holds them,
 whatever unit does their math.
 """
@@ -23,7 +24,12 @@ from torch_nsight.analyze.analytic import TENSOR_PRECISION
 from torch_nsight.analyze.classify import IDLE_TENSOR_PIPE_PCT
 from torch_nsight.analyze.findings.call_shapes import CallsOf
 from torch_nsight.analyze.findings.codes import FixCode
-from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, contains, per_run
+from torch_nsight.analyze.findings.prepare import (
+    ATTAINABLE_FRACTION,
+    contains,
+    full_names,
+    per_run,
+)
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
@@ -115,7 +121,11 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
     # a launch shorter than a launch takes is held by its launch: no faster math unit
     # shortens the step (HF's rotary embedding, a 33 kFLOP fp32 GEMM of 4 µs)
     long_enough = work["duration_ns"] >= LAUNCH_OVERHEAD_NS
-    candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name) & long_enough]
+    # TF32 reaches cuBLAS and cuDNN, not PyTorch's own kernels (its NCHW depthwise
+    # convolution, conv_depthwise2d: nchw_kernels' rows)
+    native = full_names(work).str.contains("at::native::", regex=False)
+    candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name) & long_enough
+                      & ~native]
     found: list[Finding] = []
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
         conv = bool(rows.iloc[0]["is_conv"]) or _convolutions_only(rows, context.calls_of)

@@ -33,6 +33,7 @@ from torch_nsight.analyze.findings.call_shapes import (
     STRIDE_ROLES,
     calls_where,
     forward_roles,
+    off_alignment,
     role_of,
 )
 from torch_nsight.analyze.findings.codes import FixCode, Layout
@@ -45,7 +46,7 @@ from torch_nsight.analyze.findings.prepare import (
 )
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import Site
+from torch_nsight.analyze.findings.sites import Site, takes_5d
 from torch_nsight.vocabulary import JOIN_KEYS
 
 #: A misaligned GEMM dimension is padded up to a multiple of this.
@@ -143,8 +144,10 @@ def _from_conv(group: pd.DataFrame, evidence: pd.Series, convs: pd.DataFrame,
     gain = roofline_gain(rows) if len(rows) else 0.0
     if rows.empty or gain <= 0:
         return []
-    call = convs.iloc[0] if len(convs) else None
-    dtype = str(call["dtype"]) if call is not None else None
+    shaped = convs[convs["dims"].notna()]
+    call = shaped.iloc[0] if len(shaped) else None
+    # the dtype of any call there (a backward convolution's calls have no dims)
+    dtype = str(convs["dtype"].iat[0]) if len(convs) else None
     shapes = call["shapes"] if call is not None else None
     align = ALIGNMENT.get(dtype or "", 8)
     pads = channel_pads(known, align)
@@ -157,15 +160,19 @@ def _from_conv(group: pd.DataFrame, evidence: pd.Series, convs: pd.DataFrame,
                         dim={v: k for k, v in ROLES.items()}[role], dim_role=role,
                         dim_value=int(value), layout=site.layout, dtype=dtype,
                         fix_params={"pads": pads}, facts=facts)]
-    if "spatial" not in known or not known["spatial"] % align:
-        return []  # neither the channels nor the positions off (or known): nothing to name
+    # neither the channels nor the positions off (or known), or one position (N x C x 1 x 1,
+    # both layouts at once): nothing to name
+    if "spatial" not in known or not off_alignment(known["spatial"], align, gemm=True) \
+            or site.planar is False:
+        return []
     # aligned channels: the GEMM runs over the output positions, which only NCHW does
     layout: Layout = "channels_last" if site.layout == "channels_last" else "nchw"
     return [Finding("gemm_misaligned", rows, gain, "roofline", "medium",
                     "channels_last" if layout == "nchw" else "none_known",
                     module_kind=site.kind, aten_ops=site.ops, shapes=shapes, dim="HxW",
                     dim_role="spatial", dim_value=int(known["spatial"]), layout=layout,
-                    dtype=dtype, facts=facts)]
+                    dtype=dtype, facts=facts,
+                    fix_params={"ndim": 5} if takes_5d(shapes) else {})]
 
 
 @finding_check("gemm_misaligned")
@@ -193,7 +200,7 @@ def gemm_misaligned(context: Context) -> list[Finding]:
         if len(gemm_calls):
             found += _from_gemm_calls(group, gemm_calls, roles.get(path, {}), site)
         elif site.kind == "conv" or len(convs):
-            found += _from_conv(group, named, convs[convs["dims"].notna()],
+            found += _from_conv(group, named, convs,
                                 roles.get(path, {}), site)
         elif not site.recorded:  # no call at this site: the kernel's name is all there is
             found += _from_names(group, named, old_arch, context.has_calls, site)

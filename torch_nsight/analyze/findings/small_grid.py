@@ -11,9 +11,8 @@ earlier check reported (``Context.claimed``) is not reported again here, and an 
 The fix is the one that fits the op and its cause (:func:`latency_fix`), never "a larger
 batch" where the grid is small because of the op's own shape: a convolution in NCHW goes
 channels-last, in NHWC lets cuDNN time its algorithms (``cudnn.benchmark``); batch norm and
-pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call (not one of one block: a larger batch adds no
-blocks); attention
-tries another backend; a launch of a few µs goes into a CUDA graph; the casts, bias
+pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call (not one of
+one block: a larger batch adds no blocks); attention tries another backend; a launch of a few µs goes into a CUDA graph; the casts, bias
 reductions and adds beside a GEMM or convolution fuse (torch.compile); gathers, scatters and
 index-adds have no PyTorch-level fix (their grid follows the indices), which the finding
 says.
@@ -172,7 +171,7 @@ def _by_kind(candidates: pd.DataFrame, times: np.ndarray,
         layouts = set(rows["kernel"].map(lambda k: layout_of([k])).dropna())
         first = rows.iloc[:1].assign(module=root, module_path=root, direction="", op="")
         found.append(Finding(
-            "small_grid" if top == "small_grid" else "latency_bound",
+            "small_grid" if top in ("small_grid", "one_block") else "latency_bound",
             pd.concat([first, rows.iloc[1:]]), NAN, HEADROOM, "low", code, cause=None if top == "None" else top,  # type: ignore[arg-type]
             module_kind=kind, layout=layouts.pop() if len(layouts) == 1 else None,
             fix_params={"setting": "cudnn.benchmark"} if code == "cudnn_benchmark" else {},

@@ -116,7 +116,7 @@ CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 class OptimizerState:
-    """The optimizers' state of a module's 4-D parameters, converted with them: a fused
+    """The optimizers' state of a module's 4-D and 5-D parameters, converted with them: a fused
     optimizer (``AdamW(fused=True)`` on CUDA) refuses parameters and moments of other
     layouts, a ``foreach`` one falls back to its slow path for them."""
 
