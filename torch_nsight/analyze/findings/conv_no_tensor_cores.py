@@ -67,10 +67,10 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
         calls = context.calls_of(rows)
         # channels-last lays out 4-D tensors, channels_last_3d a Conv3d's 5-D ones: a Conv1d
         # has no such switch
-        planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"]) \
-            or any(takes_5d(shapes) for shapes in calls["shapes"])
-        volume = {"ndim": 5} if not calls.empty and not any(
-            takes_4d(shapes) for shapes in calls["shapes"]) and planar else {}
+        four = any(takes_4d(shapes) for shapes in calls["shapes"])
+        five = any(takes_5d(shapes) for shapes in calls["shapes"])
+        planar = calls.empty or four or five
+        volume = {"ndim": 5} if five and not four else {}
         dims = next((d for d in calls["dims"] if isinstance(d, dict)), None) \
             if "dims" in calls else None
         # cuDNN's tensor-core kernels take 16-bit channels in multiples of 8 (an RGB

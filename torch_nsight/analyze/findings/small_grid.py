@@ -12,7 +12,8 @@ The fix is the one that fits the op and its cause (:func:`latency_fix`), never "
 batch" where the grid is small because of the op's own shape: a convolution in NCHW goes
 channels-last, in NHWC lets cuDNN time its algorithms (``cudnn.benchmark``); batch norm and
 pooling in NCHW go channels-last; a GEMM under one wave gets more rows per call (not one of
-one block: a larger batch adds no blocks); attention tries another backend; a launch of a few µs goes into a CUDA graph; the casts, bias
+one block: a larger batch adds no blocks); attention tries another backend; a launch of a
+few µs goes into a CUDA graph; the casts, bias
 reductions and adds beside a GEMM or convolution fuse (torch.compile); gathers, scatters and
 index-adds have no PyTorch-level fix (their grid follows the indices), which the finding
 says.
