@@ -353,7 +353,8 @@ def test_a_matrix_vector_product_is_not_padded_nor_a_conv1d_laid_out() -> None:
     """transformers' Mamba (a verification model) without its kernels: the selective scan's
     per-token ``matmul`` has a dimension of 1 (a matrix-vector product), once told "pad 1 to
     64"; its causal ``F.conv1d`` over (N, C, L) runs PyTorch's depthwise 2-D kernels inside
-    the mixer, whose other ops take 4-D tensors, and was once told to go channels-last."""
+    the mixer, whose other ops take 4-D tensors, and was once told to go channels-last; the
+    scan's GEMMs under one wave there were told ``cudnn.benchmark``, the convolution's fix."""
     from torch_nsight.analyze.findings.call_shapes import gemm_dims
     from torch_nsight.analyze.findings.sites import takes_4d
 
@@ -372,6 +373,10 @@ def test_a_matrix_vector_product_is_not_padded_nor_a_conv1d_laid_out() -> None:
     assert len(found)
     assert not (found["finding"] == "gemm_misaligned").any(), found.to_string()
     assert not (found["fix_code"] == "channels_last").any(), found.to_string()
+    # the scan's GEMMs under one wave, in the mixer beside its conv1d: a GEMM's fix, not
+    # cuDNN's autotuning (they were told cudnn.benchmark as the convolution's)
+    assert not (found["fix_code"] == "cudnn_benchmark").any(), found.to_string()
+    assert (found["fix_code"] == "larger_batch").any(), found.to_string()
 
 
 @_in_group("zoo_families/r3d_18.ncu-rep.xz")

@@ -21,6 +21,7 @@ says.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from torch_nsight.analyze.findings.call_shapes import GEMM_OPS
 from torch_nsight.analyze.findings.codes import Cause, FixCode
 from torch_nsight.analyze.findings.prepare import per_run, roof_pct
 from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
@@ -80,6 +82,16 @@ def latency_fix(site: Site, cause: Cause | None, settings: Mapping[str, Any],
     return "compile_module"
 
 
+def kernel_site(site: Site, gemm: bool) -> Site:
+    """The site as its kernels' fix reads it: a GEMM kernel in a module whose calls hold a
+    convolution and GEMM ops (Mamba's mixer: a ``conv1d``, then its scan's ``matmul``s) is
+    the GEMMs', not the convolution's (no ``cudnn.benchmark`` reaches a cuBLAS GEMM); a
+    GEMM kernel at a site of convolutions alone is cuDNN's own (a 1x1 convolution)."""
+    if gemm and site.kind == "conv" and any(op in GEMM_OPS for op in site.ops):
+        return dataclasses.replace(site, kind="gemm")
+    return site
+
+
 def _launch(rows: pd.DataFrame) -> dict[str, Any]:
     """The launch figures of the longest of ``rows`` (what limits it, in numbers)."""
     largest = rows.loc[rows["duration_ns"].idxmax()]
@@ -108,6 +120,7 @@ def small_grid(context: Context) -> list[Finding]:
     totals = label_time[candidates.index].to_numpy(dtype=float)
     smalls = small[candidates.index].to_numpy(dtype=bool)
     library = (candidates["is_gemm"] | candidates["is_conv"]).to_numpy(dtype=bool)
+    gemms = (candidates["is_gemm"] & ~candidates["is_conv"]).to_numpy(dtype=bool)
     compiled = candidates["is_compiled"].to_numpy(dtype=bool)
     values = {c: candidates[c].to_numpy(dtype=object)
               for c in dict.fromkeys((*JOIN_KEYS, "limiter"))}
@@ -125,7 +138,8 @@ def small_grid(context: Context) -> list[Finding]:
         limiter = values["limiter"][first]
         cause: Cause | None = "one_block" if limiter == "one_block" else (
             "small_grid" if under_one else limiter or None)
-        site = context.site_at(tuple(values[k][first] for k in JOIN_KEYS))
+        site = kernel_site(context.site_at(tuple(values[k][first] for k in JOIN_KEYS)),
+                           bool(gemms[positions].all()))
         attributed = values["module_path"][first] not in ("", UNATTRIBUTED)
         code = latency_fix(site, cause, context.settings, attributed,
                            bool(library[positions].any()), bool(compiled[positions].all()))
