@@ -427,3 +427,21 @@ def test_a_one_block_kernel_is_not_told_a_larger_batch() -> None:
     steps = profile.hotspots()
     step = steps.loc[steps["kernel"] == longest["kernel"], "next_step_code"]
     assert len(step) and (step == "one_block").all()
+
+
+@_in_group("zoo_families/fasterrcnn.ncu-rep.xz")
+def test_tf32_is_not_advised_where_the_step_ran_it_already() -> None:
+    """Faster R-CNN (a verification model) trains in fp32 with ``cudnn.allow_tf32`` at its
+    default, on: cuDNN ran TF32 kernels for some convolutions and FFMA ones for others, which
+    were told to turn TF32 on. A ``profile`` of a script records no settings, so the step's
+    own TF32 kernels are what says the switch is on; its Linears' cuBLAS GEMMs ran FFMA with
+    ``cuda.matmul.allow_tf32`` off, and keep their finding."""
+    profile = _profile("zoo_families/fasterrcnn.ncu-rep.xz")
+    assert not profile.meta.settings
+    kernels = profile.kernels
+    tf32 = kernels[kernels["precision"] == "tensor_tf32"]
+    assert tf32["kernel"].astype(str).str.endswith("_cudnn").any()
+    found = profile.finding_table(fold=False)
+    fp32 = found[found["finding"] == "fp32_no_tensor_cores"]
+    assert not (fp32["fix_code"] == "tf32_conv").any(), fp32.to_string()
+    assert (fp32["fix_code"] == "tf32_matmul").any()

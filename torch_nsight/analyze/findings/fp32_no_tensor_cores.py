@@ -10,6 +10,9 @@ The kernel's precision says so where the FLOP counters were recorded (``fp32`` w
 tensor-core FLOPs); where its FLOPs come from the calls table (the fast set), its tensor pipe
 idle (:data:`IDLE_TENSOR_PIPE_PCT`) does; without either (a timeline trace, the duration set),
 its name does: CUTLASS's ``simt`` kernels and cuBLAS's ``ffma`` ones run on CUDA cores.
+Where the settings were not recorded (``profile`` of a script), a switch is taken as on where
+the same step ran kernels of that kind on TF32 tensor cores (Faster R-CNN's cuDNN kernels, in
+fp32 with ``cudnn.allow_tf32`` at its default, were told to turn it on).
 PyTorch's own kernels (``at::native::``, its NCHW depthwise convolution) are left out: no
 TF32 switch reaches them. Launches shorter than a launch takes
 (:data:`~torch_nsight.analyze.stalls.LAUNCH_OVERHEAD_NS`) are left out: the launch holds them,
@@ -35,7 +38,13 @@ from torch_nsight.analyze.findings.registry import Context, finding_check
 from torch_nsight.analyze.roofline import TENSOR_COLUMNS
 from torch_nsight.analyze.stalls import LAUNCH_OVERHEAD_NS
 from torch_nsight.metrics import PRECISIONS
-from torch_nsight.vocabulary import HALF_DTYPES, INDUCTOR_DTYPE, SITE_KEYS, tf32_enabled
+from torch_nsight.vocabulary import (
+    HALF_DTYPES,
+    INDUCTOR_DTYPE,
+    LABELS,
+    SITE_KEYS,
+    tf32_enabled,
+)
 
 #: fp32 data: half-precision instructions under this share of the fp32 FLOPs (a kernel fed
 #: 16-bit operands converts them: 4% in convnet_fwd's fp16 stem, 0.0002% in findings_fp32_off).
@@ -68,6 +77,23 @@ def _fp32_data(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
     if compiled.isin(list(HALF_DTYPES)).any() or contains(rows["kernel_full"], SIXTEEN_BIT).any():
         return False
     return bool(rows["flops_fp16"].fillna(0).sum() <= HALF_SHARE * rows["flops_fp32"].sum())
+
+
+def _labels(rows: pd.DataFrame) -> tuple[str, ...]:
+    return tuple(str(rows[label].iat[0]) for label in LABELS)
+
+
+def _tf32_seen(work: pd.DataFrame, calls_of: CallsOf) -> set[tuple[tuple[str, ...], bool]]:
+    """The (labels, convolution?) where a GEMM or convolution kernel ran on TF32 tensor
+    cores: where the settings were not recorded (a ``profile`` of a script), that is what
+    says the switch is on (``cudnn.allow_tf32`` is on by default). A convolution's is cuDNN's
+    (its kernel, or a cuBLAS GEMM at a site of convolutions alone), a GEMM's cuBLAS's."""
+    seen: set[tuple[tuple[str, ...], bool]] = set()
+    ran = work[(work["precision"] == "tensor_tf32") & (work["is_gemm"] | work["is_conv"])]
+    for _, rows in ran.groupby(list(SITE_KEYS), sort=False, dropna=False):
+        conv = bool(rows["is_conv"].any()) or _convolutions_only(rows, calls_of)
+        seen.add((_labels(rows), conv))
+    return seen
 
 
 def _convolutions_only(rows: pd.DataFrame, calls_of: CallsOf) -> bool:
@@ -127,9 +153,12 @@ def fp32_no_tensor_cores(context: Context) -> list[Finding]:
     candidates = work[(work["is_gemm"] | work["is_conv"]) & (counted | by_name) & long_enough
                       & ~native]
     found: list[Finding] = []
+    seen = _tf32_seen(work, context.calls_of)
     for _, rows in candidates.groupby([*SITE_KEYS, "is_conv"], sort=False):
         conv = bool(rows.iloc[0]["is_conv"]) or _convolutions_only(rows, context.calls_of)
         tf32 = tf32_enabled(context.settings, "conv" if conv else "matmul")
+        if tf32 is None and (_labels(rows), conv) in seen:
+            continue  # on already: the step's other kernels of this kind ran TF32
         named = bool(by_name[rows.index].all())
         if tf32 or not (named or _fp32_data(rows, context.calls_of)):
             continue
