@@ -27,7 +27,7 @@ from torch_nsight.analyze.findings.gemm_misaligned import CHANNELS_TO, channel_p
 from torch_nsight.analyze.findings.prepare import ATTAINABLE_FRACTION, per_run
 from torch_nsight.analyze.findings.record import HEADROOM, NAN, Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import takes_4d, takes_5d
+from torch_nsight.analyze.findings.sites import layout_params
 from torch_nsight.vocabulary import SITE_KEYS
 
 #: The 16-bit data type in a kernel's template arguments, and the tensor peak it would use.
@@ -67,10 +67,8 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
         calls = context.calls_of(rows)
         # channels-last lays out 4-D tensors, channels_last_3d a Conv3d's 5-D ones: a Conv1d
         # has no such switch
-        four = any(takes_4d(shapes) for shapes in calls["shapes"])
-        five = any(takes_5d(shapes) for shapes in calls["shapes"])
-        planar = calls.empty or four or five
-        volume = {"ndim": 5} if five and not four else {}
+        volume = {} if calls.empty else layout_params(calls["shapes"])
+        planar = volume is not None
         dims = next((d for d in calls["dims"] if isinstance(d, dict)), None) \
             if "dims" in calls else None
         # cuDNN's tensor-core kernels take 16-bit channels in multiples of 8 (an RGB
@@ -86,7 +84,7 @@ def conv_no_tensor_cores(context: Context) -> list[Finding]:
             module_kind="conv", bound_ns=NAN if planar else gain,
             aten_ops=site.ops, shapes=calls["shapes"].iloc[0] if len(calls) else None,
             layout="nchw" if planar else site.layout, dtype=dtype,
-            fix_params={**({"pads": pads} if pads else {}), **volume},
+            fix_params={**({"pads": pads} if pads else {}), **(volume or {})},
             facts={"kernel": rows.iloc[0]["kernel"], "time_ns": per_run(rows),
                    "tensor_pipe_pct": float(rows["tensor_pipe_pct"].max()),
                    "flops_per_run": per_run(rows, rows["flops"]),

@@ -15,7 +15,7 @@ import pandas as pd
 from torch_nsight.analyze.findings.prepare import contains, full_names, in_groups_with, per_run
 from torch_nsight.analyze.findings.record import Finding
 from torch_nsight.analyze.findings.registry import Context, finding_check
-from torch_nsight.analyze.findings.sites import Site, flat_rows, takes_4d, takes_5d
+from torch_nsight.analyze.findings.sites import Site, flat_rows, layout_params
 from torch_nsight.vocabulary import LABELS, SITE_KEYS
 
 LAYOUT_NAMES = ("nchwToNhwc", "nhwcToNchw")
@@ -66,14 +66,13 @@ def layout_conversion(context: Context) -> list[Finding]:
         # channels-last lays out 4-D tensors, channels_last_3d 5-D ones (a Conv3d's): a
         # Conv1d cuDNN converts has no switch
         calls = context.calls_of(group)
-        planar = calls.empty or any(takes_4d(shapes) for shapes in calls["shapes"])
-        volumetric = not planar and any(takes_5d(shapes) for shapes in calls["shapes"])
+        params = {} if calls.empty else layout_params(calls["shapes"])
         found.append(Finding(
             "layout_conversion", rows, gain, REMOVED_BASIS, "medium",
-            "channels_last" if (planar or volumetric) and not already else "none_known",
+            "channels_last" if params is not None and not already else "none_known",
             module_kind="conv", aten_ops=site.ops,
-            layout=("channels_last" if already else "nchw") if planar or volumetric else None,
-            fix_params={"ndim": 5} if volumetric else {},
+            layout=("channels_last" if already else "nchw") if params is not None else None,
+            fix_params=params or {},
             facts={"kernels_per_run": len(rows) / rows["runs"].iloc[0],
                    "counts": dict(counts.items()), "gain_ns": gain,
                    "module_ns": per_run(group)}))

@@ -305,11 +305,16 @@ def describe_sites(work: pd.DataFrame, calls: pd.DataFrame | None
     return sites
 
 
-def _four_d(shapes: object) -> list[Any]:
-    """The 4-D shapes among a call's input shapes."""
+def _of_rank(shapes: object, rank: int) -> list[Any]:
+    """The shapes of ``rank`` dimensions among a call's input shapes."""
     if not isinstance(shapes, (list, tuple)):
         return []
-    return [s for s in shapes if isinstance(s, (list, tuple)) and len(s) == 4]
+    return [s for s in shapes if isinstance(s, (list, tuple)) and len(s) == rank]
+
+
+def _four_d(shapes: object) -> list[Any]:
+    """The 4-D shapes among a call's input shapes."""
+    return _of_rank(shapes, 4)
 
 
 #: Words of the aten ops whose tensors channels-last lays out (convolutions, batch norms).
@@ -333,8 +338,18 @@ def takes_4d(shapes: object) -> bool:
 def takes_5d(shapes: object) -> bool:
     """Whether a call's input shapes hold a 5-D tensor (N x C x D x H x W: what
     ``torch.channels_last_3d`` lays out)."""
-    return isinstance(shapes, (list, tuple)) and any(
-        isinstance(s, (list, tuple)) and len(s) == 5 for s in shapes)
+    return bool(_of_rank(shapes, 5))
+
+
+def layout_params(calls_shapes: Iterable[object]) -> dict[str, int] | None:
+    """What channels-last lays out among these calls' input shapes: ``{}`` where one takes
+    a 4-D tensor (``torch.channels_last``), ``{"ndim": 5}`` where none does and one takes a
+    5-D tensor (``torch.channels_last_3d``: a ``fix_params``), None where neither (a
+    ``Conv1d``: no switch)."""
+    shapes = list(calls_shapes)
+    if any(takes_4d(s) for s in shapes):
+        return {}
+    return {"ndim": 5} if any(takes_5d(s) for s in shapes) else None
 
 
 #: The softmax ops, forward and backward (``_safe_softmax``: SDPA's math path).
