@@ -60,18 +60,20 @@ CANDIDATES = {
 def _profile(model: str, out: Path, name: str, options: list[str], pairs: int
              ) -> dict[str, object]:
     """``torch-nsight profile --steps 12:13 --verify OPTIONS`` of ``model``'s script, timed
-    from outside, its output kept in ``OUT/MODEL_NAME.log``."""
+    from outside, its output (standard output and error together) written to ``OUT/MODEL_NAME.log`` as it runs."""
     end = 12 + 2 * pairs
     command = [sys.executable, "-m", "torch_nsight", "profile", "--steps", "12:13", "--verify",
                "--verify-steps", f"12:{end}", *options,
                "--", sys.executable, str(APP), model, "--steps", str(end + 2)]
     started = time.time()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=900)
-    text = done.stdout + done.stderr
-    (out / f"{model}_{name}.log").write_text(text)
-    return {"model": model, "rc": done.returncode, "wall_s": round(time.time() - started, 1),
+    log = out / f"{model}_{name}.log"
+    with log.open("w") as sink:  # written as it runs: a run cut off keeps what it printed
+        rc = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                            cwd=ROOT, timeout=900).returncode
+    text = log.read_text()
+    return {"model": model, "rc": rc, "wall_s": round(time.time() - started, 1),
             "verified": [line for line in text.splitlines() if line.startswith("verified:")],
-            "table": "\n".join(line for line in done.stdout.splitlines()
+            "table": "\n".join(line for line in text.splitlines()
                                if re.search(r"µs|predicted|measured", line))[-4000:],
             "tail": "\n".join(text.strip().splitlines()[-30:])}
 
