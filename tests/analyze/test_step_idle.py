@@ -105,3 +105,40 @@ def test_the_finding_takes_its_rank_among_the_others(llama: pd.DataFrame) -> Non
     assert position == len(larger)
     assert both.loc[position, "variant"] is None and both.loc[position, "shape"] is None
     assert both["blocks"].dtype.kind == "i" and both.loc[position, "blocks"] == 1
+
+
+def _verify_log_idle(model: str) -> tuple[float, float]:
+    """(the bare step, the idle time) in ns, as ``--verify`` printed them on the GPU machine
+    (``bench/zoo_results/verify_2026-11-29/MODEL_verify.log``, H200, 2026-11-29)."""
+    import re
+
+    log = (ROOT / "bench" / "zoo_results" / "verify_2026-11-29" / f"{model}_verify.log")
+    found = re.search(r"the GPU idles ([\d.]+) ms of the bare step's ([\d.]+) ms",
+                      log.read_text())
+    assert found is not None
+    return float(found[2]) * 1e6, float(found[1]) * 1e6
+
+
+def test_ops_of_data_dependent_size_are_not_told_to_compile() -> None:
+    """Faster R-CNN's step runs nonzero and NMS: the CPU waits on the GPU at each, and a
+    compile breaks its graph there (the model's compile measured 0.18 ms of the 41 ms the GPU
+    idled, noise). No switch is named; the idle time is a bound, not a gain, so the counted
+    gains rank before it. Mamba's scan, which runs none of them, keeps the compile (measured
+    at 1.1x the idle time the same day)."""
+    kernels = load_source("zoo_families/fasterrcnn.ncu-rep.xz").kernels
+    bare, _ = _verify_log_idle("fasterrcnn")
+    row = step_idle(kernels, bare)
+    assert row is not None and row["cause"] == "data_dependent"
+    assert row["fix_code"] == "fixed_shapes" and row["fix_params"] == {"ops": ["nonzero", "nms"]}
+    assert switch_fix(row) is None
+    assert math.isnan(row["est_gain_ns"])
+    assert row["gain_bound_ns"] == pytest.approx(bare - kernels["duration_ns"].sum())
+    evidence, fix = word_finding(row)
+    assert "nonzero and nms" in str(evidence) and "nonzero_static" in str(fix)
+    found = add_step_idle(load_source("zoo_families/fasterrcnn.ncu-rep.xz").finding_table(), row)
+    assert found["finding"].iat[0] != "step_idle"
+    mamba = load_source("zoo_families/mamba.ncu-rep.xz").kernels
+    bare, idle = _verify_log_idle("mamba")
+    row = step_idle(mamba, bare)
+    assert row is not None and row["fix_code"] == "compile_model"
+    assert row["est_gain_ns"] == pytest.approx(idle, rel=0.05)

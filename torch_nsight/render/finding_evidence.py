@@ -178,12 +178,24 @@ def _latency_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
             f"{facts['share_pct']:.1f}% of the run's GPU time).")
 
 
+def _idle_why(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
+    cause = given(row, "cause")
+    if cause == "data_dependent":
+        params = row.get("fix_params")
+        ops = params.get("ops") if isinstance(params, Mapping) else None
+        return (f"it ran {' and '.join(ops or ('ops',))}, whose output size the GPU decides: "
+                "the CPU waits for the GPU at each call to learn it, and torch.compile breaks "
+                "its graph there; how much of the wait they cost is not measured")
+    if cause == "launch_overhead":
+        return (f"{facts['small_kernel_pct']:.0f}% of its {facts['launches_per_run']:.0f} "
+                f"launches are shorter than {_time(facts['small_kernel_ns'])}, less than eager "
+                "PyTorch takes to launch one")
+    return ("its launches are not mostly short: the CPU's own work between them (data, a "
+            "synchronization, Python) holds it")
+
+
 def _idle_evidence(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
-    why = (f"{facts['small_kernel_pct']:.0f}% of its {facts['launches_per_run']:.0f} launches "
-           f"are shorter than {_time(facts['small_kernel_ns'])}, less than eager PyTorch takes "
-           "to launch one" if given(row, "cause") == "launch_overhead"
-           else "its launches are not mostly short: the CPU's own work between them (data, a "
-           "synchronization, Python) holds it")
+    why = _idle_why(row, facts)
     return (f"The step took {_time(facts['bare_step_ns'])} without the profiler (--verify's "
             f"steps with no fix), its kernels {_time(facts['kernel_ns'])}: the GPU waited for "
             f"the CPU {_time(facts['idle_ns'])} ({facts['idle_pct']:.0f}% of the step); "

@@ -228,6 +228,26 @@ def _cast_to_half(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
             "reaches them too, for less.")
 
 
+#: A fixed-size form of each data-dependent op (``step_idle.DATA_DEPENDENT_OPS``), where
+#: PyTorch has one.
+_FIXED_FORMS = {"nonzero": "torch.nonzero_static(x, size=...) for nonzero, a mask "
+                           "(torch.where(mask, x, 0)) for x[mask]",
+                "argwhere": "torch.nonzero_static(x, size=...) for argwhere",
+                "masked_select": "torch.where(mask, x, 0) for masked_select"}
+
+
+def _fixed_shapes(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    ops = list(params.get("ops") or ())
+    forms = [_FIXED_FORMS[op] for op in ops if op in _FIXED_FORMS]
+    rest = [op for op in ops if op not in _FIXED_FORMS]
+    said = f"Use fixed-size forms where the step allows: {'; '.join(forms)}" if forms else \
+        "No fixed-size form is known for these ops"
+    left = f" ({', '.join(rest)} has none: fewer elements into it wait less)" if rest else ""
+    return (f"{said}{left}. Each call left makes the CPU wait for the GPU, so torch.compile "
+            "does not remove this idle time; see where it waits with torch-nsight profile "
+            "--timeline.")
+
+
 def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
     """A fix without parameters: its one sentence."""
     return lambda row, params: text
@@ -242,6 +262,7 @@ FIXES: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], str]] = {
     "optimizer_fused": _optimizer_fused, "optimizer_foreach": _optimizer_foreach,
     "compile_optimizer_step": _compile_step, "none_known": _none_known,
     "compile_function": _compile_function, "cast_to_half": _cast_to_half,
+    "fixed_shapes": _fixed_shapes,
     "use_sdpa": lambda row, params: (SDPA_FOR_GEMM if row.get("finding") == "gemm_misaligned"
                                      else FIX["use_sdpa"]),
 }

@@ -55,6 +55,8 @@ Cause = Literal[
     "one_block", "small_grid", "tail", "registers", "shared_memory", "block_size", "blocks_per_sm",
     "launch_overhead", "few_warps", "waiting_warps", "memory_latency", "synchronization",
     "instruction_issue", "shared_memory_access",
+    # the step: ops whose output size the GPU decides (the CPU waits, a compile breaks there)
+    "data_dependent",
 ]
 
 #: The change to make.
@@ -86,6 +88,8 @@ FixCode = Literal[
     "cuda_graphs",             # torch.compile(mode="reduce-overhead")
     "larger_batch",            # more rows per GEMM call
     "sdpa_backend",            # another scaled_dot_product_attention backend
+    "fixed_shapes",            # fixed-size forms of ops whose output size depends on values
+                               # (masks, nonzero_static): the CPU stops waiting on the GPU
     "none_known",              # the cause is known, no PyTorch-level fix is
 ]
 

@@ -14,6 +14,14 @@ launches hold the step (``launch_overhead``) and torch.compile of the model cuts
 (``compile_model``, which ``--verify`` then measures); otherwise the CPU's own work does,
 which no switch fixes (``none_known``: the timeline shows where). The gain is the idle time:
 what the step would lose if the GPU never waited, a bound on what cutting launches saves.
+
+Before both: where the step ran ops whose output size depends on their input's values
+(:data:`DATA_DEPENDENT_OPS`), the CPU waits for the GPU at each to learn the size, and
+torch.compile breaks its graph there (Dynamo's default), so a compile does not cut that wait
+(Faster R-CNN, 2026-11-29: the GPU idled 41.3 ms of a 79.0 ms step; the model's compile
+measured 0.18 ms, noise). Cause ``data_dependent``, fix ``fixed_shapes`` (no switch), and
+the idle time is a bound (``gain_bound_ns``), not a gain: how much of it the waits cost is
+not known from a kernel profile.
 Not a registered check: it needs the bare step, which only ``--verify`` times.
 """
 
@@ -40,10 +48,27 @@ from torch_nsight.vocabulary import (
     split_path,
 )
 
-__all__ = ["BARE_STEP_BASIS", "add_step_idle", "step_idle"]
+__all__ = ["BARE_STEP_BASIS", "DATA_DEPENDENT_OPS", "add_step_idle", "data_dependent_ops",
+           "step_idle"]
 
 #: ``gain_basis`` of a gain read from the bare step's time against its kernels'.
 BARE_STEP_BASIS = "bare_step"
+#: aten (and torchvision) ops whose output's size is decided by the input's values on the
+#: GPU: the CPU waits to learn it (a synchronization), and torch.compile breaks its graph at
+#: each (``capture_dynamic_output_shape_ops`` off by default). Boolean-mask indexing runs
+#: ``nonzero``.
+DATA_DEPENDENT_OPS = ("nonzero", "argwhere", "masked_select", "nms", "_unique", "_unique2",
+                      "unique_dim", "unique_consecutive", "unique_dim_consecutive")
+
+
+def data_dependent_ops(kernels: pd.DataFrame) -> list[str]:
+    """The :data:`DATA_DEPENDENT_OPS` among the ops the kernels' calls ran (``aten_ops``), in
+    that order."""
+    if "aten_ops" not in kernels:
+        return []
+    ran = {op.strip() for ops in kernels["aten_ops"].dropna().unique()
+           for op in (ops.split(",") if isinstance(ops, str) else ops)}
+    return [op for op in DATA_DEPENDENT_OPS if op in ran]
 
 
 def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
@@ -71,8 +96,11 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
         return None
     small_pct = 100.0 * float((durations < SMALL_KERNEL_NS).mean())
     launches = small_pct >= SMALL_KERNEL_PCT
-    cause: Cause | None = "launch_overhead" if launches else None
-    fix: FixCode = "compile_model" if launches else "none_known"
+    waits = data_dependent_ops(kernels)
+    cause: Cause | None = ("data_dependent" if waits
+                           else "launch_overhead" if launches else None)
+    fix: FixCode = ("fixed_shapes" if waits else "compile_model" if launches
+                    else "none_known")
     roots = [split_path(str(p))[0] for p in kernels.get("module_path", pd.Series(dtype=object))
              if in_module_range(p)]
     root = Counter(roots).most_common(1)[0][0] if roots else None  # first seen on ties
@@ -85,9 +113,11 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
     said = {c: (v if v != "" else None) for c, v in labels.iloc[0][list(LABELS)].items()}
     row.update({**said, "module": root, "module_path": root,
                 "finding": "step_idle", "cause": cause, "module_class": root_class(root),
-                "fix_code": fix, "fix_params": {}, "facts": facts, "est_gain_ns": idle,
-                "gain_bound_ns": math.nan, "gain_basis": BARE_STEP_BASIS,
-                "confidence": "medium"})
+                "aten_ops": ", ".join(waits) or None,
+                "fix_code": fix, "fix_params": {"ops": waits} if waits else {},
+                "facts": facts, "est_gain_ns": math.nan if waits else idle,
+                "gain_bound_ns": idle if waits else math.nan,
+                "gain_basis": BARE_STEP_BASIS, "confidence": "medium"})
     return row
 
 

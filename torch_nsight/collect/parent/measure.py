@@ -290,7 +290,7 @@ def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[
         return table
     idle = _with_columns(word_findings(pd.DataFrame([cast_first_row(table, row)])))
     spec = switch_fix(idle.iloc[0])
-    tell(f"verify: the GPU idles {_ms(row['est_gain_ns'])} of the bare step's {_ms(bare)}"
+    tell(f"verify: the GPU idles {_ms(row['facts']['idle_ns'])} of the bare step's {_ms(bare)}"
          + (f": measuring {spec.describe()}" if spec is not None else ": no switch fixes it"))
     if spec is not None:
         key = spec.describe()
