@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(render_findings(found, "markdown" if args.fmt == "markdown" else "plain",
                           profile.kernels))
+    print_changes(everything, profile.kernels, args.fmt)
     if args.benchmark:
         from torch_nsight.render.findings import benchmark_lines
 
@@ -159,3 +160,18 @@ def _command(given: str) -> list[str]:
         raise UsageError("--command is empty: give the command that made the report, e.g. "
                          "--command \"python train.py\"")
     return command
+
+
+def print_changes(found: Any, kernels: Any, fmt: str, stream: Any = None) -> None:
+    """Under the findings table: the whole finding table gathered by change, where a change
+    gathers several findings (:func:`~torch_nsight.render.changes.render_changes`)."""
+    if fmt in ("csv", "json"):
+        return
+    from torch_nsight.analyze.findings.by_change import by_change
+    from torch_nsight.render.changes import render_changes
+
+    text = render_changes(by_change(found, kernels), fmt)
+    if text:
+        print("\n" + "\n".join(printable(line) for line in text.splitlines()),
+              file=stream or sys.stdout)
+

@@ -218,11 +218,14 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             print(file=stream)
             print(render_verdicts(profile, args.fmt), file=stream)
         if getattr(args, "findings", False) and args.table != "findings":
+            from torch_nsight.cli.findings import print_changes
             from torch_nsight.render.findings import render_findings
 
+            found = _findings(profile, args)
             print(file=stream)
-            print(render_findings(_findings(profile, args).head(args.n or 10), args.fmt,
-                                  profile.kernels), file=stream)
+            print(render_findings(found.head(args.n or 10), args.fmt, profile.kernels),
+                  file=stream)
+            print_changes(found, profile.kernels, args.fmt, stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)

@@ -1,0 +1,102 @@
+"""The findings gathered by the change a user makes: one row per switch of the whole model
+(channels-last, TF32, ``cudnn.benchmark``, the optimizer's fused flag, the model's compile),
+whatever the number of modules its rows name, and one per other fix and the module it
+targets. A step whose 29 convolutions each list their layout conversions has one change to
+make, not 29: its gain is theirs together.
+
+The rows' gains add up within a change: each counts its own kernels (a module's conversions,
+another module's conversions, the NCHW batch norms at the root). The sum is kept under the
+kernels' time per run of the (variant, shape): a change cannot recover more than the GPU ran.
+Rows with only a bound (``gain_bound_ns``) add to the change's bound, not to its gain.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
+from torch_nsight.analyze.frames import runs_per_group
+from torch_nsight.vocabulary import LABELS
+
+__all__ = ["CHANGE_COLUMNS", "by_change"]
+
+#: One row per change: its labels, a key naming it (the switch ``--verify`` applies, as
+#: :meth:`~torch_nsight.verify_exchange.FixSpec.describe` writes it, else ``fix_code@module``),
+#: the fix of its largest row (code, parameters, target module, ``""`` for the whole model),
+#: whether ``--verify`` can switch it, how many findings and distinct modules it gathers, the
+#: first (largest) row's module, and its gain and bound per run (ns).
+CHANGE_COLUMNS = ("variant", "shape", "change", "fix_code", "fix_params", "target", "switch",
+                  "findings", "modules", "first_module", "est_gain_ns", "gain_bound_ns",
+                  "capped")
+
+
+def _key(row: pd.Series) -> tuple[str, str, bool]:
+    """(the change's key, the module it targets, whether a switch applies it)."""
+    spec = switch_fix(row)
+    if spec is not None:
+        return spec.describe(), spec.target, True
+    target = fix_target(row.get("module_path"))
+    return f"{row['fix_code']}@{target}" if target else str(row["fix_code"]), target, False
+
+
+def _kernel_ns(kernels: pd.DataFrame | None) -> dict[tuple[Any, ...], float]:
+    """The kernels' time per run of each (variant, shape)."""
+    if kernels is None or kernels.empty or "duration_ns" not in kernels:
+        return {}
+    work = kernels.assign(**{c: kernels[c].fillna("") for c in LABELS if c in kernels})
+    runs = runs_per_group(work, LABELS).set_index(list(LABELS))["runs"]
+    sums = work.groupby(list(LABELS))["duration_ns"].sum()
+    return {key: float(total) / float(runs.get(key, 1) or 1) for key, total in sums.items()}
+
+
+def by_change(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The changes to make, largest first (gains before bounds), from a finding table.
+
+    Args:
+        found: :func:`~torch_nsight.analyze.findings.findings` rows, folded or not, worded or
+            not (a folded row's gain is already its blocks').
+        kernels: the kernel table they come from: each change's gain is kept under its
+            (variant, shape)'s kernel time per run (``capped`` True where that cut it).
+
+    Returns:
+        :data:`CHANGE_COLUMNS`; findings whose cause has no known fix (``none_known``) or no
+        fix code (a timeline finding) are left out.
+    """
+    if found.empty or "fix_code" not in found:
+        return pd.DataFrame(columns=list(CHANGE_COLUMNS))
+    fixable = found[found["fix_code"].notna() & found["fix_code"].ne("none_known")]
+    limits = _kernel_ns(kernels)
+    changes: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for _, row in fixable.iterrows():
+        change, target, switched = _key(row)
+        labels = tuple(row.get(c) if isinstance(row.get(c), str) else "" for c in LABELS)
+        entry = changes.setdefault((*labels, change), {
+            **{c: (v or None) for c, v in zip(LABELS, labels, strict=True)},
+            "change": change, "fix_code": row["fix_code"], "fix_params": row.get("fix_params"),
+            "target": target, "switch": switched, "findings": 0, "_modules": set(),
+            "first_module": row.get("module"), "_gains": [], "_bounds": [],
+            "_limit": limits.get(labels, math.inf)})
+        entry["findings"] += 1
+        entry["_modules"].add(row.get("module_path") or row.get("module"))
+        gain, bound = row.get("est_gain_ns"), row.get("gain_bound_ns")
+        if isinstance(gain, float) and not math.isnan(gain):
+            entry["_gains"].append(gain)
+        elif isinstance(bound, float) and not math.isnan(bound):
+            entry["_bounds"].append(bound)
+    rows = []
+    for entry in changes.values():
+        gains, bounds, limit = entry.pop("_gains"), entry.pop("_bounds"), entry.pop("_limit")
+        total = sum(gains) if gains else math.nan
+        entry["capped"] = bool(total > limit)
+        entry["est_gain_ns"] = min(total, limit) if gains else math.nan
+        entry["gain_bound_ns"] = min(sum(bounds), limit) if bounds else math.nan
+        entry["modules"] = len(entry.pop("_modules"))
+        rows.append(entry)
+    out = pd.DataFrame(rows, columns=list(CHANGE_COLUMNS))
+    out = out.astype({"est_gain_ns": "float64", "gain_bound_ns": "float64"})
+    order = out.assign(_bound=out["gain_bound_ns"]).sort_values(
+        ["est_gain_ns", "_bound"], ascending=False, na_position="last", kind="stable")
+    return order.drop(columns="_bound").reset_index(drop=True)
