@@ -3,6 +3,7 @@ R3D-18 video network, NCDHW, and Faster R-CNN, fp32)."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,10 +12,13 @@ import pytest
 
 import torch_nsight
 from torch_nsight.analyze.findings.by_change import CHANGE_COLUMNS, by_change
-from torch_nsight.analyze.findings.switch_fixes import switch_fix
+from torch_nsight.analyze.findings.codes import FIX_CODES
+from torch_nsight.analyze.findings.step_idle import add_step_idle, step_idle
+from torch_nsight.analyze.findings.switch_fixes import fix_target
 from torch_nsight.render.changes import change_words, render_changes
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +27,8 @@ def r3d() -> torch_nsight.Profile:
 
 
 def test_one_switch_of_many_rows_is_one_change(r3d: torch_nsight.Profile) -> None:
-    """R3D-18's channels-last rows (a module's conversions each, 3-D) are one change: their
-    gains together, the 3-D layout named; the largest change of the step."""
+    """R3D-18's channels-last rows (a module's conversions each, 3-D; a folded row counts its
+    blocks) are one change: their gains together, the 3-D layout named; the step's largest."""
     found = r3d.finding_table()
     layout = found[found["fix_code"].eq("channels_last")]
     assert len(layout) > 10
@@ -32,7 +36,7 @@ def test_one_switch_of_many_rows_is_one_change(r3d: torch_nsight.Profile) -> Non
     assert list(changes.columns) == list(CHANGE_COLUMNS)
     first = changes.iloc[0]
     assert first["change"] == "channels_last" and first["switch"]
-    assert first["findings"] == len(layout)
+    assert first["findings"] == layout["blocks"].sum() > len(layout)
     assert first["est_gain_ns"] == pytest.approx(layout["est_gain_ns"].sum())
     assert first["est_gain_ns"] > found["est_gain_ns"].max()
     assert "channels_last_3d" in change_words(first)
@@ -40,15 +44,37 @@ def test_one_switch_of_many_rows_is_one_change(r3d: torch_nsight.Profile) -> Non
     assert not changes["fix_code"].eq("none_known").any()
 
 
-def test_both_tf32_switches_are_one_change() -> None:
-    """Faster R-CNN's fp32 GEMMs (cuBLAS) each have a TF32 row: one switch, one change."""
+def test_the_tf32_rows_of_several_linears_are_one_change() -> None:
+    """Faster R-CNN's fp32 Linears (forward and backward) each have a TF32 row: one switch for
+    the process, one change, with their gains together."""
     profile = torch_nsight.load(DATA / "zoo_families" / "fasterrcnn.ncu-rep.xz")
     found = profile.finding_table()
-    tf32 = found[[(s is not None and s.fix == "tf32")
-                  for s in (switch_fix(r) for _, r in found.iterrows())]]
+    tf32 = found[found["fix_code"].isin(["tf32_matmul", "tf32_conv"])]
     changes = by_change(found, profile.kernels).set_index("change")
     assert changes.loc["tf32", "findings"] == len(tf32) > 1
+    assert changes.loc["tf32", "modules"] == tf32["module_path"].map(fix_target).nunique()
     assert changes.loc["tf32", "est_gain_ns"] == pytest.approx(tf32["est_gain_ns"].sum())
+
+
+def test_the_idle_time_adds_after_the_cap() -> None:
+    """Mamba's step_idle row (the GPU idle 49 ms of its bare step, measured by --verify) joins
+    the model's compile: its idle time is no kernel time, so the kernels' cap does not cut it."""
+    mamba = torch_nsight.load(DATA / "zoo_families" / "mamba.ncu-rep.xz")
+    runs = json.loads((ROOT / "bench" / "zoo_results" / "verify_2026-11-29"
+                       / "bare_steps.json").read_text())
+    row = step_idle(mamba.kernels, runs["mamba"]["bare_step_ms"] * 1e6, mamba.calls)
+    assert row is not None
+    found = add_step_idle(mamba.finding_table(), row)
+    compile_ = by_change(found, mamba.kernels).set_index("change").loc["compile"]
+    kernel_ns = float(mamba.kernels["duration_ns"].sum())
+    assert row["est_gain_ns"] > kernel_ns
+    assert compile_["est_gain_ns"] >= row["est_gain_ns"]
+
+
+def test_every_fix_has_words_in_the_section() -> None:
+    for code in FIX_CODES - {"none_known"}:
+        said = change_words({"change": code, "fix_code": code, "target": "m"})
+        assert not said.startswith(code), code  # words, not the code
 
 
 def test_a_change_never_gains_more_than_the_kernels_ran(r3d: torch_nsight.Profile) -> None:

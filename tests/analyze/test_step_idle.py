@@ -107,16 +107,12 @@ def test_the_finding_takes_its_rank_among_the_others(llama: pd.DataFrame) -> Non
     assert both["blocks"].dtype.kind == "i" and both.loc[position, "blocks"] == 1
 
 
-def _verify_log_idle(model: str) -> tuple[float, float]:
-    """(the bare step, the idle time) in ns, as ``--verify`` printed them on the GPU machine
-    (``bench/zoo_results/verify_2026-11-29/MODEL_verify.log``, H200, 2026-11-29)."""
-    import re
-
-    log = (ROOT / "bench" / "zoo_results" / "verify_2026-11-29" / f"{model}_verify.log")
-    found = re.search(r"the GPU idles ([\d.]+) ms of the bare step's ([\d.]+) ms",
-                      log.read_text())
-    assert found is not None
-    return float(found[2]) * 1e6, float(found[1]) * 1e6
+def _verify_idle(model: str) -> tuple[float, float]:
+    """(the bare step, the idle time) in ns, as ``--verify`` measured them on the GPU machine
+    (``bench/zoo_results/verify_2026-11-29/``, H200, 2026-11-29)."""
+    runs = json.loads((ROOT / "bench" / "zoo_results" / "verify_2026-11-29"
+                       / "bare_steps.json").read_text())
+    return runs[model]["bare_step_ms"] * 1e6, runs[model]["idle_ms"] * 1e6
 
 
 def test_ops_of_data_dependent_size_are_not_told_to_compile() -> None:
@@ -125,20 +121,34 @@ def test_ops_of_data_dependent_size_are_not_told_to_compile() -> None:
     idled, noise). No switch is named; the idle time is a bound, not a gain, so the counted
     gains rank before it. Mamba's scan, which runs none of them, keeps the compile (measured
     at 1.1x the idle time the same day)."""
-    kernels = load_source("zoo_families/fasterrcnn.ncu-rep.xz").kernels
-    bare, _ = _verify_log_idle("fasterrcnn")
-    row = step_idle(kernels, bare)
+    profile = load_source("zoo_families/fasterrcnn.ncu-rep.xz")
+    kernels = profile.kernels
+    bare, _ = _verify_idle("fasterrcnn")
+    assert step_idle(kernels, bare)["fix_params"] == {"ops": ["nonzero", "nms"]}  # type: ignore[index]
+    row = step_idle(kernels, bare, profile.calls)
     assert row is not None and row["cause"] == "data_dependent"
     assert row["fix_code"] == "fixed_shapes" and row["fix_params"] == {"ops": ["nonzero", "nms"]}
     assert switch_fix(row) is None
     assert math.isnan(row["est_gain_ns"])
     assert row["gain_bound_ns"] == pytest.approx(bare - kernels["duration_ns"].sum())
     evidence, fix = word_finding(row)
-    assert "nonzero and nms" in str(evidence) and "nonzero_static" in str(fix)
-    found = add_step_idle(load_source("zoo_families/fasterrcnn.ncu-rep.xz").finding_table(), row)
+    assert "nonzero and NMS" in str(evidence) and "nonzero_static" in str(fix)
+    found = add_step_idle(profile.finding_table(), row)
     assert found["finding"].iat[0] != "step_idle"
-    mamba = load_source("zoo_families/mamba.ncu-rep.xz").kernels
-    bare, idle = _verify_log_idle("mamba")
-    row = step_idle(mamba, bare)
+    mamba = load_source("zoo_families/mamba.ncu-rep.xz")
+    bare, idle = _verify_idle("mamba")
+    row = step_idle(mamba.kernels, bare, mamba.calls)
     assert row is not None and row["fix_code"] == "compile_model"
     assert row["est_gain_ns"] == pytest.approx(idle, rel=0.05)
+
+
+def test_boolean_mask_indexing_is_read_from_the_calls() -> None:
+    """GAT's convolutions index with a boolean mask (x[mask], aten's index with a bool index):
+    from the calls table it is a data-dependent op; the kernels' ops do not show it."""
+    gat = load_source("zoo_families/gat.ncu-rep.xz")
+    bare = 3.0 * float(gat.kernels["duration_ns"].sum())
+    row = step_idle(gat.kernels, bare, gat.calls)
+    assert row is not None and row["fix_params"] == {"ops": ["index_mask"]}
+    assert "x[mask]" in str(word_finding(row)[0])
+    assert step_idle(gat.kernels, bare)["fix_code"] != "fixed_shapes"  # type: ignore[index]
+

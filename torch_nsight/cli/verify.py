@@ -136,7 +136,8 @@ def verify_plan(args: argparse.Namespace, command: Sequence[str], steps: Steps |
 
 
 def run_verify(found: pd.DataFrame, plan: VerifyPlan,
-               kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+               kernels: pd.DataFrame | None = None,
+               calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Measure, with a progress line per run on standard error (``kernels``: the profile's,
     to judge the GPU's idle time in the bare step).
 
@@ -148,7 +149,7 @@ def run_verify(found: pd.DataFrame, plan: VerifyPlan,
 
     try:
         return verify_on_steps(found, plan, say=lambda line: say(line, sys.stderr),
-                               kernels=kernels)
+                               kernels=kernels, calls=calls)
     except (FileNotFoundError, PermissionError) as err:
         raise cannot_start(plan.command, err) from None
 
@@ -165,7 +166,7 @@ def verify_profile(profile: Profile, args: argparse.Namespace, plan: VerifyPlan,
         say(f"verify: the profile leaves out kernels of the step ({left_out}): the GPU's "
             "idle time in the bare step is not judged", sys.stderr)
     table = run_verify(profile.finding_table(fold=args.fold), plan,
-                       None if left_out is not None else profile.kernels)
+                       None if left_out is not None else profile.kernels, profile.calls)
     print_verified(table, profile.kernels, args.n or 10, args.fmt)
 
 

@@ -33,7 +33,13 @@ _FIX_SAID = {"pad_channels": "pad the channels", "pad_features": "pad the featur
              "use_sdpa": "scaled_dot_product_attention", "compile_loss": "compile the loss",
              "compile_rotary": "compile the rotary embedding",
              "compile_function": "compile the code outside modules",
-             "cuda_graphs": "CUDA graphs", "cast_then_compile": "cast, then compile the model"}
+             "cuda_graphs": "CUDA graphs", "cast_then_compile": "cast, then compile",
+             "optimizer_foreach": "the optimizer's foreach=True",
+             "compile_optimizer_step": "torch.compile(optimizer.step)",
+             "pad_gemm_dims": "pad the GEMM's dimensions", "tf32_matmul": "TF32 for matmuls",
+             "tf32_conv": "TF32 for convolutions", "cudnn_benchmark": "cudnn.benchmark",
+             "channels_last": "channels-last", "optimizer_fused": "the optimizer's fused=True",
+             "compile_module": "torch.compile", "compile_model": "torch.compile the model"}
 
 
 def change_words(row: Mapping[str, Any]) -> str:

@@ -183,7 +183,8 @@ def _idle_why(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     if cause == "data_dependent":
         params = row.get("fix_params")
         ops = params.get("ops") if isinstance(params, Mapping) else None
-        return (f"it ran {' and '.join(ops or ('ops',))}, whose output size the GPU decides: "
+        said = [{"index_mask": "x[mask]", "nms": "NMS"}.get(op, op) for op in ops or ()]
+        return (f"it ran {' and '.join(said or ('ops',))}, whose output size the GPU decides: "
                 "the CPU waits for the GPU at each call to learn it, and torch.compile breaks "
                 "its graph there; how much of the wait they cost is not measured")
     if cause == "launch_overhead":

@@ -229,23 +229,30 @@ def _cast_to_half(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
 
 
 #: A fixed-size form of each data-dependent op (``step_idle.DATA_DEPENDENT_OPS``), where
-#: PyTorch has one.
-_FIXED_FORMS = {"nonzero": "torch.nonzero_static(x, size=...) for nonzero, a mask "
-                           "(torch.where(mask, x, 0)) for x[mask]",
-                "argwhere": "torch.nonzero_static(x, size=...) for argwhere",
-                "masked_select": "torch.where(mask, x, 0) for masked_select"}
+#: PyTorch has one, and what it costs.
+_FIXED_FORMS = {"nonzero": "torch.nonzero_static(x, size=k) for nonzero (it pads with "
+                           "fill_value, -1 by default, and drops what is past k)",
+                "argwhere": "torch.nonzero_static(x, size=k) for argwhere",
+                "index_mask": "x * mask, or torch.where(mask, x, 0), for x[mask] where a sum "
+                              "follows (not a mean, max or softmax)",
+                "masked_select": "torch.where(mask, x, 0) for masked_select where a sum "
+                                 "follows"}
+#: What a data-dependent op is called in the fix's words.
+_OP_SAID = {"index_mask": "x[mask]", "nms": "NMS"}
 
 
 def _fixed_shapes(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     ops = list(params.get("ops") or ())
     forms = [_FIXED_FORMS[op] for op in ops if op in _FIXED_FORMS]
-    rest = [op for op in ops if op not in _FIXED_FORMS]
-    said = f"Use fixed-size forms where the step allows: {'; '.join(forms)}" if forms else \
-        "No fixed-size form is known for these ops"
-    left = f" ({', '.join(rest)} has none: fewer elements into it wait less)" if rest else ""
-    return (f"{said}{left}. Each call left makes the CPU wait for the GPU, so torch.compile "
-            "does not remove this idle time; see where it waits with torch-nsight profile "
-            "--timeline.")
+    rest = ", ".join(_OP_SAID.get(op, op) for op in ops if op not in _FIXED_FORMS)
+    said = (f"Where the step allows, use fixed-size forms: {'; '.join(forms)}." if forms
+            else "")
+    left = (f" {rest} has no fixed-size form: its wait is the GPU's queue up to it." if rest
+            else "")
+    return (f"{said}{left} A compile cannot fuse across these calls (each breaks its graph, "
+            "unless torch._dynamo.config.capture_dynamic_output_shape_ops = True), so it "
+            "recovers little of this idle time; see where the CPU waits with torch-nsight "
+            "profile --timeline.").strip()
 
 
 def _said(text: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:

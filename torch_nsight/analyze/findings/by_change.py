@@ -6,8 +6,12 @@ make, not 29: its gain is theirs together.
 
 The rows' gains add up within a change: each counts its own kernels (a module's conversions,
 another module's conversions, the NCHW batch norms at the root). The sum is kept under the
-kernels' time per run of the (variant, shape): a change cannot recover more than the GPU ran.
-Rows with only a bound (``gain_bound_ns``) add to the change's bound, not to its gain.
+kernels' time per run of the (variant, shape): a change cannot recover more kernel time than
+the GPU ran. A ``step_idle`` row's gain is the GPU's idle time in the bare step, not kernel
+time: it adds after the cap. Rows with only a bound (``gain_bound_ns``) add to the change's
+bound, not to its gain. Changes rank as findings do
+(:func:`~torch_nsight.analyze.findings.run_checks.ranked`: gains before bounds, gains under
+``TINY_GAIN_NS`` last).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from torch_nsight.analyze.findings.run_checks import TINY_GAIN_NS
+from torch_nsight.analyze.findings.step_idle import BARE_STEP_BASIS
 from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
 from torch_nsight.analyze.frames import runs_per_group
 from torch_nsight.vocabulary import LABELS
@@ -77,26 +83,41 @@ def by_change(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.Da
             **{c: (v or None) for c, v in zip(LABELS, labels, strict=True)},
             "change": change, "fix_code": row["fix_code"], "fix_params": row.get("fix_params"),
             "target": target, "switch": switched, "findings": 0, "_modules": set(),
-            "first_module": row.get("module"), "_gains": [], "_bounds": [],
+            "first_module": row.get("module"), "_gains": [], "_idle": [], "_bounds": [],
             "_limit": limits.get(labels, math.inf)})
-        entry["findings"] += 1
-        entry["_modules"].add(row.get("module_path") or row.get("module"))
+        blocks = row.get("blocks")  # a folded row stands for its blocks' findings
+        entry["findings"] += int(blocks) if _number(blocks) and blocks >= 1 else 1
+        entry["_modules"].add(fix_target(row.get("module_path")) or row.get("module"))
         gain, bound = row.get("est_gain_ns"), row.get("gain_bound_ns")
-        if isinstance(gain, float) and not math.isnan(gain):
-            entry["_gains"].append(gain)
-        elif isinstance(bound, float) and not math.isnan(bound):
-            entry["_bounds"].append(bound)
-    rows = []
-    for entry in changes.values():
-        gains, bounds, limit = entry.pop("_gains"), entry.pop("_bounds"), entry.pop("_limit")
-        total = sum(gains) if gains else math.nan
-        entry["capped"] = bool(total > limit)
-        entry["est_gain_ns"] = min(total, limit) if gains else math.nan
-        entry["gain_bound_ns"] = min(sum(bounds), limit) if bounds else math.nan
-        entry["modules"] = len(entry.pop("_modules"))
-        rows.append(entry)
+        if _number(gain):
+            entry["_idle" if row.get("gain_basis") == BARE_STEP_BASIS else "_gains"].append(
+                float(gain))
+        elif _number(bound):
+            entry["_bounds"].append(float(bound))
+    return _ranked([_totals(entry) for entry in changes.values()])
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(float(value))
+
+
+def _totals(entry: dict[str, Any]) -> dict[str, Any]:
+    """A change's gain and bound from its rows': kernel-time gains capped, idle time added."""
+    gains, idle, bounds = entry.pop("_gains"), entry.pop("_idle"), entry.pop("_bounds")
+    limit = entry.pop("_limit")
+    entry["capped"] = bool(sum(gains) > limit)
+    entry["est_gain_ns"] = (min(sum(gains), limit) + sum(idle)) if gains or idle else math.nan
+    entry["gain_bound_ns"] = min(sum(bounds), limit) if bounds else math.nan
+    entry["modules"] = len(entry.pop("_modules"))
+    return entry
+
+
+def _ranked(rows: list[dict[str, Any]]) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=list(CHANGE_COLUMNS))
     out = out.astype({"est_gain_ns": "float64", "gain_bound_ns": "float64"})
-    order = out.assign(_bound=out["gain_bound_ns"]).sort_values(
-        ["est_gain_ns", "_bound"], ascending=False, na_position="last", kind="stable")
-    return order.drop(columns="_bound").reset_index(drop=True)
+    order = out.assign(_tiny=out["est_gain_ns"].lt(TINY_GAIN_NS),
+                       _bound=out["gain_bound_ns"]).sort_values(
+        ["_tiny", "est_gain_ns", "_bound"], ascending=[True, False, False],
+        na_position="last", kind="stable")
+    return order.drop(columns=["_tiny", "_bound"]).reset_index(drop=True)

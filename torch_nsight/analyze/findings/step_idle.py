@@ -55,23 +55,36 @@ __all__ = ["BARE_STEP_BASIS", "DATA_DEPENDENT_OPS", "add_step_idle", "data_depen
 BARE_STEP_BASIS = "bare_step"
 #: aten (and torchvision) ops whose output's size is decided by the input's values on the
 #: GPU: the CPU waits to learn it (a synchronization), and torch.compile breaks its graph at
-#: each (``capture_dynamic_output_shape_ops`` off by default). Boolean-mask indexing runs
-#: ``nonzero``.
-DATA_DEPENDENT_OPS = ("nonzero", "argwhere", "masked_select", "nms", "_unique", "_unique2",
-                      "unique_dim", "unique_consecutive", "unique_dim_consecutive")
+#: each (``capture_dynamic_output_shape_ops`` off by default). ``index_mask`` is ``x[mask]``:
+#: aten's ``index`` with a boolean index.
+DATA_DEPENDENT_OPS = ("nonzero", "argwhere", "masked_select", "index_mask", "nms", "_unique",
+                      "_unique2", "unique_dim", "unique_consecutive", "unique_dim_consecutive")
 
 
-def data_dependent_ops(kernels: pd.DataFrame) -> list[str]:
-    """The :data:`DATA_DEPENDENT_OPS` among the ops the kernels' calls ran (``aten_ops``), in
-    that order."""
-    if "aten_ops" not in kernels:
+def _masked(dtypes: object) -> bool:
+    """Whether an ``index`` call's input dtypes hold a boolean index (after the tensor)."""
+    return isinstance(dtypes, (list, tuple)) and "bool" in [str(d) for d in dtypes[1:]]
+
+
+def data_dependent_ops(kernels: pd.DataFrame, calls: pd.DataFrame | None = None) -> list[str]:
+    """The :data:`DATA_DEPENDENT_OPS` the step ran, in that order: from the calls table where
+    there is one (``index`` with a boolean index is ``index_mask``), else from the ops of the
+    kernels' calls (``aten_ops``), which name fewer (no ``index_mask``)."""
+    if calls is not None and len(calls) and "aten_op" in calls:
+        ran = set(calls["aten_op"].dropna())
+        index = calls[calls["aten_op"].eq("index")]
+        if "input_dtypes" in index and any(_masked(d) for d in index["input_dtypes"]):
+            ran.add("index_mask")
+    elif "aten_ops" in kernels:
+        ran = {op.strip() for ops in kernels["aten_ops"].dropna().unique()
+               for op in (ops.split(",") if isinstance(ops, str) else ops)}
+    else:
         return []
-    ran = {op.strip() for ops in kernels["aten_ops"].dropna().unique()
-           for op in (ops.split(",") if isinstance(ops, str) else ops)}
     return [op for op in DATA_DEPENDENT_OPS if op in ran]
 
 
-def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
+def step_idle(kernels: pd.DataFrame, bare_ns: float, calls: pd.DataFrame | None = None
+              ) -> dict[str, Any] | None:
     """The ``step_idle`` finding of a profiled step whose bare time is ``bare_ns``, as a row
     of :data:`~torch_nsight.vocabulary.FINDING_RECORD_COLUMNS`; None where the GPU idles
     under :data:`~torch_nsight.analyze.verdicts.FINDING_PCT` of the step, or the profile
@@ -82,6 +95,8 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
             launch, the runs (steps) they come from.
         bare_ns: the median step without the profiler (``--verify``'s steps with the fix
             off); the profile must hold every kernel of its steps.
+        calls: the profile's calls table, for the ops of data-dependent size
+            (:func:`data_dependent_ops`; without it, the kernels' ops).
     """
     if kernels.empty or not bare_ns > 0:
         return None
@@ -96,7 +111,7 @@ def step_idle(kernels: pd.DataFrame, bare_ns: float) -> dict[str, Any] | None:
         return None
     small_pct = 100.0 * float((durations < SMALL_KERNEL_NS).mean())
     launches = small_pct >= SMALL_KERNEL_PCT
-    waits = data_dependent_ops(kernels)
+    waits = data_dependent_ops(kernels, calls)
     cause: Cause | None = ("data_dependent" if waits
                            else "launch_overhead" if launches else None)
     fix: FixCode = ("fixed_shapes" if waits else "compile_model" if launches

@@ -204,7 +204,8 @@ def _record(table: pd.DataFrame, positions: list[int], spec: FixSpec, status: st
 
 def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
                     say: Callable[[str], None] | None = None,
-                    kernels: pd.DataFrame | None = None) -> pd.DataFrame:
+                    kernels: pd.DataFrame | None = None,
+                    calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """Measure the fixes of the top findings (or ``plan.fixes``) on the user's steps.
 
     Args:
@@ -216,6 +217,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
             the kernels' time may add a ``step_idle``
             finding (:mod:`~torch_nsight.analyze.findings.step_idle`), whose switch is then
             measured too where no run did already.
+        calls: the profile's calls table, for that finding's ops of data-dependent size.
 
     Returns:
         ``found`` (with a row per fix asked for by name) and
@@ -247,7 +249,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     if kernels is not None and not plan.fixes:
         compiled = {spec.describe() for _, spec in chosen if spec.fix == "compile"}
-        table = _with_idle(table, kernels, runs, compiled, plan, tell, n_steps)
+        table = _with_idle(table, (kernels, calls), runs, compiled, plan, tell, n_steps)
     return table
 
 
@@ -268,7 +270,8 @@ def _bare_step_ns(runs: dict[str, list[BareRun]], compiled: set[str]) -> float:
     return statistics.median(off) if len(off) >= MIN_PAIRS else float("nan")
 
 
-def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[BareRun]],
+def _with_idle(table: pd.DataFrame, profiled: tuple[pd.DataFrame, pd.DataFrame | None],
+               runs: dict[str, list[BareRun]],
                compiled: set[str], plan: VerifyPlan, tell: Callable[[str], None],
                n_steps: int) -> pd.DataFrame:
     """``table`` with the ``step_idle`` finding of the bare step the runs timed, where the GPU
@@ -281,8 +284,9 @@ def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, runs: dict[str, list[
     from torch_nsight.analyze.verdicts import FINDING_PCT
     from torch_nsight.render.finding_words import word_findings
 
+    kernels, calls = profiled
     bare = _bare_step_ns(runs, compiled)
-    row = step_idle(kernels, bare)
+    row = step_idle(kernels, bare, calls)
     if row is None:
         tell(f"verify: the bare step ({_ms(bare)}) leaves the GPU idle under {FINDING_PCT:g}% "
              "of it, or the profile holds several shapes" if bare == bare
