@@ -20,6 +20,7 @@ from torch_nsight.analyze.classify import classify, sol_title
 from torch_nsight.analyze.columns import check_columns, needs
 from torch_nsight.analyze.derive import derive_columns
 from torch_nsight.analyze.findings import findings, fold_findings
+from torch_nsight.analyze.findings.by_change import by_change
 from torch_nsight.analyze.fold import fold_tree
 from torch_nsight.analyze.groups import by_kernel, by_rank, by_shape, has_ranks
 from torch_nsight.analyze.hotspots import hotspots, kernel_hotspots, next_step_code
@@ -41,7 +42,7 @@ __all__ = [
     "classify", "sol_title", "add_occupancy", "add_limiter", "module_tree", "coverage", "hotspots", "kernel_hotspots",
     "next_step_code", "normalize", "compare_profiles", "by_kernel", "by_shape", "by_rank",
     "has_ranks", "timeline_summary", "timeline_findings", "module_launches", "findings",
-    "fold_findings", "fold_tree",
+    "fold_findings", "fold_tree", "by_change",
     "UNATTRIBUTED",
 ]
 

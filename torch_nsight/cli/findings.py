@@ -19,6 +19,7 @@ from typing import Any
 
 from torch_nsight.cli.arguments import accept_dashed_values, read_steps
 from torch_nsight.cli.outputs import UsageError
+from torch_nsight.cli.report import print_changes
 from torch_nsight.cli.text import say
 from torch_nsight.cli.verify import (
     add_verify_options,
@@ -160,18 +161,4 @@ def _command(given: str) -> list[str]:
         raise UsageError("--command is empty: give the command that made the report, e.g. "
                          "--command \"python train.py\"")
     return command
-
-
-def print_changes(found: Any, kernels: Any, fmt: str, stream: Any = None) -> None:
-    """Under the findings table: the whole finding table gathered by change, where a change
-    gathers several findings (:func:`~torch_nsight.render.changes.render_changes`)."""
-    if fmt in ("csv", "json"):
-        return
-    from torch_nsight.analyze.findings.by_change import by_change
-    from torch_nsight.render.changes import render_changes
-
-    text = render_changes(by_change(found, kernels), fmt)
-    if text:
-        print("\n" + "\n".join(printable(line) for line in text.splitlines()),
-              file=stream or sys.stdout)
 

@@ -218,14 +218,7 @@ def emit(profile: Profile, args: argparse.Namespace, stream: TextIO | None = Non
             print(file=stream)
             print(render_verdicts(profile, args.fmt), file=stream)
         if getattr(args, "findings", False) and args.table != "findings":
-            from torch_nsight.cli.findings import print_changes
-            from torch_nsight.render.findings import render_findings
-
-            found = _findings(profile, args)
-            print(file=stream)
-            print(render_findings(found.head(args.n or 10), args.fmt, profile.kernels),
-                  file=stream)
-            print_changes(found, profile.kernels, args.fmt, stream)
+            _print_findings(profile, args, stream)
     written = []
     for kind in TABLE_OUTPUTS:
         target = getattr(args, kind, None)
@@ -345,3 +338,28 @@ def _findings(profile: Any, args: argparse.Namespace) -> Any:
     import torch_nsight.render.finding_words  # noqa: F401 - registers the words
 
     return profile.finding_table(fold=getattr(args, "fold", True))
+
+
+def _print_findings(profile: Any, args: argparse.Namespace, stream: TextIO) -> None:
+    """The findings table under the report, and the section of changes under it."""
+    from torch_nsight.render.findings import render_findings
+
+    found = _findings(profile, args)
+    print(file=stream)
+    print(render_findings(found.head(args.n or 10), args.fmt, profile.kernels), file=stream)
+    print_changes(found, profile.kernels, args.fmt, stream)
+
+
+def print_changes(found: Any, kernels: Any, fmt: str, stream: Any = None) -> None:
+    """Under the findings table: the whole finding table gathered by change, where a change
+    gathers several findings (:func:`~torch_nsight.render.changes.render_changes`)."""
+    if fmt in ("csv", "json"):
+        return
+    from torch_nsight.analyze.findings.by_change import by_change
+    from torch_nsight.render.changes import render_changes
+    from torch_nsight.render.readable_numbers import printable
+
+    text = render_changes(by_change(found, kernels), fmt)
+    if text:
+        print("\n" + "\n".join(printable(line) for line in text.splitlines()),
+              file=stream or sys.stdout)

@@ -60,6 +60,11 @@ def change_words(row: Mapping[str, Any]) -> str:
     return f"{said}: {target}" if target else said
 
 
+def _said(value: object) -> str:
+    """A label or a module's name; ``-`` where missing (None, NaN)."""
+    return str(value) if isinstance(value, str) else "-" if is_missing(value) else str(value)
+
+
 def _gain(row: Mapping[str, Any]) -> str:
     gain, bound = row["est_gain_ns"], row["gain_bound_ns"]
     if is_missing(gain):
@@ -84,8 +89,9 @@ def render_changes(changes: pd.DataFrame, fmt: str = "plain", top: int = CHANGES
         return ""
     labels = [c for c in ("variant", "shape") if shown[c].nunique(dropna=False) > 1]
     # (a change at one module names it: its first module is only said for the whole model's)
-    cells = [[str(i + 1), *(row[c] or "-" for c in labels), change_words(row), _gain(row),
-              str(row["findings"]), "" if row["target"] else (row["first_module"] or "-"),
+    cells = [[str(i + 1), *(_said(row[c]) for c in labels),
+              change_words(row), _gain(row), str(row["findings"]),
+              "" if row["target"] else _said(row["first_module"]),
               "yes" if row["switch"] else "no"]
              for i, (_, row) in enumerate(shown.iterrows())]
     headers = ["#", *labels, "change", "gain µs", "findings", "first module", "--verify"]
