@@ -44,7 +44,7 @@ def test_what_one_test_changes_the_next_does_not_see() -> None:
     pd.testing.assert_frame_equal(again.calls, kept.calls)
     assert again.kernels.loc[0, "duration_ns"] > 0 and (again.calls["flops"] > 0).any()
     assert again.meta == kept.meta and "changed" not in again.meta.settings
-    assert not again._findings
+    assert not again._computed
     raw, meta = read_recorded(REPORT)
     raw.loc[0, "duration_ns"] = -1.0
     meta["gpu"] = "changed"

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeVar, Union
 
 import pandas as pd
 
@@ -37,6 +37,7 @@ from torch_nsight.vocabulary import (
 logger = logging.getLogger(__name__)
 
 PathArg = Union[str, "os.PathLike[str]"]
+_Copyable = TypeVar("_Copyable", pd.DataFrame, list[str])
 
 # The stable columns of Profile.kernels, first and in this order; more may follow.
 KERNEL_COLUMNS: tuple[str, ...] = (
@@ -88,9 +89,8 @@ class Profile:
     meta: ProfileMeta = field(default_factory=ProfileMeta)
     calls: pd.DataFrame | None = None
     timeline: pd.DataFrame | None = None
-    # findings and hotspots computed once: the tables never change once built (copies go out)
-    _findings: dict[object, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
-    _hotspots: dict[tuple, pd.DataFrame] = field(default_factory=dict, init=False, repr=False)
+    # findings and other analyses computed once (:meth:`computed_once`)
+    _computed: dict[tuple, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.meta, Mapping):
@@ -197,10 +197,9 @@ class Profile:
 
     def module_table(self, depth: int | None = None, fold: bool = False) -> pd.DataFrame:
         """:meth:`modules` with every column, in the analysis' order (for renderers)."""
-        if fold:
-            return analysis.fold_tree(analysis.module_tree(self.kernels, depth, keep_runs=True),
-                                      self.kernels)
-        return analysis.module_tree(self.kernels, depth)
+        return self.computed_once(("modules", depth, fold), lambda: analysis.fold_tree(
+            analysis.module_tree(self.kernels, depth, keep_runs=True), self.kernels)
+            if fold else analysis.module_tree(self.kernels, depth))
 
     def hotspots(self, n: int = 10, order: Literal["headroom", "time"] = "headroom",
                  level: Literal["kernel", "module"] = "kernel",
@@ -231,11 +230,9 @@ class Profile:
                       level: Literal["kernel", "module"] = "kernel",
                       fold: bool = True) -> pd.DataFrame:
         """:meth:`hotspots` with every column, in the analysis' order (for renderers)."""
-        key = (n, order, level, fold)
-        if key not in self._hotspots:
-            self._hotspots[key] = worded("hotspots", analysis.hotspots(
-                self.kernels, n=n, order=order, level=level, fold=fold))
-        return self._hotspots[key].copy()
+        return self.computed_once(("hotspots", n, order, level, fold), lambda: worded(
+            "hotspots", analysis.hotspots(self.kernels, n=n, order=order, level=level,
+                                          fold=fold)))
 
     def findings(self, fold: bool = True) -> pd.DataFrame:
         """Return the fixes worth making, each with the time per run it may recover (see
@@ -260,25 +257,28 @@ class Profile:
         render from the codes), then the codes
         (:data:`~torch_nsight.vocabulary.FINDING_CODE_COLUMNS`), then ``blocks`` where
         folded."""
-        if fold not in self._findings:
-            if "codes" not in self._findings:
-                self._findings["codes"] = analysis.findings(
-                    self.kernels, self.calls, self.meta.settings, self.timeline)
-            found = self._findings["codes"]
-            if fold:
-                found = analysis.fold_findings(found, self.kernels)
-            self._findings[fold] = worded("findings", found.copy())
-        return self._findings[fold].copy()
+        found = self.computed_once(("finding_codes",), lambda: analysis.findings(
+            self.kernels, self.calls, self.meta.settings, self.timeline))  # for both folds
+        return self.computed_once(("findings", fold), lambda: worded("findings", (
+            analysis.fold_findings(found, self.kernels) if fold else found)))
+
+    def computed_once(self, key: tuple[Any, ...], compute: Callable[[], _Copyable]
+                      ) -> _Copyable:
+        """A copy of ``compute()``, called the first time ``key`` is asked of this profile
+        (a table or list derived from its tables alone, which never change once built)."""
+        if key not in self._computed:
+            self._computed[key] = compute()
+        return self._computed[key].copy()
 
     def by_kernel(self) -> pd.DataFrame:
         """Return one row per kernel name and shape, across the modules that launch it
         (see :func:`torch_nsight.analyze.by_kernel`)."""
-        return analysis.by_kernel(self.kernels)
+        return self.computed_once(("by_kernel",), lambda: analysis.by_kernel(self.kernels))
 
     def by_shape(self) -> pd.DataFrame:
         """Return one row per (variant, shape): time, launches, coverage, top module, bound
         mix (see :func:`torch_nsight.analyze.by_shape`)."""
-        return analysis.by_shape(self.kernels)
+        return self.computed_once(("by_shape",), lambda: analysis.by_shape(self.kernels))
 
     def by_rank(self) -> pd.DataFrame:
         """Return one row per distributed rank: time, launches, NCCL share, top module

@@ -114,9 +114,12 @@ def _launch_rows(profile: Profile, rows: int | None, order: HotspotOrder,
                  depth: int | None, fold: bool = True) -> pd.DataFrame:
     from torch_nsight.render.hotspot_words import word_kernels
 
-    frame = word_kernels(profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
-                                                       if c in profile.kernels]))
-    return _head(frame.assign(pct_of_total=_kernel_share(frame)), rows)
+    def worded() -> pd.DataFrame:  # once per profile: every launch's words
+        frame = word_kernels(profile.kernels.drop(columns=[c for c in RANGE_TUPLE_COLUMNS
+                                                           if c in profile.kernels]))
+        return frame.assign(pct_of_total=_kernel_share(frame))
+
+    return _head(profile.computed_once(("launch_rows",), worded), rows)
 
 
 def _kernel_share(kernels: pd.DataFrame) -> pd.Series:

@@ -53,7 +53,9 @@ def render_verdicts(profile: Profile, fmt: str = "plain") -> str:
         return ""
 
     markdown = fmt in ("markdown", "github")
-    lines = _verdict_lines(profile, profile.timeline, markdown)
+    timeline = profile.timeline
+    lines = profile.computed_once(("verdict_lines", markdown),
+                                  lambda: _verdict_lines(profile, timeline, markdown))
     if markdown:
         return "\n".join(lines)
     width = terminal_width()  # a terminal or a log: wrapped at spaces, nothing cut
