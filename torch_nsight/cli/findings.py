@@ -161,4 +161,3 @@ def _command(given: str) -> list[str]:
         raise UsageError("--command is empty: give the command that made the report, e.g. "
                          "--command \"python train.py\"")
     return command
-

@@ -21,3 +21,5 @@ IMPL_SAID = {"foreach": "one multi-tensor kernel per op (foreach)",
 SDPA_FOR_GEMM = ("Use F.scaled_dot_product_attention for this attention: one kernel for the "
                  "scores, the softmax and the weighted sum at any sequence length, no padding "
                  "of the scores needed; or torch.compile the module.")
+#: A data-dependent op (``step_idle.DATA_DEPENDENT_OPS``) as the words call it; others by name.
+OP_SAID = {"index_mask": "x[mask]", "nms": "NMS"}

@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch_nsight.render.code_words import CHAIN_SAID, IMPL_SAID, ROLE_SAID
+from torch_nsight.render.code_words import CHAIN_SAID, IMPL_SAID, OP_SAID, ROLE_SAID
 from torch_nsight.render.readable_numbers import format_rate
 from torch_nsight.render.reason_words import describe_cause
 from torch_nsight.units import format_bytes, format_duration
@@ -183,7 +183,7 @@ def _idle_why(row: Mapping[str, Any], facts: Mapping[str, Any]) -> str:
     if cause == "data_dependent":
         params = row.get("fix_params")
         ops = params.get("ops") if isinstance(params, Mapping) else None
-        said = [{"index_mask": "x[mask]", "nms": "NMS"}.get(op, op) for op in ops or ()]
+        said = [OP_SAID.get(op, op) for op in ops or ()]
         return (f"it ran {' and '.join(said or ('ops',))}, whose output size the GPU decides: "
                 "the CPU waits for the GPU at each call to learn it, and torch.compile breaks "
                 "its graph there; how much of the wait they cost is not measured")

@@ -20,7 +20,7 @@ import pandas as pd
 import torch_nsight.render.hotspot_words  # noqa: F401 - registers the hotspots' words
 from torch_nsight.analyze.findings.run_checks import TIMELINE_FACTS
 from torch_nsight.profile import set_words
-from torch_nsight.render.code_words import ROLE_SAID, SDPA_FOR_GEMM
+from torch_nsight.render.code_words import OP_SAID, ROLE_SAID, SDPA_FOR_GEMM
 from torch_nsight.render.finding_evidence import EVIDENCE, KIND_SAID, given
 from torch_nsight.render.timeline_words import step_finding_words
 from torch_nsight.vocabulary import FINDING_CODE_COLUMNS, FINDING_COLUMNS, OUTSIDE_PREFIX
@@ -237,14 +237,12 @@ _FIXED_FORMS = {"nonzero": "torch.nonzero_static(x, size=k) for nonzero (it pads
                               "follows (not a mean, max or softmax)",
                 "masked_select": "torch.where(mask, x, 0) for masked_select where a sum "
                                  "follows"}
-#: What a data-dependent op is called in the fix's words.
-_OP_SAID = {"index_mask": "x[mask]", "nms": "NMS"}
 
 
 def _fixed_shapes(row: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     ops = list(params.get("ops") or ())
     forms = [_FIXED_FORMS[op] for op in ops if op in _FIXED_FORMS]
-    rest = ", ".join(_OP_SAID.get(op, op) for op in ops if op not in _FIXED_FORMS)
+    rest = ", ".join(OP_SAID.get(op, op) for op in ops if op not in _FIXED_FORMS)
     said = (f"Where the step allows, use fixed-size forms: {'; '.join(forms)}." if forms
             else "")
     left = (f" {rest} has no fixed-size form: its wait is the GPU's queue up to it." if rest

@@ -24,7 +24,7 @@ import pandas as pd
 from torch_nsight.analyze.findings.run_checks import TINY_GAIN_NS
 from torch_nsight.analyze.findings.step_idle import BARE_STEP_BASIS
 from torch_nsight.analyze.findings.switch_fixes import fix_target, switch_fix
-from torch_nsight.analyze.frames import runs_per_group
+from torch_nsight.analyze.frames import keyed, per_run
 from torch_nsight.vocabulary import LABELS
 
 __all__ = ["CHANGE_COLUMNS", "by_change"]
@@ -52,10 +52,10 @@ def _kernel_ns(kernels: pd.DataFrame | None) -> dict[tuple[Any, ...], float]:
     """The kernels' time per run of each (variant, shape)."""
     if kernels is None or kernels.empty or "duration_ns" not in kernels:
         return {}
-    work = kernels.assign(**{c: kernels[c].fillna("") for c in LABELS if c in kernels})
-    runs = runs_per_group(work, LABELS).set_index(list(LABELS))["runs"]
-    sums = work.groupby(list(LABELS))["duration_ns"].sum()
-    return {key: float(total) / float(runs.get(key, 1) or 1) for key, total in sums.items()}
+    sums = keyed(kernels, LABELS, ["duration_ns"]).groupby(list(LABELS), sort=False)[
+        "duration_ns"].sum().reset_index()
+    out = per_run(sums, kernels, LABELS, ["duration_ns"])
+    return {tuple(row[list(LABELS)]): float(row["duration_ns"]) for _, row in out.iterrows()}
 
 
 def by_change(found: pd.DataFrame, kernels: pd.DataFrame | None = None) -> pd.DataFrame:

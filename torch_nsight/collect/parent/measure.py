@@ -249,7 +249,7 @@ def verify_on_steps(found: pd.DataFrame, plan: VerifyPlan,
             if status == "measured" and gain is not None else f"NOT counted ({status}): {detail}"))
     if kernels is not None and not plan.fixes:
         compiled = {spec.describe() for _, spec in chosen if spec.fix == "compile"}
-        table = _with_idle(table, (kernels, calls), runs, compiled, plan, tell, n_steps)
+        table = _with_idle(table, kernels, calls, runs, compiled, plan, tell, n_steps)
     return table
 
 
@@ -270,7 +270,7 @@ def _bare_step_ns(runs: dict[str, list[BareRun]], compiled: set[str]) -> float:
     return statistics.median(off) if len(off) >= MIN_PAIRS else float("nan")
 
 
-def _with_idle(table: pd.DataFrame, profiled: tuple[pd.DataFrame, pd.DataFrame | None],
+def _with_idle(table: pd.DataFrame, kernels: pd.DataFrame, calls: pd.DataFrame | None,
                runs: dict[str, list[BareRun]],
                compiled: set[str], plan: VerifyPlan, tell: Callable[[str], None],
                n_steps: int) -> pd.DataFrame:
@@ -284,7 +284,6 @@ def _with_idle(table: pd.DataFrame, profiled: tuple[pd.DataFrame, pd.DataFrame |
     from torch_nsight.analyze.verdicts import FINDING_PCT
     from torch_nsight.render.finding_words import word_findings
 
-    kernels, calls = profiled
     bare = _bare_step_ns(runs, compiled)
     row = step_idle(kernels, bare, calls)
     if row is None:
